@@ -1,0 +1,107 @@
+//! The `Channel` resource: a deployable environment of an app, bound to one git branch, with its own hostname.
+//! It is named `<app>.<channel>` so the apiserver itself keeps channel names unique per app.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::cel;
+use crate::deploy::DeployPhase;
+
+/// A deployable environment of an app. The resource name is `<app>.<channel>`; `<app>.prod` is created with the
+/// app and follows `branch:master`.
+#[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "slipway.dev",
+    version = "v1alpha1",
+    kind = "Channel",
+    namespaced,
+    status = "ChannelStatus",
+    shortname = "sch",
+    category = "slipway",
+    doc = "A deployable environment of an app, bound to one git branch, with its own hostname.",
+    printcolumn(name = "App", type_ = "string", json_path = ".spec.app", description = "The app this channel belongs to"),
+    printcolumn(name = "Branch", type_ = "string", json_path = ".spec.gitRefBinding", description = "The git branch the channel follows"),
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.phase", description = "provisioning, running or failed"),
+    printcolumn(name = "Sha", type_ = "string", json_path = ".status.currentSha", description = "The commit currently deployed"),
+    printcolumn(name = "Hostname", type_ = "string", json_path = ".status.hostname", description = "Where the channel is served"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = cel::channel_name_has_app_prefix(),
+    validation = cel::channel_name(),
+    validation = cel::prod_channel_binding(),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelSpec {
+    /// Name of the App (in the same namespace) this channel belongs to. Cannot be changed.
+    #[schemars(length(max = 40))]
+    #[x_kube(validation = cel::app_reference(), validation = cel::immutable("app"))]
+    pub app: String,
+
+    /// The git branch the channel follows, as branch:<name>. One channel per branch; branch:* is not accepted.
+    #[schemars(length(max = 207))]
+    #[x_kube(validation = cel::binding_not_wildcard(), validation = cel::binding_format())]
+    pub git_ref_binding: String,
+}
+
+/// Lifecycle of a channel.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelPhase {
+    /// Created; stays here until its first deploy succeeds.
+    #[default]
+    Provisioning,
+    /// A deploy succeeded and the channel serves it.
+    Running,
+    /// Provisioning failed (for example the SQL database could not be created).
+    Failed,
+}
+
+/// The newest queued or running deploy of a channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingDeploy {
+    /// Id of the deploy (the Deploy resource's uid).
+    pub deploy_id: String,
+    /// Name of the Deploy resource.
+    pub deploy_name: String,
+    /// The commit being deployed, once resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha: Option<String>,
+    /// queued or running.
+    pub status: DeployPhase,
+}
+
+/// Observed state of a Channel.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// provisioning, running or failed.
+    #[serde(default)]
+    pub phase: ChannelPhase,
+
+    /// The channel's hostname: <app>-<owner>.<app domain> for prod, <channel>-<app>-<owner>.<app domain> otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+
+    /// The 40-hex commit currently deployed; unset before the first successful deploy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 40))]
+    #[x_kube(validation = cel::sha())]
+    pub current_sha: Option<String>,
+
+    /// The newest queued or running deploy; unset when nothing is in flight. An old currentSha beside a pending
+    /// deploy means the deploy has not finished, not that it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_deploy: Option<PendingDeploy>,
+
+    /// Latest observations of the channel's state, one per type (Ready, Accepted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,121 @@
+//! Condition types and reasons the reconcilers write into `status.conditions`, and the one helper that sets a
+//! condition without churn (its `lastTransitionTime` moves only when its status really changes).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// The object is serving / has done what its spec asks.
+pub const READY: &str = "Ready";
+/// The spec was accepted (references resolve, cross-object rules hold).
+pub const ACCEPTED: &str = "Accepted";
+
+/// Reasons, `UpperCamelCase` as Kubernetes conventions ask.
+pub mod reasons {
+    /// Work has started but is not finished.
+    pub const PROVISIONING: &str = "Provisioning";
+    /// Everything the spec asks for is in place.
+    pub const RECONCILED: &str = "Reconciled";
+    /// A referenced object does not exist.
+    pub const REFERENCE_NOT_FOUND: &str = "ReferenceNotFound";
+    /// The spec breaks a rule the schema cannot express.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A deploy is queued or running.
+    pub const DEPLOYING: &str = "Deploying";
+    /// The last deploy failed.
+    pub const DEPLOY_FAILED: &str = "DeployFailed";
+}
+
+/// Sets `condition` in `conditions`, keyed by type. Returns whether anything changed; `lastTransitionTime` is kept
+/// when the status did not change, so writing the same condition twice is a no-op.
+pub fn set_condition(conditions: &mut Vec<Condition>, mut condition: Condition) -> bool {
+    match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
+        Some(existing) => {
+            if existing.status == condition.status {
+                condition.last_transition_time = existing.last_transition_time.clone();
+            }
+            if *existing == condition {
+                return false;
+            }
+            *existing = condition;
+            true
+        }
+        None => {
+            conditions.push(condition);
+            true
+        }
+    }
+}
+
+/// A condition of `type_` with the given status, reason and message, observed at `generation`, stamped `now`.
+pub fn condition(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+    now: Time,
+) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: if status { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message: message.into(),
+        observed_generation: generation,
+        last_transition_time: now,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap())
+    }
+
+    #[test]
+    fn same_status_keeps_the_transition_time() {
+        let mut conds = vec![];
+        assert!(set_condition(
+            &mut conds,
+            condition(
+                READY,
+                false,
+                reasons::PROVISIONING,
+                "waiting",
+                Some(1),
+                at(10)
+            )
+        ));
+        assert!(!set_condition(
+            &mut conds,
+            condition(
+                READY,
+                false,
+                reasons::PROVISIONING,
+                "waiting",
+                Some(1),
+                at(20)
+            )
+        ));
+        assert_eq!(conds[0].last_transition_time, at(10));
+        assert!(set_condition(
+            &mut conds,
+            condition(
+                READY,
+                false,
+                reasons::PROVISIONING,
+                "still waiting",
+                Some(2),
+                at(30)
+            )
+        ));
+        assert_eq!(conds[0].last_transition_time, at(10));
+        assert!(set_condition(
+            &mut conds,
+            condition(READY, true, reasons::RECONCILED, "", Some(2), at(40))
+        ));
+        assert_eq!(conds[0].last_transition_time, at(40));
+        assert_eq!(conds.len(), 1);
+    }
+}

@@ -1,0 +1,127 @@
+//! The `Deploy` resource: one request to bring a commit live on a channel. Its spec never changes; the deploy
+//! reconciler moves its status from queued through running to success or failed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::cel;
+
+/// A request to build and bring a commit live on a channel. At least one of sha and ref is set; sha wins.
+#[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "slipway.dev",
+    version = "v1alpha1",
+    kind = "Deploy",
+    namespaced,
+    status = "DeployStatus",
+    shortname = "sdep",
+    category = "slipway",
+    doc = "A request to build and bring one commit live on a channel.",
+    printcolumn(
+        name = "Channel",
+        type_ = "string",
+        json_path = ".spec.channel",
+        description = "The Channel deployed to"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "queued, running, success or failed"
+    ),
+    printcolumn(
+        name = "Sha",
+        type_ = "string",
+        json_path = ".status.resolvedSha",
+        description = "The commit the request resolved to"
+    ),
+    printcolumn(name = "Started", type_ = "date", json_path = ".status.startedAt"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = cel::immutable("a Deploy's spec"),
+    validation = kube::core::Rule::new("has(self.sha) || has(self.ref)").message("a deploy needs sha or ref"),
+)]
+pub struct DeploySpec {
+    /// Name of the Channel resource (<app>.<channel>, same namespace) to deploy to.
+    #[schemars(length(max = 81))]
+    pub channel: String,
+
+    /// A 40-character hex commit id, or a branch name resolved to its head when the deploy starts. Wins over ref.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 200))]
+    #[x_kube(validation = cel::sha_or_branch())]
+    pub sha: Option<String>,
+
+    /// A branch name (bare or refs/heads/<name>) resolved to its head when the deploy starts. Ignored when sha is set.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "ref")]
+    #[schemars(length(max = 211))]
+    #[x_kube(validation = cel::branch_ref())]
+    pub git_ref: Option<String>,
+}
+
+/// Lifecycle of a deploy.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum DeployPhase {
+    /// Accepted, waiting for an earlier deploy of the same channel or for the builder.
+    #[default]
+    Queued,
+    /// Building or rolling out.
+    Running,
+    /// Live: passed readiness and the route points at it.
+    Success,
+    /// Did not go live; the previous version keeps serving.
+    Failed,
+}
+
+impl DeployPhase {
+    /// Whether the deploy is still in flight.
+    pub fn in_flight(self) -> bool {
+        matches!(self, DeployPhase::Queued | DeployPhase::Running)
+    }
+}
+
+/// Observed state of a Deploy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeployStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// queued, running, success or failed.
+    #[serde(default)]
+    pub phase: DeployPhase,
+
+    /// The commit sha or ref resolved to when the deploy started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 40))]
+    #[x_kube(validation = cel::sha())]
+    pub resolved_sha: Option<String>,
+
+    /// When the deploy left the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+
+    /// When the deploy reached success or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+
+    /// Why the deploy failed, in one line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+
+    /// Latest observations of the deploy, one per type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}

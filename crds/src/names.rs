@@ -1,0 +1,547 @@
+//! Validated names shared by the REST API, the admission webhook and the reconcilers.
+//!
+//! Each type parses once at the edge ("parse, don't validate") and carries its guarantee from then on. The rules
+//! and their messages live here only: [`crate::cel`] turns the same constants into the CEL rules the apiserver
+//! enforces, so `kubectl apply` and the REST API refuse a bad name with the same words.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The DNS-label pattern app names, channel names and usernames follow.
+pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$";
+/// Longest app or channel name.
+pub const NAME_MAX_LEN: usize = 40;
+/// App names may not start with any of these.
+pub const RESERVED_APP_PREFIXES: [&str; 6] = ["git", "api", "www", "admin", "preview", "staging"];
+/// The channel every app is created with; it cannot be created or deleted by hand.
+pub const PROD_CHANNEL: &str = "prod";
+/// The branch the `prod` channel follows.
+pub const PROD_BRANCH: &str = "master";
+/// Prefix of a channel's git ref binding.
+pub const BINDING_PREFIX: &str = "branch:";
+/// Longest branch name a binding or deploy may name.
+pub const BRANCH_MAX_LEN: usize = 200;
+/// Characters a branch name may use (a conservative subset of what git allows).
+pub const BRANCH_CHARS_PATTERN: &str = "^[A-Za-z0-9._/+-]+$";
+/// Prefix of a full branch ref.
+pub const BRANCH_REF_PREFIX: &str = "refs/heads/";
+/// Pattern of a full commit id.
+pub const SHA_PATTERN: &str = "^[0-9a-f]{40}$";
+
+/// Longest CIDR text (a full IPv6 address and a three-digit prefix).
+pub const CIDR_MAX_LEN: usize = 43;
+/// Longest hostname.
+pub const DOMAIN_MAX_LEN: usize = 253;
+/// Pattern of a hostname: lowercase labels of 1-63 characters, at least two, no trailing dot. (`[.]` rather than an
+/// escaped dot so the pattern reads the same in CEL string literals.)
+pub const DOMAIN_PATTERN: &str =
+    "^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?[.])+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$";
+
+/// Messages of the rules below, shared with the CEL rules so both paths say the same thing.
+pub mod messages {
+    /// An app name that is not a DNS label of at most 40 characters.
+    pub const APP_NAME: &str = "app name must be 1-40 characters of lowercase letters, digits and '-', starting and ending with a letter or digit";
+    /// An app name with a reserved prefix.
+    pub const APP_NAME_RESERVED: &str =
+        "app name must not start with a reserved prefix (git, api, www, admin, preview, staging)";
+    /// A channel name that is not a DNS label of at most 40 characters.
+    pub const CHANNEL_NAME: &str = "channel name must be 1-40 characters of lowercase letters, digits and '-', starting and ending with a letter or digit";
+    /// A username that is not a DNS label.
+    pub const USERNAME: &str = "username must be 1-40 characters of lowercase letters, digits and '-', starting and ending with a letter or digit";
+    /// A binding that is not `branch:<name>`.
+    pub const BINDING: &str =
+        "git_ref_binding must have the form branch:<name> with a valid git branch name";
+    /// The legacy wildcard binding.
+    pub const BINDING_WILDCARD: &str =
+        "git_ref_binding branch:* is no longer accepted; bind the channel to one branch";
+    /// A branch name git would refuse (or that slipway does not accept).
+    pub const BRANCH: &str = "branch name must be 1-200 characters of letters, digits and . _ / + -, must not start with '-', '/' or '.', must not end with '/', '.' or '.lock', and must not contain '..', '//' or '/.'";
+    /// A commit id that is not 40 lowercase hex digits.
+    pub const SHA: &str = "sha must be a 40-character hexadecimal commit id";
+    /// A CIDR that does not parse.
+    pub const CIDR: &str =
+        "allow_cidrs entries must be CIDRs such as 203.0.113.0/24 or 2001:db8::/32";
+    /// An allowlist that is too long.
+    pub const TOO_MANY_CIDRS: &str = "allow_cidrs holds at most 16 entries";
+    /// A hostname that is not a valid domain.
+    pub const DOMAIN: &str = "domain must be a hostname of at least two labels (letters, digits and '-', at most 63 characters each, 253 in all)";
+    /// The prod channel bound to another branch.
+    pub const PROD_BINDING: &str = "the prod channel is bound to branch:master";
+}
+
+/// Why a name was refused; the message is the one the API returns in `error.message`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidName(pub &'static str);
+
+/// Whether `s` is a DNS label of at most `max` characters (see [`DNS_LABEL_PATTERN`]).
+pub fn is_dns_label(s: &str, max: usize) -> bool {
+    let bytes = s.as_bytes();
+    let inner_ok = bytes
+        .iter()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => s.len() <= max && inner_ok && *first != b'-' && *last != b'-',
+        _ => false,
+    }
+}
+
+/// Whether `s` is a branch name slipway accepts: the rules of `git check-ref-format --branch` over the character
+/// set of [`BRANCH_CHARS_PATTERN`].
+pub fn is_branch_name(s: &str) -> bool {
+    let chars_ok = s
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'+' | b'-'));
+    !s.is_empty()
+        && s.len() <= BRANCH_MAX_LEN
+        && chars_ok
+        && !s.starts_with(['-', '/', '.'])
+        && !s.ends_with(['/', '.'])
+        && !s.ends_with(".lock")
+        && !s.contains("..")
+        && !s.contains("//")
+        && !s.contains("/.")
+}
+
+macro_rules! string_newtype {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The validated string.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = String::deserialize(d)?;
+                raw.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+string_newtype!(
+    /// An app name: a DNS label of at most 40 characters without a reserved prefix.
+    AppName
+);
+string_newtype!(
+    /// A channel name: a DNS label of at most 40 characters.
+    ChannelName
+);
+string_newtype!(
+    /// A username: a DNS label of at most 40 characters (it is part of every channel hostname).
+    Username
+);
+string_newtype!(
+    /// A git branch name slipway accepts (see [`is_branch_name`]).
+    BranchName
+);
+string_newtype!(
+    /// A full commit id: 40 lowercase hex digits.
+    CommitSha
+);
+
+impl FromStr for AppName {
+    type Err = InvalidName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if !is_dns_label(s, NAME_MAX_LEN) {
+            return Err(InvalidName(messages::APP_NAME));
+        }
+        if RESERVED_APP_PREFIXES.iter().any(|p| s.starts_with(p)) {
+            return Err(InvalidName(messages::APP_NAME_RESERVED));
+        }
+        Ok(Self(s.to_owned()))
+    }
+}
+
+impl FromStr for ChannelName {
+    type Err = InvalidName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if is_dns_label(s, NAME_MAX_LEN) {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(InvalidName(messages::CHANNEL_NAME))
+        }
+    }
+}
+
+impl ChannelName {
+    /// The `prod` channel.
+    pub fn prod() -> Self {
+        Self(PROD_CHANNEL.to_owned())
+    }
+
+    /// Whether this is the `prod` channel.
+    pub fn is_prod(&self) -> bool {
+        self.0 == PROD_CHANNEL
+    }
+}
+
+impl FromStr for Username {
+    type Err = InvalidName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if is_dns_label(s, NAME_MAX_LEN) {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(InvalidName(messages::USERNAME))
+        }
+    }
+}
+
+impl FromStr for BranchName {
+    type Err = InvalidName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if is_branch_name(s) {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(InvalidName(messages::BRANCH))
+        }
+    }
+}
+
+impl BranchName {
+    /// Parses a branch given bare (`main`) or as a full ref (`refs/heads/main`).
+    pub fn from_ref(s: &str) -> Result<Self, InvalidName> {
+        s.strip_prefix(BRANCH_REF_PREFIX).unwrap_or(s).parse()
+    }
+}
+
+impl FromStr for CommitSha {
+    type Err = InvalidName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.len() == 40
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(InvalidName(messages::SHA))
+        }
+    }
+}
+
+/// A network in CIDR notation, IPv4 or IPv6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    /// The address as written (host bits may be set, as `isCIDR` in CEL allows).
+    pub addr: std::net::IpAddr,
+    /// The prefix length.
+    pub prefix: u8,
+}
+
+impl FromStr for Cidr {
+    type Err = InvalidName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = InvalidName(messages::CIDR);
+        let (addr, prefix) = s.split_once('/').ok_or(err.clone())?;
+        let addr: std::net::IpAddr = addr.parse().map_err(|_| err.clone())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let digits_ok =
+            !prefix.is_empty() && prefix.len() <= 3 && prefix.bytes().all(|b| b.is_ascii_digit());
+        let leading_zero = prefix.len() > 1 && prefix.starts_with('0');
+        let prefix: u8 = prefix.parse().map_err(|_| err.clone())?;
+        if !digits_ok || leading_zero || prefix > max || s.len() > CIDR_MAX_LEN {
+            return Err(err);
+        }
+        Ok(Self { addr, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// Parses an allowlist: at most [`crate::forward::MAX_ALLOW_CIDRS`] CIDRs.
+pub fn parse_allow_cidrs<S: AsRef<str>>(cidrs: &[S]) -> Result<Vec<Cidr>, InvalidName> {
+    if cidrs.len() > crate::forward::MAX_ALLOW_CIDRS {
+        return Err(InvalidName(messages::TOO_MANY_CIDRS));
+    }
+    cidrs.iter().map(|c| c.as_ref().parse()).collect()
+}
+
+string_newtype!(
+    /// A custom domain: lowercase ASCII (IDNA-encoded) labels, at least two, without a trailing dot.
+    DomainName
+);
+
+impl FromStr for DomainName {
+    type Err = InvalidName;
+    /// Accepts any letter case and one trailing dot, and stores the canonical form.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let canonical = s.strip_suffix('.').unwrap_or(s).to_ascii_lowercase();
+        let labels_ok = canonical.split('.').all(|l| is_dns_label(l, 63));
+        if canonical.len() <= DOMAIN_MAX_LEN && canonical.contains('.') && labels_ok {
+            Ok(Self(canonical))
+        } else {
+            Err(InvalidName(messages::DOMAIN))
+        }
+    }
+}
+
+/// A channel's git ref binding, `branch:<name>`; the legacy `branch:*` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(into = "String")]
+pub struct GitRefBinding {
+    branch: BranchName,
+}
+
+impl GitRefBinding {
+    /// The binding of a channel that follows `branch`.
+    pub fn branch(branch: BranchName) -> Self {
+        Self { branch }
+    }
+
+    /// The binding of the `prod` channel.
+    pub fn prod() -> Self {
+        Self {
+            branch: BranchName(PROD_BRANCH.to_owned()),
+        }
+    }
+
+    /// The branch this binding follows.
+    pub fn branch_name(&self) -> &BranchName {
+        &self.branch
+    }
+}
+
+impl FromStr for GitRefBinding {
+    type Err = InvalidName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let branch = s
+            .strip_prefix(BINDING_PREFIX)
+            .ok_or(InvalidName(messages::BINDING))?;
+        if branch == "*" {
+            return Err(InvalidName(messages::BINDING_WILDCARD));
+        }
+        let branch = branch.parse().map_err(|_| InvalidName(messages::BINDING))?;
+        Ok(Self { branch })
+    }
+}
+
+impl fmt::Display for GitRefBinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{BINDING_PREFIX}{}", self.branch)
+    }
+}
+
+impl From<GitRefBinding> for String {
+    fn from(b: GitRefBinding) -> Self {
+        b.to_string()
+    }
+}
+
+impl<'de> Deserialize<'de> for GitRefBinding {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Name of a Channel resource: `<app>.<channel>`, unique per namespace because app names are.
+pub fn channel_resource_name(app: &AppName, channel: &ChannelName) -> String {
+    format!("{app}.{channel}")
+}
+
+/// Splits a Channel resource name into its app and channel names.
+pub fn parse_channel_resource_name(name: &str) -> Result<(AppName, ChannelName), InvalidName> {
+    let (app, channel) = name
+        .split_once('.')
+        .ok_or(InvalidName(messages::CHANNEL_NAME))?;
+    // The app part of an existing resource was validated when the App was created; a reserved prefix here only
+    // matters for new apps, so it is checked as a DNS label, not as a new app name.
+    if !is_dns_label(app, NAME_MAX_LEN) {
+        return Err(InvalidName(messages::APP_NAME));
+    }
+    Ok((AppName(app.to_owned()), channel.parse()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_names_follow_the_dns_label_rule() {
+        for ok in [
+            "a",
+            "blog",
+            "my-app",
+            "a1",
+            "x".repeat(40).as_str(),
+            "apple",
+            "gi",
+        ] {
+            assert!(ok.parse::<AppName>().is_ok(), "{ok} should be accepted");
+        }
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "My",
+            "a_b",
+            "a.b",
+            "x".repeat(41).as_str(),
+            "ä",
+        ] {
+            assert_eq!(
+                bad.parse::<AppName>(),
+                Err(InvalidName(messages::APP_NAME)),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn reserved_prefixes_are_refused() {
+        for bad in [
+            "git",
+            "github-sync",
+            "api",
+            "api-1",
+            "www",
+            "admin",
+            "preview-x",
+            "staging2",
+        ] {
+            assert_eq!(
+                bad.parse::<AppName>(),
+                Err(InvalidName(messages::APP_NAME_RESERVED)),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn bindings_name_one_branch() {
+        let b: GitRefBinding = "branch:feature/login".parse().unwrap();
+        assert_eq!(b.branch_name().as_str(), "feature/login");
+        assert_eq!(b.to_string(), "branch:feature/login");
+        assert_eq!(
+            "branch:*".parse::<GitRefBinding>(),
+            Err(InvalidName(messages::BINDING_WILDCARD))
+        );
+        for bad in [
+            "master",
+            "branch:",
+            "tag:v1",
+            "branch:a..b",
+            "branch:-x",
+            "branch:x.lock",
+            "branch:a b",
+        ] {
+            assert_eq!(
+                bad.parse::<GitRefBinding>(),
+                Err(InvalidName(messages::BINDING)),
+                "{bad}"
+            );
+        }
+        assert_eq!(GitRefBinding::prod().to_string(), "branch:master");
+    }
+
+    #[test]
+    fn shas_are_forty_lowercase_hex() {
+        assert!(
+            "0123456789abcdef0123456789abcdef01234567"
+                .parse::<CommitSha>()
+                .is_ok()
+        );
+        for bad in [
+            "",
+            "abc",
+            "0123456789ABCDEF0123456789ABCDEF01234567",
+            &"g".repeat(40),
+        ] {
+            assert!(bad.parse::<CommitSha>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cidrs_parse_both_families() {
+        assert_eq!("10.0.0.0/8".parse::<Cidr>().unwrap().prefix, 8);
+        assert!("2001:db8::/32".parse::<Cidr>().is_ok());
+        assert!("0.0.0.0/0".parse::<Cidr>().is_ok());
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "::/129",
+            "10.0.0/8",
+            "x/1",
+            "10.0.0.0/08",
+            "10.0.0.0/+8",
+            "/8",
+        ] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("10.0.{i}.0/24")).collect();
+        assert_eq!(
+            parse_allow_cidrs(&many),
+            Err(InvalidName(messages::TOO_MANY_CIDRS))
+        );
+        assert_eq!(parse_allow_cidrs(&many[..16]).unwrap().len(), 16);
+    }
+
+    #[test]
+    fn domains_are_stored_canonically() {
+        assert_eq!(
+            "WWW.Example.COM.".parse::<DomainName>().unwrap().as_str(),
+            "www.example.com"
+        );
+        assert_eq!(
+            "xn--bcher-kva.example"
+                .parse::<DomainName>()
+                .unwrap()
+                .as_str(),
+            "xn--bcher-kva.example"
+        );
+        for bad in [
+            "localhost",
+            "a..b",
+            "-a.com",
+            "a-.com",
+            &format!("{}.com", "a".repeat(64)),
+            "ex ample.com",
+        ] {
+            assert!(bad.parse::<DomainName>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn channel_resource_names_round_trip() {
+        let app: AppName = "blog".parse().unwrap();
+        let ch: ChannelName = "staging".parse().unwrap();
+        let name = channel_resource_name(&app, &ch);
+        assert_eq!(name, "blog.staging");
+        assert_eq!(parse_channel_resource_name(&name).unwrap(), (app, ch));
+        assert!(parse_channel_resource_name("blog").is_err());
+    }
+
+    #[test]
+    fn serde_refuses_invalid_values() {
+        assert!(serde_json::from_str::<AppName>("\"Bad\"").is_err());
+        assert!(serde_json::from_str::<GitRefBinding>("\"branch:*\"").is_err());
+        let b: GitRefBinding = serde_json::from_str("\"branch:dev\"").unwrap();
+        assert_eq!(serde_json::to_string(&b).unwrap(), "\"branch:dev\"");
+    }
+}

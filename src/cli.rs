@@ -1,0 +1,65 @@
+//! The command line: one subcommand per role of the binary.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::telemetry::LogFormat;
+
+/// slipway — a self-hostable hosting platform for Kubernetes.
+///
+/// Apps, channels, deploys, domains and forwards are custom resources (kubectl get slipway); the roles below turn
+/// them into running workloads and serve the hosting API.
+#[derive(Debug, Parser)]
+#[command(name = "slipway", version, propagate_version = true)]
+pub struct Cli {
+    /// Log line format.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        env = "SLIPWAY_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The roles and tools of the binary.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the CustomResourceDefinitions of the five kinds as YAML (or write one file per CRD).
+    ///
+    /// The output is generated from the Rust types; `kubectl apply -f -` installs it.
+    Crds {
+        /// Write <plural>.slipway.dev.yaml files into this directory instead of printing one stream.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Runs the chosen subcommand.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Crds { dir: None } => {
+            print!("{}", slipway_crds::crds_yaml()?);
+            Ok(())
+        }
+        Command::Crds { dir: Some(dir) } => write_crds(&dir),
+    }
+}
+
+fn write_crds(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    for crd in slipway_crds::crds() {
+        let path = dir.join(slipway_crds::crd_file_name(&crd));
+        std::fs::write(&path, slipway_crds::crd_yaml(&crd)?)
+            .with_context(|| format!("write {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

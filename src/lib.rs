@@ -1,0 +1,7 @@
+//! slipway: a self-hostable hosting platform for Kubernetes.
+//!
+//! One binary serves every role (`slipway --help` lists them); this library holds everything the roles are made
+//! of, so it can be tested without a process boundary.
+
+pub mod cli;
+pub mod telemetry;
