@@ -5,6 +5,9 @@
 //! about one object are CEL validations generated from [`names`] by [`cel`]; rules that need other objects live
 //! in the webhooks crate, which calls the same [`names`] parsers.
 
+// `printcolumn(type_ = "string", ...)` repeats by design; clippy reads the repeats as duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod app;
 pub mod cel;
 pub mod channel;

@@ -1,0 +1,32 @@
+# slipway — common tasks. `make help` lists them.
+SHELL := /usr/bin/env bash
+
+.PHONY: help up down test lint unit cluster-test crds build
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+up: ## Bring up the local platform and print how to reach it
+	@hack/up.sh
+
+down: ## Stop the local platform
+	@hack/control-plane.sh stop
+
+test: ## Run every test tier (lint, unit, cluster); what CI runs
+	@hack/test.sh
+
+lint: ## rustfmt, clippy and helm lint only
+	@hack/test.sh lint
+
+unit: ## Unit tests only (no cluster)
+	@hack/test.sh unit
+
+cluster-test: ## Cluster tests only, against a fresh local control plane
+	@hack/test.sh cluster
+
+crds: ## Regenerate the committed CRD YAML from the Rust types
+	cargo run --quiet -- crds --dir crds/yaml
+	cargo run --quiet -- crds --dir charts/slipway/crds
+
+build: ## Build the slipway binary (release)
+	cargo build --release --locked
