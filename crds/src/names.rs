@@ -67,6 +67,8 @@ pub mod messages {
     pub const TOO_MANY_CIDRS: &str = "allow_cidrs holds at most 16 entries";
     /// A hostname that is not a valid domain.
     pub const DOMAIN: &str = "domain must be a hostname of at least two labels (letters, digits and '-', at most 63 characters each, 253 in all)";
+    /// A hostname label over 63 characters.
+    pub const HOST_LABEL_TOO_LONG: &str = "the channel hostname <channel>-<app>-<owner> would be longer than 63 characters; choose shorter app or channel names";
     /// The prod channel bound to another branch.
     pub const PROD_BINDING: &str = "the prod channel is bound to branch:master";
 }
@@ -360,6 +362,29 @@ impl<'de> Deserialize<'de> for GitRefBinding {
     }
 }
 
+/// Longest DNS label, and so the longest first label of a channel hostname.
+pub const HOST_LABEL_MAX_LEN: usize = 63;
+
+/// The first DNS label of a channel's hostname: `<app>-<owner>` for prod, `<channel>-<app>-<owner>` otherwise.
+/// Refused when it would be longer than a DNS label may be.
+pub fn channel_host_label(app: &AppName, channel: &ChannelName, owner: &Username) -> Result<String, InvalidName> {
+    let label = if channel.is_prod() { format!("{app}-{owner}") } else { format!("{channel}-{app}-{owner}") };
+    if label.len() > HOST_LABEL_MAX_LEN {
+        return Err(InvalidName(messages::HOST_LABEL_TOO_LONG));
+    }
+    Ok(label)
+}
+
+/// A channel's hostname under `app_domain`.
+pub fn channel_hostname(
+    app: &AppName,
+    channel: &ChannelName,
+    owner: &Username,
+    app_domain: &str,
+) -> Result<String, InvalidName> {
+    Ok(format!("{}.{app_domain}", channel_host_label(app, channel, owner)?))
+}
+
 /// Name of a Channel resource: `<app>.<channel>`, unique per namespace because app names are.
 pub fn channel_resource_name(app: &AppName, channel: &ChannelName) -> String {
     format!("{app}.{channel}")
@@ -525,6 +550,19 @@ mod tests {
         ] {
             assert!(bad.parse::<DomainName>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn hostnames_follow_the_spec_forms() {
+        let (app, owner): (AppName, Username) = ("blog".parse().unwrap(), "alice".parse().unwrap());
+        let prod = ChannelName::prod();
+        let next: ChannelName = "next".parse().unwrap();
+        assert_eq!(channel_hostname(&app, &prod, &owner, "apps.test").unwrap(), "blog-alice.apps.test");
+        assert_eq!(channel_hostname(&app, &next, &owner, "apps.test").unwrap(), "next-blog-alice.apps.test");
+        let long: AppName = "a".repeat(40).parse().unwrap();
+        let longer: ChannelName = "c".repeat(30).parse().unwrap();
+        assert_eq!(channel_host_label(&long, &longer, &owner), Err(InvalidName(messages::HOST_LABEL_TOO_LONG)));
+        assert_eq!(channel_host_label(&long, &prod, &owner).unwrap().len(), 46);
     }
 
     #[test]
