@@ -7,7 +7,7 @@ log() { printf '[deps %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # command -> Debian package
 declare -A wanted=(
-  [openssl]=openssl [curl]=curl [git]=git [ss]=iproute2 [pgrep]=procps [jq]=jq
+  [openssl]=openssl [curl]=curl [git]=git [ss]=iproute2 [pgrep]=procps [jq]=jq [psql]=postgresql-client
 )
 missing=()
 for cmd in "${!wanted[@]}"; do
@@ -16,6 +16,9 @@ done
 for tool in go cargo rustfmt cargo-clippy; do
   command -v "$tool" >/dev/null 2>&1 || { log "ERROR: $tool is not installed; this project needs Go and Rust (with rustfmt and clippy)"; exit 1; }
 done
+# The platform database's tests run Debian's Postgres server.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo

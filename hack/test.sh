@@ -2,7 +2,8 @@
 # Runs every test tier, in order, and stops at the first that fails:
 #   1. lint     cargo fmt --check, clippy with -D warnings, helm lint --strict
 #   2. unit     every crate's unit tests and the CRD drift test (no cluster)
-#   3. cluster  integration tests against a real control plane started for this run and stopped after it
+#   3. cluster  integration tests against a real control plane and a real Postgres started for this run and
+#               stopped after it
 # No tier is skipped: a part that cannot be built or started fails the run.
 #
 # usage: hack/test.sh [lint|unit|cluster]...   (default: all three)
@@ -48,9 +49,12 @@ for tier in "${tiers[@]}"; do
       log "tier cluster: integration tests against a real kube-apiserver"
       # A control plane of its own (ports and directory apart from `make up`), fresh for every run.
       export SLIPWAY_RUN="$SLIPWAY_CACHE/run-test" SLIPWAY_ETCD_PORT=22379 SLIPWAY_APISERVER_PORT=26443
+      export SLIPWAY_PG_PORT=25432
       "$HACK/control-plane.sh" stop >/dev/null 2>&1 || true
-      trap '"$HACK/control-plane.sh" stop; rm -f "$results"' EXIT
+      trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop; rm -f "$results"' EXIT
       "$HACK/control-plane.sh" start
+      SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
+      export SLIPWAY_TEST_DATABASE_URL
       export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
       cargo_test -p slipway --locked --test '*'
       ;;

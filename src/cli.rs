@@ -32,6 +32,15 @@ pub struct Cli {
 /// The roles and tools of the binary.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the hosting REST API (apps, channels, tokens, plans) and its OpenAPI document at /openapi.json.
+    Api(crate::serve::ApiArgs),
+    /// Run the reconcilers that turn apps and channels into workloads, with /healthz, /readyz and /metrics.
+    Operator(crate::operator::OperatorArgs),
+    /// Serve validating admission over TLS for the five kinds: the rules one object cannot check alone.
+    Webhook(slipway_webhooks::WebhookArgs),
+    /// Administrative tasks that have no route, such as creating the first user.
+    #[command(subcommand)]
+    Admin(crate::admin::AdminCommand),
     /// Print the CustomResourceDefinitions of the five kinds as YAML (or write one file per CRD).
     ///
     /// The output is generated from the Rust types; `kubectl apply -f -` installs it.
@@ -45,6 +54,10 @@ pub enum Command {
 /// Runs the chosen subcommand.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Api(args) => crate::serve::run(args).await,
+        Command::Admin(command) => crate::admin::run(command).await,
+        Command::Operator(args) => crate::operator::run(args).await,
+        Command::Webhook(args) => slipway_webhooks::run(args).await,
         Command::Crds { dir: None } => {
             print!("{}", slipway_crds::crds_yaml()?);
             Ok(())

@@ -3,5 +3,12 @@
 //! One binary serves every role (`slipway --help` lists them); this library holds everything the roles are made
 //! of, so it can be tested without a process boundary.
 
+pub mod admin;
+pub mod api;
+pub mod auth;
 pub mod cli;
+pub mod db;
+pub mod operator;
+pub mod platform;
+pub mod serve;
 pub mod telemetry;

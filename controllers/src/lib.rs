@@ -1,2 +1,12 @@
 //! Reconcilers that turn slipway's custom resources into workloads on the cluster: one module per resource, each
 //! a `reconcile` and an `error_policy` built from small steps (read, validate, build children, apply, status).
+
+pub mod app;
+pub mod channel;
+pub mod context;
+pub mod error;
+pub mod run;
+mod status;
+
+pub use context::{Context, OperatorConfig};
+pub use error::Error;

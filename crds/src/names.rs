@@ -367,8 +367,16 @@ pub const HOST_LABEL_MAX_LEN: usize = 63;
 
 /// The first DNS label of a channel's hostname: `<app>-<owner>` for prod, `<channel>-<app>-<owner>` otherwise.
 /// Refused when it would be longer than a DNS label may be.
-pub fn channel_host_label(app: &AppName, channel: &ChannelName, owner: &Username) -> Result<String, InvalidName> {
-    let label = if channel.is_prod() { format!("{app}-{owner}") } else { format!("{channel}-{app}-{owner}") };
+pub fn channel_host_label(
+    app: &AppName,
+    channel: &ChannelName,
+    owner: &Username,
+) -> Result<String, InvalidName> {
+    let label = if channel.is_prod() {
+        format!("{app}-{owner}")
+    } else {
+        format!("{channel}-{app}-{owner}")
+    };
     if label.len() > HOST_LABEL_MAX_LEN {
         return Err(InvalidName(messages::HOST_LABEL_TOO_LONG));
     }
@@ -382,7 +390,10 @@ pub fn channel_hostname(
     owner: &Username,
     app_domain: &str,
 ) -> Result<String, InvalidName> {
-    Ok(format!("{}.{app_domain}", channel_host_label(app, channel, owner)?))
+    Ok(format!(
+        "{}.{app_domain}",
+        channel_host_label(app, channel, owner)?
+    ))
 }
 
 /// Name of a Channel resource: `<app>.<channel>`, unique per namespace because app names are.
@@ -557,11 +568,20 @@ mod tests {
         let (app, owner): (AppName, Username) = ("blog".parse().unwrap(), "alice".parse().unwrap());
         let prod = ChannelName::prod();
         let next: ChannelName = "next".parse().unwrap();
-        assert_eq!(channel_hostname(&app, &prod, &owner, "apps.test").unwrap(), "blog-alice.apps.test");
-        assert_eq!(channel_hostname(&app, &next, &owner, "apps.test").unwrap(), "next-blog-alice.apps.test");
+        assert_eq!(
+            channel_hostname(&app, &prod, &owner, "apps.test").unwrap(),
+            "blog-alice.apps.test"
+        );
+        assert_eq!(
+            channel_hostname(&app, &next, &owner, "apps.test").unwrap(),
+            "next-blog-alice.apps.test"
+        );
         let long: AppName = "a".repeat(40).parse().unwrap();
         let longer: ChannelName = "c".repeat(30).parse().unwrap();
-        assert_eq!(channel_host_label(&long, &longer, &owner), Err(InvalidName(messages::HOST_LABEL_TOO_LONG)));
+        assert_eq!(
+            channel_host_label(&long, &longer, &owner),
+            Err(InvalidName(messages::HOST_LABEL_TOO_LONG))
+        );
         assert_eq!(channel_host_label(&long, &prod, &owner).unwrap().len(), 46);
     }
 

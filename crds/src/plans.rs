@@ -174,6 +174,12 @@ mod tests {
                 ("pro", 12 * GIB)
             ]
         );
-        assert!(PLANS.iter().filter(|p| p.port_forwarding).all(|p| p.rank >= 2), "paid tiers only");
+        assert!(
+            PLANS
+                .iter()
+                .filter(|p| p.port_forwarding)
+                .all(|p| p.rank >= 2),
+            "paid tiers only"
+        );
     }
 }

@@ -7,6 +7,8 @@
 //! The control plane is found through `SLIPWAY_KUBECONFIG`, else at the script's default kubeconfig path. When it
 //! cannot be reached the test fails loudly with the command that starts it: a cluster test is never skipped.
 
+pub mod postgres;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -17,6 +19,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::OnceCell;
+
+pub mod namespaces;
+pub mod tls;
 
 /// Label on every namespace a test creates.
 pub const TEST_NAMESPACE_LABEL: &str = "slipway.dev/test";

@@ -2,7 +2,7 @@
 //! caches). The admission webhook and the REST API both call them, so `kubectl apply` and the API refuse the same
 //! thing with the same message; the per-object rules they build on live in `slipway_crds::names`.
 
-use slipway_crds::names::{self, AppName, ChannelName, GitRefBinding, Username};
+use slipway_crds::names::{self, AppName, ChannelName, DomainName, GitRefBinding, Username};
 use slipway_crds::plans::Plan;
 use slipway_crds::{App, Channel};
 
@@ -15,6 +15,10 @@ pub enum DenialKind {
     PlanLimit,
     /// A referenced object does not exist.
     Missing,
+    /// Another object already holds the name: `409` (`domain_taken` for domains).
+    Taken,
+    /// A per-object limit that is not a plan limit: `400` (`domain_limit_reached` for domains).
+    LimitReached,
 }
 
 /// Why an object was refused.
@@ -29,7 +33,10 @@ pub struct Denial {
 
 impl Denial {
     fn invalid(message: impl Into<String>) -> Self {
-        Self { kind: DenialKind::Invalid, message: message.into() }
+        Self {
+            kind: DenialKind::Invalid,
+            message: message.into(),
+        }
     }
 }
 
@@ -40,9 +47,14 @@ impl From<names::InvalidName> for Denial {
 }
 
 /// An app name is unique within its owner's namespace.
-pub fn app_name_free<'a>(name: &AppName, existing: impl IntoIterator<Item = &'a str>) -> Result<(), Denial> {
+pub fn app_name_free<'a>(
+    name: &AppName,
+    existing: impl IntoIterator<Item = &'a str>,
+) -> Result<(), Denial> {
     if existing.into_iter().any(|n| n == name.as_str()) {
-        return Err(Denial::invalid(format!("an app named {name} already exists")));
+        return Err(Denial::invalid(format!(
+            "an app named {name} already exists"
+        )));
     }
     Ok(())
 }
@@ -77,7 +89,10 @@ pub fn within_channel_cap(plan: &Plan, existing: usize) -> Result<(), Denial> {
 
 /// Channel hostnames are unique across the platform: `<app>-<owner>` of one account can equal
 /// `<channel>-<app>-<owner>` of another. `taken` holds the first labels of every other channel's hostname.
-pub fn hostname_free<'a>(label: &str, taken: impl IntoIterator<Item = &'a str>) -> Result<(), Denial> {
+pub fn hostname_free<'a>(
+    label: &str,
+    taken: impl IntoIterator<Item = &'a str>,
+) -> Result<(), Denial> {
     if taken.into_iter().any(|t| t == label) {
         return Err(Denial::invalid(format!(
             "the hostname {label} is already used by another channel; choose another app or channel name"
@@ -88,18 +103,76 @@ pub fn hostname_free<'a>(label: &str, taken: impl IntoIterator<Item = &'a str>) 
 
 /// The first hostname label of an existing channel, from its App (which names the owner). `None` when the channel
 /// or its app is not well formed or the app is not among `apps`.
-pub fn existing_host_label<'a>(channel: &Channel, apps: impl IntoIterator<Item = &'a App>) -> Option<String> {
+pub fn existing_host_label<'a>(
+    channel: &Channel,
+    apps: impl IntoIterator<Item = &'a App>,
+) -> Option<String> {
     let name = channel.metadata.name.as_deref()?;
     let (app, channel_name) = names::parse_channel_resource_name(name).ok()?;
     let ns = channel.metadata.namespace.as_deref();
     let owner = apps
         .into_iter()
-        .find(|a| a.metadata.name.as_deref() == Some(app.as_str()) && a.metadata.namespace.as_deref() == ns)?
+        .find(|a| {
+            a.metadata.name.as_deref() == Some(app.as_str())
+                && a.metadata.namespace.as_deref() == ns
+        })?
         .spec
         .owner
         .parse::<Username>()
         .ok()?;
     names::channel_host_label(&app, &channel_name, &owner).ok()
+}
+
+/// Most custom domains one channel may have (the hosting API's limit).
+pub const MAX_DOMAINS_PER_CHANNEL: usize = 5;
+
+/// A custom domain belongs to one channel platform-wide. `existing` holds the canonical hostnames of every other
+/// Domain (see [`DomainName`]).
+pub fn domain_free<'a>(
+    domain: &DomainName,
+    existing: impl IntoIterator<Item = &'a str>,
+) -> Result<(), Denial> {
+    if existing.into_iter().any(|d| d == domain.as_str()) {
+        return Err(Denial {
+            kind: DenialKind::Taken,
+            message: format!("the domain {domain} is already attached to another channel"),
+        });
+    }
+    Ok(())
+}
+
+/// A channel has at most [`MAX_DOMAINS_PER_CHANNEL`] custom domains; `existing` counts the ones it has.
+pub fn within_domain_limit(existing: usize) -> Result<(), Denial> {
+    if existing >= MAX_DOMAINS_PER_CHANNEL {
+        return Err(Denial {
+            kind: DenialKind::LimitReached,
+            message: format!(
+                "a channel has at most {MAX_DOMAINS_PER_CHANNEL} custom domains; detach one before adding another"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// How many channels count against the cap of the account whose namespace is `namespace`: live channels whose App
+/// is live too. The channels of a deleted app only wait for garbage collection; their slots are free at once.
+pub fn counted_channels<'a>(
+    namespace: &str,
+    apps: impl IntoIterator<Item = &'a App>,
+    channels: impl IntoIterator<Item = &'a Channel>,
+) -> usize {
+    let live = |m: &kube::api::ObjectMeta| {
+        m.deletion_timestamp.is_none() && m.namespace.as_deref() == Some(namespace)
+    };
+    let apps: Vec<&str> = apps
+        .into_iter()
+        .filter(|a| live(&a.metadata))
+        .filter_map(|a| a.metadata.name.as_deref())
+        .collect();
+    channels
+        .into_iter()
+        .filter(|c| live(&c.metadata) && apps.contains(&c.spec.app.as_str()))
+        .count()
 }
 
 /// Everything a new channel must satisfy that its own fields cannot show.
@@ -123,6 +196,16 @@ pub fn check_new_channel<'a>(
     taken_host_labels: impl IntoIterator<Item = &'a str>,
 ) -> Result<String, Denial> {
     let label = names::channel_host_label(new.app, new.name, new.owner)?;
+    let app_channels: Vec<(&str, &str)> = app_channels.into_iter().collect();
+    if app_channels
+        .iter()
+        .any(|(name, _)| *name == new.name.as_str())
+    {
+        return Err(Denial::invalid(format!(
+            "app {} already has a channel named {}",
+            new.app, new.name
+        )));
+    }
     one_channel_per_branch(new.binding, app_channels)?;
     hostname_free(&label, taken_host_labels)?;
     within_channel_cap(plan, account_channel_count)?;
@@ -142,7 +225,10 @@ mod tests {
         let dev: GitRefBinding = "branch:dev".parse().unwrap();
         let existing = [("prod", "branch:master"), ("next", "branch:dev")];
         let err = one_channel_per_branch(&dev, existing).unwrap_err();
-        assert_eq!(err.message, "channel next already follows branch:dev; an app has one channel per branch");
+        assert_eq!(
+            err.message,
+            "channel next already follows branch:dev; an app has one channel per branch"
+        );
         assert!(one_channel_per_branch(&"branch:main".parse().unwrap(), existing).is_ok());
     }
 
@@ -151,7 +237,10 @@ mod tests {
         assert!(within_channel_cap(plan("starter"), 2).is_ok());
         let err = within_channel_cap(plan("starter"), 3).unwrap_err();
         assert_eq!(err.kind, DenialKind::PlanLimit);
-        assert!(err.message.starts_with("the starter plan allows 3 channels per account"));
+        assert!(
+            err.message
+                .starts_with("the starter plan allows 3 channels per account")
+        );
     }
 
     #[test]
@@ -160,16 +249,86 @@ mod tests {
         let app: AppName = "a".parse().unwrap();
         let owner: Username = "b-c".parse().unwrap();
         let binding = GitRefBinding::prod();
-        let new = NewChannel { app: &app, name: &ChannelName::prod(), binding: &binding, owner: &owner };
+        let new = NewChannel {
+            app: &app,
+            name: &ChannelName::prod(),
+            binding: &binding,
+            owner: &owner,
+        };
         let err = check_new_channel(&new, plan("basic"), [], 0, ["a-b-c"]).unwrap_err();
-        assert!(err.message.contains("a-b-c is already used"), "{}", err.message);
-        assert_eq!(check_new_channel(&new, plan("basic"), [], 0, ["x"]).unwrap(), "a-b-c");
+        assert!(
+            err.message.contains("a-b-c is already used"),
+            "{}",
+            err.message
+        );
+        assert_eq!(
+            check_new_channel(&new, plan("basic"), [], 0, ["x"]).unwrap(),
+            "a-b-c"
+        );
+    }
+
+    #[test]
+    fn a_domain_belongs_to_one_channel() {
+        let domain: DomainName = "WWW.Example.com.".parse().unwrap();
+        let err = domain_free(&domain, ["shop.example.com", "www.example.com"]).unwrap_err();
+        assert_eq!(err.kind, DenialKind::Taken);
+        assert_eq!(
+            err.message,
+            "the domain www.example.com is already attached to another channel"
+        );
+        assert!(domain_free(&domain, ["example.com", "www.example.org"]).is_ok());
+    }
+
+    #[test]
+    fn a_channel_has_at_most_five_domains() {
+        assert!(within_domain_limit(4).is_ok());
+        let err = within_domain_limit(5).unwrap_err();
+        assert_eq!(err.kind, DenialKind::LimitReached);
+        assert!(
+            err.message
+                .starts_with("a channel has at most 5 custom domains"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
     fn app_names_are_unique_per_namespace() {
         let name: AppName = "blog".parse().unwrap();
-        assert_eq!(app_name_free(&name, ["blog"]).unwrap_err().message, "an app named blog already exists");
+        assert_eq!(
+            app_name_free(&name, ["blog"]).unwrap_err().message,
+            "an app named blog already exists"
+        );
         assert!(app_name_free(&name, ["shop"]).is_ok());
+    }
+
+    #[test]
+    fn deleted_apps_free_their_channel_slots() {
+        let app = |name: &str, deleting: bool| -> App {
+            let mut a: App = serde_json::from_value(
+                serde_json::json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+                "metadata": {"name": name, "namespace": "ns"}, "spec": {"owner": "alice"}}),
+            )
+            .unwrap();
+            if deleting {
+                a.metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                    ));
+            }
+            a
+        };
+        let channel = |app: &str, ns: &str| -> Channel {
+            serde_json::from_value(serde_json::json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel",
+                "metadata": {"name": format!("{app}.prod"), "namespace": ns}, "spec": {"app": app, "gitRefBinding": "branch:master"}})).unwrap()
+        };
+        let apps = [app("blog", false), app("shop", true)];
+        let channels = [
+            channel("blog", "ns"),
+            channel("shop", "ns"),
+            channel("ghost", "ns"),
+            channel("blog", "other"),
+        ];
+        assert_eq!(counted_channels("ns", apps.iter(), channels.iter()), 1);
     }
 }

@@ -1,0 +1,262 @@
+//! The Channel reconciler: resolves the channel's App, adopts the channel under it (so deleting the App deletes
+//! its channels, also for channels written with kubectl), and reports the hostname, phase and conditions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt};
+use slipway_crds::conditions::{self, reasons};
+use slipway_crds::names::{self, Username};
+use slipway_crds::{App, Channel, ChannelStatus};
+
+use crate::context::{Context, FIELD_MANAGER};
+use crate::error::Error;
+use crate::status;
+
+/// How often a healthy channel is looked at again without a change.
+const RECHECK: Duration = Duration::from_secs(300);
+
+/// What the reconciler decided the channel's status should say.
+#[derive(Debug, PartialEq)]
+pub struct Observed {
+    /// The hostname, when the App and names resolve.
+    pub hostname: Option<String>,
+    /// `Accepted` condition: (status, reason, message).
+    pub accepted: (bool, &'static str, String),
+}
+
+/// Works out the status facts of `channel` given its App (if found). Pure, so it is tested from fixtures.
+pub fn observe(channel: &Channel, app: Option<&App>, app_domain: &str) -> Observed {
+    let Some(app) = app else {
+        let message = format!("app {} does not exist in this namespace", channel.spec.app);
+        return Observed {
+            hostname: None,
+            accepted: (false, reasons::REFERENCE_NOT_FOUND, message),
+        };
+    };
+    let name = channel.name_any();
+    let hostname =
+        names::parse_channel_resource_name(&name).and_then(|(app_name, channel_name)| {
+            let owner: Username = app.spec.owner.parse()?;
+            names::channel_hostname(&app_name, &channel_name, &owner, app_domain)
+        });
+    match hostname {
+        Ok(hostname) => Observed {
+            hostname: Some(hostname),
+            accepted: (true, reasons::RECONCILED, String::new()),
+        },
+        Err(e) => Observed {
+            hostname: None,
+            accepted: (false, reasons::INVALID_SPEC, e.0.to_owned()),
+        },
+    }
+}
+
+/// The status the channel should have, keeping what other reconcilers own (phase, sha, pending deploy).
+pub fn desired_status(channel: &Channel, observed: &Observed, now: Time) -> ChannelStatus {
+    let mut status = channel.status.clone().unwrap_or_default();
+    let generation = channel.metadata.generation;
+    status.observed_generation = generation;
+    status.hostname = observed.hostname.clone();
+    let (ok, reason, message) = &observed.accepted;
+    conditions::set_condition(
+        &mut status.conditions,
+        conditions::condition(
+            conditions::ACCEPTED,
+            *ok,
+            reason,
+            message.clone(),
+            generation,
+            now.clone(),
+        ),
+    );
+    let ready = status.current_sha.is_some() && *ok;
+    let (ready_reason, ready_message) = if ready {
+        (
+            reasons::RECONCILED,
+            "serving the deployed commit".to_owned(),
+        )
+    } else if *ok {
+        (
+            reasons::PROVISIONING,
+            "waiting for the first successful deploy".to_owned(),
+        )
+    } else {
+        (*reason, message.clone())
+    };
+    conditions::set_condition(
+        &mut status.conditions,
+        conditions::condition(
+            conditions::READY,
+            ready,
+            ready_reason,
+            ready_message,
+            generation,
+            now,
+        ),
+    );
+    status
+}
+
+/// Reconciles one Channel.
+pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = channel.namespace().ok_or(Error::Incomplete("namespace"))?;
+    let apps: Api<App> = Api::namespaced(ctx.client.clone(), &namespace);
+    let app = apps.get_opt(&channel.spec.app).await?;
+    let observed = observe(&channel, app.as_ref(), &ctx.config.app_domain);
+    if let Some(app) = &app {
+        adopt(&ctx, &channel, app).await?;
+    }
+    let wanted = desired_status(&channel, &observed, Time(Timestamp::now()));
+    let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
+    status::patch_if_changed(&channels, &channel, channel.status.as_ref(), &wanted).await?;
+    if !observed.accepted.0 {
+        let note = format!("{}: {}", observed.accepted.1, observed.accepted.2);
+        publish(
+            &ctx,
+            channel.as_ref(),
+            EventType::Warning,
+            observed.accepted.1,
+            note,
+        )
+        .await;
+        // Waits for a change of the Channel or its App (both are watched).
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(RECHECK))
+}
+
+/// Makes the App an owner of the channel, so garbage collection removes the channel with its app.
+async fn adopt(ctx: &Context, channel: &Channel, app: &App) -> Result<(), Error> {
+    let app_uid = app.meta().uid.as_deref().ok_or(Error::Incomplete("uid"))?;
+    if channel.owner_references().iter().any(|r| r.uid == app_uid) {
+        return Ok(());
+    }
+    let mut reference = app
+        .controller_owner_ref(&())
+        .ok_or(Error::Incomplete("uid"))?;
+    reference.controller = Some(false);
+    let mut references = channel.owner_references().to_vec();
+    references.push(reference);
+    let patch = serde_json::json!({"metadata": {"ownerReferences": references}});
+    let channels: Api<Channel> =
+        Api::namespaced(ctx.client.clone(), &channel.namespace().unwrap_or_default());
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    channels
+        .patch(&channel.name_any(), &params, &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Publishes an Event on the channel; failing to publish is logged, never fatal.
+pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    obj: &K,
+    kind: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_: kind,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+        tracing::warn!(error = %e, "could not publish an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    const CHANNEL: &str = "
+apiVersion: slipway.dev/v1alpha1
+kind: Channel
+metadata: {name: blog.next, namespace: slipway-user-alice, generation: 2}
+spec: {app: blog, gitRefBinding: 'branch:next'}
+";
+    const APP: &str = "
+apiVersion: slipway.dev/v1alpha1
+kind: App
+metadata: {name: blog, namespace: slipway-user-alice, uid: 8d1c3c1e-0000-4000-8000-000000000001}
+spec: {owner: alice}
+";
+
+    fn now() -> Time {
+        Time(Timestamp::from_second(1_800_000_000).unwrap())
+    }
+
+    #[test]
+    fn a_new_channel_is_provisioning_with_its_hostname() {
+        let channel: Channel = fixture(CHANNEL);
+        let app: App = fixture(APP);
+        let observed = observe(&channel, Some(&app), "apps.test");
+        assert_eq!(
+            observed.hostname.as_deref(),
+            Some("next-blog-alice.apps.test")
+        );
+        let status = desired_status(&channel, &observed, now());
+        assert_eq!(status.phase, slipway_crds::ChannelPhase::Provisioning);
+        assert_eq!(status.observed_generation, Some(2));
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", reasons::PROVISIONING)
+        );
+        let accepted = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Accepted")
+            .unwrap();
+        assert_eq!(accepted.status, "True");
+    }
+
+    #[test]
+    fn a_channel_without_its_app_is_not_accepted() {
+        let channel: Channel = fixture(CHANNEL);
+        let observed = observe(&channel, None, "apps.test");
+        assert_eq!(observed.accepted.1, reasons::REFERENCE_NOT_FOUND);
+        let status = desired_status(&channel, &observed, now());
+        assert!(status.hostname.is_none());
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.reason, reasons::REFERENCE_NOT_FOUND);
+    }
+
+    #[test]
+    fn reconciling_twice_changes_nothing() {
+        let mut channel: Channel = fixture(CHANNEL);
+        let app: App = fixture(APP);
+        let observed = observe(&channel, Some(&app), "apps.test");
+        let first = desired_status(&channel, &observed, now());
+        channel.status = Some(first.clone());
+        let later = Time(Timestamp::from_second(1_800_000_600).unwrap());
+        assert_eq!(
+            desired_status(&channel, &observed, later),
+            first,
+            "no churn: transition times stay"
+        );
+    }
+}

@@ -1,0 +1,46 @@
+//! What every reconcile shares: the client, the platform's public names, the event recorder and the metrics.
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+use crate::run::Metrics;
+
+/// Settings of the operator.
+#[derive(Debug, Clone)]
+pub struct OperatorConfig {
+    /// Domain of channel hostnames ({app_domain}).
+    pub app_domain: String,
+    /// Watch only this namespace instead of all of them.
+    pub namespace: Option<String>,
+}
+
+/// Shared state of the reconcilers.
+pub struct Context {
+    /// The kube client.
+    pub client: Client,
+    /// Settings.
+    pub config: OperatorConfig,
+    /// Publishes Events on the reconciled objects.
+    pub recorder: Recorder,
+    /// Reconcile metrics.
+    pub metrics: Metrics,
+}
+
+impl Context {
+    /// A context for `client` with `config`.
+    pub fn new(client: Client, config: OperatorConfig, metrics: Metrics) -> Self {
+        let reporter = Reporter {
+            controller: "slipway-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            config,
+            metrics,
+        }
+    }
+}
+
+/// Field manager of everything the operator writes.
+pub const FIELD_MANAGER: &str = "slipway-operator";

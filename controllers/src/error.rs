@@ -1,0 +1,26 @@
+//! Reconcile errors. Each has a category that becomes a metric label and the reason of a Warning Event.
+
+/// Why a reconcile did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The apiserver refused or failed a request.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The object breaks a rule only the reconciler can see; it waits for a change.
+    #[error("invalid spec: {0}")]
+    InvalidSpec(String),
+    /// The object is missing data the apiserver always sets (a uid, a namespace).
+    #[error("incomplete object: {0}")]
+    Incomplete(&'static str),
+}
+
+impl Error {
+    /// The metric label and Event reason of this error.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubeApi",
+            Error::InvalidSpec(_) => "InvalidSpec",
+            Error::Incomplete(_) => "IncompleteObject",
+        }
+    }
+}

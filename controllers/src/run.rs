@@ -1,0 +1,177 @@
+//! Runs the controllers: one per kind, wired to the objects they own and reference, with metrics per reconcile
+//! and error policies that back off on transient failures.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use slipway_crds::{App, Channel};
+
+use crate::context::Context;
+use crate::error::Error;
+
+/// Labels of the reconcile metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    /// The kind reconciled.
+    pub kind: String,
+}
+
+/// Labels of the failure counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// The kind reconciled.
+    pub kind: String,
+    /// The error category.
+    pub category: String,
+}
+
+/// Reconcile metrics.
+#[derive(Clone)]
+pub struct Metrics {
+    runs: Family<ReconcileLabels, Counter>,
+    failures: Family<FailureLabels, Counter>,
+    duration: Family<ReconcileLabels, Histogram>,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            runs: Family::default(),
+            failures: Family::default(),
+            duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 14))
+            }),
+        };
+        registry.register(
+            "slipway_reconcile_runs",
+            "Reconciles started",
+            metrics.runs.clone(),
+        );
+        registry.register(
+            "slipway_reconcile_failures",
+            "Reconciles that failed, by error category",
+            metrics.failures.clone(),
+        );
+        registry.register(
+            "slipway_reconcile_duration_seconds",
+            "How long reconciles took",
+            metrics.duration.clone(),
+        );
+        metrics
+    }
+
+    fn observe(&self, kind: &str, started: Instant, result: &Result<Action, Error>) {
+        let labels = ReconcileLabels {
+            kind: kind.to_owned(),
+        };
+        self.runs.get_or_create(&labels).inc();
+        self.duration
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(e) = result {
+            self.failures
+                .get_or_create(&FailureLabels {
+                    kind: kind.to_owned(),
+                    category: e.category().to_owned(),
+                })
+                .inc();
+        }
+    }
+}
+
+/// Backs off a failed object, longer for errors that need a change to go away.
+fn error_policy<K: Resource<DynamicType = ()>>(
+    obj: Arc<K>,
+    error: &Error,
+    _ctx: Arc<Context>,
+) -> Action {
+    tracing::warn!(kind = %K::kind(&()), name = %obj.meta().name.clone().unwrap_or_default(), category = error.category(), error = %error, "reconcile failed");
+    match error {
+        Error::Kube(_) => Action::requeue(Duration::from_secs(5)),
+        Error::InvalidSpec(_) | Error::Incomplete(_) => Action::requeue(Duration::from_secs(300)),
+    }
+}
+
+async fn timed<K, F, Fut>(
+    kind: &'static str,
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    reconcile: F,
+) -> Result<Action, Error>
+where
+    F: Fn(Arc<K>, Arc<Context>) -> Fut,
+    Fut: std::future::Future<Output = Result<Action, Error>>,
+{
+    let started = Instant::now();
+    let span = tracing::info_span!("reconcile", kind, name = tracing::field::Empty);
+    let metrics = ctx.metrics.clone();
+    let result = tracing::Instrument::instrument(reconcile(obj, ctx), span).await;
+    metrics.observe(kind, started, &result);
+    result
+}
+
+/// Runs every controller until the process is told to stop. Fails fast when the CRDs are not installed.
+pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let (apps, channels): (Api<App>, Api<Channel>) = match &ctx.config.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    for (kind, probe) in [
+        ("App", apps.list(&Default::default()).await.err()),
+        ("Channel", channels.list(&Default::default()).await.err()),
+    ] {
+        if let Some(e) = probe {
+            anyhow::bail!(
+                "cannot list {kind} resources ({e}); install the CRDs first: `slipway crds | kubectl apply --server-side -f -`"
+            );
+        }
+    }
+
+    let app_controller = Controller::new(apps.clone(), watcher::Config::default())
+        .owns(channels.clone(), watcher::Config::default())
+        .shutdown_on_signal()
+        .run(
+            |o, c| timed("App", o, c, crate::app::reconcile),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()));
+
+    let channel_controller = Controller::new(channels, watcher::Config::default());
+    let channel_store = channel_controller.store();
+    let channel_controller = channel_controller
+        .watches(apps, watcher::Config::default(), move |app: App| {
+            let (ns, name) = (app.namespace(), app.name_any());
+            channel_store
+                .state()
+                .into_iter()
+                .filter(|c| c.namespace() == ns && c.spec.app == name)
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .shutdown_on_signal()
+        .run(
+            |o, c| timed("Channel", o, c, crate::channel::reconcile),
+            error_policy,
+            ctx,
+        )
+        .for_each(|_| futures::future::ready(()));
+
+    tokio::join!(app_controller, channel_controller);
+    Ok(())
+}

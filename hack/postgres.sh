@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# A throwaway Postgres server on loopback for the platform database: Debian's postgresql, its own data directory,
+# trust authentication on 127.0.0.1 only. Tests create a fresh database per test on it.
+#
+# usage: hack/postgres.sh start | stop | status | url
+#
+# Postgres refuses to run as root, so when run as root the server runs as the `postgres` user with its data under
+# /var/tmp (root's home is closed to other users). A start first stops whatever an earlier run left behind.
+set -euo pipefail
+HACK=$(cd "$(dirname "$0")" && pwd)
+source "$HACK/versions.sh"
+
+SLIPWAY_RUN=${SLIPWAY_RUN:-$SLIPWAY_CACHE/run}
+PG_PORT=${SLIPWAY_PG_PORT:-15432}
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+if [ "$(id -u)" -eq 0 ]; then
+  PG_DIR="/var/tmp/slipway-postgres-$PG_PORT"
+  as_pg() { runuser -u postgres -- "$@"; }
+else
+  PG_DIR="$SLIPWAY_RUN/postgres-$PG_PORT"
+  as_pg() { "$@"; }
+fi
+URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
+
+log() { printf '[postgres %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+ready() { [ -n "$PG_BIN" ] && "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" 2>/dev/null; }
+
+stop() {
+  if [ -n "$PG_BIN" ] && [ -f "$PG_DIR/data/postmaster.pid" ]; then
+    as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  pkill -f -- "-D $PG_DIR/data" 2>/dev/null || true
+  rm -rf "$PG_DIR"
+}
+
+start() {
+  [ -n "$PG_BIN" ] || { log "ERROR: Debian's postgresql is not installed (hack/install-deps.sh installs it)"; exit 1; }
+  if ready && [ -d "$PG_DIR/data" ]; then log "already running on 127.0.0.1:$PG_PORT (reused)"; echo "$URL"; return; fi
+  stop
+  mkdir -p "$PG_DIR"
+  [ "$(id -u)" -ne 0 ] || chown postgres:postgres "$PG_DIR"
+  log "initdb $($PG_BIN/postgres --version | awk '{print $3}') in $PG_DIR"
+  as_pg "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 >"$PG_DIR/initdb.log" 2>&1 \
+    || { cat "$PG_DIR/initdb.log" >&2; exit 1; }
+  as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 \
+    -o "-h 127.0.0.1 -p $PG_PORT -k $PG_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+    start >/dev/null || { tail -n 30 "$PG_DIR/server.log" >&2; log "ERROR: postgres failed to start"; exit 1; }
+  log "ready on 127.0.0.1:$PG_PORT"
+  echo "$URL"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop; log "stopped" ;;
+  status) ready && log "running on 127.0.0.1:$PG_PORT" || { log "not running"; exit 1; } ;;
+  url) echo "$URL" ;;
+  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac

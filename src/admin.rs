@@ -1,0 +1,73 @@
+//! `slipway admin`: operator tasks that have no route, such as creating the first user of a fresh install.
+
+use anyhow::{Context, bail};
+use slipway_crds::names::Username;
+use slipway_crds::plans::Plan;
+
+use crate::auth::{scopes, token};
+use crate::db::tokens::NewToken;
+
+/// Administrative commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum AdminCommand {
+    /// Create a user and print a token with the nine default scopes (on stdout, shown once).
+    CreateUser {
+        /// Username: a DNS label of at most 40 characters (it is part of every hostname of the user's apps).
+        #[arg(long)]
+        username: String,
+        /// Plan tier (see GET /plans).
+        #[arg(long, default_value = "basic")]
+        plan: String,
+        /// Postgres URL of the platform database.
+        #[arg(long, env = "SLIPWAY_DATABASE_URL")]
+        database_url: String,
+    },
+}
+
+/// Runs an admin command.
+pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
+    match command {
+        AdminCommand::CreateUser {
+            username,
+            plan,
+            database_url,
+        } => {
+            let token = create_user(&database_url, &username, &plan).await?;
+            eprintln!("created user {username} on the {plan} plan; their token (shown once):");
+            println!("{token}");
+            Ok(())
+        }
+    }
+}
+
+/// Creates the account, its namespace and a token with the nine default scopes; returns the token.
+pub async fn create_user(database_url: &str, username: &str, plan: &str) -> anyhow::Result<String> {
+    let username: Username = username.parse()?;
+    let Some(plan) = Plan::by_tier(plan) else {
+        bail!(
+            "unknown plan {plan}; one of {}",
+            slipway_crds::plans::PLANS.map(|p| p.tier).join(", ")
+        );
+    };
+    let db = crate::db::connect(database_url).await?;
+    let kube = kube::Client::try_default()
+        .await
+        .context("connect to Kubernetes")?;
+    let user = crate::db::users::create(&db, username.as_str(), plan.tier)
+        .await?
+        .with_context(|| format!("a user named {username} already exists"))?;
+    crate::platform::tenancy::ensure_user_namespace(&kube, &username, plan.tier).await?;
+    let plaintext = token::generate();
+    let scopes = scopes::default_scopes();
+    let new = NewToken {
+        user_id: user.id,
+        hash: token::hash(&plaintext),
+        label: Some("created by slipway admin create-user"),
+        scopes: &scopes,
+        is_agent: false,
+        expires_at: None,
+        parent_id: None,
+    };
+    crate::db::tokens::insert(&db, &new).await?;
+    Ok(plaintext)
+}

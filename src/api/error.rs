@@ -1,0 +1,175 @@
+//! The one error type of the REST API. Every failure renders as the hosting API's envelope
+//! `{"error": {"code", "message"}}`; internal details are logged, never sent.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use slipway_webhooks::rules::{Denial, DenialKind};
+
+/// An error a route answers with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `bad_request`.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401 `auth_required`.
+    #[error("this route needs Authorization: Bearer <token>")]
+    AuthRequired,
+    /// 401 `token_invalid`.
+    #[error("the token is not valid or has expired")]
+    TokenInvalid,
+    /// 401 `token_revoked`.
+    #[error("the token has been revoked")]
+    TokenRevoked,
+    /// 403 `scope_denied`, naming the scope.
+    #[error("this token lacks the {0} scope")]
+    ScopeDenied(String),
+    /// 403 `permission_denied`.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// 403 `protected_action`, naming the action.
+    #[error(
+        "{0} is a protected action: agent credentials need agent access turned on by the app owner"
+    )]
+    ProtectedAction(String),
+    /// 403 `plan_limit_exceeded`.
+    #[error("{0}")]
+    PlanLimit(String),
+    /// 404 `not_found`, naming what was looked for.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// 405, in the envelope with `bad_request`.
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    /// 409 `conflict`.
+    #[error("{0}")]
+    Conflict(String),
+    /// 409 `domain_taken`.
+    #[error("{0}")]
+    DomainTaken(String),
+    /// 400 `domain_limit_reached`.
+    #[error("{0}")]
+    DomainLimit(String),
+    /// 503 `service_unavailable`.
+    #[error("{0}")]
+    Unavailable(String),
+    /// 500 `internal_error`; the cause is logged.
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    /// The HTTP status and the envelope's code.
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::AuthRequired => (StatusCode::UNAUTHORIZED, "auth_required"),
+            ApiError::TokenInvalid => (StatusCode::UNAUTHORIZED, "token_invalid"),
+            ApiError::TokenRevoked => (StatusCode::UNAUTHORIZED, "token_revoked"),
+            ApiError::ScopeDenied(_) => (StatusCode::FORBIDDEN, "scope_denied"),
+            ApiError::PermissionDenied(_) => (StatusCode::FORBIDDEN, "permission_denied"),
+            ApiError::ProtectedAction(_) => (StatusCode::FORBIDDEN, "protected_action"),
+            ApiError::PlanLimit(_) => (StatusCode::FORBIDDEN, "plan_limit_exceeded"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "bad_request"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::DomainTaken(_) => (StatusCode::CONFLICT, "domain_taken"),
+            ApiError::DomainLimit(_) => (StatusCode::BAD_REQUEST, "domain_limit_reached"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+        }
+    }
+
+    /// A 400 from anything displayable.
+    pub fn bad_request(message: impl std::fmt::Display) -> Self {
+        ApiError::BadRequest(message.to_string())
+    }
+}
+
+/// The error envelope.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorEnvelope {
+    /// The error.
+    pub error: ErrorBody,
+}
+
+/// Code and message of an error.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// Machine-readable code, e.g. `bad_request`, `not_found`, `scope_denied`.
+    pub code: &'static str,
+    /// What went wrong, for a person.
+    pub message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if let ApiError::Internal(e) = &self {
+            tracing::error!(error = format!("{e:#}"), "request failed");
+        }
+        let body = ErrorEnvelope {
+            error: ErrorBody {
+                code,
+                message: self.to_string(),
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        ApiError::Internal(e.into())
+    }
+}
+
+impl From<kube::Error> for ApiError {
+    fn from(e: kube::Error) -> Self {
+        ApiError::Internal(e.into())
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> Self {
+        ApiError::Internal(e)
+    }
+}
+
+impl From<slipway_crds::names::InvalidName> for ApiError {
+    fn from(e: slipway_crds::names::InvalidName) -> Self {
+        ApiError::BadRequest(e.0.to_owned())
+    }
+}
+
+impl From<Denial> for ApiError {
+    fn from(d: Denial) -> Self {
+        match d.kind {
+            DenialKind::Invalid => ApiError::BadRequest(d.message),
+            DenialKind::PlanLimit => ApiError::PlanLimit(d.message),
+            DenialKind::Missing => ApiError::BadRequest(d.message),
+            DenialKind::Taken => ApiError::DomainTaken(d.message),
+            DenialKind::LimitReached => ApiError::DomainLimit(d.message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn internal_errors_do_not_leak_their_cause() {
+        let response = ApiError::Internal(anyhow::anyhow!("password=hunter2")).into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"error": {"code": "internal_error", "message": "internal error"}})
+        );
+    }
+}

@@ -1,0 +1,63 @@
+//! `GET /plans` (public) and `GET /me/usage`.
+
+use axum::extract::State;
+use serde::Serialize;
+use slipway_crds::plans::{PLANS, Plan};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::error::{ApiError, ErrorEnvelope};
+use super::extract::Json;
+use super::state::AppState;
+use crate::auth::Caller;
+
+/// The routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_plans))
+        .routes(routes!(usage))
+}
+
+/// `GET /plans` response.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PlanList {
+    /// Every tier, ascending by rank.
+    pub plans: Vec<Plan>,
+}
+
+/// `GET /me/usage` response.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Usage {
+    /// The caller's plan tier.
+    pub plan: String,
+    /// Bytes the caller's channel databases occupy.
+    pub storage_bytes: i64,
+    /// The plan's database storage (advisory).
+    pub storage_limit_mb: u32,
+    /// Bytes served by the caller's channels this calendar month.
+    pub bandwidth_month_bytes: i64,
+}
+
+/// The plan tiers and their limits. No bearer, no database read.
+#[utoipa::path(get, path = "/plans", tag = "plans", responses((status = 200, body = PlanList)))]
+async fn list_plans() -> Json<PlanList> {
+    Json(PlanList {
+        plans: PLANS.to_vec(),
+    })
+}
+
+/// The caller's plan and what they use.
+#[utoipa::path(get, path = "/me/usage", tag = "plans", security(("bearer" = [])),
+    responses((status = 200, body = Usage), (status = 401, body = ErrorEnvelope), (status = 503, body = ErrorEnvelope)))]
+async fn usage(State(_state): State<AppState>, caller: Caller) -> Result<Json<Usage>, ApiError> {
+    let plan = Plan::by_tier(&caller.plan)
+        .ok_or_else(|| anyhow::anyhow!("unknown plan {}", caller.plan))?;
+    // No channel database or edge traffic exists yet in this release of the platform; both figures are measured
+    // from those parts as they land, and are zero until then.
+    Ok(Json(Usage {
+        plan: plan.tier.to_owned(),
+        storage_bytes: 0,
+        storage_limit_mb: plan.storage_mb,
+        bandwidth_month_bytes: 0,
+    }))
+}

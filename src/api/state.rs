@@ -1,0 +1,80 @@
+//! What every handler shares: the platform database, the kube client, the resource cache, the repositories and
+//! the platform's public names.
+
+use std::sync::Arc;
+
+use kube::Client;
+use sqlx::PgPool;
+
+use crate::platform::cache::Cache;
+use crate::platform::repos::Repos;
+
+/// The platform's public names, from which URLs and hostnames are formed.
+#[derive(Debug, Clone)]
+pub struct PublicNames {
+    /// Domain of channel hostnames ({app_domain}).
+    pub app_domain: String,
+    /// Host of the git transports ({git_host}).
+    pub git_host: String,
+}
+
+impl PublicNames {
+    /// HTTPS clone URL of an app's repository.
+    pub fn repo_url(&self, owner: &str, app: &str) -> String {
+        format!("https://{}/{owner}/{app}.git", self.git_host)
+    }
+}
+
+/// Shared state of the API; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: PgPool,
+    kube: Client,
+    cache: Cache,
+    repos: Repos,
+    names: PublicNames,
+}
+
+impl AppState {
+    /// Bundles the parts.
+    pub fn new(db: PgPool, kube: Client, cache: Cache, repos: Repos, names: PublicNames) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                db,
+                kube,
+                cache,
+                repos,
+                names,
+            }),
+        }
+    }
+
+    /// The platform database.
+    pub fn db(&self) -> &PgPool {
+        &self.inner.db
+    }
+
+    /// The kube client.
+    pub fn kube(&self) -> &Client {
+        &self.inner.kube
+    }
+
+    /// Cached Apps and Channels.
+    pub fn cache(&self) -> &Cache {
+        &self.inner.cache
+    }
+
+    /// The git repositories.
+    pub fn repos(&self) -> &Repos {
+        &self.inner.repos
+    }
+
+    /// Public names.
+    pub fn names(&self) -> &PublicNames {
+        &self.inner.names
+    }
+}

@@ -1,0 +1,214 @@
+//! `/tokens` and `/credentials`: minting and revoking access tokens. A minted token never carries more scope or a
+//! longer life than the token that minted it, never carries `email:bind`, and is stored only as its SHA-256.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::error::{ApiError, ErrorEnvelope};
+use super::extract::{Json, OptionalJson, Path};
+use super::state::AppState;
+use crate::auth::{Caller, scopes, token};
+use crate::db::tokens::NewToken;
+
+/// Longest life of a credential: 30 days.
+pub const MAX_CREDENTIAL_SECONDS: i64 = 2_592_000;
+
+/// The routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_token))
+        .routes(routes!(revoke_token))
+        .routes(routes!(create_credential))
+}
+
+/// `POST /tokens` request (optional body).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub struct CreateToken {
+    /// A note on what the token is for.
+    pub label: Option<String>,
+    /// Life in seconds; never longer than the calling token's remaining life.
+    pub expires_in: Option<i64>,
+}
+
+/// `POST /tokens` response. The plaintext `token` is shown only here.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TokenCreated {
+    /// Token id, for `DELETE /tokens/{token_id}`.
+    pub id: Uuid,
+    /// The token (`svc_...`).
+    pub token: String,
+    /// The note given at creation.
+    pub label: Option<String>,
+    /// The nine default scopes.
+    pub scopes: Vec<String>,
+    /// When it stops working; null when it does not expire.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// `POST /credentials` request.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub struct CreateCredential {
+    /// A subset of the default scopes the calling token holds; omitted means all of them.
+    pub scopes: Option<Vec<String>>,
+    /// Life in seconds, 1 to 2592000; capped at the calling token's remaining life.
+    pub expires_in: Option<i64>,
+}
+
+/// A unified credential: git password, SQL password, object-store and download credential, and API bearer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Credential {
+    /// The token (`svc_...`).
+    pub token: String,
+    /// Username to pair it with.
+    pub username: String,
+    /// When it stops working.
+    pub expires_at: DateTime<Utc>,
+    /// Its scopes.
+    pub scopes: Vec<String>,
+}
+
+/// The earlier of `wanted` and the caller's own expiry.
+fn capped_expiry(caller: &Caller, wanted: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+    match (wanted, caller.expires_at) {
+        (Some(w), Some(c)) => Some(w.min(c)),
+        (w, c) => w.or(c),
+    }
+}
+
+fn valid_life(seconds: i64, max: i64) -> Result<Duration, ApiError> {
+    if !(1..=max).contains(&seconds) {
+        return Err(ApiError::bad_request(format!(
+            "expires_in must be between 1 and {max} seconds"
+        )));
+    }
+    Ok(Duration::seconds(seconds))
+}
+
+async fn mint(
+    state: &AppState,
+    caller: &Caller,
+    label: Option<&str>,
+    scopes: &[String],
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<(Uuid, String), ApiError> {
+    let plaintext = token::generate();
+    let new = NewToken {
+        user_id: caller.user_id,
+        hash: token::hash(&plaintext),
+        label,
+        scopes,
+        is_agent: caller.is_agent,
+        expires_at,
+        parent_id: Some(caller.token_id),
+    };
+    let id = crate::db::tokens::insert(state.db(), &new).await?;
+    Ok((id, plaintext))
+}
+
+/// Create a token with the nine default scopes.
+#[utoipa::path(post, path = "/tokens", tag = "tokens", security(("bearer" = [])), request_body(content = Option<CreateToken>),
+    responses((status = 200, body = TokenCreated), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
+              (status = 403, body = ErrorEnvelope)))]
+async fn create_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    OptionalJson(req): OptionalJson<CreateToken>,
+) -> Result<Json<TokenCreated>, ApiError> {
+    for scope in scopes::DEFAULT {
+        caller.require_scope(scope)?;
+    }
+    let req = req.unwrap_or_default();
+    let wanted = match req.expires_in {
+        Some(seconds) => Some(Utc::now() + valid_life(seconds, i64::MAX / 1_000_000)?),
+        None => None,
+    };
+    let expires_at = capped_expiry(&caller, wanted);
+    let scopes = scopes::default_scopes();
+    let (id, token) = mint(&state, &caller, req.label.as_deref(), &scopes, expires_at).await?;
+    Ok(Json(TokenCreated {
+        id,
+        token,
+        label: req.label,
+        scopes,
+        expires_at,
+    }))
+}
+
+/// Revoke one of the caller's tokens; it stops working at once.
+#[utoipa::path(delete, path = "/tokens/{token_id}", tag = "tokens", security(("bearer" = [])),
+    params(("token_id" = Uuid, Path, description = "Token id")),
+    responses((status = 204), (status = 401, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope)))]
+async fn revoke_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(token_id): Path<Uuid>,
+) -> Result<StatusCode, ApiError> {
+    if crate::db::tokens::revoke(state.db(), caller.user_id, token_id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound("token"))
+    }
+}
+
+/// Mint a unified credential: some or all of the caller's default scopes, for up to 30 days.
+#[utoipa::path(post, path = "/credentials", tag = "tokens", security(("bearer" = [])), request_body(content = Option<CreateCredential>),
+    responses((status = 200, body = Credential), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
+              (status = 403, body = ErrorEnvelope)))]
+async fn create_credential(
+    State(state): State<AppState>,
+    caller: Caller,
+    OptionalJson(req): OptionalJson<CreateCredential>,
+) -> Result<Json<Credential>, ApiError> {
+    let req = req.unwrap_or_default();
+    let held: Vec<String> = scopes::DEFAULT
+        .iter()
+        .filter(|s| caller.scopes.iter().any(|h| h == *s))
+        .map(|s| (*s).to_owned())
+        .collect();
+    let scopes = match req.scopes {
+        None => held,
+        Some(requested) => {
+            for scope in &requested {
+                if !scopes::DEFAULT.contains(&scope.as_str()) {
+                    return Err(ApiError::bad_request(format!(
+                        "{scope} cannot be minted: a credential carries only default scopes ({})",
+                        scopes::DEFAULT.join(", ")
+                    )));
+                }
+                caller.require_scope(scope)?;
+            }
+            let mut requested: Vec<String> = scopes::DEFAULT
+                .iter()
+                .filter(|s| requested.iter().any(|r| r == *s))
+                .map(|s| (*s).to_owned())
+                .collect();
+            requested.dedup();
+            requested
+        }
+    };
+    let life = valid_life(
+        req.expires_in.unwrap_or(MAX_CREDENTIAL_SECONDS),
+        MAX_CREDENTIAL_SECONDS,
+    )?;
+    let expires_at =
+        capped_expiry(&caller, Some(Utc::now() + life)).unwrap_or_else(|| Utc::now() + life);
+    let (_, token) = mint(
+        &state,
+        &caller,
+        Some("credential"),
+        &scopes,
+        Some(expires_at),
+    )
+    .await?;
+    Ok(Json(Credential {
+        token,
+        username: caller.username.clone(),
+        expires_at,
+        scopes,
+    }))
+}

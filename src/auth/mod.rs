@@ -1,0 +1,152 @@
+//! Who is calling: bearer tokens, their scopes, and the checks every route makes (scope, protected action).
+//!
+//! A request carries `Authorization: Bearer svc_...`; the token's SHA-256 is looked up in the platform database.
+//! The [`Caller`] extractor answers 401 `auth_required` without a bearer, 401 `token_invalid` for an unknown or
+//! expired token and 401 `token_revoked` for a revoked one.
+
+pub mod scopes;
+pub mod token;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::api::error::ApiError;
+use crate::api::state::AppState;
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// Account id.
+    pub user_id: Uuid,
+    /// Username.
+    pub username: String,
+    /// Plan tier.
+    pub plan: String,
+    /// The token used.
+    pub token_id: Uuid,
+    /// Scopes of the token.
+    pub scopes: Vec<String>,
+    /// Whether the token belongs to an agent.
+    pub is_agent: bool,
+    /// When the token expires.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Account default of the agent-access switch.
+    pub agent_protected_actions_default: bool,
+}
+
+impl Caller {
+    /// 403 `scope_denied` naming `scope` unless the token carries it.
+    pub fn require_scope(&self, scope: &str) -> Result<(), ApiError> {
+        if self.scopes.iter().any(|s| s == scope) {
+            Ok(())
+        } else {
+            Err(ApiError::ScopeDenied(scope.to_owned()))
+        }
+    }
+
+    /// 403 `protected_action` for an agent credential unless agent access is on for the app: the app's override
+    /// when set, else the account default.
+    pub fn require_protected_action(
+        &self,
+        app_override: Option<bool>,
+        action: &str,
+    ) -> Result<(), ApiError> {
+        if self.is_agent && !app_override.unwrap_or(self.agent_protected_actions_default) {
+            return Err(ApiError::ProtectedAction(action.to_owned()));
+        }
+        Ok(())
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .ok_or(ApiError::AuthRequired)?;
+        let value = header.to_str().map_err(|_| ApiError::TokenInvalid)?;
+        let (scheme, token) = value.split_once(' ').ok_or(ApiError::AuthRequired)?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(ApiError::AuthRequired);
+        }
+        authenticate(state, token.trim()).await
+    }
+}
+
+/// Resolves a plaintext token to its caller (shared by the bearer extractor and git's basic auth).
+pub async fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiError> {
+    if !token::looks_like_token(token) {
+        return Err(ApiError::TokenInvalid);
+    }
+    let row = crate::db::tokens::by_hash(state.db(), &token::hash(token))
+        .await?
+        .ok_or(ApiError::TokenInvalid)?;
+    if row.revoked_at.is_some() {
+        return Err(ApiError::TokenRevoked);
+    }
+    if row.expires_at.is_some_and(|at| at <= Utc::now()) {
+        return Err(ApiError::TokenInvalid);
+    }
+    Ok(Caller {
+        user_id: row.user_id,
+        username: row.username,
+        plan: row.plan,
+        token_id: row.id,
+        scopes: row.scopes,
+        is_agent: row.is_agent,
+        expires_at: row.expires_at,
+        agent_protected_actions_default: row.agent_protected_actions_default,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(is_agent: bool, default: bool) -> Caller {
+        Caller {
+            user_id: Uuid::nil(),
+            username: "alice".into(),
+            plan: "basic".into(),
+            token_id: Uuid::nil(),
+            scopes: vec!["repo:*".into()],
+            is_agent,
+            expires_at: None,
+            agent_protected_actions_default: default,
+        }
+    }
+
+    #[test]
+    fn scopes_are_named_in_the_denial() {
+        assert!(caller(false, false).require_scope("repo:*").is_ok());
+        let err = caller(false, false).require_scope("deploy:*").unwrap_err();
+        assert!(matches!(err, ApiError::ScopeDenied(s) if s == "deploy:*"));
+    }
+
+    #[test]
+    fn protected_actions_follow_the_override_then_the_account_default() {
+        let person = caller(false, false);
+        assert!(
+            person.require_protected_action(Some(false), "x").is_ok(),
+            "people are never blocked"
+        );
+        let agent = caller(true, false);
+        assert!(agent.require_protected_action(None, "x").is_err());
+        assert!(agent.require_protected_action(Some(true), "x").is_ok());
+        let trusted_agent = caller(true, true);
+        assert!(trusted_agent.require_protected_action(None, "x").is_ok());
+        assert!(
+            trusted_agent
+                .require_protected_action(Some(false), "x")
+                .is_err(),
+            "the app override wins"
+        );
+    }
+}

@@ -1,0 +1,32 @@
+//! The platform database (Postgres through sqlx): users, tokens, memberships and the audit journal. Cluster state
+//! (apps, channels, deploys) is not here; it lives in the custom resources.
+
+pub mod audit;
+pub mod members;
+pub mod tokens;
+pub mod users;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+/// Connects and brings the schema up to date.
+pub async fn connect(url: &str) -> anyhow::Result<PgPool> {
+    let pool = PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
+        .context("connect to the platform database")?;
+    migrate(&pool).await?;
+    Ok(pool)
+}
+
+/// Applies the migrations under `migrations/` that have not run yet.
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    sqlx::migrate!("./migrations")
+        .run(pool)
+        .await
+        .context("migrate the platform database")
+}

@@ -1,0 +1,40 @@
+//! Accounts.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// A row of `users`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct User {
+    /// Account id.
+    pub id: Uuid,
+    /// Username (a DNS label: it is part of every hostname).
+    pub username: String,
+    /// Plan tier.
+    pub plan: String,
+    /// Account default of the agent-access switch.
+    pub agent_protected_actions_default: bool,
+    /// When the account was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Creates an account; `None` when the username is taken.
+pub async fn create(db: &PgPool, username: &str, plan: &str) -> sqlx::Result<Option<User>> {
+    sqlx::query_as(
+        "INSERT INTO users (id, username, plan) VALUES ($1, $2, $3) ON CONFLICT (username) DO NOTHING RETURNING *",
+    )
+    .bind(Uuid::new_v4())
+    .bind(username)
+    .bind(plan)
+    .fetch_optional(db)
+    .await
+}
+
+/// The account named `username`.
+pub async fn by_username(db: &PgPool, username: &str) -> sqlx::Result<Option<User>> {
+    sqlx::query_as("SELECT * FROM users WHERE username = $1")
+        .bind(username)
+        .fetch_optional(db)
+        .await
+}

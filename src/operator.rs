@@ -1,0 +1,79 @@
+//! `slipway operator`: runs the reconcilers, with health and Prometheus metrics on an admin port.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use slipway_controllers::run::Metrics;
+use slipway_controllers::{Context, OperatorConfig};
+
+/// Options of `slipway operator`.
+#[derive(Debug, clap::Args)]
+pub struct OperatorArgs {
+    /// Domain under which channel hostnames are formed ({app_domain}).
+    #[arg(long, env = "SLIPWAY_APP_DOMAIN")]
+    pub app_domain: String,
+    /// Port of /healthz, /readyz and /metrics.
+    #[arg(long, env = "SLIPWAY_ADMIN_PORT", default_value_t = 8080)]
+    pub admin_port: u16,
+    /// Reconcile only this namespace (default: all namespaces).
+    #[arg(long, env = "SLIPWAY_WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+/// Runs the operator until SIGTERM.
+pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connect to Kubernetes")?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let config = OperatorConfig {
+        app_domain: args.app_domain,
+        namespace: args.namespace,
+    };
+    let ctx = Arc::new(Context::new(client, config, metrics));
+    let addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listen on {addr}"))?;
+    let admin = axum::serve(listener, admin_router(Arc::new(registry)))
+        .with_graceful_shutdown(crate::serve::shutdown_signal());
+    tracing::info!(%addr, "operator running; admin endpoints on /healthz, /readyz, /metrics");
+    tokio::select! {
+        result = slipway_controllers::run::run(ctx) => result,
+        result = admin => result.context("admin server"),
+    }
+}
+
+/// /healthz, /readyz and /metrics.
+pub fn admin_router(registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| std::future::ready("ok")))
+        .route("/readyz", get(|| std::future::ready("ok")))
+        .route(
+            "/metrics",
+            get(move || {
+                let registry = registry.clone();
+                async move {
+                    let mut body = String::new();
+                    match prometheus_client::encoding::text::encode(&mut body, &registry) {
+                        Ok(()) => (
+                            [(
+                                CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            body,
+                        )
+                            .into_response(),
+                        Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                    }
+                }
+            }),
+        )
+}

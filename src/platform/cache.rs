@@ -1,0 +1,183 @@
+//! An in-memory cache of Apps and Channels, kept current by reflectors, so reads never list the apiserver. Writes
+//! go to the apiserver and then wait until the cache has seen them, so a client reads its own writes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::StreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use slipway_crds::{App, Channel};
+use tokio::task::JoinHandle;
+
+/// How long a write waits for the cache to see it.
+const READ_YOUR_WRITES: Duration = Duration::from_secs(10);
+
+/// Cached Apps and Channels of every namespace. Objects being deleted are left out of every answer.
+#[derive(Clone)]
+pub struct Cache {
+    apps: Store<App>,
+    channels: Store<Channel>,
+}
+
+fn live<K: kube::Resource>(o: &Arc<K>) -> bool {
+    o.meta().deletion_timestamp.is_none()
+}
+
+impl Cache {
+    /// Starts the reflectors and waits until both have listed everything once.
+    pub async fn start(client: Client) -> anyhow::Result<(Self, Vec<JoinHandle<()>>)> {
+        let (apps, app_task) = reflect::<App>(client.clone());
+        let (channels, channel_task) = reflect::<Channel>(client);
+        let ready = async {
+            apps.wait_until_ready().await?;
+            channels.wait_until_ready().await
+        };
+        tokio::time::timeout(Duration::from_secs(60), ready)
+            .await
+            .context("the App and Channel caches did not sync within 60s; are the slipway CRDs installed?")?
+            .context("cache writer dropped")?;
+        Ok((Self { apps, channels }, vec![app_task, channel_task]))
+    }
+
+    /// Apps in `namespace`.
+    pub fn apps_in(&self, namespace: &str) -> Vec<Arc<App>> {
+        self.apps
+            .state()
+            .into_iter()
+            .filter(|a| live(a) && a.namespace().as_deref() == Some(namespace))
+            .collect()
+    }
+
+    /// Every live App.
+    pub fn apps(&self) -> Vec<Arc<App>> {
+        self.apps.state().into_iter().filter(live).collect()
+    }
+
+    /// The App with this uid.
+    pub fn app_by_uid(&self, uid: &str) -> Option<Arc<App>> {
+        self.apps
+            .find(|a| a.metadata.uid.as_deref() == Some(uid))
+            .filter(live)
+    }
+
+    /// Channels of the app `app` in `namespace`, prod first, then by name.
+    pub fn channels_of(&self, namespace: &str, app: &str) -> Vec<Arc<Channel>> {
+        let mut channels: Vec<_> = self
+            .channels
+            .state()
+            .into_iter()
+            .filter(|c| live(c) && c.namespace().as_deref() == Some(namespace) && c.spec.app == app)
+            .collect();
+        channels.sort_by_key(|c| (!c.name_any().ends_with(".prod"), c.name_any()));
+        channels
+    }
+
+    /// Channels in `namespace`: every channel of one account.
+    pub fn channels_in(&self, namespace: &str) -> Vec<Arc<Channel>> {
+        self.channels
+            .state()
+            .into_iter()
+            .filter(|c| live(c) && c.namespace().as_deref() == Some(namespace))
+            .collect()
+    }
+
+    /// Every live Channel.
+    pub fn channels(&self) -> Vec<Arc<Channel>> {
+        self.channels.state().into_iter().filter(live).collect()
+    }
+
+    /// Waits until the cache holds an App with `uid`.
+    pub async fn app_appeared(&self, uid: &str) -> anyhow::Result<Arc<App>> {
+        poll(|| self.app_by_uid(uid))
+            .await
+            .context("the new app did not reach the cache")
+    }
+
+    /// Waits until the cached App with `uid` is at `generation` or later.
+    pub async fn app_at_generation(&self, uid: &str, generation: i64) -> anyhow::Result<Arc<App>> {
+        poll(|| {
+            self.app_by_uid(uid)
+                .filter(|a| a.metadata.generation.unwrap_or_default() >= generation)
+        })
+        .await
+        .context("the changed app did not reach the cache")
+    }
+
+    /// Waits until the cache holds a Channel with `uid`.
+    pub async fn channel_appeared(&self, uid: &str) -> anyhow::Result<Arc<Channel>> {
+        poll(|| {
+            self.channels
+                .find(|c| c.metadata.uid.as_deref() == Some(uid))
+                .filter(live)
+        })
+        .await
+        .context("the new channel did not reach the cache")
+    }
+
+    /// Waits until no live App has `uid`.
+    pub async fn app_gone(&self, uid: &str) -> anyhow::Result<()> {
+        poll(|| self.app_by_uid(uid).is_none().then_some(()))
+            .await
+            .context("the deleted app stayed in the cache")
+    }
+
+    /// Waits until no live Channel has `uid`.
+    pub async fn channel_gone(&self, uid: &str) -> anyhow::Result<()> {
+        let gone = || {
+            self.channels
+                .find(|c| c.metadata.uid.as_deref() == Some(uid))
+                .filter(live)
+                .is_none()
+        };
+        poll(|| gone().then_some(()))
+            .await
+            .context("the deleted channel stayed in the cache")
+    }
+}
+
+async fn poll<T>(mut probe: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
+    let deadline = tokio::time::Instant::now() + READ_YOUR_WRITES;
+    loop {
+        if let Some(found) = probe() {
+            return Ok(found);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {READ_YOUR_WRITES:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn reflect<K>(client: Client) -> (Store<K>, JoinHandle<()>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(Api::<K>::all(client), watcher::Config::default()).default_backoff(),
+    );
+    let task = tokio::spawn(async move {
+        stream
+            .touched_objects()
+            .for_each(|event| async move {
+                if let Err(e) = event {
+                    tracing::warn!(error = %e, kind = K::kind(&()).as_ref(), "watch error; retrying");
+                }
+            })
+            .await;
+    });
+    (reader, task)
+}
+
+use kube::runtime::reflector::reflector;

@@ -1,0 +1,90 @@
+//! `slipway api`: connects the parts the REST API needs and serves it until SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::api::state::{AppState, PublicNames};
+use crate::platform::cache::Cache;
+use crate::platform::repos::Repos;
+
+/// Options of `slipway api`.
+#[derive(Debug, clap::Args)]
+pub struct ApiArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SLIPWAY_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Postgres URL of the platform database.
+    #[arg(long, env = "SLIPWAY_DATABASE_URL")]
+    pub database_url: String,
+    /// Domain under which channel hostnames are formed ({app_domain}).
+    #[arg(long, env = "SLIPWAY_APP_DOMAIN")]
+    pub app_domain: String,
+    /// Host of the git transports ({git_host}).
+    #[arg(long, env = "SLIPWAY_GIT_HOST")]
+    pub git_host: String,
+    /// Directory holding the apps' bare git repositories.
+    #[arg(
+        long,
+        env = "SLIPWAY_REPOS_DIR",
+        default_value = "/var/lib/slipway/repos"
+    )]
+    pub repos_dir: PathBuf,
+}
+
+/// Builds the API's state: database (migrated), kube client, synced caches.
+pub async fn state(
+    args: &ApiArgs,
+    kube: kube::Client,
+) -> anyhow::Result<(AppState, Vec<tokio::task::JoinHandle<()>>)> {
+    let db = crate::db::connect(&args.database_url).await?;
+    let (cache, tasks) = Cache::start(kube.clone()).await?;
+    let names = PublicNames {
+        app_domain: args.app_domain.clone(),
+        git_host: args.git_host.clone(),
+    };
+    Ok((
+        AppState::new(db, kube, cache, Repos::new(&args.repos_dir), names),
+        tasks,
+    ))
+}
+
+/// Serves the API until SIGTERM or Ctrl-C; a cache task that dies takes the process down.
+pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
+    let kube = kube::Client::try_default()
+        .await
+        .context("connect to Kubernetes")?;
+    let (state, tasks) = state(&args, kube).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listen on {}", args.listen))?;
+    tracing::info!(addr = %args.listen, "serving the API");
+    let server =
+        axum::serve(listener, crate::api::router(state)).with_graceful_shutdown(shutdown_signal());
+    let watch_tasks = futures::future::select_all(tasks);
+    tokio::select! {
+        served = server => served.context("serve the API"),
+        (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a cache task stopped: {ended:?}")),
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,851 @@
+//! The REST API core against real Postgres and the real apiserver: authentication, apps, channels, tokens,
+//! credentials, plans and usage — every success and every error row the spec lists for those routes.
+
+mod support;
+
+use std::time::Duration;
+
+use anyhow::Result;
+use axum::body::Body;
+use axum::http::{Method, Request};
+use kube::Api;
+use serde_json::{Value, json};
+use slipway_crds::names::messages;
+use slipway_crds::{App, Channel};
+use support::{APP_DOMAIN, GIT_HOST, TestApi};
+
+#[tokio::test]
+async fn authentication_errors_follow_the_spec() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+
+    api.call(Method::GET, "/apps", None, None)
+        .await
+        .expect(401, Some("auth_required"));
+    let basic = Request::get("/apps")
+        .header("authorization", "Basic YTpi")
+        .body(Body::empty())?;
+    api.send(basic).await.expect(401, Some("auth_required"));
+    api.call(Method::GET, "/apps", Some("svc_not-a-token"), None)
+        .await
+        .expect(401, Some("token_invalid"));
+    let unknown = slipway::auth::token::generate();
+    api.call(Method::GET, "/apps", Some(&unknown), None)
+        .await
+        .expect(401, Some("token_invalid"));
+
+    let expired = api
+        .token(
+            alice.id,
+            &slipway::auth::scopes::default_scopes(),
+            false,
+            Some(chrono::Utc::now() - chrono::Duration::seconds(1)),
+        )
+        .await?;
+    api.call(Method::GET, "/apps", Some(&expired), None)
+        .await
+        .expect(401, Some("token_invalid"));
+
+    let minted = api
+        .post("/tokens", &alice, json!({"label": "ci"}))
+        .await
+        .expect(200, None);
+    let minted_token = minted["token"].as_str().unwrap().to_owned();
+    api.call(Method::GET, "/apps", Some(&minted_token), None)
+        .await
+        .expect(200, None);
+    api.delete(
+        &format!("/tokens/{}", minted["id"].as_str().unwrap()),
+        &alice,
+    )
+    .await
+    .expect(204, None);
+    api.call(Method::GET, "/apps", Some(&minted_token), None)
+        .await
+        .expect(401, Some("token_revoked"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn tokens_are_stored_only_as_hashes() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+    let stored: Vec<(Vec<u8>,)> = sqlx::query_as("SELECT token_hash FROM tokens")
+        .fetch_all(api.state.db())
+        .await?;
+    assert!(!stored.is_empty());
+    let plaintext = alice.token.as_bytes();
+    for (hash,) in stored {
+        assert_eq!(hash.len(), 32);
+        assert!(!hash.windows(plaintext.len()).any(|w| w == plaintext));
+    }
+    let dump: (String,) = sqlx::query_as("SELECT string_agg(t::text, ' ') FROM tokens t")
+        .fetch_one(api.state.db())
+        .await?;
+    assert!(
+        !dump.0.contains(&alice.token),
+        "no plaintext token in the tokens table"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn creating_an_app_writes_the_app_its_prod_channel_and_an_empty_repository() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+    let app = api.create_app(&alice, "blog", "app").await;
+
+    let id = app["id"].as_str().unwrap();
+    assert!(uuid::Uuid::parse_str(id).is_ok());
+    assert_eq!(app["name"], "blog");
+    assert_eq!(app["template"], "app");
+    assert_eq!(
+        app["repo_url"],
+        format!("https://{GIT_HOST}/{}/blog.git", alice.username)
+    );
+    assert!(
+        app["created_at"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{app}"
+    );
+    for toggle in [
+        "external_db_access_enabled",
+        "external_blob_access_enabled",
+        "port_forwarding_enabled",
+        "port_forwarding_available",
+        "agent_protected_actions_effective",
+    ] {
+        assert_eq!(app[toggle], false, "{toggle}");
+    }
+    assert_eq!(app["agent_protected_actions_enabled"], Value::Null);
+    assert_eq!(app["owner_username"], alice.username);
+    assert_eq!(app["role"], "owner");
+    let channels = app["channels"].as_array().unwrap();
+    assert_eq!(channels.len(), 1);
+    let prod = &channels[0];
+    assert_eq!(prod["name"], "prod");
+    assert_eq!(prod["git_ref_binding"], "branch:master");
+    assert_eq!(prod["status"], "provisioning");
+    assert_eq!(prod["current_sha"], Value::Null);
+    assert_eq!(prod["pending_deploy"], Value::Null);
+    assert_eq!(
+        prod["hostname"],
+        format!("blog-{}.{APP_DOMAIN}", alice.username)
+    );
+
+    // The resources: the App and its prod Channel (owned by the App) in the owner's namespace.
+    let apps: Api<App> = Api::namespaced(api.kube.clone(), &alice.namespace);
+    let resource = apps.get("blog").await?;
+    assert_eq!(resource.metadata.uid.as_deref(), Some(id));
+    assert_eq!(resource.spec.owner, alice.username);
+    let channels: Api<Channel> = Api::namespaced(api.kube.clone(), &alice.namespace);
+    let channel = channels.get("blog.prod").await?;
+    assert_eq!(channel.metadata.uid.as_deref(), prod["id"].as_str());
+    let owners = channel.metadata.owner_references.unwrap_or_default();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0].uid, id);
+
+    // The repository: bare, empty, default branch master.
+    let repo = api.repos_dir.join(&alice.username).join("blog.git");
+    let out = std::process::Command::new("git")
+        .args(["--git-dir"])
+        .arg(&repo)
+        .args(["symbolic-ref", "HEAD"])
+        .output()?;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "refs/heads/master"
+    );
+    let out = std::process::Command::new("git")
+        .args(["--git-dir"])
+        .arg(&repo)
+        .args(["rev-parse", "--is-bare-repository"])
+        .output()?;
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "true");
+    let refs = std::process::Command::new("git")
+        .args(["--git-dir"])
+        .arg(&repo)
+        .args(["for-each-ref"])
+        .output()?;
+    assert!(refs.stdout.is_empty(), "a new repository is empty");
+
+    // Reads agree with the create response.
+    let listed = api.get("/apps", &alice).await.expect(200, None);
+    assert_eq!(listed["apps"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["apps"][0], app);
+    assert_eq!(
+        api.get(&format!("/apps/{id}"), &alice)
+            .await
+            .expect(200, None),
+        app
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn app_creation_errors() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+    let cases = [
+        (json!({"name": "Blog"}), messages::APP_NAME),
+        (json!({"name": "a".repeat(41)}), messages::APP_NAME),
+        (json!({"name": "-blog"}), messages::APP_NAME),
+        (json!({"name": "api-docs"}), messages::APP_NAME_RESERVED),
+        (json!({"name": "www"}), messages::APP_NAME_RESERVED),
+        (
+            json!({"name": "blog", "template": "rails"}),
+            "template must be one of static, app, docker",
+        ),
+        (json!({"template": "static"}), "missing field `name`"),
+    ];
+    for (body, message) in cases {
+        let reply = api.post("/apps", &alice, body.clone()).await;
+        assert!(
+            reply.message().contains(message),
+            "{body}: {:?}",
+            reply.body
+        );
+        reply.expect(400, Some("bad_request"));
+    }
+    api.create_app(&alice, "blog", "static").await;
+    let taken = api.post("/apps", &alice, json!({"name": "blog"})).await;
+    assert_eq!(taken.message(), "an app named blog already exists");
+    taken.expect(400, Some("bad_request"));
+
+    // A token without repo:* may read but not create.
+    let minted = api
+        .post("/credentials", &alice, json!({"scopes": ["deploy:*"]}))
+        .await
+        .expect(200, None);
+    let limited = support::User {
+        token: minted["token"].as_str().unwrap().to_owned(),
+        ..alice.clone()
+    };
+    let denied = api.post("/apps", &limited, json!({"name": "shop"})).await;
+    assert!(denied.message().contains("repo:*"), "{:?}", denied.body);
+    denied.expect(403, Some("scope_denied"));
+    api.get("/apps", &limited).await.expect(200, None);
+
+    // Nothing was left behind by the refused requests.
+    let apps: Api<App> = Api::namespaced(api.kube.clone(), &alice.namespace);
+    let names: Vec<String> = apps
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|a| a.metadata.name)
+        .collect();
+    assert_eq!(names, ["blog"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn deleting_an_app_leaves_nothing_behind() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+    let app = api.create_app(&alice, "blog", "static").await;
+    let id = app["id"].as_str().unwrap();
+    api.post(
+        &format!("/apps/{id}/channels"),
+        &alice,
+        json!({"name": "next", "git_ref_binding": "branch:next"}),
+    )
+    .await
+    .expect(200, None);
+
+    let limited = api
+        .post("/credentials", &alice, json!({"scopes": ["channel:*"]}))
+        .await
+        .expect(200, None);
+    let limited = support::User {
+        token: limited["token"].as_str().unwrap().to_owned(),
+        ..alice.clone()
+    };
+    api.delete(&format!("/apps/{id}"), &limited)
+        .await
+        .expect(403, Some("scope_denied"));
+
+    api.delete(&format!("/apps/{id}"), &alice)
+        .await
+        .expect(204, None);
+    api.get(&format!("/apps/{id}"), &alice)
+        .await
+        .expect(404, Some("not_found"));
+    api.delete(&format!("/apps/{id}"), &alice)
+        .await
+        .expect(404, Some("not_found"));
+    assert!(
+        !api.repos_dir
+            .join(&alice.username)
+            .join("blog.git")
+            .exists(),
+        "repository removed"
+    );
+
+    let apps: Api<App> = Api::namespaced(api.kube.clone(), &alice.namespace);
+    let channels: Api<Channel> = Api::namespaced(api.kube.clone(), &alice.namespace);
+    slipway_testkit::wait_until(Duration::from_secs(30), || {
+        let (apps, channels) = (apps.clone(), channels.clone());
+        async move {
+            Ok(apps.list(&Default::default()).await?.items.is_empty()
+                && channels.list(&Default::default()).await?.items.is_empty())
+        }
+    })
+    .await?;
+    // The name is free again, with a fresh, empty repository.
+    api.create_app(&alice, "blog", "static").await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn channels_follow_the_spec() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+    let app = api.create_app(&alice, "blog", "static").await;
+    let id = app["id"].as_str().unwrap();
+    let path = format!("/apps/{id}/channels");
+
+    let next = api
+        .post(
+            &path,
+            &alice,
+            json!({"name": "next", "git_ref_binding": "branch:next"}),
+        )
+        .await
+        .expect(200, None);
+    assert_eq!(next["name"], "next");
+    assert_eq!(
+        next["hostname"],
+        format!("next-blog-{}.{APP_DOMAIN}", alice.username)
+    );
+    assert_eq!(next["status"], "provisioning");
+    assert_eq!(next["current_sha"], Value::Null);
+    assert_eq!(next["git_ref_binding"], "branch:next");
+
+    let list = api.get(&path, &alice).await.expect(200, None);
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["prod", "next"], "a bare array, prod first");
+    let next_id = next["id"].as_str().unwrap();
+    assert_eq!(
+        api.get(&format!("{path}/{next_id}"), &alice)
+            .await
+            .expect(200, None),
+        next
+    );
+
+    let cases = [
+        (
+            json!({"name": "Next", "git_ref_binding": "branch:x"}),
+            messages::CHANNEL_NAME,
+        ),
+        (
+            json!({"name": "prod", "git_ref_binding": "branch:x"}),
+            "prod is reserved",
+        ),
+        (
+            json!({"name": "all", "git_ref_binding": "branch:*"}),
+            messages::BINDING_WILDCARD,
+        ),
+        (
+            json!({"name": "dev", "git_ref_binding": "dev"}),
+            messages::BINDING,
+        ),
+        (
+            json!({"name": "dev", "git_ref_binding": "branch:a..b"}),
+            messages::BINDING,
+        ),
+        (
+            json!({"name": "again", "git_ref_binding": "branch:next"}),
+            "already follows branch:next",
+        ),
+        (
+            json!({"name": "next", "git_ref_binding": "branch:other"}),
+            "already has a channel named next",
+        ),
+        (json!({"name": "dev"}), "missing field `git_ref_binding`"),
+    ];
+    for (body, message) in cases {
+        let reply = api.post(&path, &alice, body.clone()).await;
+        assert!(
+            reply.message().contains(message),
+            "{body}: {:?}",
+            reply.body
+        );
+        reply.expect(400, Some("bad_request"));
+    }
+
+    // <channel>-<app>-<owner> must fit in one DNS label.
+    let long_app = api
+        .create_app(&alice, "a-rather-long-app-name", "static")
+        .await;
+    let long_path = format!("/apps/{}/channels", long_app["id"].as_str().unwrap());
+    let reply = api
+        .post(
+            &long_path,
+            &alice,
+            json!({"name": "c".repeat(40), "git_ref_binding": "branch:long"}),
+        )
+        .await;
+    assert_eq!(reply.message(), messages::HOST_LABEL_TOO_LONG);
+    reply.expect(400, Some("bad_request"));
+
+    let prod_id = app["channels"][0]["id"].as_str().unwrap();
+    let reply = api.delete(&format!("{path}/{prod_id}"), &alice).await;
+    assert!(reply.message().contains("prod channel cannot be deleted"));
+    reply.expect(400, Some("bad_request"));
+
+    let limited = api
+        .post("/credentials", &alice, json!({"scopes": ["repo:*"]}))
+        .await
+        .expect(200, None);
+    let limited = support::User {
+        token: limited["token"].as_str().unwrap().to_owned(),
+        ..alice.clone()
+    };
+    api.post(
+        &path,
+        &limited,
+        json!({"name": "x", "git_ref_binding": "branch:x"}),
+    )
+    .await
+    .expect(403, Some("scope_denied"));
+    api.delete(&format!("{path}/{next_id}"), &limited)
+        .await
+        .expect(403, Some("scope_denied"));
+
+    api.delete(&format!("{path}/{next_id}"), &alice)
+        .await
+        .expect(204, None);
+    api.get(&format!("{path}/{next_id}"), &alice)
+        .await
+        .expect(404, Some("not_found"));
+    api.get(&format!("{path}/{}", uuid::Uuid::new_v4()), &alice)
+        .await
+        .expect(404, Some("not_found"));
+    api.get(&format!("/apps/{}/channels", uuid::Uuid::new_v4()), &alice)
+        .await
+        .expect(404, Some("not_found"));
+    // The branch is free again.
+    api.post(
+        &path,
+        &alice,
+        json!({"name": "next2", "git_ref_binding": "branch:next"}),
+    )
+    .await
+    .expect(200, None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_plan_caps_channels_per_account() -> Result<()> {
+    let api = TestApi::start().await?;
+    let agent = api.user("agent", "starter").await?; // starter: 3 channels
+    let blog = api.create_app(&agent, "blog", "static").await;
+    let shop = api.create_app(&agent, "shop", "static").await;
+    let path = format!("/apps/{}/channels", blog["id"].as_str().unwrap());
+    api.post(
+        &path,
+        &agent,
+        json!({"name": "next", "git_ref_binding": "branch:next"}),
+    )
+    .await
+    .expect(200, None);
+    let over = api
+        .post(
+            &path,
+            &agent,
+            json!({"name": "dev", "git_ref_binding": "branch:dev"}),
+        )
+        .await;
+    assert!(
+        over.message()
+            .starts_with("the starter plan allows 3 channels per account"),
+        "{:?}",
+        over.body
+    );
+    over.expect(403, Some("plan_limit_exceeded"));
+    // A new app needs a channel slot for its prod channel too.
+    api.post("/apps", &agent, json!({"name": "wiki"}))
+        .await
+        .expect(403, Some("plan_limit_exceeded"));
+    api.delete(&format!("/apps/{}", shop["id"].as_str().unwrap()), &agent)
+        .await
+        .expect(204, None);
+    api.post(
+        &path,
+        &agent,
+        json!({"name": "dev", "git_ref_binding": "branch:dev"}),
+    )
+    .await
+    .expect(200, None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn credentials_never_exceed_the_caller() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+    let all = api
+        .post("/credentials", &alice, json!({}))
+        .await
+        .expect(200, None);
+    let nine: Vec<&str> = slipway::auth::scopes::DEFAULT.to_vec();
+    assert_eq!(all["scopes"], json!(nine));
+    assert_eq!(all["username"], alice.username);
+    let expires: chrono::DateTime<chrono::Utc> = all["expires_at"].as_str().unwrap().parse()?;
+    let thirty_days = chrono::Utc::now() + chrono::Duration::seconds(2_592_000);
+    assert!(
+        (thirty_days - expires).num_seconds().abs() < 60,
+        "30 days by default: {expires}"
+    );
+    assert!(slipway::auth::token::looks_like_token(
+        all["token"].as_str().unwrap()
+    ));
+
+    // An empty body is fine too.
+    api.call(Method::POST, "/credentials", Some(&alice.token), None)
+        .await
+        .expect(200, None);
+
+    let subset = api
+        .post(
+            "/credentials",
+            &alice,
+            json!({"scopes": ["deploy:*", "repo:*"], "expires_in": 60}),
+        )
+        .await
+        .expect(200, None);
+    assert_eq!(subset["scopes"], json!(["repo:*", "deploy:*"]));
+    let expires: chrono::DateTime<chrono::Utc> = subset["expires_at"].as_str().unwrap().parse()?;
+    assert!(expires <= chrono::Utc::now() + chrono::Duration::seconds(61));
+
+    // A credential minted from the subset cannot widen it, nor outlive it.
+    let sub = support::User {
+        token: subset["token"].as_str().unwrap().to_owned(),
+        ..alice.clone()
+    };
+    api.post("/credentials", &sub, json!({"scopes": ["db:*"]}))
+        .await
+        .expect(403, Some("scope_denied"));
+    let child = api
+        .post("/credentials", &sub, json!({}))
+        .await
+        .expect(200, None);
+    assert_eq!(child["scopes"], json!(["repo:*", "deploy:*"]));
+    let child_expires: chrono::DateTime<chrono::Utc> =
+        child["expires_at"].as_str().unwrap().parse()?;
+    assert!(
+        child_expires <= expires,
+        "never a longer life than the caller"
+    );
+    api.post("/tokens", &sub, json!({}))
+        .await
+        .expect(403, Some("scope_denied"));
+
+    for body in [
+        json!({"scopes": ["email:bind"]}),
+        json!({"scopes": ["root"]}),
+        json!({"expires_in": 0}),
+        json!({"expires_in": 2_592_001}),
+        json!({"expires_in": "soon"}),
+    ] {
+        api.post("/credentials", &alice, body.clone())
+            .await
+            .expect(400, Some("bad_request"));
+    }
+
+    // POST /tokens: nine scopes, life no longer than the caller's.
+    let tok = api.post("/tokens", &sub, json!({})).await;
+    tok.expect(403, Some("scope_denied"));
+    let tok = api
+        .post("/tokens", &alice, json!({"label": "laptop"}))
+        .await
+        .expect(200, None);
+    assert_eq!(tok["scopes"], json!(nine));
+    assert_eq!(tok["label"], "laptop");
+    let short = api
+        .post("/credentials", &alice, json!({"expires_in": 120}))
+        .await
+        .expect(200, None);
+    let short_user = support::User {
+        token: short["token"].as_str().unwrap().to_owned(),
+        ..alice.clone()
+    };
+    let from_short = api
+        .post("/tokens", &short_user, json!({"expires_in": 86_400}))
+        .await
+        .expect(200, None);
+    let a: chrono::DateTime<chrono::Utc> = from_short["expires_at"].as_str().unwrap().parse()?;
+    let b: chrono::DateTime<chrono::Utc> = short["expires_at"].as_str().unwrap().parse()?;
+    assert!(a <= b);
+
+    // Another user's token cannot be revoked (and is not revealed to exist).
+    let bob = api.user("bob", "basic").await?;
+    api.delete(&format!("/tokens/{}", tok["id"].as_str().unwrap()), &bob)
+        .await
+        .expect(404, Some("not_found"));
+    api.delete(&format!("/tokens/{}", uuid::Uuid::new_v4()), &alice)
+        .await
+        .expect(404, Some("not_found"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn plans_are_public_and_usage_reports_the_plan() -> Result<()> {
+    let api = TestApi::start().await?;
+    let plans = api
+        .call(Method::GET, "/plans", None, None)
+        .await
+        .expect(200, None);
+    let plans = plans["plans"].as_array().unwrap();
+    assert_eq!(
+        plans[0],
+        json!({"tier": "starter", "rank": 0, "max_channels": 3, "cpu_soft_cores": 0.1, "cpu_burst": 2.0, "mem_limit_mb": 128,
+               "storage_mb": 500, "blob_storage_bytes": 268435456, "image_size_bytes": 536870912,
+               "snapshot_retention_days": 1, "deploy_snapshot_keep": 1, "port_forwarding": false,
+               "agent_registration_only": true})
+    );
+    let ranks: Vec<u64> = plans.iter().map(|p| p["rank"].as_u64().unwrap()).collect();
+    assert!(ranks.windows(2).all(|w| w[0] < w[1]), "ascending by rank");
+
+    let alice = api.user("alice", "builder").await?;
+    let usage = api.get("/me/usage", &alice).await.expect(200, None);
+    assert_eq!(
+        usage,
+        json!({"plan": "builder", "storage_bytes": 0, "storage_limit_mb": 5120, "bandwidth_month_bytes": 0})
+    );
+    api.call(Method::GET, "/me/usage", None, None)
+        .await
+        .expect(401, Some("auth_required"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn protected_actions_need_agent_access() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "builder").await?;
+    let app = api.create_app(&alice, "blog", "app").await;
+    let path = format!("/apps/{}", app["id"].as_str().unwrap());
+    let agent_token = api
+        .token(
+            alice.id,
+            &slipway::auth::scopes::default_scopes(),
+            true,
+            None,
+        )
+        .await?;
+    let agent = support::User {
+        token: agent_token,
+        ..alice.clone()
+    };
+    let patch = |user: &support::User, body: Value| {
+        let token = user.token.clone();
+        let (api, path) = (&api, &path);
+        async move {
+            api.call(Method::PATCH, path, Some(&token), Some(body))
+                .await
+        }
+    };
+
+    let denied = patch(&agent, json!({"port_forwarding_enabled": true})).await;
+    assert!(
+        denied.message().contains("protected action"),
+        "{:?}",
+        denied.body
+    );
+    denied.expect(403, Some("protected_action"));
+    patch(&agent, json!({"external_db_access_enabled": true}))
+        .await
+        .expect(403, Some("protected_action"));
+    patch(&agent, json!({"agent_protected_actions_enabled": true}))
+        .await
+        .expect(403, Some("protected_action"));
+
+    let on = patch(&alice, json!({"agent_protected_actions_enabled": true}))
+        .await
+        .expect(200, None);
+    assert_eq!(on["agent_protected_actions_enabled"], true);
+    assert_eq!(on["agent_protected_actions_effective"], true);
+    let toggled = patch(
+        &agent,
+        json!({"port_forwarding_enabled": true, "external_blob_access_enabled": true}),
+    )
+    .await
+    .expect(200, None);
+    assert_eq!(toggled["port_forwarding_enabled"], true);
+    assert_eq!(toggled["external_blob_access_enabled"], true);
+
+    let inherit = patch(&alice, json!({"agent_protected_actions_enabled": null}))
+        .await
+        .expect(200, None);
+    assert_eq!(inherit["agent_protected_actions_enabled"], Value::Null);
+    assert_eq!(
+        inherit["agent_protected_actions_effective"], false,
+        "the account default is off"
+    );
+    patch(&agent, json!({"port_forwarding_enabled": false}))
+        .await
+        .expect(403, Some("protected_action"));
+
+    // Port forwarding needs a plan that has it.
+    let bob = api.user("bob", "basic").await?;
+    let bobs = api.create_app(&bob, "shop", "app").await;
+    let reply = api
+        .call(
+            Method::PATCH,
+            &format!("/apps/{}", bobs["id"].as_str().unwrap()),
+            Some(&bob.token),
+            Some(json!({"port_forwarding_enabled": true})),
+        )
+        .await;
+    reply.expect(403, Some("plan_limit_exceeded"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_input_answers_in_the_envelope() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+    let raw = |content_type: Option<&str>, body: Vec<u8>| {
+        let mut req =
+            Request::post("/apps").header("authorization", format!("Bearer {}", alice.token));
+        if let Some(ct) = content_type {
+            req = req.header("content-type", ct);
+        }
+        req.body(Body::from(body)).unwrap()
+    };
+    api.send(raw(Some("application/json"), b"{not json".to_vec()))
+        .await
+        .expect(400, Some("bad_request"));
+    api.send(raw(Some("text/plain"), br#"{"name":"blog"}"#.to_vec()))
+        .await
+        .expect(400, Some("bad_request"));
+    api.send(raw(None, br#"{"name":"blog"}"#.to_vec()))
+        .await
+        .expect(400, Some("bad_request"));
+    api.send(raw(Some("application/json"), br#"{"name": 42}"#.to_vec()))
+        .await
+        .expect(400, Some("bad_request"));
+    api.send(raw(Some("application/json"), br#"[1,2]"#.to_vec()))
+        .await
+        .expect(400, Some("bad_request"));
+    let huge = format!(
+        r#"{{"name":"blog","pad":"{}"}}"#,
+        "x".repeat(2 * 1024 * 1024)
+    );
+    api.send(raw(Some("application/json"), huge.into_bytes()))
+        .await
+        .expect(400, Some("bad_request"));
+    api.get("/nowhere", &alice)
+        .await
+        .expect(404, Some("not_found"));
+    api.get("/apps/not-a-uuid", &alice)
+        .await
+        .expect(404, Some("not_found"));
+    let put = api
+        .call(Method::PUT, "/apps", Some(&alice.token), None)
+        .await;
+    assert_eq!(put.status, 405);
+    assert!(put.body["error"]["code"].is_string());
+    // None of it created anything.
+    assert_eq!(
+        api.get("/apps", &alice).await.expect(200, None),
+        json!({"apps": []})
+    );
+    Ok(())
+}
+
+/// A body that parses for each route that takes one, so the 404 matrix reaches the visibility check.
+fn sample_body(method: &str, path: &str) -> Option<Value> {
+    match (method, path) {
+        ("post", "/apps/{app_id}/channels") => {
+            Some(json!({"name": "stolen", "git_ref_binding": "branch:stolen"}))
+        }
+        ("patch", "/apps/{app_id}") => Some(json!({"port_forwarding_enabled": false})),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn another_users_app_answers_404_on_every_route() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "builder").await?;
+    let bob = api.user("bob", "builder").await?;
+    let app = api.create_app(&alice, "blog", "app").await;
+    let app_id = app["id"].as_str().unwrap();
+    let channel_id = app["channels"][0]["id"].as_str().unwrap();
+
+    let doc = serde_json::to_value(slipway::api::openapi())?;
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if !path.contains("{app_id}") {
+            continue;
+        }
+        for (method, _) in item.as_object().unwrap() {
+            let concrete = path
+                .replace("{app_id}", app_id)
+                .replace("{channel_id}", channel_id);
+            let m = Method::from_bytes(method.to_uppercase().as_bytes())?;
+            let body = sample_body(method, path);
+            if body.is_none() {
+                assert!(
+                    !matches!(method.as_str(), "post" | "put" | "patch")
+                        || path.ends_with("/deploy"),
+                    "add a sample body for {method} {path} to the 404 matrix"
+                );
+            }
+            let reply = api.call(m, &concrete, Some(&bob.token), body).await;
+            assert_eq!(
+                reply.status, 404,
+                "{method} {path} as another user: {:?}",
+                reply.body
+            );
+            assert_eq!(reply.body["error"]["code"], "not_found", "{method} {path}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 7, "the matrix covered {checked} routes");
+    // And nothing changed for the owner.
+    let after = api
+        .get(&format!("/apps/{app_id}"), &alice)
+        .await
+        .expect(200, None);
+    assert_eq!(after["channels"].as_array().unwrap().len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_openapi_document_lists_every_route() -> Result<()> {
+    let api = TestApi::start().await?;
+    let doc = api
+        .call(Method::GET, "/openapi.json", None, None)
+        .await
+        .expect(200, None);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    let expected = [
+        ("get", "/apps"),
+        ("post", "/apps"),
+        ("get", "/apps/{app_id}"),
+        ("delete", "/apps/{app_id}"),
+        ("get", "/apps/{app_id}/channels"),
+        ("post", "/apps/{app_id}/channels"),
+        ("get", "/apps/{app_id}/channels/{channel_id}"),
+        ("delete", "/apps/{app_id}/channels/{channel_id}"),
+        ("post", "/tokens"),
+        ("delete", "/tokens/{token_id}"),
+        ("post", "/credentials"),
+        ("get", "/plans"),
+        ("get", "/me/usage"),
+    ];
+    for (method, path) in expected {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} is missing from /openapi.json"
+        );
+    }
+    Ok(())
+}

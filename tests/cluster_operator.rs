@@ -1,0 +1,180 @@
+//! The App and Channel reconcilers against the real apiserver (and kube-controller-manager's garbage collector):
+//! an App written with kubectl gets its prod channel, channels report their hostname and phase, a channel without
+//! its app says so in a condition and an Event, and deleting an App takes its channels with it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+use slipway_controllers::run::Metrics;
+use slipway_controllers::{Context, OperatorConfig};
+use slipway_crds::{App, Channel, ChannelPhase};
+use slipway_testkit::{setup, wait_until};
+
+const APP_DOMAIN: &str = "apps.slipway.test";
+
+/// Runs the operator scoped to `namespace` for the rest of the test.
+fn start_operator(client: kube::Client, namespace: &str) -> tokio::task::JoinHandle<()> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let config = OperatorConfig {
+        app_domain: APP_DOMAIN.into(),
+        namespace: Some(namespace.into()),
+    };
+    let ctx = Arc::new(Context::new(client, config, metrics));
+    tokio::spawn(async move {
+        if let Err(e) = slipway_controllers::run::run(ctx).await {
+            panic!("operator stopped: {e:#}");
+        }
+    })
+}
+
+fn ready_reason(channel: &Channel) -> Option<(String, String)> {
+    let c = channel
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")?;
+    Some((c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test]
+async fn an_app_written_with_kubectl_gets_its_prod_channel_and_statuses() -> Result<()> {
+    let (client, ns) = setup("operator").await?;
+    let _operator = start_operator(client.clone(), ns.name());
+    let apps: Api<App> = Api::namespaced(client.clone(), ns.name());
+    let channels: Api<Channel> = Api::namespaced(client.clone(), ns.name());
+    let app: App =
+        serde_json::from_value(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+        "metadata": {"name": "blog"}, "spec": {"owner": "alice", "template": "app"}}))?;
+    let app = apps.create(&PostParams::default(), &app).await?;
+    let next: Channel = serde_json::from_value(
+        json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel",
+        "metadata": {"name": "blog.next"}, "spec": {"app": "blog", "gitRefBinding": "branch:next"}}),
+    )?;
+    channels.create(&PostParams::default(), &next).await?;
+
+    wait_until(Duration::from_secs(30), || {
+        let channels = channels.clone();
+        async move {
+            let Some(prod) = channels.get_opt("blog.prod").await? else {
+                return Ok(false);
+            };
+            let next = channels.get("blog.next").await?;
+            Ok([&prod, &next]
+                .iter()
+                .all(|c| c.status.as_ref().is_some_and(|s| s.hostname.is_some())))
+        }
+    })
+    .await?;
+    let prod = channels.get("blog.prod").await?;
+    assert_eq!(prod.spec.git_ref_binding, "branch:master");
+    let status = prod.status.clone().unwrap();
+    assert_eq!(
+        status.hostname.as_deref(),
+        Some("blog-alice.apps.slipway.test")
+    );
+    assert_eq!(status.phase, ChannelPhase::Provisioning);
+    assert_eq!(status.observed_generation, prod.metadata.generation);
+    assert_eq!(
+        ready_reason(&prod),
+        Some(("False".into(), "Provisioning".into()))
+    );
+    let next = channels.get("blog.next").await?;
+    assert_eq!(
+        next.status.as_ref().unwrap().hostname.as_deref(),
+        Some("next-blog-alice.apps.slipway.test")
+    );
+    // The kubectl-made channel was adopted by its App.
+    let app_uid = app.metadata.uid.clone().unwrap();
+    assert!(
+        next.metadata
+            .owner_references
+            .unwrap_or_default()
+            .iter()
+            .any(|r| r.uid == app_uid)
+    );
+
+    wait_until(Duration::from_secs(30), || {
+        let apps = apps.clone();
+        async move {
+            let app = apps.get("blog").await?;
+            Ok(app.status.is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            }))
+        }
+    })
+    .await?;
+
+    // Deleting the App takes its channels with it (garbage collection through the owner references).
+    apps.delete("blog", &DeleteParams::background()).await?;
+    wait_until(Duration::from_secs(30), || {
+        let channels = channels.clone();
+        async move {
+            Ok(channels
+                .list(&ListParams::default())
+                .await?
+                .items
+                .is_empty())
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_channel_without_its_app_says_so() -> Result<()> {
+    let (client, ns) = setup("orphan").await?;
+    let _operator = start_operator(client.clone(), ns.name());
+    let channels: Api<Channel> = Api::namespaced(client.clone(), ns.name());
+    let orphan: Channel = serde_json::from_value(
+        json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel",
+        "metadata": {"name": "ghost.next"}, "spec": {"app": "ghost", "gitRefBinding": "branch:next"}}),
+    )?;
+    channels.create(&PostParams::default(), &orphan).await?;
+    wait_until(Duration::from_secs(30), || {
+        let channels = channels.clone();
+        async move {
+            Ok(ready_reason(&channels.get("ghost.next").await?)
+                .is_some_and(|(_, r)| r == "ReferenceNotFound"))
+        }
+    })
+    .await?;
+    let events: Api<Event> = Api::namespaced(client.clone(), ns.name());
+    wait_until(Duration::from_secs(30), || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await?;
+            Ok(list.items.iter().any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some("ReferenceNotFound")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("app ghost does not exist"))
+            }))
+        }
+    })
+    .await?;
+
+    // Once the app appears, the channel is accepted (the App is watched).
+    let apps: Api<App> = Api::namespaced(client, ns.name());
+    let app: App =
+        serde_json::from_value(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+        "metadata": {"name": "ghost"}, "spec": {"owner": "casper"}}))?;
+    apps.create(&PostParams::default(), &app).await?;
+    wait_until(Duration::from_secs(30), || {
+        let channels = channels.clone();
+        async move {
+            Ok(ready_reason(&channels.get("ghost.next").await?)
+                .is_some_and(|(_, r)| r == "Provisioning"))
+        }
+    })
+    .await?;
+    Ok(())
+}

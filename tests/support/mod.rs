@@ -1,0 +1,262 @@
+//! A REST API wired to the real parts for tests: a fresh platform database on the test Postgres, the test control
+//! plane with the CRDs, repositories in a temporary directory. Requests go through the router without a socket.
+
+// Test support: a panic is the right answer to a broken fixture, and not every test uses every helper.
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::DeleteParams;
+use serde_json::Value;
+use slipway::api::state::{AppState, PublicNames};
+use slipway::auth::{scopes, token};
+use slipway::db::tokens::NewToken;
+use slipway::platform::cache::Cache;
+use slipway::platform::repos::Repos;
+use slipway_testkit::postgres::TestDatabase;
+use tower::ServiceExt;
+
+/// The app domain tests use.
+pub const APP_DOMAIN: &str = "apps.slipway.test";
+/// The git host tests use.
+pub const GIT_HOST: &str = "git.slipway.test";
+
+/// A running API and what it stands on.
+pub struct TestApi {
+    pub state: AppState,
+    pub router: axum::Router,
+    pub kube: kube::Client,
+    pub repos_dir: PathBuf,
+    namespaces: std::sync::Mutex<Vec<String>>,
+    _db: TestDatabase,
+}
+
+/// A user and a token of theirs.
+#[derive(Debug, Clone)]
+pub struct User {
+    pub id: uuid::Uuid,
+    pub username: String,
+    pub token: String,
+    pub namespace: String,
+}
+
+/// An answer: status and JSON body (Null when empty).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl Reply {
+    /// Asserts the status and, for errors, the envelope's code; returns the body.
+    #[track_caller]
+    pub fn expect(self, status: u16, code: Option<&str>) -> Value {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "unexpected status; body: {}",
+            self.body
+        );
+        if let Some(code) = code {
+            assert_eq!(
+                self.body["error"]["code"], code,
+                "error code; body: {}",
+                self.body
+            );
+            assert!(
+                self.body["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty()),
+                "error message; body: {}",
+                self.body
+            );
+        }
+        self.body
+    }
+
+    /// The error message.
+    pub fn message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or_default()
+    }
+}
+
+impl TestApi {
+    /// Starts an API on a fresh database.
+    pub async fn start() -> Result<Self> {
+        Self::on(TestDatabase::create().await?).await
+    }
+
+    /// Starts an API on `db`.
+    pub async fn on(db: TestDatabase) -> Result<Self> {
+        let pool = slipway::db::connect(db.url()).await?;
+        let kube = slipway_testkit::client().await?;
+        slipway_testkit::ensure_crds(&kube).await?;
+        let (cache, _tasks) = Cache::start(kube.clone()).await?;
+        let repos_dir = std::env::temp_dir().join(format!(
+            "slipway-test-repos-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let names = PublicNames {
+            app_domain: APP_DOMAIN.into(),
+            git_host: GIT_HOST.into(),
+        };
+        let state = AppState::new(pool, kube.clone(), cache, Repos::new(&repos_dir), names);
+        let router = slipway::api::router(state.clone());
+        Ok(Self {
+            state,
+            router,
+            kube,
+            repos_dir,
+            namespaces: Default::default(),
+            _db: db,
+        })
+    }
+
+    /// Creates a user with a unique name starting with `prefix` on `plan`, with a token of the nine default scopes.
+    pub async fn user(&self, prefix: &str, plan: &str) -> Result<User> {
+        let username = format!(
+            "{prefix}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..6]
+        );
+        let row = slipway::db::users::create(self.state.db(), &username, plan)
+            .await?
+            .expect("new username");
+        let namespace =
+            slipway::platform::tenancy::ensure_user_namespace(&self.kube, &username.parse()?, plan)
+                .await?;
+        self.forget_namespace_later(&namespace);
+        let token = self
+            .token(row.id, &scopes::default_scopes(), false, None)
+            .await?;
+        Ok(User {
+            id: row.id,
+            username,
+            token,
+            namespace,
+        })
+    }
+
+    /// Deletes `namespace` when the API is dropped.
+    pub fn forget_namespace_later(&self, namespace: &str) {
+        self.namespaces
+            .lock()
+            .expect("lock")
+            .push(namespace.to_owned());
+    }
+
+    /// Stores a token for `user` directly, as registration or the console would.
+    pub async fn token(
+        &self,
+        user: uuid::Uuid,
+        scopes: &[String],
+        is_agent: bool,
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<String> {
+        let plaintext = token::generate();
+        let new = NewToken {
+            user_id: user,
+            hash: token::hash(&plaintext),
+            label: None,
+            scopes,
+            is_agent,
+            expires_at,
+            parent_id: None,
+        };
+        slipway::db::tokens::insert(self.state.db(), &new).await?;
+        Ok(plaintext)
+    }
+
+    /// Sends a request with an optional bearer and JSON body.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(token) = token {
+            req = req.header("authorization", format!("Bearer {token}"));
+        }
+        let body = match body {
+            Some(v) => {
+                req = req.header("content-type", "application/json");
+                Body::from(v.to_string())
+            }
+            None => Body::empty(),
+        };
+        self.send(req.body(body).expect("request")).await
+    }
+
+    /// Sends a prepared request.
+    pub async fn send(&self, req: Request<Body>) -> Reply {
+        let res = self
+            .router
+            .clone()
+            .oneshot(req)
+            .await
+            .expect("router is infallible");
+        let status = res.status();
+        let bytes = axum::body::to_bytes(res.into_body(), 64 * 1024 * 1024)
+            .await
+            .expect("body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        Reply { status, body }
+    }
+
+    pub async fn get(&self, path: &str, user: &User) -> Reply {
+        self.call(Method::GET, path, Some(&user.token), None).await
+    }
+
+    pub async fn post(&self, path: &str, user: &User, body: Value) -> Reply {
+        self.call(Method::POST, path, Some(&user.token), Some(body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str, user: &User) -> Reply {
+        self.call(Method::DELETE, path, Some(&user.token), None)
+            .await
+    }
+
+    /// Creates an app and returns its JSON.
+    pub async fn create_app(&self, user: &User, name: &str, template: &str) -> Value {
+        self.post(
+            "/apps",
+            user,
+            serde_json::json!({"name": name, "template": template}),
+        )
+        .await
+        .expect(200, None)
+    }
+}
+
+impl Drop for TestApi {
+    fn drop(&mut self) {
+        let namespaces = std::mem::take(&mut *self.namespaces.lock().expect("lock"));
+        let _ = std::fs::remove_dir_all(&self.repos_dir);
+        let _ = std::thread::spawn(move || -> Result<()> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let client = slipway_testkit::client().await?;
+                for ns in namespaces {
+                    let _ = kube::Api::<Namespace>::all(client.clone())
+                        .delete(&ns, &DeleteParams::background())
+                        .await;
+                }
+                Ok(())
+            })
+        })
+        .join();
+    }
+}

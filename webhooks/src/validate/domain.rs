@@ -1,0 +1,149 @@
+//! Domain admission: a valid hostname, attached to a channel that exists, held by no other Domain on the platform,
+//! and within the per-channel limit. A Domain's spec cannot change, so only creation is checked.
+
+use slipway_crds::Domain;
+use slipway_crds::names::DomainName;
+
+use super::{Refusal, Review, require_channel};
+use crate::lookup::{Lookup, is_live, is_object};
+use crate::rules;
+
+/// Checks a new Domain.
+pub async fn validate<L: Lookup>(lookup: &L, review: &Review<Domain>) -> Result<(), Refusal> {
+    if !review.is_create() {
+        return Ok(());
+    }
+    let ns = review.namespace.as_str();
+    let domain: DomainName = review.object.spec.domain.parse()?;
+    let channel = review.object.spec.channel.as_str();
+    require_channel(lookup, ns, channel).await?;
+
+    let others: Vec<_> = lookup
+        .domains()
+        .into_iter()
+        .filter(|d| is_live(d.as_ref()) && !is_object(d.as_ref(), ns, &review.name))
+        .collect();
+    let attached: Vec<String> = others
+        .iter()
+        .map(|d| match d.spec.domain.parse::<DomainName>() {
+            Ok(name) => name.to_string(),
+            Err(_) => d.spec.domain.to_ascii_lowercase(),
+        })
+        .collect();
+    rules::domain_free(&domain, attached.iter().map(String::as_str))?;
+
+    let on_channel = others
+        .iter()
+        .filter(|d| d.metadata.namespace.as_deref() == Some(ns) && d.spec.channel == channel)
+        .count();
+    rules::within_domain_limit(on_channel)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use slipway_crds::names::messages;
+
+    use super::*;
+    use crate::rules::DenialKind;
+    use crate::validate::fixtures::*;
+
+    #[tokio::test]
+    async fn a_free_domain_on_an_existing_channel_is_admitted() {
+        let s = cluster("ns", &[]);
+        assert!(
+            validate(&s, &create(domain("ns", "blog.prod", "www.example.com")))
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_hostname_is_parsed_with_the_api_rules() {
+        let s = cluster("ns", &[]);
+        let msg = denied(
+            validate(&s, &create(domain("ns", "blog.prod", "localhost"))).await,
+            DenialKind::Invalid,
+        );
+        assert_eq!(msg, messages::DOMAIN);
+    }
+
+    #[tokio::test]
+    async fn the_channel_must_exist() {
+        let s = cluster("ns", &[]);
+        let msg = denied(
+            validate(&s, &create(domain("ns", "blog.next", "www.example.com"))).await,
+            DenialKind::Missing,
+        );
+        assert_eq!(msg, "channel blog.next does not exist in namespace ns");
+    }
+
+    #[tokio::test]
+    async fn a_domain_is_unique_platform_wide() {
+        let mut s = cluster("ns1", &[]);
+        s.domains
+            .push(Arc::new(domain("ns2", "shop.prod", "www.example.com")));
+        let msg = denied(
+            validate(&s, &create(domain("ns1", "blog.prod", "www.example.com"))).await,
+            DenialKind::Taken,
+        );
+        assert_eq!(
+            msg,
+            "the domain www.example.com is already attached to another channel"
+        );
+        // A domain on its way out can be attached elsewhere.
+        s.domains = vec![Arc::new(deleting(domain(
+            "ns2",
+            "shop.prod",
+            "www.example.com",
+        )))];
+        assert!(
+            validate(&s, &create(domain("ns1", "blog.prod", "www.example.com")))
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_channel_has_at_most_five_domains() {
+        let mut s = cluster("ns", &[]);
+        for i in 0..4 {
+            s.domains.push(Arc::new(domain(
+                "ns",
+                "blog.prod",
+                &format!("d{i}.example.com"),
+            )));
+        }
+        // Domains of another channel do not count.
+        s.domains
+            .push(Arc::new(domain("ns", "blog.next", "other.example.com")));
+        assert!(
+            validate(&s, &create(domain("ns", "blog.prod", "d4.example.com")))
+                .await
+                .is_ok()
+        );
+        s.domains
+            .push(Arc::new(domain("ns", "blog.prod", "d4.example.com")));
+        let msg = denied(
+            validate(&s, &create(domain("ns", "blog.prod", "d5.example.com"))).await,
+            DenialKind::LimitReached,
+        );
+        assert!(
+            msg.starts_with("a channel has at most 5 custom domains"),
+            "{msg}"
+        );
+    }
+
+    #[tokio::test]
+    async fn updates_are_admitted() {
+        let s = Default::default();
+        let d = domain("ns", "gone.prod", "www.example.com");
+        assert!(
+            validate::<crate::lookup::Snapshot>(&s, &update(d.clone(), d))
+                .await
+                .is_ok()
+        );
+    }
+}
