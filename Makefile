@@ -1,7 +1,7 @@
 # slipway — common tasks. `make help` lists them.
 SHELL := /usr/bin/env bash
 
-.PHONY: help up down test lint unit cluster-test crds build
+.PHONY: help up down test lint unit cluster-test crds bench build
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -10,6 +10,8 @@ up: ## Bring up the local platform and print how to reach it
 	@hack/up.sh
 
 down: ## Stop the local platform
+	@hack/platform.sh stop
+	@hack/postgres.sh stop
 	@hack/control-plane.sh stop
 
 test: ## Run every test tier (lint, unit, cluster); what CI runs
@@ -27,6 +29,9 @@ cluster-test: ## Cluster tests only, against a fresh local control plane
 crds: ## Regenerate the committed CRD YAML from the Rust types
 	cargo run --quiet -- crds --dir crds/yaml
 	cargo run --quiet -- crds --dir charts/slipway/crds
+
+bench: ## Benchmarks that print figures (GET /apps latency and throughput)
+	@hack/bench.sh
 
 build: ## Build the slipway binary (release)
 	cargo build --release --locked

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Brings up the local platform: builds what is missing, starts the control plane on loopback, installs the CRDs
-# and prints how to reach it. Run it again to reuse what is running; `make down` stops it.
+# Brings up the local platform: builds what is missing, starts the control plane on loopback, installs the CRDs,
+# runs the platform's components (hack/platform.sh) and prints the API URL and an admin token. Run it again to reuse what is running; `make down` stops it.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
@@ -16,11 +16,18 @@ printf '[up %s] building slipway\n' "$(date +%H:%M:%S)" >&2
 cargo build --quiet --locked --bin slipway
 target/debug/slipway crds | "$KUBECTL" apply --server-side --force-conflicts -f - >&2
 "$KUBECTL" wait --for=condition=Established --timeout=60s -f crds/yaml/ >&2
+read -r API_URL ADMIN_TOKEN < <("$HACK/platform.sh" start)
 
 cat <<EOT
 
 slipway is up: a Kubernetes $KUBE_VERSION control plane on https://127.0.0.1:${SLIPWAY_APISERVER_PORT:-16443} with the
-slipway.dev CRDs installed.
+slipway.dev CRDs, the webhook, the operator and the API running as local processes.
+
+  API:          $API_URL   (OpenAPI document at $API_URL/openapi.json)
+  admin token:  $ADMIN_TOKEN
+
+  curl -s -H "Authorization: Bearer $ADMIN_TOKEN" -H 'content-type: application/json' -d '{"name":"blog"}' $API_URL/apps
+  curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $API_URL/apps
 
   export KUBECONFIG=$KUBECONFIG
   export PATH=$KUBE_DIR/bin:\$PATH

@@ -12,9 +12,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber. `RUST_LOG` defaults to `info`.
+/// Installs the global subscriber. `RUST_LOG` defaults to `info` (sqlx's per-statement notices at `warn`).
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -303,6 +303,12 @@ async fn a_second_channel_on_a_branch_is_refused_and_a_new_branch_admitted() -> 
     assert_eq!(message, expected);
     assert_eq!(code, 400);
 
+    // kubectl apply gets the same words.
+    let yaml = "apiVersion: slipway.dev/v1alpha1\nkind: Channel\nmetadata: {name: blog.main}\nspec: {app: blog, gitRefBinding: 'branch:master'}\n";
+    let (ok, out) = kubectl_apply(ns, yaml).await?;
+    assert!(!ok, "kubectl apply succeeded: {out}");
+    assert!(out.contains(&expected), "kubectl said: {out}");
+
     // Moving an existing channel onto a followed branch is refused the same way.
     let api: Api<Channel> = Api::namespaced(client.clone(), ns);
     let patch = json!({"spec": {"gitRefBinding": "branch:master"}});

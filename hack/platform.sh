@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Runs slipway's components as local processes against the local control plane: the platform database
+# (hack/postgres.sh), the admission webhook (registered with the apiserver by URL on loopback), the operator and
+# the REST API. Used by `make up`; `make down` stops it.
+#
+# usage: hack/platform.sh start | stop
+#
+# Needs target/debug/slipway (make up builds it) and a running control plane (hack/control-plane.sh start).
+set -euo pipefail
+HACK=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HACK/.." && pwd)
+source "$HACK/versions.sh"
+
+SLIPWAY_RUN=${SLIPWAY_RUN:-$SLIPWAY_CACHE/run}
+DIR="$SLIPWAY_RUN/platform"
+BIN="$ROOT/target/debug/slipway"
+KUBECTL="$KUBE_DIR/bin/kubectl"
+export KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig"
+API_PORT=${SLIPWAY_API_PORT:-18080}
+WEBHOOK_PORT=${SLIPWAY_WEBHOOK_PORT:-18443}
+OPERATOR_ADMIN_PORT=${SLIPWAY_OPERATOR_ADMIN_PORT:-18081}
+APP_DOMAIN=${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost}
+GIT_HOST=${SLIPWAY_GIT_HOST:-git.slipway.localhost}
+WEBHOOK_NAME=slipway-local
+
+log() { printf '[platform %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+stop() {
+  "$KUBECTL" delete validatingwebhookconfiguration "$WEBHOOK_NAME" --ignore-not-found >/dev/null 2>&1 || true
+  local pidfile
+  for pidfile in "$DIR"/pids/*; do
+    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+  done
+  pkill -f -- "$BIN (api|operator|webhook) .*$DIR" 2>/dev/null || true
+  rm -rf "$DIR/pids"
+}
+
+launch() { # name args...
+  local name=$1; shift
+  "$BIN" "$@" >"$DIR/logs/$name.log" 2>&1 &
+  echo $! >"$DIR/pids/$name"
+}
+
+wait_for() { # name seconds url [curl args...]
+  local name=$1 seconds=$2 url=$3; shift 3
+  local deadline=$((SECONDS + seconds))
+  until curl -sf --max-time 2 "$@" "$url" >/dev/null 2>&1; do
+    kill -0 "$(cat "$DIR/pids/$name")" 2>/dev/null || { tail -n 20 "$DIR/logs/$name.log" >&2; die "$name exited (log: $DIR/logs/$name.log)"; }
+    [ $SECONDS -lt $deadline ] || { tail -n 20 "$DIR/logs/$name.log" >&2; die "$name not ready within ${seconds}s"; }
+    sleep 0.3
+  done
+}
+
+webhook_certs() {
+  mkdir -p "$DIR/tls"
+  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$DIR/tls/ca.key" -subj "/CN=slipway-local-webhook-ca" \
+    -days 365 -out "$DIR/tls/ca.crt" 2>/dev/null
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$DIR/tls/tls.key" -subj "/CN=127.0.0.1" -out "$DIR/tls/tls.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$DIR/tls/ext"
+  openssl x509 -req -in "$DIR/tls/tls.csr" -CA "$DIR/tls/ca.crt" -CAkey "$DIR/tls/ca.key" -CAcreateserial -days 365 \
+    -extfile "$DIR/tls/ext" -out "$DIR/tls/tls.crt" 2>/dev/null
+}
+
+register_webhook() {
+  local ca
+  ca=$(base64 -w0 <"$DIR/tls/ca.crt")
+  "$KUBECTL" apply --server-side --force-conflicts -f - >/dev/null <<EOT
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: $WEBHOOK_NAME
+webhooks:
+  - name: validate.slipway.dev
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    failurePolicy: Fail
+    timeoutSeconds: 10
+    clientConfig:
+      url: https://127.0.0.1:$WEBHOOK_PORT/validate
+      caBundle: $ca
+    rules:
+      - apiGroups: [slipway.dev]
+        apiVersions: [v1alpha1]
+        operations: [CREATE, UPDATE]
+        resources: [apps, channels, deploys, domains, forwards]
+        scope: Namespaced
+EOT
+}
+
+start() {
+  [ -x "$BIN" ] || die "$BIN is missing; build it with cargo build --bin slipway"
+  stop
+  mkdir -p "$DIR/pids" "$DIR/logs" "$DIR/repos"
+  local db_admin db_url
+  db_admin=$("$HACK/postgres.sh" start)
+  psql -q "$db_admin" -tc "SELECT 1 FROM pg_database WHERE datname = 'slipway'" | grep -q 1 \
+    || psql -q "$db_admin" -c "CREATE DATABASE slipway" >/dev/null
+  db_url="${db_admin%/*}/slipway"
+
+  [ -f "$DIR/tls/tls.crt" ] || webhook_certs
+  log "starting the webhook on https://127.0.0.1:$WEBHOOK_PORT"
+  launch webhook webhook --listen "127.0.0.1:$WEBHOOK_PORT" --tls-cert "$DIR/tls/tls.crt" --tls-key "$DIR/tls/tls.key"
+  wait_for webhook 60 "https://127.0.0.1:$WEBHOOK_PORT/readyz" --cacert "$DIR/tls/ca.crt"
+  register_webhook
+
+  log "starting the operator (admin port $OPERATOR_ADMIN_PORT)"
+  launch operator operator --app-domain "$APP_DOMAIN" --admin-port "$OPERATOR_ADMIN_PORT"
+  wait_for operator 30 "http://127.0.0.1:$OPERATOR_ADMIN_PORT/readyz"
+
+  log "starting the API on http://127.0.0.1:$API_PORT"
+  launch api api --listen "127.0.0.1:$API_PORT" --database-url "$db_url" --app-domain "$APP_DOMAIN" \
+    --git-host "$GIT_HOST" --repos-dir "$DIR/repos"
+  wait_for api 60 "http://127.0.0.1:$API_PORT/healthz"
+
+  if ! psql -q "$db_url" -tc "SELECT 1 FROM users WHERE username = 'admin'" | grep -q 1; then
+    (umask 077 && "$BIN" admin create-user --username admin --plan pro --database-url "$db_url" >"$DIR/admin-token") \
+      || die "could not create the admin user"
+  fi
+  [ -s "$DIR/admin-token" ] || die "the admin user exists but its token is gone; start afresh with make down && make up"
+  echo "http://127.0.0.1:$API_PORT $(cat "$DIR/admin-token")"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop; rm -rf "$DIR"; log "stopped" ;;
+  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac
