@@ -85,3 +85,14 @@ Image reference; the tag defaults to the chart's appVersion.
 {{- define "slipway.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
 {{- end }}
+
+{{/*
+The platform's public names, required by the components that form hostnames and clone URLs.
+*/}}
+{{- define "slipway.appDomain" -}}
+{{- required "appDomain is required: the domain channel hostnames are formed under (for example --set appDomain=apps.example.com)" .Values.appDomain }}
+{{- end }}
+
+{{- define "slipway.gitHost" -}}
+{{- required "gitHost is required by the api: the host of the git transports (for example --set gitHost=git.example.com)" .Values.gitHost }}
+{{- end }}
