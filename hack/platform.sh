@@ -99,6 +99,7 @@ start() {
   db_url="${db_admin%/*}/slipway"
 
   [ -f "$DIR/tls/tls.crt" ] || webhook_certs
+  [ -s "$DIR/env-keys" ] || (umask 077 && "$BIN" admin new-env-key --id "k$(date +%Y%m%d)" >"$DIR/env-keys")
   log "starting the webhook on https://127.0.0.1:$WEBHOOK_PORT"
   launch webhook webhook --listen "127.0.0.1:$WEBHOOK_PORT" --tls-cert "$DIR/tls/tls.crt" --tls-key "$DIR/tls/tls.key"
   wait_for webhook 60 "https://127.0.0.1:$WEBHOOK_PORT/readyz" --cacert "$DIR/tls/ca.crt"
@@ -110,7 +111,7 @@ start() {
 
   log "starting the API on http://127.0.0.1:$API_PORT"
   launch api api --listen "127.0.0.1:$API_PORT" --database-url "$db_url" --app-domain "$APP_DOMAIN" \
-    --git-host "$GIT_HOST" --repos-dir "$DIR/repos"
+    --git-host "$GIT_HOST" --repos-dir "$DIR/repos" --env-keys-file "$DIR/env-keys"
   wait_for api 60 "http://127.0.0.1:$API_PORT/healthz"
 
   if ! psql -q "$db_url" -tc "SELECT 1 FROM users WHERE username = 'admin'" | grep -q 1; then

@@ -22,6 +22,25 @@ pub enum AdminCommand {
         #[arg(long, env = "SLIPWAY_DATABASE_URL")]
         database_url: String,
     },
+    /// Print a new line for the env keyring: `<id> <base64 of 32 random bytes>`.
+    NewEnvKey {
+        /// Id of the key (for example the date it was made).
+        #[arg(long)]
+        id: String,
+    },
+    /// Re-seal every env value and deploy snapshot with the keyring's first key, so older keys can be removed.
+    ResealEnv {
+        /// Postgres URL of the platform database.
+        #[arg(long, env = "SLIPWAY_DATABASE_URL")]
+        database_url: String,
+        /// The keyring (its first line seals; every line opens).
+        #[arg(
+            long,
+            env = "SLIPWAY_ENV_KEYS_FILE",
+            default_value = "/etc/slipway/env-keys/keys"
+        )]
+        env_keys_file: std::path::PathBuf,
+    },
 }
 
 /// Runs an admin command.
@@ -35,6 +54,28 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             let token = create_user(&database_url, &username, &plan).await?;
             eprintln!("created user {username} on the {plan} plan; their token (shown once):");
             println!("{token}");
+            Ok(())
+        }
+        AdminCommand::NewEnvKey { id } => {
+            anyhow::ensure!(
+                !id.is_empty() && !id.contains(char::is_whitespace),
+                "the key id must be one word"
+            );
+            println!("{}", crate::env::crypto::Keyring::generate_line(&id));
+            Ok(())
+        }
+        AdminCommand::ResealEnv {
+            database_url,
+            env_keys_file,
+        } => {
+            let ring = crate::env::crypto::Keyring::load(&env_keys_file)?;
+            let db = crate::db::connect(&database_url).await?;
+            let rows = crate::env::store::reseal_all(&db, &ring).await?;
+            let snapshots = crate::env::snapshot::reseal_all(&db, &ring).await?;
+            eprintln!(
+                "resealed {rows} env values and {snapshots} deploy snapshots with key {}",
+                ring.active_id()
+            );
             Ok(())
         }
     }

@@ -24,6 +24,14 @@ pub struct ApiArgs {
     /// Host of the git transports ({git_host}).
     #[arg(long, env = "SLIPWAY_GIT_HOST")]
     pub git_host: String,
+    /// Keyring that seals env values: lines of `<key-id> <base64 32-byte key>`, the first one sealing (mounted from
+    /// the Secret the chart creates). `slipway admin new-env-key` prints a line.
+    #[arg(
+        long,
+        env = "SLIPWAY_ENV_KEYS_FILE",
+        default_value = "/etc/slipway/env-keys/keys"
+    )]
+    pub env_keys_file: PathBuf,
     /// Directory holding the apps' bare git repositories.
     #[arg(
         long,
@@ -38,6 +46,7 @@ pub async fn state(
     args: &ApiArgs,
     kube: kube::Client,
 ) -> anyhow::Result<(AppState, Vec<tokio::task::JoinHandle<()>>)> {
+    let keyring = crate::env::crypto::Keyring::load(&args.env_keys_file)?;
     let db = crate::db::connect(&args.database_url).await?;
     let (cache, tasks) = Cache::start(kube.clone()).await?;
     let names = PublicNames {
@@ -45,7 +54,7 @@ pub async fn state(
         git_host: args.git_host.clone(),
     };
     Ok((
-        AppState::new(db, kube, cache, Repos::new(&args.repos_dir), names),
+        AppState::new(db, kube, cache, Repos::new(&args.repos_dir), names, keyring),
         tasks,
     ))
 }

@@ -766,6 +766,7 @@ fn sample_body(method: &str, path: &str) -> Option<Value> {
             Some(json!({"name": "stolen", "git_ref_binding": "branch:stolen"}))
         }
         ("patch", "/apps/{app_id}") => Some(json!({"port_forwarding_enabled": false})),
+        ("post", "/apps/{app_id}/env") => Some(json!({"key": "STOLEN", "value": "x"})),
         _ => None,
     }
 }

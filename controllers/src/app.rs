@@ -33,6 +33,7 @@ pub fn prod_channel(app: &App) -> Result<Channel, Error> {
         ChannelSpec {
             app: name.to_string(),
             git_ref_binding: GitRefBinding::prod().to_string(),
+            env_secret: None,
         },
     );
     let mut owner = app

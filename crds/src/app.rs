@@ -95,6 +95,13 @@ pub struct AppSpec {
     /// default; true lets agent credentials perform protected actions on this app, false forbids it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_protected_actions_enabled: Option<bool>,
+
+    /// Name of a Secret in this namespace whose keys are the app's default environment, as secrets (for apps
+    /// managed with kubectl or GitOps). Values set through the API for the same key win. Takes effect at the next
+    /// deploy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub env_secret: Option<String>,
 }
 
 /// Observed state of an App.

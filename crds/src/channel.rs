@@ -41,6 +41,12 @@ pub struct ChannelSpec {
     #[schemars(length(max = 207))]
     #[x_kube(validation = cel::binding_not_wildcard(), validation = cel::binding_format())]
     pub git_ref_binding: String,
+
+    /// Name of a Secret in this namespace whose keys override the app's environment on this channel, as secrets.
+    /// Values set through the API for the same key win. Takes effect at the next deploy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub env_secret: Option<String>,
 }
 
 /// Lifecycle of a channel.

@@ -39,6 +39,27 @@ pub const DOMAIN_MAX_LEN: usize = 253;
 pub const DOMAIN_PATTERN: &str =
     "^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?[.])+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$";
 
+/// Keys the platform injects into every container; users may not set them.
+pub const RESERVED_ENV_KEYS: [&str; 15] = [
+    "SVC_USER",
+    "SVC_SHA",
+    "SVC_HTTP_PORT",
+    "PORT",
+    "SVC_FORWARD_PORT",
+    "SVC_READY_FILE",
+    "DATABASE_URL",
+    "DATABASE_URL_READONLY",
+    "DATABASE_HOST",
+    "DATABASE_PASSWORD",
+    "S3_ENDPOINT",
+    "S3_BUCKET",
+    "S3_ACCESS_KEY_ID",
+    "S3_SECRET_ACCESS_KEY",
+    "S3_REGION",
+];
+/// Longest environment variable name.
+pub const ENV_KEY_MAX_LEN: usize = 256;
+
 /// Messages of the rules below, shared with the CEL rules so both paths say the same thing.
 pub mod messages {
     /// An app name that is not a DNS label of at most 40 characters.
@@ -60,6 +81,10 @@ pub mod messages {
     pub const BRANCH: &str = "branch name must be 1-200 characters of letters, digits and . _ / + -, must not start with '-', '/' or '.', must not end with '/', '.' or '.lock', and must not contain '..', '//' or '/.'";
     /// A commit id that is not 40 lowercase hex digits.
     pub const SHA: &str = "sha must be a 40-character hexadecimal commit id";
+    /// An environment key outside `^[A-Z_][A-Z0-9_]*$`.
+    pub const ENV_KEY: &str = "key must match ^[A-Z_][A-Z0-9_]*$ (uppercase letters, digits and _, not starting with a digit), at most 256 characters";
+    /// A key the platform injects itself.
+    pub const ENV_KEY_RESERVED: &str = "is reserved: the platform sets it in every container";
     /// A CIDR that does not parse.
     pub const CIDR: &str =
         "allow_cidrs entries must be CIDRs such as 203.0.113.0/24 or 2001:db8::/32";
@@ -300,6 +325,42 @@ impl FromStr for DomainName {
             Err(InvalidName(messages::DOMAIN))
         }
     }
+}
+
+string_newtype!(
+    /// An environment variable name: `^[A-Z_][A-Z0-9_]*$`, not one of [`RESERVED_ENV_KEYS`].
+    EnvKey
+);
+
+impl FromStr for EnvKey {
+    type Err = InvalidEnvKey;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let first_ok = s
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_uppercase() || b == b'_');
+        let rest_ok = s
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        if !first_ok || !rest_ok || s.len() > ENV_KEY_MAX_LEN {
+            return Err(InvalidEnvKey::Format);
+        }
+        if RESERVED_ENV_KEYS.contains(&s) {
+            return Err(InvalidEnvKey::Reserved(s.to_owned()));
+        }
+        Ok(Self(s.to_owned()))
+    }
+}
+
+/// Why an environment key was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidEnvKey {
+    /// Not `^[A-Z_][A-Z0-9_]*$`.
+    #[error("{}", messages::ENV_KEY)]
+    Format,
+    /// A key the platform sets.
+    #[error("{key} {reason}", key = .0, reason = messages::ENV_KEY_RESERVED)]
+    Reserved(String),
 }
 
 /// A channel's git ref binding, `branch:<name>`; the legacy `branch:*` is refused.
@@ -583,6 +644,26 @@ mod tests {
             Err(InvalidName(messages::HOST_LABEL_TOO_LONG))
         );
         assert_eq!(channel_host_label(&long, &prod, &owner).unwrap().len(), 46);
+    }
+
+    #[test]
+    fn env_keys_follow_the_pattern_and_skip_reserved_ones() {
+        for ok in ["A", "_X", "API_KEY", "X1", "SVC_USERS", "PORT2"] {
+            assert!(ok.parse::<EnvKey>().is_ok(), "{ok}");
+        }
+        for bad in ["", "a", "1X", "API-KEY", "Api", "X Y", &"K".repeat(257)] {
+            assert_eq!(bad.parse::<EnvKey>(), Err(InvalidEnvKey::Format), "{bad}");
+        }
+        for reserved in RESERVED_ENV_KEYS {
+            assert_eq!(
+                reserved.parse::<EnvKey>(),
+                Err(InvalidEnvKey::Reserved(reserved.into()))
+            );
+        }
+        assert_eq!(
+            "PORT".parse::<EnvKey>().unwrap_err().to_string(),
+            "PORT is reserved: the platform sets it in every container"
+        );
     }
 
     #[test]

@@ -154,6 +154,7 @@ async fn create_app(
             external_blob_access_enabled: false,
             port_forwarding_enabled: false,
             agent_protected_actions_enabled: None,
+            env_secret: None,
         },
     );
     let apps: Api<App> = Api::namespaced(state.kube().clone(), &namespace);
@@ -279,6 +280,7 @@ pub(super) async fn create_channel_resource(
         ChannelSpec {
             app: app_name.to_string(),
             git_ref_binding: binding.to_string(),
+            env_secret: None,
         },
     );
     resource.metadata.owner_references = Some(vec![owner_reference(app)?]);
@@ -476,6 +478,7 @@ async fn delete_app(
     }
     state.repos().delete(&app.owner, &app.name).await?;
     crate::db::members::remove_app(state.db(), app_id).await?;
+    crate::env::store::delete_app(state.db(), app_id).await?;
     state.cache().app_gone(&app_id.to_string()).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -139,6 +139,7 @@ async fn delete_channel(
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
+    crate::env::store::delete_channel(state.db(), app_id, channel_id).await?;
     state.cache().channel_gone(&channel_id.to_string()).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -4,6 +4,7 @@
 pub mod access;
 pub mod apps;
 pub mod channels;
+pub mod env;
 pub mod error;
 pub mod extract;
 pub mod plans;
@@ -61,6 +62,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(apps::routes())
         .merge(channels::routes())
+        .merge(env::routes())
         .merge(tokens::routes())
         .merge(plans::routes())
         .split_for_parts()

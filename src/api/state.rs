@@ -6,6 +6,7 @@ use std::sync::Arc;
 use kube::Client;
 use sqlx::PgPool;
 
+use crate::env::crypto::Keyring;
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
 
@@ -37,11 +38,19 @@ struct Inner {
     cache: Cache,
     repos: Repos,
     names: PublicNames,
+    keyring: Keyring,
 }
 
 impl AppState {
     /// Bundles the parts.
-    pub fn new(db: PgPool, kube: Client, cache: Cache, repos: Repos, names: PublicNames) -> Self {
+    pub fn new(
+        db: PgPool,
+        kube: Client,
+        cache: Cache,
+        repos: Repos,
+        names: PublicNames,
+        keyring: Keyring,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 db,
@@ -49,8 +58,14 @@ impl AppState {
                 cache,
                 repos,
                 names,
+                keyring,
             }),
         }
+    }
+
+    /// The keys env values are sealed with.
+    pub fn keyring(&self) -> &Keyring {
+        &self.inner.keyring
     }
 
     /// The platform database.

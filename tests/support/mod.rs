@@ -15,6 +15,7 @@ use serde_json::Value;
 use slipway::api::state::{AppState, PublicNames};
 use slipway::auth::{scopes, token};
 use slipway::db::tokens::NewToken;
+use slipway::env::crypto::Keyring;
 use slipway::platform::cache::Cache;
 use slipway::platform::repos::Repos;
 use slipway_testkit::postgres::TestDatabase;
@@ -31,6 +32,8 @@ pub struct TestApi {
     pub router: axum::Router,
     pub kube: kube::Client,
     pub repos_dir: PathBuf,
+    /// The keyring line the API seals env values with.
+    pub keyring_line: String,
     namespaces: std::sync::Mutex<Vec<String>>,
     _db: TestDatabase,
 }
@@ -104,13 +107,23 @@ impl TestApi {
             app_domain: APP_DOMAIN.into(),
             git_host: GIT_HOST.into(),
         };
-        let state = AppState::new(pool, kube.clone(), cache, Repos::new(&repos_dir), names);
+        let keyring_line = Keyring::generate_line("test");
+        let keyring = Keyring::parse(&keyring_line)?;
+        let state = AppState::new(
+            pool,
+            kube.clone(),
+            cache,
+            Repos::new(&repos_dir),
+            names,
+            keyring,
+        );
         let router = slipway::api::router(state.clone());
         Ok(Self {
             state,
             router,
             kube,
             repos_dir,
+            keyring_line,
             namespaces: Default::default(),
             _db: db,
         })
@@ -138,6 +151,11 @@ impl TestApi {
             token,
             namespace,
         })
+    }
+
+    /// URL of the API's database.
+    pub fn db_url(&self) -> &str {
+        self._db.url()
     }
 
     /// Deletes `namespace` when the API is dropped.

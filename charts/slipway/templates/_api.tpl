@@ -43,3 +43,10 @@ Claim holding the git repositories.
 {{- define "slipway.api.reposClaimName" -}}
 {{- default (printf "%s-repos" (include "slipway.api.fullname" .) | trunc 63 | trimSuffix "-") .Values.api.persistence.existingClaim }}
 {{- end }}
+
+{{/*
+Name of the Secret holding the env keyring (lines of "<key-id> <base64 32-byte key>"; the first seals).
+*/}}
+{{- define "slipway.envKeysSecretName" -}}
+{{- default (printf "%s-env-keys" (include "slipway.fullname" .)) .Values.api.envKeys.existingSecret }}
+{{- end }}
