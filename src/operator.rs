@@ -8,7 +8,9 @@ use axum::Router;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use kube::Api;
 use prometheus_client::registry::Registry;
+use slipway_controllers::leader::LeaderElector;
 use slipway_controllers::run::Metrics;
 use slipway_controllers::{Context, OperatorConfig};
 
@@ -24,7 +26,17 @@ pub struct OperatorArgs {
     /// Reconcile only this namespace (default: all namespaces).
     #[arg(long, env = "SLIPWAY_WATCH_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Elect a leader through a Lease in this namespace, so several replicas can run and one reconciles. Without
+    /// it the operator reconciles at once (run a single replica).
+    #[arg(long, env = "SLIPWAY_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(long, env = "SLIPWAY_LEASE_NAME", default_value = "slipway-operator")]
+    pub lease_name: String,
 }
+
+/// How long a leader's Lease lasts without renewal.
+const LEASE_DURATION: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Runs the operator until SIGTERM.
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
@@ -45,8 +57,35 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let admin = axum::serve(listener, admin_router(Arc::new(registry)))
         .with_graceful_shutdown(crate::serve::shutdown_signal());
     tracing::info!(%addr, "operator running; admin endpoints on /healthz, /readyz, /metrics");
+    let elector = args.lease_namespace.as_deref().map(|ns| {
+        let identity = std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("slipway-operator-{}", uuid::Uuid::new_v4()));
+        LeaderElector::new(
+            Api::namespaced(ctx.client.clone(), ns),
+            &args.lease_name,
+            &identity,
+            LEASE_DURATION,
+        )
+    });
+    let reconcile = async {
+        let Some(elector) = &elector else {
+            return slipway_controllers::run::run(ctx.clone()).await;
+        };
+        elector
+            .acquire()
+            .await
+            .context("acquire the leader lease")?;
+        let outcome = tokio::select! {
+            result = slipway_controllers::run::run(ctx.clone()) => result,
+            lost = elector.hold() => Err(anyhow::anyhow!("lost leadership: {lost}")),
+        };
+        if let Err(e) = elector.release().await {
+            tracing::warn!(error = %e, "could not release the leader lease");
+        }
+        outcome
+    };
     tokio::select! {
-        result = slipway_controllers::run::run(ctx) => result,
+        result = reconcile => result,
         result = admin => result.context("admin server"),
     }
 }
