@@ -48,8 +48,9 @@ for tier in "${tiers[@]}"; do
     cluster)
       log "tier cluster: integration tests against a real kube-apiserver"
       # A control plane of its own (ports and directory apart from `make up`), fresh for every run.
-      export SLIPWAY_RUN="$SLIPWAY_CACHE/run-test" SLIPWAY_ETCD_PORT=22379 SLIPWAY_APISERVER_PORT=26443
-      export SLIPWAY_PG_PORT=25432
+      export SLIPWAY_RUN="$SLIPWAY_CACHE/run-test"
+      export SLIPWAY_ETCD_PORT=${SLIPWAY_TEST_ETCD_PORT:-22379} SLIPWAY_APISERVER_PORT=${SLIPWAY_TEST_APISERVER_PORT:-26443}
+      export SLIPWAY_PG_PORT=${SLIPWAY_TEST_PG_PORT:-25432}
       "$HACK/control-plane.sh" stop >/dev/null 2>&1 || true
       trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop; rm -f "$results"' EXIT
       "$HACK/control-plane.sh" start
