@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod db;
+pub mod git;
 pub mod operator;
 pub mod platform;
 pub mod serve;
