@@ -766,6 +766,9 @@ fn sample_body(method: &str, path: &str) -> Option<Value> {
             Some(json!({"name": "stolen", "git_ref_binding": "branch:stolen"}))
         }
         ("patch", "/apps/{app_id}") => Some(json!({"port_forwarding_enabled": false})),
+        ("post", "/apps/{app_id}/changeset") => {
+            Some(json!({"message": "stolen", "changes": {"x.txt": "x"}}))
+        }
         _ => None,
     }
 }
@@ -840,6 +843,13 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
         ("post", "/credentials"),
         ("get", "/plans"),
         ("get", "/me/usage"),
+        ("get", "/apps/{app_id}/tree"),
+        ("get", "/apps/{app_id}/blob"),
+        ("post", "/apps/{app_id}/changeset"),
+        ("get", "/apps/{app_id}/channels/{channel_id}/code/download"),
+        ("post", "/ssh-keys"),
+        ("get", "/ssh-keys"),
+        ("delete", "/ssh-keys/{key_id}"),
     ];
     for (method, path) in expected {
         assert!(

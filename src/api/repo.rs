@@ -53,8 +53,8 @@ pub struct BlobQuery {
     /// Branch name or 40-hex commit; default `master`.
     #[serde(rename = "ref")]
     pub reference: Option<String>,
-    /// Repository-relative path of the file.
-    pub path: String,
+    /// Repository-relative path of the file (required).
+    pub path: Option<String>,
 }
 
 /// One file of a tree.
@@ -181,7 +181,11 @@ async fn get_blob(
     Query(query): Query<BlobQuery>,
 ) -> Result<Response, ApiError> {
     let (_, path) = app_and_repo(&state, &caller, app_id).await?;
-    let file = RepoPath::parse(&query.path).map_err(ApiError::bad_request)?;
+    let file = query
+        .path
+        .as_deref()
+        .ok_or_else(|| ApiError::bad_request("the path query parameter is required"))?;
+    let file = RepoPath::parse(file).map_err(ApiError::bad_request)?;
     let reference = query.reference.unwrap_or_else(|| "master".into());
     let (wanted, wanted_file) = (reference.clone(), file.clone());
     let found = blocking(move || {
