@@ -36,7 +36,8 @@ async fn main() -> Result<()> {
     let ws = support::git::Workspace::new()?;
 
     eprintln!("writing {total_mb} MiB of incompressible files and committing them...");
-    ws.git(".", &["init", "-q", "--initial-branch=master", "src"]).await?;
+    ws.git(".", &["init", "-q", "--initial-branch=master", "src"])
+        .await?;
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     for i in 0..total_mb.div_ceil(FILE_MB) {
         let mut data = vec![0u8; FILE_MB * 1024 * 1024];
@@ -79,11 +80,13 @@ async fn main() -> Result<()> {
                 format!("{native_base}/{app}.git")
             };
             let t = Instant::now();
-            ws.git("src", &["push", "-q", &remote, "HEAD:master"]).await?;
+            ws.git("src", &["push", "-q", &remote, "HEAD:master"])
+                .await?;
             let push = t.elapsed().as_secs_f64();
             let target = format!("clone-{name}-{round}");
             let t = Instant::now();
-            ws.git(".", &["clone", "-q", "--bare", &remote, &target]).await?;
+            ws.git(".", &["clone", "-q", "--bare", &remote, &target])
+                .await?;
             let clone = t.elapsed().as_secs_f64();
             std::fs::remove_dir_all(ws.path(&target))?;
             eprintln!("round {round} {name}: push {push:.2}s, clone {clone:.2}s");
@@ -106,12 +109,21 @@ async fn main() -> Result<()> {
     let mut latencies = Vec::new();
     for i in 0..40 {
         let changes: serde_json::Map<String, serde_json::Value> = (0..10)
-            .map(|f| (format!("src/file-{f}.txt"), json!(format!("revision {i} of file {f}\n").repeat(50))))
+            .map(|f| {
+                (
+                    format!("src/file-{f}.txt"),
+                    json!(format!("revision {i} of file {f}\n").repeat(50)),
+                )
+            })
             .collect();
         let t = Instant::now();
-        api.post(&url, &user, json!({"message": format!("change {i}"), "changes": changes}))
-            .await
-            .expect(200, None);
+        api.post(
+            &url,
+            &user,
+            json!({"message": format!("change {i}"), "changes": changes}),
+        )
+        .await
+        .expect(200, None);
         if i >= 5 {
             latencies.push(t.elapsed());
         }
@@ -132,7 +144,10 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn dir_size(dir: &Path) -> Result<u64> {
@@ -140,7 +155,11 @@ fn dir_size(dir: &Path) -> Result<u64> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let meta = entry.metadata()?;
-        total += if meta.is_dir() { dir_size(&entry.path())? } else { meta.len() };
+        total += if meta.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            meta.len()
+        };
     }
     Ok(total)
 }
@@ -225,11 +244,16 @@ async fn run_cgi(root: PathBuf, req: Request) -> Result<Response> {
             let code: u16 = value.split(' ').next().unwrap_or("200").parse()?;
             *res.status_mut() = StatusCode::from_u16(code)?;
         } else {
-            res.headers_mut()
-                .append(HeaderName::from_bytes(name.as_bytes())?, HeaderValue::from_str(value)?);
+            res.headers_mut().append(
+                HeaderName::from_bytes(name.as_bytes())?,
+                HeaderValue::from_str(value)?,
+            );
         }
     }
     let _ = stdout.fill_buf().await;
-    *res.body_mut() = Body::from_stream(ReaderStream::with_capacity(stdout.take(u64::MAX), 64 * 1024));
+    *res.body_mut() = Body::from_stream(ReaderStream::with_capacity(
+        stdout.take(u64::MAX),
+        64 * 1024,
+    ));
     Ok(res)
 }

@@ -15,8 +15,15 @@ use serde_json::{Value, json};
 use slipway_crds::Channel;
 use support::TestApi;
 
-async fn head_of(api: &TestApi, app_id: &str, user: &support::User, reference: &str) -> Option<String> {
-    let reply = api.get(&format!("/apps/{app_id}/tree?ref={reference}"), user).await;
+async fn head_of(
+    api: &TestApi,
+    app_id: &str,
+    user: &support::User,
+    reference: &str,
+) -> Option<String> {
+    let reply = api
+        .get(&format!("/apps/{app_id}/tree?ref={reference}"), user)
+        .await;
     (reply.status == 200).then(|| reply.body["sha"].as_str().unwrap().to_owned())
 }
 
@@ -31,7 +38,9 @@ async fn tree_and_blob_read_branches_and_commits() -> Result<()> {
     let empty = api.get(&format!("/apps/{id}/tree"), &alice).await;
     assert!(empty.message().contains("master"), "{}", empty.body);
     empty.expect(404, Some("not_found"));
-    api.get(&format!("/apps/{id}/blob?path=a"), &alice).await.expect(404, Some("not_found"));
+    api.get(&format!("/apps/{id}/blob?path=a"), &alice)
+        .await
+        .expect(404, Some("not_found"));
 
     let first = api
         .post(
@@ -45,7 +54,10 @@ async fn tree_and_blob_read_branches_and_commits() -> Result<()> {
         .unwrap()
         .to_owned();
     assert_eq!(first.len(), 40);
-    let tree = api.get(&format!("/apps/{id}/tree"), &alice).await.expect(200, None);
+    let tree = api
+        .get(&format!("/apps/{id}/tree"), &alice)
+        .await
+        .expect(200, None);
     assert_eq!(tree["ref"], "master");
     assert_eq!(tree["sha"], first);
     assert_eq!(
@@ -57,18 +69,37 @@ async fn tree_and_blob_read_branches_and_commits() -> Result<()> {
         ])
     );
     let second = api
-        .post(&format!("/apps/{id}/changeset"), &alice, json!({"message": "second", "changes": {"index.html": "<p>bye</p>\n"}}))
+        .post(
+            &format!("/apps/{id}/changeset"),
+            &alice,
+            json!({"message": "second", "changes": {"index.html": "<p>bye</p>\n"}}),
+        )
         .await
         .expect(200, None)["sha"]
         .as_str()
         .unwrap()
         .to_owned();
     // By sha, by full ref, by bare branch.
-    let old = api.get(&format!("/apps/{id}/blob?ref={first}&path=index.html"), &alice).await.expect(200, None);
+    let old = api
+        .get(
+            &format!("/apps/{id}/blob?ref={first}&path=index.html"),
+            &alice,
+        )
+        .await
+        .expect(200, None);
     assert_eq!(old, "<p>hi</p>\n");
-    let new = api.get(&format!("/apps/{id}/blob?ref=refs/heads/master&path=index.html"), &alice).await.expect(200, None);
+    let new = api
+        .get(
+            &format!("/apps/{id}/blob?ref=refs/heads/master&path=index.html"),
+            &alice,
+        )
+        .await
+        .expect(200, None);
     assert_eq!(new, "<p>bye</p>\n");
-    assert_eq!(head_of(&api, id, &alice, &second).await.as_deref(), Some(second.as_str()));
+    assert_eq!(
+        head_of(&api, id, &alice, &second).await.as_deref(),
+        Some(second.as_str())
+    );
     let raw = api
         .send(
             Request::get(format!("/apps/{id}/blob?path=css/site.css"))
@@ -78,17 +109,38 @@ async fn tree_and_blob_read_branches_and_commits() -> Result<()> {
         .await;
     assert_eq!(raw.status, 200);
 
-    for missing in ["?ref=nope", "?ref=0123456789012345678901234567890123456789", "?ref=..bad"] {
-        api.get(&format!("/apps/{id}/tree{missing}"), &alice).await.expect(404, Some("not_found"));
+    for missing in [
+        "?ref=nope",
+        "?ref=0123456789012345678901234567890123456789",
+        "?ref=..bad",
+    ] {
+        api.get(&format!("/apps/{id}/tree{missing}"), &alice)
+            .await
+            .expect(404, Some("not_found"));
     }
-    api.get(&format!("/apps/{id}/blob?path=nope.txt"), &alice).await.expect(404, Some("not_found"));
-    api.get(&format!("/apps/{id}/blob?path=css"), &alice).await.expect(404, Some("not_found"));
-    api.get(&format!("/apps/{id}/blob?path=../etc/passwd"), &alice).await.expect(400, Some("bad_request"));
-    api.get(&format!("/apps/{id}/blob"), &alice).await.expect(400, Some("bad_request"));
-    let no_repo = api.token(alice.id, &["deploy:*".to_owned()], false, None).await?;
-    api.call(Method::GET, &format!("/apps/{id}/tree"), Some(&no_repo), None)
+    api.get(&format!("/apps/{id}/blob?path=nope.txt"), &alice)
         .await
-        .expect(403, Some("scope_denied"));
+        .expect(404, Some("not_found"));
+    api.get(&format!("/apps/{id}/blob?path=css"), &alice)
+        .await
+        .expect(404, Some("not_found"));
+    api.get(&format!("/apps/{id}/blob?path=../etc/passwd"), &alice)
+        .await
+        .expect(400, Some("bad_request"));
+    api.get(&format!("/apps/{id}/blob"), &alice)
+        .await
+        .expect(400, Some("bad_request"));
+    let no_repo = api
+        .token(alice.id, &["deploy:*".to_owned()], false, None)
+        .await?;
+    api.call(
+        Method::GET,
+        &format!("/apps/{id}/tree"),
+        Some(&no_repo),
+        None,
+    )
+    .await
+    .expect(403, Some("scope_denied"));
     Ok(())
 }
 
@@ -130,24 +182,50 @@ async fn changesets_apply_changes_edits_and_patches_in_one_commit() -> Result<()
         .as_str()
         .unwrap()
         .to_owned();
-    let tree = api.get(&format!("/apps/{id}/tree"), &alice).await.expect(200, None);
+    let tree = api
+        .get(&format!("/apps/{id}/tree"), &alice)
+        .await
+        .expect(200, None);
     assert_eq!(tree["sha"], after);
-    let paths: Vec<&str> = tree["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    let paths: Vec<&str> = tree["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
     assert_eq!(paths, ["config.txt", "main.py", "new/file.txt"]);
-    let config = api.get(&format!("/apps/{id}/blob?path=config.txt"), &alice).await;
+    let config = api
+        .get(&format!("/apps/{id}/blob?path=config.txt"), &alice)
+        .await;
     assert_eq!(config.body, "debug = true\nlevel = 2\nlevel = 2\n");
-    let main = api.get(&format!("/apps/{id}/blob?path=main.py"), &alice).await;
-    assert_eq!(main.body, "def a():\n    return 1\n\ndef b():\n    return 2\n");
+    let main = api
+        .get(&format!("/apps/{id}/blob?path=main.py"), &alice)
+        .await;
+    assert_eq!(
+        main.body,
+        "def a():\n    return 1\n\ndef b():\n    return 2\n"
+    );
     // Exactly one commit on top of the previous head.
     let repo = api.repos_dir.join(&alice.username).join("site.git");
-    let parent = std::process::Command::new("git").arg("--git-dir").arg(&repo).args(["rev-parse", "master^"]).output()?;
+    let parent = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&repo)
+        .args(["rev-parse", "master^"])
+        .output()?;
     assert_eq!(String::from_utf8(parent.stdout)?.trim(), before);
     // A new branch starts from nothing.
     let branch = api
-        .post(&url, &alice, json!({"ref": "feature/x", "message": "branch", "changes": {"only.txt": "x"}}))
+        .post(
+            &url,
+            &alice,
+            json!({"ref": "feature/x", "message": "branch", "changes": {"only.txt": "x"}}),
+        )
         .await
         .expect(200, None);
-    let tree = api.get(&format!("/apps/{id}/tree?ref=feature/x"), &alice).await.expect(200, None);
+    let tree = api
+        .get(&format!("/apps/{id}/tree?ref=feature/x"), &alice)
+        .await
+        .expect(200, None);
     assert_eq!(tree["sha"], branch["sha"]);
     assert_eq!(tree["files"].as_array().unwrap().len(), 1);
     Ok(())
@@ -160,9 +238,13 @@ async fn a_refused_changeset_says_why_and_writes_nothing() -> Result<()> {
     let app = api.create_app(&alice, "site", "static").await;
     let id = app["id"].as_str().unwrap();
     let url = format!("/apps/{id}/changeset");
-    api.post(&url, &alice, json!({"message": "init", "changes": {"a.txt": "alpha\nbeta\n", "dir/b.txt": "b\n"}}))
-        .await
-        .expect(200, None);
+    api.post(
+        &url,
+        &alice,
+        json!({"message": "init", "changes": {"a.txt": "alpha\nbeta\n", "dir/b.txt": "b\n"}}),
+    )
+    .await
+    .expect(200, None);
     let head = head_of(&api, id, &alice, "master").await;
 
     let cases: Vec<(Value, &str)> = vec![
@@ -170,31 +252,75 @@ async fn a_refused_changeset_says_why_and_writes_nothing() -> Result<()> {
         (json!({"message": "   ", "changes": {"x": "x"}}), "message"),
         (json!({"message": "m"}), "at least one"),
         (json!({"message": "m", "changes": {}}), "at least one"),
-        (json!({"message": "m", "ref": "bad..ref", "changes": {"x": "x"}}), "bad..ref"),
-        (json!({"message": "m", "changes": {"/etc/passwd": "x"}}), "/etc/passwd"),
+        (
+            json!({"message": "m", "ref": "bad..ref", "changes": {"x": "x"}}),
+            "bad..ref",
+        ),
+        (
+            json!({"message": "m", "changes": {"/etc/passwd": "x"}}),
+            "/etc/passwd",
+        ),
         (json!({"message": "m", "changes": {"../up": "x"}}), "../up"),
-        (json!({"message": "m", "changes": {".git/config": "x"}}), ".git/config"),
+        (
+            json!({"message": "m", "changes": {".git/config": "x"}}),
+            ".git/config",
+        ),
         (json!({"message": "m", "changes": {"a/./b": "x"}}), "a/./b"),
-        (json!({"message": "m", "changes": {"a.txt": "x"}, "edits": {"a.txt": [{"old_string": "alpha", "new_string": "x"}]}}), "a.txt"),
-        (json!({"message": "m", "changes": {"ok.txt": "x"}, "edits": {"a.txt": [{"old_string": "gamma", "new_string": "x"}]}}), "gamma"),
-        (json!({"message": "m", "edits": {"missing.txt": [{"old_string": "a", "new_string": "x"}]}}), "missing.txt"),
-        (json!({"message": "m", "edits": {"a.txt": [{"old_string": "a", "new_string": "x"}]}}), "occurs"),
-        (json!({"message": "m", "patches": {"a.txt": "@@\n-alpha\n-delta\n"}}), "delta"),
-        (json!({"message": "m", "patches": {"a.txt": "@@ nowhere\n-alpha\n"}}), "nowhere"),
-        (json!({"message": "m", "patches": {"a.txt": "@@ -1,2 +1,2 @@\n-alpha\n"}}), "line numbers"),
-        (json!({"message": "m", "changes": {"dir": "x"}}), "directory"),
-        (json!({"message": "m", "changes": {"a.txt/c": "x"}}), "a.txt"),
+        (
+            json!({"message": "m", "changes": {"a.txt": "x"}, "edits": {"a.txt": [{"old_string": "alpha", "new_string": "x"}]}}),
+            "a.txt",
+        ),
+        (
+            json!({"message": "m", "changes": {"ok.txt": "x"}, "edits": {"a.txt": [{"old_string": "gamma", "new_string": "x"}]}}),
+            "gamma",
+        ),
+        (
+            json!({"message": "m", "edits": {"missing.txt": [{"old_string": "a", "new_string": "x"}]}}),
+            "missing.txt",
+        ),
+        (
+            json!({"message": "m", "edits": {"a.txt": [{"old_string": "a", "new_string": "x"}]}}),
+            "occurs",
+        ),
+        (
+            json!({"message": "m", "patches": {"a.txt": "@@\n-alpha\n-delta\n"}}),
+            "delta",
+        ),
+        (
+            json!({"message": "m", "patches": {"a.txt": "@@ nowhere\n-alpha\n"}}),
+            "nowhere",
+        ),
+        (
+            json!({"message": "m", "patches": {"a.txt": "@@ -1,2 +1,2 @@\n-alpha\n"}}),
+            "line numbers",
+        ),
+        (
+            json!({"message": "m", "changes": {"dir": "x"}}),
+            "directory",
+        ),
+        (
+            json!({"message": "m", "changes": {"a.txt/c": "x"}}),
+            "a.txt",
+        ),
         (json!({"message": "m", "changes": {"x": 1}}), "changes"),
     ];
     for (body, names) in cases {
         let reply = api.post(&url, &alice, body.clone()).await;
         assert!(reply.message().contains(names), "{body}: {}", reply.body);
         reply.expect(400, Some("bad_request"));
-        assert_eq!(head_of(&api, id, &alice, "master").await, head, "{body} moved the branch");
+        assert_eq!(
+            head_of(&api, id, &alice, "master").await,
+            head,
+            "{body} moved the branch"
+        );
     }
     // A patch on a branch that does not exist names the file it needed.
     let reply = api
-        .post(&url, &alice, json!({"message": "m", "ref": "other", "patches": {"a.txt": "@@\n-alpha\n"}}))
+        .post(
+            &url,
+            &alice,
+            json!({"message": "m", "ref": "other", "patches": {"a.txt": "@@\n-alpha\n"}}),
+        )
         .await;
     assert!(reply.message().contains("a.txt"), "{}", reply.body);
     reply.expect(400, Some("bad_request"));
@@ -209,9 +335,13 @@ async fn racing_changesets_and_pushes_never_lose_a_commit() -> Result<()> {
     let app = api.create_app(&alice, "site", "static").await;
     let id = app["id"].as_str().unwrap().to_owned();
     let url = format!("/apps/{id}/changeset");
-    api.post(&url, &alice, json!({"message": "init", "changes": {"counter.txt": "0\n"}}))
-        .await
-        .expect(200, None);
+    api.post(
+        &url,
+        &alice,
+        json!({"message": "init", "changes": {"counter.txt": "0\n"}}),
+    )
+    .await
+    .expect(200, None);
 
     // Changesets racing on one branch all land, one on top of the other.
     let mut racers = Vec::new();
@@ -231,11 +361,21 @@ async fn racing_changesets_and_pushes_never_lose_a_commit() -> Result<()> {
             other => panic!("racing changeset answered {other}: {}", reply.body),
         }
     }
-    let tree = api.get(&format!("/apps/{id}/tree"), &alice).await.expect(200, None);
+    let tree = api
+        .get(&format!("/apps/{id}/tree"), &alice)
+        .await
+        .expect(200, None);
     assert_eq!(tree["files"].as_array().unwrap().len(), 1 + landed);
     let repo = api.repos_dir.join(&alice.username).join("site.git");
-    let count = std::process::Command::new("git").arg("--git-dir").arg(&repo).args(["rev-list", "--count", "master"]).output()?;
-    assert_eq!(String::from_utf8(count.stdout)?.trim(), (1 + landed).to_string());
+    let count = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&repo)
+        .args(["rev-list", "--count", "master"])
+        .output()?;
+    assert_eq!(
+        String::from_utf8(count.stdout)?.trim(),
+        (1 + landed).to_string()
+    );
     assert!(landed >= 1);
 
     // An edit whose text another writer changed first answers a conflict or lands on top: never both edits lost.
@@ -247,29 +387,47 @@ async fn racing_changesets_and_pushes_never_lose_a_commit() -> Result<()> {
     for i in 0..3 {
         ws.write("w/pushed.txt", format!("{i}\n"))?;
         ws.git("w", &["add", "-A"]).await?;
-        ws.git("w", &["commit", "-qm", &format!("push {i}")]).await?;
+        ws.git("w", &["commit", "-qm", &format!("push {i}")])
+            .await?;
         let push = ws.try_git("w", &["push", "-q", "origin", "HEAD:master"]);
         let api2 = api.clone();
         let (alice2, url2) = (alice.clone(), url.clone());
         let changeset = tokio::spawn(async move {
-            api2.post(&url2, &alice2, json!({"message": format!("cs {i}"), "changes": {format!("cs-{i}.txt"): "y"}})).await
+            api2.post(
+                &url2,
+                &alice2,
+                json!({"message": format!("cs {i}"), "changes": {format!("cs-{i}.txt"): "y"}}),
+            )
+            .await
         });
         let push = push.await?;
         let changeset = changeset.await?;
         pushes.push((push.ok, changeset.status.as_u16()));
         if !push.ok {
             // The changeset landed first: a plain pull brings it, and the next push carries on.
-            ws.git("w", &["pull", "-q", "--no-rebase", "--no-edit", "origin", "master"]).await?;
-            ws.git("w", &["push", "-q", "origin", "HEAD:master"]).await?;
+            ws.git(
+                "w",
+                &["pull", "-q", "--no-rebase", "--no-edit", "origin", "master"],
+            )
+            .await?;
+            ws.git("w", &["push", "-q", "origin", "HEAD:master"])
+                .await?;
         }
     }
     // Every changeset landed (200) and every push too: both are in the final history.
-    let log = std::process::Command::new("git").arg("--git-dir").arg(&repo).args(["log", "--format=%s", "master"]).output()?;
+    let log = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&repo)
+        .args(["log", "--format=%s", "master"])
+        .output()?;
     let log = String::from_utf8(log.stdout)?;
     for i in 0..3 {
         assert!(log.contains(&format!("push {i}")), "{log}");
         if pushes[i].1 == 200 {
-            assert!(log.contains(&format!("cs {i}")), "changeset {i} was lost: {log}");
+            assert!(
+                log.contains(&format!("cs {i}")),
+                "changeset {i} was lost: {log}"
+            );
         }
     }
     Ok(())
@@ -285,14 +443,25 @@ async fn code_download_streams_the_channels_commit_as_tar() -> Result<()> {
     let url = format!("/apps/{id}/channels/{channel_id}/code/download");
 
     let undeployed = api.get(&url, &alice).await;
-    assert!(undeployed.message().contains("not been deployed"), "{}", undeployed.body);
+    assert!(
+        undeployed.message().contains("not been deployed"),
+        "{}",
+        undeployed.body
+    );
     undeployed.expect(404, Some("not_found"));
-    api.get(&format!("{url}?snapshot_id={}", uuid::Uuid::new_v4()), &alice)
-        .await
-        .expect(404, Some("snapshot_not_found"));
+    api.get(
+        &format!("{url}?snapshot_id={}", uuid::Uuid::new_v4()),
+        &alice,
+    )
+    .await
+    .expect(404, Some("snapshot_not_found"));
 
     let sha = api
-        .post(&format!("/apps/{id}/changeset"), &alice, json!({"message": "m", "changes": {"index.html": "hi\n", "a/b.txt": "b\n"}}))
+        .post(
+            &format!("/apps/{id}/changeset"),
+            &alice,
+            json!({"message": "m", "changes": {"index.html": "hi\n", "a/b.txt": "b\n"}}),
+        )
         .await
         .expect(200, None)["sha"]
         .as_str()
@@ -309,7 +478,10 @@ async fn code_download_streams_the_channels_commit_as_tar() -> Result<()> {
         .await?;
     let mut seen = false;
     for _ in 0..100 {
-        let channel = api.get(&format!("/apps/{id}/channels/{channel_id}"), &alice).await.expect(200, None);
+        let channel = api
+            .get(&format!("/apps/{id}/channels/{channel_id}"), &alice)
+            .await
+            .expect(200, None);
         if channel["current_sha"] == sha.as_str() {
             seen = true;
             break;
@@ -318,14 +490,22 @@ async fn code_download_streams_the_channels_commit_as_tar() -> Result<()> {
     }
     assert!(seen, "the cache never saw the deployed sha");
 
-    let no_repo = api.token(alice.id, &["deploy:*".to_owned()], false, None).await?;
-    api.call(Method::GET, &url, Some(&no_repo), None).await.expect(403, Some("scope_denied"));
+    let no_repo = api
+        .token(alice.id, &["deploy:*".to_owned()], false, None)
+        .await?;
+    api.call(Method::GET, &url, Some(&no_repo), None)
+        .await
+        .expect(403, Some("scope_denied"));
 
     use tower::ServiceExt;
     let res = api
         .router
         .clone()
-        .oneshot(Request::get(&url).header("authorization", format!("Bearer {}", alice.token)).body(Body::empty())?)
+        .oneshot(
+            Request::get(&url)
+                .header("authorization", format!("Bearer {}", alice.token))
+                .body(Body::empty())?,
+        )
         .await?;
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["content-type"], "application/x-tar");
@@ -337,9 +517,15 @@ async fn code_download_streams_the_channels_commit_as_tar() -> Result<()> {
     let dir = std::env::temp_dir().join(format!("slipway-tar-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("code.tar"), &tar)?;
-    let listed = std::process::Command::new("tar").arg("-tf").arg(dir.join("code.tar")).output()?;
+    let listed = std::process::Command::new("tar")
+        .arg("-tf")
+        .arg(dir.join("code.tar"))
+        .output()?;
     let listed = String::from_utf8(listed.stdout)?;
-    assert!(listed.lines().any(|l| l == "index.html") && listed.lines().any(|l| l == "a/b.txt"), "{listed}");
+    assert!(
+        listed.lines().any(|l| l == "index.html") && listed.lines().any(|l| l == "a/b.txt"),
+        "{listed}"
+    );
     std::fs::remove_dir_all(dir)?;
 
     let audited: (i64,) = sqlx::query_as(

@@ -151,8 +151,12 @@ pub async fn visible_app_to(
     let own_namespace = username
         .parse::<Username>()
         .map(|u| labels::user_namespace(&u))
-        .map_err(|_| ApiError::Internal(anyhow::anyhow!("stored username {username} is invalid")))?;
-    if app.spec.owner == username && app.metadata.namespace.as_deref() == Some(own_namespace.as_str()) {
+        .map_err(|_| {
+            ApiError::Internal(anyhow::anyhow!("stored username {username} is invalid"))
+        })?;
+    if app.spec.owner == username
+        && app.metadata.namespace.as_deref() == Some(own_namespace.as_str())
+    {
         return VisibleApp::from_resource(app, Role::Owner).ok_or_else(not_found);
     }
     let role = crate::db::members::apps_of(state.db(), user_id)

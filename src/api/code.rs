@@ -122,9 +122,15 @@ async fn download_code(
         }
     });
     let filename = format!("{}-{channel_name}-{}.tar", app.name, &sha[..7]);
-    let mut res = Response::new(Body::from_stream(ReaderStream::with_capacity(stdout, 64 * 1024)));
+    let mut res = Response::new(Body::from_stream(ReaderStream::with_capacity(
+        stdout,
+        64 * 1024,
+    )));
     let headers = res.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-tar"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-tar"),
+    );
     headers.insert(
         header::CONTENT_DISPOSITION,
         HeaderValue::from_str(&format!("attachment; filename=\"{filename}\""))

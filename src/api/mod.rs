@@ -104,14 +104,16 @@ pub fn router(state: AppState) -> Router {
             tracing::info_span!("request", method = %req.method(), route)
         }))
         .merge(
-            crate::git::http::routes().layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-                let route = req
-                    .extensions()
-                    .get::<MatchedPath>()
-                    .map(MatchedPath::as_str)
-                    .unwrap_or("unmatched");
-                tracing::info_span!("git", method = %req.method(), route)
-            })),
+            crate::git::http::routes().layer(TraceLayer::new_for_http().make_span_with(
+                |req: &Request| {
+                    let route = req
+                        .extensions()
+                        .get::<MatchedPath>()
+                        .map(MatchedPath::as_str)
+                        .unwrap_or("unmatched");
+                    tracing::info_span!("git", method = %req.method(), route)
+                },
+            )),
         )
         .with_state(state)
 }

@@ -198,7 +198,9 @@ async fn get_blob(
     .await?;
     let data = found
         .ok_or_else(|| missing_ref(&reference))?
-        .ok_or_else(|| ApiError::Missing("not_found", format!("file {file} not found at {reference}")))?;
+        .ok_or_else(|| {
+            ApiError::Missing("not_found", format!("file {file} not found at {reference}"))
+        })?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response())
 }
 
@@ -230,7 +232,9 @@ async fn post_changeset(
         .await
         .map_err(|e| ApiError::Internal(e.into()))?;
     match committed {
-        Ok(sha) => Ok(Json(ChangesetResponse { sha: sha.to_string() })),
+        Ok(sha) => Ok(Json(ChangesetResponse {
+            sha: sha.to_string(),
+        })),
         Err(ChangesetError::Invalid(m)) => Err(ApiError::BadRequest(m)),
         Err(ChangesetError::Conflict(m)) => Err(ApiError::Conflict(m)),
         Err(ChangesetError::Internal(e)) => Err(ApiError::Internal(e)),
@@ -271,7 +275,9 @@ pub fn validate(req: ChangesetRequest) -> Result<Changeset, ApiError> {
     }
     for (path, list) in &edits {
         if list.is_empty() {
-            return Err(ApiError::bad_request(format!("{path}: edits lists no edit")));
+            return Err(ApiError::bad_request(format!(
+                "{path}: edits lists no edit"
+            )));
         }
     }
     let parse = |p: String| RepoPath::parse(&p).map_err(ApiError::bad_request);

@@ -70,7 +70,9 @@ impl From<SshKey> for KeyView {
             public_key: k.public_key,
             label: k.label,
             api_login: k.api_login,
-            created_at: k.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            created_at: k
+                .created_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         }
     }
 }
@@ -79,10 +81,13 @@ impl From<SshKey> for KeyView {
 pub fn parse_key(line: &str) -> Result<(String, String, String), ApiError> {
     let line = line.trim();
     if line.is_empty() || line.contains('\n') {
-        return Err(ApiError::bad_request("public_key must be one OpenSSH public key line"));
+        return Err(ApiError::bad_request(
+            "public_key must be one OpenSSH public key line",
+        ));
     }
-    let key = PublicKey::from_openssh(line)
-        .map_err(|_| ApiError::bad_request("public_key is not an OpenSSH public key line (ssh-ed25519 AAAA...)"))?;
+    let key = PublicKey::from_openssh(line).map_err(|_| {
+        ApiError::bad_request("public_key is not an OpenSSH public key line (ssh-ed25519 AAAA...)")
+    })?;
     if key.algorithm() != Algorithm::Ed25519 {
         return Err(ApiError::bad_request(format!(
             "only ssh-ed25519 keys are accepted, not {}",
@@ -95,7 +100,11 @@ pub fn parse_key(line: &str) -> Result<(String, String, String), ApiError> {
     let text = bare
         .to_openssh()
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("encode a public key: {e}")))?;
-    Ok((text.trim().to_owned(), key.fingerprint(HashAlg::Sha256).to_string(), comment))
+    Ok((
+        text.trim().to_owned(),
+        key.fingerprint(HashAlg::Sha256).to_string(),
+        comment,
+    ))
 }
 
 /// Register an SSH public key on the caller's account (git over SSH).
@@ -112,14 +121,23 @@ async fn add_key(
     let (public_key, fingerprint, comment) = parse_key(&req.public_key)?;
     let label = match req.label {
         Some(label) => label.trim().to_owned(),
-        None if !comment.trim().is_empty() => comment.trim().chars().take(LABEL_MAX_CHARS).collect(),
+        None if !comment.trim().is_empty() => {
+            comment.trim().chars().take(LABEL_MAX_CHARS).collect()
+        }
         None => "ssh key".to_owned(),
     };
-    if label.is_empty() || label.chars().count() > LABEL_MAX_CHARS || label.chars().any(char::is_control) {
-        return Err(ApiError::bad_request("label must be 1-64 characters without control characters"));
+    if label.is_empty()
+        || label.chars().count() > LABEL_MAX_CHARS
+        || label.chars().any(char::is_control)
+    {
+        return Err(ApiError::bad_request(
+            "label must be 1-64 characters without control characters",
+        ));
     }
     if req.api_login {
-        let all_defaults = scopes::DEFAULT.iter().all(|s| caller.scopes.iter().any(|c| c == s));
+        let all_defaults = scopes::DEFAULT
+            .iter()
+            .all(|s| caller.scopes.iter().any(|c| c == s));
         // No account has a verified address yet (email verification comes later), so the token must carry email:bind.
         let bound = caller.scopes.iter().any(|s| s == scopes::EMAIL_BIND);
         if !all_defaults || !bound {
@@ -135,16 +153,19 @@ async fn add_key(
         label: &label,
         api_login: req.api_login,
     };
-    let stored = ssh_keys::insert(state.db(), &new)
-        .await?
-        .ok_or_else(|| ApiError::Conflict(format!("the key {fingerprint} is already registered")))?;
+    let stored = ssh_keys::insert(state.db(), &new).await?.ok_or_else(|| {
+        ApiError::Conflict(format!("the key {fingerprint} is already registered"))
+    })?;
     Ok(Json(stored.into()))
 }
 
 /// List the SSH keys of the caller's account.
 #[utoipa::path(get, path = "/ssh-keys", tag = "ssh-keys", security(("bearer" = [])),
     responses((status = 200, body = KeyList), (status = 401, body = ErrorEnvelope)))]
-async fn list_keys(State(state): State<AppState>, caller: Caller) -> Result<Json<KeyList>, ApiError> {
+async fn list_keys(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<KeyList>, ApiError> {
     let keys = ssh_keys::of_user(state.db(), caller.user_id).await?;
     Ok(Json(KeyList {
         ssh_keys: keys.into_iter().map(KeyView::from).collect(),
@@ -177,7 +198,10 @@ mod tests {
     fn ed25519_lines_parse_and_others_are_refused() {
         let line = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";
         let (bare, fingerprint, comment) = parse_key(line).unwrap();
-        assert_eq!(bare, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl");
+        assert_eq!(
+            bare,
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+        );
         assert!(fingerprint.starts_with("SHA256:"), "{fingerprint}");
         assert_eq!(comment, "alice@laptop");
         assert!(parse_key("ssh-ed25519 notbase64").is_err());
@@ -185,6 +209,9 @@ mod tests {
         assert!(parse_key(&format!("{line}\n{line}")).is_err());
         let ecdsa = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBEmKSENjQEezOmxkZMy7opKgwFB9nkt5YRrYMjNuG5N87uRgg6CLrbo5wAdT/y6v0mKV0U2w0WZ2YB/++Tpockg=";
         let err = parse_key(ecdsa).unwrap_err();
-        assert!(err.to_string().contains("ssh-ed25519") || err.to_string().contains("OpenSSH"), "{err}");
+        assert!(
+            err.to_string().contains("ssh-ed25519") || err.to_string().contains("OpenSSH"),
+            "{err}"
+        );
     }
 }

@@ -75,10 +75,16 @@ enum Node {
 
 /// Commits `changeset` to the repository at `repo_path` and returns the new commit. Blocking: run it off the
 /// async runtime.
-pub fn commit(repo_path: &Path, changeset: &Changeset, who: &Identity) -> Result<ObjectId, ChangesetError> {
+pub fn commit(
+    repo_path: &Path,
+    changeset: &Changeset,
+    who: &Identity,
+) -> Result<ObjectId, ChangesetError> {
     let repo = store::open(repo_path)?;
     let name = gix::refs::FullName::try_from(store::branch_ref(&changeset.branch).as_str())
-        .map_err(|e| ChangesetError::Invalid(format!("invalid branch name {}: {e}", changeset.branch)))?;
+        .map_err(|e| {
+            ChangesetError::Invalid(format!("invalid branch name {}: {e}", changeset.branch))
+        })?;
     for attempt in 0..ATTEMPTS {
         let head = store::branch_head(&repo, &changeset.branch)?;
         let tree = match build_tree(&repo, head, changeset) {
@@ -153,7 +159,10 @@ fn first_line(s: &str) -> &str {
 }
 
 /// Every path of `head`'s tree with what it is.
-fn flat_tree(repo: &gix::Repository, head: Option<ObjectId>) -> Result<BTreeMap<String, Node>, ChangesetError> {
+fn flat_tree(
+    repo: &gix::Repository,
+    head: Option<ObjectId>,
+) -> Result<BTreeMap<String, Node>, ChangesetError> {
     let Some(head) = head else {
         return Ok(BTreeMap::new());
     };
@@ -162,7 +171,9 @@ fn flat_tree(repo: &gix::Repository, head: Option<ObjectId>) -> Result<BTreeMap<
     for entry in tree.traverse().breadthfirst.files()? {
         let kind = entry.mode.kind();
         let node = match kind {
-            EntryKind::Blob | EntryKind::BlobExecutable | EntryKind::Link => Node::Blob(kind, entry.oid),
+            EntryKind::Blob | EntryKind::BlobExecutable | EntryKind::Link => {
+                Node::Blob(kind, entry.oid)
+            }
             EntryKind::Tree => continue,
             EntryKind::Commit => Node::Other,
         };
@@ -188,7 +199,9 @@ fn build_tree(
 ) -> Result<ObjectId, ChangesetError> {
     let mut nodes = flat_tree(repo, head)?;
     let invalid = |e: Unresolved| ChangesetError::Invalid(e.to_string());
-    let existing_blob = |nodes: &BTreeMap<String, Node>, path: &RepoPath, what: &str| match nodes.get(path.as_str()) {
+    let existing_blob = |nodes: &BTreeMap<String, Node>, path: &RepoPath, what: &str| match nodes
+        .get(path.as_str())
+    {
         Some(Node::Blob(kind, id)) => Ok((*kind, *id)),
         Some(Node::Other) => Err(ChangesetError::Invalid(format!(
             "{path}: {what} needs a file, and {path} is a submodule"
@@ -220,12 +233,20 @@ fn build_tree(
     for (path, edits) in &changeset.edits {
         let (kind, id) = existing_blob(&nodes, path, "an edit")?;
         let data = repo.find_blob(id)?.take_data();
-        writes.push((path, kind, patch::apply_edits(path.as_str(), &data, edits).map_err(invalid)?));
+        writes.push((
+            path,
+            kind,
+            patch::apply_edits(path.as_str(), &data, edits).map_err(invalid)?,
+        ));
     }
     for (path, hunks) in &changeset.patches {
         let (kind, id) = existing_blob(&nodes, path, "a patch")?;
         let data = repo.find_blob(id)?.take_data();
-        writes.push((path, kind, patch::apply_patch(path.as_str(), &data, hunks).map_err(invalid)?));
+        writes.push((
+            path,
+            kind,
+            patch::apply_patch(path.as_str(), &data, hunks).map_err(invalid)?,
+        ));
     }
 
     // Then the shape of the new tree: deletions, and files that would collide with a directory or a file.
@@ -249,9 +270,14 @@ fn build_tree(
             )));
         }
         if has_children(&nodes, path.as_str()) {
-            return Err(ChangesetError::Invalid(format!("{path}: is a directory, not a file")));
+            return Err(ChangesetError::Invalid(format!(
+                "{path}: is a directory, not a file"
+            )));
         }
-        nodes.insert(path.as_str().to_owned(), Node::Blob(*kind, ObjectId::null(gix::hash::Kind::Sha1)));
+        nodes.insert(
+            path.as_str().to_owned(),
+            Node::Blob(*kind, ObjectId::null(gix::hash::Kind::Sha1)),
+        );
     }
 
     let base = match head {
@@ -275,7 +301,10 @@ mod tests {
     use proptest::prelude::*;
 
     fn bare_repo() -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("slipway-changeset-{}.git", uuid::Uuid::new_v4().simple()));
+        let dir = std::env::temp_dir().join(format!(
+            "slipway-changeset-{}.git",
+            uuid::Uuid::new_v4().simple()
+        ));
         let out = std::process::Command::new("git")
             .args(["init", "--quiet", "--bare", "--initial-branch=master"])
             .arg(&dir)
@@ -312,7 +341,11 @@ mod tests {
             .args(args)
             .output()
             .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     }
 
@@ -323,22 +356,54 @@ mod tests {
     #[test]
     fn commits_stack_and_git_reads_them() {
         let repo = bare_repo();
-        let first = commit(&repo, &changeset(&[("README.md", Some("hello\n")), ("src/a.rs", Some("fn a() {}\n"))]), &who()).unwrap();
+        let first = commit(
+            &repo,
+            &changeset(&[
+                ("README.md", Some("hello\n")),
+                ("src/a.rs", Some("fn a() {}\n")),
+            ]),
+            &who(),
+        )
+        .unwrap();
         assert_eq!(git(&repo, &["rev-list", "--count", "master"]).trim(), "1");
         let mut next = changeset(&[("README.md", None)]);
         next.edits.insert(
             RepoPath::parse("src/a.rs").unwrap(),
-            vec![Edit { old_string: "a()".into(), new_string: "b()".into(), replace_all: false }],
+            vec![Edit {
+                old_string: "a()".into(),
+                new_string: "b()".into(),
+                replace_all: false,
+            }],
         );
         let second = commit(&repo, &next, &who()).unwrap();
-        assert_eq!(git(&repo, &["rev-parse", "master^"]).trim(), first.to_string());
-        assert_eq!(git(&repo, &["rev-parse", "master"]).trim(), second.to_string());
+        assert_eq!(
+            git(&repo, &["rev-parse", "master^"]).trim(),
+            first.to_string()
+        );
+        assert_eq!(
+            git(&repo, &["rev-parse", "master"]).trim(),
+            second.to_string()
+        );
         assert_eq!(git(&repo, &["show", "master:src/a.rs"]), "fn b() {}\n");
-        assert_eq!(git(&repo, &["ls-tree", "-r", "--name-only", "master"]), "src/a.rs\n");
-        assert_eq!(git(&repo, &["log", "-1", "--format=%an <%ae>%n%s", "master"]), "alice <alice@git.test>\ntest\n");
+        assert_eq!(
+            git(&repo, &["ls-tree", "-r", "--name-only", "master"]),
+            "src/a.rs\n"
+        );
+        assert_eq!(
+            git(&repo, &["log", "-1", "--format=%an <%ae>%n%s", "master"]),
+            "alice <alice@git.test>\ntest\n"
+        );
         // Deleting the last file of a directory leaves no empty tree behind.
-        commit(&repo, &changeset(&[("src/a.rs", None), ("b.txt", Some("b"))]), &who()).unwrap();
-        assert_eq!(git(&repo, &["ls-tree", "-r", "-t", "--name-only", "master"]), "b.txt\n");
+        commit(
+            &repo,
+            &changeset(&[("src/a.rs", None), ("b.txt", Some("b"))]),
+            &who(),
+        )
+        .unwrap();
+        assert_eq!(
+            git(&repo, &["ls-tree", "-r", "-t", "--name-only", "master"]),
+            "b.txt\n"
+        );
         git(&repo, &["fsck", "--strict"]);
         std::fs::remove_dir_all(repo).unwrap();
     }
@@ -346,7 +411,12 @@ mod tests {
     #[test]
     fn files_and_directories_do_not_collide() {
         let repo = bare_repo();
-        commit(&repo, &changeset(&[("a/b.txt", Some("1")), ("c", Some("2"))]), &who()).unwrap();
+        commit(
+            &repo,
+            &changeset(&[("a/b.txt", Some("1")), ("c", Some("2"))]),
+            &who(),
+        )
+        .unwrap();
         let before = head(&repo);
         for (bad, says) in [
             (vec![("a", Some("x"))], "is a directory"),
@@ -354,11 +424,19 @@ mod tests {
             (vec![("a", None)], "cannot delete a directory"),
         ] {
             let err = commit(&repo, &changeset(&bad), &who()).unwrap_err();
-            assert!(matches!(&err, ChangesetError::Invalid(m) if m.contains(says)), "{err}");
+            assert!(
+                matches!(&err, ChangesetError::Invalid(m) if m.contains(says)),
+                "{err}"
+            );
             assert_eq!(head(&repo), before);
         }
         // Replacing a file by a directory in one changeset is fine.
-        commit(&repo, &changeset(&[("c", None), ("c/d", Some("x"))]), &who()).unwrap();
+        commit(
+            &repo,
+            &changeset(&[("c", None), ("c/d", Some("x"))]),
+            &who(),
+        )
+        .unwrap();
         assert_eq!(git(&repo, &["show", "master:c/d"]), "x");
         std::fs::remove_dir_all(repo).unwrap();
     }
@@ -371,12 +449,22 @@ mod tests {
         let mut edit = changeset(&[]);
         edit.edits.insert(
             RepoPath::parse("f").unwrap(),
-            vec![Edit { old_string: "one".into(), new_string: "two".into(), replace_all: false }],
+            vec![Edit {
+                old_string: "one".into(),
+                new_string: "two".into(),
+                replace_all: false,
+            }],
         );
         let pushed = commit(&repo, &changeset(&[("g", Some("g\n"))]), &who()).unwrap();
         let ours = commit(&repo, &edit, &who()).unwrap();
-        assert_eq!(git(&repo, &["rev-parse", "master^"]).trim(), pushed.to_string());
-        assert_eq!(git(&repo, &["rev-parse", "master"]).trim(), ours.to_string());
+        assert_eq!(
+            git(&repo, &["rev-parse", "master^"]).trim(),
+            pushed.to_string()
+        );
+        assert_eq!(
+            git(&repo, &["rev-parse", "master"]).trim(),
+            ours.to_string()
+        );
         std::fs::remove_dir_all(repo).unwrap();
     }
 

@@ -66,7 +66,10 @@ impl IntoResponse for GitError {
             GitError::BadRequest(m) => (StatusCode::BAD_REQUEST, m.to_owned()),
             GitError::Internal(e) => {
                 tracing::error!(error = format!("{e:#}"), "git request failed");
-                (StatusCode::INTERNAL_SERVER_ERROR, "internal error".to_owned())
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal error".to_owned(),
+                )
             }
         };
         (status, format!("{message}\n")).into_response()
@@ -109,26 +112,48 @@ async fn grant(
     repo: &str,
     service: Service,
 ) -> Result<(Caller, Granted), GitError> {
-    let token = token_of(headers).ok_or(GitError::Unauthorized("authentication required: use an access token as the password"))?;
+    let token = token_of(headers).ok_or(GitError::Unauthorized(
+        "authentication required: use an access token as the password",
+    ))?;
     let caller = match auth::authenticate(state, &token).await {
         Ok(caller) => caller,
         Err(ApiError::Internal(e)) => return Err(GitError::Internal(e)),
-        Err(ApiError::TokenRevoked) => return Err(GitError::Unauthorized("the token has been revoked")),
-        Err(_) => return Err(GitError::Unauthorized("the token is not valid or has expired")),
+        Err(ApiError::TokenRevoked) => {
+            return Err(GitError::Unauthorized("the token has been revoked"));
+        }
+        Err(_) => {
+            return Err(GitError::Unauthorized(
+                "the token is not valid or has expired",
+            ));
+        }
     };
     caller
         .require_scope(scopes::REPO)
         .map_err(|e| GitError::Forbidden(e.to_string()))?;
-    let granted = service::authorize(state, caller.user_id, &caller.username, owner, repo, service).await?;
+    let granted = service::authorize(
+        state,
+        caller.user_id,
+        &caller.username,
+        owner,
+        repo,
+        service,
+    )
+    .await?;
     Ok((caller, granted))
 }
 
 /// `Cache-Control` and friends as `git http-backend` sends them: protocol answers are never cached.
 fn no_cache(res: &mut Response) {
     let h = res.headers_mut();
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, max-age=0, must-revalidate"));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, max-age=0, must-revalidate"),
+    );
     h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
-    h.insert(header::EXPIRES, HeaderValue::from_static("Fri, 01 Jan 1980 00:00:00 GMT"));
+    h.insert(
+        header::EXPIRES,
+        HeaderValue::from_static("Fri, 01 Jan 1980 00:00:00 GMT"),
+    );
 }
 
 fn git_protocol(headers: &HeaderMap) -> Option<String> {
@@ -154,10 +179,14 @@ async fn info_refs(
         .service
         .as_deref()
         .and_then(Service::parse)
-        .ok_or(GitError::BadRequest("only git's smart protocol is served: ?service=git-upload-pack or git-receive-pack"))?;
+        .ok_or(GitError::BadRequest(
+            "only git's smart protocol is served: ?service=git-upload-pack or git-receive-pack",
+        ))?;
     let (_, granted) = grant(&state, &headers, &owner, &repo, service).await?;
     let protocol = git_protocol(&headers);
-    let v2 = protocol.as_deref().is_some_and(|p| p.split(':').any(|kv| kv == "version=2"));
+    let v2 = protocol
+        .as_deref()
+        .is_some_and(|p| p.split(':').any(|kv| kv == "version=2"));
     let mut child = service::command(service, &granted.path, true, true, protocol.as_deref())
         .spawn()
         .map_err(|e| GitError::Internal(anyhow::anyhow!("start git {}: {e}", service.name())))?;
@@ -174,8 +203,9 @@ async fn info_refs(
         let line = format!("# service={}\n", service.name());
         format!("{:04x}{line}0000", line.len() + 4).into_bytes()
     };
-    let body = futures::stream::once(async move { Ok::<_, io::Error>(axum::body::Bytes::from(prefix)) })
-        .chain(ReaderStream::with_capacity(stdout, CHUNK));
+    let body =
+        futures::stream::once(async move { Ok::<_, io::Error>(axum::body::Bytes::from(prefix)) })
+            .chain(ReaderStream::with_capacity(stdout, CHUNK));
     let mut res = Response::new(Body::from_stream(body));
     res.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -203,7 +233,13 @@ async fn receive_pack(
 }
 
 /// `POST git-upload-pack` / `git-receive-pack`: one round of the protocol, streamed through the git program.
-async fn rpc(state: AppState, owner: String, repo: String, service: Service, req: Request) -> Result<Response, GitError> {
+async fn rpc(
+    state: AppState,
+    owner: String,
+    repo: String,
+    service: Service,
+    req: Request,
+) -> Result<Response, GitError> {
     let (parts, body) = req.into_parts();
     let (_, granted) = grant(&state, &parts.headers, &owner, &repo, service).await?;
     let expected = format!("application/x-{}-request", service.name());
@@ -212,19 +248,31 @@ async fn rpc(state: AppState, owner: String, repo: String, service: Service, req
         .get(header::CONTENT_TYPE)
         .is_some_and(|ct| ct.as_bytes() != expected.as_bytes())
     {
-        return Err(GitError::BadRequest("wrong Content-Type for this git service"));
+        return Err(GitError::BadRequest(
+            "wrong Content-Type for this git service",
+        ));
     }
-    let gzip = match parts.headers.get(header::CONTENT_ENCODING).map(HeaderValue::as_bytes) {
+    let gzip = match parts
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .map(HeaderValue::as_bytes)
+    {
         None | Some(b"identity") => false,
         Some(b"gzip" | b"x-gzip") => true,
-        Some(_) => return Err(GitError::BadRequest("only gzip request bodies are understood")),
+        Some(_) => {
+            return Err(GitError::BadRequest(
+                "only gzip request bodies are understood",
+            ));
+        }
     };
     let protocol = git_protocol(&parts.headers);
     let mut child = service::command(service, &granted.path, true, false, protocol.as_deref())
         .spawn()
         .map_err(|e| GitError::Internal(anyhow::anyhow!("start git {}: {e}", service.name())))?;
     let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(GitError::Internal(anyhow::anyhow!("git has no stdin or stdout")));
+        return Err(GitError::Internal(anyhow::anyhow!(
+            "git has no stdin or stdout"
+        )));
     };
     tokio::spawn(service::reap(child, service, granted.path));
 
@@ -244,7 +292,9 @@ async fn rpc(state: AppState, owner: String, repo: String, service: Service, req
         }
         // Dropping stdin closes it: git sees the end of the request.
     });
-    let mut res = Response::new(Body::from_stream(ReaderStream::with_capacity(stdout, CHUNK)));
+    let mut res = Response::new(Body::from_stream(ReaderStream::with_capacity(
+        stdout, CHUNK,
+    )));
     res.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_str(&format!("application/x-{}-result", service.name()))
@@ -262,9 +312,15 @@ mod tests {
     fn the_token_is_the_basic_password_whatever_the_username() {
         let mut h = HeaderMap::new();
         let basic = base64::engine::general_purpose::STANDARD.encode("anyone:svc_abc:def");
-        h.insert(header::AUTHORIZATION, HeaderValue::from_str(&format!("Basic {basic}")).unwrap());
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Basic {basic}")).unwrap(),
+        );
         assert_eq!(token_of(&h).as_deref(), Some("svc_abc:def"));
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer svc_x"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer svc_x"),
+        );
         assert_eq!(token_of(&h).as_deref(), Some("svc_x"));
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic !!!"));
         assert_eq!(token_of(&h), None);

@@ -49,13 +49,19 @@ pub fn apply_edits(path: &str, content: &[u8], edits: &[Edit]) -> Result<Vec<u8>
         let which = format!("edit {} of {}", i + 1, edits.len());
         let old = edit.old_string.as_bytes();
         if old.is_empty() {
-            return Err(unresolved(path, format!("{which}: old_string must not be empty")));
+            return Err(unresolved(
+                path,
+                format!("{which}: old_string must not be empty"),
+            ));
         }
         let found: Vec<usize> = memmem::find_iter(&current, old).collect();
         if found.is_empty() {
             return Err(unresolved(
                 path,
-                format!("{which}: old_string {:?} was not found", shorten(&edit.old_string)),
+                format!(
+                    "{which}: old_string {:?} was not found",
+                    shorten(&edit.old_string)
+                ),
             ));
         }
         if found.len() > 1 && !edit.replace_all {
@@ -168,7 +174,9 @@ fn parse_hunks<'a>(path: &str, text: &'a str) -> Result<Vec<Hunk<'a>>, Unresolve
             }
             return Err(unresolved(
                 path,
-                format!("line {n} of the patch: a patch starts with a hunk header ('@@' or '@@ <anchor>'), found {line:?}"),
+                format!(
+                    "line {n} of the patch: a patch starts with a hunk header ('@@' or '@@ <anchor>'), found {line:?}"
+                ),
             ));
         };
         match line.as_bytes().first() {
@@ -195,11 +203,17 @@ fn parse_hunks<'a>(path: &str, text: &'a str) -> Result<Vec<Hunk<'a>>, Unresolve
         }
     }
     if hunks.is_empty() {
-        return Err(unresolved(path, "the patch holds no hunk ('@@' header)".into()));
+        return Err(unresolved(
+            path,
+            "the patch holds no hunk ('@@' header)".into(),
+        ));
     }
     for (i, hunk) in hunks.iter().enumerate() {
         if hunk.old.is_empty() && hunk.new.is_empty() {
-            return Err(unresolved(path, format!("hunk {} of the patch is empty", i + 1)));
+            return Err(unresolved(
+                path,
+                format!("hunk {} of the patch is empty", i + 1),
+            ));
         }
     }
     Ok(hunks)
@@ -209,8 +223,11 @@ fn parse_hunks<'a>(path: &str, text: &'a str) -> Result<Vec<Hunk<'a>>, Unresolve
 fn looks_numbered(anchor: &str) -> bool {
     let mut parts = anchor.splitn(3, ' ');
     let is_range = |s: Option<&str>, sign: char| {
-        s.and_then(|s| s.strip_prefix(sign))
-            .is_some_and(|r| !r.is_empty() && r.split(',').all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+        s.and_then(|s| s.strip_prefix(sign)).is_some_and(|r| {
+            !r.is_empty()
+                && r.split(',')
+                    .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
     };
     is_range(parts.next(), '-') && is_range(parts.next(), '+')
 }
@@ -296,7 +313,11 @@ fn after(cursor: usize) -> String {
 
 /// The first index at or after `from` where `block` matches; on a miss, the closest attempt as (index, lines
 /// that matched).
-fn find_block(lines: &[Line], from: usize, block: &[&str]) -> Result<usize, Option<(usize, usize)>> {
+fn find_block(
+    lines: &[Line],
+    from: usize,
+    block: &[&str],
+) -> Result<usize, Option<(usize, usize)>> {
     let mut closest: Option<(usize, usize)> = None;
     let mut at = from;
     while at + block.len() <= lines.len() {
@@ -316,7 +337,13 @@ fn find_block(lines: &[Line], from: usize, block: &[&str]) -> Result<usize, Opti
     Err(closest)
 }
 
-fn describe_miss(which: &str, hunk: &Hunk<'_>, lines: &[Line], from: usize, closest: Option<(usize, usize)>) -> String {
+fn describe_miss(
+    which: &str,
+    hunk: &Hunk<'_>,
+    lines: &[Line],
+    from: usize,
+    closest: Option<(usize, usize)>,
+) -> String {
     let place = match hunk.anchor {
         Some(anchor) => format!(" from the anchor {:?} on", shorten(anchor)),
         None => after(from),
@@ -366,16 +393,28 @@ mod tests {
     #[test]
     fn edits_replace_exactly_once_unless_replace_all() {
         let text = b"let a = 1;\nlet b = 1;\n";
-        assert_eq!(apply_edits("f", text, &[edit("a = 1", "a = 2", false)]).unwrap(), b"let a = 2;\nlet b = 1;\n");
+        assert_eq!(
+            apply_edits("f", text, &[edit("a = 1", "a = 2", false)]).unwrap(),
+            b"let a = 2;\nlet b = 1;\n"
+        );
         let err = apply_edits("src/f.rs", text, &[edit("= 1", "= 3", false)]).unwrap_err();
-        assert!(err.to_string().contains("src/f.rs") && err.message.contains("occurs 2 times"), "{err}");
-        assert_eq!(apply_edits("f", text, &[edit("= 1", "= 3", true)]).unwrap(), b"let a = 3;\nlet b = 3;\n");
+        assert!(
+            err.to_string().contains("src/f.rs") && err.message.contains("occurs 2 times"),
+            "{err}"
+        );
+        assert_eq!(
+            apply_edits("f", text, &[edit("= 1", "= 3", true)]).unwrap(),
+            b"let a = 3;\nlet b = 3;\n"
+        );
         let err = apply_edits("f", text, &[edit("= 9", "", true)]).unwrap_err();
         assert!(err.message.contains("was not found"), "{err}");
         assert!(apply_edits("f", text, &[edit("", "x", true)]).is_err());
         // Edits apply in order, each on the result of the one before.
         let two = [edit("a = 1", "a = 2", false), edit("a = 2", "a = 5", false)];
-        assert_eq!(apply_edits("f", text, &two).unwrap(), b"let a = 5;\nlet b = 1;\n");
+        assert_eq!(
+            apply_edits("f", text, &two).unwrap(),
+            b"let a = 5;\nlet b = 1;\n"
+        );
         // Byte-exact: a CRLF file is not matched by a LF old_string spanning the line end.
         assert!(apply_edits("f", b"a\r\nb\r\n", &[edit("a\nb", "x", false)]).is_err());
     }
@@ -412,7 +451,10 @@ mod tests {
 
     #[test]
     fn a_missing_final_newline_is_kept() {
-        assert_eq!(apply_patch("f", b"a\nb", "@@\n a\n-b\n+c\n").unwrap(), b"a\nc");
+        assert_eq!(
+            apply_patch("f", b"a\nb", "@@\n a\n-b\n+c\n").unwrap(),
+            b"a\nc"
+        );
         assert_eq!(apply_patch("f", b"a\nb", "@@ b\n+c\n").unwrap(), b"a\nb\nc");
         assert_eq!(apply_patch("f", b"a\nb", "@@\n a\n-b\n").unwrap(), b"a");
     }
@@ -423,16 +465,28 @@ mod tests {
         let err = apply_patch("web/app.js", file, "@@\n alpha\n beta\n-delta\n+x\n").unwrap_err();
         assert_eq!(err.path, "web/app.js");
         assert!(err.message.contains("matches 2 of 3 lines"), "{err}");
-        assert!(err.message.contains("\"gamma\"") && err.message.contains("\"delta\""), "{err}");
+        assert!(
+            err.message.contains("\"gamma\"") && err.message.contains("\"delta\""),
+            "{err}"
+        );
         // Whitespace counts.
         assert!(apply_patch("f", file, "@@\n-alpha \n").is_err());
         assert!(apply_patch("f", b"a\r\nb\r\n", "@@\n-a\n").is_err());
-        assert_eq!(apply_patch("f", b"a\r\nb\r\n", "@@\n-a\r\n").unwrap(), b"b\r\n");
+        assert_eq!(
+            apply_patch("f", b"a\r\nb\r\n", "@@\n-a\r\n").unwrap(),
+            b"b\r\n"
+        );
     }
 
     #[test]
     fn malformed_patches_are_refused() {
-        for bad in ["", "no header\n", "@@\n", "@@\n*x\n", "@@ -1,2 +1,3 @@\n a\n"] {
+        for bad in [
+            "",
+            "no header\n",
+            "@@\n",
+            "@@\n*x\n",
+            "@@ -1,2 +1,3 @@\n a\n",
+        ] {
             assert!(apply_patch("f", b"a\n", bad).is_err(), "{bad:?}");
         }
         assert!(apply_patch("f", b"a\n", "--- a/f\n+++ b/f\n@@\n-a\n+b\n").is_ok());

@@ -42,7 +42,10 @@ impl RepoPath {
         if path.ends_with('/') {
             return fail("a path must name a file (no trailing '/')");
         }
-        if path.bytes().any(|b| b == 0 || b == b'\\' || b.is_ascii_control()) {
+        if path
+            .bytes()
+            .any(|b| b == 0 || b == b'\\' || b.is_ascii_control())
+        {
             return fail("a path must not contain NUL, control characters or '\\'");
         }
         for component in path.split('/') {
@@ -65,9 +68,7 @@ impl RepoPath {
 
     /// The directories leading to the file, shortest first (`a`, `a/b` for `a/b/c`).
     pub fn parents(&self) -> impl Iterator<Item = &str> {
-        self.0
-            .match_indices('/')
-            .map(|(i, _)| &self.0[..i])
+        self.0.match_indices('/').map(|(i, _)| &self.0[..i])
     }
 }
 
@@ -84,7 +85,15 @@ mod tests {
 
     #[test]
     fn ordinary_paths_are_accepted() {
-        for p in ["README.md", "src/main.rs", "a/b/c.d", ".github/workflows/ci.yml", ".gitignore", "x..y", "..a"] {
+        for p in [
+            "README.md",
+            "src/main.rs",
+            "a/b/c.d",
+            ".github/workflows/ci.yml",
+            ".gitignore",
+            "x..y",
+            "..a",
+        ] {
             assert_eq!(RepoPath::parse(p).unwrap().as_str(), p);
         }
     }
@@ -92,8 +101,22 @@ mod tests {
     #[test]
     fn escaping_and_git_paths_are_refused_with_the_path_named() {
         for p in [
-            "", "/etc/passwd", "a/../b", "..", ".", "./a", "a/./b", "a//b", "a/", ".git/config", ".git",
-            "sub/.git/hooks/pre-commit", ".GIT/config", "a\\b", "a\0b", "a\nb",
+            "",
+            "/etc/passwd",
+            "a/../b",
+            "..",
+            ".",
+            "./a",
+            "a/./b",
+            "a//b",
+            "a/",
+            ".git/config",
+            ".git",
+            "sub/.git/hooks/pre-commit",
+            ".GIT/config",
+            "a\\b",
+            "a\0b",
+            "a\nb",
         ] {
             let err = RepoPath::parse(p).unwrap_err();
             assert_eq!(err.path, p);

@@ -98,8 +98,15 @@ pub async fn authorize(
         .cache()
         .apps_in(&namespace)
         .into_iter()
-        .find(|a| a.metadata.name.as_deref() == Some(app_name.as_str()) && a.spec.owner == owner.as_str())
-        .and_then(|a| a.metadata.uid.as_deref().and_then(|u| u.parse::<Uuid>().ok()))
+        .find(|a| {
+            a.metadata.name.as_deref() == Some(app_name.as_str()) && a.spec.owner == owner.as_str()
+        })
+        .and_then(|a| {
+            a.metadata
+                .uid
+                .as_deref()
+                .and_then(|u| u.parse::<Uuid>().ok())
+        })
         .ok_or(Refusal::NotFound)?;
     let app = access::visible_app_to(state, user_id, username, uid).await?;
     if service == Service::ReceivePack
@@ -108,7 +115,10 @@ pub async fn authorize(
         return Err(Refusal::Forbidden(reason));
     }
     let path = state.repos().path(&app.owner, &app.name);
-    if !tokio::fs::try_exists(path.join("HEAD")).await.unwrap_or(false) {
+    if !tokio::fs::try_exists(path.join("HEAD"))
+        .await
+        .unwrap_or(false)
+    {
         tracing::warn!(repo = %path.display(), "app has no repository on disk");
         return Err(Refusal::NotFound);
     }
@@ -161,7 +171,8 @@ pub fn command(
 fn valid_protocol(p: &str) -> bool {
     !p.is_empty()
         && p.len() <= 256
-        && p.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'=' | b':' | b'.' | b'_' | b'-'))
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'=' | b':' | b'.' | b'_' | b'-'))
 }
 
 /// Logs what a finished git process wrote to stderr and how it ended.
@@ -202,7 +213,10 @@ mod tests {
     #[test]
     fn only_the_two_services_parse() {
         assert_eq!(Service::parse("git-upload-pack"), Some(Service::UploadPack));
-        assert_eq!(Service::parse("git-receive-pack"), Some(Service::ReceivePack));
+        assert_eq!(
+            Service::parse("git-receive-pack"),
+            Some(Service::ReceivePack)
+        );
         assert_eq!(Service::parse("git-upload-archive"), None);
         assert_eq!(Service::parse("sh"), None);
     }

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use russh::keys::{HashAlg, PrivateKey};
-use russh::server::{Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Server as _, Session, VerifiedPublicKey};
+use russh::server::{
+    Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Server as _, Session, VerifiedPublicKey,
+};
 use russh::{Channel, ChannelId, MethodKind, MethodSet};
 use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
@@ -29,7 +31,9 @@ pub fn load_or_create_host_key(path: &Path) -> anyhow::Result<PrivateKey> {
             .with_context(|| format!("read the SSH host key {}", path.display()));
     }
     let seed: [u8; 32] = rand::RngExt::random(&mut rand::rng());
-    let key = PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&seed));
+    let key = PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(
+        &seed,
+    ));
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     }
@@ -53,7 +57,11 @@ pub fn config(host_key: PrivateKey) -> russh::server::Config {
 }
 
 /// Serves git over SSH on `listener` until the task is dropped.
-pub async fn serve(state: AppState, listener: tokio::net::TcpListener, host_key: PrivateKey) -> anyhow::Result<()> {
+pub async fn serve(
+    state: AppState,
+    listener: tokio::net::TcpListener,
+    host_key: PrivateKey,
+) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "serving git over SSH");
     let mut server = Server { state };
@@ -98,7 +106,10 @@ pub struct Connection {
 }
 
 impl Connection {
-    async fn account_of(&self, key: &russh::keys::PublicKey) -> Result<Option<(Uuid, String)>, russh::Error> {
+    async fn account_of(
+        &self,
+        key: &russh::keys::PublicKey,
+    ) -> Result<Option<(Uuid, String)>, russh::Error> {
         let fingerprint = key.fingerprint(HashAlg::Sha256).to_string();
         match crate::db::ssh_keys::owner_of(self.state.db(), &fingerprint).await {
             Ok(found) => Ok(found),
@@ -110,7 +121,12 @@ impl Connection {
     }
 
     /// Tells the client why its command is refused (on stderr, as git prints it) and ends the channel.
-    async fn refuse(&mut self, channel: ChannelId, message: &str, session: &mut Session) -> Result<(), russh::Error> {
+    async fn refuse(
+        &mut self,
+        channel: ChannelId,
+        message: &str,
+        session: &mut Session,
+    ) -> Result<(), russh::Error> {
         self.channels.remove(&channel);
         session.channel_success(channel)?;
         session.extended_data(channel, 1, format!("fatal: {message}\n").into_bytes())?;
@@ -135,7 +151,11 @@ pub fn parse_command(command: &str) -> Option<(Service, String, String)> {
     }
     let path = path.strip_prefix('/').unwrap_or(path);
     let (owner, repo) = path.split_once('/')?;
-    if repo.contains('/') || [owner, repo].iter().any(|c| c.is_empty() || c.starts_with('.')) {
+    if repo.contains('/')
+        || [owner, repo]
+            .iter()
+            .any(|c| c.is_empty() || c.starts_with('.'))
+    {
         return None;
     }
     Some((service, owner.to_owned(), repo.to_owned()))
@@ -144,14 +164,22 @@ pub fn parse_command(command: &str) -> Option<(Service, String, String)> {
 impl russh::server::Handler for Connection {
     type Error = russh::Error;
 
-    async fn auth_publickey_offered(&mut self, _user: &str, offer: PublicKeyOffer<'_>) -> Result<Auth, Self::Error> {
+    async fn auth_publickey_offered(
+        &mut self,
+        _user: &str,
+        offer: PublicKeyOffer<'_>,
+    ) -> Result<Auth, Self::Error> {
         Ok(match self.account_of(offer.public_key).await? {
             Some(_) => Auth::Accept,
             None => Auth::reject(),
         })
     }
 
-    async fn auth_publickey(&mut self, _user: &str, key: VerifiedPublicKey<'_>) -> Result<Auth, Self::Error> {
+    async fn auth_publickey(
+        &mut self,
+        _user: &str,
+        key: VerifiedPublicKey<'_>,
+    ) -> Result<Auth, Self::Error> {
         match self.account_of(key.public_key).await? {
             Some(account) => {
                 tracing::debug!(user = %account.1, peer = ?self.peer, "SSH key accepted");
@@ -203,8 +231,16 @@ impl russh::server::Handler for Connection {
         session.channel_failure(channel)
     }
 
-    async fn shell_request(&mut self, channel: ChannelId, session: &mut Session) -> Result<(), Self::Error> {
-        let name = self.account.as_ref().map(|a| a.1.clone()).unwrap_or_default();
+    async fn shell_request(
+        &mut self,
+        channel: ChannelId,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        let name = self
+            .account
+            .as_ref()
+            .map(|a| a.1.clone())
+            .unwrap_or_default();
         self.refuse(
             channel,
             &format!("hi {name}: this host serves git only (git clone git@<host>:<owner>/<app>.git); there is no shell"),
@@ -213,11 +249,21 @@ impl russh::server::Handler for Connection {
         .await
     }
 
-    async fn subsystem_request(&mut self, channel: ChannelId, _name: &str, session: &mut Session) -> Result<(), Self::Error> {
+    async fn subsystem_request(
+        &mut self,
+        channel: ChannelId,
+        _name: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
         session.channel_failure(channel)
     }
 
-    async fn exec_request(&mut self, channel: ChannelId, data: &[u8], session: &mut Session) -> Result<(), Self::Error> {
+    async fn exec_request(
+        &mut self,
+        channel: ChannelId,
+        data: &[u8],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
         let Some((user_id, username)) = self.account.clone() else {
             return session.channel_failure(channel);
         };
@@ -225,22 +271,35 @@ impl russh::server::Handler for Connection {
         let Some((service, owner, repo)) = parse_command(&command) else {
             tracing::info!(user = %username, command = %command, "SSH command refused");
             return self
-                .refuse(channel, "only git-upload-pack and git-receive-pack '<owner>/<app>.git' run here", session)
+                .refuse(
+                    channel,
+                    "only git-upload-pack and git-receive-pack '<owner>/<app>.git' run here",
+                    session,
+                )
                 .await;
         };
-        let granted = match service::authorize(&self.state, user_id, &username, &owner, &repo, service).await {
-            Ok(granted) => granted,
-            Err(Refusal::NotFound) => {
-                return self
-                    .refuse(channel, &format!("repository '{owner}/{repo}' not found"), session)
-                    .await;
-            }
-            Err(Refusal::Forbidden(m)) => return self.refuse(channel, &m, session).await,
-            Err(Refusal::Internal(e)) => {
-                tracing::error!(error = format!("{e:#}"), "authorizing an SSH git command failed");
-                return self.refuse(channel, "internal error", session).await;
-            }
-        };
+        let granted =
+            match service::authorize(&self.state, user_id, &username, &owner, &repo, service).await
+            {
+                Ok(granted) => granted,
+                Err(Refusal::NotFound) => {
+                    return self
+                        .refuse(
+                            channel,
+                            &format!("repository '{owner}/{repo}' not found"),
+                            session,
+                        )
+                        .await;
+                }
+                Err(Refusal::Forbidden(m)) => return self.refuse(channel, &m, session).await,
+                Err(Refusal::Internal(e)) => {
+                    tracing::error!(
+                        error = format!("{e:#}"),
+                        "authorizing an SSH git command failed"
+                    );
+                    return self.refuse(channel, "internal error", session).await;
+                }
+            };
         let Some(chan) = self.channels.remove(&channel) else {
             return session.channel_failure(channel);
         };
@@ -250,7 +309,11 @@ impl russh::server::Handler for Connection {
         Ok(())
     }
 
-    async fn channel_close(&mut self, channel: ChannelId, _session: &mut Session) -> Result<(), Self::Error> {
+    async fn channel_close(
+        &mut self,
+        channel: ChannelId,
+        _session: &mut Session,
+    ) -> Result<(), Self::Error> {
         self.channels.remove(&channel);
         self.protocol.remove(&channel);
         Ok(())
@@ -260,16 +323,17 @@ impl russh::server::Handler for Connection {
 /// Runs `service` on `repo` with the channel as its stdio, then reports its exit status and closes the channel.
 async fn run(channel: Channel<Msg>, service: Service, repo: PathBuf, protocol: Option<String>) {
     let (mut read_half, write_half) = channel.split();
-    let mut child = match service::command(service, &repo, false, false, protocol.as_deref()).spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            tracing::error!(error = %e, "start git over SSH");
-            let _ = write_half.exit_status(REFUSED).await;
-            let _ = write_half.eof().await;
-            let _ = write_half.close().await;
-            return;
-        }
-    };
+    let mut child =
+        match service::command(service, &repo, false, false, protocol.as_deref()).spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                tracing::error!(error = %e, "start git over SSH");
+                let _ = write_half.exit_status(REFUSED).await;
+                let _ = write_half.eof().await;
+                let _ = write_half.close().await;
+                return;
+            }
+        };
     let (Some(mut stdin), Some(mut stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -298,7 +362,10 @@ async fn run(channel: Channel<Msg>, service: Service, repo: PathBuf, protocol: O
         let _ = child.start_kill();
     }
     let status = match child.wait().await {
-        Ok(s) => s.code().and_then(|c| u32::try_from(c).ok()).unwrap_or(REFUSED),
+        Ok(s) => s
+            .code()
+            .and_then(|c| u32::try_from(c).ok())
+            .unwrap_or(REFUSED),
         Err(_) => REFUSED,
     };
     feed.abort();
@@ -329,8 +396,13 @@ mod tests {
             Some((Service::UploadPack, "alice".into(), "blog".into()))
         );
         for bad in [
-            "sh", "ls -la", "git-upload-archive 'alice/blog.git'", "git-upload-pack 'a/b/c.git'",
-            "git-upload-pack 'alice/blog.git'; rm -rf /", "git-upload-pack '../x'", "git-upload-pack",
+            "sh",
+            "ls -la",
+            "git-upload-archive 'alice/blog.git'",
+            "git-upload-pack 'a/b/c.git'",
+            "git-upload-pack 'alice/blog.git'; rm -rf /",
+            "git-upload-pack '../x'",
+            "git-upload-pack",
             "git-upload-pack 'alice'",
         ] {
             assert_eq!(parse_command(bad), None, "{bad}");

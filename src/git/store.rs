@@ -88,7 +88,10 @@ pub fn commit_id(repo: &gix::Repository, id: ObjectId) -> anyhow::Result<Option<
 }
 
 /// The current head of `branch`, `None` for a branch that does not exist yet.
-pub fn branch_head(repo: &gix::Repository, branch: &BranchName) -> anyhow::Result<Option<ObjectId>> {
+pub fn branch_head(
+    repo: &gix::Repository,
+    branch: &BranchName,
+) -> anyhow::Result<Option<ObjectId>> {
     match repo.try_find_reference(branch_ref(branch).as_str())? {
         Some(mut r) => Ok(Some(r.peel_to_id()?.detach())),
         None => Ok(None),
@@ -124,7 +127,11 @@ pub fn list_files(repo: &gix::Repository, commit: ObjectId) -> anyhow::Result<Ve
 }
 
 /// The bytes of the file at `path` in `commit`; `None` when there is no file (a directory is not a file).
-pub fn read_file(repo: &gix::Repository, commit: ObjectId, path: &str) -> anyhow::Result<Option<Vec<u8>>> {
+pub fn read_file(
+    repo: &gix::Repository,
+    commit: ObjectId,
+    path: &str,
+) -> anyhow::Result<Option<Vec<u8>>> {
     let tree = repo.find_commit(commit)?.tree()?;
     let Some(entry) = tree.lookup_entry_by_path(path)? else {
         return Ok(None);

@@ -21,10 +21,8 @@ pub struct Run {
 
 impl Workspace {
     pub fn new() -> Result<Self> {
-        let dir = std::env::temp_dir().join(format!(
-            "slipway-git-{}",
-            uuid::Uuid::new_v4().simple()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("slipway-git-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(dir.join("home"))?;
         Ok(Self {
             dir,
@@ -97,7 +95,9 @@ impl Workspace {
         if !out.status.success() {
             bail!("ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));
         }
-        Ok(std::fs::read_to_string(path.with_extension("pub"))?.trim().to_owned())
+        Ok(std::fs::read_to_string(path.with_extension("pub"))?
+            .trim()
+            .to_owned())
     }
 
     /// The `ssh` command line that uses key `name` against `port` on 127.0.0.1.
