@@ -468,6 +468,37 @@ mod tests {
         std::fs::remove_dir_all(repo).unwrap();
     }
 
+    #[test]
+    fn concurrent_commits_without_any_queue_never_lose_one() {
+        let repo = bare_repo();
+        commit(&repo, &changeset(&[("base", Some("0"))]), &who()).unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let repo = repo.clone();
+                std::thread::spawn(move || {
+                    let name = format!("t{i}");
+                    commit(&repo, &changeset(&[(name.as_str(), Some("x"))]), &who()).map(|_| name)
+                })
+            })
+            .collect();
+        let mut landed = Vec::new();
+        for t in threads {
+            match t.join().unwrap() {
+                Ok(name) => landed.push(name),
+                Err(ChangesetError::Conflict(_)) => {}
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+        assert!(!landed.is_empty());
+        let count = git(&repo, &["rev-list", "--count", "master"]);
+        assert_eq!(count.trim(), (1 + landed.len()).to_string());
+        let files = git(&repo, &["ls-tree", "--name-only", "master"]);
+        for name in &landed {
+            assert!(files.lines().any(|l| l == name), "{name} was lost: {files}");
+        }
+        std::fs::remove_dir_all(repo).unwrap();
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
         #[test]

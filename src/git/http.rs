@@ -184,9 +184,11 @@ async fn info_refs(
         ))?;
     let (_, granted) = grant(&state, &headers, &owner, &repo, service).await?;
     let protocol = git_protocol(&headers);
-    let v2 = protocol
-        .as_deref()
-        .is_some_and(|p| p.split(':').any(|kv| kv == "version=2"));
+    // Only upload-pack speaks v2; receive-pack always answers in v0/v1 with the preamble.
+    let v2 = service == Service::UploadPack
+        && protocol
+            .as_deref()
+            .is_some_and(|p| p.split(':').any(|kv| kv == "version=2"));
     let mut child = service::command(service, &granted.path, true, true, protocol.as_deref())
         .spawn()
         .map_err(|e| GitError::Internal(anyhow::anyhow!("start git {}: {e}", service.name())))?;
@@ -307,6 +309,37 @@ async fn rpc(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn git_paths_of_a_user_named_like_a_rest_route_still_reach_git() {
+        use tower::ServiceExt;
+        let app: Router = Router::new()
+            .route(
+                "/apps/{app_id}/channels/{channel_id}",
+                get(|| async { "rest" }),
+            )
+            .route("/apps/{app_id}", get(|| async { "rest" }))
+            .merge(
+                Router::new()
+                    .route("/{owner}/{repo}/info/refs", get(|| async { "git" }))
+                    .route("/{owner}/{repo}/git-upload-pack", post(|| async { "git" })),
+            );
+        for (method, uri, want) in [
+            ("GET", "/apps/site.git/info/refs", "git"),
+            ("POST", "/apps/site.git/git-upload-pack", "git"),
+            ("GET", "/apps/x/channels/y", "rest"),
+            ("GET", "/apps/x", "rest"),
+        ] {
+            let req = axum::http::Request::builder()
+                .method(method)
+                .uri(uri)
+                .body(Body::empty())
+                .unwrap();
+            let res = app.clone().oneshot(req).await.unwrap();
+            let body = axum::body::to_bytes(res.into_body(), 1024).await.unwrap();
+            assert_eq!(&body[..], want.as_bytes(), "{method} {uri}");
+        }
+    }
 
     #[test]
     fn the_token_is_the_basic_password_whatever_the_username() {
