@@ -8,11 +8,14 @@ log() { printf '[deps %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # command -> Debian package
 declare -A wanted=(
   [openssl]=openssl [curl]=curl [git]=git [ss]=iproute2 [pgrep]=procps [jq]=jq [psql]=postgresql-client
+  [ssh]=openssh-client [ssh-keygen]=openssh-client [gzip]=gzip [tar]=tar
 )
 missing=()
 for cmd in "${!wanted[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${wanted[$cmd]}")
 done
+# One package may provide several commands.
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u | grep -v '^$' || true)
 for tool in go cargo rustfmt cargo-clippy; do
   command -v "$tool" >/dev/null 2>&1 || { log "ERROR: $tool is not installed; this project needs Go and Rust (with rustfmt and clippy)"; exit 1; }
 done

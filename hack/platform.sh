@@ -17,6 +17,7 @@ BIN="$ROOT/target/debug/slipway"
 KUBECTL="$KUBE_DIR/bin/kubectl"
 export KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig"
 API_PORT=${SLIPWAY_API_PORT:-18080}
+SSH_PORT=${SLIPWAY_SSH_PORT:-18022}
 WEBHOOK_PORT=${SLIPWAY_WEBHOOK_PORT:-18443}
 OPERATOR_ADMIN_PORT=${SLIPWAY_OPERATOR_ADMIN_PORT:-18081}
 APP_DOMAIN=${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost}
@@ -111,7 +112,8 @@ start() {
 
   log "starting the API on http://127.0.0.1:$API_PORT"
   launch api api --listen "127.0.0.1:$API_PORT" --database-url "$db_url" --app-domain "$APP_DOMAIN" \
-    --git-host "$GIT_HOST" --repos-dir "$DIR/repos" --env-keys-file "$DIR/env-keys"
+    --git-host "$GIT_HOST" --repos-dir "$DIR/repos" --env-keys-file "$DIR/env-keys" \
+    --ssh-listen "127.0.0.1:$SSH_PORT" --ssh-host-key "$DIR/ssh/ssh_host_ed25519_key"
   wait_for api 60 "http://127.0.0.1:$API_PORT/healthz"
 
   if ! psql -q "$db_url" -tc "SELECT 1 FROM users WHERE username = 'admin'" | grep -q 1; then

@@ -29,6 +29,9 @@ slipway.dev CRDs, the webhook, the operator and the API running as local process
   curl -s -H "Authorization: Bearer $ADMIN_TOKEN" -H 'content-type: application/json' -d '{"name":"blog"}' $API_URL/apps
   curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $API_URL/apps
 
+  git clone http://admin:$ADMIN_TOKEN@${API_URL#http://}/admin/blog.git     # the token is the password
+  git clone ssh://git@127.0.0.1:${SLIPWAY_SSH_PORT:-18022}/admin/blog.git   # after POST /ssh-keys with your public key
+
   export KUBECONFIG=$KUBECONFIG
   export PATH=$KUBE_DIR/bin:\$PATH
   kubectl get crds

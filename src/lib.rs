@@ -9,6 +9,7 @@ pub mod auth;
 pub mod cli;
 pub mod db;
 pub mod env;
+pub mod git;
 pub mod operator;
 pub mod platform;
 pub mod serve;

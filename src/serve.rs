@@ -1,4 +1,5 @@
-//! `slipway api`: connects the parts the REST API needs and serves it until SIGTERM.
+//! `slipway api`: connects the parts the REST API needs and serves it until SIGTERM, with git's smart HTTP on the
+//! same port and, with `--ssh-listen`, git over SSH.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,6 +40,16 @@ pub struct ApiArgs {
         default_value = "/var/lib/slipway/repos"
     )]
     pub repos_dir: PathBuf,
+    /// Also serve git over SSH on this address (git@<git_host>:<owner>/<app>.git), e.g. 0.0.0.0:2222.
+    #[arg(long, env = "SLIPWAY_SSH_LISTEN")]
+    pub ssh_listen: Option<SocketAddr>,
+    /// The SSH host key (OpenSSH format); an Ed25519 key is generated there on first start.
+    #[arg(
+        long,
+        env = "SLIPWAY_SSH_HOST_KEY",
+        default_value = "/var/lib/slipway/ssh/ssh_host_ed25519_key"
+    )]
+    pub ssh_host_key: PathBuf,
 }
 
 /// Builds the API's state: database (migrated), kube client, synced caches.
@@ -69,11 +80,25 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listen on {}", args.listen))?;
     tracing::info!(addr = %args.listen, "serving the API");
+    let ssh = match args.ssh_listen {
+        Some(addr) => {
+            let key = crate::git::ssh::load_or_create_host_key(&args.ssh_host_key)?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listen for SSH on {addr}"))?;
+            let state = state.clone();
+            futures::future::Either::Left(async move {
+                crate::git::ssh::serve(state, listener, key).await
+            })
+        }
+        None => futures::future::Either::Right(std::future::pending()),
+    };
     let server =
         axum::serve(listener, crate::api::router(state)).with_graceful_shutdown(shutdown_signal());
     let watch_tasks = futures::future::select_all(tasks);
     tokio::select! {
         served = server => served.context("serve the API"),
+        ssh = ssh => ssh.and_then(|()| Err(anyhow::anyhow!("the SSH server stopped"))),
         (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a cache task stopped: {ended:?}")),
     }
 }

@@ -767,6 +767,9 @@ fn sample_body(method: &str, path: &str) -> Option<Value> {
         }
         ("patch", "/apps/{app_id}") => Some(json!({"port_forwarding_enabled": false})),
         ("post", "/apps/{app_id}/env") => Some(json!({"key": "STOLEN", "value": "x"})),
+        ("post", "/apps/{app_id}/changeset") => {
+            Some(json!({"message": "stolen", "changes": {"x.txt": "x"}}))
+        }
         _ => None,
     }
 }
@@ -841,6 +844,13 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
         ("post", "/credentials"),
         ("get", "/plans"),
         ("get", "/me/usage"),
+        ("get", "/apps/{app_id}/tree"),
+        ("get", "/apps/{app_id}/blob"),
+        ("post", "/apps/{app_id}/changeset"),
+        ("get", "/apps/{app_id}/channels/{channel_id}/code/download"),
+        ("post", "/ssh-keys"),
+        ("get", "/ssh-keys"),
+        ("delete", "/ssh-keys/{key_id}"),
     ];
     for (method, path) in expected {
         assert!(

@@ -132,17 +132,34 @@ pub async fn visible_app(
     caller: &Caller,
     id: Uuid,
 ) -> Result<VisibleApp, ApiError> {
+    visible_app_to(state, caller.user_id, &caller.username, id).await
+}
+
+/// The app `id` if the account `user_id` (named `username`) can see it; 404 otherwise. The git transports use it
+/// for callers known by an SSH key rather than a token.
+pub async fn visible_app_to(
+    state: &AppState,
+    user_id: Uuid,
+    username: &str,
+    id: Uuid,
+) -> Result<VisibleApp, ApiError> {
     let not_found = || ApiError::NotFound("app");
     let app = state
         .cache()
         .app_by_uid(&id.to_string())
         .ok_or_else(not_found)?;
-    if app.spec.owner == caller.username
-        && app.metadata.namespace.as_deref() == Some(own_namespace(caller)?.as_str())
+    let own_namespace = username
+        .parse::<Username>()
+        .map(|u| labels::user_namespace(&u))
+        .map_err(|_| {
+            ApiError::Internal(anyhow::anyhow!("stored username {username} is invalid"))
+        })?;
+    if app.spec.owner == username
+        && app.metadata.namespace.as_deref() == Some(own_namespace.as_str())
     {
         return VisibleApp::from_resource(app, Role::Owner).ok_or_else(not_found);
     }
-    let role = crate::db::members::apps_of(state.db(), caller.user_id)
+    let role = crate::db::members::apps_of(state.db(), user_id)
         .await?
         .into_iter()
         .find(|(app_id, _)| *app_id == id)

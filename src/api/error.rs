@@ -39,6 +39,9 @@ pub enum ApiError {
     /// 404 `not_found`, naming what was looked for.
     #[error("{0} not found")]
     NotFound(&'static str),
+    /// 404 with a route-specific code (`snapshot_not_found`, ...) and a message.
+    #[error("{1}")]
+    Missing(&'static str, String),
     /// 405, in the envelope with `bad_request`.
     #[error("method not allowed on this route")]
     MethodNotAllowed,
@@ -72,6 +75,7 @@ impl ApiError {
             ApiError::ProtectedAction(_) => (StatusCode::FORBIDDEN, "protected_action"),
             ApiError::PlanLimit(_) => (StatusCode::FORBIDDEN, "plan_limit_exceeded"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Missing(code, _) => (StatusCode::NOT_FOUND, code),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "bad_request"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::DomainTaken(_) => (StatusCode::CONFLICT, "domain_taken"),

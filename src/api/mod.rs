@@ -4,10 +4,13 @@
 pub mod access;
 pub mod apps;
 pub mod channels;
+pub mod code;
 pub mod env;
 pub mod error;
 pub mod extract;
 pub mod plans;
+pub mod repo;
+pub mod ssh_keys;
 pub mod state;
 pub mod tokens;
 pub mod views;
@@ -65,6 +68,9 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(env::routes())
         .merge(tokens::routes())
         .merge(plans::routes())
+        .merge(repo::routes())
+        .merge(code::routes())
+        .merge(ssh_keys::routes())
         .split_for_parts()
 }
 
@@ -73,7 +79,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     openapi_router().1
 }
 
-/// The whole API as a router: every route, `/openapi.json`, `/healthz`, and the layers every request passes.
+/// The whole API as a router: every route, `/openapi.json`, `/healthz`, the layers every request passes, and git's
+/// smart HTTP routes (`/<owner>/<app>.git/...`), which stream without the JSON routes' body limit and timeout.
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = openapi_router();
     let doc = std::sync::Arc::new(doc);
@@ -98,5 +105,17 @@ pub fn router(state: AppState) -> Router {
                 .unwrap_or("unmatched");
             tracing::info_span!("request", method = %req.method(), route)
         }))
+        .merge(
+            crate::git::http::routes().layer(TraceLayer::new_for_http().make_span_with(
+                |req: &Request| {
+                    let route = req
+                        .extensions()
+                        .get::<MatchedPath>()
+                        .map(MatchedPath::as_str)
+                        .unwrap_or("unmatched");
+                    tracing::info_span!("git", method = %req.method(), route)
+                },
+            )),
+        )
         .with_state(state)
 }

@@ -1,6 +1,8 @@
 //! What every handler shares: the platform database, the kube client, the resource cache, the repositories and
 //! the platform's public names.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kube::Client;
@@ -33,6 +35,7 @@ pub struct AppState {
 }
 
 struct Inner {
+    commit_locks: std::sync::Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
     db: PgPool,
     kube: Client,
     cache: Cache,
@@ -53,6 +56,7 @@ impl AppState {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
+                commit_locks: Default::default(),
                 db,
                 kube,
                 cache,
@@ -91,5 +95,19 @@ impl AppState {
     /// Public names.
     pub fn names(&self) -> &PublicNames {
         &self.inner.names
+    }
+
+    /// The lock that serializes this process's changesets on one repository, so they queue instead of racing
+    /// (pushes and other replicas are still handled by the ref's compare-and-swap).
+    pub fn commit_lock(&self, repo: &std::path::Path) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .inner
+            .commit_locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if locks.len() > 4096 {
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        }
+        locks.entry(repo.to_path_buf()).or_default().clone()
     }
 }

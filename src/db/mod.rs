@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod members;
+pub mod ssh_keys;
 pub mod tokens;
 pub mod users;
 

@@ -4,6 +4,8 @@
 // Test support: a panic is the right answer to a broken fixture, and not every test uses every helper.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod git;
+
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -243,6 +245,28 @@ impl TestApi {
     pub async fn delete(&self, path: &str, user: &User) -> Reply {
         self.call(Method::DELETE, path, Some(&user.token), None)
             .await
+    }
+
+    /// Serves the router on a real socket on 127.0.0.1 (for the git CLI) and returns its base URL. The server
+    /// lives as long as the test's runtime.
+    pub async fn serve(&self) -> Result<String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let router = self.router.clone();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Ok(format!("http://{addr}"))
+    }
+
+    /// Serves git over SSH on 127.0.0.1 with a fresh host key; returns the port.
+    pub async fn serve_ssh(&self) -> Result<u16> {
+        let key = slipway::git::ssh::load_or_create_host_key(
+            &self.repos_dir.join("ssh").join("ssh_host_ed25519_key"),
+        )?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let state = self.state.clone();
+        tokio::spawn(async move { slipway::git::ssh::serve(state, listener, key).await });
+        Ok(port)
     }
 
     /// Creates an app and returns its JSON.

@@ -1,0 +1,259 @@
+//! Git over slipway's smart HTTP against plain `git http-backend` on the same machine in the same run: push and
+//! clone of a repository of incompressible files (100 MiB by default), with MB/s for each and the ratio, plus the
+//! latency of a 10-file changeset. Needs the control plane and Postgres (`make bench` starts them).
+//!
+//! `git http-backend` is served by a minimal streaming CGI bridge in this file, so both sides stream through one
+//! HTTP server implementation and the difference is slipway's own work (auth, lookups, process plumbing).
+//! Environment: `SLIPWAY_BENCH_MB` (repository size), `SLIPWAY_BENCH_ROUNDS` (rounds per transport, best kept).
+//!
+//! Prints figures; it asserts nothing about time.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::Response;
+use futures::TryStreamExt;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio_util::io::{ReaderStream, StreamReader};
+
+const FILE_MB: usize = 4;
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let total_mb: usize = env_or("SLIPWAY_BENCH_MB", 100);
+    let rounds: usize = env_or("SLIPWAY_BENCH_ROUNDS", 2);
+    let api = support::TestApi::start().await?;
+    let user = api.user("bench", "pro").await?;
+    let ws = support::git::Workspace::new()?;
+
+    eprintln!("writing {total_mb} MiB of incompressible files and committing them...");
+    ws.git(".", &["init", "-q", "--initial-branch=master", "src"])
+        .await?;
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for i in 0..total_mb.div_ceil(FILE_MB) {
+        let mut data = vec![0u8; FILE_MB * 1024 * 1024];
+        for chunk in data.chunks_mut(8) {
+            // xorshift64*: fast and incompressible enough for zlib.
+            seed ^= seed >> 12;
+            seed ^= seed << 25;
+            seed ^= seed >> 27;
+            let v = seed.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+        ws.write(&format!("src/data/file-{i:03}.bin"), &data)?;
+    }
+    ws.git("src", &["add", "-A"]).await?;
+    ws.git("src", &["commit", "-qm", "big"]).await?;
+    // Pack once so every push sends the same pack-objects work (reuse of already-deflated objects).
+    ws.git("src", &["gc", "-q"]).await?;
+    let size = dir_size(&ws.path("src/.git/objects"))?;
+    eprintln!("repository: {:.1} MiB packed", size as f64 / 1048576.0);
+
+    let slipway_base = api.serve().await?;
+    let native_root = ws.path("native");
+    std::fs::create_dir_all(&native_root)?;
+    let native_base = serve_http_backend(native_root.clone()).await?;
+
+    let mut best = [[f64::MAX; 2]; 2]; // [slipway, native][push, clone]
+    for round in 0..rounds {
+        for (side, name) in [(0usize, "slipway"), (1usize, "native")] {
+            let app = format!("big{round}");
+            let remote = if side == 0 {
+                api.create_app(&user, &app, "static").await;
+                support::git::http_remote(&slipway_base, &user.token, &user.username, &app)
+            } else {
+                let repo = native_root.join(format!("{app}.git"));
+                let out = std::process::Command::new("git")
+                    .args(["init", "-q", "--bare", "--initial-branch=master"])
+                    .arg(&repo)
+                    .output()?;
+                anyhow::ensure!(out.status.success(), "git init");
+                format!("{native_base}/{app}.git")
+            };
+            let t = Instant::now();
+            ws.git("src", &["push", "-q", &remote, "HEAD:master"])
+                .await?;
+            let push = t.elapsed().as_secs_f64();
+            let target = format!("clone-{name}-{round}");
+            let t = Instant::now();
+            ws.git(".", &["clone", "-q", "--bare", &remote, &target])
+                .await?;
+            let clone = t.elapsed().as_secs_f64();
+            std::fs::remove_dir_all(ws.path(&target))?;
+            eprintln!("round {round} {name}: push {push:.2}s, clone {clone:.2}s");
+            best[side][0] = best[side][0].min(push);
+            best[side][1] = best[side][1].min(clone);
+        }
+    }
+    let mb = size as f64 / 1e6;
+    for (op, i) in [("push", 0), ("clone", 1)] {
+        let (ours, native) = (mb / best[0][i], mb / best[1][i]);
+        println!(
+            "git {op} over HTTP ({mb:.0} MB, best of {rounds}): slipway {ours:.1} MB/s, git http-backend {native:.1} MB/s, ratio {:.2}",
+            ours / native
+        );
+    }
+
+    // Changeset latency: 10 files per commit on top of the big repository's history.
+    let app = api.create_app(&user, "edits", "static").await;
+    let url = format!("/apps/{}/changeset", app["id"].as_str().context("app id")?);
+    let mut latencies = Vec::new();
+    for i in 0..40 {
+        let changes: serde_json::Map<String, serde_json::Value> = (0..10)
+            .map(|f| {
+                (
+                    format!("src/file-{f}.txt"),
+                    json!(format!("revision {i} of file {f}\n").repeat(50)),
+                )
+            })
+            .collect();
+        let t = Instant::now();
+        api.post(
+            &url,
+            &user,
+            json!({"message": format!("change {i}"), "changes": changes}),
+        )
+        .await
+        .expect(200, None);
+        if i >= 5 {
+            latencies.push(t.elapsed());
+        }
+    }
+    latencies.sort_unstable();
+    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    println!(
+        "changeset of 10 files: p50 {:.1} ms, p99 {:.1} ms ({} commits)",
+        ms(pct(0.5)),
+        ms(pct(0.99)),
+        latencies.len()
+    );
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
+
+/// Serves every repository under `root` with `git http-backend` through a streaming CGI bridge; returns the base
+/// URL. Pushes are allowed (REMOTE_USER is set).
+async fn serve_http_backend(root: PathBuf) -> Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let app = axum::Router::new().fallback(cgi).with_state(root);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(format!("http://{addr}"))
+}
+
+async fn cgi(State(root): State<PathBuf>, req: Request) -> Response {
+    match run_cgi(root, req).await {
+        Ok(res) => res,
+        Err(e) => {
+            eprintln!("cgi: {e:#}");
+            let mut res = Response::new(Body::from("cgi failed"));
+            *res.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            res
+        }
+    }
+}
+
+async fn run_cgi(root: PathBuf, req: Request) -> Result<Response> {
+    let (parts, body) = req.into_parts();
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg("http-backend")
+        .env("GIT_PROJECT_ROOT", &root)
+        .env("GIT_HTTP_EXPORT_ALL", "1")
+        .env("REMOTE_USER", "bench")
+        .env("REMOTE_ADDR", "127.0.0.1")
+        .env("REQUEST_METHOD", parts.method.as_str())
+        .env("PATH_INFO", parts.uri.path())
+        .env("QUERY_STRING", parts.uri.query().unwrap_or_default())
+        .env("CONTENT_TYPE", header("content-type"))
+        .env("HTTP_CONTENT_ENCODING", header("content-encoding"))
+        .env("GIT_PROTOCOL", header("git-protocol"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    let length = header("content-length");
+    if !length.is_empty() {
+        cmd.env("CONTENT_LENGTH", length);
+    }
+    let mut child = cmd.spawn()?;
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        bail!("no pipes");
+    };
+    tokio::spawn(async move {
+        let mut reader = StreamReader::new(body.into_data_stream().map_err(std::io::Error::other));
+        let _ = tokio::io::copy_buf(&mut reader, &mut stdin).await;
+    });
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    let mut stdout = BufReader::with_capacity(64 * 1024, stdout);
+    let mut res = Response::new(Body::empty());
+    loop {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).await? == 0 {
+            bail!("http-backend ended before its headers");
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = line.split_once(':').context("CGI header")?;
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("status") {
+            let code: u16 = value.split(' ').next().unwrap_or("200").parse()?;
+            *res.status_mut() = StatusCode::from_u16(code)?;
+        } else {
+            res.headers_mut().append(
+                HeaderName::from_bytes(name.as_bytes())?,
+                HeaderValue::from_str(value)?,
+            );
+        }
+    }
+    let _ = stdout.fill_buf().await;
+    *res.body_mut() = Body::from_stream(ReaderStream::with_capacity(
+        stdout.take(u64::MAX),
+        64 * 1024,
+    ));
+    Ok(res)
+}

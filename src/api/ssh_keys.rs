@@ -1,0 +1,217 @@
+//! `/ssh-keys`: the SSH public keys of the caller's account. A registered key authenticates git over SSH for
+//! that account; a key belongs to one account only. Only `ssh-ed25519` keys are accepted, as at registration.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use russh::keys::{Algorithm, HashAlg, PublicKey};
+use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::error::{ApiError, ErrorEnvelope};
+use super::extract::{Json, Path};
+use super::state::AppState;
+use crate::auth::{Caller, scopes};
+use crate::db::ssh_keys::{self, NewKey, SshKey};
+
+/// Longest label.
+pub const LABEL_MAX_CHARS: usize = 64;
+
+/// The routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_keys, add_key))
+        .routes(routes!(delete_key))
+}
+
+/// `POST /ssh-keys` request.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct AddKey {
+    /// One OpenSSH public key line: `ssh-ed25519 AAAA... [comment]`.
+    pub public_key: String,
+    /// A name for the key, at most 64 characters; default: the key's comment, else `ssh key`.
+    pub label: Option<String>,
+    /// Whether the key may also sign in to the API (`POST /auth/ssh-key`); needs the nine default scopes and an
+    /// `email:bind` token (or a verified address).
+    #[serde(default)]
+    pub api_login: bool,
+}
+
+/// A registered key.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct KeyView {
+    /// Key id.
+    pub id: Uuid,
+    /// `SHA256:...`, as `ssh-keygen -l` prints it.
+    pub fingerprint_sha256: String,
+    /// The key without comment.
+    pub public_key: String,
+    /// Its label.
+    pub label: String,
+    /// Whether it may sign in to the API.
+    pub api_login: bool,
+    /// When it was added (ISO 8601 UTC).
+    pub created_at: String,
+}
+
+/// `GET /ssh-keys` response.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct KeyList {
+    /// The caller's keys, oldest first.
+    pub ssh_keys: Vec<KeyView>,
+}
+
+impl From<SshKey> for KeyView {
+    fn from(k: SshKey) -> Self {
+        Self {
+            id: k.id,
+            fingerprint_sha256: k.fingerprint_sha256,
+            public_key: k.public_key,
+            label: k.label,
+            api_login: k.api_login,
+            created_at: k
+                .created_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        }
+    }
+}
+
+/// A parsed key line: (key without comment, fingerprint, comment).
+pub fn parse_key(line: &str) -> Result<(String, String, String), ApiError> {
+    let line = line.trim();
+    if line.is_empty() || line.contains('\n') {
+        return Err(ApiError::bad_request(
+            "public_key must be one OpenSSH public key line",
+        ));
+    }
+    let key = PublicKey::from_openssh(line).map_err(|_| {
+        ApiError::bad_request("public_key is not an OpenSSH public key line (ssh-ed25519 AAAA...)")
+    })?;
+    if key.algorithm() != Algorithm::Ed25519 {
+        return Err(ApiError::bad_request(format!(
+            "only ssh-ed25519 keys are accepted, not {}",
+            key.algorithm()
+        )));
+    }
+    let comment = key.comment().to_string();
+    let mut bare = key.clone();
+    bare.set_comment("");
+    let text = bare
+        .to_openssh()
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("encode a public key: {e}")))?;
+    Ok((
+        text.trim().to_owned(),
+        key.fingerprint(HashAlg::Sha256).to_string(),
+        comment,
+    ))
+}
+
+/// Register an SSH public key on the caller's account (git over SSH).
+#[utoipa::path(post, path = "/ssh-keys", tag = "ssh-keys", security(("bearer" = [])), request_body = AddKey,
+    responses((status = 200, body = KeyView), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
+              (status = 403, body = ErrorEnvelope, description = "scope_denied (repo:*)"),
+              (status = 409, body = ErrorEnvelope, description = "the key is already registered, or api_login without the scopes it needs")))]
+async fn add_key(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(req): Json<AddKey>,
+) -> Result<Json<KeyView>, ApiError> {
+    caller.require_scope(scopes::REPO)?;
+    let (public_key, fingerprint, comment) = parse_key(&req.public_key)?;
+    let label = match req.label {
+        Some(label) => label.trim().to_owned(),
+        None if !comment.trim().is_empty() => {
+            comment.trim().chars().take(LABEL_MAX_CHARS).collect()
+        }
+        None => "ssh key".to_owned(),
+    };
+    if label.is_empty()
+        || label.chars().count() > LABEL_MAX_CHARS
+        || label.chars().any(char::is_control)
+    {
+        return Err(ApiError::bad_request(
+            "label must be 1-64 characters without control characters",
+        ));
+    }
+    if req.api_login {
+        let all_defaults = scopes::DEFAULT
+            .iter()
+            .all(|s| caller.scopes.iter().any(|c| c == s));
+        // No account has a verified address yet (email verification comes later), so the token must carry email:bind.
+        let bound = caller.scopes.iter().any(|s| s == scopes::EMAIL_BIND);
+        if !all_defaults || !bound {
+            return Err(ApiError::Conflict(
+                "api_login keys need a token with the nine default scopes and email:bind (or a verified email address)".into(),
+            ));
+        }
+    }
+    let new = NewKey {
+        user_id: caller.user_id,
+        public_key: &public_key,
+        fingerprint_sha256: &fingerprint,
+        label: &label,
+        api_login: req.api_login,
+    };
+    let stored = ssh_keys::insert(state.db(), &new).await?.ok_or_else(|| {
+        ApiError::Conflict(format!("the key {fingerprint} is already registered"))
+    })?;
+    Ok(Json(stored.into()))
+}
+
+/// List the SSH keys of the caller's account.
+#[utoipa::path(get, path = "/ssh-keys", tag = "ssh-keys", security(("bearer" = [])),
+    responses((status = 200, body = KeyList), (status = 401, body = ErrorEnvelope)))]
+async fn list_keys(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<KeyList>, ApiError> {
+    let keys = ssh_keys::of_user(state.db(), caller.user_id).await?;
+    Ok(Json(KeyList {
+        ssh_keys: keys.into_iter().map(KeyView::from).collect(),
+    }))
+}
+
+/// Remove an SSH key from the caller's account; it stops working at once.
+#[utoipa::path(delete, path = "/ssh-keys/{key_id}", tag = "ssh-keys", security(("bearer" = [])),
+    params(("key_id" = Uuid, Path, description = "Key id")),
+    responses((status = 204), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+              (status = 404, body = ErrorEnvelope)))]
+async fn delete_key(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key_id): Path<Uuid>,
+) -> Result<StatusCode, ApiError> {
+    caller.require_scope(scopes::REPO)?;
+    if ssh_keys::delete(state.db(), caller.user_id, key_id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound("ssh key"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ed25519_lines_parse_and_others_are_refused() {
+        let line = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";
+        let (bare, fingerprint, comment) = parse_key(line).unwrap();
+        assert_eq!(
+            bare,
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+        );
+        assert!(fingerprint.starts_with("SHA256:"), "{fingerprint}");
+        assert_eq!(comment, "alice@laptop");
+        assert!(parse_key("ssh-ed25519 notbase64").is_err());
+        assert!(parse_key("").is_err());
+        assert!(parse_key(&format!("{line}\n{line}")).is_err());
+        let ecdsa = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBEmKSENjQEezOmxkZMy7opKgwFB9nkt5YRrYMjNuG5N87uRgg6CLrbo5wAdT/y6v0mKV0U2w0WZ2YB/++Tpockg=";
+        let err = parse_key(ecdsa).unwrap_err();
+        assert!(
+            err.to_string().contains("ssh-ed25519") || err.to_string().contains("OpenSSH"),
+            "{err}"
+        );
+    }
+}

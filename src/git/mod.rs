@@ -1,0 +1,11 @@
+//! Git hosting: every app owns one bare repository, reachable over smart HTTP (`http`) and SSH (`ssh`) through
+//! the real git programs (`service`), readable in-process with gix (`store`), and writable without a client through
+//! changesets (`changeset`, with the pure path, edit and hunk rules in `paths` and `patch`).
+
+pub mod changeset;
+pub mod http;
+pub mod patch;
+pub mod paths;
+pub mod service;
+pub mod ssh;
+pub mod store;

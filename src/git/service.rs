@@ -1,0 +1,231 @@
+//! What the two transports share: finding the repository a `<owner>/<app>.git` path names and checking that the
+//! caller may use it, and starting the real git program that serves it. HTTP and SSH differ only in how bytes
+//! reach that program.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use slipway_crds::labels;
+use slipway_crds::names::{AppName, Username};
+use uuid::Uuid;
+
+use crate::api::access::{self, VisibleApp};
+use crate::api::error::ApiError;
+use crate::api::state::AppState;
+
+/// The git services slipway serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// Clone and fetch.
+    UploadPack,
+    /// Push.
+    ReceivePack,
+}
+
+impl Service {
+    /// Parses a service name as git sends it (`git-upload-pack`, `git-receive-pack`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "git-upload-pack" => Some(Service::UploadPack),
+            "git-receive-pack" => Some(Service::ReceivePack),
+            _ => None,
+        }
+    }
+
+    /// The service's name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::UploadPack => "git-upload-pack",
+            Service::ReceivePack => "git-receive-pack",
+        }
+    }
+
+    /// The `git` subcommand that serves it.
+    fn subcommand(self) -> &'static str {
+        match self {
+            Service::UploadPack => "upload-pack",
+            Service::ReceivePack => "receive-pack",
+        }
+    }
+}
+
+/// Why a transport request for a repository is refused.
+#[derive(Debug)]
+pub enum Refusal {
+    /// No such repository, or not one the caller can see: answered like a missing one.
+    NotFound,
+    /// The caller can see it but may not do this.
+    Forbidden(String),
+    /// A fault on our side.
+    Internal(anyhow::Error),
+}
+
+impl From<ApiError> for Refusal {
+    fn from(e: ApiError) -> Self {
+        match e {
+            ApiError::NotFound(_) => Refusal::NotFound,
+            ApiError::Internal(e) => Refusal::Internal(e),
+            other => Refusal::Forbidden(other.to_string()),
+        }
+    }
+}
+
+/// The repository an authenticated account asked for.
+#[derive(Debug, Clone)]
+pub struct Granted {
+    /// The app.
+    pub app: VisibleApp,
+    /// Its bare repository.
+    pub path: PathBuf,
+}
+
+/// Finds `<owner>/<repo>` (`repo` with or without `.git`) for the account `user_id`/`username` and checks it may
+/// run `service` on it. Every role on the app may fetch and push.
+pub async fn authorize(
+    state: &AppState,
+    user_id: Uuid,
+    username: &str,
+    owner: &str,
+    repo: &str,
+    service: Service,
+) -> Result<Granted, Refusal> {
+    let app_name = repo.strip_suffix(".git").unwrap_or(repo);
+    let (Ok(owner), Ok(app_name)) = (owner.parse::<Username>(), app_name.parse::<AppName>()) else {
+        return Err(Refusal::NotFound);
+    };
+    let namespace = labels::user_namespace(&owner);
+    let uid = state
+        .cache()
+        .apps_in(&namespace)
+        .into_iter()
+        .find(|a| {
+            a.metadata.name.as_deref() == Some(app_name.as_str()) && a.spec.owner == owner.as_str()
+        })
+        .and_then(|a| {
+            a.metadata
+                .uid
+                .as_deref()
+                .and_then(|u| u.parse::<Uuid>().ok())
+        })
+        .ok_or(Refusal::NotFound)?;
+    let app = access::visible_app_to(state, user_id, username, uid).await?;
+    if service == Service::ReceivePack
+        && let Some(reason) = push_refused(&app)
+    {
+        return Err(Refusal::Forbidden(reason));
+    }
+    let path = state.repos().path(&app.owner, &app.name);
+    if !tokio::fs::try_exists(path.join("HEAD"))
+        .await
+        .unwrap_or(false)
+    {
+        tracing::warn!(repo = %path.display(), "app has no repository on disk");
+        return Err(Refusal::NotFound);
+    }
+    Ok(Granted { app, path })
+}
+
+/// Why a push to `app` is refused, if it is: an app connected to an external repository takes its commits from
+/// there (the mirror state arrives with git mirroring; until then every app accepts pushes).
+pub fn push_refused(_app: &VisibleApp) -> Option<String> {
+    None
+}
+
+/// Why a changeset on `app` is refused (409), if it is: the same rule as [`push_refused`].
+pub fn commit_refused(app: &VisibleApp) -> Option<String> {
+    push_refused(app)
+}
+
+/// A `git upload-pack`/`receive-pack` process for `repo`, with every stream piped. `stateless` is the smart HTTP
+/// mode (one request, one response); `advertise` only lists refs (HTTP's `info/refs`). `git_protocol` is the
+/// client's `GIT_PROTOCOL` (`version=2`), passed on when it is plain text.
+pub fn command(
+    service: Service,
+    repo: &std::path::Path,
+    stateless: bool,
+    advertise: bool,
+    git_protocol: Option<&str>,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg(service.subcommand());
+    if stateless {
+        cmd.arg("--stateless-rpc");
+    }
+    if advertise {
+        cmd.arg("--advertise-refs");
+    }
+    cmd.arg(repo)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_PROTOCOL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(protocol) = git_protocol.filter(|p| valid_protocol(p)) {
+        cmd.env("GIT_PROTOCOL", protocol);
+    }
+    cmd
+}
+
+/// `GIT_PROTOCOL` values are `key=value` pairs joined by `:`; anything else is dropped.
+fn valid_protocol(p: &str) -> bool {
+    !p.is_empty()
+        && p.len() <= 256
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'=' | b':' | b'.' | b'_' | b'-'))
+}
+
+/// Logs what a finished git process wrote to stderr and how it ended.
+pub async fn reap(mut child: tokio::process::Child, service: Service, repo: PathBuf) {
+    // Drain stderr to the end (a full pipe would stall git) and keep the first 64 KiB for the log.
+    let mut stderr = Vec::new();
+    if let Some(mut err) = child.stderr.take() {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = err.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            if stderr.len() < 64 * 1024 {
+                stderr.extend_from_slice(&buf[..n]);
+            }
+        }
+    }
+    match child.wait().await {
+        Ok(status) if status.success() => {
+            tracing::debug!(service = service.name(), repo = %repo.display(), "git finished");
+        }
+        Ok(status) => tracing::info!(
+            service = service.name(),
+            repo = %repo.display(),
+            %status,
+            stderr = %String::from_utf8_lossy(&stderr),
+            "git ended with an error"
+        ),
+        Err(e) => tracing::warn!(service = service.name(), error = %e, "waiting for git failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_two_services_parse() {
+        assert_eq!(Service::parse("git-upload-pack"), Some(Service::UploadPack));
+        assert_eq!(
+            Service::parse("git-receive-pack"),
+            Some(Service::ReceivePack)
+        );
+        assert_eq!(Service::parse("git-upload-archive"), None);
+        assert_eq!(Service::parse("sh"), None);
+    }
+
+    #[test]
+    fn git_protocol_values_are_plain() {
+        assert!(valid_protocol("version=2"));
+        assert!(valid_protocol("version=2:object-format=sha1"));
+        assert!(!valid_protocol("version=2\nX=1"));
+        assert!(!valid_protocol(""));
+    }
+}

@@ -1,0 +1,147 @@
+//! Running the real git (and ssh) command-line clients against a served API, isolated from the machine's own
+//! configuration: a scratch HOME, no system config, no prompts.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+
+/// A scratch directory with its own HOME for git.
+pub struct Workspace {
+    pub dir: PathBuf,
+    pub ssh_command: Option<String>,
+}
+
+/// What a command printed.
+#[derive(Debug)]
+pub struct Run {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Workspace {
+    pub fn new() -> Result<Self> {
+        let dir =
+            std::env::temp_dir().join(format!("slipway-git-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(dir.join("home"))?;
+        Ok(Self {
+            dir,
+            ssh_command: None,
+        })
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// `git args...` in `cwd` (relative to the workspace); does not fail on a non-zero exit.
+    pub async fn try_git(&self, cwd: &str, args: &[&str]) -> Result<Run> {
+        let mut cmd = tokio::process::Command::new("git");
+        cmd.args(args)
+            .current_dir(self.dir.join(cwd))
+            .env("HOME", self.dir.join("home"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_AUTHOR_NAME", "Test")
+            .env("GIT_AUTHOR_EMAIL", "test@example.test")
+            .env("GIT_COMMITTER_NAME", "Test")
+            .env("GIT_COMMITTER_EMAIL", "test@example.test")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_ASKPASS")
+            .env_remove("SSH_ASKPASS")
+            .kill_on_drop(true);
+        if let Some(ssh) = &self.ssh_command {
+            cmd.env("GIT_SSH_COMMAND", ssh);
+        }
+        let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output()).await??;
+        Ok(Run {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    /// `git args...`, failing the test on a non-zero exit; returns stdout.
+    pub async fn git(&self, cwd: &str, args: &[&str]) -> Result<String> {
+        let run = self.try_git(cwd, args).await?;
+        if !run.ok {
+            bail!("git {args:?} failed: {}{}", run.stdout, run.stderr);
+        }
+        Ok(run.stdout)
+    }
+
+    /// Writes a file below the workspace.
+    pub fn write(&self, path: &str, content: impl AsRef<[u8]>) -> Result<()> {
+        let path = self.dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, content)?;
+        Ok(())
+    }
+
+    pub fn read(&self, path: &str) -> Result<Vec<u8>> {
+        Ok(std::fs::read(self.dir.join(path))?)
+    }
+
+    /// Generates an ed25519 key pair at `name` (and `name.pub`); returns the public key line.
+    pub async fn ssh_key(&self, name: &str) -> Result<String> {
+        let path = self.dir.join(name);
+        let out = tokio::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+            .arg(&path)
+            .output()
+            .await?;
+        if !out.status.success() {
+            bail!("ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(std::fs::read_to_string(path.with_extension("pub"))?
+            .trim()
+            .to_owned())
+    }
+
+    /// The `ssh` command line that uses key `name` against `port` on 127.0.0.1.
+    pub fn ssh_command_for(&self, name: &str, port: u16) -> String {
+        format!(
+            "ssh -i {} -o IdentitiesOnly=yes -o IdentityAgent=none -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes -p {port}",
+            self.dir.join(name).display()
+        )
+    }
+
+    /// Runs `ssh` (as built by [`Self::ssh_command_for`]) with extra arguments.
+    pub async fn ssh(&self, name: &str, port: u16, args: &[&str]) -> Result<Run> {
+        let line = self.ssh_command_for(name, port);
+        let mut parts = line.split(' ');
+        let program = parts.next().unwrap_or("ssh");
+        let out = tokio::process::Command::new(program)
+            .args(parts)
+            .args(args)
+            .env("HOME", self.dir.join("home"))
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await?;
+        Ok(Run {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The HTTP remote URL of `owner/app` with `token` as the password.
+pub fn http_remote(base: &str, token: &str, owner: &str, app: &str) -> String {
+    let host = base.trim_start_matches("http://");
+    format!("http://git:{token}@{host}/{owner}/{app}.git")
+}
+
+/// Whether `dir` looks like a git work tree.
+pub fn is_work_tree(dir: &Path) -> bool {
+    dir.join(".git").is_dir()
+}
