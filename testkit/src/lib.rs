@@ -189,3 +189,5 @@ pub async fn setup(prefix: &str) -> Result<(Client, TestNamespace)> {
     let ns = TestNamespace::create(&client, prefix).await?;
     Ok((client, ns))
 }
+
+pub mod node;
