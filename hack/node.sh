@@ -177,6 +177,11 @@ stop_node() {
   done
   stop_naming "$NODE/"
   cgroup_kill
+  # Shims listen in /run/containerd/s whatever the state directory is; each task's bundle names its socket.
+  local bootstrap
+  for bootstrap in "$NODE"/containerd/state/io.containerd.runtime.v2.task/*/*/bootstrap.json; do
+    [ ! -f "$bootstrap" ] || rm -f "$(jq -r '.address | sub("^unix://"; "")' "$bootstrap")"
+  done
   unmount_under "$NODE"
   net_down
   cgroup_remove
