@@ -57,8 +57,14 @@ async fn deploy_web(
 #[tokio::test]
 async fn the_node_is_ready_and_runs_the_pinned_kubelet() -> Result<()> {
     let client = slipway_testkit::client().await?;
-    let nodes = Api::<Node>::all(client).list(&ListParams::default()).await?;
-    ensure!(nodes.items.len() == 1, "one node, got {}", nodes.items.len());
+    let nodes = Api::<Node>::all(client)
+        .list(&ListParams::default())
+        .await?;
+    ensure!(
+        nodes.items.len() == 1,
+        "one node, got {}",
+        nodes.items.len()
+    );
     let node = &nodes.items[0];
     let status = node.status.clone().context("node without status")?;
     let info = status.node_info.context("node without nodeInfo")?;
@@ -70,7 +76,10 @@ async fn the_node_is_ready_and_runs_the_pinned_kubelet() -> Result<()> {
         info.kernel_version
     );
     assert!(info.kubelet_version.starts_with("v1.34."));
-    assert!(info.container_runtime_version.starts_with("containerd://2."));
+    assert!(
+        info.container_runtime_version
+            .starts_with("containerd://2.")
+    );
     let ready = status
         .conditions
         .unwrap_or_default()
@@ -85,7 +94,15 @@ async fn a_local_image_answers_through_its_service_by_cluster_dns_name() -> Resu
     let (client, ns) = slipway_testkit::setup("e2e-dns").await?;
     let ns = ns.name();
     let script = "mkdir -p /tmp/www && echo \"hello from $(hostname)\" > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www";
-    deploy_web(&client, ns, "web", BUSYBOX, json!(["sh", "-c", script]), 8080).await?;
+    deploy_web(
+        &client,
+        ns,
+        "web",
+        BUSYBOX,
+        json!(["sh", "-c", script]),
+        8080,
+    )
+    .await?;
     wait_for_deployment_available(&client, ns, "web", POD_TIMEOUT).await?;
 
     let host = format!("web.{ns}.svc.cluster.local");
@@ -94,7 +111,11 @@ async fn a_local_image_answers_through_its_service_by_cluster_dns_name() -> Resu
         ns,
         "client",
         BUSYBOX,
-        &["sh", "-c", &format!("nslookup {host} && wget -q -O - http://{host}/")],
+        &[
+            "sh",
+            "-c",
+            &format!("nslookup {host} && wget -q -O - http://{host}/"),
+        ],
         POD_TIMEOUT,
     )
     .await?;
@@ -110,11 +131,7 @@ async fn a_local_image_answers_through_its_service_by_cluster_dns_name() -> Resu
         ns,
         "outside",
         BUSYBOX,
-        &[
-            "sh",
-            "-c",
-            "nslookup example.com 2>&1; echo exit=$?",
-        ],
+        &["sh", "-c", "nslookup example.com 2>&1; echo exit=$?"],
         POD_TIMEOUT,
     )
     .await?;
@@ -180,7 +197,15 @@ async fn an_image_built_with_buildkit_from_a_warm_base_runs_as_a_deployment() ->
     built?;
     eprintln!("built and pushed {image}");
 
-    deploy_web(&client, ns, "app", &image, json!(["node", "server.js"]), 8080).await?;
+    deploy_web(
+        &client,
+        ns,
+        "app",
+        &image,
+        json!(["node", "server.js"]),
+        8080,
+    )
+    .await?;
     let deployment = wait_for_deployment_available(&client, ns, "app", POD_TIMEOUT).await?;
     eprintln!(
         "deployment app: {} of 1 replicas available",
@@ -195,7 +220,13 @@ async fn an_image_built_with_buildkit_from_a_warm_base_runs_as_a_deployment() ->
         ns,
         "client",
         BUSYBOX,
-        &["wget", "-q", "-O", "-", &format!("http://app.{ns}.svc.cluster.local/")],
+        &[
+            "wget",
+            "-q",
+            "-O",
+            "-",
+            &format!("http://app.{ns}.svc.cluster.local/"),
+        ],
         POD_TIMEOUT,
     )
     .await?;

@@ -34,7 +34,9 @@ pub fn registry() -> Result<String> {
 /// `image` (a full reference under [`registry`]). Build output goes to stderr; a failed build is an error.
 pub async fn build_and_push(context: &Path, image: &str) -> Result<()> {
     let addr = node_var("BUILDKIT_HOST")?;
-    let dir = context.to_str().context("build context path is not UTF-8")?;
+    let dir = context
+        .to_str()
+        .context("build context path is not UTF-8")?;
     let out = tokio::process::Command::new("buildctl")
         .args(["--addr", &addr, "build", "--frontend", "dockerfile.v0"])
         .args(["--local", &format!("context={dir}")])
@@ -74,7 +76,12 @@ pub async fn run_pod(
     pods.create(&PostParams::default(), &pod).await?;
     let finished = crate::wait_until(timeout, || {
         let pods = pods.clone();
-        async move { Ok(matches!(pod_phase(&pods, name).await?.as_str(), "Succeeded" | "Failed")) }
+        async move {
+            Ok(matches!(
+                pod_phase(&pods, name).await?.as_str(),
+                "Succeeded" | "Failed"
+            ))
+        }
     })
     .await;
     let phase = pod_phase(&pods, name).await?;
