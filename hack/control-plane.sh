@@ -96,8 +96,8 @@ wait_for() { # what seconds command...
   local what=$1 seconds=$2; shift 2
   local deadline=$((SECONDS + seconds))
   until "$@"; do
-    if [ $SECONDS -ge $deadline ]; then
-      log "$what did not come up within ${seconds}s; last lines of its log:"
+    if [ $SECONDS -ge $deadline ] || ! kill -0 "$(cat "$CP/pids/$what")" 2>/dev/null; then
+      log "$what exited or did not come up within ${seconds}s; last lines of its log:"
       tail -n 30 "$CP/logs/$what.log" >&2 || true
       die "$what failed to start (full log: $CP/logs/$what.log)"
     fi
