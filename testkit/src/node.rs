@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, LogParams, PostParams};
 use serde_json::json;
@@ -65,6 +65,14 @@ pub async fn run_pod(
     command: &[&str],
     timeout: Duration,
 ) -> Result<String> {
+    // Admission refuses pods until the namespace's default ServiceAccount exists, a moment after the namespace.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    crate::wait_until(Duration::from_secs(30), || {
+        let accounts = accounts.clone();
+        async move { Ok(accounts.get_opt("default").await?.is_some()) }
+    })
+    .await
+    .with_context(|| format!("namespace {ns} got no default ServiceAccount"))?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name},
