@@ -188,6 +188,10 @@ stop_node() {
   unmount_under "$NODE"
   net_down
   cgroup_remove
+  if [ -d "$NODE/logs" ]; then   # kept for a look after a failed run
+    rm -rf "$SLIPWAY_RUN/node-logs.last"
+    mv "$NODE/logs" "$SLIPWAY_RUN/node-logs.last"
+  fi
   rm -rf "$NODE"
 }
 
