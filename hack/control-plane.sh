@@ -188,5 +188,5 @@ case "${1:-}" in
     if all_running && apiserver_ready; then log "running at https://$APISERVER_ADDRESS:$APISERVER_PORT"; else log "not running"; exit 1; fi
     ;;
   env) echo "export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$KUBE_DIR/bin:\$PATH" ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
