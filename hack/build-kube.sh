@@ -6,23 +6,15 @@
 # usage: hack/build-kube.sh [component...]   (default: the control plane: etcd kube-apiserver
 #        kube-controller-manager kube-scheduler kubectl)
 set -euo pipefail
-source "$(dirname "$0")/versions.sh"
+HACK=$(cd "$(dirname "$0")" && pwd)
+source "$HACK/versions.sh"
+source "$HACK/lib.sh"
+LOG_TAG=build-kube
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
 components=("$@")
 [ ${#components[@]} -gt 0 ] || components=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
-
-log() { printf '[build-kube %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
-# A throwaway module that requires the target module; "go install pkg@version" refuses modules with replace lines.
-wrapper_module() {
-  local dir=$1
-  mkdir -p "$dir"
-  if [ ! -f "$dir/go.mod" ]; then
-    (cd "$dir" && go mod init slipway.local/wrapper >/dev/null 2>&1)
-  fi
-}
 
 build_etcd() {
   local out="$ETCD_DIR/bin/etcd"

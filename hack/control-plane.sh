@@ -11,9 +11,14 @@
 # State lives in $SLIPWAY_RUN/control-plane (default ~/.cache/slipway/run/control-plane). A run that crashed is
 # cleaned up by the next start: processes found by pid file or by their data directory are stopped, and the
 # data directory is wiped before etcd starts again.
+#
+# The apiserver listens on $SLIPWAY_APISERVER_ADDRESS (default 127.0.0.1). hack/node.sh sets it to the host's end
+# of the node's network link, so that pods reach the apiserver through the `kubernetes` Service.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 source "$HACK/versions.sh"
+source "$HACK/lib.sh"
+LOG_TAG=control-plane
 
 SLIPWAY_RUN=${SLIPWAY_RUN:-$SLIPWAY_CACHE/run}
 CP="$SLIPWAY_RUN/control-plane"
@@ -21,12 +26,10 @@ PKI="$CP/pki"
 ETCD_CLIENT_PORT=${SLIPWAY_ETCD_PORT:-12379}
 ETCD_PEER_PORT=$((ETCD_CLIENT_PORT + 1))
 APISERVER_PORT=${SLIPWAY_APISERVER_PORT:-16443}
+APISERVER_ADDRESS=${SLIPWAY_APISERVER_ADDRESS:-127.0.0.1}
 SERVICE_CIDR=${SLIPWAY_SERVICE_CIDR:-10.96.0.0/16}
 KUBECONFIG_ADMIN="$CP/admin.kubeconfig"
 COMPONENTS=(kube-scheduler kube-controller-manager kube-apiserver etcd)
-
-log() { printf '[control-plane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
 
 bin() {
   case "$1" in
@@ -38,11 +41,12 @@ bin() {
 apiserver_ready() {
   [ -f "$PKI/admin.crt" ] || return 1
   curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
-    "https://127.0.0.1:$APISERVER_PORT/readyz" >/dev/null 2>&1
+    "https://$APISERVER_ADDRESS:$APISERVER_PORT/readyz" >/dev/null 2>&1
 }
 
 all_running() {
   local c
+  [ "$(cat "$CP/address" 2>/dev/null)" = "$APISERVER_ADDRESS" ] || return 1
   for c in "${COMPONENTS[@]}"; do
     [ -f "$CP/pids/$c" ] && kill -0 "$(cat "$CP/pids/$c")" 2>/dev/null || return 1
   done
@@ -53,28 +57,12 @@ port_owner() { ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:((\("[^"]
 # Stops every process of this control plane: by pid file, then anything still running with our directory in its
 # command line (a crashed run may have lost its pid files).
 stop_processes() {
-  local c pid
+  local c
   for c in "${COMPONENTS[@]}"; do
-    if [ -f "$CP/pids/$c" ]; then
-      pid=$(cat "$CP/pids/$c")
-      kill "$pid" 2>/dev/null || true
-    fi
+    [ ! -f "$CP/pids/$c" ] || kill "$(cat "$CP/pids/$c")" 2>/dev/null || true
   done
-  pkill -f -- "$CP/" 2>/dev/null || true
-  for _ in $(seq 50); do
-    pgrep -f -- "$CP/" >/dev/null 2>&1 || break
-    sleep 0.1
-  done
-  pkill -9 -f -- "$CP/" 2>/dev/null || true
+  stop_naming "$CP/"
   rm -rf "$CP/pids"
-}
-
-gen_cert() { # name subject [extensions-file]
-  local name=$1 subj=$2 ext=${3:-}
-  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
-  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial -days 365 \
-    ${ext:+-extfile "$ext"} -out "$PKI/$name.crt" 2>/dev/null
-  rm -f "$PKI/$name.csr"
 }
 
 gen_pki() {
@@ -85,38 +73,17 @@ gen_pki() {
   local first_service_ip
   first_service_ip=$(echo "$SERVICE_CIDR" | awk -F'[./]' '{print $1"."$2"."$3"."$4+1}')
   cat >"$PKI/serving.ext" <<EOF
-subjectAltName=IP:127.0.0.1,IP:$first_service_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+subjectAltName=IP:127.0.0.1,IP:$APISERVER_ADDRESS,IP:$first_service_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 extendedKeyUsage=serverAuth
 EOF
   echo "extendedKeyUsage=clientAuth" >"$PKI/client.ext"
-  gen_cert apiserver "/CN=kube-apiserver" "$PKI/serving.ext"
-  gen_cert admin "/O=system:masters/CN=slipway-admin" "$PKI/client.ext"
-  gen_cert controller-manager "/CN=system:kube-controller-manager" "$PKI/client.ext"
-  gen_cert scheduler "/CN=system:kube-scheduler" "$PKI/client.ext"
+  gen_cert "$PKI" apiserver "/CN=kube-apiserver" "$PKI/serving.ext"
+  gen_cert "$PKI" admin "/O=system:masters/CN=slipway-admin" "$PKI/client.ext"
+  gen_cert "$PKI" controller-manager "/CN=system:kube-controller-manager" "$PKI/client.ext"
+  gen_cert "$PKI" scheduler "/CN=system:kube-scheduler" "$PKI/client.ext"
+  gen_cert "$PKI" apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$PKI/client.ext"
   openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
   openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
-}
-
-write_kubeconfig() { # file user
-  local file=$1 user=$2
-  cat >"$file" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: slipway-local
-  cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority: $PKI/ca.crt
-users:
-- name: $user
-  user:
-    client-certificate: $PKI/$user.crt
-    client-key: $PKI/$user.key
-contexts:
-- name: slipway-local
-  context: {cluster: slipway-local, user: $user}
-current-context: slipway-local
-EOF
 }
 
 launch() { # name args...
@@ -129,8 +96,8 @@ wait_for() { # what seconds command...
   local what=$1 seconds=$2; shift 2
   local deadline=$((SECONDS + seconds))
   until "$@"; do
-    if [ $SECONDS -ge $deadline ]; then
-      log "$what did not come up within ${seconds}s; last lines of its log:"
+    if [ $SECONDS -ge $deadline ] || ! kill -0 "$(cat "$CP/pids/$what")" 2>/dev/null; then
+      log "$what exited or did not come up within ${seconds}s; last lines of its log:"
       tail -n 30 "$CP/logs/$what.log" >&2 || true
       die "$what failed to start (full log: $CP/logs/$what.log)"
     fi
@@ -143,7 +110,7 @@ etcd_healthy() { curl -sf --max-time 2 "http://127.0.0.1:$ETCD_CLIENT_PORT/healt
 start() {
   "$HACK/build-kube.sh" etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
   if all_running && apiserver_ready; then
-    log "already running at https://127.0.0.1:$APISERVER_PORT (reused)"
+    log "already running at https://$APISERVER_ADDRESS:$APISERVER_PORT (reused)"
     print_env
     return
   fi
@@ -157,9 +124,11 @@ start() {
   rm -rf "$CP"
   mkdir -p "$CP/pids" "$CP/logs" "$CP/etcd"
   gen_pki
-  write_kubeconfig "$KUBECONFIG_ADMIN" admin
-  write_kubeconfig "$CP/controller-manager.kubeconfig" controller-manager
-  write_kubeconfig "$CP/scheduler.kubeconfig" scheduler
+  echo "$APISERVER_ADDRESS" >"$CP/address"
+  local server="https://$APISERVER_ADDRESS:$APISERVER_PORT"
+  write_kubeconfig "$KUBECONFIG_ADMIN" "$server" "$PKI" admin
+  write_kubeconfig "$CP/controller-manager.kubeconfig" "$server" "$PKI" controller-manager
+  write_kubeconfig "$CP/scheduler.kubeconfig" "$server" "$PKI" scheduler
 
   log "starting etcd $ETCD_VERSION on 127.0.0.1:$ETCD_CLIENT_PORT"
   launch etcd --name=slipway --data-dir="$CP/etcd" --unsafe-no-fsync \
@@ -168,15 +137,21 @@ start() {
     --initial-cluster="slipway=http://127.0.0.1:$ETCD_PEER_PORT" --log-level=warn
   wait_for etcd 30 etcd_healthy
 
-  log "starting kube-apiserver $KUBE_VERSION on https://127.0.0.1:$APISERVER_PORT"
+  # On loopback there is no address to publish for the `kubernetes` Service (nothing outside the host could use
+  # it); on the node link the apiserver publishes its own, and pods reach it through that Service.
+  local reconciler=lease
+  [ "$APISERVER_ADDRESS" != 127.0.0.1 ] || reconciler=none
+  log "starting kube-apiserver $KUBE_VERSION on https://$APISERVER_ADDRESS:$APISERVER_PORT"
   launch kube-apiserver --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    --bind-address="$APISERVER_ADDRESS" --advertise-address="$APISERVER_ADDRESS" --secure-port="$APISERVER_PORT" \
     --cert-dir="$CP/apiserver-certs" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
-    --client-ca-file="$PKI/ca.crt" --authorization-mode=RBAC \
+    --client-ca-file="$PKI/ca.crt" --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+    --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types=InternalIP \
     --service-cluster-ip-range="$SERVICE_CIDR" --allow-privileged=true \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-    --endpoint-reconciler-type=none --profiling=false
+    --endpoint-reconciler-type="$reconciler" --profiling=false
   wait_for kube-apiserver 90 apiserver_ready
 
   log "starting kube-controller-manager and kube-scheduler"
@@ -210,8 +185,8 @@ case "${1:-}" in
     log "stopped"
     ;;
   status)
-    if all_running && apiserver_ready; then log "running at https://127.0.0.1:$APISERVER_PORT"; else log "not running"; exit 1; fi
+    if all_running && apiserver_ready; then log "running at https://$APISERVER_ADDRESS:$APISERVER_PORT"; else log "not running"; exit 1; fi
     ;;
   env) echo "export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$KUBE_DIR/bin:\$PATH" ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

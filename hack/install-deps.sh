@@ -2,26 +2,24 @@
 # Installs the system packages the scripts and tests need, from Debian, when they are missing. Go and Rust come
 # with the machine; everything else slipway runs is built by hack/build-*.sh.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+LOG_TAG=deps
 
-log() { printf '[deps %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
-# command -> Debian package
-declare -A wanted=(
-  [openssl]=openssl [curl]=curl [git]=git [ss]=iproute2 [pgrep]=procps [jq]=jq [psql]=postgresql-client
-  [ssh]=openssh-client [ssh-keygen]=openssh-client [gzip]=gzip [tar]=tar
+packages=(
+  openssl curl git iproute2 procps jq          # the control plane and the scripts
+  util-linux iptables conntrack runc            # the node: nsenter, kube-proxy's rules, the OCI runtime
+  containernetworking-plugins                   # CNI bridge, host-local, portmap, loopback (/usr/lib/cni)
+  mmdebstrap rsync busybox-static               # the local images (hack/build-images.sh)
+  postgresql postgresql-client                  # the platform database (hack/postgres.sh) and pg_dump in tests
+  openssh-client gzip tar                       # the git transports' tests (ssh, ssh-keygen), code downloads
 )
 missing=()
-for cmd in "${!wanted[@]}"; do
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("${wanted[$cmd]}")
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-# One package may provide several commands.
-mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u | grep -v '^$' || true)
-for tool in go cargo rustfmt cargo-clippy; do
-  command -v "$tool" >/dev/null 2>&1 || { log "ERROR: $tool is not installed; this project needs Go and Rust (with rustfmt and clippy)"; exit 1; }
+for tool in go cargo rustfmt cargo-clippy python3; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed; this project needs Go, Rust (with rustfmt and clippy) and Python 3 with pip"
 done
-# The platform database's tests run Debian's Postgres server.
-ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
-command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo

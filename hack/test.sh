@@ -2,18 +2,26 @@
 # Runs every test tier, in order, and stops at the first that fails:
 #   1. lint     cargo fmt --check, clippy with -D warnings, helm lint --strict
 #   2. unit     every crate's unit tests and the CRD drift test (no cluster)
-#   3. cluster  integration tests against a real control plane and a real Postgres started for this run and
-#               stopped after it
+#   3. cluster  tests/cluster_*.rs against a real control plane and a real Postgres started for this run and stopped after it
+#   4. e2e      tests/e2e_*.rs against a real single-node cluster (hack/node.sh: kubelet, containerd, CNI,
+#               kube-proxy, CoreDNS, registry, BuildKit) started for this run and stopped after it
 # No tier is skipped: a part that cannot be built or started fails the run.
 #
-# usage: hack/test.sh [lint|unit|cluster]...   (default: all three)
+# usage: hack/test.sh [lint|unit|cluster|e2e]...   (default: all four)
+#
+# The test clusters keep apart from `make up`: state under $SLIPWAY_TEST_RUN (default ~/.cache/slipway/run-test),
+# ports from $SLIPWAY_TEST_ETCD_PORT (22379; e2e uses +2) and $SLIPWAY_TEST_APISERVER_PORT (26443; e2e uses +1),
+# node slot $SLIPWAY_TEST_NODE_SLOT (1). Set them to run two test runs side by side.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
 source "$HACK/versions.sh"
 
 tiers=("$@")
-[ ${#tiers[@]} -gt 0 ] || tiers=(lint unit cluster)
+[ ${#tiers[@]} -gt 0 ] || tiers=(lint unit cluster e2e)
+TEST_RUN=${SLIPWAY_TEST_RUN:-$SLIPWAY_CACHE/run-test}
+ETCD_PORT=${SLIPWAY_TEST_ETCD_PORT:-22379}
+APISERVER_PORT=${SLIPWAY_TEST_APISERVER_PORT:-26443}
 
 started=$SECONDS
 results="$(mktemp)"
@@ -48,18 +56,31 @@ for tier in "${tiers[@]}"; do
     cluster)
       log "tier cluster: integration tests against a real kube-apiserver"
       # A control plane of its own (ports and directory apart from `make up`), fresh for every run.
-      export SLIPWAY_RUN="$SLIPWAY_CACHE/run-test"
-      export SLIPWAY_ETCD_PORT=${SLIPWAY_TEST_ETCD_PORT:-22379} SLIPWAY_APISERVER_PORT=${SLIPWAY_TEST_APISERVER_PORT:-26443}
-      export SLIPWAY_PG_PORT=${SLIPWAY_TEST_PG_PORT:-25432}
-      "$HACK/control-plane.sh" stop >/dev/null 2>&1 || true
-      trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop; rm -f "$results"' EXIT
-      "$HACK/control-plane.sh" start
-      SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
-      export SLIPWAY_TEST_DATABASE_URL
-      export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
-      cargo_test -p slipway --locked --test '*'
+      (
+        export SLIPWAY_RUN="$TEST_RUN/cluster" SLIPWAY_ETCD_PORT=$ETCD_PORT SLIPWAY_APISERVER_PORT=$APISERVER_PORT
+        export SLIPWAY_PG_PORT=${SLIPWAY_TEST_PG_PORT:-25432}
+        "$HACK/control-plane.sh" stop >/dev/null 2>&1 || true
+        trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop' EXIT
+        "$HACK/control-plane.sh" start
+        SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
+        export SLIPWAY_TEST_DATABASE_URL
+        export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
+        cargo_test -p slipway --locked --test 'cluster_*'
+      )
       ;;
-    *) echo "unknown tier: $tier (lint, unit, cluster)" >&2; exit 2 ;;
+    e2e)
+      log "tier e2e: end-to-end tests on a real single-node cluster"
+      (
+        export SLIPWAY_RUN="$TEST_RUN/e2e" SLIPWAY_ETCD_PORT=$((ETCD_PORT + 2)) SLIPWAY_APISERVER_PORT=$((APISERVER_PORT + 1))
+        export SLIPWAY_NODE_SLOT=${SLIPWAY_TEST_NODE_SLOT:-1}
+        trap '"$HACK/node.sh" stop' EXIT
+        "$HACK/node.sh" start
+        eval "$("$HACK/node.sh" env)"
+        export SLIPWAY_KUBECONFIG="$KUBECONFIG" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
+        cargo_test -p slipway --locked --test 'e2e_*'
+      )
+      ;;
+    *) echo "unknown tier: $tier (lint, unit, cluster, e2e)" >&2; exit 2 ;;
   esac
 done
 

@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
-# Brings up the local platform: builds what is missing, starts the control plane on loopback, installs the CRDs,
-# runs the platform's components (hack/platform.sh) and prints the API URL and an admin token. Run it again to reuse what is running; `make down` stops it.
+# Brings up the local platform: builds what is missing, starts a single-node Kubernetes cluster on this machine
+# (hack/node.sh: control plane, kubelet, containerd, CNI, kube-proxy, CoreDNS, registry, BuildKit), installs the
+# CRDs, runs the platform's components (hack/platform.sh) and prints the API URL and an admin token. Run it again
+# to reuse what is running; `make down` stops it.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
 source "$HACK/versions.sh"
+source "$HACK/lib.sh"
+LOG_TAG=up
 
 "$HACK/install-deps.sh"
-"$HACK/control-plane.sh" start
-SLIPWAY_RUN=${SLIPWAY_RUN:-$SLIPWAY_CACHE/run}
-export KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig"
-KUBECTL="$KUBE_DIR/bin/kubectl"
+"$HACK/node.sh" start
+eval "$("$HACK/node.sh" env)"
 
-printf '[up %s] building slipway\n' "$(date +%H:%M:%S)" >&2
+log "building slipway"
 cargo build --quiet --locked --bin slipway
-target/debug/slipway crds | "$KUBECTL" apply --server-side --force-conflicts -f - >&2
-"$KUBECTL" wait --for=condition=Established --timeout=60s -f crds/yaml/ >&2
+target/debug/slipway crds | kubectl apply --server-side --force-conflicts -f - >&2
+kubectl wait --for=condition=Established --timeout=60s -f crds/yaml/ >&2
 read -r API_URL ADMIN_TOKEN < <("$HACK/platform.sh" start)
 
 cat <<EOT
 
-slipway is up: a Kubernetes $KUBE_VERSION control plane on https://127.0.0.1:${SLIPWAY_APISERVER_PORT:-16443} with the
-slipway.dev CRDs, the webhook, the operator and the API running as local processes.
+slipway is up: a single-node Kubernetes $KUBE_VERSION cluster on this machine with the slipway.dev CRDs, and the
+webhook, the operator and the API running as local processes. The node runs pods from the local registry
+$SLIPWAY_REGISTRY (which also serves the warm bases node:22-slim, python:3.13-slim and debian:trixie-slim) and
+builds images with BuildKit.
 
   API:          $API_URL   (OpenAPI document at $API_URL/openapi.json)
   admin token:  $ADMIN_TOKEN
@@ -33,11 +37,15 @@ slipway.dev CRDs, the webhook, the operator and the API running as local process
   git clone ssh://git@127.0.0.1:${SLIPWAY_SSH_PORT:-18022}/admin/blog.git   # after POST /ssh-keys with your public key
 
   export KUBECONFIG=$KUBECONFIG
-  export PATH=$KUBE_DIR/bin:\$PATH
-  kubectl get crds
-  kubectl create namespace demo
-  kubectl apply -n demo -f examples/app.yaml
-  kubectl get slipway -n demo
+  export PATH=$KUBE_DIR/bin:$SLIPWAY_CACHE/buildkit-$BUILDKIT_VERSION/bin:\$PATH
+  kubectl get nodes,pods -A
+  kubectl get slipway -A
+
+Build and run an image:
+  export BUILDKIT_HOST=$BUILDKIT_HOST
+  buildctl build --frontend dockerfile.v0 --local context=. --local dockerfile=. \\
+    --output type=image,name=$SLIPWAY_REGISTRY/demo/app:1,push=true,registry.insecure=true
+  kubectl create deployment app -n demo --image=$SLIPWAY_REGISTRY/demo/app:1
 
 Stop it with: make down
 EOT

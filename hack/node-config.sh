@@ -1,0 +1,150 @@
+# The node's configuration files: certificates and kubeconfigs for the kubelet and kube-proxy, containerd (CRI,
+# registry mirrors), CNI, the kubelet, kube-proxy, the registry and BuildKit. hack/node.sh sources it and calls
+# write_configs at each start, with its variables (NODE, NAME, the addresses) set.
+# shellcheck shell=bash
+
+write_configs() {
+  mkdir -p "$NODE"/{pki,cni/net.d,containerd/certs.d,registry,buildkit,kubelet,logs,pids,pod-logs}
+  cp "$PKI/ca.crt" "$NODE/pki/ca.crt"
+  cp "$PKI/ca.key" "$NODE/pki/ca.key"
+  echo "extendedKeyUsage=clientAuth" >"$NODE/pki/client.ext"
+  gen_cert "$NODE/pki" kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" "$NODE/pki/client.ext"
+  gen_cert "$NODE/pki" kube-proxy "/CN=system:kube-proxy" "$NODE/pki/client.ext"
+  rm -f "$NODE/pki/ca.key"
+  local server="https://$HOST_IP:${SLIPWAY_APISERVER_PORT:-16443}"
+  write_kubeconfig "$NODE/kubelet.kubeconfig" "$server" "$NODE/pki" kubelet
+  write_kubeconfig "$NODE/kube-proxy.kubeconfig" "$server" "$NODE/pki" kube-proxy
+
+  # Every registry the cluster would pull from is served by the local one: what is not there fails at once.
+  local host
+  for host in docker.io registry.k8s.io "$REGISTRY"; do
+    mkdir -p "$NODE/containerd/certs.d/$host"
+    printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve", "push"]\n' \
+      "$REGISTRY" "$REGISTRY" >"$NODE/containerd/certs.d/$host/hosts.toml"
+  done
+
+  cat >"$NODE/containerd/config.toml" <<EOF
+version = 4
+root = "$NODE/containerd/root"
+state = "$NODE/containerd/state"
+imports = []
+
+[plugins.'io.containerd.server.v1.grpc']
+  address = "$NODE/containerd/containerd.sock"
+[plugins.'io.containerd.server.v1.ttrpc']
+  address = "$NODE/containerd/containerd.sock.ttrpc"
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$NODE/containerd/opt"
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "registry.k8s.io/pause:$PAUSE_VERSION"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$NODE/containerd/certs.d"
+[plugins.'io.containerd.cri.v1.runtime']
+  # These machines withhold CAP_SYS_RESOURCE, so no process may lower its oom_score_adj (the kubelet asks -998
+  # for sandboxes); containers get no lower a score than containerd's own.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  cdi_spec_dirs = []
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      BinaryName = "$(command -v runc)"
+      Root = "$NODE/containerd/runc"
+      SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$NODE/cni/net.d"
+EOF
+
+  cat >"$NODE/cni/net.d/10-slipway.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "slipway",
+  "plugins": [
+    {
+      "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+      "ipam": {
+        "type": "host-local", "dataDir": "$NODE/cni/ipam",
+        "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+
+  # Pods with dnsPolicy Default get no outside resolver.
+  echo "# no upstream resolvers: nothing is looked up outside the cluster" >"$NODE/resolv.conf"
+  cat >"$NODE/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $NODE/pki/ca.crt}
+authorization: {mode: Webhook}
+containerRuntimeEndpoint: unix://$NODE/containerd/containerd.sock
+cgroupDriver: cgroupfs
+cgroupRoot: /$NAME
+failCgroupV1: false
+failSwapOn: false
+clusterDNS: [$DNS_IP]
+clusterDomain: cluster.local
+resolvConf: $NODE/resolv.conf
+podLogsDirectory: $NODE/pod-logs
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+# The disk is shared with everything else on the machine and its free space swings; a disk-pressure taint would
+# stop every pod (as kind does, disk-based eviction is off; a full disk still fails loudly on write).
+evictionHard: {memory.available: 100Mi, nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%", imagefs.inodesFree: "0%"}
+serializeImagePulls: false
+EOF
+
+  cat >"$NODE/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection: {kubeconfig: $NODE/kube-proxy.kubeconfig}
+hostnameOverride: $NODE_NAME
+clusterCIDR: $POD_CIDR
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+EOF
+
+  cat >"$NODE/registry.yaml" <<EOF
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage:
+  filesystem: {rootdirectory: $NODE/registry}
+  delete: {enabled: true}
+http: {addr: "$REGISTRY"}
+EOF
+
+  # Builds pull warm bases (docker.io/library/...) from the local registry, and push there over plain HTTP.
+  cat >"$NODE/buildkitd.toml" <<EOF
+root = "$NODE/buildkit"
+[grpc]
+  address = ["unix://$NODE/buildkit/buildkitd.sock"]
+[worker.oci]
+  enabled = true
+  snapshotter = "overlayfs"
+  binary = "$(command -v runc)"
+  networkMode = "host"
+  defaultCgroupParent = "/$NAME/buildkit"
+  gc = false
+[worker.containerd]
+  enabled = false
+[registry."docker.io"]
+  mirrors = ["$REGISTRY"]
+[registry."$REGISTRY"]
+  http = true
+EOF
+}
