@@ -98,7 +98,7 @@ failSwapOn: false
 clusterDNS: [$DNS_IP]
 clusterDomain: cluster.local
 resolvConf: $NODE/resolv.conf
-podLogsDirectory: $NODE/pod-logs
+podLogsDir: $NODE/pod-logs
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 # The disk is shared with everything else on the machine and its free space swings; a disk-pressure taint would
