@@ -57,10 +57,7 @@ port_owner() { ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:((\("[^"]
 # Stops every process of this control plane: by pid file, then anything still running with our directory in its
 # command line (a crashed run may have lost its pid files).
 stop_processes() {
-  local c
-  for c in "${COMPONENTS[@]}"; do
-    [ ! -f "$CP/pids/$c" ] || kill "$(cat "$CP/pids/$c")" 2>/dev/null || true
-  done
+  kill_pidfiles "$CP" "${COMPONENTS[@]}"
   stop_naming "$CP/"
   rm -rf "$CP/pids"
 }

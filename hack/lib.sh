@@ -61,6 +61,14 @@ pids_naming() {
 }
 
 # Stops the processes that name PATH: SIGTERM, up to 5 s, then SIGKILL.
+# Signals the processes recorded in <dir>/pids/<name> for each name given.
+kill_pidfiles() {
+  local dir=$1 name; shift
+  for name in "$@"; do
+    [ ! -f "$dir/pids/$name" ] || kill "$(cat "$dir/pids/$name")" 2>/dev/null || true
+  done
+}
+
 stop_naming() {
   local path=$1 pids
   pids=$(pids_naming "$path")

@@ -175,10 +175,7 @@ wait_for() { # name seconds command...
 }
 
 stop_node() {
-  local d
-  for d in "${DAEMONS[@]}"; do
-    [ ! -f "$NODE/pids/$d" ] || kill "$(cat "$NODE/pids/$d")" 2>/dev/null || true
-  done
+  kill_pidfiles "$NODE" "${DAEMONS[@]}"
   stop_naming "$NODE/"
   cgroup_kill
   # Shims listen in /run/containerd/s whatever the state directory is; each task's bundle names its socket.

@@ -49,6 +49,17 @@ pub struct ChannelSpec {
     pub env_secret: Option<String>,
 }
 
+impl Channel {
+    /// The channel's name within its app: the part of the resource name `<app>.<channel>` after the dot.
+    pub fn channel_name(&self) -> &str {
+        self.metadata
+            .name
+            .as_deref()
+            .and_then(|n| n.split_once('.'))
+            .map_or("", |(_, c)| c)
+    }
+}
+
 /// Lifecycle of a channel.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,

@@ -229,15 +229,7 @@ pub(super) fn check_new_channel(
     let app_channels: Vec<(String, String)> = account_channels
         .iter()
         .filter(|c| c.spec.app == app.as_str())
-        .map(|c| {
-            let name = c.name_any();
-            (
-                name.split_once('.')
-                    .map(|(_, c)| c.to_owned())
-                    .unwrap_or(name),
-                c.spec.git_ref_binding.clone(),
-            )
-        })
+        .map(|c| (c.channel_name().to_owned(), c.spec.git_ref_binding.clone()))
         .collect();
     let all_apps = state.cache().apps();
     let counted = rules::counted_channels(

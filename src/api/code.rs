@@ -48,13 +48,7 @@ async fn download_code(
     caller.require_scope(scopes::REPO)?;
     let app = access::visible_app(&state, &caller, app_id).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
-    let channel_name = channel
-        .metadata
-        .name
-        .as_deref()
-        .and_then(|n| n.split_once('.'))
-        .map(|(_, c)| c.to_owned())
-        .unwrap_or_default();
+    let channel_name = channel.channel_name().to_owned();
     if let Some(snapshot) = query.snapshot_id {
         // Snapshots are recorded once channel databases and object stores exist; none can be named yet.
         return Err(ApiError::Missing(

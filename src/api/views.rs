@@ -100,11 +100,7 @@ impl ChannelView {
     /// The view of `channel` of `app`; the hostname is derived from the names, so it is right before any
     /// reconciler has run.
     pub fn build(state: &AppState, app: &VisibleApp, channel: &Channel) -> Self {
-        let resource_name = channel.metadata.name.clone().unwrap_or_default();
-        let name = resource_name
-            .split_once('.')
-            .map(|(_, c)| c.to_owned())
-            .unwrap_or_default();
+        let name = channel.channel_name().to_owned();
         let hostname = name
             .parse::<ChannelName>()
             .ok()
