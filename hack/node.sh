@@ -279,6 +279,8 @@ export KUBECONFIG=$CP/admin.kubeconfig
 export PATH=$KUBE_DIR/bin:$BUILDKIT_BIN:\$PATH
 export BUILDKIT_HOST=unix://$NODE/buildkit/buildkitd.sock
 export SLIPWAY_REGISTRY=$REGISTRY
+export SLIPWAY_NODE_HOST_IP=$HOST_IP
+export SLIPWAY_BUILDKIT_ADDR=tcp://$NODE_IP:1234
 EOF
 }
 

@@ -5,7 +5,8 @@
 #
 # usage: hack/platform.sh start | stop
 #
-# Needs target/debug/slipway (make up builds it) and a running control plane (hack/control-plane.sh start).
+# Needs target/debug/slipway (make up builds it) and a running node (hack/node.sh start) whose `hack/node.sh env`
+# exports are set: SLIPWAY_REGISTRY, SLIPWAY_BUILDKIT_ADDR and SLIPWAY_NODE_HOST_IP.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
@@ -101,20 +102,26 @@ start() {
 
   [ -f "$DIR/tls/tls.crt" ] || webhook_certs
   [ -s "$DIR/env-keys" ] || (umask 077 && "$BIN" admin new-env-key --id "k$(date +%Y%m%d)" >"$DIR/env-keys")
+  [ -s "$DIR/internal-token" ] || (umask 077 && openssl rand -hex 32 >"$DIR/internal-token")
   log "starting the webhook on https://127.0.0.1:$WEBHOOK_PORT"
   launch webhook webhook --listen "127.0.0.1:$WEBHOOK_PORT" --tls-cert "$DIR/tls/tls.crt" --tls-key "$DIR/tls/tls.key"
   wait_for webhook 60 "https://127.0.0.1:$WEBHOOK_PORT/readyz" --cacert "$DIR/tls/ca.crt"
   register_webhook
 
-  log "starting the operator (admin port $OPERATOR_ADMIN_PORT)"
-  launch operator operator --app-domain "$APP_DOMAIN" --admin-port "$OPERATOR_ADMIN_PORT"
-  wait_for operator 30 "http://127.0.0.1:$OPERATOR_ADMIN_PORT/readyz"
 
+  # Pods (build jobs) reach the API on the host's end of the node's link, so it listens there too.
   log "starting the API on http://127.0.0.1:$API_PORT"
-  launch api api --listen "127.0.0.1:$API_PORT" --database-url "$db_url" --app-domain "$APP_DOMAIN" \
+  launch api api --listen "0.0.0.0:$API_PORT" --database-url "$db_url" --app-domain "$APP_DOMAIN" \
     --git-host "$GIT_HOST" --repos-dir "$DIR/repos" --env-keys-file "$DIR/env-keys" \
+    --internal-token-file "$DIR/internal-token" \
     --ssh-listen "127.0.0.1:$SSH_PORT" --ssh-host-key "$DIR/ssh/ssh_host_ed25519_key"
   wait_for api 60 "http://127.0.0.1:$API_PORT/healthz"
+
+  log "starting the operator (admin port $OPERATOR_ADMIN_PORT)"
+  launch operator operator --app-domain "$APP_DOMAIN" --admin-port "$OPERATOR_ADMIN_PORT" \
+    --api-url "http://127.0.0.1:$API_PORT" --pod-api-url "http://$SLIPWAY_NODE_HOST_IP:$API_PORT" \
+    --internal-token-file "$DIR/internal-token" --registry "$SLIPWAY_REGISTRY" --buildkit-addr "$SLIPWAY_BUILDKIT_ADDR"
+  wait_for operator 30 "http://127.0.0.1:$OPERATOR_ADMIN_PORT/readyz"
 
   if ! psql -q "$db_url" -tc "SELECT 1 FROM users WHERE username = 'admin'" | grep -q 1; then
     (umask 077 && "$BIN" admin create-user --username admin --plan pro --database-url "$db_url" >"$DIR/admin-token") \

@@ -11,6 +11,7 @@ use axum::routing::get;
 use kube::Api;
 use prometheus_client::registry::Registry;
 use slipway_controllers::leader::LeaderElector;
+use slipway_controllers::platform_api::PlatformEndpoints;
 use slipway_controllers::run::Metrics;
 use slipway_controllers::{Context, OperatorConfig};
 
@@ -33,6 +34,21 @@ pub struct OperatorArgs {
     /// Name of the Lease.
     #[arg(long, env = "SLIPWAY_LEASE_NAME", default_value = "slipway-operator")]
     pub lease_name: String,
+    /// Base URL of the API server, whose internal endpoints hold git, env values and deploy logs.
+    #[arg(long, env = "SLIPWAY_API_URL")]
+    pub api_url: String,
+    /// Base URL of the API server as pods reach it (build pods fetch their sources there). Default: --api-url.
+    #[arg(long, env = "SLIPWAY_POD_API_URL")]
+    pub pod_api_url: Option<String>,
+    /// File holding the internal token the operator shares with the API server.
+    #[arg(long, env = "SLIPWAY_INTERNAL_TOKEN_FILE")]
+    pub internal_token_file: std::path::PathBuf,
+    /// The cluster's image registry (host:port) builds push to and nodes pull from.
+    #[arg(long, env = "SLIPWAY_REGISTRY")]
+    pub registry: String,
+    /// The BuildKit daemon build pods use (tcp://host:port).
+    #[arg(long, env = "SLIPWAY_BUILDKIT_ADDR")]
+    pub buildkit_addr: String,
 }
 
 /// How long a leader's Lease lasts without renewal.
@@ -45,9 +61,17 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         .context("connect to Kubernetes")?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let internal_token = crate::serve::read_internal_token(&args.internal_token_file)?;
     let config = OperatorConfig {
         app_domain: args.app_domain,
         namespace: args.namespace,
+        platform: PlatformEndpoints {
+            pod_api_url: args.pod_api_url.unwrap_or_else(|| args.api_url.clone()),
+            api_url: args.api_url,
+            internal_token,
+        },
+        registry: args.registry,
+        buildkit_addr: args.buildkit_addr,
     };
     let ctx = Arc::new(Context::new(client, config, metrics));
     let addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));

@@ -50,6 +50,13 @@ pub struct ApiArgs {
         default_value = "/var/lib/slipway/ssh/ssh_host_ed25519_key"
     )]
     pub ssh_host_key: PathBuf,
+    /// File holding the internal token shared with the operator and the edge (the `/internal/v1` routes).
+    #[arg(
+        long,
+        env = "SLIPWAY_INTERNAL_TOKEN_FILE",
+        default_value = "/etc/slipway/internal/token"
+    )]
+    pub internal_token_file: PathBuf,
 }
 
 /// Builds the API's state: database (migrated), kube client, synced caches.
@@ -58,6 +65,7 @@ pub async fn state(
     kube: kube::Client,
 ) -> anyhow::Result<(AppState, Vec<tokio::task::JoinHandle<()>>)> {
     let keyring = crate::env::crypto::Keyring::load(&args.env_keys_file)?;
+    let internal_token = read_internal_token(&args.internal_token_file)?;
     let db = crate::db::connect(&args.database_url).await?;
     let (cache, tasks) = Cache::start(kube.clone()).await?;
     let names = PublicNames {
@@ -65,7 +73,15 @@ pub async fn state(
         git_host: args.git_host.clone(),
     };
     Ok((
-        AppState::new(db, kube, cache, Repos::new(&args.repos_dir), names, keyring),
+        AppState::new(
+            db,
+            kube,
+            cache,
+            Repos::new(&args.repos_dir),
+            names,
+            keyring,
+            internal_token,
+        ),
         tasks,
     ))
 }
@@ -101,6 +117,21 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         ssh = ssh => ssh.and_then(|()| Err(anyhow::anyhow!("the SSH server stopped"))),
         (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a cache task stopped: {ended:?}")),
     }
+}
+
+/// Reads the internal token the API server, the operator and the edge share; refuses one too short to be secret.
+pub fn read_internal_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let token = std::fs::read_to_string(path)
+        .with_context(|| format!("read the internal token from {}", path.display()))?
+        .trim()
+        .to_owned();
+    if token.len() < 32 {
+        anyhow::bail!(
+            "the internal token in {} is shorter than 32 characters",
+            path.display()
+        );
+    }
+    Ok(token)
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

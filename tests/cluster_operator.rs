@@ -23,6 +23,13 @@ fn start_operator(client: kube::Client, namespace: &str) -> tokio::task::JoinHan
     let config = OperatorConfig {
         app_domain: APP_DOMAIN.into(),
         namespace: Some(namespace.into()),
+        platform: slipway_controllers::platform_api::PlatformEndpoints {
+            api_url: "http://127.0.0.1:9".into(),
+            pod_api_url: "http://127.0.0.1:9".into(),
+            internal_token: "unused-by-these-tests-0123456789abcdef".into(),
+        },
+        registry: "127.0.0.1:9".into(),
+        buildkit_addr: "tcp://127.0.0.1:9".into(),
     };
     let ctx = Arc::new(Context::new(client, config, metrics));
     tokio::spawn(async move {

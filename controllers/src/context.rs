@@ -1,8 +1,10 @@
-//! What every reconcile shares: the client, the platform's public names, the event recorder and the metrics.
+//! What every reconcile shares: the client, the platform's public names and internal endpoints, the event
+//! recorder and the metrics.
 
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
+use crate::platform_api::{PlatformApi, PlatformEndpoints};
 use crate::run::Metrics;
 
 /// Settings of the operator.
@@ -12,6 +14,12 @@ pub struct OperatorConfig {
     pub app_domain: String,
     /// Watch only this namespace instead of all of them.
     pub namespace: Option<String>,
+    /// The API server's internal endpoints (git, env, deploy logs).
+    pub platform: PlatformEndpoints,
+    /// The cluster's image registry (`host:port`), where builds push and nodes pull.
+    pub registry: String,
+    /// The BuildKit daemon build pods talk to (`tcp://host:port`).
+    pub buildkit_addr: String,
 }
 
 /// Shared state of the reconcilers.
@@ -24,6 +32,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Reconcile metrics.
     pub metrics: Metrics,
+    /// The API server's internal endpoints.
+    pub platform: PlatformApi,
 }
 
 impl Context {
@@ -34,6 +44,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
+            platform: PlatformApi::new(config.platform.clone()),
             recorder: Recorder::new(client.clone(), reporter),
             client,
             config,

@@ -6,6 +6,7 @@ pub mod channel;
 pub mod context;
 pub mod error;
 pub mod leader;
+pub mod platform_api;
 pub mod run;
 mod status;
 

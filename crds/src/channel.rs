@@ -75,6 +75,16 @@ pub enum ChannelPhase {
     Failed,
 }
 
+/// Which readiness check a version of a dynamic channel passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadyBy {
+    /// The process answered `GET /` with a 2xx on `$SVC_HTTP_PORT`.
+    Http,
+    /// The process created the file named by `$SVC_READY_FILE`; it serves no HTTP, so its hostname answers 502.
+    File,
+}
+
 /// The newest queued or running deploy of a channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -116,6 +126,11 @@ pub struct ChannelStatus {
     /// deploy means the deploy has not finished, not that it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_deploy: Option<PendingDeploy>,
+
+    /// How the deployed version passed readiness: http (it answers GET /) or file (it created the ready file; the
+    /// edge then answers 502 on its hostname). Unset for static channels and before the first deploy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_by: Option<ReadyBy>,
 
     /// Latest observations of the channel's state, one per type (Ready, Accepted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

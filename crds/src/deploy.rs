@@ -90,6 +90,26 @@ impl DeployPhase {
     }
 }
 
+/// The image a deploy built, as pushed to the cluster's registry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeployImage {
+    /// Pullable reference, by digest: `<registry>/<repository>@sha256:...`.
+    pub reference: String,
+    /// The tag pushed (the commit sha).
+    pub tag: String,
+    /// Total size of the image's layers and config, in bytes.
+    pub size_bytes: u64,
+    /// Size counted against the plan's cap (the final stage's warm-base layers excluded); unset when not computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub charged_size_bytes: Option<u64>,
+    /// The warm base the final stage was recognised as, e.g. node:22-slim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched_base: Option<String>,
+    /// When the image was built.
+    pub created: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+}
+
 /// Observed state of a Deploy.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -115,6 +135,14 @@ pub struct DeployStatus {
     /// When the deploy reached success or failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
+
+    /// The image built for the deploy (app and docker templates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<DeployImage>,
+
+    /// Which readiness check the new version passed (app and docker templates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_by: Option<crate::channel::ReadyBy>,
 
     /// Why the deploy failed, in one line.
     #[serde(default, skip_serializing_if = "Option::is_none")]

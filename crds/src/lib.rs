@@ -20,8 +20,8 @@ pub mod names;
 pub mod plans;
 
 pub use app::{App, AppSpec, AppStatus, Template};
-pub use channel::{Channel, ChannelPhase, ChannelSpec, ChannelStatus, PendingDeploy};
-pub use deploy::{Deploy, DeployPhase, DeploySpec, DeployStatus};
+pub use channel::{Channel, ChannelPhase, ChannelSpec, ChannelStatus, PendingDeploy, ReadyBy};
+pub use deploy::{Deploy, DeployImage, DeployPhase, DeploySpec, DeployStatus};
 pub use domain::{DnsRecords, Domain, DomainPhase, DomainReason, DomainSpec, DomainStatus};
 pub use forward::{Forward, ForwardSpec, ForwardStatus};
 

@@ -462,6 +462,18 @@ pub fn channel_resource_name(app: &AppName, channel: &ChannelName) -> String {
     format!("{app}.{channel}")
 }
 
+/// Base name of what a channel runs on the cluster (its Service, and its Deployments with a deploy suffix): the
+/// Channel resource name with `-` for `.`, so a valid DNS-1035 label of at most 62 characters. The hostname rule
+/// keeps `<channel>-<app>` under 62 characters, and a leading digit gets an `s` in front, as Services need a letter.
+pub fn workload_name(channel_resource_name: &str) -> String {
+    let name = channel_resource_name.replace('.', "-");
+    if name.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("s{name}")
+    } else {
+        name
+    }
+}
+
 /// Splits a Channel resource name into its app and channel names.
 pub fn parse_channel_resource_name(name: &str) -> Result<(AppName, ChannelName), InvalidName> {
     let (app, channel) = name
@@ -555,6 +567,14 @@ mod tests {
             );
         }
         assert_eq!(GitRefBinding::prod().to_string(), "branch:master");
+    }
+
+    #[test]
+    fn workload_names_are_dns_1035_labels() {
+        assert_eq!(workload_name("blog.prod"), "blog-prod");
+        assert_eq!(workload_name("9lives.next"), "s9lives-next");
+        let longest = format!("{}.{}", "a".repeat(40), "b".repeat(20));
+        assert!(workload_name(&longest).len() <= 63);
     }
 
     #[test]

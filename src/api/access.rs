@@ -60,7 +60,8 @@ pub struct VisibleApp {
 }
 
 impl VisibleApp {
-    fn from_resource(app: Arc<App>, role: Role) -> Option<Self> {
+    /// The app as seen with `role`; `None` when the resource lacks a uid, a valid name or owner.
+    pub fn from_resource(app: Arc<App>, role: Role) -> Option<Self> {
         let id = app.metadata.uid.as_deref()?.parse().ok()?;
         let name = app.metadata.name.as_deref()?.parse().ok()?;
         let owner = app.spec.owner.parse().ok()?;

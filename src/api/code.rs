@@ -1,15 +1,11 @@
 //! `GET /apps/{app_id}/channels/{channel_id}/code/download`: the files of the commit a channel serves, as a tar
-//! stream made by `git archive` and sent as it is produced. Every download is recorded in the audit journal before
+//! stream (`git::archive`). Every download is recorded in the audit journal before
 //! the first byte goes out.
 
-use std::process::Stdio;
-
-use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use serde::Deserialize;
-use tokio_util::io::ReaderStream;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
@@ -89,37 +85,9 @@ async fn download_code(
         serde_json::json!({"channel_id": channel_id, "sha": sha}),
     )
     .await?;
-    let mut child = tokio::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(&repo)
-        .args(["archive", "--format=tar", &sha])
-        .env_remove("GIT_DIR")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("start git archive: {e}")))?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("git archive has no stdout")))?;
-    tokio::spawn(async move {
-        match child.wait_with_output().await {
-            Ok(out) if !out.status.success() => tracing::warn!(
-                status = %out.status,
-                stderr = %String::from_utf8_lossy(&out.stderr),
-                "git archive failed mid-stream"
-            ),
-            Err(e) => tracing::warn!(error = %e, "waiting for git archive failed"),
-            Ok(_) => {}
-        }
-    });
+    let body = crate::git::archive::tar_body(&repo, &sha).map_err(ApiError::Internal)?;
     let filename = format!("{}-{channel_name}-{}.tar", app.name, &sha[..7]);
-    let mut res = Response::new(Body::from_stream(ReaderStream::with_capacity(
-        stdout,
-        64 * 1024,
-    )));
+    let mut res = Response::new(body);
     let headers = res.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

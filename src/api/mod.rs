@@ -8,6 +8,7 @@ pub mod code;
 pub mod env;
 pub mod error;
 pub mod extract;
+pub mod internal;
 pub mod plans;
 pub mod repo;
 pub mod ssh_keys;
@@ -90,6 +91,7 @@ pub fn router(state: AppState) -> Router {
             get(move || std::future::ready(Json(doc.as_ref().clone()))),
         )
         .route("/healthz", get(|| std::future::ready("ok")))
+        .merge(internal::routes())
         .fallback(|| std::future::ready(ApiError::NotFound("route")))
         .method_not_allowed_fallback(|| std::future::ready(ApiError::MethodNotAllowed))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

@@ -42,6 +42,7 @@ struct Inner {
     repos: Repos,
     names: PublicNames,
     keyring: Keyring,
+    internal_token: String,
 }
 
 impl AppState {
@@ -53,6 +54,7 @@ impl AppState {
         repos: Repos,
         names: PublicNames,
         keyring: Keyring,
+        internal_token: String,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -63,6 +65,7 @@ impl AppState {
                 repos,
                 names,
                 keyring,
+                internal_token,
             }),
         }
     }
@@ -70,6 +73,11 @@ impl AppState {
     /// The keys env values are sealed with.
     pub fn keyring(&self) -> &Keyring {
         &self.inner.keyring
+    }
+
+    /// The token of the `/internal/v1` routes, shared with the operator and the edge.
+    pub fn internal_token(&self) -> &str {
+        &self.inner.internal_token
     }
 
     /// The platform database.

@@ -1,7 +1,8 @@
-//! The platform database (Postgres through sqlx): users, tokens, memberships and the audit journal. Cluster state
+//! The platform database (Postgres through sqlx): users, tokens, memberships, the audit journal and deploy logs. Cluster state
 //! (apps, channels, deploys) is not here; it lives in the custom resources.
 
 pub mod audit;
+pub mod deploy_logs;
 pub mod members;
 pub mod ssh_keys;
 pub mod tokens;

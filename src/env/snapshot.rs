@@ -48,7 +48,8 @@ fn place(deploy: Uuid, key: &str) -> Vec<u8> {
     format!("snapshot/{deploy}/{key}").into_bytes()
 }
 
-/// Records what `deploy` receives. Called once, when the deploy starts.
+/// Records what `deploy` receives, once: a second call for the same deploy (an operator that restarted) keeps the
+/// first record, so a deploy always runs with the values of its start.
 pub async fn record(
     db: &PgPool,
     ring: &Keyring,
@@ -70,7 +71,8 @@ pub async fn record(
         });
     }
     sqlx::query(
-        "INSERT INTO deploy_env_snapshots (deploy_id, app_id, channel_id, entries, system_keys) VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO deploy_env_snapshots (deploy_id, app_id, channel_id, entries, system_keys) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (deploy_id) DO NOTHING",
     )
     .bind(deploy)
     .bind(app)
@@ -125,6 +127,34 @@ pub async fn view(
         env,
         system_keys,
     }))
+}
+
+/// Every value of `deploy`'s snapshot in the clear, secrets included (what its containers receive); `None` when
+/// the deploy has no snapshot.
+pub async fn values(
+    db: &PgPool,
+    ring: &Keyring,
+    deploy: Uuid,
+) -> anyhow::Result<Option<Vec<(String, String)>>> {
+    let entries: Option<serde_json::Value> =
+        sqlx::query_scalar("SELECT entries FROM deploy_env_snapshots WHERE deploy_id = $1")
+            .bind(deploy)
+            .fetch_optional(db)
+            .await?;
+    let Some(entries) = entries else {
+        return Ok(None);
+    };
+    let stored: Vec<StoredEntry> = serde_json::from_value(entries)?;
+    let mut values = Vec::with_capacity(stored.len());
+    for e in stored {
+        let sealed = Sealed {
+            key_id: e.key_id,
+            bytes: STANDARD.decode(&e.sealed)?,
+        };
+        let value = String::from_utf8(ring.open(&sealed, &place(deploy, &e.key))?)?;
+        values.push((e.key, value));
+    }
+    Ok(Some(values))
 }
 
 /// Re-seals every snapshot value with the active key (key rotation); returns how many snapshots changed.

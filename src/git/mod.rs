@@ -2,6 +2,7 @@
 //! the real git programs (`service`), readable in-process with gix (`store`), and writable without a client through
 //! changesets (`changeset`, with the pure path, edit and hunk rules in `paths` and `patch`).
 
+pub mod archive;
 pub mod changeset;
 pub mod http;
 pub mod patch;

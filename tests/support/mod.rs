@@ -27,6 +27,8 @@ use tower::ServiceExt;
 pub const APP_DOMAIN: &str = "apps.slipway.test";
 /// The git host tests use.
 pub const GIT_HOST: &str = "git.slipway.test";
+/// The internal token of the test API (the operator and the edge in tests use it too).
+pub const INTERNAL_TOKEN: &str = "test-internal-token-0123456789abcdef0123456789";
 
 /// A running API and what it stands on.
 pub struct TestApi {
@@ -118,6 +120,7 @@ impl TestApi {
             Repos::new(&repos_dir),
             names,
             keyring,
+            INTERNAL_TOKEN.into(),
         );
         let router = slipway::api::router(state.clone());
         Ok(Self {
