@@ -73,9 +73,12 @@ for tier in "${tiers[@]}"; do
       (
         export SLIPWAY_RUN="$TEST_RUN/e2e" SLIPWAY_ETCD_PORT=$((ETCD_PORT + 2)) SLIPWAY_APISERVER_PORT=$((APISERVER_PORT + 1))
         export SLIPWAY_NODE_SLOT=${SLIPWAY_TEST_NODE_SLOT:-1}
-        trap '"$HACK/node.sh" stop' EXIT
+        export SLIPWAY_PG_PORT=$((${SLIPWAY_TEST_PG_PORT:-25432} + 1))
+        trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop' EXIT
         "$HACK/node.sh" start
         eval "$("$HACK/node.sh" env)"
+        SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
+        export SLIPWAY_TEST_DATABASE_URL
         export SLIPWAY_KUBECONFIG="$KUBECONFIG" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
         cargo_test -p slipway --locked --test 'e2e_*'
       )

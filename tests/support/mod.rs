@@ -260,6 +260,52 @@ impl TestApi {
         Ok(format!("http://{addr}"))
     }
 
+    /// Serves the router where pods on the test node reach it (the host's end of the node's link, from
+    /// `hack/node.sh env`) and returns (the URL the test process uses, the URL pods use).
+    pub async fn serve_for_pods(&self) -> Result<(String, String)> {
+        let host_ip = std::env::var("SLIPWAY_NODE_HOST_IP").map_err(|_| {
+            anyhow::anyhow!("SLIPWAY_NODE_HOST_IP is not set; run under `hack/test.sh e2e`")
+        })?;
+        let listener = tokio::net::TcpListener::bind((host_ip.as_str(), 0)).await?;
+        let addr = listener.local_addr()?;
+        let router = self.router.clone();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Ok((format!("http://{addr}"), format!("http://{addr}")))
+    }
+
+    /// Runs the operator against the test node for the rest of the test, scoped to `namespace`, talking to this
+    /// API served with [`TestApi::serve_for_pods`].
+    pub async fn start_operator(&self, namespace: &str) -> Result<tokio::task::JoinHandle<()>> {
+        let (api_url, pod_api_url) = self.serve_for_pods().await?;
+        let var = |name: &str| {
+            std::env::var(name)
+                .map_err(|_| anyhow::anyhow!("{name} is not set; run under `hack/test.sh e2e`"))
+        };
+        let config = slipway_controllers::OperatorConfig {
+            app_domain: APP_DOMAIN.into(),
+            namespace: Some(namespace.into()),
+            platform: slipway_controllers::platform_api::PlatformEndpoints {
+                api_url,
+                pod_api_url,
+                internal_token: INTERNAL_TOKEN.into(),
+            },
+            registry: var("SLIPWAY_REGISTRY")?,
+            buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
+        };
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = slipway_controllers::run::Metrics::register(&mut registry);
+        let ctx = std::sync::Arc::new(slipway_controllers::Context::new(
+            self.kube.clone(),
+            config,
+            metrics,
+        ));
+        Ok(tokio::spawn(async move {
+            if let Err(e) = slipway_controllers::run::run(ctx).await {
+                panic!("operator stopped: {e:#}");
+            }
+        }))
+    }
+
     /// Serves git over SSH on 127.0.0.1 with a fresh host key; returns the port.
     pub async fn serve_ssh(&self) -> Result<u16> {
         let key = slipway::git::ssh::load_or_create_host_key(
