@@ -4,6 +4,7 @@
 pub mod app;
 pub mod channel;
 pub mod context;
+pub mod deploy;
 pub mod error;
 pub mod leader;
 pub mod platform_api;
