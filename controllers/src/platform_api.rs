@@ -97,6 +97,9 @@ pub struct PlatformApi {
 impl PlatformApi {
     /// A client for `endpoints`.
     pub fn new(endpoints: PlatformEndpoints) -> Self {
+        // ring is the one TLS provider built in (as for kube); reqwest takes the process default. Already
+        // installed is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()

@@ -47,7 +47,12 @@ pub struct Release<'a> {
 }
 
 /// Keys the platform injects (recorded by name in the deploy's env snapshot); they win over user keys.
-pub const SYSTEM_ENV_KEYS: [&str; 4] = ["SVC_HTTP_PORT", "PORT", "SVC_FORWARD_PORT", "SVC_READY_FILE"];
+pub const SYSTEM_ENV_KEYS: [&str; 4] = [
+    "SVC_HTTP_PORT",
+    "PORT",
+    "SVC_FORWARD_PORT",
+    "SVC_READY_FILE",
+];
 
 /// Where a deploy's new version stands.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,13 +88,14 @@ pub async fn advance(ctx: &Context, release: &Release<'_>) -> Result<Rollout, Er
     let past_deadline = Timestamp::now() >= deadline;
     Ok(match readiness::observe(&listed.items, deadline) {
         readiness::Observation::Passed { pod } => {
-            let log = container_log(&pods, &pod, probe::CONTAINER, false).await?;
+            let log = container_log(&pods, &pod, probe::CONTAINER).await?;
             match probe::passed_by(&log) {
                 Some(by) => Rollout::Ready(by),
                 // The sidecar prints before it marks itself ready, so this is a log not readable yet.
                 None if !past_deadline => Rollout::Starting,
                 None => Rollout::Failed(
-                    "readiness: the pod passed but the readiness sidecar's log does not say how".to_owned(),
+                    "readiness: the pod passed but the readiness sidecar's log does not say how"
+                        .to_owned(),
                 ),
             }
         }
@@ -98,7 +104,8 @@ pub async fn advance(ctx: &Context, release: &Release<'_>) -> Result<Rollout, Er
             restarts,
             last_exit,
         } => {
-            let output = container_log(&pods, &pod, objects::APP_CONTAINER, true).await?;
+            // The container is not running, so its log is that of the run that ended last.
+            let output = container_log(&pods, &pod, objects::APP_CONTAINER).await?;
             Rollout::Failed(readiness::crashed_message(restarts, &last_exit, &output))
         }
         readiness::Observation::Waiting { detail } if past_deadline => Rollout::Failed(
@@ -190,21 +197,12 @@ where
     Ok(())
 }
 
-/// The log of one container of a pod (of its previous run with `previous`); empty when there is none yet.
-async fn container_log(
-    pods: &Api<Pod>,
-    pod: &str,
-    container: &str,
-    previous: bool,
-) -> Result<String, Error> {
+/// The end of the log of one container of a pod (its current run, or the last one when it is not running);
+/// empty when there is none yet.
+async fn container_log(pods: &Api<Pod>, pod: &str, container: &str) -> Result<String, Error> {
     let params = LogParams {
         container: Some(container.to_owned()),
-        previous,
-        tail_lines: Some(if previous {
-            readiness::QUOTED_LINES * 4
-        } else {
-            20
-        }),
+        tail_lines: Some(readiness::QUOTED_LINES * 4),
         ..LogParams::default()
     };
     match pods.logs(pod, &params).await {

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, PodSecurityContext,
-    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, Secret, SecretEnvSource,
-    SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, Secret,
+    SecretEnvSource, SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -99,13 +99,20 @@ pub fn container_env(release: &Release<'_>, names: &Names) -> BTreeMap<String, S
 fn channel_labels(channel: &Channel) -> BTreeMap<String, String> {
     BTreeMap::from([
         (labels::APP.to_owned(), channel.spec.app.clone()),
-        (labels::CHANNEL.to_owned(), channel.channel_name().to_owned()),
+        (
+            labels::CHANNEL.to_owned(),
+            channel.channel_name().to_owned(),
+        ),
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
     ])
 }
 
 /// Labels of a deploy's objects: the channel's, the deploy's uid and the part the object plays.
-fn deploy_labels(release: &Release<'_>, names: &Names, component: &str) -> BTreeMap<String, String> {
+fn deploy_labels(
+    release: &Release<'_>,
+    names: &Names,
+    component: &str,
+) -> BTreeMap<String, String> {
     let mut all = channel_labels(release.channel);
     all.insert(labels::DEPLOY.to_owned(), names.deploy_uid.clone());
     all.insert(labels::COMPONENT.to_owned(), component.to_owned());

@@ -53,7 +53,10 @@ pub fn observe(pods: &[Pod], deadline: Timestamp) -> Observation {
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .collect();
-    if let Some(pod) = live.iter().find(|p| ready_since(p).is_some_and(|t| t <= deadline)) {
+    if let Some(pod) = live
+        .iter()
+        .find(|p| ready_since(p).is_some_and(|t| t <= deadline))
+    {
         return Observation::Passed {
             pod: pod.metadata.name.clone().unwrap_or_default(),
         };
@@ -173,7 +176,10 @@ pub fn crashed_message(restarts: i32, last_exit: &str, output: &str) -> String {
         .map(str::trim_end)
         .filter(|l| !l.is_empty())
         .collect();
-    let tail = lines[lines.len().saturating_sub(QUOTED_LINES.try_into().unwrap_or(5))..].join(" | ");
+    let tail = lines[lines
+        .len()
+        .saturating_sub(QUOTED_LINES.try_into().unwrap_or(5))..]
+        .join(" | ");
     let mut quoted: String = tail.chars().take(QUOTED_MAX_CHARS).collect();
     if quoted.len() < tail.len() {
         quoted.push('…');

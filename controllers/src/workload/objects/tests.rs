@@ -77,9 +77,15 @@ fn names_derive_from_the_channel_and_the_first_eight_hex_of_the_deploy() {
 fn a_deploy_without_uid_or_namespace_has_no_names() {
     let mut f = fixture("app");
     f.deploy.metadata.uid = None;
-    assert!(matches!(Names::of(&f.deploy), Err(Error::Incomplete("uid"))));
+    assert!(matches!(
+        Names::of(&f.deploy),
+        Err(Error::Incomplete("uid"))
+    ));
     f.deploy.metadata.uid = Some("xyz".into());
-    assert!(matches!(Names::of(&f.deploy), Err(Error::Incomplete("uid"))));
+    assert!(matches!(
+        Names::of(&f.deploy),
+        Err(Error::Incomplete("uid"))
+    ));
     f.deploy.metadata.uid = Some(DEPLOY_UID.into());
     f.deploy.metadata.namespace = None;
     assert!(matches!(
@@ -216,7 +222,10 @@ fn both_runnable_templates_get_the_same_pod_and_static_gets_none() {
         let f = fixture(template);
         deployment(&release(&f), &names, "busybox").map(|d| to_json(&d.spec))
     };
-    assert_eq!(pod_of("app").expect("app"), pod_of("docker").expect("docker"));
+    assert_eq!(
+        pod_of("app").expect("app"),
+        pod_of("docker").expect("docker")
+    );
     assert!(matches!(pod_of("static"), Err(Error::InvalidSpec(_))));
 }
 

@@ -88,7 +88,9 @@ fn what_holds_a_pod_up_is_reported() {
     assert_eq!(
         observe(&[pulling], deadline(at(CREATED))),
         Observation::Waiting {
-            detail: Some("container app is waiting: ImagePullBackOff Back-off pulling image".into())
+            detail: Some(
+                "container app is waiting: ImagePullBackOff Back-off pulling image".into()
+            )
         }
     );
     let creating = pod(json!({"containerStatuses": [
@@ -105,7 +107,9 @@ fn what_holds_a_pod_up_is_reported() {
     assert_eq!(
         observe(&[unscheduled], deadline(at(CREATED))),
         Observation::Waiting {
-            detail: Some("the pod is not scheduled: 0/1 nodes are available: Insufficient memory.".into())
+            detail: Some(
+                "the pod is not scheduled: 0/1 nodes are available: Insufficient memory.".into()
+            )
         }
     );
 }
@@ -117,8 +121,11 @@ fn the_timeout_message_names_both_checks() {
         "readiness: GET / on port 8080 never answered 2xx and /tmp/.svc-ready-1a2b3c4d was not created within 120s"
     );
     assert!(
-        timed_out_message("/tmp/.svc-ready-1a2b3c4d", Some("the pod is not scheduled: x"))
-            .ends_with("within 120s; the pod is not scheduled: x")
+        timed_out_message(
+            "/tmp/.svc-ready-1a2b3c4d",
+            Some("the pod is not scheduled: x")
+        )
+        .ends_with("within 120s; the pod is not scheduled: x")
     );
 }
 
