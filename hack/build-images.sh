@@ -19,7 +19,7 @@ images=("$@")
 
 # Bump when a recipe below changes, so cached images are rebuilt.
 RECIPE=r1
-BUSYBOX_VERSION=$(dpkg-query -W -f='${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/-.*//')
+BUSYBOX_VERSION=$(busybox_version)
 DEBIAN_MIRROR=${SLIPWAY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PYTHON_VERSION=3.13
 

@@ -281,6 +281,7 @@ export BUILDKIT_HOST=unix://$NODE/buildkit/buildkitd.sock
 export SLIPWAY_REGISTRY=$REGISTRY
 export SLIPWAY_NODE_HOST_IP=$HOST_IP
 export SLIPWAY_BUILDKIT_ADDR=tcp://$NODE_IP:1234
+export SLIPWAY_PROBE_IMAGE=busybox:$(busybox_version)
 EOF
 }
 

@@ -10,6 +10,7 @@ pub mod leader;
 pub mod platform_api;
 pub mod run;
 mod status;
+pub mod workload;
 
 pub use context::{Context, OperatorConfig};
 pub use error::Error;

@@ -291,6 +291,7 @@ impl TestApi {
             },
             registry: var("SLIPWAY_REGISTRY")?,
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
+            probe_image: var("SLIPWAY_PROBE_IMAGE")?,
         };
         Ok(self.run_operator(config))
     }
