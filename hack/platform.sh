@@ -6,7 +6,7 @@
 # usage: hack/platform.sh start | stop
 #
 # Needs target/debug/slipway (make up builds it) and a running node (hack/node.sh start) whose `hack/node.sh env`
-# exports are set: SLIPWAY_REGISTRY, SLIPWAY_BUILDKIT_ADDR and SLIPWAY_NODE_HOST_IP.
+# exports are set: SLIPWAY_REGISTRY, SLIPWAY_BUILDKIT_ADDR, SLIPWAY_BUILDER_IMAGE and SLIPWAY_NODE_HOST_IP.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
@@ -120,7 +120,8 @@ start() {
   log "starting the operator (admin port $OPERATOR_ADMIN_PORT)"
   launch operator operator --app-domain "$APP_DOMAIN" --admin-port "$OPERATOR_ADMIN_PORT" \
     --api-url "http://127.0.0.1:$API_PORT" --pod-api-url "http://$SLIPWAY_NODE_HOST_IP:$API_PORT" \
-    --internal-token-file "$DIR/internal-token" --registry "$SLIPWAY_REGISTRY" --buildkit-addr "$SLIPWAY_BUILDKIT_ADDR"
+    --internal-token-file "$DIR/internal-token" --registry "$SLIPWAY_REGISTRY" --buildkit-addr "$SLIPWAY_BUILDKIT_ADDR" \
+    --builder-image "$SLIPWAY_BUILDER_IMAGE"
   wait_for operator 30 "http://127.0.0.1:$OPERATOR_ADMIN_PORT/readyz"
 
   if ! psql -q "$db_url" -tc "SELECT 1 FROM users WHERE username = 'admin'" | grep -q 1; then

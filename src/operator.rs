@@ -49,6 +49,9 @@ pub struct OperatorArgs {
     /// The BuildKit daemon build pods use (tcp://host:port).
     #[arg(long, env = "SLIPWAY_BUILDKIT_ADDR")]
     pub buildkit_addr: String,
+    /// The image build Jobs run (curl and buildctl), e.g. `<registry>/slipway/builder:<buildkit version>`.
+    #[arg(long, env = "SLIPWAY_BUILDER_IMAGE")]
+    pub builder_image: String,
 }
 
 /// How long a leader's Lease lasts without renewal.
@@ -72,6 +75,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         },
         registry: args.registry,
         buildkit_addr: args.buildkit_addr,
+        builder_image: args.builder_image,
     };
     let ctx = Arc::new(Context::new(client, config, metrics));
     let addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));

@@ -20,6 +20,8 @@ pub struct OperatorConfig {
     pub registry: String,
     /// The BuildKit daemon build pods talk to (`tcp://host:port`).
     pub buildkit_addr: String,
+    /// The image build Jobs run: curl and buildctl (see `hack/build-images.sh builder`).
+    pub builder_image: String,
 }
 
 /// Shared state of the reconcilers.

@@ -12,6 +12,12 @@ pub enum Error {
     /// The object is missing data the apiserver always sets (a uid, a namespace).
     #[error("incomplete object: {0}")]
     Incomplete(&'static str),
+    /// The API server's internal endpoints failed (git archive, deploy log).
+    #[error(transparent)]
+    Platform(#[from] crate::platform_api::PlatformError),
+    /// The cluster's image registry refused or failed a request.
+    #[error("registry: {0}")]
+    Registry(String),
 }
 
 impl Error {
@@ -21,6 +27,8 @@ impl Error {
             Error::Kube(_) => "KubeApi",
             Error::InvalidSpec(_) => "InvalidSpec",
             Error::Incomplete(_) => "IncompleteObject",
+            Error::Platform(_) => "PlatformApi",
+            Error::Registry(_) => "Registry",
         }
     }
 }

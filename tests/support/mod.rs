@@ -291,6 +291,7 @@ impl TestApi {
             },
             registry: var("SLIPWAY_REGISTRY")?,
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
+            builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
         };
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = slipway_controllers::run::Metrics::register(&mut registry);
