@@ -65,6 +65,49 @@ pub async fn run_pod(
     command: &[&str],
     timeout: Duration,
 ) -> Result<String> {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": image, "command": command}]
+        }
+    }))?;
+    run_pod_spec(client, ns, pod, timeout).await
+}
+
+/// Like [`run_pod`], in a namespace that enforces the `restricted` Pod Security level (a user's namespace): the
+/// container runs as the image's user, which must not be root.
+pub async fn run_restricted_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    image: &str,
+    command: &[&str],
+    timeout: Duration,
+) -> Result<String> {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "main", "image": image, "command": command,
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
+            }]
+        }
+    }))?;
+    run_pod_spec(client, ns, pod, timeout).await
+}
+
+/// Runs `pod` (its first container's output is returned) as [`run_pod`] does.
+pub async fn run_pod_spec(
+    client: &Client,
+    ns: &str,
+    pod: Pod,
+    timeout: Duration,
+) -> Result<String> {
+    let name = pod.metadata.name.clone().context("pod without a name")?;
+    let name = name.as_str();
     // Admission refuses pods until the namespace's default ServiceAccount exists, a moment after the namespace.
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     crate::wait_until(Duration::from_secs(30), || {
@@ -74,13 +117,6 @@ pub async fn run_pod(
     .await
     .with_context(|| format!("namespace {ns} got no default ServiceAccount"))?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": image, "command": command}]
-        }
-    }))?;
     pods.create(&PostParams::default(), &pod).await?;
     let finished = crate::wait_until(timeout, || {
         let pods = pods.clone();

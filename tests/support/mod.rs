@@ -273,9 +273,12 @@ impl TestApi {
         Ok((format!("http://{addr}"), format!("http://{addr}")))
     }
 
-    /// Runs the operator against the test node for the rest of the test, scoped to `namespace`, talking to this
-    /// API served with [`TestApi::serve_for_pods`].
-    pub async fn start_operator(&self, namespace: &str) -> Result<tokio::task::JoinHandle<()>> {
+    /// The operator's context against the test node, scoped to `namespace`, talking to this API served with
+    /// [`TestApi::serve_for_pods`] (reconcile steps can be called with it directly).
+    pub async fn operator_context(
+        &self,
+        namespace: &str,
+    ) -> Result<std::sync::Arc<slipway_controllers::Context>> {
         let (api_url, pod_api_url) = self.serve_for_pods().await?;
         let var = |name: &str| {
             std::env::var(name)
@@ -295,11 +298,17 @@ impl TestApi {
         };
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = slipway_controllers::run::Metrics::register(&mut registry);
-        let ctx = std::sync::Arc::new(slipway_controllers::Context::new(
+        Ok(std::sync::Arc::new(slipway_controllers::Context::new(
             self.kube.clone(),
             config,
             metrics,
-        ));
+        )))
+    }
+
+    /// Runs the operator against the test node for the rest of the test, scoped to `namespace`, talking to this
+    /// API served with [`TestApi::serve_for_pods`].
+    pub async fn start_operator(&self, namespace: &str) -> Result<tokio::task::JoinHandle<()>> {
+        let ctx = self.operator_context(namespace).await?;
         Ok(tokio::spawn(async move {
             if let Err(e) = slipway_controllers::run::run(ctx).await {
                 panic!("operator stopped: {e:#}");
