@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use slipway_controllers::Context;
 use slipway_controllers::build::registry::Registry;
@@ -204,8 +205,11 @@ async fn an_app_builds_on_its_runtime_and_runs_launch_sh_as_uid_10001() -> Resul
 
     let log = f.log(&deploy).await?;
     eprintln!("deploy log:\n{log}");
+    assert!(
+        log.starts_with("[build] queue position 1: building "),
+        "{log}"
+    );
     for line in [
-        "[build] building ",
         "(waited ",
         "[build] built in ",
         &format!(
@@ -403,6 +407,17 @@ async fn a_docker_build_notes_cold_stages_is_capped_and_its_images_are_removed()
         Some("prod")
     );
 
+    // The output is in the deploy log; the build pod is removed, the Job stays as the record.
+    let pods = Api::<Pod>::namespaced(f.api.kube.clone(), &f.user.namespace)
+        .list(&ListParams::default().labels("slipway.dev/deploy=dock-2"))
+        .await?;
+    assert!(
+        pods.items
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_some()),
+        "the build pod is deleted"
+    );
+
     build::remove_images(&f.ctx, &web.channel).await?;
     assert!(f.tags(&web).await?.is_empty(), "no tag is left");
     build::remove_images(&f.ctx, &web.channel).await?;
@@ -442,7 +457,14 @@ async fn builds_beyond_the_slot_limit_wait_in_order() -> Result<()> {
     }
     let waited = f.log(&deploys[2]).await?;
     eprintln!("deploy log of the third:\n{waited}");
-    assert!(waited.starts_with("[build] queued: position 1 (2 builds running)\n[build] building "));
+    assert!(waited.starts_with(
+        "[build] queued: position 1 (2 builds running)\n[build] queue position 1: building "
+    ));
+    assert_eq!(
+        waited.matches("[build] queued").count(),
+        1,
+        "logged once however often asked"
+    );
     assert!(
         !f.log(&deploys[0]).await?.contains("[build] queued"),
         "the first did not wait"

@@ -138,8 +138,12 @@ pub async fn advance(ctx: &Context, req: &BuildRequest<'_>) -> Result<BuildState
         JobPhase::Waiting => wait_or_start(ctx, req, &log, &job).await,
         JobPhase::Running => {
             // A restart between resuming the Job and logging it.
-            log.progress(&job, "started", start_line(req, &job, ctx))
-                .await?;
+            log.progress(
+                &job,
+                "started",
+                format!("[build] {}", start_line(req, &job, ctx)),
+            )
+            .await?;
             Ok(BuildState::Building)
         }
         JobPhase::Complete => finish(ctx, req, &log, &job, Ok(())).await,
@@ -271,8 +275,11 @@ async fn wait_or_start(
     let started = jobs
         .patch(&this.name_any(), &patch_params(), &Patch::Merge(&patch))
         .await?;
-    log.progress(&started, "started", start_line(req, &started, ctx))
-        .await?;
+    let line = format!(
+        "[build] queue position {position}: {}",
+        start_line(req, &started, ctx)
+    );
+    log.progress(&started, "started", line).await?;
     Ok(BuildState::Building)
 }
 
@@ -340,7 +347,26 @@ async fn finish(
     log.jobs
         .patch(&job.name_any(), &patch_params(), &Patch::Merge(&patch))
         .await?;
+    remove_pods(ctx, job).await;
     Ok(recorded.into())
+}
+
+/// Deletes a finished Job's pods: their output is in the deploy log, and the Job (the record) stays. A failure
+/// only leaves them for the Deploy's garbage collection.
+async fn remove_pods(ctx: &Context, job: &Job) {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let selector = ListParams::default().labels(&job_pods(job));
+    if let Err(e) = pods
+        .delete_collection(&DeleteParams::background(), &selector)
+        .await
+    {
+        tracing::warn!(job = %job.name_any(), error = %e, "could not delete the pods of a finished build");
+    }
+}
+
+/// Label selector of a Job's pods.
+fn job_pods(job: &Job) -> String {
+    format!("batch.kubernetes.io/job-name={}", job.name_any())
 }
 
 /// Reads the pushed image's sizes, writes the result lines into `text`, and holds the charged size against the
@@ -404,8 +430,9 @@ async fn sized(
 /// The build pod's output (its end, when long) and its termination message (the pushed digest).
 async fn output(ctx: &Context, job: &Job) -> Result<(String, Option<String>), Error> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
-    let selector = format!("batch.kubernetes.io/job-name={}", job.name_any());
-    let listed = pods.list(&ListParams::default().labels(&selector)).await?;
+    let listed = pods
+        .list(&ListParams::default().labels(&job_pods(job)))
+        .await?;
     let Some(pod) = listed
         .items
         .into_iter()
@@ -446,7 +473,7 @@ fn image_ref(ctx: &Context, req: &BuildRequest<'_>) -> Result<String, Error> {
     ))
 }
 
-/// The line logged when a build leaves the queue.
+/// What is logged when a build leaves the queue: the image and the wait.
 fn start_line(req: &BuildRequest<'_>, job: &Job, ctx: &Context) -> String {
     let image = image_ref(ctx, req).unwrap_or_default();
     let waited = job::annotation(job, job::ENQUEUED_AT)
@@ -457,7 +484,7 @@ fn start_line(req: &BuildRequest<'_>, job: &Job, ctx: &Context) -> String {
         })
         .unwrap_or_default();
     format!(
-        "[build] building {image} (waited {} for a build slot)",
+        "building {image} (waited {} for a build slot)",
         human_duration(waited)
     )
 }
