@@ -6,7 +6,8 @@
 # usage: hack/platform.sh start | stop
 #
 # Needs target/debug/slipway (make up builds it) and a running node (hack/node.sh start) whose `hack/node.sh env`
-# exports are set: SLIPWAY_REGISTRY, SLIPWAY_BUILDKIT_ADDR, SLIPWAY_PROBE_IMAGE and SLIPWAY_NODE_HOST_IP.
+# exports are set: SLIPWAY_REGISTRY, SLIPWAY_BUILDKIT_ADDR, SLIPWAY_PROBE_IMAGE, SLIPWAY_BUILDER_IMAGE and
+# SLIPWAY_NODE_HOST_IP.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
@@ -121,7 +122,7 @@ start() {
   launch operator operator --app-domain "$APP_DOMAIN" --admin-port "$OPERATOR_ADMIN_PORT" \
     --api-url "http://127.0.0.1:$API_PORT" --pod-api-url "http://$SLIPWAY_NODE_HOST_IP:$API_PORT" \
     --internal-token-file "$DIR/internal-token" --registry "$SLIPWAY_REGISTRY" --buildkit-addr "$SLIPWAY_BUILDKIT_ADDR" \
-    --probe-image "$SLIPWAY_PROBE_IMAGE"
+    --probe-image "$SLIPWAY_PROBE_IMAGE" --builder-image "$SLIPWAY_BUILDER_IMAGE"
   wait_for operator 30 "http://127.0.0.1:$OPERATOR_ADMIN_PORT/readyz"
 
   if ! psql -q "$db_url" -tc "SELECT 1 FROM users WHERE username = 'admin'" | grep -q 1; then

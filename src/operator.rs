@@ -52,6 +52,9 @@ pub struct OperatorArgs {
     /// Image of the readiness sidecar that runs beside every app (busybox: `sh`, `nc`, `timeout`).
     #[arg(long, env = "SLIPWAY_PROBE_IMAGE", default_value = DEFAULT_PROBE_IMAGE)]
     pub probe_image: String,
+    /// The image build Jobs run (curl and buildctl), e.g. `<registry>/slipway/builder:<buildkit version>`.
+    #[arg(long, env = "SLIPWAY_BUILDER_IMAGE")]
+    pub builder_image: String,
 }
 
 /// The readiness sidecar's image unless told otherwise.
@@ -79,6 +82,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         registry: args.registry,
         buildkit_addr: args.buildkit_addr,
         probe_image: args.probe_image,
+        builder_image: args.builder_image,
     };
     let ctx = Arc::new(Context::new(client, config, metrics));
     let addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));

@@ -22,6 +22,8 @@ pub struct OperatorConfig {
     pub buildkit_addr: String,
     /// The image of the readiness sidecar beside every app container (needs busybox's `sh`, `nc` and `timeout`).
     pub probe_image: String,
+    /// The image build Jobs run: curl and buildctl (see `hack/build-images.sh builder`).
+    pub builder_image: String,
 }
 
 /// Shared state of the reconcilers.
