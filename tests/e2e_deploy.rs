@@ -90,7 +90,7 @@ impl Platform {
             self.probe_ns.name(),
             &format!("fetch-{tag}"),
             BUSYBOX,
-            &["wget", "-q", "-O", "-", "-T", "10", &url],
+            &["timeout", "20", "wget", "-q", "-O", "-", &url],
             Duration::from_secs(120),
         )
         .await

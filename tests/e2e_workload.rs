@@ -119,6 +119,7 @@ impl Tenant {
             registry: registry()?,
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,
+            builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
         };
         let mut metrics_registry = prometheus_client::registry::Registry::default();
         let metrics = slipway_controllers::run::Metrics::register(&mut metrics_registry);
