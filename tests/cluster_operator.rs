@@ -59,7 +59,7 @@ async fn an_app_written_with_kubectl_gets_its_prod_channel_and_statuses() -> Res
     let channels: Api<Channel> = Api::namespaced(client.clone(), ns.name());
     let app: App =
         serde_json::from_value(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
-        "metadata": {"name": "blog"}, "spec": {"owner": "alice", "template": "app"}}))?;
+        "metadata": {"name": "blog"}, "spec": {"owner": "alice", "template": "static"}}))?;
     let app = apps.create(&PostParams::default(), &app).await?;
     let next: Channel = serde_json::from_value(
         json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel",
