@@ -5,6 +5,7 @@ pub mod app;
 pub mod channel;
 pub mod context;
 pub mod error;
+pub mod ingress;
 pub mod leader;
 pub mod platform_api;
 pub mod run;
