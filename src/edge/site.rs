@@ -128,8 +128,11 @@ pub enum LoadError {
 /// decides) as a live one is that one.
 #[derive(Default)]
 pub struct BlobStore {
-    blobs: Mutex<HashMap<([u8; 32], bool), Weak<Blob>>>,
+    blobs: Mutex<HashMap<BlobKey, Weak<Blob>>>,
 }
+
+/// A content's SHA-256, and whether its type compresses.
+type BlobKey = ([u8; 32], bool);
 
 impl BlobStore {
     /// The blob of `content`, shared when a live blob has the same content, else made (compressed when its type
@@ -149,7 +152,7 @@ impl BlobStore {
         blob
     }
 
-    fn live(&self, key: &([u8; 32], bool)) -> Option<Arc<Blob>> {
+    fn live(&self, key: &BlobKey) -> Option<Arc<Blob>> {
         let blobs = self.blobs.lock().unwrap_or_else(|e| e.into_inner());
         blobs.get(key).and_then(Weak::upgrade)
     }
