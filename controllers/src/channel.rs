@@ -16,7 +16,6 @@ use slipway_crds::{App, Channel, ChannelStatus};
 
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
-use crate::status;
 
 /// How often a healthy channel is looked at again without a change.
 const RECHECK: Duration = Duration::from_secs(300);
@@ -57,7 +56,8 @@ pub fn observe(channel: &Channel, app: Option<&App>, app_domain: &str) -> Observ
     }
 }
 
-/// The status the channel should have, keeping what other reconcilers own (phase, sha, pending deploy).
+/// The status the channel should have, keeping what the deploy reconciler owns (phase, sha, readiness mode,
+/// pending deploy).
 pub fn desired_status(channel: &Channel, observed: &Observed, now: Time) -> ChannelStatus {
     let mut status = channel.status.clone().unwrap_or_default();
     let generation = channel.metadata.generation;
@@ -116,8 +116,23 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
         }
     }
     let wanted = desired_status(&channel, &observed, Time(Timestamp::now()));
-    let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
-    status::patch_if_changed(&channels, &channel, channel.status.as_ref(), &wanted).await?;
+    if channel.status.as_ref() != Some(&wanted) {
+        // Only the fields this reconciler owns: the deploy reconciler writes phase, currentSha, readyBy and
+        // pendingDeploy, and a whole-status write from this (possibly older) copy would undo its moves.
+        let patch = serde_json::json!({"status": {
+            "observedGeneration": wanted.observed_generation,
+            "hostname": wanted.hostname,
+            "conditions": wanted.conditions,
+        }});
+        let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        channels
+            .patch_status(&channel.name_any(), &params, &Patch::Merge(&patch))
+            .await?;
+    }
     if !observed.accepted.0 {
         let note = format!("{}: {}", observed.accepted.1, observed.accepted.2);
         publish(

@@ -12,6 +12,9 @@ pub enum Error {
     /// The object is missing data the apiserver always sets (a uid, a namespace).
     #[error("incomplete object: {0}")]
     Incomplete(&'static str),
+    /// The API server's internal routes failed (git, env, deploy logs).
+    #[error(transparent)]
+    Platform(#[from] crate::platform_api::PlatformError),
 }
 
 impl Error {
@@ -21,6 +24,7 @@ impl Error {
             Error::Kube(_) => "KubeApi",
             Error::InvalidSpec(_) => "InvalidSpec",
             Error::Incomplete(_) => "IncompleteObject",
+            Error::Platform(_) => "PlatformApi",
         }
     }
 }

@@ -4,6 +4,7 @@
 pub mod app;
 pub mod channel;
 pub mod context;
+pub mod deploy;
 pub mod error;
 pub mod ingress;
 pub mod leader;

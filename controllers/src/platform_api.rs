@@ -97,6 +97,8 @@ pub struct PlatformApi {
 impl PlatformApi {
     /// A client for `endpoints`.
     pub fn new(endpoints: PlatformEndpoints) -> Self {
+        // The process's TLS provider is ring (as for the kube client); installing it again is a no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()

@@ -15,7 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use slipway_crds::{App, Channel};
+use slipway_crds::{App, Channel, Deploy};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -99,7 +99,7 @@ fn error_policy<K: Resource<DynamicType = ()>>(
 ) -> Action {
     tracing::warn!(kind = %K::kind(&()), name = %obj.meta().name.clone().unwrap_or_default(), category = error.category(), error = %error, "reconcile failed");
     match error {
-        Error::Kube(_) => Action::requeue(Duration::from_secs(5)),
+        Error::Kube(_) | Error::Platform(_) => Action::requeue(Duration::from_secs(5)),
         Error::InvalidSpec(_) | Error::Incomplete(_) => Action::requeue(Duration::from_secs(300)),
     }
 }
@@ -125,16 +125,23 @@ where
 /// Runs every controller until the process is told to stop. Fails fast when the CRDs are not installed.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
-    let (apps, channels): (Api<App>, Api<Channel>) = match &ctx.config.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
+    let (apps, channels, deploys): (Api<App>, Api<Channel>, Api<Deploy>) =
+        match &ctx.config.namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+            ),
+        };
     for (kind, probe) in [
         ("App", apps.list(&Default::default()).await.err()),
         ("Channel", channels.list(&Default::default()).await.err()),
+        ("Deploy", deploys.list(&Default::default()).await.err()),
     ] {
         if let Some(e) = probe {
             anyhow::bail!(
@@ -174,10 +181,40 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         .run(
             |o, c| timed("Channel", o, c, crate::channel::reconcile),
             error_policy,
-            ctx,
+            ctx.clone(),
         )
         .for_each(|_| futures::future::ready(()));
 
-    tokio::join!(app_controller, channel_controller);
+    // A deploy that finishes lets the next one of its channel start: every change of a Deploy also reconciles the
+    // other deploys of the same channel.
+    let deploy_controller = Controller::new(deploys.clone(), watcher::Config::default());
+    let deploy_store = deploy_controller.store();
+    let deploy_controller = deploy_controller
+        .watches(
+            deploys,
+            watcher::Config::default(),
+            move |changed: Deploy| {
+                let ns = changed.namespace();
+                deploy_store
+                    .state()
+                    .into_iter()
+                    .filter(|d| {
+                        d.namespace() == ns
+                            && d.spec.channel == changed.spec.channel
+                            && d.metadata.uid != changed.metadata.uid
+                    })
+                    .map(|d| ObjectRef::from_obj(d.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .shutdown_on_signal()
+        .run(
+            |o, c| timed("Deploy", o, c, crate::deploy::reconcile),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()));
+
+    tokio::join!(app_controller, channel_controller, deploy_controller);
     Ok(())
 }

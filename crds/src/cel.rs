@@ -133,7 +133,7 @@ pub fn sha_or_branch() -> Rule {
         names::SHA_PATTERN,
         branch_name("self")
     ))
-    .message("sha must be a 40-character hexadecimal commit id or a branch name")
+    .message(names::messages::DEPLOY_SHA)
 }
 
 /// A CIDR (IPv4 or IPv6).

@@ -81,6 +81,9 @@ pub mod messages {
     pub const BRANCH: &str = "branch name must be 1-200 characters of letters, digits and . _ / + -, must not start with '-', '/' or '.', must not end with '/', '.' or '.lock', and must not contain '..', '//' or '/.'";
     /// A commit id that is not 40 lowercase hex digits.
     pub const SHA: &str = "sha must be a 40-character hexadecimal commit id";
+    /// A deploy's `sha`, which may also name a branch.
+    pub const DEPLOY_SHA: &str =
+        "sha must be a 40-character hexadecimal commit id or a branch name";
     /// An environment key outside `^[A-Z_][A-Z0-9_]*$`.
     pub const ENV_KEY: &str = "key must match ^[A-Z_][A-Z0-9_]*$ (uppercase letters, digits and _, not starting with a digit), at most 256 characters";
     /// A key the platform injects itself.

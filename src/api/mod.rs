@@ -5,6 +5,7 @@ pub mod access;
 pub mod apps;
 pub mod channels;
 pub mod code;
+pub mod deploys;
 pub mod env;
 pub mod error;
 pub mod extract;
@@ -71,6 +72,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(plans::routes())
         .merge(repo::routes())
         .merge(code::routes())
+        .merge(deploys::routes())
         .merge(ssh_keys::routes())
         .split_for_parts()
 }

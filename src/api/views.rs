@@ -87,13 +87,43 @@ fn phase_name(p: ChannelPhase) -> &'static str {
     }
 }
 
-fn deploy_phase_name(p: DeployPhase) -> &'static str {
+/// The wire name of a deploy status.
+pub fn deploy_phase_name(p: DeployPhase) -> &'static str {
     match p {
         DeployPhase::Queued => "queued",
         DeployPhase::Running => "running",
         DeployPhase::Success => "success",
         DeployPhase::Failed => "failed",
     }
+}
+
+/// The channel's newest deploy in flight, read from the Deploy cache (so a client sees the deploy it just
+/// created, before any reconciler ran).
+fn pending_deploy(
+    state: &AppState,
+    namespace: &str,
+    channel: &Channel,
+) -> Option<PendingDeployView> {
+    let name = channel.metadata.name.as_deref()?;
+    state
+        .cache()
+        .deploys_of(namespace, name)
+        .into_iter()
+        .find(|d| {
+            d.status
+                .as_ref()
+                .map(|s| s.phase)
+                .unwrap_or_default()
+                .in_flight()
+        })
+        .map(|d| {
+            let status = d.status.clone().unwrap_or_default();
+            PendingDeployView {
+                deploy_id: d.metadata.uid.clone().unwrap_or_default(),
+                sha: status.resolved_sha,
+                status: deploy_phase_name(status.phase).to_owned(),
+            }
+        })
 }
 
 impl ChannelView {
@@ -116,11 +146,7 @@ impl ChannelView {
             git_ref_binding: channel.spec.git_ref_binding.clone(),
             current_sha: status.current_sha,
             status: phase_name(status.phase).to_owned(),
-            pending_deploy: status.pending_deploy.map(|p| PendingDeployView {
-                deploy_id: p.deploy_id,
-                sha: p.sha,
-                status: deploy_phase_name(p.status).to_owned(),
-            }),
+            pending_deploy: pending_deploy(state, &app.namespace, channel),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! An in-memory cache of Apps and Channels, kept current by reflectors, so reads never list the apiserver. Writes
+//! An in-memory cache of Apps, Channels and Deploys, kept current by reflectors, so reads never list the apiserver. Writes
 //! go to the apiserver and then wait until the cache has seen them, so a client reads its own writes.
 
 use std::sync::Arc;
@@ -9,17 +9,18 @@ use futures::StreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use slipway_crds::{App, Channel};
+use slipway_crds::{App, Channel, Deploy};
 use tokio::task::JoinHandle;
 
 /// How long a write waits for the cache to see it.
 const READ_YOUR_WRITES: Duration = Duration::from_secs(10);
 
-/// Cached Apps and Channels of every namespace. Objects being deleted are left out of every answer.
+/// Cached Apps, Channels and Deploys of every namespace. Objects being deleted are left out of every answer.
 #[derive(Clone)]
 pub struct Cache {
     apps: Store<App>,
     channels: Store<Channel>,
+    deploys: Store<Deploy>,
 }
 
 fn live<K: kube::Resource>(o: &Arc<K>) -> bool {
@@ -27,19 +28,56 @@ fn live<K: kube::Resource>(o: &Arc<K>) -> bool {
 }
 
 impl Cache {
-    /// Starts the reflectors and waits until both have listed everything once.
+    /// Starts the reflectors and waits until each has listed everything once.
     pub async fn start(client: Client) -> anyhow::Result<(Self, Vec<JoinHandle<()>>)> {
         let (apps, app_task) = reflect::<App>(client.clone());
-        let (channels, channel_task) = reflect::<Channel>(client);
+        let (channels, channel_task) = reflect::<Channel>(client.clone());
+        let (deploys, deploy_task) = reflect::<Deploy>(client);
         let ready = async {
             apps.wait_until_ready().await?;
-            channels.wait_until_ready().await
+            channels.wait_until_ready().await?;
+            deploys.wait_until_ready().await
         };
         tokio::time::timeout(Duration::from_secs(60), ready)
             .await
-            .context("the App and Channel caches did not sync within 60s; are the slipway CRDs installed?")?
+            .context("the App, Channel and Deploy caches did not sync within 60s; are the slipway CRDs installed?")?
             .context("cache writer dropped")?;
-        Ok((Self { apps, channels }, vec![app_task, channel_task]))
+        Ok((
+            Self {
+                apps,
+                channels,
+                deploys,
+            },
+            vec![app_task, channel_task, deploy_task],
+        ))
+    }
+
+    /// Deploys of the Channel resource `channel` in `namespace`, newest first.
+    pub fn deploys_of(&self, namespace: &str, channel: &str) -> Vec<Arc<Deploy>> {
+        let mut deploys: Vec<_> = self
+            .deploys
+            .state()
+            .into_iter()
+            .filter(|d| {
+                live(d) && d.namespace().as_deref() == Some(namespace) && d.spec.channel == channel
+            })
+            .collect();
+        deploys.sort_by(|a, b| {
+            let key = |d: &Deploy| (d.metadata.creation_timestamp.clone(), d.name_any());
+            key(b).cmp(&key(a))
+        });
+        deploys
+    }
+
+    /// Waits until the cache holds a Deploy with `uid`.
+    pub async fn deploy_appeared(&self, uid: &str) -> anyhow::Result<Arc<Deploy>> {
+        poll(|| {
+            self.deploys
+                .find(|d| d.metadata.uid.as_deref() == Some(uid))
+                .filter(live)
+        })
+        .await
+        .context("the new deploy did not reach the cache")
     }
 
     /// Apps in `namespace`.

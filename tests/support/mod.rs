@@ -292,6 +292,34 @@ impl TestApi {
             registry: var("SLIPWAY_REGISTRY")?,
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
         };
+        Ok(self.run_operator(config))
+    }
+
+    /// Runs the operator on a control plane without a node (the cluster tier), scoped to `namespace`: enough for
+    /// static deploys, which run no pod. Nothing can build there, so the builder's addresses lead nowhere.
+    pub async fn start_operator_without_node(
+        &self,
+        namespace: &str,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        let api_url = self.serve().await?;
+        let config = slipway_controllers::OperatorConfig {
+            app_domain: APP_DOMAIN.into(),
+            namespace: Some(namespace.into()),
+            platform: slipway_controllers::platform_api::PlatformEndpoints {
+                pod_api_url: api_url.clone(),
+                api_url,
+                internal_token: INTERNAL_TOKEN.into(),
+            },
+            registry: "127.0.0.1:9".into(),
+            buildkit_addr: "tcp://127.0.0.1:9".into(),
+        };
+        Ok(self.run_operator(config))
+    }
+
+    fn run_operator(
+        &self,
+        config: slipway_controllers::OperatorConfig,
+    ) -> tokio::task::JoinHandle<()> {
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = slipway_controllers::run::Metrics::register(&mut registry);
         let ctx = std::sync::Arc::new(slipway_controllers::Context::new(
@@ -299,11 +327,66 @@ impl TestApi {
             config,
             metrics,
         ));
-        Ok(tokio::spawn(async move {
+        tokio::spawn(async move {
             if let Err(e) = slipway_controllers::run::run(ctx).await {
                 panic!("operator stopped: {e:#}");
             }
-        }))
+        })
+    }
+
+    /// Commits `files` (path -> content) on master through the changeset route; returns the new sha.
+    pub async fn commit(&self, user: &User, app_id: &str, files: Value) -> String {
+        let reply = self
+            .post(
+                &format!("/apps/{app_id}/changeset"),
+                user,
+                serde_json::json!({"message": "test commit", "changes": files}),
+            )
+            .await
+            .expect(200, None);
+        reply["sha"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Deploys `body` ({sha} or {ref}) to the channel and returns the deploy id.
+    pub async fn deploy(&self, user: &User, app_id: &str, channel_id: &str, body: Value) -> String {
+        let reply = self
+            .post(
+                &format!("/apps/{app_id}/channels/{channel_id}/deploy"),
+                user,
+                body,
+            )
+            .await
+            .expect(200, None);
+        assert_eq!(reply["status"], "queued");
+        reply["deploy_id"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Polls the deploy's log until the deploy finished (success or failed) and returns the last log reply.
+    pub async fn finished_deploy(
+        &self,
+        user: &User,
+        app_id: &str,
+        channel_id: &str,
+        deploy_id: &str,
+        within: std::time::Duration,
+    ) -> Result<Value> {
+        let url = format!(
+            "/apps/{app_id}/channels/{channel_id}/logs?deploy={deploy_id}&max_bytes=262144"
+        );
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let log = self.get(&url, user).await.expect(200, None);
+            if log["status"] == "success" || log["status"] == "failed" {
+                return Ok(log);
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "deploy {deploy_id} still {} after {within:?}; log so far:\n{}",
+                log["status"],
+                log["log"].as_str().unwrap_or_default()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
     }
 
     /// Serves git over SSH on 127.0.0.1 with a fresh host key; returns the port.

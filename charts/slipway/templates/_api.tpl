@@ -50,3 +50,18 @@ Name of the Secret holding the env keyring (lines of "<key-id> <base64 32-byte k
 {{- define "slipway.envKeysSecretName" -}}
 {{- default (printf "%s-env-keys" (include "slipway.fullname" .)) .Values.api.envKeys.existingSecret }}
 {{- end }}
+
+{{/*
+Name of the Secret holding the internal token the api, the operator and the edge share (the api's /internal/v1
+routes, and the key that signs build pods' source URLs).
+*/}}
+{{- define "slipway.internalTokenSecretName" -}}
+{{- printf "%s-internal-token" (include "slipway.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+URL of the api inside the cluster, which the operator and build pods use.
+*/}}
+{{- define "slipway.api.internalUrl" -}}
+{{- printf "http://%s.%s.svc:%v" (include "slipway.api.fullname" .) .Release.Namespace .Values.api.port }}
+{{- end }}

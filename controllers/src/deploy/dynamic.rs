@@ -1,0 +1,102 @@
+//! The running phase of an app or docker deploy: build the commit's image, start the new version beside the old
+//! one, wait for readiness, then switch the channel's Service to it, or discard it and keep the old version.
+//! Each call reads where the deploy is from the cluster's objects and moves it one step, so a restarted operator
+//! resumes where the last one stopped.
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use slipway_crds::labels;
+use slipway_crds::plans::Plan;
+
+use super::{POLL, Scene, fail, go_live, patch_deploy_status};
+use crate::build::{self, BuildRequest, BuildState};
+use crate::context::Context;
+use crate::error::Error;
+use crate::platform_api::EnvRequest;
+use crate::workload::{self, Release, Rollout, SYSTEM_ENV_KEYS};
+
+/// Moves a running app or docker deploy of `sha` one step.
+pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<Action, Error> {
+    let deploy = scene.deploy.as_ref();
+    let namespace = deploy.namespace().ok_or(Error::Incomplete("namespace"))?;
+    let plan = owner_plan(ctx, &namespace).await?;
+    let image = match deploy.status.as_ref().and_then(|s| s.image.clone()) {
+        Some(image) => image,
+        None => {
+            let request = BuildRequest {
+                deploy,
+                app: &scene.app,
+                channel: &scene.channel,
+                sha,
+                image_cap_bytes: u64::try_from(plan.image_size_bytes).unwrap_or(u64::MAX),
+            };
+            match build::advance(ctx, &request).await? {
+                BuildState::Queued { .. } | BuildState::Building => {
+                    return Ok(Action::requeue(POLL));
+                }
+                BuildState::Failed(reason) => {
+                    fail(ctx, deploy, &reason).await?;
+                    return Ok(Action::await_change());
+                }
+                BuildState::Built(image) => {
+                    let mut status = deploy.status.clone().unwrap_or_default();
+                    status.image = Some(image.clone());
+                    patch_deploy_status(ctx, deploy, &status).await?;
+                    image
+                }
+            }
+        }
+    };
+    let env = ctx
+        .platform
+        .deploy_env(
+            &deploy.uid().ok_or(Error::Incomplete("uid"))?,
+            &EnvRequest {
+                app_id: scene.app.uid().ok_or(Error::Incomplete("uid"))?,
+                channel_id: scene.channel.uid().ok_or(Error::Incomplete("uid"))?,
+                system_keys: SYSTEM_ENV_KEYS.iter().map(|k| (*k).to_owned()).collect(),
+            },
+        )
+        .await?;
+    let release = Release {
+        deploy,
+        app: &scene.app,
+        channel: &scene.channel,
+        sha,
+        image: &image.reference,
+        env: &env,
+        plan,
+    };
+    match workload::advance(ctx, &release).await? {
+        Rollout::Starting => Ok(Action::requeue(POLL)),
+        Rollout::Ready(ready_by) => {
+            workload::promote(ctx, &release).await?;
+            go_live(ctx, scene, sha, Some(ready_by)).await?;
+            Ok(Action::await_change())
+        }
+        Rollout::Failed(reason) => {
+            workload::discard(ctx, deploy).await?;
+            fail(ctx, deploy, &reason).await?;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// The plan of the account that owns `namespace` (its `slipway.dev/plan` label).
+async fn owner_plan(ctx: &Context, namespace: &str) -> Result<&'static Plan, Error> {
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let tier = namespaces
+        .get(namespace)
+        .await?
+        .labels()
+        .get(labels::PLAN)
+        .cloned()
+        .unwrap_or_default();
+    Plan::by_tier(&tier).ok_or_else(|| {
+        Error::InvalidSpec(format!(
+            "namespace {namespace} names no known plan in its {} label",
+            labels::PLAN
+        ))
+    })
+}

@@ -1,0 +1,320 @@
+//! The Deploy reconciler: takes a Deploy from queued through running to success or failed, one deploy at a time
+//! per channel (a newer one waits behind the older ones), and keeps the Channel's `currentSha`, `phase`, `readyBy`
+//! and `pendingDeploy` truthful.
+//!
+//! Every step is derived from what the cluster holds (the Deploy's status, the build Job, the deploy's
+//! Deployment), never from memory, so an operator that restarts at any point picks a deploy up where it was.
+//! `currentSha` moves only when the new version is live: for a static channel that is the pointer move itself
+//! (the edge serves the commit's files); for app and docker channels it happens after the build, readiness and
+//! the Service switch (`dynamic`). A failed deploy leaves the serving version untouched.
+
+pub mod queue;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use slipway_crds::conditions::{self, reasons};
+use slipway_crds::{
+    App, Channel, ChannelPhase, Deploy, DeployPhase, DeployStatus, PendingDeploy, ReadyBy, Template,
+};
+
+use crate::channel::publish;
+use crate::context::{Context, FIELD_MANAGER};
+use crate::error::Error;
+use crate::platform_api::PlatformError;
+
+/// How often a deploy in flight is looked at while it waits on something that sends no event.
+const POLL: Duration = Duration::from_secs(2);
+
+/// What the deploy needs from the cluster, read once per reconcile.
+struct Scene {
+    deploy: Arc<Deploy>,
+    channel: Channel,
+    app: App,
+    /// Every Deploy of the channel.
+    siblings: Vec<Deploy>,
+}
+
+/// Reconciles one Deploy.
+pub async fn reconcile(deploy: Arc<Deploy>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = deploy.namespace().ok_or(Error::Incomplete("namespace"))?;
+    let phase = deploy.status.as_ref().map(|s| s.phase).unwrap_or_default();
+    let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(channel) = channels.get_opt(&deploy.spec.channel).await? else {
+        if phase.in_flight() {
+            let reason = format!("channel {} does not exist", deploy.spec.channel);
+            fail(&ctx, &deploy, &reason).await?;
+        }
+        return Ok(Action::await_change());
+    };
+    let apps: Api<App> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(app) = apps.get_opt(&channel.spec.app).await? else {
+        if phase.in_flight() {
+            fail(
+                &ctx,
+                &deploy,
+                &format!("app {} does not exist", channel.spec.app),
+            )
+            .await?;
+        }
+        return Ok(Action::await_change());
+    };
+    let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), &namespace);
+    let siblings: Vec<Deploy> = deploys
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|d| d.spec.channel == deploy.spec.channel)
+        .collect();
+    let scene = Scene {
+        deploy,
+        channel,
+        app,
+        siblings,
+    };
+    let action = match phase {
+        DeployPhase::Queued => start_if_first(&ctx, &scene).await?,
+        DeployPhase::Running => advance(&ctx, &scene).await?,
+        DeployPhase::Success | DeployPhase::Failed => Action::await_change(),
+    };
+    sync_pending(&ctx, &scene).await?;
+    Ok(action)
+}
+
+/// Starts a queued deploy when no older deploy of its channel is in flight: resolves its commit and moves it to
+/// running.
+async fn start_if_first(ctx: &Context, scene: &Scene) -> Result<Action, Error> {
+    let deploy = &scene.deploy;
+    if queue::ahead_of(&scene.siblings, deploy) > 0 {
+        // The older deploy's finish triggers this one (the controller maps Deploy changes to the channel's queue).
+        return Ok(Action::requeue(POLL * 5));
+    }
+    let app_id = scene.app.uid().ok_or(Error::Incomplete("uid"))?;
+    let rev = deploy
+        .spec
+        .sha
+        .as_deref()
+        .or(deploy.spec.git_ref.as_deref())
+        .ok_or_else(|| Error::InvalidSpec("a deploy needs sha or ref".into()))?;
+    let sha = match ctx.platform.resolve(&app_id, rev).await {
+        Ok(sha) => sha,
+        Err(PlatformError::NotFound(message)) => {
+            fail(ctx, deploy, &message).await?;
+            return Ok(Action::await_change());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let template = scene.app.spec.template;
+    log(
+        ctx,
+        deploy,
+        &format!(
+            "[deploy] deploying {sha} ({} template)\n",
+            template.as_str()
+        ),
+    )
+    .await?;
+    let now = Time(Timestamp::now());
+    let mut status = deploy.status.clone().unwrap_or_default();
+    status.phase = DeployPhase::Running;
+    status.resolved_sha = Some(sha);
+    status.started_at = Some(now.clone());
+    status.observed_generation = deploy.metadata.generation;
+    conditions::set_condition(
+        &mut status.conditions,
+        conditions::condition(
+            conditions::READY,
+            false,
+            reasons::DEPLOYING,
+            "the deploy is running",
+            deploy.metadata.generation,
+            now,
+        ),
+    );
+    patch_deploy_status(ctx, deploy, &status).await?;
+    Ok(Action::requeue(Duration::from_millis(200)))
+}
+
+/// Moves a running deploy on: a static one goes live at once; app and docker ones build, roll out and go live.
+async fn advance(ctx: &Context, scene: &Scene) -> Result<Action, Error> {
+    let deploy = &scene.deploy;
+    let sha = deploy
+        .status
+        .as_ref()
+        .and_then(|s| s.resolved_sha.clone())
+        .ok_or(Error::Incomplete("status.resolvedSha"))?;
+    match scene.app.spec.template {
+        Template::Static => {
+            go_live(ctx, scene, &sha, None).await?;
+            Ok(Action::await_change())
+        }
+        Template::App | Template::Docker => {
+            fail(
+                ctx,
+                deploy,
+                "this operator does not build app or docker channels",
+            )
+            .await?;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// The new version is live: the channel serves `sha` (the Service already points at it for dynamic channels).
+async fn go_live(
+    ctx: &Context,
+    scene: &Scene,
+    sha: &str,
+    ready_by: Option<ReadyBy>,
+) -> Result<(), Error> {
+    let channels: Api<Channel> = Api::namespaced(
+        ctx.client.clone(),
+        &scene.channel.namespace().unwrap_or_default(),
+    );
+    let patch = json!({"status": {
+        "currentSha": sha,
+        "phase": ChannelPhase::Running,
+        "readyBy": ready_by,
+    }});
+    channels
+        .patch_status(&scene.channel.name_any(), &params(), &Patch::Merge(&patch))
+        .await?;
+    let deploy = &scene.deploy;
+    log(ctx, deploy, &format!("[deploy] live: {sha}\n")).await?;
+    let now = Time(Timestamp::now());
+    let mut status = deploy.status.clone().unwrap_or_default();
+    status.phase = DeployPhase::Success;
+    status.finished_at = Some(now.clone());
+    status.ready_by = ready_by;
+    status.message = None;
+    conditions::set_condition(
+        &mut status.conditions,
+        conditions::condition(
+            conditions::READY,
+            true,
+            reasons::RECONCILED,
+            "live",
+            deploy.metadata.generation,
+            now,
+        ),
+    );
+    patch_deploy_status(ctx, deploy, &status).await?;
+    publish(
+        ctx,
+        deploy.as_ref(),
+        EventType::Normal,
+        "Deployed",
+        format!("{sha} is live on {}", deploy.spec.channel),
+    )
+    .await;
+    Ok(())
+}
+
+/// Marks the deploy failed with `reason` (also appended to its log); the serving version stays.
+async fn fail(ctx: &Context, deploy: &Deploy, reason: &str) -> Result<(), Error> {
+    log(ctx, deploy, &format!("[deploy] failed: {reason}\n")).await?;
+    let now = Time(Timestamp::now());
+    let mut status = deploy.status.clone().unwrap_or_default();
+    status.phase = DeployPhase::Failed;
+    status.finished_at = Some(now.clone());
+    status.message = Some(reason.to_owned());
+    conditions::set_condition(
+        &mut status.conditions,
+        conditions::condition(
+            conditions::READY,
+            false,
+            reasons::DEPLOY_FAILED,
+            reason,
+            deploy.metadata.generation,
+            now,
+        ),
+    );
+    patch_deploy_status(ctx, deploy, &status).await?;
+    publish(
+        ctx,
+        deploy,
+        EventType::Warning,
+        reasons::DEPLOY_FAILED,
+        reason.to_owned(),
+    )
+    .await;
+    Ok(())
+}
+
+/// Appends to the deploy's log.
+async fn log(ctx: &Context, deploy: &Deploy, text: &str) -> Result<(), Error> {
+    let id = deploy.uid().ok_or(Error::Incomplete("uid"))?;
+    ctx.platform.append_log(&id, text).await?;
+    Ok(())
+}
+
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+async fn patch_deploy_status(
+    ctx: &Context,
+    deploy: &Deploy,
+    status: &DeployStatus,
+) -> Result<(), Error> {
+    let deploys: Api<Deploy> =
+        Api::namespaced(ctx.client.clone(), &deploy.namespace().unwrap_or_default());
+    deploys
+        .patch_status(
+            &deploy.name_any(),
+            &params(),
+            &Patch::Merge(&json!({ "status": status })),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Sets the channel's `pendingDeploy` to its newest deploy in flight (re-reading the deploys, which this
+/// reconcile may have moved), or clears it.
+async fn sync_pending(ctx: &Context, scene: &Scene) -> Result<(), Error> {
+    let namespace = scene.channel.namespace().unwrap_or_default();
+    let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), &namespace);
+    let fresh: Vec<Deploy> = deploys
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|d| d.spec.channel == scene.channel.name_any())
+        .collect();
+    let wanted: Option<PendingDeploy> = queue::newest_in_flight(&fresh).map(|d| {
+        let status = d.status.clone().unwrap_or_default();
+        PendingDeploy {
+            deploy_id: d.uid().unwrap_or_default(),
+            deploy_name: d.name_any(),
+            sha: status.resolved_sha,
+            status: status.phase,
+        }
+    });
+    let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
+    let current = channels
+        .get_status(&scene.channel.name_any())
+        .await?
+        .status
+        .and_then(|s| s.pending_deploy);
+    if current != wanted {
+        channels
+            .patch_status(
+                &scene.channel.name_any(),
+                &params(),
+                &Patch::Merge(&json!({"status": {"pendingDeploy": wanted}})),
+            )
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,342 @@
+//! Deploys of static channels against the real apiserver, Postgres and the operator: the deploy route's rules and
+//! error rows, the queue (one deploy at a time per channel, in order), the channel's `current_sha`,
+//! `pending_deploy` and status, the log windows, the image inventory of a static app, and a failed deploy that
+//! leaves the serving commit alone. Static channels run no pod, so no node is needed.
+
+// Fixture helpers panic on a malformed response: in a test that is the failure to report.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use anyhow::Result;
+use kube::Api;
+use serde_json::{Value, json};
+use slipway_controllers::platform_api::{PlatformApi, PlatformEndpoints};
+use slipway_crds::Deploy;
+use support::{TestApi, User};
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+struct Site {
+    api: TestApi,
+    alice: User,
+    app_id: String,
+    prod_id: String,
+}
+
+async fn site(prefix: &str) -> Result<Site> {
+    let api = TestApi::start().await?;
+    let alice = api.user(prefix, "builder").await?;
+    let app = api.create_app(&alice, "site", "static").await;
+    let app_id = app["id"].as_str().unwrap().to_owned();
+    let prod_id = app["channels"][0]["id"].as_str().unwrap().to_owned();
+    api.start_operator_without_node(&alice.namespace).await?;
+    Ok(Site {
+        api,
+        alice,
+        app_id,
+        prod_id,
+    })
+}
+
+impl Site {
+    async fn channel(&self) -> Value {
+        self.api
+            .get(
+                &format!("/apps/{}/channels/{}", self.app_id, self.prod_id),
+                &self.alice,
+            )
+            .await
+            .expect(200, None)
+    }
+
+    async fn deploy(&self, body: Value) -> String {
+        self.api
+            .deploy(&self.alice, &self.app_id, &self.prod_id, body)
+            .await
+    }
+
+    async fn finished(&self, deploy_id: &str) -> Result<Value> {
+        self.api
+            .finished_deploy(&self.alice, &self.app_id, &self.prod_id, deploy_id, WITHIN)
+            .await
+    }
+
+    async fn log(&self, query: &str) -> support::Reply {
+        self.api
+            .get(
+                &format!(
+                    "/apps/{}/channels/{}/logs?{query}",
+                    self.app_id, self.prod_id
+                ),
+                &self.alice,
+            )
+            .await
+    }
+}
+
+#[tokio::test]
+async fn a_static_deploy_goes_live_and_moves_the_channel() -> Result<()> {
+    let s = site("stat").await?;
+    let before = s.channel().await;
+    assert_eq!(before["status"], "provisioning");
+    assert_eq!(before["current_sha"], Value::Null);
+
+    let sha = s
+        .api
+        .commit(&s.alice, &s.app_id, json!({"index.html": "<h1>one</h1>\n"}))
+        .await;
+    let deploy_id = s.deploy(json!({"ref": "master"})).await;
+    // The new deploy is visible at once as the channel's pending deploy.
+    let pending = s.channel().await["pending_deploy"].clone();
+    assert_eq!(pending["deploy_id"], deploy_id.as_str());
+    assert!(pending["status"] == "queued" || pending["status"] == "running");
+
+    let log = s.finished(&deploy_id).await?;
+    assert_eq!(log["status"], "success", "{log}");
+    assert_eq!(log["git_sha"], sha.as_str());
+    assert!(log["finished_at"].is_string());
+    let text = log["log"].as_str().unwrap();
+    assert!(text.contains(&format!("[deploy] live: {sha}")), "{text}");
+    assert!(!text.contains("[build]"), "a static deploy builds nothing");
+
+    let after = s.channel().await;
+    assert_eq!(after["current_sha"], sha.as_str());
+    assert_eq!(after["status"], "running");
+    assert_eq!(after["pending_deploy"], Value::Null);
+
+    // A static app has no images, and the cap is the plan's.
+    let images = s
+        .api
+        .get(
+            &format!("/apps/{}/channels/{}/images", s.app_id, s.prod_id),
+            &s.alice,
+        )
+        .await
+        .expect(200, None);
+    assert_eq!(images["images"], json!([]));
+    assert_eq!(images["image_cap_bytes"], 2_147_483_648_i64);
+    Ok(())
+}
+
+#[tokio::test]
+async fn deploys_of_a_channel_run_one_at_a_time_in_order() -> Result<()> {
+    let s = site("queue").await?;
+    let mut shas = Vec::new();
+    let mut deploys = Vec::new();
+    for i in 0..3 {
+        let sha = s
+            .api
+            .commit(
+                &s.alice,
+                &s.app_id,
+                json!({"index.html": format!("<p>{i}</p>\n")}),
+            )
+            .await;
+        deploys.push(s.deploy(json!({"sha": sha})).await);
+        shas.push(sha);
+    }
+    let mut finished = Vec::new();
+    for (deploy_id, sha) in deploys.iter().zip(&shas) {
+        let log = s.finished(deploy_id).await?;
+        assert_eq!(log["status"], "success", "{log}");
+        assert_eq!(log["git_sha"], sha.as_str());
+        finished.push((
+            log["started_at"].as_str().unwrap().to_owned(),
+            log["finished_at"].as_str().unwrap().to_owned(),
+        ));
+    }
+    // Each deploy started only after the one before it had finished.
+    for pair in finished.windows(2) {
+        let (_, previous_end) = &pair[0];
+        let (next_start, _) = &pair[1];
+        let end: k8s_openapi::jiff::Timestamp = previous_end.parse()?;
+        let start: k8s_openapi::jiff::Timestamp = next_start.parse()?;
+        assert!(
+            start >= end,
+            "a deploy started at {start} before the previous one finished at {end}"
+        );
+    }
+    let channel = s.channel().await;
+    assert_eq!(channel["current_sha"], shas[2].as_str());
+    assert_eq!(channel["pending_deploy"], Value::Null);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_deploy_of_an_unknown_commit_fails_and_the_old_one_keeps_serving() -> Result<()> {
+    let s = site("fail").await?;
+    let good = s
+        .api
+        .commit(&s.alice, &s.app_id, json!({"index.html": "ok\n"}))
+        .await;
+    let first = s.deploy(json!({"sha": good})).await;
+    assert_eq!(s.finished(&first).await?["status"], "success");
+
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+    let bad = s.deploy(json!({"sha": missing})).await;
+    let log = s.finished(&bad).await?;
+    assert_eq!(log["status"], "failed");
+    let text = log["log"].as_str().unwrap();
+    assert!(
+        text.contains("[deploy] failed:") && text.contains(missing),
+        "{text}"
+    );
+
+    let unknown_branch = s.deploy(json!({"ref": "no-such-branch"})).await;
+    assert_eq!(s.finished(&unknown_branch).await?["status"], "failed");
+
+    let channel = s.channel().await;
+    assert_eq!(
+        channel["current_sha"],
+        good.as_str(),
+        "a failed deploy moves nothing"
+    );
+    assert_eq!(channel["status"], "running");
+
+    // The Deploy resource says why, for kubectl users.
+    let deploys: Api<Deploy> = Api::namespaced(s.api.kube.clone(), &s.alice.namespace);
+    let failed = deploys
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|d| d.metadata.uid.as_deref() == Some(bad.as_str()))
+        .unwrap();
+    let message = failed.status.unwrap().message.unwrap();
+    assert!(message.contains(missing), "{message}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_deploy_route_refuses_bad_requests() -> Result<()> {
+    let s = site("bad").await?;
+    let url = format!("/apps/{}/channels/{}/deploy", s.app_id, s.prod_id);
+    for (body, needle) in [
+        (json!({}), "needs sha"),
+        (json!({"sha": "not a sha!"}), "sha must be"),
+        (json!({"sha": "abc..def"}), "sha must be"),
+        (json!({"ref": "refs/heads/../x"}), "branch name"),
+    ] {
+        let reply = s.api.post(&url, &s.alice, body.clone()).await;
+        assert!(reply.message().contains(needle), "{body}: {:?}", reply.body);
+        reply.expect(400, Some("bad_request"));
+    }
+    // sha wins over ref: a broken ref beside a good sha is ignored.
+    let sha = s
+        .api
+        .commit(&s.alice, &s.app_id, json!({"index.html": "x\n"}))
+        .await;
+    s.api
+        .post(&url, &s.alice, json!({"sha": sha, "ref": "..broken"}))
+        .await
+        .expect(200, None);
+
+    // Another user sees neither the app nor its channel; a token without deploy:* is refused.
+    let bob = s.api.user("bob", "builder").await?;
+    s.api
+        .post(&url, &bob, json!({"ref": "master"}))
+        .await
+        .expect(404, Some("not_found"));
+    let narrow = User {
+        token: s
+            .api
+            .token(s.alice.id, &["repo:*".to_owned()], false, None)
+            .await?,
+        ..s.alice.clone()
+    };
+    s.api
+        .post(&url, &narrow, json!({"ref": "master"}))
+        .await
+        .expect(403, Some("scope_denied"));
+    let other_channel = format!(
+        "/apps/{}/channels/{}/deploy",
+        s.app_id, "00000000-0000-4000-8000-000000000000"
+    );
+    s.api
+        .post(&other_channel, &s.alice, json!({"ref": "master"}))
+        .await
+        .expect(404, Some("not_found"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn log_windows_follow_the_spec() -> Result<()> {
+    let s = site("logs").await?;
+    let sha = s
+        .api
+        .commit(&s.alice, &s.app_id, json!({"index.html": "x\n"}))
+        .await;
+    let id = s.deploy(json!({"sha": sha})).await;
+    s.finished(&id).await?;
+    // Add known lines through the internal route with the operator's own client.
+    let base = s.api.serve().await?;
+    let client = |token: &str| {
+        PlatformApi::new(PlatformEndpoints {
+            api_url: base.clone(),
+            pod_api_url: base.clone(),
+            internal_token: token.to_owned(),
+        })
+    };
+    let lines: String = (0..100).map(|i| format!("line {i:03}\n")).collect();
+    client(support::INTERNAL_TOKEN)
+        .append_log(&id, &lines)
+        .await?;
+    // Without the internal token the route refuses and writes nothing.
+    let refused = client("not-the-internal-token")
+        .append_log(&id, "injected\n")
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("401"), "{refused}");
+
+    let whole = s
+        .log(&format!("deploy={id}&max_bytes=262144"))
+        .await
+        .expect(200, None);
+    let total = whole["log_bytes"].as_u64().unwrap();
+    assert_eq!(whole["offset"], 0);
+    assert_eq!(whole["window_bytes"], total);
+    assert!(!whole["log"].as_str().unwrap().contains("injected"));
+
+    // Tail: the last 20 bytes, advanced to a whole line ("line 099\n" is 9 bytes).
+    let tail = s
+        .log(&format!("deploy={id}&max_bytes=20"))
+        .await
+        .expect(200, None);
+    assert_eq!(tail["log"], "line 098\nline 099\n");
+    assert_eq!(tail["offset"].as_u64().unwrap(), total - 18);
+    assert_eq!(tail["window_bytes"], 18);
+
+    // Explicit offset: byte-exact, no snapping; the next page starts at offset + window_bytes.
+    let exact = s
+        .log(&format!("deploy={id}&offset={}&max_bytes=5", total - 6))
+        .await
+        .expect(200, None);
+    assert_eq!(exact["log"], "e 099");
+    let next = exact["offset"].as_u64().unwrap() + exact["window_bytes"].as_u64().unwrap();
+    let end = s
+        .log(&format!("deploy={id}&offset={next}&max_bytes=5"))
+        .await
+        .expect(200, None);
+    assert_eq!(end["log"], "\n");
+    assert_eq!(
+        end["offset"].as_u64().unwrap() + end["window_bytes"].as_u64().unwrap(),
+        total,
+        "the end of the log is reached"
+    );
+
+    for query in [
+        format!("deploy={id}&max_bytes=0"),
+        format!("deploy={id}&max_bytes=262145"),
+        format!("deploy={id}&offset={}", total + 1),
+        "max_bytes=10".to_owned(),
+    ] {
+        s.log(&query).await.expect(400, Some("bad_request"));
+    }
+    s.log("deploy=00000000-0000-4000-8000-000000000000")
+        .await
+        .expect(404, Some("not_found"));
+    Ok(())
+}
