@@ -168,30 +168,33 @@ impl Platform {
         }
     }
 
-    /// Creates an app through the API; returns its id.
-    async fn app(&self, name: &str, template: &str) -> Result<String> {
+    /// Creates an app through the API; returns its id and its prod channel's id.
+    async fn app(&self, name: &str, template: &str) -> Result<(String, String)> {
         let app = self.api.create_app(&self.user, name, template).await;
-        app["id"].as_str().map(str::to_owned).context("app id")
+        let id = app["id"].as_str().context("app id")?;
+        let prod = app["channels"][0]["id"]
+            .as_str()
+            .context("prod channel id")?;
+        Ok((id.to_owned(), prod.to_owned()))
     }
 
     /// Commits whole files on master through the changeset route; returns the commit.
-    async fn commit(&self, app_id: &str, message: &str, files: Value) -> Result<String> {
-        let body = self
-            .api
-            .post(
-                &format!("/apps/{app_id}/changeset"),
-                &self.user,
-                json!({"message": message, "changes": files}),
-            )
-            .await
-            .expect(200, None);
-        body["sha"].as_str().map(str::to_owned).context("sha")
+    async fn commit(&self, app_id: &str, files: Value) -> String {
+        self.api.commit(&self.user, app_id, files).await
     }
 
-    /// Moves the channel to `sha`, as a successful static deploy does.
-    async fn deploy_static(&self, channel: &str, sha: &str) -> Result<()> {
-        self.patch_channel_status(channel, json!({"currentSha": sha}))
-            .await
+    /// Deploys `sha` through the deploy route and waits until the deploy succeeded.
+    async fn deploy(&self, app_id: &str, channel_id: &str, sha: &str) -> Result<()> {
+        let deploy = self
+            .api
+            .deploy(&self.user, app_id, channel_id, json!({"sha": sha}))
+            .await;
+        let log = self
+            .api
+            .finished_deploy(&self.user, app_id, channel_id, &deploy, WAIT)
+            .await?;
+        ensure!(log["status"] == "success", "deploy failed: {log}");
+        Ok(())
     }
 
     async fn patch_channel_status(&self, channel: &str, status: Value) -> Result<()> {
@@ -242,7 +245,7 @@ fn site_files(version: &str, big: &str) -> Value {
 #[tokio::test]
 async fn a_static_site_deploys_and_goes_live_with_the_static_rules() -> Result<()> {
     let p = Platform::start("edge-static").await?;
-    let app_id = p.app("site", "static").await?;
+    let (app_id, prod) = p.app("site", "static").await?;
     let host = p.hostname("site", "prod");
 
     // The operator gives the channel an Ingress the edge serves, naming the Channel as a resource backend.
@@ -269,10 +272,8 @@ async fn a_static_site_deploys_and_goes_live_with_the_static_rules() -> Result<(
         before.text()
     );
 
-    let sha = p
-        .commit(&app_id, "first", site_files("v1", "plain text"))
-        .await?;
-    p.deploy_static("site.prod", &sha).await?;
+    let sha = p.commit(&app_id, site_files("v1", "plain text")).await;
+    p.deploy(&app_id, &prod, &sha).await?;
     let home = p.wait_for(&host, "/", |a| a.status == 200).await?;
     assert!(home.text().contains("home v1"));
     assert_eq!(home.header("content-type"), "text/html; charset=utf-8");
@@ -340,13 +341,13 @@ async fn a_static_site_deploys_and_goes_live_with_the_static_rules() -> Result<(
 #[tokio::test]
 async fn a_second_deploy_switches_atomically_under_concurrent_readers() -> Result<()> {
     let p = Arc::new(Platform::start("edge-atomic").await?);
-    let app_id = p.app("swap", "static").await?;
+    let (app_id, prod) = p.app("swap", "static").await?;
     let host = p.hostname("swap", "prod");
     // Large files make a torn read (part old, part new) visible if the switch were not atomic.
     let old = "old-tree ".repeat(40_000);
     let new = "NEW-TREE ".repeat(40_000);
-    let first = p.commit(&app_id, "old", site_files("v1", &old)).await?;
-    p.deploy_static("swap.prod", &first).await?;
+    let first = p.commit(&app_id, site_files("v1", &old)).await;
+    p.deploy(&app_id, &prod, &first).await?;
     p.wait_for(&host, "/big.txt", |a| a.status == 200).await?;
 
     let switched = Arc::new(AtomicBool::new(false));
@@ -383,8 +384,8 @@ async fn a_second_deploy_switches_atomically_under_concurrent_readers() -> Resul
             }
         }));
     }
-    let second = p.commit(&app_id, "new", site_files("v2", &new)).await?;
-    p.deploy_static("swap.prod", &second).await?;
+    let second = p.commit(&app_id, site_files("v2", &new)).await;
+    p.deploy(&app_id, &prod, &second).await?;
     p.wait_for(&host, "/big.txt", |a| a.body == new.as_bytes())
         .await?;
     switched.store(true, Ordering::Release);
