@@ -111,7 +111,7 @@ pub async fn handle(
     if let Some((method, uri, host)) = log {
         tracing::info!(
             target: "slipway::edge::access",
-            host = if route.is_some() { host.as_str() } else { UNKNOWN_HOST },
+            host = route.as_ref().map_or(UNKNOWN_HOST, |r| r.host.as_str()),
             requested_host = %host,
             method = %method,
             path = uri.path(),
