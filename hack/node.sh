@@ -6,7 +6,7 @@
 # usage: hack/node.sh start    build what is missing, start the control plane and the node (or reuse a healthy one)
 #        hack/node.sh stop     stop the node and the control plane and remove everything they left
 #        hack/node.sh status   exit 0 when the node is Ready
-#        hack/node.sh env      print the exports a shell or a test needs (KUBECONFIG, registry, BuildKit)
+#        hack/node.sh env      print the exports a shell or a test needs (KUBECONFIG, registry, BuildKit, builder image)
 #
 # The node lives in a network namespace of its own (slipway-node<slot>), linked to the host by a veth pair with
 # addresses we create: the host end carries the apiserver, the node end the kubelet and the registry. Pods get
@@ -281,6 +281,8 @@ export BUILDKIT_HOST=unix://$NODE/buildkit/buildkitd.sock
 export SLIPWAY_REGISTRY=$REGISTRY
 export SLIPWAY_NODE_HOST_IP=$HOST_IP
 export SLIPWAY_BUILDKIT_ADDR=tcp://$NODE_IP:1234
+export SLIPWAY_PROBE_IMAGE=busybox:$(busybox_version)
+export SLIPWAY_BUILDER_IMAGE=$REGISTRY/slipway/builder:$BUILDKIT_VERSION
 EOF
 }
 

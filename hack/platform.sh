@@ -7,7 +7,8 @@
 # usage: hack/platform.sh start | stop
 #
 # Needs target/debug/slipway (make up builds it) and a running node (hack/node.sh start) whose `hack/node.sh env`
-# exports are set: SLIPWAY_REGISTRY, SLIPWAY_BUILDKIT_ADDR and SLIPWAY_NODE_HOST_IP.
+# exports are set: SLIPWAY_REGISTRY, SLIPWAY_BUILDKIT_ADDR, SLIPWAY_PROBE_IMAGE, SLIPWAY_BUILDER_IMAGE and
+# SLIPWAY_NODE_HOST_IP.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
@@ -123,7 +124,8 @@ start() {
   log "starting the operator (admin port $OPERATOR_ADMIN_PORT)"
   launch operator operator --app-domain "$APP_DOMAIN" --admin-port "$OPERATOR_ADMIN_PORT" \
     --api-url "http://127.0.0.1:$API_PORT" --pod-api-url "http://$SLIPWAY_NODE_HOST_IP:$API_PORT" \
-    --internal-token-file "$DIR/internal-token" --registry "$SLIPWAY_REGISTRY" --buildkit-addr "$SLIPWAY_BUILDKIT_ADDR"
+    --internal-token-file "$DIR/internal-token" --registry "$SLIPWAY_REGISTRY" --buildkit-addr "$SLIPWAY_BUILDKIT_ADDR" \
+    --probe-image "$SLIPWAY_PROBE_IMAGE" --builder-image "$SLIPWAY_BUILDER_IMAGE"
   wait_for operator 30 "http://127.0.0.1:$OPERATOR_ADMIN_PORT/readyz"
 
   log "starting the edge on http://127.0.0.1:$EDGE_PORT (admin port $EDGE_ADMIN_PORT)"

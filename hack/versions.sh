@@ -18,3 +18,5 @@ PAUSE_VERSION=3.10.1
 NODEJS_VERSION=22.20.0
 # The Debian release the warm-base stand-ins are built from (python3 there is 3.13).
 BASES_SUITE=trixie
+# The busybox tool image (tests, the readiness sidecar) is Debian's busybox-static, tagged with its version.
+busybox_version() { dpkg-query -W -f='${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/-.*//'; }

@@ -49,7 +49,16 @@ pub struct OperatorArgs {
     /// The BuildKit daemon build pods use (tcp://host:port).
     #[arg(long, env = "SLIPWAY_BUILDKIT_ADDR")]
     pub buildkit_addr: String,
+    /// Image of the readiness sidecar that runs beside every app (busybox: `sh`, `nc`, `timeout`).
+    #[arg(long, env = "SLIPWAY_PROBE_IMAGE", default_value = DEFAULT_PROBE_IMAGE)]
+    pub probe_image: String,
+    /// The image build Jobs run (curl and buildctl), e.g. `<registry>/slipway/builder:<buildkit version>`.
+    #[arg(long, env = "SLIPWAY_BUILDER_IMAGE")]
+    pub builder_image: String,
 }
+
+/// The readiness sidecar's image unless told otherwise.
+const DEFAULT_PROBE_IMAGE: &str = "docker.io/library/busybox:1.37";
 
 /// How long a leader's Lease lasts without renewal.
 const LEASE_DURATION: std::time::Duration = std::time::Duration::from_secs(15);
@@ -72,6 +81,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         },
         registry: args.registry,
         buildkit_addr: args.buildkit_addr,
+        probe_image: args.probe_image,
+        builder_image: args.builder_image,
     };
     let ctx = Arc::new(Context::new(client, config, metrics));
     let addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));

@@ -30,6 +30,8 @@ fn start_operator(client: kube::Client, namespace: &str) -> tokio::task::JoinHan
         },
         registry: "127.0.0.1:9".into(),
         buildkit_addr: "tcp://127.0.0.1:9".into(),
+        probe_image: "busybox".into(),
+        builder_image: "127.0.0.1:9/slipway/builder:unused".into(),
     };
     let ctx = Arc::new(Context::new(client, config, metrics));
     tokio::spawn(async move {

@@ -103,11 +103,29 @@ pub fn desired_status(channel: &Channel, observed: &Observed, now: Time) -> Chan
     status
 }
 
+/// Held by channels of app and docker apps until their images are gone from the registry.
+pub const IMAGES_FINALIZER: &str = "slipway.dev/images";
+
 /// Reconciles one Channel.
 pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = channel.namespace().ok_or(Error::Incomplete("namespace"))?;
+    if channel.metadata.deletion_timestamp.is_some() {
+        // Workloads, routes and deploys go with the channel through owner references; its images are not
+        // cluster objects, so they are removed here before the channel may go.
+        if channel.finalizers().iter().any(|f| f == IMAGES_FINALIZER) {
+            crate::build::remove_images(&ctx, &channel).await?;
+            set_images_finalizer(&ctx, &channel, false).await?;
+        }
+        return Ok(Action::await_change());
+    }
     let apps: Api<App> = Api::namespaced(ctx.client.clone(), &namespace);
     let app = apps.get_opt(&channel.spec.app).await?;
+    let builds_images = app
+        .as_ref()
+        .is_some_and(|a| a.spec.template != slipway_crds::Template::Static);
+    if builds_images && !channel.finalizers().iter().any(|f| f == IMAGES_FINALIZER) {
+        set_images_finalizer(&ctx, &channel, true).await?;
+    }
     let observed = observe(&channel, app.as_ref(), &ctx.config.app_domain);
     if let Some(app) = &app {
         adopt(&ctx, &channel, app).await?;
@@ -147,6 +165,34 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(RECHECK))
+}
+
+/// Adds or removes [`IMAGES_FINALIZER`], keeping the channel's other finalizers.
+async fn set_images_finalizer(ctx: &Context, channel: &Channel, present: bool) -> Result<(), Error> {
+    let mut finalizers: Vec<String> = channel
+        .finalizers()
+        .iter()
+        .filter(|f| *f != IMAGES_FINALIZER)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(IMAGES_FINALIZER.to_owned());
+    }
+    // The resourceVersion makes the write fail (and the reconcile retry) if another writer changed the list.
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": channel.resource_version(),
+    }});
+    let channels: Api<Channel> =
+        Api::namespaced(ctx.client.clone(), &channel.namespace().unwrap_or_default());
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    channels
+        .patch(&channel.name_any(), &params, &Patch::Merge(&patch))
+        .await?;
+    Ok(())
 }
 
 /// Makes the App an owner of the channel, so garbage collection removes the channel with its app.

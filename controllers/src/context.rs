@@ -20,6 +20,10 @@ pub struct OperatorConfig {
     pub registry: String,
     /// The BuildKit daemon build pods talk to (`tcp://host:port`).
     pub buildkit_addr: String,
+    /// The image of the readiness sidecar beside every app container (needs busybox's `sh`, `nc` and `timeout`).
+    pub probe_image: String,
+    /// The image build Jobs run: curl and buildctl (see `hack/build-images.sh builder`).
+    pub builder_image: String,
 }
 
 /// Shared state of the reconcilers.

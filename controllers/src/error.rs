@@ -12,9 +12,12 @@ pub enum Error {
     /// The object is missing data the apiserver always sets (a uid, a namespace).
     #[error("incomplete object: {0}")]
     Incomplete(&'static str),
-    /// The API server's internal routes failed (git, env, deploy logs).
+    /// The API server's internal endpoints failed (git archive, deploy log).
     #[error(transparent)]
     Platform(#[from] crate::platform_api::PlatformError),
+    /// The cluster's image registry refused or failed a request.
+    #[error("registry: {0}")]
+    Registry(String),
 }
 
 impl Error {
@@ -25,6 +28,7 @@ impl Error {
             Error::InvalidSpec(_) => "InvalidSpec",
             Error::Incomplete(_) => "IncompleteObject",
             Error::Platform(_) => "PlatformApi",
+            Error::Registry(_) => "Registry",
         }
     }
 }

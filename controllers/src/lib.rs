@@ -2,6 +2,7 @@
 //! a `reconcile` and an `error_policy` built from small steps (read, validate, build children, apply, status).
 
 pub mod app;
+pub mod build;
 pub mod channel;
 pub mod context;
 pub mod deploy;
@@ -11,6 +12,7 @@ pub mod leader;
 pub mod platform_api;
 pub mod run;
 mod status;
+pub mod workload;
 
 pub use context::{Context, OperatorConfig};
 pub use error::Error;

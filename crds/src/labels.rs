@@ -20,3 +20,16 @@ pub const USER_NAMESPACE_PREFIX: &str = "slipway-user-";
 pub fn user_namespace(username: &crate::names::Username) -> String {
     format!("{USER_NAMESPACE_PREFIX}{username}")
 }
+
+/// The deploy (its uid) a workload object belongs to: a deploy's Deployment, pods and env Secret.
+pub const DEPLOY: &str = "slipway.dev/deploy";
+/// On a deploy's pods: the app owner's username (`SVC_USER`).
+pub const USER: &str = "slipway.dev/user";
+/// On a deploy's pods: the deployed commit (`SVC_SHA`).
+pub const SHA: &str = "slipway.dev/sha";
+/// Standard label naming the part an object plays; see the `COMPONENT_*` values.
+pub const COMPONENT: &str = "app.kubernetes.io/component";
+/// [`COMPONENT`] of a deploy's Deployment and pods.
+pub const COMPONENT_RUN: &str = "run";
+/// [`COMPONENT`] of a deploy's immutable env Secret.
+pub const COMPONENT_ENV: &str = "deploy-env";

@@ -65,6 +65,36 @@ pub async fn run_pod(
     command: &[&str],
     timeout: Duration,
 ) -> Result<String> {
+    let container = json!({"name": "main", "image": image, "command": command});
+    run_pod_of(client, ns, name, container, timeout).await
+}
+
+/// [`run_pod`] as uid 10001 with no privileges, as namespaces held to the `restricted` Pod Security level admit.
+pub async fn run_restricted_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    image: &str,
+    command: &[&str],
+    timeout: Duration,
+) -> Result<String> {
+    let container = json!({
+        "name": "main", "image": image, "command": command,
+        "securityContext": {
+            "runAsNonRoot": true, "runAsUser": 10001, "allowPrivilegeEscalation": false,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}
+        }
+    });
+    run_pod_of(client, ns, name, container, timeout).await
+}
+
+async fn run_pod_of(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    container: serde_json::Value,
+    timeout: Duration,
+) -> Result<String> {
     // Admission refuses pods until the namespace's default ServiceAccount exists, a moment after the namespace.
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     crate::wait_until(Duration::from_secs(30), || {
@@ -78,7 +108,7 @@ pub async fn run_pod(
         "metadata": {"name": name},
         "spec": {
             "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": image, "command": command}]
+            "containers": [container]
         }
     }))?;
     pods.create(&PostParams::default(), &pod).await?;

@@ -273,15 +273,18 @@ impl TestApi {
         Ok((format!("http://{addr}"), format!("http://{addr}")))
     }
 
-    /// Runs the operator against the test node for the rest of the test, scoped to `namespace`, talking to this
-    /// API served with [`TestApi::serve_for_pods`].
-    pub async fn start_operator(&self, namespace: &str) -> Result<tokio::task::JoinHandle<()>> {
+    /// The operator's settings against the test node, scoped to `namespace`, talking to this API served with
+    /// [`TestApi::serve_for_pods`].
+    pub async fn node_operator_config(
+        &self,
+        namespace: &str,
+    ) -> Result<slipway_controllers::OperatorConfig> {
         let (api_url, pod_api_url) = self.serve_for_pods().await?;
         let var = |name: &str| {
             std::env::var(name)
                 .map_err(|_| anyhow::anyhow!("{name} is not set; run under `hack/test.sh e2e`"))
         };
-        let config = slipway_controllers::OperatorConfig {
+        Ok(slipway_controllers::OperatorConfig {
             app_domain: APP_DOMAIN.into(),
             namespace: Some(namespace.into()),
             platform: slipway_controllers::platform_api::PlatformEndpoints {
@@ -291,12 +294,28 @@ impl TestApi {
             },
             registry: var("SLIPWAY_REGISTRY")?,
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
-        };
+            probe_image: var("SLIPWAY_PROBE_IMAGE")?,
+            builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
+        })
+    }
+
+    /// The operator's context against the test node (reconcile steps can be called with it directly).
+    pub async fn operator_context(
+        &self,
+        namespace: &str,
+    ) -> Result<std::sync::Arc<slipway_controllers::Context>> {
+        let config = self.node_operator_config(namespace).await?;
+        Ok(self.context(config))
+    }
+
+    /// Runs the operator against the test node for the rest of the test, scoped to `namespace`.
+    pub async fn start_operator(&self, namespace: &str) -> Result<tokio::task::JoinHandle<()>> {
+        let config = self.node_operator_config(namespace).await?;
         Ok(self.run_operator(config))
     }
 
     /// Runs the operator on a control plane without a node (the cluster tier), scoped to `namespace`: enough for
-    /// static deploys, which run no pod. Nothing can build there, so the builder's addresses lead nowhere.
+    /// static deploys, which run no pod. Nothing can build or run there, so those addresses lead nowhere.
     pub async fn start_operator_without_node(
         &self,
         namespace: &str,
@@ -312,21 +331,30 @@ impl TestApi {
             },
             registry: "127.0.0.1:9".into(),
             buildkit_addr: "tcp://127.0.0.1:9".into(),
+            probe_image: "127.0.0.1:9/unused".into(),
+            builder_image: "127.0.0.1:9/unused".into(),
         };
         Ok(self.run_operator(config))
+    }
+
+    fn context(
+        &self,
+        config: slipway_controllers::OperatorConfig,
+    ) -> std::sync::Arc<slipway_controllers::Context> {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = slipway_controllers::run::Metrics::register(&mut registry);
+        std::sync::Arc::new(slipway_controllers::Context::new(
+            self.kube.clone(),
+            config,
+            metrics,
+        ))
     }
 
     fn run_operator(
         &self,
         config: slipway_controllers::OperatorConfig,
     ) -> tokio::task::JoinHandle<()> {
-        let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = slipway_controllers::run::Metrics::register(&mut registry);
-        let ctx = std::sync::Arc::new(slipway_controllers::Context::new(
-            self.kube.clone(),
-            config,
-            metrics,
-        ));
+        let ctx = self.context(config);
         tokio::spawn(async move {
             if let Err(e) = slipway_controllers::run::run(ctx).await {
                 panic!("operator stopped: {e:#}");

@@ -8,6 +8,7 @@
 //! (the edge serves the commit's files); for app and docker channels it happens after the build, readiness and
 //! the Service switch (`dynamic`). A failed deploy leaves the serving version untouched.
 
+mod dynamic;
 pub mod queue;
 
 use std::sync::Arc;
@@ -156,15 +157,7 @@ async fn advance(ctx: &Context, scene: &Scene) -> Result<Action, Error> {
             go_live(ctx, scene, &sha, None).await?;
             Ok(Action::await_change())
         }
-        Template::App | Template::Docker => {
-            fail(
-                ctx,
-                deploy,
-                "this operator does not build app or docker channels",
-            )
-            .await?;
-            Ok(Action::await_change())
-        }
+        Template::App | Template::Docker => dynamic::advance(ctx, scene, &sha).await,
     }
 }
 

@@ -1,0 +1,110 @@
+//! Deploy-to-ready time on the local single-node cluster, through the REST API and the operator: from the deploy
+//! call to the deploy's `success`, for a first build and for a rebuild whose `install.sh` (app) or dependency
+//! layer (docker) is unchanged, and for a static site. Needs the node, Postgres and BuildKit (`make bench` starts
+//! them).
+//!
+//! Prints figures; it asserts nothing about time.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use serde_json::{Value, json};
+
+const WITHIN: Duration = Duration::from_secs(900);
+
+const SERVER: &str = r#"import os, http.server
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = open("/app/VERSION").read().encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+http.server.HTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Handler).serve_forever()
+"#;
+
+/// A dependency step that takes a moment, as a real install does.
+const INSTALL: &str = "set -e\nmkdir -p /opt/deps\nfor i in $(seq 1 200); do echo \"dep $i\" > /opt/deps/$i; done\nsleep 2\n";
+
+fn app_files(version: &str) -> Value {
+    json!({
+        "install.sh": INSTALL,
+        "launch.sh": "exec python3 server.py\n",
+        "server.py": SERVER,
+        "VERSION": format!("{version}\n"),
+    })
+}
+
+fn docker_files(version: &str) -> Value {
+    json!({
+        "Dockerfile": format!("FROM python:3.13-slim\nCOPY install.sh /tmp/install.sh\nRUN sh /tmp/install.sh\nCOPY server.py VERSION /app/\nCMD [\"python3\", \"/app/server.py\"]\n"),
+        "install.sh": INSTALL,
+        "server.py": SERVER,
+        "VERSION": format!("{version}\n"),
+    })
+}
+
+async fn timed_deploy(
+    api: &support::TestApi,
+    user: &support::User,
+    app: &str,
+    channel: &str,
+    files: Value,
+) -> Result<f64> {
+    let sha = api.commit(user, app, files).await;
+    let started = Instant::now();
+    let id = api.deploy(user, app, channel, json!({"sha": sha})).await;
+    let log = api.finished_deploy(user, app, channel, &id, WITHIN).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    if log["status"] != "success" {
+        bail!("deploy failed:\n{}", log["log"].as_str().unwrap_or_default());
+    }
+    Ok(elapsed)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let api = support::TestApi::start().await?;
+    let user = api.user("bench", "pro").await?;
+    api.start_operator(&user.namespace).await?;
+    let mut lines = Vec::new();
+    for (template, files) in [
+        ("app", app_files as fn(&str) -> Value),
+        ("docker", docker_files as fn(&str) -> Value),
+    ] {
+        let created = api.create_app(&user, &format!("bench-{template}"), template).await;
+        let app = created["id"].as_str().unwrap_or_default().to_owned();
+        let channel = created["channels"][0]["id"].as_str().unwrap_or_default().to_owned();
+        eprintln!("{template}: first build and rollout...");
+        let first = timed_deploy(&api, &user, &app, &channel, files("v1")).await?;
+        eprintln!("{template}: rebuild with the dependency step unchanged...");
+        let rebuild = timed_deploy(&api, &user, &app, &channel, files("v2")).await?;
+        lines.push(format!(
+            "deploy to ready, {template:<6}: first build {first:6.1}s, rebuild (install unchanged) {rebuild:6.1}s"
+        ));
+    }
+    let created = api.create_app(&user, "bench-static", "static").await;
+    let app = created["id"].as_str().unwrap_or_default().to_owned();
+    let channel = created["channels"][0]["id"].as_str().unwrap_or_default().to_owned();
+    let mut static_times = Vec::new();
+    for i in 0..10 {
+        let files = json!({"index.html": format!("<p>{i}</p>\n")});
+        static_times.push(timed_deploy(&api, &user, &app, &channel, files).await?);
+    }
+    static_times.sort_by(f64::total_cmp);
+    lines.push(format!(
+        "deploy to live, static: p50 {:.0} ms over {} deploys (max {:.0} ms)",
+        static_times[static_times.len() / 2] * 1000.0,
+        static_times.len(),
+        static_times[static_times.len() - 1] * 1000.0
+    ));
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}

@@ -1,0 +1,271 @@
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use slipway_crds::plans::Plan;
+use slipway_crds::{App, Channel, Deploy};
+
+use super::*;
+
+const DEPLOY_UID: &str = "1a2b3c4d-0000-4000-8000-000000000001";
+const CHANNEL_UID: &str = "c0000000-0000-4000-8000-00000000000c";
+const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+
+struct Fixture {
+    deploy: Deploy,
+    app: App,
+    channel: Channel,
+    env: BTreeMap<String, String>,
+}
+
+fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("fixture parses")
+}
+
+fn fixture(template: &str) -> Fixture {
+    Fixture {
+        deploy: from(json!({
+            "apiVersion": "slipway.dev/v1alpha1", "kind": "Deploy",
+            "metadata": {"name": "blog-next-1", "namespace": "slipway-user-alice", "uid": DEPLOY_UID},
+            "spec": {"channel": "blog.next", "sha": SHA}
+        })),
+        app: from(json!({
+            "apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+            "metadata": {"name": "blog", "namespace": "slipway-user-alice", "uid": "a0000000-0000-4000-8000-00000000000a"},
+            "spec": {"owner": "alice", "template": template}
+        })),
+        channel: from(json!({
+            "apiVersion": "slipway.dev/v1alpha1", "kind": "Channel",
+            "metadata": {"name": "blog.next", "namespace": "slipway-user-alice", "uid": CHANNEL_UID},
+            "spec": {"app": "blog", "gitRefBinding": "branch:next"}
+        })),
+        env: BTreeMap::from([
+            ("GREETING".to_owned(), "hello".to_owned()),
+            ("PORT".to_owned(), "3000".to_owned()),
+            ("SVC_READY_FILE".to_owned(), "/tmp/mine".to_owned()),
+        ]),
+    }
+}
+
+fn release(f: &Fixture) -> Release<'_> {
+    Release {
+        deploy: &f.deploy,
+        app: &f.app,
+        channel: &f.channel,
+        sha: SHA,
+        image: "registry.local/alice/blog@sha256:abc",
+        env: &f.env,
+        plan: Plan::by_tier("starter").expect("starter plan"),
+    }
+}
+
+fn to_json(v: &impl serde::Serialize) -> Value {
+    serde_json::to_value(v).expect("serializes")
+}
+
+#[test]
+fn names_derive_from_the_channel_and_the_first_eight_hex_of_the_deploy() {
+    let f = fixture("app");
+    let names = Names::of(&f.deploy).expect("names");
+    assert_eq!(names.namespace, "slipway-user-alice");
+    assert_eq!(names.service, "blog-next");
+    assert_eq!(names.deployment, "blog-next-1a2b3c4d");
+    assert_eq!(names.env_secret, "blog-next-1a2b3c4d-env");
+    assert_eq!(names.ready_file, "/tmp/.svc-ready-1a2b3c4d");
+}
+
+#[test]
+fn a_deploy_without_uid_or_namespace_has_no_names() {
+    let mut f = fixture("app");
+    f.deploy.metadata.uid = None;
+    assert!(matches!(
+        Names::of(&f.deploy),
+        Err(Error::Incomplete("uid"))
+    ));
+    f.deploy.metadata.uid = Some("xyz".into());
+    assert!(matches!(
+        Names::of(&f.deploy),
+        Err(Error::Incomplete("uid"))
+    ));
+    f.deploy.metadata.uid = Some(DEPLOY_UID.into());
+    f.deploy.metadata.namespace = None;
+    assert!(matches!(
+        Names::of(&f.deploy),
+        Err(Error::Incomplete("namespace"))
+    ));
+}
+
+#[test]
+fn the_env_secret_is_immutable_and_system_keys_win_over_user_keys() {
+    let f = fixture("app");
+    let release = release(&f);
+    let names = Names::of(&f.deploy).expect("names");
+    let secret = env_secret(&release, &names).expect("secret");
+    assert_eq!(secret.immutable, Some(true));
+    let data: BTreeMap<String, String> = secret
+        .data
+        .clone()
+        .expect("data")
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8(v.0).expect("utf-8")))
+        .collect();
+    assert_eq!(
+        data,
+        BTreeMap::from(
+            [
+                ("GREETING", "hello"),
+                ("PORT", "8080"),
+                ("SVC_HTTP_PORT", "8080"),
+                ("SVC_FORWARD_PORT", "7000"),
+                ("SVC_READY_FILE", "/tmp/.svc-ready-1a2b3c4d"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        )
+    );
+    for key in super::super::SYSTEM_ENV_KEYS {
+        assert!(data.contains_key(key), "{key} is injected");
+    }
+    let meta = to_json(&secret.metadata);
+    assert_eq!(meta["labels"]["slipway.dev/deploy"], DEPLOY_UID);
+    assert_eq!(meta["labels"]["app.kubernetes.io/component"], "deploy-env");
+    assert_eq!(meta["ownerReferences"][0]["uid"], CHANNEL_UID);
+    assert_eq!(meta["ownerReferences"][0]["kind"], "Channel");
+}
+
+#[test]
+fn the_deployment_runs_one_restricted_pod_labelled_with_user_and_sha() {
+    let f = fixture("docker");
+    let release = release(&f);
+    let names = Names::of(&f.deploy).expect("names");
+    let d = to_json(&deployment(&release, &names, "busybox:test").expect("deployment"));
+    assert_eq!(d["metadata"]["name"], "blog-next-1a2b3c4d");
+    assert_eq!(d["metadata"]["ownerReferences"][0]["uid"], CHANNEL_UID);
+    assert_eq!(d["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert_eq!(
+        d["spec"]["selector"]["matchLabels"],
+        json!({"slipway.dev/deploy": DEPLOY_UID})
+    );
+    let template = &d["spec"]["template"];
+    assert_eq!(
+        template["metadata"]["labels"],
+        json!({
+            "slipway.dev/app": "blog", "slipway.dev/channel": "next", "slipway.dev/deploy": DEPLOY_UID,
+            "slipway.dev/user": "alice", "slipway.dev/sha": SHA,
+            "app.kubernetes.io/managed-by": "slipway", "app.kubernetes.io/component": "run"
+        })
+    );
+    let pod = &template["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["enableServiceLinks"], false);
+    assert_eq!(
+        pod["securityContext"],
+        json!({"runAsUser": 10001, "runAsGroup": 10001, "runAsNonRoot": true,
+               "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert_eq!(
+        pod["volumes"][0],
+        json!({"name": "tmp", "emptyDir": {}}),
+        "/tmp is an emptyDir"
+    );
+
+    let app = &pod["containers"][0];
+    assert_eq!(app["name"], "app");
+    assert_eq!(app["image"], "registry.local/alice/blog@sha256:abc");
+    assert!(
+        app.get("command").is_none() && app.get("args").is_none(),
+        "the image's own ENTRYPOINT/CMD runs"
+    );
+    assert_eq!(
+        app["envFrom"],
+        json!([{"secretRef": {"name": "blog-next-1a2b3c4d-env", "optional": false}}])
+    );
+    assert!(app.get("env").is_none(), "no SVC_USER or SVC_SHA variables");
+    assert_eq!(
+        app["ports"],
+        json!([{"name": "http", "containerPort": 8080, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        app["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": true,
+               "runAsUser": 10001, "runAsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert_eq!(
+        app["resources"],
+        json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "2000m", "memory": "128Mi"}})
+    );
+    assert_eq!(
+        app["volumeMounts"],
+        json!([{"name": "tmp", "mountPath": "/tmp"}])
+    );
+
+    let sidecar = &pod["containers"][1];
+    assert_eq!(sidecar["name"], "readiness");
+    assert_eq!(sidecar["image"], "busybox:test");
+    assert_eq!(sidecar["securityContext"], app["securityContext"]);
+    assert_eq!(
+        sidecar["volumeMounts"][0],
+        json!({"name": "tmp", "mountPath": "/tmp", "readOnly": true})
+    );
+    let env = &sidecar["env"];
+    assert_eq!(env[0]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+    assert_eq!(
+        env[2],
+        json!({"name": "SVC_READY_FILE", "value": "/tmp/.svc-ready-1a2b3c4d"})
+    );
+    assert!(sidecar["startupProbe"]["exec"].is_object());
+}
+
+#[test]
+fn both_runnable_templates_get_the_same_pod_and_static_gets_none() {
+    let names = Names::of(&fixture("app").deploy).expect("names");
+    let pod_of = |template: &str| {
+        let f = fixture(template);
+        deployment(&release(&f), &names, "busybox").map(|d| to_json(&d.spec))
+    };
+    assert_eq!(
+        pod_of("app").expect("app"),
+        pod_of("docker").expect("docker")
+    );
+    assert!(matches!(pod_of("static"), Err(Error::InvalidSpec(_))));
+}
+
+#[test]
+fn resources_follow_the_plan() {
+    let pro = app_resources(Plan::by_tier("pro").expect("pro"));
+    assert_eq!(
+        to_json(&pro),
+        json!({"requests": {"cpu": "4000m", "memory": "4096Mi"}, "limits": {"cpu": "8000m", "memory": "4096Mi"}})
+    );
+    let basic = app_resources(Plan::by_tier("basic").expect("basic"));
+    assert_eq!(to_json(&basic)["requests"]["cpu"], "250m");
+}
+
+#[test]
+fn the_service_maps_port_80_to_the_app_port_on_the_deploys_pods() {
+    let f = fixture("app");
+    let names = Names::of(&f.deploy).expect("names");
+    let svc = to_json(&service(&release(&f), &names).expect("service"));
+    assert_eq!(svc["metadata"]["name"], "blog-next");
+    assert_eq!(svc["metadata"]["ownerReferences"][0]["uid"], CHANNEL_UID);
+    assert_eq!(
+        svc["spec"],
+        json!({
+            "selector": {"slipway.dev/deploy": DEPLOY_UID},
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
+        })
+    );
+    assert_eq!(svc["apiVersion"], "v1", "ready for server-side apply");
+}
+
+#[test]
+fn superseded_objects_are_the_channels_others_of_one_component() {
+    let f = fixture("app");
+    let names = Names::of(&f.deploy).expect("names");
+    assert_eq!(
+        superseded_selector(&f.channel, &names, "run"),
+        format!(
+            "slipway.dev/app=blog,slipway.dev/channel=next,app.kubernetes.io/component=run,\
+             slipway.dev/deploy,slipway.dev/deploy!={DEPLOY_UID}"
+        )
+    );
+}

@@ -1,0 +1,440 @@
+//! The run step of deploys on the local node, driven as the Deploy reconciler drives it (`advance` until the
+//! version is ready or failed, then `promote` or `discard`), in namespaces held to the `restricted` Pod Security
+//! level like users' namespaces. One image (a Python server on the python:3.13-slim stand-in, built by BuildKit)
+//! behaves as the deploy's env says: it answers HTTP with what it sees (its env, its uid), accepts connections but
+//! never answers, only creates the ready file, or crashes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use slipway_controllers::workload::{self, Release, Rollout};
+use slipway_controllers::{Context, OperatorConfig};
+use slipway_crds::plans::Plan;
+use slipway_crds::{App, Channel, Deploy, ReadyBy};
+use slipway_testkit::node::{BUSYBOX, build_and_push, registry, run_restricted_pod};
+use slipway_testkit::{TestNamespace, wait_until};
+use tokio::sync::OnceCell;
+
+const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+/// Bounds the reconcile loop well past the readiness window, so a hang fails instead of blocking the run.
+const ROLLOUT_BOUND: Duration = Duration::from_secs(240);
+const POD_TIMEOUT: Duration = Duration::from_secs(120);
+
+const SERVER: &str = r#"import http.server, json, os, pathlib, socket, sys, time
+
+mode = os.environ.get("MODE", "http")
+port = int(os.environ["SVC_HTTP_PORT"])
+if mode == "crash":
+    print("starting up")
+    print("fatal: no configuration found", file=sys.stderr)
+    sys.exit(3)
+if mode == "file":
+    pathlib.Path(os.environ["SVC_READY_FILE"]).touch()
+    while True:
+        time.sleep(3600)
+if mode == "silent":
+    # Takes connections and never answers them.
+    s = socket.socket()
+    s.bind(("0.0.0.0", port))
+    s.listen(64)
+    held = []
+    while True:
+        held.append(s.accept())
+
+
+class Echo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"env": dict(os.environ), "uid": os.getuid(), "gid": os.getgid()}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+http.server.HTTPServer(("0.0.0.0", port), Echo).serve_forever()
+"#;
+
+static IMAGE: OnceCell<String> = OnceCell::const_new();
+
+/// The test server's image, built once per test binary. It runs as root unless told otherwise (no `USER`), as
+/// many `docker` template images do; the platform runs it as uid 10001 anyway.
+async fn image() -> Result<&'static str> {
+    let image = IMAGE
+        .get_or_try_init(|| async {
+            let context = std::env::temp_dir().join(format!(
+                "slipway-e2e-workload-{}",
+                uuid::Uuid::new_v4().simple()
+            ));
+            std::fs::create_dir_all(&context)?;
+            std::fs::write(
+                context.join("Dockerfile"),
+                "FROM python:3.13-slim\nCOPY server.py /srv/server.py\nCMD [\"python3\", \"-u\", \"/srv/server.py\"]\n",
+            )?;
+            std::fs::write(context.join("server.py"), SERVER)?;
+            let image = format!("{}/e2e/workload-server:v1", registry()?);
+            let built = build_and_push(&context, &image).await;
+            std::fs::remove_dir_all(&context).ok();
+            built.map(|()| image)
+        })
+        .await?;
+    Ok(image)
+}
+
+/// What a test runs in: a restricted namespace and a reconciler context for it.
+struct Tenant {
+    client: Client,
+    ns: TestNamespace,
+    ctx: Context,
+}
+
+impl Tenant {
+    async fn new(prefix: &str) -> Result<Self> {
+        let client = slipway_testkit::client().await?;
+        slipway_testkit::ensure_crds(&client).await?;
+        let ns = TestNamespace::create_with_labels(
+            &client,
+            prefix,
+            &[("pod-security.kubernetes.io/enforce", "restricted")],
+        )
+        .await?;
+        let var = |name: &str| {
+            std::env::var(name)
+                .with_context(|| format!("{name} is not set; run under hack/test.sh e2e"))
+        };
+        let config = OperatorConfig {
+            app_domain: "apps.slipway.test".into(),
+            namespace: Some(ns.name().into()),
+            platform: slipway_controllers::platform_api::PlatformEndpoints {
+                api_url: "http://127.0.0.1:9".into(),
+                pod_api_url: "http://127.0.0.1:9".into(),
+                internal_token: "unused-by-these-tests-0123456789abcdef".into(),
+            },
+            registry: registry()?,
+            buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
+            probe_image: var("SLIPWAY_PROBE_IMAGE")?,
+            builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
+        };
+        let mut metrics_registry = prometheus_client::registry::Registry::default();
+        let metrics = slipway_controllers::run::Metrics::register(&mut metrics_registry);
+        let ctx = Context::new(client.clone(), config, metrics);
+        Ok(Self { client, ns, ctx })
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), self.ns.name())
+    }
+
+    /// An app of the `docker` template owned by alice, with its prod channel.
+    async fn app(&self, name: &str) -> Result<(App, Channel)> {
+        let app: App = serde_json::from_value(json!({
+            "apiVersion": "slipway.dev/v1alpha1", "kind": "App", "metadata": {"name": name},
+            "spec": {"owner": "alice", "template": "docker"}
+        }))?;
+        let app = self
+            .api::<App>()
+            .create(&PostParams::default(), &app)
+            .await?;
+        let channel: Channel = serde_json::from_value(json!({
+            "apiVersion": "slipway.dev/v1alpha1", "kind": "Channel", "metadata": {"name": format!("{name}.prod")},
+            "spec": {"app": name, "gitRefBinding": "branch:master"}
+        }))?;
+        let channel = self
+            .api::<Channel>()
+            .create(&PostParams::default(), &channel)
+            .await?;
+        Ok((app, channel))
+    }
+
+    async fn deploy(&self, channel: &Channel) -> Result<Deploy> {
+        let deploy: Deploy = serde_json::from_value(json!({
+            "apiVersion": "slipway.dev/v1alpha1", "kind": "Deploy",
+            "metadata": {"generateName": format!("{}-", channel.spec.app)},
+            "spec": {"channel": channel.name_any(), "sha": SHA}
+        }))?;
+        Ok(self
+            .api::<Deploy>()
+            .create(&PostParams::default(), &deploy)
+            .await?)
+    }
+
+    /// Calls `advance` as a reconciler would until the version is ready or failed.
+    async fn roll_out(&self, release: &Release<'_>) -> Result<Rollout> {
+        let started = tokio::time::Instant::now();
+        loop {
+            match workload::advance(&self.ctx, release).await? {
+                Rollout::Starting if started.elapsed() < ROLLOUT_BOUND => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Rollout::Starting => bail!("still starting after {ROLLOUT_BOUND:?}"),
+                done => return Ok(done),
+            }
+        }
+    }
+
+    /// GET / of the channel's Service by its cluster DNS name from a pod; the body, or the client's error
+    /// output. (`timeout` rather than `wget -T`, which crashes the busybox stand-in's static wget.)
+    async fn get_through_service(&self, channel: &Channel, pod: &str) -> Result<String> {
+        let host = format!(
+            "{}.{}.svc.cluster.local",
+            slipway_crds::names::workload_name(&channel.name_any()),
+            self.ns.name()
+        );
+        run_restricted_pod(
+            &self.client,
+            self.ns.name(),
+            pod,
+            BUSYBOX,
+            &[
+                "sh",
+                "-c",
+                &format!("timeout 10 wget -q -O - http://{host}/ 2>&1 || true"),
+            ],
+            POD_TIMEOUT,
+        )
+        .await
+    }
+
+    async fn exists<K>(&self, name: &str) -> Result<bool>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Ok(self
+            .api::<K>()
+            .get_opt(name)
+            .await?
+            .is_some_and(|o| o.meta().deletion_timestamp.is_none()))
+    }
+}
+
+fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn starter() -> &'static Plan {
+    slipway_crds::plans::PLANS
+        .iter()
+        .find(|p| p.tier == "starter")
+        .unwrap_or(&slipway_crds::plans::PLANS[0])
+}
+
+fn release<'a>(
+    deploy: &'a Deploy,
+    app: &'a App,
+    channel: &'a Channel,
+    image: &'a str,
+    env: &'a BTreeMap<String, String>,
+) -> Release<'a> {
+    Release {
+        deploy,
+        app,
+        channel,
+        sha: SHA,
+        image,
+        env,
+        plan: starter(),
+    }
+}
+
+fn short_id(deploy: &Deploy) -> String {
+    deploy.uid().unwrap_or_default()[..8].to_owned()
+}
+
+#[tokio::test]
+async fn an_http_app_goes_live_and_a_version_that_never_answers_fails_while_it_keeps_serving()
+-> Result<()> {
+    let t = Tenant::new("e2e-workload-http").await?;
+    let image = image().await?;
+    let (app, channel) = t.app("web").await?;
+
+    // The first version answers HTTP and goes live through the channel's Service.
+    let first = t.deploy(&channel).await?;
+    let first_env = env(&[("GREETING", "hello"), ("VERSION", "one"), ("PORT", "1234")]);
+    let first_release = release(&first, &app, &channel, image, &first_env);
+    assert_eq!(
+        t.roll_out(&first_release).await?,
+        Rollout::Ready(ReadyBy::Http)
+    );
+    workload::promote(&t.ctx, &first_release).await?;
+    workload::promote(&t.ctx, &first_release).await?;
+    assert_eq!(
+        workload::advance(&t.ctx, &first_release).await?,
+        Rollout::Ready(ReadyBy::Http),
+        "advance stays idempotent once ready"
+    );
+
+    let body = t.get_through_service(&channel, "get-first").await?;
+    let seen: Value =
+        serde_json::from_str(body.trim()).with_context(|| format!("JSON from the app: {body}"))?;
+    let seen_env = &seen["env"];
+    assert_eq!(seen_env["GREETING"], "hello");
+    assert_eq!(seen_env["VERSION"], "one");
+    assert_eq!(seen_env["SVC_HTTP_PORT"], "8080");
+    assert_eq!(
+        seen_env["PORT"], "8080",
+        "the system value wins over the user's"
+    );
+    assert_eq!(seen_env["SVC_FORWARD_PORT"], "7000");
+    assert_eq!(
+        seen_env["SVC_READY_FILE"],
+        format!("/tmp/.svc-ready-{}", short_id(&first))
+    );
+    assert!(seen_env.get("SVC_USER").is_none() && seen_env.get("SVC_SHA").is_none());
+    assert_eq!(
+        (seen["uid"].clone(), seen["gid"].clone()),
+        (json!(10001), json!(10001))
+    );
+
+    // SVC_USER and SVC_SHA are labels of the running pod.
+    let pods = t
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!(
+            "slipway.dev/deploy={}",
+            first.uid().unwrap_or_default()
+        )))
+        .await?;
+    let labels = pods
+        .items
+        .first()
+        .context("the first version's pod")?
+        .labels();
+    assert_eq!(
+        labels.get("slipway.dev/user").map(String::as_str),
+        Some("alice")
+    );
+    assert_eq!(labels.get("slipway.dev/sha").map(String::as_str), Some(SHA));
+
+    // The second version takes connections and never answers: it fails when the window closes, naming both
+    // checks, and the first version keeps answering.
+    let second = t.deploy(&channel).await?;
+    let second_env = env(&[("MODE", "silent"), ("VERSION", "two")]);
+    let second_release = release(&second, &app, &channel, image, &second_env);
+    let outcome = t.roll_out(&second_release).await?;
+    assert_eq!(
+        outcome,
+        Rollout::Failed(format!(
+            "readiness: GET / on port 8080 never answered 2xx and /tmp/.svc-ready-{} was not created within 120s",
+            short_id(&second)
+        ))
+    );
+    let body = t.get_through_service(&channel, "get-after-failure").await?;
+    assert!(
+        body.contains("\"VERSION\": \"one\""),
+        "the first version serves: {body}"
+    );
+
+    let second_names = workload::Names::of(&second)?;
+    assert!(t.exists::<Deployment>(&second_names.deployment).await?);
+    workload::discard(&t.ctx, &second).await?;
+    workload::discard(&t.ctx, &second).await?;
+    assert!(!t.exists::<Deployment>(&second_names.deployment).await?);
+    assert!(!t.exists::<Secret>(&second_names.env_secret).await?);
+    let first_names = workload::Names::of(&first)?;
+    assert!(
+        t.exists::<Deployment>(&first_names.deployment).await?,
+        "discard leaves the live version"
+    );
+    let body = t.get_through_service(&channel, "get-after-discard").await?;
+    assert!(
+        body.contains("\"VERSION\": \"one\""),
+        "the first version serves: {body}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_ready_file_app_passes_by_file_replaces_the_old_version_and_goes_with_its_channel()
+-> Result<()> {
+    let t = Tenant::new("e2e-workload-file").await?;
+    let image = image().await?;
+    let (app, channel) = t.app("worker").await?;
+
+    let first = t.deploy(&channel).await?;
+    let http_env = env(&[]);
+    let first_release = release(&first, &app, &channel, image, &http_env);
+    assert_eq!(
+        t.roll_out(&first_release).await?,
+        Rollout::Ready(ReadyBy::Http)
+    );
+    workload::promote(&t.ctx, &first_release).await?;
+
+    let second = t.deploy(&channel).await?;
+    let file_env = env(&[("MODE", "file")]);
+    let second_release = release(&second, &app, &channel, image, &file_env);
+    assert_eq!(
+        t.roll_out(&second_release).await?,
+        Rollout::Ready(ReadyBy::File)
+    );
+    workload::promote(&t.ctx, &second_release).await?;
+
+    // The Service follows the new version; the old version's Deployment and env Secret are gone.
+    let names = workload::Names::of(&second)?;
+    let service = t.api::<Service>().get(&names.service).await?;
+    let selector = service.spec.and_then(|s| s.selector).unwrap_or_default();
+    assert_eq!(
+        selector.get("slipway.dev/deploy"),
+        second.uid().as_ref(),
+        "the route points at the new version"
+    );
+    let old = workload::Names::of(&first)?;
+    assert!(!t.exists::<Deployment>(&old.deployment).await?);
+    assert!(!t.exists::<Secret>(&old.env_secret).await?);
+    assert!(t.exists::<Deployment>(&names.deployment).await?);
+
+    // Deleting the channel stops what it runs (garbage collection through owner references).
+    t.api::<Channel>()
+        .delete(&channel.name_any(), &DeleteParams::background())
+        .await?;
+    let deployments = t.api::<Deployment>();
+    let services = t.api::<Service>();
+    wait_until(POD_TIMEOUT, || {
+        let (deployments, services) = (deployments.clone(), services.clone());
+        let (deployment, service) = (names.deployment.clone(), names.service.clone());
+        async move {
+            Ok(deployments.get_opt(&deployment).await?.is_none()
+                && services.get_opt(&service).await?.is_none())
+        }
+    })
+    .await
+    .context("the channel's Deployment and Service are collected with it")?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_process_that_keeps_crashing_fails_early_with_its_last_output() -> Result<()> {
+    let t = Tenant::new("e2e-workload-crash").await?;
+    let image = image().await?;
+    let (app, channel) = t.app("broken").await?;
+    let deploy = t.deploy(&channel).await?;
+    let crash_env = env(&[("MODE", "crash")]);
+    let outcome = t
+        .roll_out(&release(&deploy, &app, &channel, image, &crash_env))
+        .await?;
+    let Rollout::Failed(message) = outcome else {
+        bail!("a crashing process cannot pass readiness: {outcome:?}");
+    };
+    ensure!(
+        message.starts_with("readiness: the process exited ")
+            && message.contains("times before passing (last: exit code 3); last output: ")
+            && message.contains("fatal: no configuration found"),
+        "unexpected message: {message}"
+    );
+    Ok(())
+}
