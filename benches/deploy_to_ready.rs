@@ -62,7 +62,10 @@ async fn timed_deploy(
     let log = api.finished_deploy(user, app, channel, &id, WITHIN).await?;
     let elapsed = started.elapsed().as_secs_f64();
     if log["status"] != "success" {
-        bail!("deploy failed:\n{}", log["log"].as_str().unwrap_or_default());
+        bail!(
+            "deploy failed:\n{}",
+            log["log"].as_str().unwrap_or_default()
+        );
     }
     Ok(elapsed)
 }
@@ -77,9 +80,14 @@ async fn main() -> Result<()> {
         ("app", app_files as fn(&str) -> Value),
         ("docker", docker_files as fn(&str) -> Value),
     ] {
-        let created = api.create_app(&user, &format!("bench-{template}"), template).await;
+        let created = api
+            .create_app(&user, &format!("bench-{template}"), template)
+            .await;
         let app = created["id"].as_str().unwrap_or_default().to_owned();
-        let channel = created["channels"][0]["id"].as_str().unwrap_or_default().to_owned();
+        let channel = created["channels"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         eprintln!("{template}: first build and rollout...");
         let first = timed_deploy(&api, &user, &app, &channel, files("v1")).await?;
         eprintln!("{template}: rebuild with the dependency step unchanged...");
@@ -90,7 +98,10 @@ async fn main() -> Result<()> {
     }
     let created = api.create_app(&user, "bench-static", "static").await;
     let app = created["id"].as_str().unwrap_or_default().to_owned();
-    let channel = created["channels"][0]["id"].as_str().unwrap_or_default().to_owned();
+    let channel = created["channels"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let mut static_times = Vec::new();
     for i in 0..10 {
         let files = json!({"index.html": format!("<p>{i}</p>\n")});

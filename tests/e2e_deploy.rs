@@ -70,7 +70,12 @@ impl Platform {
         )
     }
 
-    async fn deploy_and_wait(&self, app: &str, channel: &str, sha: &str) -> Result<(String, Value)> {
+    async fn deploy_and_wait(
+        &self,
+        app: &str,
+        channel: &str,
+        sha: &str,
+    ) -> Result<(String, Value)> {
         let id = self
             .api
             .deploy(&self.alice, app, channel, json!({"sha": sha}))
@@ -165,7 +170,12 @@ async fn an_app_channel_builds_runs_and_keeps_serving_through_a_failed_deploy() 
         .iter()
         .map(|k| k.as_str().unwrap())
         .collect();
-    for key in ["SVC_HTTP_PORT", "PORT", "SVC_FORWARD_PORT", "SVC_READY_FILE"] {
+    for key in [
+        "SVC_HTTP_PORT",
+        "PORT",
+        "SVC_FORWARD_PORT",
+        "SVC_READY_FILE",
+    ] {
         assert!(system.contains(&key), "{system:?}");
     }
 
@@ -187,7 +197,10 @@ async fn an_app_channel_builds_runs_and_keeps_serving_through_a_failed_deploy() 
     let (_, log) = p.deploy_and_wait(&app, &prod, &silent).await?;
     assert_eq!(log["status"], "failed");
     let text = log["log"].as_str().unwrap();
-    assert!(text.contains("GET /") && text.contains("/tmp/.svc-ready"), "names both checks: {text}");
+    assert!(
+        text.contains("GET /") && text.contains("/tmp/.svc-ready"),
+        "names both checks: {text}"
+    );
     let page = p.page("web-prod", "after-failure").await?;
     assert!(page.contains("version=v1"), "{page}");
     let channel = p
@@ -201,11 +214,19 @@ async fn an_app_channel_builds_runs_and_keeps_serving_through_a_failed_deploy() 
     // A commit without launch.sh fails at build time with a clear line.
     let no_launch = p
         .api
-        .commit(&p.alice, &app, json!({"launch.sh": null, "other.txt": "x\n"}))
+        .commit(
+            &p.alice,
+            &app,
+            json!({"launch.sh": null, "other.txt": "x\n"}),
+        )
         .await;
     let (_, log) = p.deploy_and_wait(&app, &prod, &no_launch).await?;
     assert_eq!(log["status"], "failed");
-    assert!(log["log"].as_str().unwrap().contains("launch.sh"), "{}", log["log"]);
+    assert!(
+        log["log"].as_str().unwrap().contains("launch.sh"),
+        "{}",
+        log["log"]
+    );
 
     // The inventory lists the built images, newest first, the deployed one current.
     let images = p
@@ -214,7 +235,11 @@ async fn an_app_channel_builds_runs_and_keeps_serving_through_a_failed_deploy() 
         .await
         .expect(200, None);
     let list = images["images"].as_array().unwrap();
-    assert!(list.iter().any(|i| i["sha"] == v1.as_str() && i["current"] == true), "{images}");
+    assert!(
+        list.iter()
+            .any(|i| i["sha"] == v1.as_str() && i["current"] == true),
+        "{images}"
+    );
     assert!(list.iter().all(|i| i["size_bytes"].as_u64().unwrap() > 0));
     Ok(())
 }
@@ -299,10 +324,19 @@ async fn a_docker_channel_runs_its_dockerfile_and_survives_an_operator_restart()
     let deployments: Api<Deployment> = Api::namespaced(p.client.clone(), &p.alice.namespace);
     let of_next = |list: &[Deployment]| {
         list.iter()
-            .filter(|d| d.metadata.name.as_deref().unwrap_or("").starts_with("box-next"))
+            .filter(|d| {
+                d.metadata
+                    .name
+                    .as_deref()
+                    .unwrap_or("")
+                    .starts_with("box-next")
+            })
             .count()
     };
-    assert_eq!(of_next(&deployments.list(&ListParams::default()).await?.items), 1);
+    assert_eq!(
+        of_next(&deployments.list(&ListParams::default()).await?.items),
+        1
+    );
     p.api
         .delete(&format!("/apps/{app}/channels/{next_id}"), &p.alice)
         .await

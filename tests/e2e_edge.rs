@@ -1,7 +1,8 @@
 //! End to end for the edge on the local node: the REST API, the operator (which writes each channel's Ingress)
 //! and `slipway edge` run in this process against the real apiserver, the real node's pods and the real git
-//! store. Static sites are committed through the API and served from the edge's cache; dynamic channels are
-//! proxied to a pod on the node (a Python echo server from the `python:3.13-slim` stand-in image).
+//! store. Every site and app is committed and deployed through the API: static sites are served from the edge's
+//! cache; `app` channels (a Python echo server, built by BuildKit on the `python:3.13-slim` stand-in) are proxied
+//! to their pod on the node.
 
 mod support;
 
@@ -16,10 +17,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use slipway::edge::proxy::ProxyConfig;
 use slipway::edge::{Edge, EdgeConfig};
@@ -29,9 +28,8 @@ use support::{APP_DOMAIN, INTERNAL_TOKEN, TestApi, User};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(90);
-const POD_WAIT: Duration = Duration::from_secs(180);
-/// The stand-in of the warm base the `app` template runs on (see `hack/build-images.sh`).
-const PYTHON: &str = "python:3.13-slim";
+/// A build, a rollout and readiness; generous for a loaded 2-core machine.
+const DEPLOY_WAIT: Duration = Duration::from_secs(600);
 
 /// The API, the operator scoped to one user's namespace, and an edge serving that namespace on loopback.
 struct Platform {
@@ -69,7 +67,8 @@ impl Answer {
 impl Platform {
     async fn start(prefix: &str) -> Result<Self> {
         let api = TestApi::start().await?;
-        let user = api.user(prefix, "pro").await?;
+        // The builder plan's CPU request (half a core) fits the test node beside other tests' pods.
+        let user = api.user(prefix, "builder").await?;
         ensure_ingress_class(&api.kube).await?;
         api.start_operator(&user.namespace).await?;
         let api_url = api.serve().await?;
@@ -191,21 +190,9 @@ impl Platform {
             .await;
         let log = self
             .api
-            .finished_deploy(&self.user, app_id, channel_id, &deploy, WAIT)
+            .finished_deploy(&self.user, app_id, channel_id, &deploy, DEPLOY_WAIT)
             .await?;
         ensure!(log["status"] == "success", "deploy failed: {log}");
-        Ok(())
-    }
-
-    async fn patch_channel_status(&self, channel: &str, status: Value) -> Result<()> {
-        let channels: Api<Channel> = Api::namespaced(self.api.kube.clone(), &self.user.namespace);
-        channels
-            .patch_status(
-                channel,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": status})),
-            )
-            .await?;
         Ok(())
     }
 
@@ -405,10 +392,10 @@ async fn a_second_deploy_switches_atomically_under_concurrent_readers() -> Resul
     Ok(())
 }
 
-/// A Python echo server on 8080: answers every request with its method, raw path, headers and body as JSON, and
+/// A Python echo server on `$SVC_HTTP_PORT`: answers every request with its method, raw path, headers and body as JSON, and
 /// echoes WebSocket frames.
 const ECHO_SERVER: &str = r#"
-import base64, hashlib, http.server, json, struct
+import base64, hashlib, http.server, json, os, struct
 
 class Echo(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -451,46 +438,12 @@ class Echo(http.server.BaseHTTPRequestHandler):
             self.wfile.write(bytes([0x80 | opcode]) + size + data)
             self.wfile.flush()
 
-http.server.ThreadingHTTPServer(("0.0.0.0", 8080), Echo).serve_forever()
+http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Echo).serve_forever()
 "#;
 
-/// The echo server as a Deployment, and the channel's Service (`<app>-<channel>`, port 80 named `http`) in front
-/// of it, as the run step makes them for an `app` channel.
-async fn run_echo(p: &Platform, service: &str) -> Result<()> {
-    let ns = &p.user.namespace;
-    let labels = json!({"app": service});
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": service},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "securityContext": {"runAsNonRoot": true, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [{
-                        "name": "web", "image": PYTHON, "command": ["python3", "-c", ECHO_SERVER],
-                        "ports": [{"containerPort": 8080, "name": "http"}],
-                        "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
-                        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
-                    }]
-                }
-            }
-        }
-    }))?;
-    Api::<Deployment>::namespaced(p.api.kube.clone(), ns)
-        .create(&PostParams::default(), &deployment)
-        .await?;
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": service},
-        "spec": {"selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
-    }))?;
-    Api::<Service>::namespaced(p.api.kube.clone(), ns)
-        .create(&PostParams::default(), &svc)
-        .await?;
-    slipway_testkit::node::wait_for_deployment_available(&p.api.kube, ns, service, POD_WAIT)
-        .await?;
-    Ok(())
+/// The files of an `app` channel running `server` (Python) with `launch.sh`.
+fn python_app(server: &str, launch: &str) -> Value {
+    json!({"server.py": server, "launch.sh": launch})
 }
 
 fn echoed_header<'a>(echo: &'a Value, name: &str) -> Vec<&'a str> {
@@ -506,13 +459,14 @@ fn echoed_header<'a>(echo: &'a Value, name: &str) -> Vec<&'a str> {
 #[tokio::test]
 async fn a_dynamic_channel_is_proxied_unchanged_without_platform_headers() -> Result<()> {
     let p = Platform::start("edge-proxy").await?;
-    p.app("echo", "app").await?;
+    let (app_id, prod) = p.app("echo", "app").await?;
     let host = p.hostname("echo", "prod");
-    p.patch_channel_status("echo.prod", json!({"readyBy": "http"}))
-        .await?;
-    // Without a ready endpoint the channel cannot answer.
+    // Before its first deploy the channel has no endpoint to send to.
     p.wait_for(&host, "/", |a| a.status == 503).await?;
-    run_echo(&p, &slipway_crds::names::workload_name("echo.prod")).await?;
+    let sha = p
+        .commit(&app_id, python_app(ECHO_SERVER, "exec python3 server.py\n"))
+        .await;
+    p.deploy(&app_id, &prod, &sha).await?;
     p.wait_for(&host, "/", |a| a.status == 200).await?;
 
     // Path and query exactly as sent, whatever they contain; the body and method pass through.
@@ -607,18 +561,22 @@ async fn websocket_echo(edge: SocketAddr, host: &str) -> Result<()> {
 #[tokio::test]
 async fn a_channel_ready_on_the_file_answers_502() -> Result<()> {
     let p = Platform::start("edge-file").await?;
-    p.app("worker", "docker").await?;
+    let (app_id, prod) = p.app("worker", "app").await?;
     let host = p.hostname("worker", "prod");
-    p.patch_channel_status("worker.prod", json!({"readyBy": "file"}))
-        .await?;
+    let worker = python_app("", "touch \"$SVC_READY_FILE\"\nexec sleep 100000\n");
+    let sha = p.commit(&app_id, worker).await;
+    p.deploy(&app_id, &prod, &sha).await?;
+    let channels: Api<Channel> = Api::namespaced(p.api.kube.clone(), &p.user.namespace);
+    let status = channels
+        .get("worker.prod")
+        .await?
+        .status
+        .unwrap_or_default();
+    assert_eq!(status.ready_by, Some(slipway_crds::ReadyBy::File));
     let res = p.wait_for(&host, "/", |a| a.status == 502).await?;
     assert_eq!(res.header("content-type"), "text/html; charset=utf-8");
     assert_eq!(p.get(&host, "/any/path?x=1", &[]).await?.status, 502);
     // The platform's own routes stay on the host.
     assert_eq!(p.get(&host, "/svc-auth/whoami", &[]).await?.status, 404);
-    // A later version that answers HTTP takes the 502 away (here it has no endpoint yet: 503).
-    p.patch_channel_status("worker.prod", json!({"readyBy": "http"}))
-        .await?;
-    p.wait_for(&host, "/", |a| a.status == 503).await?;
     Ok(())
 }

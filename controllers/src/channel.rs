@@ -168,7 +168,11 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
 }
 
 /// Adds or removes [`IMAGES_FINALIZER`], keeping the channel's other finalizers.
-async fn set_images_finalizer(ctx: &Context, channel: &Channel, present: bool) -> Result<(), Error> {
+async fn set_images_finalizer(
+    ctx: &Context,
+    channel: &Channel,
+    present: bool,
+) -> Result<(), Error> {
     let mut finalizers: Vec<String> = channel
         .finalizers()
         .iter()
