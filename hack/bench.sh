@@ -14,3 +14,4 @@ SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
 export SLIPWAY_TEST_DATABASE_URL SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig"
 cargo bench --locked --bench get_apps
 cargo bench --locked --bench git_transport
+cargo bench --locked --bench edge

@@ -12,6 +12,7 @@ packages=(
   mmdebstrap rsync busybox-static               # the local images (hack/build-images.sh)
   postgresql postgresql-client                  # the platform database (hack/postgres.sh) and pg_dump in tests
   openssh-client gzip tar                       # the git transports' tests (ssh, ssh-keygen), code downloads
+  nginx-light wrk                               # the edge benchmark (its own nginx instance, never the service)
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -24,6 +25,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
+  # No package may start a system service here (nginx would take port 80): the scripts run their own instances.
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d
+    trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 log "system packages present"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs slipway's components as local processes against the local control plane: the platform database
-# (hack/postgres.sh), the admission webhook (registered with the apiserver by URL on loopback), the operator and
-# the REST API. Used by `make up`; `make down` stops it.
+# (hack/postgres.sh), the admission webhook (registered with the apiserver by URL on loopback), the operator, the
+# REST API and the edge (which reaches pods through the host's route to the node's pod network). Used by
+# `make up`; `make down` stops it.
 #
 # usage: hack/platform.sh start | stop
 #
@@ -22,6 +23,8 @@ API_PORT=${SLIPWAY_API_PORT:-18080}
 SSH_PORT=${SLIPWAY_SSH_PORT:-18022}
 WEBHOOK_PORT=${SLIPWAY_WEBHOOK_PORT:-18443}
 OPERATOR_ADMIN_PORT=${SLIPWAY_OPERATOR_ADMIN_PORT:-18081}
+EDGE_PORT=${SLIPWAY_EDGE_PORT:-18000}
+EDGE_ADMIN_PORT=${SLIPWAY_EDGE_ADMIN_PORT:-18082}
 APP_DOMAIN=${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost}
 GIT_HOST=${SLIPWAY_GIT_HOST:-git.slipway.localhost}
 WEBHOOK_NAME=slipway-local
@@ -35,7 +38,7 @@ stop() {
   for pidfile in "$DIR"/pids/*; do
     [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
-  pkill -f -- "$BIN (api|operator|webhook) .*$DIR" 2>/dev/null || true
+  pkill -f -- "$BIN (api|operator|webhook|edge) .*$DIR" 2>/dev/null || true
   rm -rf "$DIR/pids"
 }
 
@@ -125,12 +128,25 @@ start() {
     --probe-image "$SLIPWAY_PROBE_IMAGE" --builder-image "$SLIPWAY_BUILDER_IMAGE"
   wait_for operator 30 "http://127.0.0.1:$OPERATOR_ADMIN_PORT/readyz"
 
+  log "starting the edge on http://127.0.0.1:$EDGE_PORT (admin port $EDGE_ADMIN_PORT)"
+  "$KUBECTL" apply --server-side --force-conflicts -f - >/dev/null <<EOT
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: slipway
+spec:
+  controller: slipway.dev/edge
+EOT
+  launch edge edge --listen "0.0.0.0:$EDGE_PORT" --admin-port "$EDGE_ADMIN_PORT" \
+    --api-url "http://127.0.0.1:$API_PORT" --internal-token-file "$DIR/internal-token"
+  wait_for edge 30 "http://127.0.0.1:$EDGE_ADMIN_PORT/readyz"
+
   if ! psql -q "$db_url" -tc "SELECT 1 FROM users WHERE username = 'admin'" | grep -q 1; then
     (umask 077 && "$BIN" admin create-user --username admin --plan pro --database-url "$db_url" >"$DIR/admin-token") \
       || die "could not create the admin user"
   fi
   [ -s "$DIR/admin-token" ] || die "the admin user exists but its token is gone; start afresh with make down && make up"
-  echo "http://127.0.0.1:$API_PORT $(cat "$DIR/admin-token")"
+  echo "http://127.0.0.1:$API_PORT $(cat "$DIR/admin-token") http://127.0.0.1:$EDGE_PORT"
 }
 
 case "${1:-}" in

@@ -38,6 +38,9 @@ pub enum Command {
     Operator(crate::operator::OperatorArgs),
     /// Serve validating admission over TLS for the five kinds: the rules one object cannot check alone.
     Webhook(slipway_webhooks::WebhookArgs),
+    /// Serve HTTP for every channel: the Ingress controller of IngressClass `slipway`, static sites from git, and
+    /// the proxy to dynamic channels, with /healthz, /readyz and /metrics on an admin port.
+    Edge(crate::edge::EdgeArgs),
     /// Administrative tasks that have no route, such as creating the first user.
     #[command(subcommand)]
     Admin(crate::admin::AdminCommand),
@@ -58,6 +61,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Admin(command) => crate::admin::run(command).await,
         Command::Operator(args) => crate::operator::run(args).await,
         Command::Webhook(args) => slipway_webhooks::run(args).await,
+        Command::Edge(args) => crate::edge::run(args).await,
         Command::Crds { dir: None } => {
             print!("{}", slipway_crds::crds_yaml()?);
             Ok(())

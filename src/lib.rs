@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod db;
+pub mod edge;
 pub mod env;
 pub mod git;
 pub mod operator;

@@ -129,6 +129,9 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
     let observed = observe(&channel, app.as_ref(), &ctx.config.app_domain);
     if let Some(app) = &app {
         adopt(&ctx, &channel, app).await?;
+        if let Some(hostname) = &observed.hostname {
+            crate::ingress::apply(&ctx, &channel, app, hostname).await?;
+        }
     }
     let wanted = desired_status(&channel, &observed, Time(Timestamp::now()));
     if channel.status.as_ref() != Some(&wanted) {

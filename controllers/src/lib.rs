@@ -7,6 +7,7 @@ pub mod channel;
 pub mod context;
 pub mod deploy;
 pub mod error;
+pub mod ingress;
 pub mod leader;
 pub mod platform_api;
 pub mod run;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::networking::v1::Ingress;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -161,7 +162,12 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         )
         .for_each(|_| futures::future::ready(()));
 
-    let channel_controller = Controller::new(channels, watcher::Config::default());
+    let ingresses: Api<Ingress> = match &ctx.config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let channel_controller = Controller::new(channels, watcher::Config::default())
+        .owns(ingresses, watcher::Config::default());
     let channel_store = channel_controller.store();
     let channel_controller = channel_controller
         .watches(apps, watcher::Config::default(), move |app: App| {

@@ -1,0 +1,383 @@
+//! The edge against nginx on the same machine in the same run, both driven by `wrk` (Debian's nginx-light and
+//! wrk; `hack/install-deps.sh` installs them):
+//!
+//! 1. static files: requests per second and p99 of `slipway edge` serving a deployed static site from its cache,
+//!    and of nginx serving the same files from disk (sendfile, access logs off on both), with the ratio;
+//! 2. the proxy: p50 latency of requests to a dynamic channel through the edge, against the same backend hit
+//!    directly (one connection, one request at a time), and the difference: what the proxy adds.
+//!
+//! The site is committed and deployed through the API with the operator running (control plane and Postgres from
+//! `make bench`); the dynamic channel's Service points at a backend on this machine through a hand-written
+//! EndpointSlice. The load generator shares the machine's cores with the servers, so the figures compare the two
+//! servers, not the machine. Environment: `SLIPWAY_BENCH_SECONDS` (per run, default 8), `SLIPWAY_BENCH_CONNECTIONS`
+//! (default 64). Prints figures; it asserts nothing about time.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use slipway::edge::proxy::ProxyConfig;
+use slipway::edge::{Edge, EdgeConfig};
+use slipway_controllers::platform_api::PlatformEndpoints;
+
+/// What wrk reported for one run.
+struct Run {
+    requests_per_second: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let seconds = env_or("SLIPWAY_BENCH_SECONDS", 8);
+    let connections = env_or("SLIPWAY_BENCH_CONNECTIONS", 64);
+    let api = support::TestApi::start().await?;
+    let user = api.user("bench", "pro").await?;
+    api.start_operator_without_node(&user.namespace).await?;
+
+    // A small site: a 4 KiB page, a stylesheet and a script.
+    let files = site_files();
+    let app = api.create_app(&user, "bench", "static").await;
+    let app_id = app["id"].as_str().context("app id")?.to_owned();
+    let prod = app["channels"][0]["id"]
+        .as_str()
+        .context("channel id")?
+        .to_owned();
+    let sha = api
+        .commit(&user, &app_id, serde_json::to_value(&files)?)
+        .await;
+    let deploy = api.deploy(&user, &app_id, &prod, json!({"sha": sha})).await;
+    let log = api
+        .finished_deploy(&user, &app_id, &prod, &deploy, Duration::from_secs(60))
+        .await?;
+    ensure!(log["status"] == "success", "deploy failed: {log}");
+
+    let dir = std::env::temp_dir().join(format!(
+        "slipway-bench-edge-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    for (path, content) in &files {
+        let file = dir.join("site").join(path);
+        std::fs::create_dir_all(file.parent().context("parent")?)?;
+        std::fs::write(&file, content)?;
+    }
+    let backend_ip = host_ip()?;
+    let (nginx_static, backend_port) = (free_port()?, free_port()?);
+    let mut nginx = start_nginx(&dir, nginx_static, backend_ip, backend_port).await?;
+
+    // The dynamic channel: an `app` channel whose Service has one endpoint, the backend on this machine.
+    api.create_app(&user, "dyn", "app").await;
+    let dyn_service = slipway_crds::names::workload_name("dyn.prod");
+    service_to(
+        &api.kube,
+        &user.namespace,
+        &dyn_service,
+        backend_ip,
+        backend_port,
+    )
+    .await?;
+
+    let edge_addr = start_edge(&api, &user.namespace).await?;
+    let static_host = format!("bench-{}.{}", user.username, support::APP_DOMAIN);
+    let dyn_host = format!("dyn-{}.{}", user.username, support::APP_DOMAIN);
+    wait_for(&format!("http://{edge_addr}/index.html"), &static_host, 200).await?;
+    wait_for(&format!("http://{edge_addr}/"), &dyn_host, 200).await?;
+
+    println!(
+        "\nstatic file (index.html, {} bytes), {connections} connections, {seconds}s per run",
+        files["index.html"].len()
+    );
+    let edge = wrk(
+        &format!("http://{edge_addr}/index.html"),
+        &static_host,
+        connections,
+        seconds,
+    )
+    .await?;
+    let native = wrk(
+        &format!("http://127.0.0.1:{nginx_static}/index.html"),
+        "localhost",
+        connections,
+        seconds,
+    )
+    .await?;
+    report("slipway edge", &edge);
+    report("nginx", &native);
+    println!(
+        "  edge / nginx requests per second: {:.2}x",
+        edge.requests_per_second / native.requests_per_second
+    );
+
+    println!(
+        "\nproxy to a dynamic channel (one connection, sequential requests), {seconds}s per run"
+    );
+    let direct = wrk(
+        &format!("http://{backend_ip}:{backend_port}/"),
+        &dyn_host,
+        1,
+        seconds,
+    )
+    .await?;
+    let proxied = wrk(&format!("http://{edge_addr}/"), &dyn_host, 1, seconds).await?;
+    report("backend directly", &direct);
+    report("through the edge", &proxied);
+    println!(
+        "  latency the proxy adds at p50: {:.3} ms",
+        proxied.p50_ms - direct.p50_ms
+    );
+
+    nginx.kill().await.ok();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn site_files() -> std::collections::BTreeMap<String, String> {
+    let paragraph = "<p>slipway serves this page from the files of a git commit.</p>\n";
+    let page = format!(
+        "<!doctype html><title>bench</title>\n{}",
+        paragraph.repeat(4096 / paragraph.len())
+    );
+    [
+        ("index.html".to_owned(), page),
+        (
+            "style.css".to_owned(),
+            "body { margin: 0 auto; max-width: 40em; }\n".repeat(200),
+        ),
+        (
+            "app.js".to_owned(),
+            "console.log('slipway');\n".repeat(2000),
+        ),
+    ]
+    .into()
+}
+
+/// Runs the edge in this process for `namespace`, without access logs (nginx runs without them too).
+async fn start_edge(api: &support::TestApi, namespace: &str) -> Result<SocketAddr> {
+    let api_url = api.serve().await?;
+    let config = EdgeConfig {
+        namespace: Some(namespace.into()),
+        platform: PlatformEndpoints {
+            pod_api_url: api_url.clone(),
+            api_url,
+            internal_token: support::INTERNAL_TOKEN.into(),
+        },
+        access_log: false,
+        max_site_bytes: 64 << 20,
+        proxy: ProxyConfig::default(),
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    let (edge, _tasks) = Edge::start(api.kube.clone(), config, &mut registry).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(slipway::edge::server::serve(
+        edge,
+        listener,
+        "http",
+        std::future::pending(),
+    ));
+    Ok(addr)
+}
+
+/// A Service without selector named `name` (port 80 named `http`) and an EndpointSlice with one endpoint.
+async fn service_to(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    ip: IpAddr,
+    port: u16,
+) -> Result<()> {
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": port}]}
+    }))?;
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &service)
+        .await?;
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": format!("{name}-bench"), "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true}}]
+    }))?;
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &slice)
+        .await?;
+    Ok(())
+}
+
+/// nginx with the site on 127.0.0.1:`static_port` and a minimal backend on `backend_ip`:`backend_port`.
+async fn start_nginx(
+    dir: &Path,
+    static_port: u16,
+    backend_ip: IpAddr,
+    backend_port: u16,
+) -> Result<tokio::process::Child> {
+    let d = dir.display();
+    std::fs::create_dir_all(dir.join("tmp"))?;
+    let conf = format!(
+        r#"worker_processes auto;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+daemon off;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  sendfile on; tcp_nopush on; tcp_nodelay on;
+  keepalive_requests 1000000;
+  types {{ text/html html; text/css css; text/javascript js; }}
+  default_type application/octet-stream;
+  client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy; fastcgi_temp_path {d}/tmp/fastcgi;
+  uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
+  server {{ listen 127.0.0.1:{static_port}; root {d}/site; }}
+  server {{ listen {backend_ip}:{backend_port}; location / {{ default_type text/plain; return 200 "ok\n"; }} }}
+}}
+"#
+    );
+    std::fs::write(dir.join("nginx.conf"), conf)?;
+    // Workers drop to an unprivileged user when nginx starts as root: let them read the files.
+    for entry in walk(dir)? {
+        let mode = if entry.is_dir() { 0o755 } else { 0o644 };
+        std::fs::set_permissions(&entry, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+    }
+    let child = tokio::process::Command::new("nginx")
+        .args(["-p", &format!("{d}"), "-c", &format!("{d}/nginx.conf")])
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("start nginx (hack/install-deps.sh installs nginx-light)")?;
+    wait_for(
+        &format!("http://127.0.0.1:{static_port}/index.html"),
+        "localhost",
+        200,
+    )
+    .await?;
+    Ok(child)
+}
+
+fn walk(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let mut out = vec![dir.to_path_buf()];
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            out.extend(walk(&path)?);
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(out)
+}
+
+/// Polls `url` with `Host: host` until it answers `status`.
+async fn wait_for(url: &str, host: &str, status: u16) -> Result<()> {
+    for _ in 0..300 {
+        let out = tokio::process::Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-H",
+                &format!("Host: {host}"),
+                url,
+            ])
+            .output()
+            .await?;
+        if String::from_utf8_lossy(&out.stdout) == status.to_string() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("{url} (Host {host}) never answered {status}")
+}
+
+/// Runs wrk against `url` and reads its summary.
+async fn wrk(url: &str, host: &str, connections: usize, seconds: usize) -> Result<Run> {
+    let threads = connections.clamp(1, 2);
+    let out = tokio::process::Command::new("wrk")
+        .args([
+            "--latency",
+            "-t",
+            &threads.to_string(),
+            "-c",
+            &connections.to_string(),
+            "-d",
+            &format!("{seconds}s"),
+            "-H",
+            &format!("Host: {host}"),
+            url,
+        ])
+        .output()
+        .await
+        .context("run wrk (hack/install-deps.sh installs it)")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    ensure!(
+        out.status.success(),
+        "wrk failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(!text.contains("Non-2xx"), "wrk saw errors: {text}");
+    let field = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix).map(|v| v.trim().to_owned()))
+            .with_context(|| format!("no '{prefix}' in wrk's output:\n{text}"))
+    };
+    Ok(Run {
+        requests_per_second: field("Requests/sec:")?.parse()?,
+        p50_ms: millis(&field("50%")?)?,
+        p99_ms: millis(&field("99%")?)?,
+    })
+}
+
+/// A wrk duration (`812.00us`, `1.20ms`, `2.01s`) in milliseconds.
+fn millis(text: &str) -> Result<f64> {
+    let split = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .with_context(|| format!("no unit in {text}"))?;
+    let (value, unit) = text.split_at(split);
+    let value: f64 = value.parse()?;
+    Ok(match unit {
+        "us" => value / 1000.0,
+        "ms" => value,
+        "s" => value * 1000.0,
+        "m" => value * 60_000.0,
+        other => bail!("unknown unit {other}"),
+    })
+}
+
+fn report(name: &str, run: &Run) {
+    println!(
+        "  {name:<18} {:>10.0} req/s   p50 {:>7.3} ms   p99 {:>7.3} ms",
+        run.requests_per_second, run.p50_ms, run.p99_ms
+    );
+}
+
+/// This machine's address on its default route (not loopback: EndpointSlices refuse loopback addresses). Nothing
+/// is sent; connecting a UDP socket only picks the source address.
+fn host_ip() -> Result<IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    socket.connect("192.0.2.1:9")?;
+    Ok(socket.local_addr()?.ip())
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

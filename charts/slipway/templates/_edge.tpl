@@ -1,0 +1,27 @@
+{{/*
+Names and labels of the edge component.
+*/}}
+{{- define "slipway.edge.fullname" -}}
+{{- printf "%s-edge" (include "slipway.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "slipway.edge.labels" -}}
+{{ include "slipway.labels" . }}
+app.kubernetes.io/component: edge
+{{- end }}
+
+{{- define "slipway.edge.selectorLabels" -}}
+{{ include "slipway.selectorLabels" . }}
+app.kubernetes.io/component: edge
+{{- end }}
+
+{{/*
+ServiceAccount the edge runs as: its own, with read access to what routing needs.
+*/}}
+{{- define "slipway.edge.serviceAccountName" -}}
+{{- if .Values.edge.serviceAccount.create }}
+{{- default (include "slipway.edge.fullname" .) .Values.edge.serviceAccount.name }}
+{{- else }}
+{{- required "edge.serviceAccount.name is required when edge.serviceAccount.create is false" .Values.edge.serviceAccount.name }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,234 @@
+//! `slipway edge`: the platform's HTTP entry, and the Ingress controller of IngressClass `slipway`.
+//!
+//! The operator writes one Ingress per channel (`slipway_controllers::ingress`). The edge watches those Ingresses
+//! and what they name, keeps a routing table by host ([`routes`], rebuilt by [`watch`]), and answers each request
+//! ([`server`]):
+//!
+//! - a **static** channel (resource backend naming the Channel) from the files of its deployed commit, held in a
+//!   content-addressed cache filled from the API server's internal archive route ([`site`], [`files`]); a new
+//!   deploy switches the host to the new commit's files only once they are all loaded, so a reader gets the old
+//!   site or the new one, never a mix;
+//! - a **dynamic** channel (Service backend) through a pooled HTTP/1.1 proxy to its ready endpoints ([`proxy`]),
+//!   path and query unchanged, inbound `X-Svc-*` dropped, WebSocket and other upgrades joined; a channel that
+//!   passed readiness on the ready file answers 502;
+//! - `/svc-auth/*` on every channel host is the platform's (404 in the API's envelope until end-user sign-in is
+//!   served there), and an unknown host gets a small 404 page ([`pages`]).
+//!
+//! Metrics per host ([`metrics`]) are served with `/healthz` and `/readyz` on the admin port.
+
+mod content_type;
+pub mod files;
+pub mod metrics;
+pub mod pages;
+pub mod proxy;
+pub mod routes;
+pub mod server;
+pub mod site;
+pub mod watch;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http_body_util::{Either, Full};
+use prometheus_client::registry::Registry;
+use slipway_controllers::platform_api::{PlatformApi, PlatformEndpoints};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use self::metrics::{EdgeMetrics, HostMetrics, UNKNOWN_HOST};
+use self::proxy::{Proxy, ProxyConfig};
+use self::routes::{Objects, Route, RouteTable, Target};
+use self::site::{SiteCache, SiteKey};
+
+/// The body of every edge response: bytes the edge has (pages, static files) or an upstream's stream.
+pub type EdgeBody = Either<Full<Bytes>, hyper::body::Incoming>;
+
+/// A body of `bytes`.
+pub fn full(bytes: Bytes) -> EdgeBody {
+    Either::Left(Full::new(bytes))
+}
+
+/// An empty body.
+pub fn empty() -> EdgeBody {
+    Either::Left(Full::new(Bytes::new()))
+}
+
+/// Options of `slipway edge`.
+#[derive(Debug, clap::Args)]
+pub struct EdgeArgs {
+    /// Addresses to serve HTTP on (repeat the flag or separate with commas).
+    #[arg(
+        long,
+        env = "SLIPWAY_EDGE_LISTEN",
+        value_delimiter = ',',
+        default_value = "0.0.0.0:8000"
+    )]
+    pub listen: Vec<SocketAddr>,
+    /// Port of /healthz, /readyz and /metrics.
+    #[arg(long, env = "SLIPWAY_ADMIN_PORT", default_value_t = 8081)]
+    pub admin_port: u16,
+    /// Base URL of the API server, whose internal archive route gives static sites' files.
+    #[arg(long, env = "SLIPWAY_API_URL")]
+    pub api_url: String,
+    /// File holding the internal token the edge shares with the API server.
+    #[arg(
+        long,
+        env = "SLIPWAY_INTERNAL_TOKEN_FILE",
+        default_value = "/etc/slipway/internal/token"
+    )]
+    pub internal_token_file: PathBuf,
+    /// Serve only this namespace's Ingresses (default: all namespaces).
+    #[arg(long, env = "SLIPWAY_WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Write one structured log event per request (target slipway::edge::access).
+    #[arg(long, env = "SLIPWAY_EDGE_ACCESS_LOG", default_value_t = true, action = clap::ArgAction::Set)]
+    pub access_log: bool,
+    /// Largest static site (sum of file sizes) the cache takes, in MiB.
+    #[arg(long, env = "SLIPWAY_EDGE_MAX_SITE_MIB", default_value_t = 512)]
+    pub max_site_mib: u64,
+    /// Seconds to wait for an upstream's response head.
+    #[arg(long, env = "SLIPWAY_EDGE_UPSTREAM_TIMEOUT", default_value_t = 60)]
+    pub upstream_timeout: u64,
+}
+
+/// Settings of an edge.
+#[derive(Debug, Clone)]
+pub struct EdgeConfig {
+    /// Serve only this namespace.
+    pub namespace: Option<String>,
+    /// The API server's internal endpoints (the archive route).
+    pub platform: PlatformEndpoints,
+    /// Whether to log every request.
+    pub access_log: bool,
+    /// Largest static site, in bytes.
+    pub max_site_bytes: u64,
+    /// Proxy limits.
+    pub proxy: ProxyConfig,
+}
+
+/// A running edge: the routing table and what answers requests.
+pub struct Edge {
+    table: ArcSwap<RouteTable>,
+    sites: SiteCache,
+    proxy: Proxy,
+    metrics: EdgeMetrics,
+    unknown: Arc<HostMetrics>,
+    access_log: bool,
+}
+
+impl Edge {
+    /// Starts the caches and the table builder; returns once the first table is built (so a listener bound after
+    /// this answers every host that exists). The tasks run as long as the edge; one that ends is a failure.
+    pub async fn start(
+        client: kube::Client,
+        config: EdgeConfig,
+        registry: &mut Registry,
+    ) -> anyhow::Result<(Arc<Self>, Vec<JoinHandle<()>>)> {
+        let metrics = EdgeMetrics::register(registry);
+        let edge = Arc::new(Self {
+            table: ArcSwap::from_pointee(RouteTable::default()),
+            sites: SiteCache::new(PlatformApi::new(config.platform), config.max_site_bytes),
+            proxy: Proxy::new(&config.proxy),
+            unknown: metrics.host(UNKNOWN_HOST),
+            metrics,
+            access_log: config.access_log,
+        });
+        let changed = Arc::new(Notify::new());
+        let (caches, mut tasks) =
+            watch::Caches::start(&client, config.namespace.as_deref(), &changed).await?;
+        // The first table before any listener, so every existing host is known when serving starts; the builder
+        // then builds it again at once and starts loading the static sites it names.
+        edge.rebuild(&caches.objects());
+        changed.notify_one();
+        tasks.push(watch::spawn_builder(edge.clone(), caches, changed));
+        Ok((edge, tasks))
+    }
+
+    /// Builds and installs the table for `objects`; returns the static sites it waits for.
+    pub fn rebuild(&self, objects: &Objects) -> Vec<SiteKey> {
+        let current = self.table.load();
+        let mut loads = Vec::new();
+        let mut routes = Vec::new();
+        for (host, wanted) in routes::targets(objects) {
+            let serving = current.get(&host).map(|r| &r.target);
+            let (target, load) =
+                routes::settle(wanted, serving, |key| self.sites.loaded(key).is_some());
+            loads.extend(load);
+            routes.push(Route {
+                metrics: self.metrics.host(&host),
+                host,
+                target,
+            });
+        }
+        let mut keep: HashSet<SiteKey> = loads.iter().cloned().collect();
+        keep.extend(routes.iter().filter_map(|r| match &r.target {
+            Target::Static(key) => Some(key.clone()),
+            _ => None,
+        }));
+        self.metrics
+            .retain(&routes.iter().map(|r| r.host.as_str()).collect());
+        self.sites.retain(&keep);
+        self.table.store(Arc::new(RouteTable::new(routes)));
+        loads
+    }
+}
+
+/// Runs `slipway edge` until SIGTERM.
+pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connect to Kubernetes")?;
+    let internal_token = crate::serve::read_internal_token(&args.internal_token_file)?;
+    let config = EdgeConfig {
+        namespace: args.namespace,
+        platform: PlatformEndpoints {
+            pod_api_url: args.api_url.clone(),
+            api_url: args.api_url,
+            internal_token,
+        },
+        access_log: args.access_log,
+        max_site_bytes: args.max_site_mib.saturating_mul(1024 * 1024),
+        proxy: ProxyConfig {
+            response_timeout: Duration::from_secs(args.upstream_timeout),
+            ..ProxyConfig::default()
+        },
+    };
+    let mut registry = Registry::default();
+    let (edge, tasks) = Edge::start(client, config, &mut registry).await?;
+    let mut servers = Vec::new();
+    for addr in &args.listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listen on {addr}"))?;
+        tracing::info!(%addr, "edge serving HTTP");
+        servers.push(tokio::spawn(server::serve(
+            edge.clone(),
+            listener,
+            "http",
+            crate::serve::shutdown_signal(),
+        )));
+    }
+    let admin_addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));
+    let admin_listener = tokio::net::TcpListener::bind(admin_addr)
+        .await
+        .with_context(|| format!("listen on {admin_addr}"))?;
+    let admin = axum::serve(
+        admin_listener,
+        crate::operator::admin_router(Arc::new(registry)),
+    )
+    .with_graceful_shutdown(crate::serve::shutdown_signal());
+    tracing::info!(%admin_addr, "admin endpoints on /healthz, /readyz, /metrics");
+    let servers = futures::future::select_all(servers);
+    let watch_tasks = futures::future::select_all(tasks);
+    tokio::select! {
+        (served, _, _) = servers => served.context("edge server task")?.context("serve HTTP"),
+        admin = admin => admin.context("admin server"),
+        (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a watch task stopped: {ended:?}")),
+    }
+}

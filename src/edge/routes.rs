@@ -1,0 +1,646 @@
+//! The routing table: which host is served how. Built from Ingresses of class `slipway` and what they name
+//! (Channels and Apps for static sites; Services and EndpointSlices for dynamic channels) by a pure function, so
+//! every rule is tested without a cluster; [`super::watch`] rebuilds it whenever one of those objects changes.
+//!
+//! Rules: hosts are matched case-insensitively and without port; a host named by several Ingresses goes to the
+//! oldest one (then by namespace and name), as other controllers do; each host has one backend, the one of its
+//! rule's first path (slipway writes a single `/` prefix path per channel).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
+use kube::ResourceExt;
+use slipway_crds::{App, Channel, ReadyBy};
+
+use super::metrics::HostMetrics;
+use super::site::SiteKey;
+
+/// The IngressClass the edge serves.
+pub const INGRESS_CLASS: &str = slipway_controllers::ingress::INGRESS_CLASS;
+/// The API group a resource backend naming a Channel carries.
+const CHANNEL_API_GROUP: &str = "slipway.dev";
+/// The annotation older Ingresses name their class with.
+const CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
+/// The label EndpointSlices carry naming their Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// How a host is served.
+#[derive(Debug)]
+pub enum Target {
+    /// The files of this commit of a static channel.
+    Static(SiteKey),
+    /// A static channel that has no deployed commit: 404.
+    NotDeployed,
+    /// Proxied to one of these ready endpoints.
+    Proxy(Upstreams),
+    /// A dynamic channel without a ready endpoint (or whose Service is missing): 503.
+    NoEndpoints,
+    /// A dynamic channel that passed readiness on the ready file: 502.
+    ReadyFile,
+}
+
+/// Ready endpoints of a Service, taken in turn.
+#[derive(Debug)]
+pub struct Upstreams {
+    addrs: Vec<SocketAddr>,
+    next: AtomicUsize,
+}
+
+impl Upstreams {
+    /// Endpoints to take in turn (deduplicated, in a stable order). Empty lists are [`Target::NoEndpoints`].
+    pub fn new(mut addrs: Vec<SocketAddr>) -> Self {
+        addrs.sort();
+        addrs.dedup();
+        Self {
+            addrs,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The next endpoint, round robin.
+    pub fn pick(&self) -> Option<SocketAddr> {
+        if self.addrs.is_empty() {
+            return None;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        self.addrs.get(i % self.addrs.len()).copied()
+    }
+
+    /// All endpoints.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+}
+
+impl PartialEq for Target {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Target::Static(a), Target::Static(b)) => a == b,
+            (Target::Proxy(a), Target::Proxy(b)) => a.addrs == b.addrs,
+            (Target::NotDeployed, Target::NotDeployed)
+            | (Target::NoEndpoints, Target::NoEndpoints)
+            | (Target::ReadyFile, Target::ReadyFile) => true,
+            _ => false,
+        }
+    }
+}
+
+/// A host, how it is served, and its metrics.
+pub struct Route {
+    /// The host (lowercase).
+    pub host: String,
+    /// How it is served.
+    pub target: Target,
+    /// Its request metrics.
+    pub metrics: Arc<HostMetrics>,
+}
+
+/// Every served host. Immutable: a change is a new table, swapped in whole.
+#[derive(Default)]
+pub struct RouteTable {
+    routes: HashMap<String, Arc<Route>>,
+}
+
+impl RouteTable {
+    /// A table of `routes`.
+    pub fn new(routes: impl IntoIterator<Item = Route>) -> Self {
+        Self {
+            routes: routes
+                .into_iter()
+                .map(|r| (r.host.clone(), Arc::new(r)))
+                .collect(),
+        }
+    }
+
+    /// The route of `host` as the request named it (any case, with or without a port).
+    pub fn get(&self, host: &str) -> Option<&Arc<Route>> {
+        let host = strip_port(host);
+        if host.bytes().any(|b| b.is_ascii_uppercase()) {
+            return self.routes.get(&host.to_ascii_lowercase());
+        }
+        self.routes.get(host)
+    }
+
+    /// Every route.
+    pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.routes.values()
+    }
+
+    /// Number of hosts.
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Whether no host is served.
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_once(']').map_or(host, |(h, _)| &h[1..]);
+    }
+    match host.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+    .trim_end_matches('.')
+}
+
+/// The cluster objects the table is built from.
+#[derive(Default)]
+pub struct Objects {
+    ingresses: Vec<Arc<Ingress>>,
+    channels: HashMap<(String, String), Arc<Channel>>,
+    apps: HashMap<(String, String), Arc<App>>,
+    services: HashMap<(String, String), Arc<Service>>,
+    slices: HashMap<(String, String), Vec<Arc<EndpointSlice>>>,
+}
+
+fn key<K: kube::Resource>(obj: &K) -> (String, String) {
+    (obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+impl Objects {
+    /// Indexes the objects by namespace and name (slices by their Service).
+    pub fn new(
+        ingresses: Vec<Arc<Ingress>>,
+        channels: Vec<Arc<Channel>>,
+        apps: Vec<Arc<App>>,
+        services: Vec<Arc<Service>>,
+        slices: Vec<Arc<EndpointSlice>>,
+    ) -> Self {
+        let mut by_service: HashMap<(String, String), Vec<Arc<EndpointSlice>>> = HashMap::new();
+        for slice in slices {
+            if let Some(service) = slice.labels().get(SERVICE_NAME_LABEL) {
+                by_service
+                    .entry((slice.namespace().unwrap_or_default(), service.clone()))
+                    .or_default()
+                    .push(slice);
+            }
+        }
+        Self {
+            ingresses,
+            channels: channels.into_iter().map(|c| (key(c.as_ref()), c)).collect(),
+            apps: apps.into_iter().map(|a| (key(a.as_ref()), a)).collect(),
+            services: services.into_iter().map(|s| (key(s.as_ref()), s)).collect(),
+            slices: by_service,
+        }
+    }
+}
+
+/// Whether the edge serves this Ingress.
+pub fn is_ours(ingress: &Ingress) -> bool {
+    let by_field = ingress
+        .spec
+        .as_ref()
+        .and_then(|s| s.ingress_class_name.as_deref());
+    let by_annotation = ingress
+        .annotations()
+        .get(CLASS_ANNOTATION)
+        .map(String::as_str);
+    by_field.or(by_annotation) == Some(INGRESS_CLASS)
+}
+
+/// How every host named by the edge's Ingresses is served, by host.
+pub fn targets(objects: &Objects) -> BTreeMap<String, Target> {
+    let mut ingresses: Vec<&Arc<Ingress>> =
+        objects.ingresses.iter().filter(|i| is_ours(i)).collect();
+    ingresses.sort_by_key(|i| {
+        (
+            i.metadata.creation_timestamp.clone().map(|t| t.0),
+            i.namespace(),
+            i.name_any(),
+        )
+    });
+    let mut out = BTreeMap::new();
+    for ingress in ingresses {
+        let namespace = ingress.namespace().unwrap_or_default();
+        for rule in ingress.spec.iter().flat_map(|s| s.rules.iter().flatten()) {
+            let (Some(host), Some(http)) = (&rule.host, &rule.http) else {
+                continue;
+            };
+            let host = host.trim_end_matches('.').to_ascii_lowercase();
+            let Some(path) = http.paths.first() else {
+                continue;
+            };
+            if out.contains_key(&host) {
+                continue;
+            }
+            out.insert(
+                host,
+                backend_target(objects, ingress, &namespace, &path.backend),
+            );
+        }
+    }
+    out
+}
+
+fn backend_target(
+    objects: &Objects,
+    ingress: &Ingress,
+    namespace: &str,
+    backend: &IngressBackend,
+) -> Target {
+    if let Some(resource) = &backend.resource {
+        let is_channel =
+            resource.kind == "Channel" && resource.api_group.as_deref() == Some(CHANNEL_API_GROUP);
+        if !is_channel {
+            return Target::NoEndpoints;
+        }
+        return static_target(objects, namespace, &resource.name);
+    }
+    if owning_channel(objects, ingress, namespace)
+        .and_then(|c| c.status.as_ref())
+        .and_then(|s| s.ready_by)
+        == Some(ReadyBy::File)
+    {
+        return Target::ReadyFile;
+    }
+    let Some(service) = &backend.service else {
+        return Target::NoEndpoints;
+    };
+    let port = service.port.as_ref();
+    let addrs = service_endpoints(
+        objects,
+        namespace,
+        &service.name,
+        port.and_then(|p| p.name.as_deref()),
+        port.and_then(|p| p.number),
+    );
+    if addrs.is_empty() {
+        Target::NoEndpoints
+    } else {
+        Target::Proxy(Upstreams::new(addrs))
+    }
+}
+
+fn static_target(objects: &Objects, namespace: &str, channel: &str) -> Target {
+    let Some(channel) = objects
+        .channels
+        .get(&(namespace.to_owned(), channel.to_owned()))
+    else {
+        return Target::NotDeployed;
+    };
+    let app = objects
+        .apps
+        .get(&(namespace.to_owned(), channel.spec.app.clone()));
+    let app_id = app.and_then(|a| a.metadata.uid.clone());
+    let sha = channel.status.as_ref().and_then(|s| s.current_sha.clone());
+    match (app_id, sha) {
+        (Some(app_id), Some(sha)) => Target::Static(SiteKey { app_id, sha }),
+        _ => Target::NotDeployed,
+    }
+}
+
+/// The Channel an Ingress belongs to (its owner of kind Channel).
+fn owning_channel<'a>(
+    objects: &'a Objects,
+    ingress: &Ingress,
+    namespace: &str,
+) -> Option<&'a Arc<Channel>> {
+    ingress
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Channel" && o.api_version.starts_with("slipway.dev/"))
+        .and_then(|o| {
+            objects
+                .channels
+                .get(&(namespace.to_owned(), o.name.clone()))
+        })
+}
+
+/// Ready endpoints of the Service port named `port_name` (or numbered `port_number`).
+fn service_endpoints(
+    objects: &Objects,
+    namespace: &str,
+    service: &str,
+    port_name: Option<&str>,
+    port_number: Option<i32>,
+) -> Vec<SocketAddr> {
+    let key = (namespace.to_owned(), service.to_owned());
+    let Some(svc) = objects.services.get(&key) else {
+        return Vec::new();
+    };
+    let ports = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let Some(svc_port) = ports.iter().find(|p| match (port_name, port_number) {
+        (Some(name), _) => p.name.as_deref() == Some(name),
+        (None, Some(number)) => p.port == number,
+        (None, None) => ports.len() == 1,
+    }) else {
+        return Vec::new();
+    };
+    let wanted = svc_port.name.clone().unwrap_or_default();
+    let mut addrs = Vec::new();
+    for slice in objects.slices.get(&key).into_iter().flatten() {
+        if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
+            continue;
+        }
+        let Some(port) = slice
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.clone().unwrap_or_default() == wanted)
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok())
+        else {
+            continue;
+        };
+        for endpoint in &slice.endpoints {
+            let ready = endpoint
+                .conditions
+                .as_ref()
+                .and_then(|c| c.ready)
+                .unwrap_or(true);
+            if !ready {
+                continue;
+            }
+            addrs.extend(
+                endpoint
+                    .addresses
+                    .iter()
+                    .filter_map(|a| a.parse::<IpAddr>().ok())
+                    .map(|ip| SocketAddr::new(ip, port)),
+            );
+        }
+    }
+    addrs
+}
+
+/// What a host's route should be now, given what the objects say (`wanted`), the route it has (`current`) and
+/// whether a site's files are loaded: a static host moves to a new commit only once that commit's files are in
+/// the cache, so readers keep getting the old site (whole) until the new one is ready (whole). Returns the target
+/// to serve and the site to load, if one is missing.
+pub fn settle(
+    wanted: Target,
+    current: Option<&Target>,
+    loaded: impl Fn(&SiteKey) -> bool,
+) -> (Target, Option<SiteKey>) {
+    let Target::Static(site) = &wanted else {
+        return (wanted, None);
+    };
+    if loaded(site) {
+        return (wanted, None);
+    }
+    match current {
+        Some(Target::Static(old)) if loaded(old) => {
+            (Target::Static(old.clone()), Some(site.clone()))
+        }
+        // Nothing to keep serving: requests wait for the load themselves.
+        _ => {
+            let missing = site.clone();
+            (wanted, Some(missing))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(value).unwrap())
+    }
+
+    fn ingress(name: &str, host: &str, backend: serde_json::Value, created: &str) -> Arc<Ingress> {
+        obj(json!({
+            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created,
+                "ownerReferences": [{"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel", "name": name, "uid": "c"}]},
+            "spec": {"ingressClassName": "slipway", "rules": [{"host": host, "http": {"paths": [
+                {"path": "/", "pathType": "Prefix", "backend": backend}]}}]}
+        }))
+    }
+
+    fn channel(name: &str, status: serde_json::Value) -> Arc<Channel> {
+        let app = name.split('.').next().unwrap();
+        obj(
+            json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"app": app, "gitRefBinding": "branch:master"}, "status": status}),
+        )
+    }
+
+    fn app(name: &str, uid: &str) -> Arc<App> {
+        obj(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+            "metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "spec": {"owner": "alice", "template": "app"}}))
+    }
+
+    fn service(name: &str) -> Arc<Service> {
+        obj(json!({"metadata": {"name": name, "namespace": "ns"},
+            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}))
+    }
+
+    fn slice(service: &str, endpoints: serde_json::Value) -> Arc<EndpointSlice> {
+        obj(
+            json!({"metadata": {"name": format!("{service}-x"), "namespace": "ns",
+                "labels": {"kubernetes.io/service-name": service}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080}],
+            "endpoints": endpoints}),
+        )
+    }
+
+    const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+    const T0: &str = "2026-01-01T00:00:00Z";
+
+    fn resource(name: &str) -> serde_json::Value {
+        json!({"resource": {"apiGroup": "slipway.dev", "kind": "Channel", "name": name}})
+    }
+
+    fn service_backend(name: &str) -> serde_json::Value {
+        json!({"service": {"name": name, "port": {"name": "http"}}})
+    }
+
+    #[test]
+    fn a_static_channel_is_served_from_its_current_commit() {
+        let objects = Objects::new(
+            vec![
+                ingress(
+                    "site.prod",
+                    "site-alice.apps.test",
+                    resource("site.prod"),
+                    T0,
+                ),
+                ingress(
+                    "site.next",
+                    "next-site-alice.apps.test",
+                    resource("site.next"),
+                    T0,
+                ),
+            ],
+            vec![
+                channel("site.prod", json!({"currentSha": SHA})),
+                channel("site.next", json!({})),
+            ],
+            vec![app("site", "uid-site")],
+            vec![],
+            vec![],
+        );
+        let t = targets(&objects);
+        assert_eq!(
+            t["site-alice.apps.test"],
+            Target::Static(SiteKey {
+                app_id: "uid-site".into(),
+                sha: SHA.into()
+            })
+        );
+        assert_eq!(t["next-site-alice.apps.test"], Target::NotDeployed);
+    }
+
+    #[test]
+    fn a_dynamic_channel_goes_to_its_ready_endpoints_on_the_http_port() {
+        let objects = Objects::new(
+            vec![ingress(
+                "web.prod",
+                "Web-Alice.apps.test",
+                service_backend("web-prod"),
+                T0,
+            )],
+            vec![channel("web.prod", json!({"readyBy": "http"}))],
+            vec![app("web", "uid-web")],
+            vec![service("web-prod")],
+            vec![slice(
+                "web-prod",
+                json!([
+                    {"addresses": ["10.244.0.7"], "conditions": {"ready": true}},
+                    {"addresses": ["10.244.0.8"], "conditions": {"ready": false}},
+                    {"addresses": ["10.244.0.9"]}
+                ]),
+            )],
+        );
+        let t = targets(&objects);
+        let Target::Proxy(up) = &t["web-alice.apps.test"] else {
+            panic!("{:?}", t);
+        };
+        let want: Vec<SocketAddr> = vec![
+            "10.244.0.7:8080".parse().unwrap(),
+            "10.244.0.9:8080".parse().unwrap(),
+        ];
+        assert_eq!(up.addrs(), &want[..]);
+        let picks: Vec<_> = (0..4).map(|_| up.pick().unwrap()).collect();
+        assert_eq!(picks, [want[0], want[1], want[0], want[1]], "round robin");
+    }
+
+    #[test]
+    fn a_ready_file_channel_answers_502_and_one_without_endpoints_503() {
+        let objects = Objects::new(
+            vec![
+                ingress(
+                    "worker.prod",
+                    "worker.apps.test",
+                    service_backend("worker-prod"),
+                    T0,
+                ),
+                ingress("web.prod", "web.apps.test", service_backend("web-prod"), T0),
+                ingress(
+                    "gone.prod",
+                    "gone.apps.test",
+                    service_backend("gone-prod"),
+                    T0,
+                ),
+            ],
+            vec![
+                channel("worker.prod", json!({"readyBy": "file"})),
+                channel("web.prod", json!({})),
+            ],
+            vec![],
+            vec![service("worker-prod"), service("web-prod")],
+            vec![
+                slice("worker-prod", json!([{"addresses": ["10.244.0.7"]}])),
+                slice(
+                    "web-prod",
+                    json!([{"addresses": ["10.244.0.8"], "conditions": {"ready": false}}]),
+                ),
+            ],
+        );
+        let t = targets(&objects);
+        assert_eq!(t["worker.apps.test"], Target::ReadyFile);
+        assert_eq!(t["web.apps.test"], Target::NoEndpoints);
+        assert_eq!(t["gone.apps.test"], Target::NoEndpoints, "missing Service");
+    }
+
+    #[test]
+    fn other_classes_are_ignored_and_the_oldest_ingress_keeps_a_host() {
+        let mut foreign = (*ingress("a.prod", "a.apps.test", resource("a.prod"), T0)).clone();
+        foreign.spec.as_mut().unwrap().ingress_class_name = Some("nginx".into());
+        let objects = Objects::new(
+            vec![
+                Arc::new(foreign),
+                ingress(
+                    "late.prod",
+                    "dup.apps.test",
+                    resource("late.prod"),
+                    "2026-02-01T00:00:00Z",
+                ),
+                ingress("early.prod", "dup.apps.test", resource("early.prod"), T0),
+            ],
+            vec![
+                channel("early.prod", json!({"currentSha": SHA})),
+                channel("late.prod", json!({})),
+            ],
+            vec![app("early", "uid-early")],
+            vec![],
+            vec![],
+        );
+        let t = targets(&objects);
+        assert!(!t.contains_key("a.apps.test"));
+        assert!(matches!(&t["dup.apps.test"], Target::Static(k) if k.app_id == "uid-early"));
+    }
+
+    #[test]
+    fn hosts_match_without_case_or_port() {
+        let table = RouteTable::new([Route {
+            host: "a.apps.test".into(),
+            target: Target::NotDeployed,
+            metrics: Arc::new(HostMetrics::detached()),
+        }]);
+        for host in [
+            "a.apps.test",
+            "A.Apps.Test",
+            "a.apps.test:8080",
+            "a.apps.test.",
+        ] {
+            assert!(table.get(host).is_some(), "{host}");
+        }
+        assert!(table.get("b.apps.test").is_none());
+        assert_eq!(strip_port("[::1]:80"), "::1");
+    }
+
+    #[test]
+    fn a_static_host_moves_to_a_new_commit_only_once_its_files_are_loaded() {
+        let site = |sha: &str| SiteKey {
+            app_id: "a".into(),
+            sha: sha.into(),
+        };
+        let old = Target::Static(site("old"));
+        let loaded_old = |k: &SiteKey| k.sha == "old";
+        let (serve, load) = settle(Target::Static(site("new")), Some(&old), loaded_old);
+        assert_eq!(
+            (serve, load),
+            (Target::Static(site("old")), Some(site("new")))
+        );
+        let loaded_both = |_: &SiteKey| true;
+        let (serve, load) = settle(Target::Static(site("new")), Some(&old), loaded_both);
+        assert_eq!((serve, load), (Target::Static(site("new")), None));
+        let (serve, load) = settle(Target::Static(site("new")), None, |_| false);
+        assert_eq!(
+            (serve, load),
+            (Target::Static(site("new")), Some(site("new")))
+        );
+        let (serve, load) = settle(Target::ReadyFile, Some(&old), loaded_old);
+        assert_eq!((serve, load), (Target::ReadyFile, None));
+    }
+}

@@ -1,0 +1,182 @@
+//! The edge's HTTP/1.1 server: accepts connections, finds each request's route by `Host`, and answers it from a
+//! static site, through the proxy, or with one of the edge's own pages. Every request is counted in the host's
+//! metrics and, when enabled, written to the access log (target `slipway::edge::access`, one structured event per
+//! request).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::header::HOST;
+use http::{Request, Response};
+use hyper::body::{Body, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+
+use super::metrics::UNKNOWN_HOST;
+use super::proxy::{Origin, ProxyError};
+use super::routes::Target;
+use super::{Edge, EdgeBody, files, pages};
+
+/// Longest wait for a request head on a connection (slow clients cannot hold connections open for free).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The path prefix the platform answers on every channel host.
+const SVC_AUTH: &str = "/svc-auth";
+
+/// Serves `listener` until `shutdown` resolves; connections in flight finish on their own.
+pub async fn serve(
+    edge: Arc<Edge>,
+    listener: TcpListener,
+    scheme: &'static str,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let _ = stream.set_nodelay(true);
+        let edge = edge.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let edge = edge.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&edge, req, peer, scheme).await) }
+            });
+            let served = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades()
+                .await;
+            if let Err(e) = served {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// The host a request names: its `Host` header, else the authority of an absolute request target.
+fn request_host(req: &Request<Incoming>) -> &str {
+    req.headers()
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))
+        .unwrap_or("")
+}
+
+fn is_svc_auth(path: &str) -> bool {
+    path.strip_prefix(SVC_AUTH)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// Answers one request.
+pub async fn handle(
+    edge: &Edge,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    scheme: &'static str,
+) -> Response<EdgeBody> {
+    let started = Instant::now();
+    let table = edge.table.load();
+    let route = table.get(request_host(&req)).cloned();
+    let log = edge.access_log.then(|| {
+        (
+            req.method().clone(),
+            req.uri().clone(),
+            request_host(&req).to_owned(),
+        )
+    });
+    let (res, upstream) = match &route {
+        None => (pages::unknown_host(), None),
+        Some(route) => answer(edge, &route.target, req, peer, scheme).await,
+    };
+    let elapsed = started.elapsed();
+    let bytes = res.body().size_hint().exact();
+    match &route {
+        Some(route) => route.metrics.record(res.status(), elapsed, bytes),
+        None => edge.unknown.record(res.status(), elapsed, bytes),
+    }
+    if let Some((method, uri, host)) = log {
+        tracing::info!(
+            target: "slipway::edge::access",
+            host = route.as_ref().map_or(UNKNOWN_HOST, |r| r.host.as_str()),
+            requested_host = %host,
+            method = %method,
+            path = uri.path(),
+            query = uri.query().unwrap_or(""),
+            status = res.status().as_u16(),
+            bytes,
+            micros = elapsed.as_micros() as u64,
+            client = %peer.ip(),
+            upstream = upstream.map(|u| u.to_string()),
+        );
+    }
+    res
+}
+
+async fn answer(
+    edge: &Edge,
+    target: &Target,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    scheme: &'static str,
+) -> (Response<EdgeBody>, Option<SocketAddr>) {
+    if is_svc_auth(req.uri().path()) {
+        return (pages::svc_auth(), None);
+    }
+    match target {
+        Target::Static(key) => {
+            let site = match edge.sites.get(key).await {
+                Ok(site) => site,
+                Err(e) => {
+                    tracing::warn!(app_id = %key.app_id, sha = %key.sha, error = %e, "static site unavailable");
+                    return (pages::unavailable(), None);
+                }
+            };
+            let res = files::respond(
+                &site,
+                req.method(),
+                req.uri().path(),
+                req.uri().query(),
+                req.headers(),
+            );
+            (res, None)
+        }
+        Target::Proxy(upstreams) => {
+            let Some(upstream) = upstreams.pick() else {
+                return (pages::unavailable(), None);
+            };
+            let origin = Origin {
+                client_ip: peer.ip(),
+                scheme,
+            };
+            let res = match edge.proxy.forward(req, upstream, origin).await {
+                Ok(res) => res,
+                Err(e @ ProxyError::Timeout(..)) => {
+                    tracing::warn!(error = %e, "upstream timeout");
+                    pages::gateway_timeout()
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "upstream failed");
+                    pages::bad_gateway()
+                }
+            };
+            (res, Some(upstream))
+        }
+        Target::NotDeployed => (pages::not_deployed(), None),
+        Target::NoEndpoints => (pages::unavailable(), None),
+        Target::ReadyFile => (pages::ready_file(), None),
+    }
+}

@@ -1,0 +1,155 @@
+//! Keeps the routing table current: reflectors over Ingresses, Services, EndpointSlices, Channels and Apps, and a
+//! task that rebuilds the table after any of them changes (changes that arrive while it builds are folded into
+//! the next build). Static sites a new table needs are loaded in the background; when one is in, the table is
+//! built again and the host moves to it (see [`super::routes::settle`]).
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use slipway_crds::{App, Channel};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::Edge;
+use super::routes::Objects;
+use super::site::SiteKey;
+
+/// How long to wait before trying a site load that failed again.
+const LOAD_RETRY: Duration = Duration::from_secs(5);
+
+/// The reflector caches the table is built from.
+pub struct Caches {
+    ingresses: Store<Ingress>,
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
+    channels: Store<Channel>,
+    apps: Store<App>,
+}
+
+impl Caches {
+    /// Starts the reflectors (in `namespace`, or everywhere) and waits until each has listed once. Every change
+    /// wakes `changed`.
+    pub async fn start(
+        client: &Client,
+        namespace: Option<&str>,
+        changed: &Arc<Notify>,
+    ) -> anyhow::Result<(Self, Vec<JoinHandle<()>>)> {
+        let mut tasks = Vec::new();
+        let caches = Self {
+            ingresses: reflect(api(client, namespace), changed, &mut tasks),
+            services: reflect(api(client, namespace), changed, &mut tasks),
+            slices: reflect(api(client, namespace), changed, &mut tasks),
+            channels: reflect(api(client, namespace), changed, &mut tasks),
+            apps: reflect(api(client, namespace), changed, &mut tasks),
+        };
+        for (kind, ready) in [
+            ("Ingress", caches.ingresses.wait_until_ready().await),
+            ("Service", caches.services.wait_until_ready().await),
+            ("EndpointSlice", caches.slices.wait_until_ready().await),
+            ("Channel", caches.channels.wait_until_ready().await),
+            ("App", caches.apps.wait_until_ready().await),
+        ] {
+            ready.map_err(|e| {
+                anyhow::anyhow!("the {kind} cache stopped before it was filled: {e}")
+            })?;
+        }
+        Ok((caches, tasks))
+    }
+
+    /// A snapshot of every cached object.
+    pub fn objects(&self) -> Objects {
+        Objects::new(
+            self.ingresses.state(),
+            self.channels.state(),
+            self.apps.state(),
+            self.services.state(),
+            self.slices.state(),
+        )
+    }
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn reflect<K>(api: Api<K>, changed: &Arc<Notify>, tasks: &mut Vec<JoinHandle<()>>) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let (reader, writer) = reflector::store();
+    let changed = changed.clone();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|obj| obj.meta_mut().managed_fields = None);
+    tasks.push(tokio::spawn(async move {
+        reflector::reflector(writer, stream)
+            .for_each(|event| {
+                match event {
+                    Ok(_) => changed.notify_one(),
+                    Err(e) => tracing::warn!(kind = %K::kind(&K::DynamicType::default()), error = %e, "watch failed; retrying"),
+                }
+                futures::future::ready(())
+            })
+            .await;
+    }));
+    reader
+}
+
+/// Rebuilds the table whenever `changed` is woken, and loads the sites new tables ask for.
+pub fn spawn_builder(edge: Arc<Edge>, caches: Caches, changed: Arc<Notify>) -> JoinHandle<()> {
+    let loading: Arc<Mutex<HashSet<SiteKey>>> = Arc::default();
+    tokio::spawn(async move {
+        loop {
+            changed.notified().await;
+            for key in edge.rebuild(&caches.objects()) {
+                start_load(&edge, key, &loading, &changed);
+            }
+        }
+    })
+}
+
+fn start_load(
+    edge: &Arc<Edge>,
+    key: SiteKey,
+    loading: &Arc<Mutex<HashSet<SiteKey>>>,
+    changed: &Arc<Notify>,
+) {
+    if !loading
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key.clone())
+    {
+        return;
+    }
+    let (edge, loading, changed) = (edge.clone(), loading.clone(), changed.clone());
+    tokio::spawn(async move {
+        if let Err(e) = edge.sites.get(&key).await {
+            tracing::warn!(app_id = %key.app_id, sha = %key.sha, error = %e, "could not load a static site; retrying");
+            tokio::time::sleep(LOAD_RETRY).await;
+        }
+        loading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+        changed.notify_one();
+    });
+}
