@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# Runs the benchmarks against the real parts (a control plane and Postgres of their own, stopped afterwards) and
-# prints their figures. Benchmarks measure; they assert nothing about time.
+# Runs the benchmarks against the real parts (a single-node cluster and Postgres of their own, on node slot
+# $SLIPWAY_BENCH_NODE_SLOT (default 6), stopped afterwards) and prints their figures. Benchmarks measure; they
+# assert nothing about time.
+#
+# usage: hack/bench.sh [get_apps|git_transport|edge|deploy_to_ready]...   (default: all)
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
 source "$HACK/versions.sh"
+benches=("$@")
+[ ${#benches[@]} -gt 0 ] || benches=(get_apps git_transport edge deploy_to_ready)
 
 "$HACK/install-deps.sh"
-export SLIPWAY_RUN="$SLIPWAY_CACHE/run-bench" SLIPWAY_ETCD_PORT=32379 SLIPWAY_APISERVER_PORT=36443 SLIPWAY_PG_PORT=35432
-trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop' EXIT
-"$HACK/control-plane.sh" start
+export SLIPWAY_RUN="$SLIPWAY_CACHE/run-bench" SLIPWAY_ETCD_PORT=32389 SLIPWAY_APISERVER_PORT=36453 SLIPWAY_PG_PORT=35442
+export SLIPWAY_NODE_SLOT=${SLIPWAY_BENCH_NODE_SLOT:-6}
+trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop' EXIT
+"$HACK/node.sh" start
+eval "$("$HACK/node.sh" env)"
 SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
-export SLIPWAY_TEST_DATABASE_URL SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig"
-cargo bench --locked --bench get_apps
-cargo bench --locked --bench git_transport
-cargo bench --locked --bench edge
+export SLIPWAY_TEST_DATABASE_URL SLIPWAY_KUBECONFIG="$KUBECONFIG"
+for bench in "${benches[@]}"; do
+  cargo bench --locked --bench "$bench"
+done

@@ -346,5 +346,24 @@ async fn a_docker_channel_runs_its_dockerfile_and_survives_an_operator_restart()
         async move { Ok(of_next(&deployments.list(&ListParams::default()).await?.items) == 0) }
     })
     .await?;
+    // ... and its images leave the registry before the channel itself goes.
+    let tags = format!(
+        "http://{}/v2/{}/box-next/tags/list",
+        slipway_testkit::node::registry()?,
+        p.alice.namespace
+    );
+    slipway_testkit::wait_until(Duration::from_secs(60), || {
+        let tags = tags.clone();
+        async move {
+            let res = reqwest::get(&tags).await?;
+            let left: Value = if res.status() == 404 {
+                json!({})
+            } else {
+                res.json().await?
+            };
+            Ok(left["tags"].as_array().is_none_or(|t| t.is_empty()))
+        }
+    })
+    .await?;
     Ok(())
 }
