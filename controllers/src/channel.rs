@@ -183,16 +183,30 @@ async fn set_images_finalizer(
         finalizers.push(IMAGES_FINALIZER.to_owned());
     }
     // The resourceVersion makes the write fail (and the reconcile retry) if another writer changed the list.
-    let patch = serde_json::json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": channel.resource_version(),
-    }});
+    patch_metadata(
+        ctx,
+        channel,
+        serde_json::json!({
+            "finalizers": finalizers,
+            "resourceVersion": channel.resource_version(),
+        }),
+    )
+    .await
+}
+
+/// Merge-patches the channel's metadata with `metadata`.
+async fn patch_metadata(
+    ctx: &Context,
+    channel: &Channel,
+    metadata: serde_json::Value,
+) -> Result<(), Error> {
     let channels: Api<Channel> =
         Api::namespaced(ctx.client.clone(), &channel.namespace().unwrap_or_default());
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
+    let patch = serde_json::json!({ "metadata": metadata });
     channels
         .patch(&channel.name_any(), &params, &Patch::Merge(&patch))
         .await?;
@@ -211,17 +225,12 @@ async fn adopt(ctx: &Context, channel: &Channel, app: &App) -> Result<(), Error>
     reference.controller = Some(false);
     let mut references = channel.owner_references().to_vec();
     references.push(reference);
-    let patch = serde_json::json!({"metadata": {"ownerReferences": references}});
-    let channels: Api<Channel> =
-        Api::namespaced(ctx.client.clone(), &channel.namespace().unwrap_or_default());
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    channels
-        .patch(&channel.name_any(), &params, &Patch::Merge(&patch))
-        .await?;
-    Ok(())
+    patch_metadata(
+        ctx,
+        channel,
+        serde_json::json!({ "ownerReferences": references }),
+    )
+    .await
 }
 
 /// Publishes an Event on the channel; failing to publish is logged, never fatal.
