@@ -141,8 +141,10 @@ EOT
     --api-url "http://127.0.0.1:$API_PORT" --internal-token-file "$DIR/internal-token"
   wait_for edge 30 "http://127.0.0.1:$EDGE_ADMIN_PORT/readyz"
 
+  # The builder plan: its apps request half a core and 512 MiB, which a small local node can schedule (a pro app
+  # requests 4 cores).
   if ! psql -q "$db_url" -tc "SELECT 1 FROM users WHERE username = 'admin'" | grep -q 1; then
-    (umask 077 && "$BIN" admin create-user --username admin --plan pro --database-url "$db_url" >"$DIR/admin-token") \
+    (umask 077 && "$BIN" admin create-user --username admin --plan builder --database-url "$db_url" >"$DIR/admin-token") \
       || die "could not create the admin user"
   fi
   [ -s "$DIR/admin-token" ] || die "the admin user exists but its token is gone; start afresh with make down && make up"
