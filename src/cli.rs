@@ -34,7 +34,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve the hosting REST API (apps, channels, tokens, plans) and its OpenAPI document at /openapi.json.
     Api(crate::serve::ApiArgs),
-    /// Run the reconcilers that turn apps and channels into workloads, with /healthz, /readyz and /metrics.
+    /// Run the reconcilers that turn apps, channels and deploys into builds, workloads and routes, with /healthz,
+    /// /readyz and /metrics.
     Operator(crate::operator::OperatorArgs),
     /// Serve validating admission over TLS for the five kinds: the rules one object cannot check alone.
     Webhook(slipway_webhooks::WebhookArgs),
