@@ -447,10 +447,10 @@ async fn builds_beyond_the_slot_limit_wait_in_order() -> Result<()> {
         first,
         [
             BuildState::Building,
-            BuildState::Building,
-            BuildState::Queued { position: 1 }
+            BuildState::Queued { position: 1 },
+            BuildState::Queued { position: 2 }
         ],
-        "two slots"
+        "one slot"
     );
     for deploy in &deploys {
         built(f.settle(deploy, &web, CAP).await?);
@@ -458,7 +458,7 @@ async fn builds_beyond_the_slot_limit_wait_in_order() -> Result<()> {
     let waited = f.log(&deploys[2]).await?;
     eprintln!("deploy log of the third:\n{waited}");
     assert!(waited.starts_with(
-        "[build] queued: position 1 (2 builds running)\n[build] queue position 1: building "
+        "[build] queued: position 2 (1 build running)\n[build] queue position 1: building "
     ));
     assert_eq!(
         waited.matches("[build] queued").count(),

@@ -87,7 +87,8 @@ impl Platform {
         Ok((id, log))
     }
 
-    /// GET / of the channel's Service, from a pod.
+    /// GET / of the channel's Service, from a pod. kube-proxy on the node applies a Service's new endpoints a
+    /// moment after they change, so a refused connection right after a switch is tried again (a wrong answer is not).
     async fn page(&self, service: &str, tag: &str) -> Result<String> {
         let url = format!("http://{service}.{}.svc/", self.alice.namespace);
         run_pod(
@@ -95,8 +96,12 @@ impl Platform {
             self.probe_ns.name(),
             &format!("fetch-{tag}"),
             BUSYBOX,
-            &["timeout", "20", "wget", "-q", "-O", "-", &url],
-            Duration::from_secs(120),
+            &[
+                "sh",
+                "-c",
+                &format!("for i in 1 2 3 4 5; do timeout 20 wget -q -O - {url} && exit 0; sleep 2; done; exit 1"),
+            ],
+            Duration::from_secs(180),
         )
         .await
     }

@@ -1,9 +1,12 @@
 //! The running phase of an app or docker deploy: build the commit's image, start the new version beside the old
-//! one, wait for readiness, then switch the channel's Service to it, or discard it and keep the old version.
+//! one, wait for readiness, then switch the channel's Service to it (live once its endpoints hold only the new
+//! pods), or discard it and keep the old version.
 //! Each call reads where the deploy is from the cluster's objects and moves it one step, so a restarted operator
 //! resumes where the last one stopped.
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use slipway_crds::labels;
@@ -72,6 +75,10 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
         Rollout::Starting => Ok(Action::requeue(POLL)),
         Rollout::Ready(ready_by) => {
             workload::promote(ctx, &release).await?;
+            if !route_points_at(ctx, deploy).await? {
+                // The Service selects the new pods; its endpoints follow within moments.
+                return Ok(Action::requeue(POLL));
+            }
             go_live(ctx, scene, sha, Some(ready_by)).await?;
             Ok(Action::await_change())
         }
@@ -81,6 +88,31 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
             Ok(Action::await_change())
         }
     }
+}
+
+/// Whether the channel's route serves only the new version: every ready endpoint of its Service is a pod of
+/// `deploy`'s Deployment, and there is one. The edge routes from these EndpointSlices, so `currentSha` moves only
+/// once a request can no longer reach the old version.
+async fn route_points_at(ctx: &Context, deploy: &slipway_crds::Deploy) -> Result<bool, Error> {
+    let names = workload::Names::of(deploy)?;
+    let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let selector = format!("kubernetes.io/service-name={}", names.service);
+    let pod_prefix = format!("{}-", names.deployment);
+    let ready: Vec<bool> = slices
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .iter()
+        .flat_map(|slice| slice.endpoints.iter())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
+        .map(|e| {
+            e.target_ref
+                .as_ref()
+                .and_then(|r| r.name.as_deref())
+                .is_some_and(|pod| pod.starts_with(&pod_prefix))
+        })
+        .collect();
+    Ok(!ready.is_empty() && ready.iter().all(|ours| *ours))
 }
 
 /// The plan of the account that owns `namespace` (its `slipway.dev/plan` label).
