@@ -46,6 +46,11 @@ mkdir -p src dockerfile
 curl -fsS --retry 3 --retry-connrefused -o src.tar "$SLIPWAY_SOURCE_URL"
 tar -xf src.tar -C src --no-same-owner
 rm src.tar
+# BuildKit keeps one synced copy of each local source for every build and tells changed files by size and
+# modification time, and git archive stamps every file with the commit's time: a file of another commit with the
+# same size and second would be kept. Each file gets a time made from its content instead, so a changed file
+# always looks changed and an unchanged one keeps its cached layers.
+find src -type f -exec sh -c 'for f do h=$(sha256sum "$f" | cut -c1-14); s=$((1000000000 + 0x$(echo "$h" | cut -c1-7))); n=$(printf %09d $((0x$(echo "$h" | cut -c8-14)))); touch -m -d "@$s.$n" "$f"; done' sh {} +
 dockerfile_dir=/work/src
 if [ -n "${SLIPWAY_DOCKERFILE:-}" ]; then
   printf '%s' "$SLIPWAY_DOCKERFILE" >dockerfile/Dockerfile

@@ -39,8 +39,9 @@ use job::JobPhase;
 use registry::Registry;
 
 /// Builds that may run at once, cluster-wide. One: `buildctl` sessions carry no shared key of their own, so
-/// BuildKit keeps one snapshot per local source name (`context`, `dockerfile`) for all of them, and two builds
-/// syncing it at once can see each other's files. One after another, each sync brings it to exactly its own tree.
+/// BuildKit keeps one synced copy per local source name (`context`, `dockerfile`) for all of them; one build after
+/// another, each sync brings it to exactly its own tree (the build pod stamps files with content-derived times,
+/// see `job::SCRIPT`).
 pub const MAX_CONCURRENT_BUILDS: usize = 1;
 /// Deploy annotation recording a build refused before it was queued (its `[build]` line), so a repeated call
 /// answers without logging again.
