@@ -73,7 +73,8 @@ async fn timed_deploy(
 #[tokio::main]
 async fn main() -> Result<()> {
     let api = support::TestApi::start().await?;
-    let user = api.user("bench", "pro").await?;
+    // The builder plan: its apps request half a core, which a small node schedules (a pro app requests 4).
+    let user = api.user("bench", "builder").await?;
     api.start_operator(&user.namespace).await?;
     let mut lines = Vec::new();
     for (template, files) in [
