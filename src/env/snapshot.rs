@@ -48,6 +48,17 @@ fn place(deploy: Uuid, key: &str) -> Vec<u8> {
     format!("snapshot/{deploy}/{key}").into_bytes()
 }
 
+/// The value of one snapshot entry, in the clear.
+fn open_entry(ring: &Keyring, deploy: Uuid, e: &StoredEntry) -> anyhow::Result<String> {
+    let sealed = Sealed {
+        key_id: e.key_id.clone(),
+        bytes: STANDARD.decode(&e.sealed)?,
+    };
+    Ok(String::from_utf8(
+        ring.open(&sealed, &place(deploy, &e.key))?,
+    )?)
+}
+
 /// Records what `deploy` receives, once: a second call for the same deploy (an operator that restarted) keeps the
 /// first record, so a deploy always runs with the values of its start.
 pub async fn record(
@@ -105,15 +116,7 @@ pub async fn view(
     for e in stored {
         let value = match e.kind {
             Kind::Secret => None,
-            Kind::Env => {
-                let sealed = Sealed {
-                    key_id: e.key_id,
-                    bytes: STANDARD.decode(&e.sealed)?,
-                };
-                Some(String::from_utf8(
-                    ring.open(&sealed, &place(deploy, &e.key))?,
-                )?)
-            }
+            Kind::Env => Some(open_entry(ring, deploy, &e)?),
         };
         env.push(SnapshotEntryView {
             key: e.key,
@@ -147,11 +150,7 @@ pub async fn values(
     let stored: Vec<StoredEntry> = serde_json::from_value(entries)?;
     let mut values = Vec::with_capacity(stored.len());
     for e in stored {
-        let sealed = Sealed {
-            key_id: e.key_id,
-            bytes: STANDARD.decode(&e.sealed)?,
-        };
-        let value = String::from_utf8(ring.open(&sealed, &place(deploy, &e.key))?)?;
+        let value = open_entry(ring, deploy, &e)?;
         values.push((e.key, value));
     }
     Ok(Some(values))

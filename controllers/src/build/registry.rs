@@ -92,9 +92,27 @@ impl<'a> Registry<'a> {
         repository: &str,
         reference: &str,
     ) -> Result<Option<Manifest>, Error> {
+        let Some((url, res)) = self
+            .manifest(reqwest::Method::GET, repository, reference)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let manifest = res.json().await.map_err(|e| failed(&url, e))?;
+        Ok(Some(manifest))
+    }
+
+    /// A manifest request (GET or HEAD) accepting every manifest type; `None` when the registry has no such
+    /// manifest.
+    async fn manifest(
+        &self,
+        method: reqwest::Method,
+        repository: &str,
+        reference: &str,
+    ) -> Result<Option<(String, reqwest::Response)>, Error> {
         let url = self.url(&format!("{repository}/manifests/{reference}"));
         let res = http()
-            .get(&url)
+            .request(method, &url)
             .header(ACCEPT, MANIFEST_TYPES)
             .send()
             .await
@@ -103,8 +121,7 @@ impl<'a> Registry<'a> {
             return Ok(None);
         }
         let res = res.error_for_status().map_err(|e| failed(&url, e))?;
-        let manifest = res.json().await.map_err(|e| failed(&url, e))?;
-        Ok(Some(manifest))
+        Ok(Some((url, res)))
     }
 
     /// The image `reference` (a tag or digest) names in `repository`; an index resolves to its linux/amd64 image.
@@ -175,17 +192,12 @@ impl<'a> Registry<'a> {
 
     /// The digest of the manifest `reference` names, if it exists.
     pub async fn digest(&self, repository: &str, reference: &str) -> Result<Option<String>, Error> {
-        let url = self.url(&format!("{repository}/manifests/{reference}"));
-        let res = http()
-            .head(&url)
-            .header(ACCEPT, MANIFEST_TYPES)
-            .send()
-            .await
-            .map_err(|e| failed(&url, e))?;
-        if res.status() == StatusCode::NOT_FOUND {
+        let Some((_, res)) = self
+            .manifest(reqwest::Method::HEAD, repository, reference)
+            .await?
+        else {
             return Ok(None);
-        }
-        let res = res.error_for_status().map_err(|e| failed(&url, e))?;
+        };
         Ok(res
             .headers()
             .get("docker-content-digest")
