@@ -1,15 +1,18 @@
 # slipway — common tasks. `make help` lists them.
 SHELL := /usr/bin/env bash
 
-.PHONY: help up down test lint unit cluster-test e2e-test images crds bench build
+.PHONY: help up dev-up down test lint unit cluster-test e2e-test images image crds bench build
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-up: ## Bring up the local platform and print how to reach it
+up: ## Bring up the local cluster with slipway installed by its Helm chart, and print how to reach it
 	@hack/up.sh
 
-down: ## Stop the local platform (components, database, node and control plane)
+dev-up: ## Like up, but the components run as local processes from target/debug (quick to rebuild)
+	@hack/dev-up.sh
+
+down: ## Stop the local platform (the release, components, database, node and control plane)
 	@hack/platform.sh stop
 	@hack/postgres.sh stop
 	@hack/node.sh stop
@@ -29,8 +32,11 @@ cluster-test: ## Cluster tests only, against a fresh local control plane
 e2e-test: ## End-to-end tests only, against a fresh local single-node cluster
 	@hack/test.sh e2e
 
-images: ## Build the local images (pause, CoreDNS, busybox, warm-base stand-ins) if missing
+images: ## Build the local images (pause, CoreDNS, busybox, warm-base stand-ins, the slipway base) if missing
 	@hack/build-images.sh >/dev/null
+
+image: ## Build the slipway image and push it to the running node's registry
+	@eval "$$(hack/node.sh env)" && hack/slipway-image.sh "$$SLIPWAY_REGISTRY"
 
 crds: ## Regenerate the committed CRD YAML from the Rust types
 	cargo run --quiet -- crds --dir crds/yaml

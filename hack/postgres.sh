@@ -4,6 +4,10 @@
 #
 # usage: hack/postgres.sh start | stop | status | url
 #
+# Pods reach it too when SLIPWAY_PG_LISTEN names one more address to listen on (the host's end of the node's link)
+# and SLIPWAY_PG_CLIENTS the networks allowed to connect there (comma-separated CIDRs), with a password
+# (scram-sha-256): the chart-installed platform keeps its database here.
+#
 # Postgres refuses to run as root, so when run as root the server runs as the `postgres` user with its data under
 # /var/tmp (root's home is closed to other users). A start first stops whatever an earlier run left behind.
 set -euo pipefail
@@ -21,10 +25,23 @@ else
   as_pg() { "$@"; }
 fi
 URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
+EXTRA_LISTEN=${SLIPWAY_PG_LISTEN:-}
+CLIENTS=${SLIPWAY_PG_CLIENTS:-}
+LISTEN="127.0.0.1${EXTRA_LISTEN:+,$EXTRA_LISTEN}"
 
 log() { printf '[postgres %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-ready() { [ -n "$PG_BIN" ] && "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" 2>/dev/null; }
+ready() { [ -n "$PG_BIN" ] && "$PG_BIN/pg_isready" -q -h "${1:-127.0.0.1}" -p "$PG_PORT" 2>/dev/null; }
+
+# Lets the networks in $CLIENTS connect with a password; the loopback keeps trust.
+allow_clients() {
+  local cidr hba="$PG_DIR/data/pg_hba.conf"
+  for cidr in ${CLIENTS//,/ }; do
+    grep -q "^host all all $cidr scram-sha-256" "$hba" || echo "host all all $cidr scram-sha-256" >>"$hba"
+  done
+}
+
+pg_options() { echo "-h $LISTEN -p $PG_PORT -k $PG_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"; }
 
 stop() {
   if [ -n "$PG_BIN" ] && [ -f "$PG_DIR/data/postmaster.pid" ]; then
@@ -36,17 +53,24 @@ stop() {
 
 start() {
   [ -n "$PG_BIN" ] || { log "ERROR: Debian's postgresql is not installed (hack/install-deps.sh installs it)"; exit 1; }
-  if ready && [ -d "$PG_DIR/data" ]; then log "already running on 127.0.0.1:$PG_PORT (reused)"; echo "$URL"; return; fi
+  if ready && [ -d "$PG_DIR/data" ]; then
+    if [ -n "$EXTRA_LISTEN" ] && ! ready "$EXTRA_LISTEN"; then
+      log "restarting to listen on $EXTRA_LISTEN as well"
+      allow_clients
+      as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 -o "$(pg_options)" restart >/dev/null
+    fi
+    log "already running on $LISTEN:$PG_PORT (reused)"; echo "$URL"; return
+  fi
   stop
   mkdir -p "$PG_DIR"
   [ "$(id -u)" -ne 0 ] || chown postgres:postgres "$PG_DIR"
   log "initdb $($PG_BIN/postgres --version | awk '{print $3}') in $PG_DIR"
   as_pg "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 >"$PG_DIR/initdb.log" 2>&1 \
     || { cat "$PG_DIR/initdb.log" >&2; exit 1; }
-  as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 \
-    -o "-h 127.0.0.1 -p $PG_PORT -k $PG_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+  allow_clients
+  as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 -o "$(pg_options)" \
     start >/dev/null || { tail -n 30 "$PG_DIR/server.log" >&2; log "ERROR: postgres failed to start"; exit 1; }
-  log "ready on 127.0.0.1:$PG_PORT"
+  log "ready on $LISTEN:$PG_PORT"
   echo "$URL"
 }
 

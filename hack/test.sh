@@ -40,7 +40,9 @@ cargo_test() {
 HELM=$("$HACK/build-helm.sh")
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
+timings=("setup (parts built or found) $((SECONDS - started))s")
 for tier in "${tiers[@]}"; do
+  tier_started=$SECONDS
   case "$tier" in
     lint)
       log "tier lint: rustfmt, clippy, helm lint"
@@ -74,19 +76,39 @@ for tier in "${tiers[@]}"; do
         export SLIPWAY_RUN="$TEST_RUN/e2e" SLIPWAY_ETCD_PORT=$((ETCD_PORT + 2)) SLIPWAY_APISERVER_PORT=$((APISERVER_PORT + 1))
         export SLIPWAY_NODE_SLOT=${SLIPWAY_TEST_NODE_SLOT:-1}
         export SLIPWAY_PG_PORT=$((${SLIPWAY_TEST_PG_PORT:-25432} + 1))
-        trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop' EXIT
+        trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop; rm -rf "$SLIPWAY_RUN/platform"' EXIT
         "$HACK/node.sh" start
         eval "$("$HACK/node.sh" env)"
-        SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
+        # Pods reach this Postgres too: the chart-installed platform keeps its database here.
+        SLIPWAY_TEST_DATABASE_URL=$(SLIPWAY_PG_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_PG_CLIENTS=$SLIPWAY_POD_CIDR "$HACK/postgres.sh" start)
         export SLIPWAY_TEST_DATABASE_URL
         export SLIPWAY_KUBECONFIG="$KUBECONFIG" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
-        cargo_test -p slipway --locked --test 'e2e_*'
+        # 1. The platform as it ships: the chart installed from the image built here, used over its addresses;
+        #    then upgraded under load and uninstalled (its tests run in that order).
+        log "e2e: the platform installed by its chart"
+        rm -rf "$SLIPWAY_RUN/platform"
+        "$HACK/install.sh" install
+        eval "$("$HACK/install.sh" env)"
+        cargo_test -p slipway --locked --test e2e_platform
+        cargo_test -p slipway --locked --test e2e_platform_upgrade
+        "$HACK/install.sh" uninstall
+        # 2. The components run in the test process, for the tests that reach inside them (stop an operator
+        #    mid-deploy, read the edge's metrics, drive the build and run steps directly).
+        log "e2e: components in the test process"
+        in_process=()
+        for f in tests/e2e_*.rs; do
+          name=$(basename "$f" .rs)
+          case "$name" in e2e_platform*) ;; *) in_process+=(--test "$name") ;; esac
+        done
+        cargo_test -p slipway --locked "${in_process[@]}"
       )
       ;;
     *) echo "unknown tier: $tier (lint, unit, cluster, e2e)" >&2; exit 2 ;;
   esac
+  timings+=("$tier $((SECONDS - tier_started))s")
 done
 
 log "all tiers passed (${tiers[*]}) in $((SECONDS - started))s"
+printf 'time per tier: %s\n' "$(IFS=,; echo "${timings[*]}" | sed 's/,/, /g')"
 awk '/^test result: / { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$results"

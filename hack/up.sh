@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Brings up the local platform: builds what is missing, starts a single-node Kubernetes cluster on this machine
-# (hack/node.sh: control plane, kubelet, containerd, CNI, kube-proxy, CoreDNS, registry, BuildKit), installs the
-# CRDs, runs the platform's components (hack/platform.sh) and prints the API URL and an admin token. Run it again
-# to reuse what is running; `make down` stops it.
+# (hack/node.sh: control plane, kubelet, containerd, CNI, kube-proxy, CoreDNS, registry, BuildKit), installs slipway
+# on it with the Helm chart from the locally built image (hack/install.sh) and prints the addresses and an admin
+# token. Run it again to reuse what is running and upgrade the release to the current code; `make down` stops it.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
@@ -13,43 +13,36 @@ LOG_TAG=up
 "$HACK/install-deps.sh"
 "$HACK/node.sh" start
 eval "$("$HACK/node.sh" env)"
-
-log "building slipway"
-cargo build --quiet --locked --bin slipway
-target/debug/slipway crds | kubectl apply --server-side --force-conflicts -f - >&2
-kubectl wait --for=condition=Established --timeout=60s -f crds/yaml/ >&2
-read -r API_URL ADMIN_TOKEN EDGE_URL < <("$HACK/platform.sh" start)
+"$HACK/install.sh" install
+eval "$("$HACK/install.sh" env)"
+API=$SLIPWAY_PLATFORM_API EDGE=$SLIPWAY_PLATFORM_EDGE TOKEN=$SLIPWAY_PLATFORM_ADMIN_TOKEN
+SSH_HOST=${SLIPWAY_PLATFORM_SSH%:*} SSH_PORT=${SLIPWAY_PLATFORM_SSH##*:}
 
 cat <<EOT
 
-slipway is up: a single-node Kubernetes $KUBE_VERSION cluster on this machine with the slipway.dev CRDs, and the
-webhook, the operator, the API and the edge running as local processes. The node runs pods from the local registry
-$SLIPWAY_REGISTRY (which also serves the warm bases node:22-slim, python:3.13-slim and debian:trixie-slim) and
-builds images with BuildKit.
+slipway is up: a single-node Kubernetes $KUBE_VERSION cluster on this machine with slipway installed by its Helm
+chart (release slipway in namespace slipway-system) from the image $SLIPWAY_REGISTRY/slipway/slipway, built here.
+The platform database is this machine's Postgres; builds run on the node's BuildKit and push to its registry
+$SLIPWAY_REGISTRY (which also serves the warm bases node:22-slim, python:3.13-slim and debian:trixie-slim).
 
-  API:          $API_URL   (OpenAPI document at $API_URL/openapi.json)
-  admin token:  $ADMIN_TOKEN
-  edge:         $EDGE_URL   (serves every channel host: <app>-admin.${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost})
+  API:          $API   (OpenAPI document at $API/openapi.json)
+  admin token:  $TOKEN
+  edge:         $EDGE   (serves every channel host: <app>-admin.$SLIPWAY_PLATFORM_APP_DOMAIN)
+  git over SSH: $SLIPWAY_PLATFORM_SSH
 
-  curl -s -H "Authorization: Bearer $ADMIN_TOKEN" -H 'content-type: application/json' -d '{"name":"blog"}' $API_URL/apps
-  curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $API_URL/apps
+  curl -s -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{"name":"blog"}' $API/apps
+  curl -s -H "Authorization: Bearer $TOKEN" $API/apps
 
-  # after a deploy (POST $API_URL/apps/<id>/channels/<id>/deploy), the prod channel answers on the edge:
-  curl -s -H 'Host: blog-admin.${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost}' $EDGE_URL/
+  # after a deploy (POST $API/apps/<id>/channels/<id>/deploy), the prod channel answers on the edge:
+  curl -s -H 'Host: blog-admin.$SLIPWAY_PLATFORM_APP_DOMAIN' $EDGE/
 
-  git clone http://admin:$ADMIN_TOKEN@${API_URL#http://}/admin/blog.git     # the token is the password
-  git clone ssh://git@127.0.0.1:${SLIPWAY_SSH_PORT:-18022}/admin/blog.git   # after POST /ssh-keys with your public key
+  git clone http://admin:$TOKEN@${API#http://}/admin/blog.git     # the token is the password
+  git clone ssh://git@$SSH_HOST:$SSH_PORT/admin/blog.git   # after POST /ssh-keys with your public key
 
   export KUBECONFIG=$KUBECONFIG
-  export PATH=$KUBE_DIR/bin:$SLIPWAY_CACHE/buildkit-$BUILDKIT_VERSION/bin:\$PATH
-  kubectl get nodes,pods -A
+  export PATH=$KUBE_DIR/bin:\$PATH
+  kubectl get pods -n slipway-system
   kubectl get slipway -A
-
-Build and run an image:
-  export BUILDKIT_HOST=$BUILDKIT_HOST
-  buildctl build --frontend dockerfile.v0 --local context=. --local dockerfile=. \\
-    --output type=image,name=$SLIPWAY_REGISTRY/demo/app:1,push=true,registry.insecure=true
-  kubectl create deployment app -n demo --image=$SLIPWAY_REGISTRY/demo/app:1
 
 Stop it with: make down
 EOT

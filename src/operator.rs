@@ -55,6 +55,15 @@ pub struct OperatorArgs {
     /// The image build Jobs run (curl and buildctl), e.g. `<registry>/slipway/builder:<buildkit version>`.
     #[arg(long, env = "SLIPWAY_BUILDER_IMAGE")]
     pub builder_image: String,
+    /// Bind a ClusterRole to a ServiceAccount in every tenant namespace: CLUSTERROLE=NAMESPACE/SERVICEACCOUNT
+    /// (repeat the flag, or separate with commas). This is how the platform's components get rights inside users'
+    /// namespaces (Secrets among them) without holding them cluster-wide; the Helm chart passes its two grants.
+    #[arg(
+        long = "tenant-grant",
+        env = "SLIPWAY_TENANT_GRANTS",
+        value_delimiter = ','
+    )]
+    pub tenant_grants: Vec<slipway_controllers::tenancy::TenantGrant>,
 }
 
 /// The readiness sidecar's image unless told otherwise.
@@ -83,13 +92,14 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         buildkit_addr: args.buildkit_addr,
         probe_image: args.probe_image,
         builder_image: args.builder_image,
+        tenant_grants: args.tenant_grants,
     };
     let ctx = Arc::new(Context::new(client, config, metrics));
     let addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("listen on {addr}"))?;
-    let admin = axum::serve(listener, admin_router(Arc::new(registry)))
+    let admin = axum::serve(listener, admin_router(Arc::new(registry), || true))
         .with_graceful_shutdown(crate::serve::shutdown_signal());
     tracing::info!(%addr, "operator running; admin endpoints on /healthz, /readyz, /metrics");
     let elector = args.lease_namespace.as_deref().map(|ns| {
@@ -125,11 +135,26 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     }
 }
 
-/// /healthz, /readyz and /metrics.
-pub fn admin_router(registry: Arc<Registry>) -> Router {
+/// /healthz, /readyz (200 while `ready` says so, else 503) and /metrics.
+pub fn admin_router(
+    registry: Arc<Registry>,
+    ready: impl Fn() -> bool + Clone + Send + Sync + 'static,
+) -> Router {
     Router::new()
         .route("/healthz", get(|| std::future::ready("ok")))
-        .route("/readyz", get(|| std::future::ready("ok")))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready();
+                async move {
+                    if ready {
+                        (axum::http::StatusCode::OK, "ok")
+                    } else {
+                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                    }
+                }
+            }),
+        )
         .route(
             "/metrics",
             get(move || {

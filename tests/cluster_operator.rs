@@ -32,6 +32,7 @@ fn start_operator(client: kube::Client, namespace: &str) -> tokio::task::JoinHan
         buildkit_addr: "tcp://127.0.0.1:9".into(),
         probe_image: "busybox".into(),
         builder_image: "127.0.0.1:9/slipway/builder:unused".into(),
+        tenant_grants: Vec::new(),
     };
     let ctx = Arc::new(Context::new(client, config, metrics));
     tokio::spawn(async move {

@@ -120,6 +120,7 @@ impl Tenant {
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
+            tenant_grants: Vec::new(),
         };
         let mut metrics_registry = prometheus_client::registry::Registry::default();
         let metrics = slipway_controllers::run::Metrics::register(&mut metrics_registry);

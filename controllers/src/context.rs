@@ -24,6 +24,9 @@ pub struct OperatorConfig {
     pub probe_image: String,
     /// The image build Jobs run: curl and buildctl (see `hack/build-images.sh builder`).
     pub builder_image: String,
+    /// ClusterRoles bound to the platform's ServiceAccounts in every tenant namespace (empty: none are kept, as
+    /// when the components run with cluster-wide rights).
+    pub tenant_grants: Vec<crate::tenancy::TenantGrant>,
 }
 
 /// Shared state of the reconcilers.

@@ -12,6 +12,7 @@ pub mod leader;
 pub mod platform_api;
 pub mod run;
 mod status;
+pub mod tenancy;
 pub mod workload;
 
 pub use context::{Context, OperatorConfig};

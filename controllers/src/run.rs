@@ -217,6 +217,27 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         )
         .for_each(|_| futures::future::ready(()));
 
-    tokio::join!(app_controller, channel_controller, deploy_controller);
+    // Grants in tenant namespaces, when the operator runs with them (the chart's least-privilege RBAC).
+    let tenancy_controller = async {
+        if ctx.config.tenant_grants.is_empty() || ctx.config.namespace.is_some() {
+            return;
+        }
+        crate::tenancy::controller(&client)
+            .shutdown_on_signal()
+            .run(
+                |o, c| timed("Namespace", o, c, crate::tenancy::reconcile),
+                error_policy,
+                ctx.clone(),
+            )
+            .for_each(|_| futures::future::ready(()))
+            .await;
+    };
+
+    tokio::join!(
+        app_controller,
+        channel_controller,
+        deploy_controller,
+        tenancy_controller
+    );
     Ok(())
 }

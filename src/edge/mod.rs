@@ -114,6 +114,9 @@ pub struct EdgeConfig {
 
 /// A running edge: the routing table and what answers requests.
 pub struct Edge {
+    /// Set once the static sites of the first routing table are loaded: a new replica takes traffic only then, so a
+    /// rollout never sends a reader to a replica that would make them wait for (or fail on) a load.
+    warm: std::sync::atomic::AtomicBool,
     table: ArcSwap<RouteTable>,
     sites: SiteCache,
     proxy: Proxy,
@@ -132,6 +135,7 @@ impl Edge {
     ) -> anyhow::Result<(Arc<Self>, Vec<JoinHandle<()>>)> {
         let metrics = EdgeMetrics::register(registry);
         let edge = Arc::new(Self {
+            warm: std::sync::atomic::AtomicBool::new(false),
             table: ArcSwap::from_pointee(RouteTable::default()),
             sites: SiteCache::new(PlatformApi::new(config.platform), config.max_site_bytes),
             proxy: Proxy::new(&config.proxy),
@@ -144,10 +148,40 @@ impl Edge {
             watch::Caches::start(&client, config.namespace.as_deref(), &changed).await?;
         // The first table before any listener, so every existing host is known when serving starts; the builder
         // then builds it again at once and starts loading the static sites it names.
-        edge.rebuild(&caches.objects());
+        let first = edge.rebuild(&caches.objects());
         changed.notify_one();
         tasks.push(watch::spawn_builder(edge.clone(), caches, changed));
+        tokio::spawn(Self::warm_up(edge.clone(), first));
         Ok((edge, tasks))
+    }
+
+    /// Whether the edge is ready for traffic: its first table's static sites are loaded.
+    pub fn is_warm(&self) -> bool {
+        self.warm.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Loads `sites` (retrying while the API server cannot answer; a site that can never load is given up on, as
+    /// requests to it answer an error page either way), then marks the edge warm.
+    async fn warm_up(edge: Arc<Self>, sites: Vec<SiteKey>) {
+        for key in sites {
+            loop {
+                match edge.sites.get(&key).await {
+                    Ok(_) => break,
+                    Err(site::LoadError::Fetch(
+                        slipway_controllers::platform_api::PlatformError::Unavailable(e),
+                    )) => {
+                        tracing::info!(app_id = %key.app_id, sha = %key.sha, error = %e, "waiting to load a static site before serving");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(app_id = %key.app_id, sha = %key.sha, error = %e, "a static site cannot load");
+                        break;
+                    }
+                }
+            }
+        }
+        edge.warm.store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!("static sites loaded; ready");
     }
 
     /// Builds and installs the table for `objects`; returns the static sites it waits for.
@@ -218,11 +252,15 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
     let admin_listener = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("listen on {admin_addr}"))?;
+    let ready = {
+        let edge = edge.clone();
+        move || edge.is_warm()
+    };
+    // The admin server runs until the process ends: the HTTP servers decide when that is, once they have drained.
     let admin = axum::serve(
         admin_listener,
-        crate::operator::admin_router(Arc::new(registry)),
-    )
-    .with_graceful_shutdown(crate::serve::shutdown_signal());
+        crate::operator::admin_router(Arc::new(registry), ready),
+    );
     tracing::info!(%admin_addr, "admin endpoints on /healthz, /readyz, /metrics");
     let servers = futures::future::select_all(servers);
     let watch_tasks = futures::future::select_all(tasks);

@@ -25,7 +25,11 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The path prefix the platform answers on every channel host.
 const SVC_AUTH: &str = "/svc-auth";
 
-/// Serves `listener` until `shutdown` resolves; connections in flight finish on their own.
+/// Longest wait, once told to stop, for open connections to finish the requests they are in.
+const DRAIN_LIMIT: Duration = Duration::from_secs(20);
+
+/// Serves `listener` until `shutdown` resolves, then stops accepting and lets every open connection finish the
+/// request it is in (idle keep-alive connections close at once), for at most [`DRAIN_LIMIT`].
 pub async fn serve(
     edge: Arc<Edge>,
     listener: TcpListener,
@@ -33,6 +37,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     tokio::pin!(shutdown);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let connections = tokio_util::task::TaskTracker::new();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -44,27 +50,48 @@ pub async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
         let edge = edge.clone();
-        tokio::spawn(async move {
+        let mut stopping = stopping.clone();
+        connections.spawn(async move {
             let service = service_fn(move |req| {
                 let edge = edge.clone();
                 async move { Ok::<_, std::convert::Infallible>(handle(&edge, req, peer, scheme).await) }
             });
-            let served = http1::Builder::new()
+            let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
                 .keep_alive(true)
                 .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades()
-                .await;
+                .with_upgrades();
+            tokio::pin!(conn);
+            let served = tokio::select! {
+                served = conn.as_mut() => served,
+                _ = stopping.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
             if let Err(e) = served {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
         });
     }
+    drop(listener);
+    let _ = stop.send(true);
+    connections.close();
+    if tokio::time::timeout(DRAIN_LIMIT, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = connections.len(),
+            "connections still open after the drain limit"
+        );
+    }
+    Ok(())
 }
 
 /// The host a request names: its `Host` header, else the authority of an absolute request target.

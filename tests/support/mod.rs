@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod git;
+pub mod platform;
 
 use std::path::PathBuf;
 
@@ -296,6 +297,7 @@ impl TestApi {
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
+            tenant_grants: Vec::new(),
         })
     }
 
@@ -333,6 +335,7 @@ impl TestApi {
             buildkit_addr: "tcp://127.0.0.1:9".into(),
             probe_image: "127.0.0.1:9/unused".into(),
             builder_image: "127.0.0.1:9/unused".into(),
+            tenant_grants: Vec::new(),
         };
         Ok(self.run_operator(config))
     }

@@ -38,10 +38,10 @@ the chart from database.url, or by hand).
 {{- end }}
 
 {{/*
-Claim holding the git repositories.
+Claim holding the api's data: the git repositories (<dataDir>/repos) and the SSH host key (<dataDir>/ssh).
 */}}
-{{- define "slipway.api.reposClaimName" -}}
-{{- default (printf "%s-repos" (include "slipway.api.fullname" .) | trunc 63 | trimSuffix "-") .Values.api.persistence.existingClaim }}
+{{- define "slipway.api.dataClaimName" -}}
+{{- default (printf "%s-data" (include "slipway.api.fullname" .) | trunc 63 | trimSuffix "-") .Values.api.persistence.existingClaim }}
 {{- end }}
 
 {{/*
@@ -52,16 +52,68 @@ Name of the Secret holding the env keyring (lines of "<key-id> <base64 32-byte k
 {{- end }}
 
 {{/*
-Name of the Secret holding the internal token the api, the operator and the edge share (the api's /internal/v1
-routes, and the key that signs build pods' source URLs).
+Name of the Secret holding the key that signs build pods' one-commit source URLs. Only the api mounts it: it signs
+the URLs (on the operator's request) and checks them.
 */}}
-{{- define "slipway.internalTokenSecretName" -}}
-{{- printf "%s-internal-token" (include "slipway.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- define "slipway.buildSourceKeySecretName" -}}
+{{- printf "%s-build-source-key" (include "slipway.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{/*
-URL of the api inside the cluster, which the operator and build pods use.
+The audience of the ServiceAccount tokens the operator and the edge present on the api's internal listener. A token
+minted for this audience is useless against the Kubernetes API, and the api accepts no other.
+*/}}
+{{- define "slipway.internalAudience" -}}
+slipway-internal
+{{- end }}
+
+{{/*
+A projected volume holding the pod's ServiceAccount token for the api's internal listener (rotated by the kubelet).
+*/}}
+{{- define "slipway.internalTokenVolume" -}}
+- name: internal-token
+  projected:
+    defaultMode: 0444
+    sources:
+      - serviceAccountToken:
+          audience: {{ include "slipway.internalAudience" . }}
+          expirationSeconds: 3600
+          path: token
+{{- end }}
+
+{{/*
+Name of the api's internal Service: the /internal/v1 listener, reachable only inside the cluster.
+*/}}
+{{- define "slipway.api.internalServiceName" -}}
+{{- printf "%s-internal" (include "slipway.api.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+URL of the api's internal listener, which the operator, the edge and build pods use.
 */}}
 {{- define "slipway.api.internalUrl" -}}
-{{- printf "http://%s.%s.svc:%v" (include "slipway.api.fullname" .) .Release.Namespace .Values.api.port }}
+{{- printf "http://%s.%s.svc:%v" (include "slipway.api.internalServiceName" .) .Release.Namespace .Values.api.internalPort }}
+{{- end }}
+
+{{/*
+Names of the ClusterRoles the operator binds in every tenant namespace (rights there, never cluster-wide).
+*/}}
+{{- define "slipway.operator.tenantRoleName" -}}
+{{- printf "%s-tenant" (include "slipway.operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "slipway.api.tenantRoleName" -}}
+{{- printf "%s-tenant" (include "slipway.api.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The callers of the api's internal listener, ROLE=NAMESPACE/SERVICEACCOUNT: the operator may call every internal
+route, the edge only reads static sites' files.
+*/}}
+{{- define "slipway.api.internalCallers" -}}
+{{- $callers := list (printf "operator=%s/%s" .Release.Namespace (include "slipway.serviceAccountName" .)) }}
+{{- if .Values.edge.enabled }}
+{{- $callers = append $callers (printf "edge=%s/%s" .Release.Namespace (include "slipway.edge.serviceAccountName" .)) }}
+{{- end }}
+{{- join "," $callers }}
 {{- end }}

@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, Secret,
-    SecretEnvSource, SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, Lifecycle,
+    LifecycleHandler, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
+    SeccompProfile, Secret, SecretEnvSource, SecurityContext, Service, ServicePort, ServiceSpec,
+    SleepAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -249,9 +250,23 @@ fn app_container(release: &Release<'_>, names: &Names) -> Container {
         resources: Some(app_resources(release.plan)),
         security_context: Some(restricted_container()),
         volume_mounts: Some(vec![tmp_mount(false)]),
+        // A replaced version keeps serving for a moment after it leaves the Service's endpoints, until every edge
+        // has stopped sending it requests; only then is the process told to stop.
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction {
+                    seconds: DRAIN_SECONDS,
+                }),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
         ..Container::default()
     }
 }
+
+/// Seconds a replaced app container keeps serving before it is stopped (see [`app_container`]).
+pub const DRAIN_SECONDS: i64 = 5;
 
 /// The deploy's Deployment: one replica of the user's image beside the readiness sidecar, labelled with the
 /// deploy so the channel's Service can be pointed at it once it is ready, and owned by the channel.

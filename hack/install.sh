@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# Installs slipway on the local node the way a platform team installs it on theirs: the slipway image (built here,
+# pushed to the node's registry) and the Helm chart, with the parts a platform team brings itself given as values:
+# the platform database (Debian's Postgres on this machine, reached by pods on the host's end of the node's link),
+# the registry and BuildKit (the node's own). Git repositories live on a PersistentVolume this script provides (a
+# host directory), the chart's claim binds it. The API, git over SSH and the edge are NodePort Services on the
+# node's address.
+#
+# usage: hack/install.sh install          build the image, install or upgrade the release, create the admin user,
+#                                         write the addresses to <state>/platform/env and print them
+#        hack/install.sh upgrade TAG      rebuild the image under TAG and `helm upgrade` the release to it
+#        hack/install.sh uninstall        `helm uninstall` the release (keeps what the chart README says it keeps)
+#        hack/install.sh env              print the exports of the addresses (after install)
+#
+# Needs a running node (hack/node.sh start) with the same SLIPWAY_RUN and SLIPWAY_NODE_SLOT.
+set -euo pipefail
+HACK=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HACK/.." && pwd)
+source "$HACK/versions.sh"
+source "$HACK/lib.sh"
+LOG_TAG=install
+
+SLIPWAY_RUN=${SLIPWAY_RUN:-$SLIPWAY_CACHE/run}
+DIR="$SLIPWAY_RUN/platform"
+eval "$("$HACK/node.sh" env)"
+HELM=$("$HACK/build-helm.sh")
+RELEASE=slipway
+NAMESPACE=slipway-system
+APP_DOMAIN=${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost}
+GIT_HOST=${SLIPWAY_GIT_HOST:-git.slipway.localhost}
+# Node ports of the API (REST and git over HTTP), git over SSH and the edge.
+API_NODE_PORT=30080
+SSH_NODE_PORT=30022
+EDGE_NODE_PORT=30000
+SLOT=${SLIPWAY_NODE_SLOT:-0}
+
+helm() { "$HELM" --kubeconfig "$KUBECONFIG" "$@"; }
+
+# The platform database on this machine's Postgres, with a role of its own that pods reach with a password.
+database_url() {
+  local admin password
+  admin=$(SLIPWAY_PG_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_PG_CLIENTS="$SLIPWAY_POD_CIDR" "$HACK/postgres.sh" start)
+  mkdir -p "$DIR"
+  [ -s "$DIR/db-password" ] || (umask 077 && openssl rand -hex 24 >"$DIR/db-password")
+  password=$(cat "$DIR/db-password")
+  psql -q "$admin" -v ON_ERROR_STOP=1 -v pw="$password" >/dev/null <<'SQL'
+SELECT format('CREATE ROLE slipway LOGIN PASSWORD %L', :'pw') WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'slipway') \gexec
+ALTER ROLE slipway PASSWORD :'pw';
+SELECT 'CREATE DATABASE slipway OWNER slipway' WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'slipway') \gexec
+SQL
+  local port=${admin##*:}; port=${port%%/*}
+  echo "postgres://slipway:$password@$SLIPWAY_NODE_HOST_IP:$port/slipway"
+}
+
+# A PersistentVolume for the api's data claim: a host directory owned by the uid the chart runs the api as.
+data_volume() {
+  local path="$DIR/data" claim="$RELEASE-api-data"
+  mkdir -p "$path"
+  chown 65532:65532 "$path"
+  kubectl apply --server-side --force-conflicts -f - >/dev/null <<EOT
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: slipway-data-slot$SLOT
+  labels:
+    app.kubernetes.io/part-of: slipway-local
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: slipway-local
+  claimRef: {namespace: $NAMESPACE, name: $claim}
+  hostPath: {path: $path, type: Directory}
+EOT
+  # A claim deleted and made again (reinstall) finds the volume Released; free it for the new claim.
+  if [ "$(kubectl get pv "slipway-data-slot$SLOT" -o jsonpath='{.status.phase}')" = Released ]; then
+    kubectl patch pv "slipway-data-slot$SLOT" --type=json -p '[{"op":"remove","path":"/spec/claimRef/uid"}]' >/dev/null
+  fi
+}
+
+values() { # image-ref
+  local image=$1
+  cat <<EOT
+appDomain: $APP_DOMAIN
+gitHost: $GIT_HOST
+image:
+  repository: ${image%:*}
+  tag: ${image##*:}
+database:
+  existingSecret: slipway-database
+build:
+  registry: $SLIPWAY_REGISTRY
+  buildkitAddr: $SLIPWAY_BUILDKIT_ADDR
+  builderImage: $SLIPWAY_BUILDER_IMAGE
+  probeImage: $SLIPWAY_PROBE_IMAGE
+api:
+  service:
+    type: NodePort
+    nodePorts: {http: $API_NODE_PORT, ssh: $SSH_NODE_PORT}
+  persistence:
+    storageClass: slipway-local
+    size: 10Gi
+edge:
+  service:
+    type: NodePort
+    nodePort: $EDGE_NODE_PORT
+EOT
+}
+
+# Runs helm and, when the release does not become ready, says which pod held it up and why.
+helm_or_explain() {
+  if ! helm "$@"; then
+    kubectl -n "$NAMESPACE" get pods -o wide >&2 || true
+    kubectl -n "$NAMESPACE" get events --sort-by=.lastTimestamp 2>/dev/null | tail -n 20 >&2 || true
+    for pod in $(kubectl -n "$NAMESPACE" get pods -o name 2>/dev/null); do
+      kubectl -n "$NAMESPACE" logs "$pod" --all-containers --tail=15 2>/dev/null | sed "s|^|$pod: |" >&2 || true
+    done
+    die "helm $1 of $RELEASE did not complete"
+  fi
+}
+
+write_env() {
+  cat >"$DIR/env" <<EOT
+export SLIPWAY_PLATFORM_API=http://$SLIPWAY_NODE_IP:$API_NODE_PORT
+export SLIPWAY_PLATFORM_EDGE=http://$SLIPWAY_NODE_IP:$EDGE_NODE_PORT
+export SLIPWAY_PLATFORM_SSH=$SLIPWAY_NODE_IP:$SSH_NODE_PORT
+export SLIPWAY_PLATFORM_APP_DOMAIN=$APP_DOMAIN
+export SLIPWAY_PLATFORM_NAMESPACE=$NAMESPACE
+export SLIPWAY_PLATFORM_RELEASE=$RELEASE
+export SLIPWAY_PLATFORM_ADMIN_TOKEN=$(cat "$DIR/admin-token")
+EOT
+}
+
+install() {
+  local url image
+  url=$(database_url)
+  image=$("$HACK/slipway-image.sh" "$SLIPWAY_REGISTRY")
+  # Helm installs a chart's CRDs on first install only; applying them first keeps them current on upgrades too.
+  kubectl apply --server-side --force-conflicts -f "$ROOT/charts/slipway/crds/" >/dev/null
+  kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n "$NAMESPACE" create secret generic slipway-database --from-literal=url="$url" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  data_volume
+  values "$image" >"$DIR/values.yaml"
+  log "helm upgrade --install $RELEASE ($image)"
+  helm_or_explain upgrade --install "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" \
+    --values "$DIR/values.yaml" --wait --timeout 5m >/dev/null
+  # The first user, made the way the chart's notes say: `slipway admin create-user` run in the api pod. The builder
+  # plan's apps request half a core and 512 MiB, which a small local node can schedule (a pro app asks 4 cores).
+  if [ ! -s "$DIR/admin-token" ]; then
+    (umask 077 && kubectl -n "$NAMESPACE" exec "deploy/$RELEASE-api" -- \
+      slipway admin create-user --username admin --plan builder >"$DIR/admin-token") ||
+      die "could not create the admin user (if it exists from an earlier install, its token is gone: make down && make up)"
+  fi
+  write_env
+  log "installed: $(kubectl -n "$NAMESPACE" get pods --no-headers | wc -l) pods in $NAMESPACE"
+}
+
+upgrade() { # tag
+  local image
+  image=$("$HACK/slipway-image.sh" "$SLIPWAY_REGISTRY" "$1")
+  log "helm upgrade $RELEASE to $image"
+  helm_or_explain upgrade "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" --reuse-values \
+    --set "image.tag=${image##*:}" --wait --timeout 5m >/dev/null
+}
+
+case "${1:-}" in
+  install) install ;;
+  upgrade) upgrade "${2:?usage: hack/install.sh upgrade TAG}" ;;
+  uninstall)
+    helm uninstall "$RELEASE" --namespace "$NAMESPACE" --wait --ignore-not-found >/dev/null
+    log "uninstalled $RELEASE"
+    ;;
+  env) cat "$DIR/env" ;;
+  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac

@@ -1,0 +1,348 @@
+//! The platform as it ships, end to end: slipway installed on the test node by its Helm chart from the locally built
+//! image (`hack/install.sh`, run by `hack/test.sh e2e` before these tests), used the way a user uses it. Every
+//! component runs as pods under the chart's ServiceAccounts and RBAC, so a missing verb or a wrong value fails here:
+//! git over HTTP and SSH, a static and an `app` deploy going live through the edge, admission through `kubectl
+//! apply`, the internal listener answering only the callers it knows, and no component holding Secrets
+//! cluster-wide.
+
+// Fixture helpers panic on a malformed response: in a test that is the failure to report.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use anyhow::Result;
+use serde_json::{Value, json};
+use support::git::{Workspace, http_remote};
+use support::platform::{Installed, kubectl, kubectl_run, service_account_token};
+
+/// A web server that answers GET / with its version and the uid it runs as.
+const SERVER: &str = r#"import os, http.server
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = "version={} uid={}\n".format(open("/app/VERSION").read().strip(), os.getuid()).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+http.server.HTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Handler).serve_forever()
+"#;
+
+#[tokio::test]
+async fn every_component_runs_from_the_locally_built_image() -> Result<()> {
+    let platform = Installed::from_env()?;
+    let pods: Value = serde_json::from_str(
+        &kubectl(&["-n", &platform.namespace, "get", "pods", "-o", "json"]).await?,
+    )?;
+    let mut components = std::collections::BTreeMap::<String, usize>::new();
+    for pod in pods["items"].as_array().unwrap() {
+        let name = pod["metadata"]["name"].as_str().unwrap();
+        let component = pod["metadata"]["labels"]["app.kubernetes.io/component"]
+            .as_str()
+            .unwrap_or("?");
+        assert_eq!(pod["status"]["phase"], "Running", "{name} is not running");
+        for container in pod["spec"]["containers"].as_array().unwrap() {
+            let image = container["image"].as_str().unwrap();
+            assert!(
+                image.contains("/slipway/slipway:"),
+                "{name} runs {image}, not the slipway image"
+            );
+        }
+        let account = pod["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default");
+        assert_ne!(
+            account, "default",
+            "{name} runs as the default ServiceAccount"
+        );
+        *components.entry(component.to_owned()).or_default() += 1;
+    }
+    assert_eq!(components.get("api"), Some(&1), "{components:?}");
+    assert_eq!(components.get("operator"), Some(&2), "{components:?}");
+    assert_eq!(components.get("webhook"), Some(&2), "{components:?}");
+    assert_eq!(components.get("edge"), Some(&2), "{components:?}");
+    // Two operator replicas, one of them leading through the chart's Lease.
+    let holder = kubectl(&[
+        "-n",
+        &platform.namespace,
+        "get",
+        "lease",
+        "slipway-operator",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ])
+    .await?;
+    assert!(
+        holder.starts_with(&format!("{}-operator-", platform.release)),
+        "the Lease is held by {holder:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_static_site_pushed_over_http_goes_live_through_the_edge() -> Result<()> {
+    let platform = Installed::from_env()?;
+    let ann = platform.account("ann").await?;
+    let (app, channel) = platform.create_app(&ann, "site", "static").await?;
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "site"]).await?;
+    ws.write("site/index.html", "<h1>shipped by the chart</h1>\n")?;
+    ws.git("site", &["add", "."]).await?;
+    ws.git("site", &["commit", "-q", "-m", "first"]).await?;
+    let remote = http_remote(&platform.api, &ann.token, &ann.username, "site");
+    ws.git("site", &["push", "-q", &remote, "HEAD:master"])
+        .await?;
+    let sha = ws
+        .git("site", &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+
+    let (_, log) = platform.deploy(&ann, &app, &channel, &sha).await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    let host = platform.prod_host(&ann, "site");
+    platform
+        .wait_for_page(&host, "/", "shipped by the chart")
+        .await?;
+    // A clone over HTTP gets the same commit back.
+    ws.git(".", &["clone", "-q", &remote, "again"]).await?;
+    assert_eq!(ws.git("again", &["rev-parse", "HEAD"]).await?.trim(), sha);
+    platform.delete_app(&ann, &app).await
+}
+
+#[tokio::test]
+async fn an_app_pushed_over_ssh_builds_and_answers_through_the_edge() -> Result<()> {
+    let platform = Installed::from_env()?;
+    let bob = platform.account("bob").await?;
+    let (app, channel) = platform.create_app(&bob, "web", "app").await?;
+    let mut ws = Workspace::new()?;
+    let key = ws.ssh_key("bob_key").await?;
+    platform
+        .call("POST", "/ssh-keys", &bob, Some(json!({"public_key": key})))
+        .await?
+        .expect(200);
+    ws.ssh_command = Some(ws.ssh_command_for("bob_key", platform.ssh_port));
+    ws.git(".", &["init", "-q", "-b", "master", "web"]).await?;
+    ws.write("web/server.py", SERVER)?;
+    ws.write("web/VERSION", "v1\n")?;
+    ws.write("web/launch.sh", "exec python3 server.py\n")?;
+    ws.git("web", &["add", "."]).await?;
+    ws.git("web", &["commit", "-q", "-m", "v1"]).await?;
+    let remote = format!("git@{}:{}/web.git", platform.ssh_host, bob.username);
+    ws.git("web", &["push", "-q", &remote, "HEAD:master"])
+        .await?;
+    let sha = ws
+        .git("web", &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+
+    let (_, log) = platform.deploy(&bob, &app, &channel, &sha).await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    assert!(
+        log["log"].as_str().unwrap().contains("[build]"),
+        "{}",
+        log["log"]
+    );
+    let page = platform
+        .wait_for_page(&platform.prod_host(&bob, "web"), "/", "version=v1")
+        .await?;
+    assert!(page.contains("uid=10001"), "{page}");
+    platform.delete_app(&bob, &app).await
+}
+
+#[tokio::test]
+async fn kubectl_apply_is_refused_by_the_installed_webhook_with_the_api_s_words() -> Result<()> {
+    let platform = Installed::from_env()?;
+    let cy = platform.account("cy").await?;
+    let (app, _) = platform.create_app(&cy, "notes", "static").await?;
+    let api = platform
+        .call(
+            "POST",
+            &format!("/apps/{app}/channels"),
+            &cy,
+            Some(json!({"name": "again", "git_ref_binding": "branch:master"})),
+        )
+        .await?;
+    assert_eq!(api.status, 400, "{}", api.text());
+    let message = api.json()["error"]["message"].as_str().unwrap().to_owned();
+
+    let manifest = "apiVersion: slipway.dev/v1alpha1\nkind: Channel\nmetadata:\n  name: notes.again\nspec:\n  app: notes\n  gitRefBinding: branch:master\n";
+    let path = std::env::temp_dir().join(format!("channel-{}.yaml", cy.username));
+    std::fs::write(&path, manifest)?;
+    let out = kubectl_run(&["apply", "-n", &cy.namespace, "-f", path.to_str().unwrap()]).await?;
+    let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "kubectl apply was admitted");
+    assert!(
+        stderr.contains("denied the request") && stderr.contains(&message),
+        "kubectl said {stderr:?}; the API said {message:?}"
+    );
+    platform.delete_app(&cy, &app).await
+}
+
+#[tokio::test]
+async fn the_internal_listener_answers_only_the_callers_it_knows() -> Result<()> {
+    let platform = Installed::from_env()?;
+    let dee = platform.account("dee").await?;
+    let (app, channel) = platform.create_app(&dee, "docs", "static").await?;
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "docs"]).await?;
+    ws.write("docs/index.html", "docs\n")?;
+    ws.git("docs", &["add", "."]).await?;
+    ws.git("docs", &["commit", "-q", "-m", "docs"]).await?;
+    let remote = http_remote(&platform.api, &dee.token, &dee.username, "docs");
+    ws.git("docs", &["push", "-q", &remote, "HEAD:master"])
+        .await?;
+    let sha = ws
+        .git("docs", &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+
+    // The internal Service, as a pod in the cluster reaches it (this machine routes to Service addresses through
+    // the node, the way a pod's traffic goes).
+    let ip = kubectl(&[
+        "-n",
+        &platform.namespace,
+        "get",
+        "service",
+        &format!("{}-api-internal", platform.release),
+        "-o",
+        "jsonpath={.spec.clusterIP}:{.spec.ports[0].port}",
+    ])
+    .await?;
+    let internal = format!("http://{ip}/internal/v1");
+    let archive = format!("{internal}/apps/{app}/archive/{sha}");
+    let env = json!({"app_id": app, "channel_id": channel, "system_keys": []});
+    let env_url = format!("{internal}/deploys/{}/env", uuid::Uuid::new_v4());
+    let get = |url: String, token: Option<String>| {
+        let platform = &platform;
+        async move {
+            platform
+                .request("GET", &url, None, token.as_deref(), None)
+                .await
+        }
+    };
+
+    // No token: nothing.
+    assert_eq!(get(archive.clone(), None).await?.status, 401);
+    // A token the apiserver does not vouch for: nothing.
+    assert_eq!(
+        get(archive.clone(), Some("not-a-token".into()))
+            .await?
+            .status,
+        401
+    );
+    let audience = "slipway-internal";
+    // A valid token of a ServiceAccount the platform does not know (a tenant's own): nothing.
+    let foreign = service_account_token(&dee.namespace, "default", audience).await?;
+    assert_eq!(
+        get(archive.clone(), Some(foreign.clone())).await?.status,
+        403
+    );
+    // The operator's ServiceAccount, but a token minted for the Kubernetes API rather than this listener: nothing.
+    let operator_sa = platform.release.clone();
+    let wrong_audience = kubectl(&["-n", &platform.namespace, "create", "token", &operator_sa])
+        .await?
+        .trim()
+        .to_owned();
+    assert_eq!(
+        get(archive.clone(), Some(wrong_audience)).await?.status,
+        401
+    );
+
+    // The edge reads static sites and nothing else: no env values, no commits, no logs.
+    let edge = service_account_token(
+        &platform.namespace,
+        &format!("{}-edge", platform.release),
+        audience,
+    )
+    .await?;
+    let site = get(archive.clone(), Some(edge.clone())).await?;
+    assert_eq!(site.status, 200, "{}", site.text());
+    assert!(!site.body.is_empty());
+    let env_by_edge = platform
+        .request("PUT", &env_url, None, Some(&edge), Some(env.clone()))
+        .await?;
+    assert_eq!(env_by_edge.status, 403, "{}", env_by_edge.text());
+    let commits = format!("{internal}/apps/{app}/commits/master");
+    assert_eq!(get(commits.clone(), Some(edge)).await?.status, 403);
+
+    // The operator reaches what it needs.
+    let operator = service_account_token(&platform.namespace, &operator_sa, audience).await?;
+    let resolved = get(commits, Some(operator)).await?;
+    assert_eq!(resolved.status, 200, "{}", resolved.text());
+    assert_eq!(resolved.json()["sha"], sha);
+
+    // The public listener has no internal route at all.
+    let public = platform
+        .request(
+            "GET",
+            &format!("{}/internal/v1/apps/{app}/archive/{sha}", platform.api),
+            None,
+            Some(&foreign),
+            None,
+        )
+        .await?;
+    assert_eq!(public.status, 404);
+    let _ = channel;
+    platform.delete_app(&dee, &app).await
+}
+
+#[tokio::test]
+async fn no_component_holds_secrets_cluster_wide_and_the_operator_gets_them_per_tenant()
+-> Result<()> {
+    let platform = Installed::from_env()?;
+    let eve = platform.account("eve").await?;
+    let ns = &platform.namespace;
+    let accounts = [
+        platform.release.clone(),
+        format!("{}-api", platform.release),
+        format!("{}-edge", platform.release),
+        format!("{}-webhook", platform.release),
+    ];
+    for account in &accounts {
+        for verb in ["get", "list", "watch"] {
+            assert!(
+                !can(&platform, verb, "secrets", &["--all-namespaces"], account).await?,
+                "{account} can {verb} Secrets cluster-wide"
+            );
+        }
+    }
+    // Inside a tenant's namespace the operator writes env Secrets and the api reads GitOps ones, through the grants
+    // the operator keeps there (a new namespace gets them within moments).
+    let tenant = ["-n", eve.namespace.as_str()];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !can(&platform, "create", "secrets", &tenant, &accounts[0]).await? {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the operator never got its grant in {}",
+            eve.namespace
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert!(can(&platform, "get", "secrets", &tenant, &accounts[1]).await?);
+    assert!(!can(&platform, "list", "secrets", &tenant, &accounts[1]).await?);
+    assert!(!can(&platform, "get", "secrets", &tenant, &accounts[2]).await?);
+    // The grants reach tenant namespaces only, never the platform's own.
+    assert!(!can(&platform, "get", "secrets", &["-n", ns], &accounts[0]).await?);
+    Ok(())
+}
+
+/// `kubectl auth can-i VERB RESOURCE SCOPE... --as` the platform's ServiceAccount `account`.
+async fn can(
+    platform: &Installed,
+    verb: &str,
+    resource: &str,
+    scope: &[&str],
+    account: &str,
+) -> Result<bool> {
+    let subject = format!("system:serviceaccount:{}:{account}", platform.namespace);
+    let mut args = vec!["auth", "can-i", verb, resource, "--as", &subject];
+    args.extend_from_slice(scope);
+    let out = kubectl_run(&args).await?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
+}

@@ -1,0 +1,372 @@
+//! The platform as it ships: slipway installed on the test node by its Helm chart (`hack/install.sh`, run by
+//! `hack/test.sh e2e` before these tests), reached the way a user reaches it, over HTTP, git and SSH on the
+//! addresses the install wrote (`SLIPWAY_PLATFORM_*`). Nothing here runs a component in the test process.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+/// How long a build, a rollout and readiness may take on a loaded 2-core machine.
+pub const DEPLOY_WITHIN: Duration = Duration::from_secs(600);
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The body as JSON, after checking the status.
+    #[track_caller]
+    pub fn expect(&self, status: u16) -> Value {
+        assert_eq!(
+            self.status,
+            status,
+            "unexpected status; body: {}",
+            self.text()
+        );
+        self.json()
+    }
+}
+
+/// A user of the installed platform and their token.
+#[derive(Debug, Clone)]
+pub struct Account {
+    pub username: String,
+    pub token: String,
+    pub namespace: String,
+}
+
+/// The installed platform.
+pub struct Installed {
+    pub api: String,
+    pub edge: String,
+    pub ssh_host: String,
+    pub ssh_port: u16,
+    pub app_domain: String,
+    pub namespace: String,
+    pub release: String,
+    http: Client<HttpConnector, Full<Bytes>>,
+}
+
+fn var(name: &str) -> Result<String> {
+    std::env::var(name).with_context(|| {
+        format!("{name} is not set: run under `hack/test.sh e2e`, which installs the chart first")
+    })
+}
+
+/// The repository's root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs kubectl (the test cluster's, `SLIPWAY_KUBECTL` with `SLIPWAY_KUBECONFIG`) and returns stdout; fails on a
+/// non-zero exit with what it printed.
+pub async fn kubectl(args: &[&str]) -> Result<String> {
+    let out = kubectl_run(args).await?;
+    if !out.status.success() {
+        bail!(
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs kubectl and returns its whole output, whatever the exit.
+pub async fn kubectl_run(args: &[&str]) -> Result<std::process::Output> {
+    let kubectl = var("SLIPWAY_KUBECTL")?;
+    let kubeconfig = var("SLIPWAY_KUBECONFIG")?;
+    Ok(tokio::process::Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await?)
+}
+
+impl Installed {
+    /// The platform `hack/install.sh` installed for this run.
+    pub fn from_env() -> Result<Self> {
+        let ssh = var("SLIPWAY_PLATFORM_SSH")?;
+        let (ssh_host, ssh_port) = ssh
+            .rsplit_once(':')
+            .with_context(|| format!("SLIPWAY_PLATFORM_SSH={ssh} is not host:port"))?;
+        Ok(Self {
+            api: var("SLIPWAY_PLATFORM_API")?,
+            edge: var("SLIPWAY_PLATFORM_EDGE")?,
+            ssh_host: ssh_host.to_owned(),
+            ssh_port: ssh_port.parse()?,
+            app_domain: var("SLIPWAY_PLATFORM_APP_DOMAIN")?,
+            namespace: var("SLIPWAY_PLATFORM_NAMESPACE")?,
+            release: var("SLIPWAY_PLATFORM_RELEASE")?,
+            // A connection per request, as a load balancer in front of the platform opens them: a pooled
+            // connection to a replica that is shutting down can be closed by it just as a request is written,
+            // which clients retry for idempotent requests and this client would count as a failure.
+            http: Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(0)
+                .build_http(),
+        })
+    }
+
+    /// Creates a user the way the chart's notes say (`slipway admin create-user` in the api pod) on the builder
+    /// plan, whose apps fit the test node.
+    pub async fn account(&self, prefix: &str) -> Result<Account> {
+        let username = format!(
+            "{prefix}{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..6]
+        );
+        let deploy = format!("deploy/{}-api", self.release);
+        let token = kubectl(&[
+            "-n",
+            &self.namespace,
+            "exec",
+            &deploy,
+            "--",
+            "slipway",
+            "admin",
+            "create-user",
+            "--username",
+            &username,
+            "--plan",
+            "builder",
+        ])
+        .await?
+        .trim()
+        .to_owned();
+        Ok(Account {
+            namespace: format!("slipway-user-{username}"),
+            username,
+            token,
+        })
+    }
+
+    /// Sends a request to `base` (an address of the platform) with an optional Host header, bearer and body.
+    pub async fn request(
+        &self,
+        method: &str,
+        url: &str,
+        host: Option<&str>,
+        bearer: Option<&str>,
+        body: Option<Value>,
+    ) -> Result<Answer> {
+        let mut req = http::Request::builder().method(method).uri(url);
+        if let Some(host) = host {
+            req = req.header("host", host);
+        }
+        if let Some(token) = bearer {
+            req = req.header("authorization", format!("Bearer {token}"));
+        }
+        let body = match body {
+            Some(v) => {
+                req = req.header("content-type", "application/json");
+                Bytes::from(v.to_string())
+            }
+            None => Bytes::new(),
+        };
+        let res = tokio::time::timeout(
+            Duration::from_secs(60),
+            self.http.request(req.body(Full::new(body))?),
+        )
+        .await
+        .with_context(|| format!("{method} {url} timed out"))??;
+        let (parts, body) = res.into_parts();
+        Ok(Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: body.collect().await?.to_bytes(),
+        })
+    }
+
+    /// A call to the REST API as `account`.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        account: &Account,
+        body: Option<Value>,
+    ) -> Result<Answer> {
+        self.request(
+            method,
+            &format!("{}{path}", self.api),
+            None,
+            Some(&account.token),
+            body,
+        )
+        .await
+    }
+
+    /// GET `path` of `host` through the edge.
+    pub async fn edge_get(&self, host: &str, path: &str) -> Result<Answer> {
+        self.request(
+            "GET",
+            &format!("{}{path}", self.edge),
+            Some(host),
+            None,
+            None,
+        )
+        .await
+    }
+
+    /// The hostname of the prod channel of `account`'s app `app`.
+    pub fn prod_host(&self, account: &Account, app: &str) -> String {
+        format!("{app}-{}.{}", account.username, self.app_domain)
+    }
+
+    /// Creates an app; returns (app id, prod channel id).
+    pub async fn create_app(
+        &self,
+        account: &Account,
+        name: &str,
+        template: &str,
+    ) -> Result<(String, String)> {
+        let app = self
+            .call(
+                "POST",
+                "/apps",
+                account,
+                Some(json!({"name": name, "template": template})),
+            )
+            .await?
+            .expect(200);
+        Ok((
+            app["id"].as_str().context("app id")?.to_owned(),
+            app["channels"][0]["id"]
+                .as_str()
+                .context("channel id")?
+                .to_owned(),
+        ))
+    }
+
+    /// Deploys `sha` on the channel and waits until the deploy finished; returns (deploy id, its last log reply).
+    pub async fn deploy(
+        &self,
+        account: &Account,
+        app: &str,
+        channel: &str,
+        sha: &str,
+    ) -> Result<(String, Value)> {
+        let id = self.queue_deploy(account, app, channel, sha).await?;
+        let log = self.finished(account, app, channel, &id).await?;
+        Ok((id, log))
+    }
+
+    /// Queues a deploy of `sha`; returns its id.
+    pub async fn queue_deploy(
+        &self,
+        account: &Account,
+        app: &str,
+        channel: &str,
+        sha: &str,
+    ) -> Result<String> {
+        let queued = self
+            .call(
+                "POST",
+                &format!("/apps/{app}/channels/{channel}/deploy"),
+                account,
+                Some(json!({"sha": sha})),
+            )
+            .await?
+            .expect(200);
+        Ok(queued["deploy_id"]
+            .as_str()
+            .context("deploy id")?
+            .to_owned())
+    }
+
+    /// Waits until the deploy `id` is `success` or `failed`; returns the log reply (with the whole log).
+    pub async fn finished(
+        &self,
+        account: &Account,
+        app: &str,
+        channel: &str,
+        id: &str,
+    ) -> Result<Value> {
+        let deadline = tokio::time::Instant::now() + DEPLOY_WITHIN;
+        loop {
+            let log = self
+                .call(
+                    "GET",
+                    &format!("/apps/{app}/channels/{channel}/logs?deploy={id}&max_bytes=262144"),
+                    account,
+                    None,
+                )
+                .await?;
+            // The API restarts during an upgrade: an answer that is not the log is asked again.
+            if log.status == 200 {
+                let body = log.json();
+                if matches!(body["status"].as_str(), Some("success" | "failed")) {
+                    return Ok(body);
+                }
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("deploy {id} did not finish: {}", log.text());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Polls `host` on the edge until GET `path` answers 200 with a body containing `wanted`.
+    pub async fn wait_for_page(&self, host: &str, path: &str, wanted: &str) -> Result<String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let answer = self.edge_get(host, path).await?;
+            if answer.status == 200 && answer.text().contains(wanted) {
+                return Ok(answer.text());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "{host}{path} answers {} {:?}, not {wanted:?}",
+                    answer.status,
+                    answer.text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Deletes the app (its channels, workloads and repository go with it).
+    pub async fn delete_app(&self, account: &Account, app: &str) -> Result<()> {
+        self.call("DELETE", &format!("/apps/{app}"), account, None)
+            .await?
+            .expect(204);
+        Ok(())
+    }
+}
+
+/// A token of the ServiceAccount `namespace/name` for `audience`, minted by the apiserver (TokenRequest).
+pub async fn service_account_token(namespace: &str, name: &str, audience: &str) -> Result<String> {
+    Ok(kubectl(&[
+        "-n",
+        namespace,
+        "create",
+        "token",
+        name,
+        "--audience",
+        audience,
+        "--duration",
+        "10m",
+    ])
+    .await?
+    .trim()
+    .to_owned())
+}
