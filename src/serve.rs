@@ -193,3 +193,67 @@ pub async fn shutdown_signal() {
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
     tracing::info!("shutting down");
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use slipway_internal::Role;
+
+    use crate::cli::{Cli, Command};
+
+    fn api_args(extra: &[&str]) -> Result<super::ApiArgs, clap::Error> {
+        let base = [
+            "slipway",
+            "api",
+            "--database-url",
+            "postgres://x",
+            "--app-domain",
+            "apps.test",
+            "--git-host",
+            "git.test",
+        ];
+        let cli = Cli::try_parse_from(base.iter().chain(extra))?;
+        match cli.command {
+            Command::Api(args) => Ok(args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn internal_listener_flags_have_their_defaults_and_callers_add_up() {
+        let args = api_args(&[]).unwrap();
+        assert_eq!(args.internal_listen.to_string(), "0.0.0.0:8081");
+        assert_eq!(args.internal_audience, "slipway-internal");
+        assert_eq!(
+            args.build_source_key_file,
+            std::path::Path::new("/etc/slipway/build-source/key")
+        );
+        assert!(args.internal_callers.is_empty());
+
+        let args = api_args(&[
+            "--internal-caller",
+            "operator=slipway-system/slipway-operator,edge=slipway-system/slipway-edge",
+            "--internal-caller",
+            "edge=other/edge",
+        ])
+        .unwrap();
+        let roles: Vec<(Role, String)> = args
+            .internal_callers
+            .iter()
+            .map(|c| (c.role, c.identity.to_string()))
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                (Role::Operator, "slipway-system/slipway-operator".into()),
+                (Role::Edge, "slipway-system/slipway-edge".into()),
+                (Role::Edge, "other/edge".into()),
+            ]
+        );
+        assert!(api_args(&["--internal-caller", "admin=ns/sa"]).is_err());
+        assert!(
+            api_args(&["--internal-token-file", "/x"]).is_err(),
+            "the shared token is gone"
+        );
+    }
+}
