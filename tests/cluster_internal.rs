@@ -65,6 +65,13 @@ async fn fixture(prefix: &str) -> Result<Fixture> {
     })
 }
 
+/// Asserts `reply` is a refusal with `status` and `code`, naming `what` was called when it is not.
+#[track_caller]
+fn refused(reply: Reply, what: &str, status: u16, code: &str) {
+    assert_eq!(reply.status.as_u16(), status, "{what}: {}", reply.body);
+    reply.expect(status, Some(code));
+}
+
 /// One internal route, called as a test would.
 struct Route {
     name: &'static str,
@@ -164,15 +171,7 @@ impl Fixture {
     /// Calls every route with `token` and asserts the same refusal from each.
     async fn refused_everywhere(&self, token: Option<&str>, status: u16, code: &str) {
         for route in self.routes() {
-            let reply = self.call(&route, token).await;
-            assert_eq!(
-                reply.status.as_u16(),
-                status,
-                "{}: {}",
-                route.name,
-                reply.body
-            );
-            reply.expect(status, Some(code));
+            refused(self.call(&route, token).await, route.name, status, code);
         }
     }
 }
@@ -202,14 +201,7 @@ async fn the_operator_reaches_every_route_and_the_edge_only_site_archives() -> R
             );
             assert!(reply.body.as_str().unwrap().contains("index.html"));
         } else {
-            assert_eq!(
-                reply.status.as_u16(),
-                403,
-                "edge on {}: {}",
-                route.name,
-                reply.body
-            );
-            reply.expect(403, Some("permission_denied"));
+            refused(reply, route.name, 403, "permission_denied");
         }
     }
     // The operator's line is the whole log: the edge's refused call wrote nothing.
@@ -373,14 +365,7 @@ async fn each_listener_serves_only_its_own_routes() -> Result<()> {
                 route.body.clone(),
             )
             .await;
-        assert_eq!(
-            reply.status.as_u16(),
-            404,
-            "public {}: {}",
-            route.name,
-            reply.body
-        );
-        reply.expect(404, Some("not_found"));
+        refused(reply, route.name, 404, "not_found");
     }
     // The internal listener answers its health check and none of the public routes.
     let health = f
