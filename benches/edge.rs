@@ -25,9 +25,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use slipway::edge::proxy::ProxyConfig;
-use slipway::edge::{Edge, EdgeConfig};
-use slipway_controllers::platform_api::PlatformEndpoints;
+use slipway::edge::Edge;
 
 /// What wrk reported for one run.
 struct Run {
@@ -162,18 +160,7 @@ fn site_files() -> std::collections::BTreeMap<String, String> {
 
 /// Runs the edge in this process for `namespace`, without access logs (nginx runs without them too).
 async fn start_edge(api: &support::TestApi, namespace: &str) -> Result<SocketAddr> {
-    let api_url = api.serve().await?;
-    let config = EdgeConfig {
-        namespace: Some(namespace.into()),
-        platform: PlatformEndpoints {
-            pod_api_url: api_url.clone(),
-            api_url,
-            internal_token: support::INTERNAL_TOKEN.into(),
-        },
-        access_log: false,
-        max_site_bytes: 64 << 20,
-        proxy: ProxyConfig::default(),
-    };
+    let config = api.edge_config(namespace, false).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let (edge, _tasks) = Edge::start(api.kube.clone(), config, &mut registry).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

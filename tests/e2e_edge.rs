@@ -20,11 +20,9 @@ use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-use slipway::edge::proxy::ProxyConfig;
-use slipway::edge::{Edge, EdgeConfig};
-use slipway_controllers::platform_api::PlatformEndpoints;
+use slipway::edge::Edge;
 use slipway_crds::Channel;
-use support::{APP_DOMAIN, INTERNAL_TOKEN, TestApi, User};
+use support::{APP_DOMAIN, TestApi, User};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -71,18 +69,7 @@ impl Platform {
         let user = api.user(prefix, "builder").await?;
         ensure_ingress_class(&api.kube).await?;
         api.start_operator(&user.namespace).await?;
-        let api_url = api.serve().await?;
-        let config = EdgeConfig {
-            namespace: Some(user.namespace.clone()),
-            platform: PlatformEndpoints {
-                pod_api_url: api_url.clone(),
-                api_url,
-                internal_token: INTERNAL_TOKEN.into(),
-            },
-            access_log: true,
-            max_site_bytes: 64 << 20,
-            proxy: ProxyConfig::default(),
-        };
+        let config = api.edge_config(&user.namespace, true).await?;
         let mut registry = prometheus_client::registry::Registry::default();
         let (edge, _tasks) = Edge::start(api.kube.clone(), config, &mut registry).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

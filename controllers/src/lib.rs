@@ -9,7 +9,6 @@ pub mod deploy;
 pub mod error;
 pub mod ingress;
 pub mod leader;
-pub mod platform_api;
 pub mod run;
 mod status;
 pub mod tenancy;

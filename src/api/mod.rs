@@ -82,18 +82,45 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     openapi_router().1
 }
 
-/// The whole API as a router: every route, `/openapi.json`, `/healthz`, the layers every request passes, and git's
-/// smart HTTP routes (`/<owner>/<app>.git/...`), which stream without the JSON routes' body limit and timeout.
+/// The whole public API as a router: every route, `/openapi.json`, `/healthz`, the layers every request passes,
+/// and git's smart HTTP routes (`/<owner>/<app>.git/...`), which stream without the JSON routes' body limit and
+/// timeout. The internal routes are not here: they are served by [`internal_router`] on a listener of their own.
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = openapi_router();
     let doc = std::sync::Arc::new(doc);
-    routes
+    let routes = routes
         .route(
             "/openapi.json",
             get(move || std::future::ready(Json(doc.as_ref().clone()))),
         )
-        .route("/healthz", get(|| std::future::ready("ok")))
-        .merge(internal::routes())
+        .route("/healthz", get(|| std::future::ready("ok")));
+    with_layers(routes)
+        .merge(
+            crate::git::http::routes().layer(TraceLayer::new_for_http().make_span_with(
+                |req: &Request| tracing::info_span!("git", method = %req.method(), route = route_of(req)),
+            )),
+        )
+        .with_state(state)
+}
+
+/// The internal listener's router: the `/internal/v1` routes the operator, the edge and build pods call, and
+/// `/healthz`, with the same layers as the public routes.
+pub fn internal_router(state: AppState) -> Router {
+    with_layers(internal::routes().route("/healthz", get(|| std::future::ready("ok"))))
+        .with_state(state)
+}
+
+/// The matched route of a request, for spans (never the raw path, which holds ids).
+fn route_of(req: &Request) -> &str {
+    req.extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str)
+        .unwrap_or("unmatched")
+}
+
+/// The envelope's 404 and 405, the body limit, the timeout and a span per request.
+fn with_layers(routes: Router<AppState>) -> Router<AppState> {
+    routes
         .fallback(|| std::future::ready(ApiError::NotFound("route")))
         .method_not_allowed_fallback(|| std::future::ready(ApiError::MethodNotAllowed))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -102,24 +129,6 @@ pub fn router(state: AppState) -> Router {
             REQUEST_TIMEOUT,
         ))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-            let route = req
-                .extensions()
-                .get::<MatchedPath>()
-                .map(MatchedPath::as_str)
-                .unwrap_or("unmatched");
-            tracing::info_span!("request", method = %req.method(), route)
+            tracing::info_span!("request", method = %req.method(), route = route_of(req))
         }))
-        .merge(
-            crate::git::http::routes().layer(TraceLayer::new_for_http().make_span_with(
-                |req: &Request| {
-                    let route = req
-                        .extensions()
-                        .get::<MatchedPath>()
-                        .map(MatchedPath::as_str)
-                        .unwrap_or("unmatched");
-                    tracing::info_span!("git", method = %req.method(), route)
-                },
-            )),
-        )
-        .with_state(state)
 }

@@ -1,5 +1,5 @@
-//! What every handler shares: the platform database, the kube client, the resource cache, the repositories and
-//! the platform's public names.
+//! What every handler shares: the platform database, the kube client, the resource cache, the repositories, the
+//! platform's public names, and what the internal listener checks its callers against.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use kube::Client;
 use sqlx::PgPool;
 
+use super::internal::guard::InternalAccess;
 use crate::env::crypto::Keyring;
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
@@ -42,7 +43,7 @@ struct Inner {
     repos: Repos,
     names: PublicNames,
     keyring: Keyring,
-    internal_token: String,
+    internal: InternalAccess,
 }
 
 impl AppState {
@@ -54,7 +55,7 @@ impl AppState {
         repos: Repos,
         names: PublicNames,
         keyring: Keyring,
-        internal_token: String,
+        internal: InternalAccess,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -65,7 +66,7 @@ impl AppState {
                 repos,
                 names,
                 keyring,
-                internal_token,
+                internal,
             }),
         }
     }
@@ -75,9 +76,9 @@ impl AppState {
         &self.inner.keyring
     }
 
-    /// The token of the `/internal/v1` routes, shared with the operator and the edge.
-    pub fn internal_token(&self) -> &str {
-        &self.inner.internal_token
+    /// What the internal routes check their callers against.
+    pub fn internal(&self) -> &InternalAccess {
+        &self.inner.internal
     }
 
     /// The platform database.

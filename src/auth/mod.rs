@@ -67,17 +67,21 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .ok_or(ApiError::AuthRequired)?;
-        let value = header.to_str().map_err(|_| ApiError::TokenInvalid)?;
-        let (scheme, token) = value.split_once(' ').ok_or(ApiError::AuthRequired)?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(ApiError::AuthRequired);
-        }
-        authenticate(state, token.trim()).await
+        authenticate(state, bearer(&parts.headers)?).await
     }
+}
+
+/// The bearer token of a request: 401 `auth_required` without one, 401 `token_invalid` when the header is not text.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .ok_or(ApiError::AuthRequired)?;
+    let value = header.to_str().map_err(|_| ApiError::TokenInvalid)?;
+    let (scheme, token) = value.split_once(' ').ok_or(ApiError::AuthRequired)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(ApiError::AuthRequired);
+    }
+    Ok(token.trim())
 }
 
 /// Resolves a plaintext token to its caller (shared by the bearer extractor and git's basic auth).

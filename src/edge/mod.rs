@@ -37,7 +37,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use prometheus_client::registry::Registry;
-use slipway_controllers::platform_api::{PlatformApi, PlatformEndpoints};
+use slipway_internal::{InternalClient, InternalEndpoint};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -73,14 +73,15 @@ pub struct EdgeArgs {
     /// Port of /healthz, /readyz and /metrics.
     #[arg(long, env = "SLIPWAY_ADMIN_PORT", default_value_t = 8081)]
     pub admin_port: u16,
-    /// Base URL of the API server, whose internal archive route gives static sites' files.
-    #[arg(long, env = "SLIPWAY_API_URL")]
-    pub api_url: String,
-    /// File holding the internal token the edge shares with the API server.
+    /// Base URL of the API server's internal listener, whose archive route gives static sites' files.
+    #[arg(long, env = "SLIPWAY_INTERNAL_URL")]
+    pub internal_url: String,
+    /// File holding the edge's ServiceAccount token for the internal listener (audience `slipway-internal`), read
+    /// again whenever the kubelet rotates it.
     #[arg(
         long,
         env = "SLIPWAY_INTERNAL_TOKEN_FILE",
-        default_value = "/etc/slipway/internal/token"
+        default_value = slipway_internal::token::DEFAULT_TOKEN_FILE
     )]
     pub internal_token_file: PathBuf,
     /// Serve only this namespace's Ingresses (default: all namespaces).
@@ -102,8 +103,8 @@ pub struct EdgeArgs {
 pub struct EdgeConfig {
     /// Serve only this namespace.
     pub namespace: Option<String>,
-    /// The API server's internal endpoints (the archive route).
-    pub platform: PlatformEndpoints,
+    /// The API server's internal listener (the archive route) and the edge's token.
+    pub internal: InternalEndpoint,
     /// Whether to log every request.
     pub access_log: bool,
     /// Largest static site, in bytes.
@@ -137,7 +138,7 @@ impl Edge {
         let edge = Arc::new(Self {
             warm: std::sync::atomic::AtomicBool::new(false),
             table: ArcSwap::from_pointee(RouteTable::default()),
-            sites: SiteCache::new(PlatformApi::new(config.platform), config.max_site_bytes),
+            sites: SiteCache::new(InternalClient::new(config.internal), config.max_site_bytes),
             proxy: Proxy::new(&config.proxy),
             unknown: metrics.host(UNKNOWN_HOST),
             metrics,
@@ -168,7 +169,7 @@ impl Edge {
                 match edge.sites.get(&key).await {
                     Ok(_) => break,
                     Err(site::LoadError::Fetch(
-                        slipway_controllers::platform_api::PlatformError::Unavailable(e),
+                        slipway_internal::CallError::Unavailable(e),
                     )) => {
                         tracing::info!(app_id = %key.app_id, sha = %key.sha, error = %e, "waiting to load a static site before serving");
                         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -218,14 +219,9 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connect to Kubernetes")?;
-    let internal_token = crate::serve::read_internal_token(&args.internal_token_file)?;
     let config = EdgeConfig {
         namespace: args.namespace,
-        platform: PlatformEndpoints {
-            pod_api_url: args.api_url.clone(),
-            api_url: args.api_url,
-            internal_token,
-        },
+        internal: InternalEndpoint::with_token_file(args.internal_url, &args.internal_token_file)?,
         access_log: args.access_log,
         max_site_bytes: args.max_site_mib.saturating_mul(1024 * 1024),
         proxy: ProxyConfig {
