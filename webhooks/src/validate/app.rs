@@ -76,11 +76,13 @@ mod tests {
             DenialKind::Invalid,
         );
         assert_eq!(msg, messages::APP_NAME);
-        let msg = denied(
-            validate(&s, &create(app("ns", "shop", "Alice"))).await,
-            DenialKind::Invalid,
-        );
-        assert_eq!(msg, messages::USERNAME);
+        for owner in ["Alice", "b-c"] {
+            let msg = denied(
+                validate(&s, &create(app("ns", "shop", owner))).await,
+                DenialKind::Invalid,
+            );
+            assert_eq!(msg, messages::USERNAME, "{owner}");
+        }
     }
 
     #[tokio::test]
