@@ -14,7 +14,8 @@ use slipway_controllers::leader::LeaderElector;
 use slipway_testkit::setup;
 use tokio::sync::mpsc;
 
-const LEASE: Duration = Duration::from_secs(2);
+const LEASE_SECS: u64 = 2;
+const LEASE: Duration = Duration::from_secs(LEASE_SECS);
 const NAME: &str = "slipway-operator";
 /// How long any one observation may take before the test fails.
 const GUARD: Duration = Duration::from_secs(60);
@@ -80,7 +81,7 @@ fn held_by(seen: &Seen, who: &str) -> bool {
 }
 
 fn lease_duration() -> SignedDuration {
-    SignedDuration::try_from(LEASE).expect("a short duration")
+    SignedDuration::from_secs(LEASE_SECS as i64)
 }
 
 #[tokio::test]
