@@ -1104,9 +1104,22 @@ async fn revoking_a_token_revokes_what_was_minted_from_it() -> Result<()> {
     let api = TestApi::start().await?;
     let alice = api.user("alice", "basic").await?;
     api.create_app(&alice, "site", "static").await;
-    let as_token = |token: &str| support::User {
-        token: token.to_owned(),
-        ..alice.clone()
+    // A credential minted with `token`.
+    let mint = |token: String| {
+        let (api, user) = (
+            &api,
+            support::User {
+                token,
+                ..alice.clone()
+            },
+        );
+        async move {
+            let reply = api.post("/credentials", &user, json!({})).await;
+            reply.expect(200, None)["token"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
     };
     // A chain of two mints: alice's token -> parent (POST /tokens) -> child -> grandchild (POST /credentials).
     let parent = api
@@ -1114,51 +1127,23 @@ async fn revoking_a_token_revokes_what_was_minted_from_it() -> Result<()> {
         .await
         .expect(200, None);
     let parent_token = parent["token"].as_str().unwrap().to_owned();
-    let child = api
-        .post("/credentials", &as_token(&parent_token), json!({}))
-        .await
-        .expect(200, None)["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let grandchild = api
-        .post("/credentials", &as_token(&child), json!({}))
-        .await
-        .expect(200, None)["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let sibling = api
-        .post("/credentials", &alice, json!({}))
-        .await
-        .expect(200, None)["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let child = mint(parent_token.clone()).await;
+    let grandchild = mint(child.clone()).await;
+    let sibling = mint(alice.token.clone()).await;
     for token in [&parent_token, &child, &grandchild, &sibling] {
         api.call(Method::GET, "/apps", Some(token), None)
             .await
             .expect(200, None);
     }
 
-    api.delete(
-        &format!("/tokens/{}", parent["id"].as_str().unwrap()),
-        &alice,
-    )
-    .await
-    .expect(204, None);
+    let revoke_parent = format!("/tokens/{}", parent["id"].as_str().unwrap());
+    api.delete(&revoke_parent, &alice).await.expect(204, None);
     for token in [&parent_token, &child, &grandchild] {
         api.call(Method::GET, "/apps", Some(token), None)
             .await
             .expect(401, Some("token_revoked"));
         // Git over HTTP takes the same tokens as passwords.
-        let basic = base64_basic(token);
-        let refs = Request::get(format!(
-            "/{}/site.git/info/refs?service=git-upload-pack",
-            alice.username
-        ))
-        .header("authorization", basic)
-        .body(Body::empty())?;
+        let refs = info_refs(&alice.username, token)?;
         assert_eq!(api.send(refs).await.status, 401);
     }
     // Tokens that did not come from the revoked one keep working.
@@ -1168,13 +1153,19 @@ async fn revoking_a_token_revokes_what_was_minted_from_it() -> Result<()> {
             .expect(200, None);
     }
     // Revoking again is a 404 (nothing live), and the chain stays revoked.
-    api.delete(
-        &format!("/tokens/{}", parent["id"].as_str().unwrap()),
-        &alice,
-    )
-    .await
-    .expect(404, Some("not_found"));
+    api.delete(&revoke_parent, &alice)
+        .await
+        .expect(404, Some("not_found"));
     Ok(())
+}
+
+/// `GET info/refs` of `owner`'s app `site` with `token` as git's password.
+fn info_refs(owner: &str, token: &str) -> Result<Request<Body>> {
+    Ok(Request::get(format!(
+        "/{owner}/site.git/info/refs?service=git-upload-pack"
+    ))
+    .header("authorization", base64_basic(token))
+    .body(Body::empty())?)
 }
 
 fn base64_basic(token: &str) -> String {
@@ -1220,13 +1211,7 @@ async fn a_token_past_its_budget_gets_429_with_retry_after() -> Result<()> {
     assert!((1..=60).contains(&retry_after), "{retry_after}");
     over.expect(429, Some("too_many_requests"));
     // Git over HTTP spends the same budget, and says so in git's terms.
-    let refs = Request::get(format!(
-        "/{}/site.git/info/refs?service=git-upload-pack",
-        alice.username
-    ))
-    .header("authorization", base64_basic(&alice.token))
-    .body(Body::empty())?;
-    let git = api.send(refs).await;
+    let git = api.send(info_refs(&alice.username, &alice.token)?).await;
     assert_eq!(git.status, 429);
     assert!(git.headers.contains_key("retry-after"));
     // The other token is not held back.
