@@ -10,7 +10,8 @@ use anyhow::Context;
 use slipway_internal::{CallerSpec, Callers, SourceKey};
 
 use crate::api::internal::guard::InternalAccess;
-use crate::api::state::{AppState, PublicNames};
+use crate::api::state::{AppState, Limits, PublicNames};
+use crate::auth::rate::Budget;
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
 
@@ -82,6 +83,27 @@ pub struct ApiArgs {
         default_value = "/etc/slipway/build-source/key"
     )]
     pub build_source_key_file: PathBuf,
+    /// Requests each token may send per minute, sustained (429 too_many_requests past it, with Retry-After); 0
+    /// turns the budget off. Counted per API process.
+    #[arg(long, env = "SLIPWAY_RATE_LIMIT_PER_MINUTE", default_value_t = Budget::DEFAULT.per_minute.get())]
+    pub rate_limit_per_minute: u32,
+    /// Requests a token may send at once on top of an idle budget.
+    #[arg(long, env = "SLIPWAY_RATE_LIMIT_BURST", default_value_t = Budget::DEFAULT.burst.get())]
+    pub rate_limit_burst: u32,
+    /// Largest pack one git push may send (HTTP and SSH), in bytes; git refuses a larger one with
+    /// "pack exceeds maximum allowed size". Default 1 GiB.
+    #[arg(long, env = "SLIPWAY_GIT_MAX_PUSH_BYTES", default_value_t = Limits::DEFAULT_GIT_MAX_PUSH_BYTES)]
+    pub git_max_push_bytes: u64,
+}
+
+impl ApiArgs {
+    /// The limits the flags set.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            rate: Budget::from_flags(self.rate_limit_per_minute, self.rate_limit_burst),
+            git_max_push_bytes: self.git_max_push_bytes,
+        }
+    }
 }
 
 /// Builds the API's state: database (migrated), kube client, synced caches.
@@ -120,7 +142,8 @@ pub async fn state(
             names,
             keyring,
             internal,
-        ),
+        )
+        .with_limits(args.limits()),
         tasks,
     ))
 }

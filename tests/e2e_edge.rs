@@ -218,7 +218,7 @@ fn site_files(version: &str, big: &str) -> Value {
 
 #[tokio::test]
 async fn a_static_site_deploys_and_goes_live_with_the_static_rules() -> Result<()> {
-    let p = Platform::start("edge-static").await?;
+    let p = Platform::start("edgestatic").await?;
     let (app_id, prod) = p.app("site", "static").await?;
     let host = p.hostname("site", "prod");
 
@@ -314,7 +314,7 @@ async fn a_static_site_deploys_and_goes_live_with_the_static_rules() -> Result<(
 
 #[tokio::test]
 async fn a_second_deploy_switches_atomically_under_concurrent_readers() -> Result<()> {
-    let p = Arc::new(Platform::start("edge-atomic").await?);
+    let p = Arc::new(Platform::start("edgeatomic").await?);
     let (app_id, prod) = p.app("swap", "static").await?;
     let host = p.hostname("swap", "prod");
     // Large files make a torn read (part old, part new) visible if the switch were not atomic.
@@ -445,7 +445,7 @@ fn echoed_header<'a>(echo: &'a Value, name: &str) -> Vec<&'a str> {
 
 #[tokio::test]
 async fn a_dynamic_channel_is_proxied_unchanged_without_platform_headers() -> Result<()> {
-    let p = Platform::start("edge-proxy").await?;
+    let p = Platform::start("edgeproxy").await?;
     let (app_id, prod) = p.app("echo", "app").await?;
     let host = p.hostname("echo", "prod");
     // Before its first deploy the channel has no endpoint to send to.
@@ -547,7 +547,7 @@ async fn websocket_echo(edge: SocketAddr, host: &str) -> Result<()> {
 
 #[tokio::test]
 async fn a_channel_ready_on_the_file_answers_502() -> Result<()> {
-    let p = Platform::start("edge-file").await?;
+    let p = Platform::start("edgefile").await?;
     let (app_id, prod) = p.app("worker", "app").await?;
     let host = p.hostname("worker", "prod");
     let worker = python_app("", "touch \"$SVC_READY_FILE\"\nexec sleep 100000\n");

@@ -124,7 +124,12 @@ async fn images(platform: &Installed) -> Result<BTreeSet<String>> {
         .context("pods")?
         .iter()
         .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
-        .flat_map(|pod| pod["spec"]["containers"].as_array().cloned().unwrap_or_default())
+        .flat_map(|pod| {
+            pod["spec"]["containers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
         .filter_map(|c| c["image"].as_str().map(str::to_owned))
         .collect())
 }

@@ -168,9 +168,7 @@ impl Edge {
             loop {
                 match edge.sites.get(&key).await {
                     Ok(_) => break,
-                    Err(site::LoadError::Fetch(
-                        slipway_internal::CallError::Unavailable(e),
-                    )) => {
+                    Err(site::LoadError::Fetch(slipway_internal::CallError::Unavailable(e))) => {
                         tracing::info!(app_id = %key.app_id, sha = %key.sha, error = %e, "waiting to load a static site before serving");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }

@@ -68,10 +68,11 @@ pub struct User {
     pub namespace: String,
 }
 
-/// An answer: status and JSON body (Null when empty).
+/// An answer: status, headers and JSON body (Null when empty).
 #[derive(Debug)]
 pub struct Reply {
     pub status: StatusCode,
+    pub headers: axum::http::HeaderMap,
     pub body: Value,
 }
 
@@ -108,6 +109,91 @@ impl Reply {
     }
 }
 
+/// Sends a request with an optional bearer and JSON body to `router` (an API, or a replica of it).
+pub async fn call_on(
+    router: &axum::Router,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> Reply {
+    send_to(router, request(method, path, token, body)).await
+}
+
+/// Sends a prepared request to `router`.
+pub async fn send_to(router: &axum::Router, req: Request<Body>) -> Reply {
+    let res = router
+        .clone()
+        .oneshot(req)
+        .await
+        .expect("router is infallible");
+    let status = res.status();
+    let headers = res.headers().clone();
+    let bytes = axum::body::to_bytes(res.into_body(), 64 * 1024 * 1024)
+        .await
+        .expect("body");
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// An API process's state on the database at `db_url` and the repositories under `repos_dir`, with a cache of its
+/// own, checking internal callers against the `operator` and `edge` ServiceAccounts of `callers_namespace`.
+async fn api_state(
+    db_url: &str,
+    kube: &kube::Client,
+    repos_dir: &std::path::Path,
+    keyring_line: &str,
+    callers_namespace: &str,
+) -> Result<AppState> {
+    let pool = slipway::db::connect(db_url).await?;
+    let (cache, _tasks) = Cache::start(kube.clone()).await?;
+    let names = PublicNames {
+        app_domain: APP_DOMAIN.into(),
+        git_host: GIT_HOST.into(),
+    };
+    Ok(AppState::new(
+        pool,
+        kube.clone(),
+        cache,
+        Repos::new(repos_dir),
+        names,
+        Keyring::parse(keyring_line)?,
+        internal_access(kube, callers_namespace)?,
+    ))
+}
+
+/// The internal listener's checks: the `operator` and `edge` ServiceAccounts of `namespace` in their roles, and a
+/// fresh source-URL key.
+fn internal_access(kube: &kube::Client, namespace: &str) -> Result<InternalAccess> {
+    let callers = Callers::new([
+        CallerSpec {
+            role: Role::Operator,
+            identity: Identity::service_account(namespace, "operator"),
+        },
+        CallerSpec {
+            role: Role::Edge,
+            identity: Identity::service_account(namespace, "edge"),
+        },
+    ])
+    .map_err(anyhow::Error::msg)?;
+    Ok(InternalAccess::new(
+        kube.clone(),
+        DEFAULT_AUDIENCE,
+        DEFAULT_TTL,
+        callers,
+        TestApi::source_key(),
+    ))
+}
+
 impl TestApi {
     /// Starts an API on a fresh database.
     pub async fn start() -> Result<Self> {
@@ -116,53 +202,20 @@ impl TestApi {
 
     /// Starts an API on `db`.
     pub async fn on(db: TestDatabase) -> Result<Self> {
-        let pool = slipway::db::connect(db.url()).await?;
         let kube = slipway_testkit::client().await?;
         slipway_testkit::ensure_crds(&kube).await?;
-        let (cache, _tasks) = Cache::start(kube.clone()).await?;
         let repos_dir = std::env::temp_dir().join(format!(
             "slipway-test-repos-{}",
             uuid::Uuid::new_v4().simple()
         ));
-        let names = PublicNames {
-            app_domain: APP_DOMAIN.into(),
-            git_host: GIT_HOST.into(),
-        };
         let keyring_line = Keyring::generate_line("test");
-        let keyring = Keyring::parse(&keyring_line)?;
         let callers_namespace = TestNamespace::create(&kube, "internal").await?;
         let ns = callers_namespace.name();
         let (operator_token, edge_token) = tokio::try_join!(
             slipway_testkit::service_accounts::token_for(&kube, ns, "operator", DEFAULT_AUDIENCE),
             slipway_testkit::service_accounts::token_for(&kube, ns, "edge", DEFAULT_AUDIENCE),
         )?;
-        let callers = Callers::new([
-            CallerSpec {
-                role: Role::Operator,
-                identity: Identity::service_account(ns, "operator"),
-            },
-            CallerSpec {
-                role: Role::Edge,
-                identity: Identity::service_account(ns, "edge"),
-            },
-        ])
-        .map_err(anyhow::Error::msg)?;
-        let internal = InternalAccess::new(
-            kube.clone(),
-            DEFAULT_AUDIENCE,
-            DEFAULT_TTL,
-            callers,
-            Self::source_key(),
-        );
-        let state = AppState::new(
-            pool,
-            kube.clone(),
-            cache,
-            Repos::new(&repos_dir),
-            names,
-            keyring,
-            internal,
-        );
+        let state = api_state(db.url(), &kube, &repos_dir, &keyring_line, ns).await?;
         let router = slipway::api::router(state.clone());
         let internal_router = slipway::api::internal_router(state.clone());
         Ok(Self {
@@ -206,13 +259,34 @@ impl TestApi {
         }
     }
 
-    /// Creates a user with a unique name starting with `prefix` on `plan`, with a token of the nine default scopes.
+    /// The same API under other limits (a fresh router with fresh request budgets).
+    pub fn with_limits(mut self, limits: slipway::api::state::Limits) -> Self {
+        self.state = self.state.clone().with_limits(limits);
+        self.router = slipway::api::router(self.state.clone());
+        self
+    }
+
+    /// Another API process on the same database and repositories, with a cache of its own: a second replica.
+    pub async fn replica(&self) -> Result<axum::Router> {
+        let state = api_state(
+            self.db_url(),
+            &self.kube,
+            &self.repos_dir,
+            &self.keyring_line,
+            self.callers_namespace.name(),
+        )
+        .await?;
+        Ok(slipway::api::router(state))
+    }
+
+    /// Creates a user with a unique name starting with `prefix` (letters and digits, as usernames are) on `plan`,
+    /// with a token of the nine default scopes.
     pub async fn user(&self, prefix: &str, plan: &str) -> Result<User> {
         let username = format!(
-            "{prefix}-{}",
+            "{prefix}{}",
             &uuid::Uuid::new_v4().simple().to_string()[..6]
         );
-        let row = slipway::db::users::create(self.state.db(), &username, plan)
+        let row = slipway::db::users::create(self.state.db(), &username.parse()?, plan)
             .await?
             .expect("new username");
         let namespace =
@@ -273,7 +347,7 @@ impl TestApi {
         token: Option<&str>,
         body: Option<Value>,
     ) -> Reply {
-        self.send(request(method, path, token, body)).await
+        call_on(&self.router, method, path, token, body).await
     }
 
     /// Sends a request with an optional bearer and JSON body to the internal listener's routes.
@@ -543,26 +617,6 @@ fn request(method: Method, path: &str, token: Option<&str>, body: Option<Value>)
         None => Body::empty(),
     };
     req.body(body).expect("request")
-}
-
-/// Sends `req` through `router` and reads the answer.
-async fn send_to(router: &axum::Router, req: Request<Body>) -> Reply {
-    let res = router
-        .clone()
-        .oneshot(req)
-        .await
-        .expect("router is infallible");
-    let status = res.status();
-    let bytes = axum::body::to_bytes(res.into_body(), 64 * 1024 * 1024)
-        .await
-        .expect("body");
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes)
-            .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
-    };
-    Reply { status, body }
 }
 
 /// Serves `router` on `ip` (any port) for the rest of the test's runtime; returns its base URL.
