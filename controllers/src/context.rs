@@ -38,6 +38,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// The API server's internal endpoints.
     pub platform: PlatformApi,
+    /// Object storage; `None` runs channels without buckets (the cluster tests of other parts).
+    pub blob: Option<crate::blob::BlobSettings>,
 }
 
 impl Context {
@@ -53,7 +55,14 @@ impl Context {
             client,
             config,
             metrics,
+            blob: None,
         }
+    }
+
+    /// The same context with object storage.
+    pub fn with_blob(mut self, blob: crate::blob::BlobSettings) -> Self {
+        self.blob = Some(blob);
+        self
     }
 }
 

@@ -5,6 +5,8 @@
 //! Every call carries the platform's internal token. A build pod gets no token: it fetches its sources through an
 //! archive URL signed with the token ([`sign_archive`]), valid for one commit of one app until it expires.
 
+pub mod blob;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
