@@ -55,6 +55,9 @@ pub struct OperatorArgs {
     /// The image build Jobs run (curl and buildctl), e.g. `<registry>/slipway/builder:<buildkit version>`.
     #[arg(long, env = "SLIPWAY_BUILDER_IMAGE")]
     pub builder_image: String,
+    /// Object storage (the channels' buckets).
+    #[command(flatten)]
+    pub blob: crate::blob::settings::BlobOperatorArgs,
 }
 
 /// The readiness sidecar's image unless told otherwise.
@@ -84,7 +87,11 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         probe_image: args.probe_image,
         builder_image: args.builder_image,
     };
-    let ctx = Arc::new(Context::new(client, config, metrics));
+    let mut ctx = Context::new(client, config, metrics);
+    if let Some(blob) = args.blob.settings()? {
+        ctx = ctx.with_blob(blob);
+    }
+    let ctx = Arc::new(ctx);
     let addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));
     let listener = tokio::net::TcpListener::bind(addr)
         .await

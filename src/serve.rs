@@ -57,6 +57,10 @@ pub struct ApiArgs {
         default_value = "/etc/slipway/internal/token"
     )]
     pub internal_token_file: PathBuf,
+    /// Base URL of the S3 gateway (`slipway s3`) as the API reaches it; without it the object-storage routes
+    /// answer 503 blob_unavailable.
+    #[arg(long, env = "SLIPWAY_S3_GATEWAY_URL")]
+    pub s3_gateway_url: Option<String>,
 }
 
 /// Builds the API's state: database (migrated), kube client, synced caches.
@@ -92,6 +96,11 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         .await
         .context("connect to Kubernetes")?;
     let (state, tasks) = state(&args, kube).await?;
+    if let Some(gateway_url) = &args.s3_gateway_url {
+        state.set_blob_access(crate::blob::access::BlobAccess {
+            gateway_url: gateway_url.clone(),
+        });
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen on {}", args.listen))?;

@@ -82,6 +82,7 @@ impl Platform {
             access_log: true,
             max_site_bytes: 64 << 20,
             proxy: ProxyConfig::default(),
+            object_store: None,
         };
         let mut registry = prometheus_client::registry::Registry::default();
         let (edge, _tasks) = Edge::start(api.kube.clone(), config, &mut registry).await?;

@@ -40,6 +40,7 @@ pub fn routes() -> Router<AppState> {
             "/internal/v1/deploys/{deploy_id}/log",
             post(append_log).layer(axum::extract::DefaultBodyLimit::max(LOG_CHUNK_LIMIT)),
         )
+        .merge(super::internal_blob::routes())
 }
 
 /// A caller that presented the internal token.

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod apps;
+pub mod blob;
 pub mod channels;
 pub mod code;
 pub mod deploys;
@@ -10,6 +11,7 @@ pub mod env;
 pub mod error;
 pub mod extract;
 pub mod internal;
+pub mod internal_blob;
 pub mod plans;
 pub mod repo;
 pub mod ssh_keys;
@@ -74,6 +76,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(code::routes())
         .merge(deploys::routes())
         .merge(ssh_keys::routes())
+        .merge(blob::routes())
         .split_for_parts()
 }
 

@@ -43,6 +43,7 @@ struct Inner {
     names: PublicNames,
     keyring: Keyring,
     internal_token: String,
+    blob: std::sync::OnceLock<crate::blob::access::BlobAccess>,
 }
 
 impl AppState {
@@ -66,8 +67,19 @@ impl AppState {
                 names,
                 keyring,
                 internal_token,
+                blob: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Turns object storage on: the routes reach the gateway at `access`. Set once, at start.
+    pub fn set_blob_access(&self, access: crate::blob::access::BlobAccess) {
+        let _ = self.inner.blob.set(access);
+    }
+
+    /// How object storage is reached; `None` when the platform runs without it (its routes answer 503).
+    pub fn blob_access(&self) -> Option<&crate::blob::access::BlobAccess> {
+        self.inner.blob.get()
     }
 
     /// The keys env values are sealed with.

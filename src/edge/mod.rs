@@ -95,6 +95,11 @@ pub struct EdgeArgs {
     /// Seconds to wait for an upstream's response head.
     #[arg(long, env = "SLIPWAY_EDGE_UPSTREAM_TIMEOUT", default_value_t = 60)]
     pub upstream_timeout: u64,
+    /// The S3 gateway (`slipway s3`, host:port) the channels' public S3 endpoints
+    /// (`<channel hostname label>.s3.<app domain>`) are forwarded to while their app's external object-store
+    /// access is on. Unset: no public S3 endpoint.
+    #[arg(long, env = "SLIPWAY_S3_GATEWAY")]
+    pub s3_gateway: Option<String>,
 }
 
 /// Settings of an edge.
@@ -110,6 +115,8 @@ pub struct EdgeConfig {
     pub max_site_bytes: u64,
     /// Proxy limits.
     pub proxy: ProxyConfig,
+    /// The S3 gateway the public S3 endpoints go to; `None`: no public S3 endpoint.
+    pub object_store: Option<SocketAddr>,
 }
 
 /// A running edge: the routing table and what answers requests.
@@ -120,6 +127,7 @@ pub struct Edge {
     metrics: EdgeMetrics,
     unknown: Arc<HostMetrics>,
     access_log: bool,
+    object_store: Option<SocketAddr>,
 }
 
 impl Edge {
@@ -138,6 +146,7 @@ impl Edge {
             unknown: metrics.host(UNKNOWN_HOST),
             metrics,
             access_log: config.access_log,
+            object_store: config.object_store,
         });
         let changed = Arc::new(Notify::new());
         let (caches, mut tasks) =
@@ -155,7 +164,14 @@ impl Edge {
         let current = self.table.load();
         let mut loads = Vec::new();
         let mut routes = Vec::new();
-        for (host, wanted) in routes::targets(objects) {
+        let public_s3 = self
+            .object_store
+            .map(|gateway| routes::object_store_targets(objects, gateway))
+            .unwrap_or_default();
+        // A channel's own hostname wins over an S3 endpoint that happens to spell the same host.
+        let mut wanted_routes = public_s3;
+        wanted_routes.extend(routes::targets(objects));
+        for (host, wanted) in wanted_routes {
             let serving = current.get(&host).map(|r| &r.target);
             let (target, load) =
                 routes::settle(wanted, serving, |key| self.sites.loaded(key).is_some());
@@ -197,6 +213,16 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
         proxy: ProxyConfig {
             response_timeout: Duration::from_secs(args.upstream_timeout),
             ..ProxyConfig::default()
+        },
+        object_store: match &args.s3_gateway {
+            Some(gateway) => Some(
+                tokio::net::lookup_host(gateway.as_str())
+                    .await
+                    .with_context(|| format!("resolve the S3 gateway {gateway}"))?
+                    .next()
+                    .with_context(|| format!("the S3 gateway {gateway} resolves to no address"))?,
+            ),
+            None => None,
         },
     };
     let mut registry = Registry::default();

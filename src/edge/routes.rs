@@ -42,6 +42,8 @@ pub enum Target {
     NoEndpoints,
     /// A dynamic channel that passed readiness on the ready file: 502.
     ReadyFile,
+    /// A channel's public S3 endpoint, proxied to the gateway whole (no path is the edge's own).
+    ObjectStore(Upstreams),
 }
 
 /// Ready endpoints of a Service, taken in turn.
@@ -82,6 +84,7 @@ impl PartialEq for Target {
         match (self, other) {
             (Target::Static(a), Target::Static(b)) => a == b,
             (Target::Proxy(a), Target::Proxy(b)) => a.addrs == b.addrs,
+            (Target::ObjectStore(a), Target::ObjectStore(b)) => a.addrs == b.addrs,
             (Target::NotDeployed, Target::NotDeployed)
             | (Target::NoEndpoints, Target::NoEndpoints)
             | (Target::ReadyFile, Target::ReadyFile) => true,
@@ -236,6 +239,27 @@ pub fn targets(objects: &Objects) -> BTreeMap<String, Target> {
             out.insert(
                 host,
                 backend_target(objects, ingress, &namespace, &path.backend),
+            );
+        }
+    }
+    out
+}
+
+/// The public S3 endpoints, `<channel hostname label>.s3.<app domain>`, of every channel whose app has external
+/// object-store access on, all forwarded to the gateway at `gateway`. A channel without a hostname yet, or of an
+/// app with the toggle off, has none, so the toggle opens and closes the endpoint with the next table.
+pub fn object_store_targets(objects: &Objects, gateway: SocketAddr) -> BTreeMap<String, Target> {
+    let mut out = BTreeMap::new();
+    for ((namespace, _), channel) in &objects.channels {
+        let open = objects
+            .apps
+            .get(&(namespace.clone(), channel.spec.app.clone()))
+            .is_some_and(|app| app.spec.external_blob_access_enabled);
+        let hostname = channel.status.as_ref().and_then(|s| s.hostname.as_deref());
+        if let (true, Some((label, domain))) = (open, hostname.and_then(|h| h.split_once('.'))) {
+            out.insert(
+                format!("{label}.s3.{domain}").to_ascii_lowercase(),
+                Target::ObjectStore(Upstreams::new(vec![gateway])),
             );
         }
     }

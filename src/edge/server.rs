@@ -133,7 +133,7 @@ async fn answer(
     peer: SocketAddr,
     scheme: &'static str,
 ) -> (Response<EdgeBody>, Option<SocketAddr>) {
-    if is_svc_auth(req.uri().path()) {
+    if !matches!(target, Target::ObjectStore(_)) && is_svc_auth(req.uri().path()) {
         return (pages::svc_auth(), None);
     }
     match target {
@@ -154,7 +154,7 @@ async fn answer(
             );
             (res, None)
         }
-        Target::Proxy(upstreams) => {
+        Target::Proxy(upstreams) | Target::ObjectStore(upstreams) => {
             let Some(upstream) = upstreams.pick() else {
                 return (pages::unavailable(), None);
             };
