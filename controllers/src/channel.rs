@@ -141,7 +141,8 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
         if has_finalizer(&channel, crate::blob::FINALIZER) {
             let settings = ctx.blob.as_ref().ok_or_else(|| {
                 Error::ObjectStore(
-                    "the channel holds a bucket but this operator runs without object storage".into(),
+                    "the channel holds a bucket but this operator runs without object storage"
+                        .into(),
                 )
             })?;
             crate::blob::remove(&ctx, settings, &channel).await?;
@@ -170,7 +171,8 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
                     set_finalizer(&ctx, &channel, crate::blob::FINALIZER, true).await?;
                     return Ok(Action::await_change());
                 }
-                observed.object_store = Some(crate::blob::ensure(&ctx, settings, &channel, app).await);
+                observed.object_store =
+                    Some(crate::blob::ensure(&ctx, settings, &channel, app).await);
             }
         }
     }

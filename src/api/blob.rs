@@ -5,10 +5,10 @@
 
 use axum::extract::State;
 use serde::Serialize;
+use slipway_controllers::blob::backend::REGION;
 use slipway_crds::Channel;
 use slipway_crds::conditions::{self, reasons};
 use slipway_crds::names::{self, ChannelName};
-use slipway_controllers::blob::backend::REGION;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
@@ -74,10 +74,11 @@ pub struct BlobStorage {
 
 /// What the Channel's condition says of its store: (status, last error).
 fn condition_state(channel: &Channel) -> (&'static str, Option<String>) {
-    let condition = channel
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::OBJECT_STORE_READY));
+    let condition = channel.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == conditions::OBJECT_STORE_READY)
+    });
     match condition {
         Some(c) if c.status == "True" => ("ready", None),
         Some(c) if c.reason == reasons::OBJECT_STORE_FAILED => ("failed", Some(c.message.clone())),
@@ -88,7 +89,11 @@ fn condition_state(channel: &Channel) -> (&'static str, Option<String>) {
 /// The channel's hostname label (its virtual bucket).
 fn host_label(app: &VisibleApp, channel: &Channel) -> Result<String, ApiError> {
     let channel_name: ChannelName = channel.channel_name().parse()?;
-    Ok(names::channel_host_label(&app.name, &channel_name, &app.owner)?)
+    Ok(names::channel_host_label(
+        &app.name,
+        &channel_name,
+        &app.owner,
+    )?)
 }
 
 fn configured(state: &AppState) -> Result<&BlobAccess, ApiError> {

@@ -47,16 +47,22 @@ pub struct Tenant {
     secret: String,
 }
 
+/// A cached lookup: when it was made and what it found.
+type Cached = (Instant, Option<Arc<Tenant>>);
+
 /// Stores by access key, read from the platform database and cached for [`STORE_CACHE_TTL`].
 pub struct Tenants {
     db: PgPool,
     ring: Keyring,
-    cache: Mutex<HashMap<String, (Instant, Option<Arc<Tenant>>)>>,
+    cache: Mutex<HashMap<String, Cached>>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> S3Error {
     tracing::warn!(error = %e, "platform database unavailable");
-    let mut err = s3_error!(ServiceUnavailable, "object storage is unavailable; try again");
+    let mut err = s3_error!(
+        ServiceUnavailable,
+        "object storage is unavailable; try again"
+    );
     err.set_status_code(StatusCode::SERVICE_UNAVAILABLE);
     err
 }
@@ -231,7 +237,10 @@ impl Gateway {
     }
 
     /// The copy source as the backend names it, checked to be the tenant's own bucket.
-    fn enter_source(tenant: &Tenant, source: &mut CopySource) -> S3Result<(String, Option<String>)> {
+    fn enter_source(
+        tenant: &Tenant,
+        source: &mut CopySource,
+    ) -> S3Result<(String, Option<String>)> {
         match source {
             CopySource::Bucket {
                 bucket,
@@ -554,8 +563,14 @@ impl S3 for Gateway {
             .content_length
             .ok_or_else(|| s3_error!(MissingContentLength))?;
         let (upload_id, part) = (req.input.upload_id.clone(), req.input.part_number);
-        self.part(&tenant, &upload_id, part, bytes, self.proxy.upload_part(req))
-            .await
+        self.part(
+            &tenant,
+            &upload_id,
+            part,
+            bytes,
+            self.proxy.upload_part(req),
+        )
+        .await
     }
 
     async fn upload_part_copy(
@@ -572,8 +587,14 @@ impl S3 for Gateway {
             }
         };
         let (upload_id, part) = (req.input.upload_id.clone(), req.input.part_number);
-        self.part(&tenant, &upload_id, part, bytes, self.proxy.upload_part_copy(req))
-            .await
+        self.part(
+            &tenant,
+            &upload_id,
+            part,
+            bytes,
+            self.proxy.upload_part_copy(req),
+        )
+        .await
     }
 
     async fn complete_multipart_upload(
@@ -623,9 +644,15 @@ impl S3 for Gateway {
             Err(e) => *e.code() == S3ErrorCode::NoSuchUpload,
         };
         if gone {
-            store::settle_upload(pending.db, pending.id, pending.channel_id, &upload_id, Some(0))
-                .await
-                .unwrap_or_else(settle_failed);
+            store::settle_upload(
+                pending.db,
+                pending.id,
+                pending.channel_id,
+                &upload_id,
+                Some(0),
+            )
+            .await
+            .unwrap_or_else(settle_failed);
         } else {
             pending.release().await;
         }

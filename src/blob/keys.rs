@@ -54,20 +54,32 @@ mod tests {
         let b = generate();
         assert_eq!(a.access_key_id.len(), 20);
         assert!(a.access_key_id.starts_with("SVC"));
-        assert!(a.access_key_id.bytes().all(|c| ACCESS_ALPHABET.contains(&c)));
+        assert!(
+            a.access_key_id
+                .bytes()
+                .all(|c| ACCESS_ALPHABET.contains(&c))
+        );
         assert_eq!(a.secret_access_key.len(), 40);
-        assert!(a.secret_access_key.bytes().all(|c| c.is_ascii_alphanumeric()));
+        assert!(
+            a.secret_access_key
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric())
+        );
         assert_ne!(a.access_key_id, b.access_key_id);
         assert_ne!(a.secret_access_key, b.secret_access_key);
     }
 
     #[test]
     fn a_sealed_secret_opens_only_in_its_own_row() {
-        let ring = crate::env::crypto::Keyring::parse(&crate::env::crypto::Keyring::generate_line("k"))
-            .unwrap();
+        let ring =
+            crate::env::crypto::Keyring::parse(&crate::env::crypto::Keyring::generate_line("k"))
+                .unwrap();
         let channel = Uuid::new_v4();
         let sealed = ring.seal(b"secret", &aad(channel, "SVCA")).unwrap();
-        assert_eq!(ring.open(&sealed, &aad(channel, "SVCA")).unwrap(), b"secret");
+        assert_eq!(
+            ring.open(&sealed, &aad(channel, "SVCA")).unwrap(),
+            b"secret"
+        );
         assert!(ring.open(&sealed, &aad(channel, "SVCB")).is_err());
         assert!(ring.open(&sealed, &aad(Uuid::new_v4(), "SVCA")).is_err());
     }

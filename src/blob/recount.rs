@@ -12,25 +12,40 @@ use super::store::{self, Store};
 /// The bytes of every version in `bucket`.
 pub async fn listed_bytes(backend: &aws_sdk_s3::Client, bucket: &str) -> anyhow::Result<i64> {
     let mut total = 0i64;
-    let mut pages = backend
-        .list_object_versions()
-        .bucket(bucket)
-        .into_paginator()
-        .send();
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| {
-            anyhow::anyhow!(
-                "list versions of {bucket}: {}",
-                slipway_controllers::blob::backend::describe(&e)
-            )
-        })?;
+    let (mut key_marker, mut version_marker) = (None, None);
+    loop {
+        let page = backend
+            .list_object_versions()
+            .bucket(bucket)
+            .set_key_marker(key_marker)
+            .set_version_id_marker(version_marker)
+            .send()
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "list versions of {bucket}: {}",
+                    slipway_controllers::blob::backend::describe(&e)
+                )
+            })?;
         total += page.versions().iter().filter_map(|v| v.size()).sum::<i64>();
+        if page.is_truncated() != Some(true) {
+            return Ok(total);
+        }
+        key_marker = page.next_key_marker().map(str::to_owned);
+        version_marker = page.next_version_id_marker().map(str::to_owned);
+        anyhow::ensure!(
+            key_marker.is_some(),
+            "a truncated listing of {bucket} without a marker"
+        );
     }
-    Ok(total)
 }
 
 /// Recounts one store; whether the count was set (false: a write overlapped, try again later).
-pub async fn recount(db: &PgPool, backend: &aws_sdk_s3::Client, store: &Store) -> anyhow::Result<bool> {
+pub async fn recount(
+    db: &PgPool,
+    backend: &aws_sdk_s3::Client,
+    store: &Store,
+) -> anyhow::Result<bool> {
     let listed = listed_bytes(backend, &store.backend_bucket).await?;
     Ok(store::set_recounted(db, store.channel_id, listed, store.usage_epoch).await?)
 }

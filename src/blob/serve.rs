@@ -133,7 +133,10 @@ pub async fn run(args: S3Args) -> anyhow::Result<()> {
                 async move {
                     match sqlx::query("SELECT 1").execute(&db).await {
                         Ok(_) => (http::StatusCode::OK, "ok"),
-                        Err(_) => (http::StatusCode::SERVICE_UNAVAILABLE, "database unavailable"),
+                        Err(_) => (
+                            http::StatusCode::SERVICE_UNAVAILABLE,
+                            "database unavailable",
+                        ),
                     }
                 }
             }),

@@ -43,10 +43,13 @@ impl BlobOperatorArgs {
             blob::MAX_BUCKET_PREFIX
         );
         let pod_endpoint = self.s3_endpoint.clone().ok_or_else(|| {
-            anyhow::anyhow!("--s3-endpoint (the gateway as pods reach it) is needed with --s3-backend-url")
+            anyhow::anyhow!(
+                "--s3-endpoint (the gateway as pods reach it) is needed with --s3-backend-url"
+            )
         })?;
         anyhow::ensure!(
-            !self.s3_backend_access_key_id.is_empty() && !self.s3_backend_secret_access_key.is_empty(),
+            !self.s3_backend_access_key_id.is_empty()
+                && !self.s3_backend_secret_access_key.is_empty(),
             "the backend's key pair (SLIPWAY_S3_BACKEND_ACCESS_KEY_ID, SLIPWAY_S3_BACKEND_SECRET_ACCESS_KEY) is needed with --s3-backend-url"
         );
         Ok(Some(BlobSettings {

@@ -108,7 +108,10 @@ pub async fn by_channel(db: &PgPool, channel_id: Uuid) -> sqlx::Result<Option<St
 }
 
 /// The store an access key belongs to, with its owner's plan tier.
-pub async fn by_access_key(db: &PgPool, access_key_id: &str) -> sqlx::Result<Option<(Store, Option<String>)>> {
+pub async fn by_access_key(
+    db: &PgPool,
+    access_key_id: &str,
+) -> sqlx::Result<Option<(Store, Option<String>)>> {
     #[derive(sqlx::FromRow)]
     struct Row {
         #[sqlx(flatten)]
@@ -271,7 +274,12 @@ pub async fn settle_upload(
 /// Sets a store's usage to what a recount listed (`listed` object bytes plus its unfinished uploads' parts),
 /// unless a write settled since `epoch` was read or one is in flight: then the count may be stale and the next
 /// round tries again. Whether it was set.
-pub async fn set_recounted(db: &PgPool, channel_id: Uuid, listed: i64, epoch: i64) -> sqlx::Result<bool> {
+pub async fn set_recounted(
+    db: &PgPool,
+    channel_id: Uuid,
+    listed: i64,
+    epoch: i64,
+) -> sqlx::Result<bool> {
     let done = sqlx::query(
         "UPDATE blob_stores SET usage_bytes = $2 + coalesce((SELECT sum(bytes) FROM blob_parts WHERE channel_id = $1), 0), \
          usage_epoch = usage_epoch + 1, recounted_at = now() \

@@ -14,6 +14,8 @@ pub mod node;
 
 pub mod postgres;
 
+pub mod s3;
+
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -74,7 +74,12 @@ pub struct StoreState {
 
 /// Makes sure the channel's store is recorded and its bucket exists with versioning on. Failures are reported in
 /// the state (and retried by the caller), never hidden.
-pub async fn ensure(ctx: &Context, settings: &BlobSettings, channel: &Channel, app: &App) -> StoreState {
+pub async fn ensure(
+    ctx: &Context,
+    settings: &BlobSettings,
+    channel: &Channel,
+    app: &App,
+) -> StoreState {
     match try_ensure(ctx, settings, channel, app).await {
         Ok(()) => StoreState {
             ready: true,
@@ -126,7 +131,11 @@ async fn try_ensure(
 }
 
 /// Removes the channel's bucket (every version in it) and forgets its store. Safe to repeat.
-pub async fn remove(ctx: &Context, settings: &BlobSettings, channel: &Channel) -> Result<(), Error> {
+pub async fn remove(
+    ctx: &Context,
+    settings: &BlobSettings,
+    channel: &Channel,
+) -> Result<(), Error> {
     let channel_uid = channel.uid().ok_or(Error::Incomplete("uid"))?;
     // The store names the bucket; a store never recorded still had its bucket named by the rule.
     let bucket = backend_bucket(&settings.bucket_prefix, &channel_uid);

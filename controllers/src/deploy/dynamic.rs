@@ -52,7 +52,10 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
         }
     };
     // The store's keys are system keys: injected at run time, recorded in the snapshot by name only.
-    let blob_keys = ctx.blob.as_ref().map_or(&[][..], |_| &crate::blob::ENV_KEYS[..]);
+    let blob_keys = ctx
+        .blob
+        .as_ref()
+        .map_or(&[][..], |_| &crate::blob::ENV_KEYS[..]);
     let mut env = ctx
         .platform
         .deploy_env(

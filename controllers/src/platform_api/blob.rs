@@ -71,7 +71,10 @@ impl PlatformApi {
     }
 
     /// The channel's bucket and key pair, for a deploy's containers.
-    pub async fn blob_credentials(&self, channel_id: &str) -> Result<BlobCredentials, PlatformError> {
+    pub async fn blob_credentials(
+        &self,
+        channel_id: &str,
+    ) -> Result<BlobCredentials, PlatformError> {
         let res = self
             .send(
                 self.http
