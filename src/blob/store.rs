@@ -99,6 +99,28 @@ pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewStore<'_>) -> anyhow::
         .ok_or_else(|| anyhow::anyhow!("the store of channel {} vanished", new.channel_id))
 }
 
+/// Seals every store's secret key again with the keyring's first key (after a rotation); how many it resealed.
+pub async fn reseal_all(db: &PgPool, ring: &Keyring) -> anyhow::Result<u64> {
+    let mut tx = db.begin().await?;
+    let stale: Vec<Store> =
+        sqlx::query_as("SELECT * FROM blob_stores WHERE key_id <> $1 FOR UPDATE")
+            .bind(ring.active_id())
+            .fetch_all(&mut *tx)
+            .await?;
+    for store in &stale {
+        let aad = keys::aad(store.channel_id, &store.access_key_id);
+        let sealed = ring.seal(store.secret(ring)?.as_bytes(), &aad)?;
+        sqlx::query("UPDATE blob_stores SET key_id = $1, sealed_secret = $2 WHERE channel_id = $3")
+            .bind(&sealed.key_id)
+            .bind(&sealed.bytes)
+            .bind(store.channel_id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(stale.len() as u64)
+}
+
 /// The store of a channel.
 pub async fn by_channel(db: &PgPool, channel_id: Uuid) -> sqlx::Result<Option<Store>> {
     sqlx::query_as("SELECT * FROM blob_stores WHERE channel_id = $1")

@@ -667,4 +667,34 @@ mod tests {
         let (serve, load) = settle(Target::ReadyFile, Some(&old), loaded_old);
         assert_eq!((serve, load), (Target::ReadyFile, None));
     }
+
+    #[test]
+    fn public_s3_endpoints_follow_the_apps_toggle() {
+        let open = obj::<App>(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+            "metadata": {"name": "blog", "namespace": "ns", "uid": "u1"},
+            "spec": {"owner": "alice", "externalBlobAccessEnabled": true}}));
+        let closed = app("site", "u2");
+        let objects = Objects::new(
+            vec![],
+            vec![
+                channel("blog.prod", json!({"hostname": "blog-alice.apps.test"})),
+                channel("blog.next", json!({})),
+                channel("site.prod", json!({"hostname": "site-alice.apps.test"})),
+            ],
+            vec![open, closed],
+            vec![],
+            vec![],
+        );
+        let gateway: SocketAddr = "10.0.0.1:7480".parse().unwrap();
+        let targets = object_store_targets(&objects, gateway);
+        assert_eq!(
+            targets.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["blog-alice.s3.apps.test"],
+            "only channels with a hostname, of apps with the toggle on"
+        );
+        assert_eq!(
+            targets["blog-alice.s3.apps.test"],
+            Target::ObjectStore(Upstreams::new(vec![gateway]))
+        );
+    }
 }
