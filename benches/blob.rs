@@ -50,7 +50,9 @@ async fn main() -> Result<()> {
         },
     )
     .await?;
-    Backend::new(&root).ensure_bucket(&row.backend_bucket).await?;
+    Backend::new(&root)
+        .ensure_bucket(&row.backend_bucket)
+        .await?;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let gateway_url = format!("http://{}", listener.local_addr()?);
@@ -140,13 +142,24 @@ where
 async fn rate(client: &Client, bucket: &str, data: Option<bytes::Bytes>) -> Result<f64> {
     // The objects the GETs read.
     for n in 0..CONCURRENCY {
-        put(client, bucket, &format!("small/{n}"), bytes::Bytes::from_static(b"x")).await?;
+        put(
+            client,
+            bucket,
+            &format!("small/{n}"),
+            bytes::Bytes::from_static(b"x"),
+        )
+        .await?;
     }
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = Instant::now();
     let mut workers = Vec::new();
     for n in 0..CONCURRENCY {
-        let (client, bucket, data, done) = (client.clone(), bucket.to_owned(), data.clone(), done.clone());
+        let (client, bucket, data, done) = (
+            client.clone(),
+            bucket.to_owned(),
+            data.clone(),
+            done.clone(),
+        );
         workers.push(tokio::spawn(async move {
             let key = format!("small/{n}");
             while started.elapsed() < MEASURE {

@@ -838,5 +838,23 @@ async fn the_toggle_opens_and_closes_the_public_endpoint_through_the_edge() -> R
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // What the edge sent for the public endpoint counts in the owner's monthly bandwidth (reported every 30 s).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let usage = f.api.get("/me/usage", &f.user).await.expect(200, None);
+        // At least the probe's GET body ("through the edge", 16 bytes) went out through the edge.
+        if usage["bandwidth_month_bytes"].as_i64().unwrap_or(0) >= 16 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no bandwidth reported: {usage}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let stranger = f.api.user("blobstr", "basic").await?;
+    let usage = f.api.get("/me/usage", &stranger).await.expect(200, None);
+    assert_eq!(usage["bandwidth_month_bytes"], 0);
     Ok(())
 }

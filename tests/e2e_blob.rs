@@ -76,8 +76,9 @@ http.server.HTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Handler).s
 async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<()> {
     let api = TestApi::start().await?;
     let user = api.user("blobapp", "builder").await?;
-    let host_ip = std::env::var("SLIPWAY_NODE_HOST_IP")
-        .map_err(|_| anyhow::anyhow!("SLIPWAY_NODE_HOST_IP is not set; run under `hack/test.sh e2e`"))?;
+    let host_ip = std::env::var("SLIPWAY_NODE_HOST_IP").map_err(|_| {
+        anyhow::anyhow!("SLIPWAY_NODE_HOST_IP is not set; run under `hack/test.sh e2e`")
+    })?;
     let store = ObjectStore::start(&api, &host_ip).await?;
     api.start_operator_with_blob(&user.namespace, store.settings())
         .await?;
@@ -98,7 +99,8 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
         .finished_deploy(&user, &app_id, &prod_id, &deploy_id, DEPLOY_WITHIN)
         .await?;
     assert_eq!(
-        log["status"], "success",
+        log["status"],
+        "success",
         "deploy log:\n{}",
         log["log"].as_str().unwrap_or_default()
     );
@@ -134,7 +136,10 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
     .fetch_one(&db)
     .await?;
     for key in slipway_controllers::blob::ENV_KEYS {
-        assert!(system_keys.iter().any(|k| k == key), "{key} in {system_keys:?}");
+        assert!(
+            system_keys.iter().any(|k| k == key),
+            "{key} in {system_keys:?}"
+        );
     }
     assert!(
         !entries.to_string().contains("S3_"),

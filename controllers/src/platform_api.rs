@@ -6,6 +6,7 @@
 //! archive URL signed with the token ([`sign_archive`]), valid for one commit of one app until it expires.
 
 pub mod blob;
+pub mod usage;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -41,6 +41,7 @@ pub fn routes() -> Router<AppState> {
             post(append_log).layer(axum::extract::DefaultBodyLimit::max(LOG_CHUNK_LIMIT)),
         )
         .merge(super::internal_blob::routes())
+        .merge(super::internal_usage::routes())
 }
 
 /// A caller that presented the internal token.

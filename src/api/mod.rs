@@ -12,6 +12,7 @@ pub mod error;
 pub mod extract;
 pub mod internal;
 pub mod internal_blob;
+pub mod internal_usage;
 pub mod plans;
 pub mod repo;
 pub mod ssh_keys;

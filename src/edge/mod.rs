@@ -14,8 +14,10 @@
 //! - `/svc-auth/*` on every channel host is the platform's (404 in the API's envelope until end-user sign-in is
 //!   served there), and an unknown host gets a small 404 page ([`pages`]).
 //!
-//! Metrics per host ([`metrics`]) are served with `/healthz` and `/readyz` on the admin port.
+//! Metrics per host ([`metrics`]) are served with `/healthz` and `/readyz` on the admin port; the bytes sent per
+//! account are reported to the API server for its monthly bandwidth ([`bandwidth`]).
 
+pub mod bandwidth;
 mod content_type;
 pub mod files;
 pub mod metrics;
@@ -128,6 +130,7 @@ pub struct Edge {
     unknown: Arc<HostMetrics>,
     access_log: bool,
     object_store: Option<SocketAddr>,
+    bandwidth: Arc<bandwidth::Bandwidth>,
 }
 
 impl Edge {
@@ -139,14 +142,16 @@ impl Edge {
         registry: &mut Registry,
     ) -> anyhow::Result<(Arc<Self>, Vec<JoinHandle<()>>)> {
         let metrics = EdgeMetrics::register(registry);
+        let platform = PlatformApi::new(config.platform);
         let edge = Arc::new(Self {
             table: ArcSwap::from_pointee(RouteTable::default()),
-            sites: SiteCache::new(PlatformApi::new(config.platform), config.max_site_bytes),
+            sites: SiteCache::new(platform.clone(), config.max_site_bytes),
             proxy: Proxy::new(&config.proxy),
             unknown: metrics.host(UNKNOWN_HOST),
             metrics,
             access_log: config.access_log,
             object_store: config.object_store,
+            bandwidth: Arc::default(),
         });
         let changed = Arc::new(Notify::new());
         let (caches, mut tasks) =
@@ -156,6 +161,10 @@ impl Edge {
         edge.rebuild(&caches.objects());
         changed.notify_one();
         tasks.push(watch::spawn_builder(edge.clone(), caches, changed));
+        tasks.push(tokio::spawn(bandwidth::report(
+            edge.bandwidth.clone(),
+            platform,
+        )));
         Ok((edge, tasks))
     }
 
@@ -171,6 +180,7 @@ impl Edge {
         // A channel's own hostname wins over an S3 endpoint that happens to spell the same host.
         let mut wanted_routes = public_s3;
         wanted_routes.extend(routes::targets(objects));
+        let owners = routes::host_owners(objects);
         for (host, wanted) in wanted_routes {
             let serving = current.get(&host).map(|r| &r.target);
             let (target, load) =
@@ -178,6 +188,7 @@ impl Edge {
             loads.extend(load);
             routes.push(Route {
                 metrics: self.metrics.host(&host),
+                bandwidth: owners.get(&host).map(|owner| self.bandwidth.counter(owner)),
                 host,
                 target,
             });

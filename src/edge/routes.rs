@@ -101,6 +101,8 @@ pub struct Route {
     pub target: Target,
     /// Its request metrics.
     pub metrics: Arc<HostMetrics>,
+    /// The byte counter of the account that owns it.
+    pub bandwidth: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// Every served host. Immutable: a change is a new table, swapped in whole.
@@ -240,6 +242,37 @@ pub fn targets(objects: &Objects) -> BTreeMap<String, Target> {
                 host,
                 backend_target(objects, ingress, &namespace, &path.backend),
             );
+        }
+    }
+    out
+}
+
+/// The account each host belongs to: the owner of the user namespace its Ingress (or, for a public S3 endpoint,
+/// its Channel) lives in.
+pub fn host_owners(objects: &Objects) -> HashMap<String, String> {
+    let owner = |namespace: &str| {
+        namespace
+            .strip_prefix(slipway_crds::labels::USER_NAMESPACE_PREFIX)
+            .map(str::to_owned)
+    };
+    let mut out = HashMap::new();
+    for ingress in objects.ingresses.iter().filter(|i| is_ours(i)) {
+        let Some(owner) = owner(&ingress.namespace().unwrap_or_default()) else {
+            continue;
+        };
+        for rule in ingress.spec.iter().flat_map(|s| s.rules.iter().flatten()) {
+            if let Some(host) = &rule.host {
+                out.entry(host.trim_end_matches('.').to_ascii_lowercase())
+                    .or_insert_with(|| owner.clone());
+            }
+        }
+    }
+    for ((namespace, _), channel) in &objects.channels {
+        let hostname = channel.status.as_ref().and_then(|s| s.hostname.as_deref());
+        if let (Some(owner), Some((label, domain))) =
+            (owner(namespace), hostname.and_then(|h| h.split_once('.')))
+        {
+            out.insert(format!("{label}.s3.{domain}").to_ascii_lowercase(), owner);
         }
     }
     out
@@ -630,6 +663,7 @@ mod tests {
             host: "a.apps.test".into(),
             target: Target::NotDeployed,
             metrics: Arc::new(HostMetrics::detached()),
+            bandwidth: None,
         }]);
         for host in [
             "a.apps.test",

@@ -15,6 +15,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
+use super::bandwidth::Counted;
 use super::metrics::UNKNOWN_HOST;
 use super::proxy::{Origin, ProxyError};
 use super::routes::Target;
@@ -51,7 +52,16 @@ pub async fn serve(
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let edge = edge.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&edge, req, peer, scheme).await) }
+                async move {
+                    // The bytes sent count against the host's account, as they stream.
+                    let bandwidth = edge
+                        .table
+                        .load()
+                        .get(request_host(&req))
+                        .and_then(|r| r.bandwidth.clone());
+                    let res = handle(&edge, req, peer, scheme).await;
+                    Ok::<_, std::convert::Infallible>(res.map(|body| Counted::new(body, bandwidth)))
+                }
             });
             let served = http1::Builder::new()
                 .timer(TokioTimer::new())

@@ -1,0 +1,35 @@
+//! `POST /internal/v1/usage/bandwidth`: the edges report the bytes they sent per account, added to each account's
+//! month. Answered only to callers holding the internal token, like the other internal routes.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use slipway_controllers::platform_api::usage::BandwidthReport;
+
+use super::error::ApiError;
+use super::extract::Json;
+use super::internal::Internal;
+use super::state::AppState;
+
+/// The routes of this module (state: the API's).
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/internal/v1/usage/bandwidth", post(report_bandwidth))
+}
+
+async fn report_bandwidth(
+    State(state): State<AppState>,
+    _: Internal,
+    Json(report): Json<BandwidthReport>,
+) -> Result<StatusCode, ApiError> {
+    let bytes: Vec<(String, i64)> = report
+        .bytes
+        .into_iter()
+        .filter(|(_, b)| *b > 0)
+        .map(|(owner, b)| (owner, i64::try_from(b).unwrap_or(i64::MAX)))
+        .collect();
+    if !bytes.is_empty() {
+        crate::db::bandwidth::add(state.db(), &bytes).await?;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
