@@ -293,19 +293,30 @@ impl Gateway {
     }
 
     /// Reserves `bytes`, then forwards through `send`, which answers the output and how the stored bytes moved;
-    /// the move is counted when it succeeds.
+    /// the move is counted when it succeeds, the reservation released when it fails.
     async fn counted<O>(
         &self,
         tenant: &Tenant,
         bytes: i64,
-        send: impl Future<Output = S3Result<(O, i64)>>,
+        send: impl Future<Output = S3Result<(O, Settlement)>>,
     ) -> S3Result<O> {
         let pending = self.reserve(tenant, bytes).await?;
+        let (db, id, channel) = (pending.db, pending.id, pending.channel_id);
         match send.await {
-            Ok((out, delta)) => {
-                store::settle(pending.db, pending.id, pending.channel_id, delta)
-                    .await
-                    .unwrap_or_else(settle_failed);
+            Ok((out, settlement)) => {
+                let settled = match settlement {
+                    Settlement::Delta(delta) => store::settle(db, id, channel, delta).await,
+                    Settlement::Part {
+                        upload_id,
+                        part_number,
+                        bytes,
+                    } => store::settle_part(db, id, channel, &upload_id, part_number, bytes).await,
+                    Settlement::Upload {
+                        upload_id,
+                        object_bytes,
+                    } => store::settle_upload(db, id, channel, &upload_id, object_bytes).await,
+                };
+                settled.unwrap_or_else(settle_failed);
                 Ok(out)
             }
             Err(e) => {
@@ -316,6 +327,24 @@ impl Gateway {
     }
 }
 
+/// How a write that went through moves the stored bytes.
+enum Settlement {
+    /// By this many bytes.
+    Delta(i64),
+    /// A part of an upload was stored (replacing one of the same number).
+    Part {
+        upload_id: String,
+        part_number: i32,
+        bytes: i64,
+    },
+    /// An upload ended: completed as an object of `object_bytes` (`None`: as big as its parts), or aborted
+    /// (`Some(0)`).
+    Upload {
+        upload_id: String,
+        object_bytes: Option<i64>,
+    },
+}
+
 /// Names the tenant's virtual bucket where an answer would name the backend's.
 fn virtual_name(name: &mut Option<String>, tenant: &Tenant) {
     if name.is_some() {
@@ -323,8 +352,55 @@ fn virtual_name(name: &mut Option<String>, tenant: &Tenant) {
     }
 }
 
-#[async_trait::async_trait]
-impl S3 for Gateway {
+/// The gateway's `S3` implementation: the operations that only move the bucket name (`forward`), those whose
+/// answer names the bucket too (`rename`: the answer's field gets the virtual name back), and the rest written
+/// out after them.
+macro_rules! s3_impl {
+    (
+        forward: [$($fwd:ident($fin:ident) -> $fout:ident),* $(,)?],
+        rename: [$($ren:ident($rin:ident) -> $rout:ident . $field:ident),* $(,)?],
+        $($custom:tt)*
+    ) => {
+        #[async_trait::async_trait]
+        impl S3 for Gateway {
+            $(
+                async fn $fwd(&self, mut req: S3Request<$fin>) -> S3Result<S3Response<$fout>> {
+                    self.route(&mut req, |i| &mut i.bucket).await?;
+                    self.proxy.$fwd(req).await
+                }
+            )*
+            $(
+                async fn $ren(&self, mut req: S3Request<$rin>) -> S3Result<S3Response<$rout>> {
+                    let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
+                    let mut res = self.proxy.$ren(req).await?;
+                    virtual_name(&mut res.output.$field, &tenant);
+                    Ok(res)
+                }
+            )*
+            $($custom)*
+        }
+    };
+}
+
+s3_impl! {
+    forward: [
+        head_bucket(HeadBucketInput) -> HeadBucketOutput,
+        get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput,
+        head_object(HeadObjectInput) -> HeadObjectOutput,
+        get_object(GetObjectInput) -> GetObjectOutput,
+        get_object_tagging(GetObjectTaggingInput) -> GetObjectTaggingOutput,
+        put_object_tagging(PutObjectTaggingInput) -> PutObjectTaggingOutput,
+        delete_object_tagging(DeleteObjectTaggingInput) -> DeleteObjectTaggingOutput,
+    ],
+    rename: [
+        list_objects(ListObjectsInput) -> ListObjectsOutput.name,
+        list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output.name,
+        list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput.name,
+        create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput.bucket,
+        list_parts(ListPartsInput) -> ListPartsOutput.bucket,
+        list_multipart_uploads(ListMultipartUploadsInput) -> ListMultipartUploadsOutput.bucket,
+    ],
+
     async fn list_buckets(
         &self,
         req: S3Request<ListBucketsInput>,
@@ -374,14 +450,6 @@ impl S3 for Gateway {
         ))
     }
 
-    async fn head_bucket(
-        &self,
-        mut req: S3Request<HeadBucketInput>,
-    ) -> S3Result<S3Response<HeadBucketOutput>> {
-        self.route(&mut req, |i| &mut i.bucket).await?;
-        self.proxy.head_bucket(req).await
-    }
-
     async fn get_bucket_location(
         &self,
         req: S3Request<GetBucketLocationInput>,
@@ -392,14 +460,6 @@ impl S3 for Gateway {
         }
         // us-east-1 is the null location constraint.
         Ok(S3Response::new(GetBucketLocationOutput::default()))
-    }
-
-    async fn get_bucket_versioning(
-        &self,
-        mut req: S3Request<GetBucketVersioningInput>,
-    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-        self.route(&mut req, |i| &mut i.bucket).await?;
-        self.proxy.get_bucket_versioning(req).await
     }
 
     async fn put_bucket_versioning(
@@ -421,52 +481,6 @@ impl S3 for Gateway {
         ))
     }
 
-    async fn list_objects(
-        &self,
-        mut req: S3Request<ListObjectsInput>,
-    ) -> S3Result<S3Response<ListObjectsOutput>> {
-        let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
-        let mut res = self.proxy.list_objects(req).await?;
-        virtual_name(&mut res.output.name, &tenant);
-        Ok(res)
-    }
-
-    async fn list_objects_v2(
-        &self,
-        mut req: S3Request<ListObjectsV2Input>,
-    ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
-        let mut res = self.proxy.list_objects_v2(req).await?;
-        virtual_name(&mut res.output.name, &tenant);
-        Ok(res)
-    }
-
-    async fn list_object_versions(
-        &self,
-        mut req: S3Request<ListObjectVersionsInput>,
-    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-        let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
-        let mut res = self.proxy.list_object_versions(req).await?;
-        virtual_name(&mut res.output.name, &tenant);
-        Ok(res)
-    }
-
-    async fn head_object(
-        &self,
-        mut req: S3Request<HeadObjectInput>,
-    ) -> S3Result<S3Response<HeadObjectOutput>> {
-        self.route(&mut req, |i| &mut i.bucket).await?;
-        self.proxy.head_object(req).await
-    }
-
-    async fn get_object(
-        &self,
-        mut req: S3Request<GetObjectInput>,
-    ) -> S3Result<S3Response<GetObjectOutput>> {
-        self.route(&mut req, |i| &mut i.bucket).await?;
-        self.proxy.get_object(req).await
-    }
-
     async fn put_object(
         &self,
         mut req: S3Request<PutObjectInput>,
@@ -477,7 +491,7 @@ impl S3 for Gateway {
             .content_length
             .ok_or_else(|| s3_error!(MissingContentLength))?;
         self.counted(&tenant, bytes, async {
-            Ok((self.proxy.put_object(req).await?, bytes))
+            Ok((self.proxy.put_object(req).await?, Settlement::Delta(bytes)))
         })
         .await
     }
@@ -492,7 +506,7 @@ impl S3 for Gateway {
             .stored_size(&tenant.backend_bucket, &key, version.as_deref())
             .await;
         self.counted(&tenant, bytes, async {
-            Ok((self.proxy.copy_object(req).await?, bytes))
+            Ok((self.proxy.copy_object(req).await?, Settlement::Delta(bytes)))
         })
         .await
     }
@@ -510,7 +524,7 @@ impl S3 for Gateway {
             .stored_size(&tenant.backend_bucket, &req.input.key, Some(&version))
             .await;
         self.counted(&tenant, 0, async {
-            Ok((self.proxy.delete_object(req).await?, -bytes))
+            Ok((self.proxy.delete_object(req).await?, Settlement::Delta(-bytes)))
         })
         .await
     }
@@ -538,19 +552,9 @@ impl S3 for Gateway {
                 .flatten()
                 .filter_map(|d| sizes.get(&(d.key.clone()?, d.version_id.clone()?)).copied())
                 .sum();
-            Ok((res, -freed))
+            Ok((res, Settlement::Delta(-freed)))
         })
         .await
-    }
-
-    async fn create_multipart_upload(
-        &self,
-        mut req: S3Request<CreateMultipartUploadInput>,
-    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
-        let mut res = self.proxy.create_multipart_upload(req).await?;
-        virtual_name(&mut res.output.bucket, &tenant);
-        Ok(res)
     }
 
     async fn upload_part(
@@ -562,14 +566,11 @@ impl S3 for Gateway {
             .input
             .content_length
             .ok_or_else(|| s3_error!(MissingContentLength))?;
-        let (upload_id, part) = (req.input.upload_id.clone(), req.input.part_number);
-        self.part(
-            &tenant,
-            &upload_id,
-            part,
-            bytes,
-            self.proxy.upload_part(req),
-        )
+        let (upload_id, part_number) = (req.input.upload_id.clone(), req.input.part_number);
+        self.counted(&tenant, bytes, async {
+            let res = self.proxy.upload_part(req).await?;
+            Ok((res, Settlement::Part { upload_id, part_number, bytes }))
+        })
         .await
     }
 
@@ -586,14 +587,11 @@ impl S3 for Gateway {
                     .await
             }
         };
-        let (upload_id, part) = (req.input.upload_id.clone(), req.input.part_number);
-        self.part(
-            &tenant,
-            &upload_id,
-            part,
-            bytes,
-            self.proxy.upload_part_copy(req),
-        )
+        let (upload_id, part_number) = (req.input.upload_id.clone(), req.input.part_number);
+        self.counted(&tenant, bytes, async {
+            let res = self.proxy.upload_part_copy(req).await?;
+            Ok((res, Settlement::Part { upload_id, part_number, bytes }))
+        })
         .await
     }
 
@@ -603,32 +601,23 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
         let (key, upload_id) = (req.input.key.clone(), req.input.upload_id.clone());
-        let pending = self.reserve(&tenant, 0).await?;
-        match self.proxy.complete_multipart_upload(req).await {
-            Ok(mut res) => {
-                let version = res.output.version_id.clone();
-                let size = self
-                    .backend
-                    .head_object()
-                    .bucket(&tenant.backend_bucket)
-                    .key(&key)
-                    .set_version_id(version)
-                    .send()
-                    .await
-                    .ok()
-                    .and_then(|h| h.content_length());
-                store::settle_upload(pending.db, pending.id, pending.channel_id, &upload_id, size)
-                    .await
-                    .unwrap_or_else(settle_failed);
-                virtual_name(&mut res.output.bucket, &tenant);
-                res.output.location = None;
-                Ok(res)
-            }
-            Err(e) => {
-                pending.release().await;
-                Err(e)
-            }
-        }
+        self.counted(&tenant, 0, async {
+            let mut res = self.proxy.complete_multipart_upload(req).await?;
+            let object_bytes = self
+                .backend
+                .head_object()
+                .bucket(&tenant.backend_bucket)
+                .key(&key)
+                .set_version_id(res.output.version_id.clone())
+                .send()
+                .await
+                .ok()
+                .and_then(|h| h.content_length());
+            virtual_name(&mut res.output.bucket, &tenant);
+            res.output.location = None;
+            Ok((res, Settlement::Upload { upload_id, object_bytes }))
+        })
+        .await
     }
 
     async fn abort_multipart_upload(
@@ -637,103 +626,19 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
         let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
         let upload_id = req.input.upload_id.clone();
-        let pending = self.reserve(&tenant, 0).await?;
-        let result = self.proxy.abort_multipart_upload(req).await;
-        let gone = match &result {
-            Ok(_) => true,
-            Err(e) => *e.code() == S3ErrorCode::NoSuchUpload,
-        };
-        if gone {
-            store::settle_upload(
-                pending.db,
-                pending.id,
-                pending.channel_id,
-                &upload_id,
-                Some(0),
-            )
-            .await
-            .unwrap_or_else(settle_failed);
-        } else {
-            pending.release().await;
-        }
-        result
-    }
-
-    async fn list_parts(
-        &self,
-        mut req: S3Request<ListPartsInput>,
-    ) -> S3Result<S3Response<ListPartsOutput>> {
-        let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
-        let mut res = self.proxy.list_parts(req).await?;
-        virtual_name(&mut res.output.bucket, &tenant);
-        Ok(res)
-    }
-
-    async fn list_multipart_uploads(
-        &self,
-        mut req: S3Request<ListMultipartUploadsInput>,
-    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
-        let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
-        let mut res = self.proxy.list_multipart_uploads(req).await?;
-        virtual_name(&mut res.output.bucket, &tenant);
-        Ok(res)
-    }
-
-    async fn get_object_tagging(
-        &self,
-        mut req: S3Request<GetObjectTaggingInput>,
-    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
-        self.route(&mut req, |i| &mut i.bucket).await?;
-        self.proxy.get_object_tagging(req).await
-    }
-
-    async fn put_object_tagging(
-        &self,
-        mut req: S3Request<PutObjectTaggingInput>,
-    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
-        self.route(&mut req, |i| &mut i.bucket).await?;
-        self.proxy.put_object_tagging(req).await
-    }
-
-    async fn delete_object_tagging(
-        &self,
-        mut req: S3Request<DeleteObjectTaggingInput>,
-    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
-        self.route(&mut req, |i| &mut i.bucket).await?;
-        self.proxy.delete_object_tagging(req).await
-    }
-}
-
-impl Gateway {
-    /// Forwards a part of `bytes` through `send`; the part counts until its upload completes or is aborted.
-    async fn part<O>(
-        &self,
-        tenant: &Tenant,
-        upload_id: &str,
-        part_number: i32,
-        bytes: i64,
-        send: impl Future<Output = S3Result<O>>,
-    ) -> S3Result<O> {
-        let pending = self.reserve(tenant, bytes).await?;
-        match send.await {
-            Ok(out) => {
-                store::settle_part(
-                    pending.db,
-                    pending.id,
-                    pending.channel_id,
-                    upload_id,
-                    part_number,
-                    bytes,
-                )
-                .await
-                .unwrap_or_else(settle_failed);
-                Ok(out)
+        // An upload the backend no longer knows is gone all the same: its parts stop counting.
+        self.counted(&tenant, 0, async {
+            let gone = Settlement::Upload {
+                upload_id,
+                object_bytes: Some(0),
+            };
+            match self.proxy.abort_multipart_upload(req).await {
+                Ok(res) => Ok((Ok(res), gone)),
+                Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => Ok((Err(e), gone)),
+                Err(e) => Err(e),
             }
-            Err(e) => {
-                pending.release().await;
-                Err(e)
-            }
-        }
+        })
+        .await?
     }
 }
 
