@@ -47,6 +47,9 @@ pub struct Tenant {
     secret: String,
 }
 
+/// Most lookups kept (unknown keys are cached too, so a client retrying a bad key costs one read per TTL).
+const MAX_CACHED: usize = 100_000;
+
 /// A cached lookup: when it was made and what it found.
 type Cached = (Instant, Option<Arc<Tenant>>);
 
@@ -118,8 +121,12 @@ impl Tenants {
             None => None,
         };
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() > 100_000 {
+        if cache.len() > MAX_CACHED {
             cache.retain(|_, (at, _)| at.elapsed() < STORE_CACHE_TTL);
+            if cache.len() > MAX_CACHED {
+                // A flood of made-up keys: forget them all rather than grow.
+                cache.clear();
+            }
         }
         cache.insert(access_key.to_owned(), (Instant::now(), tenant.clone()));
         Ok(tenant)
