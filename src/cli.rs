@@ -32,7 +32,8 @@ pub struct Cli {
 /// The roles and tools of the binary.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the hosting REST API (apps, channels, deploys, env, git, tokens, plans) and its OpenAPI document.
+    /// Serve the hosting REST API (apps, channels, deploys, env, git, tokens, plans, object-storage status and
+    /// credentials) and its OpenAPI document.
     Api(crate::serve::ApiArgs),
     /// Run the reconcilers that turn apps, channels and deploys into builds, workloads and routes, with /healthz,
     /// /readyz and /metrics.
