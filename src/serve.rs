@@ -143,6 +143,32 @@ pub fn read_internal_token(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(token)
 }
 
+/// Accepts connections on `listener` until `shutdown` resolves, with TCP_NODELAY, handing each to `serve` (which
+/// spawns what answers it); connections in flight finish on their own. An accept error (out of file descriptors
+/// and the like) waits a moment instead of spinning.
+pub async fn accept_until(
+    listener: &tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+    mut serve: impl FnMut(tokio::net::TcpStream, SocketAddr),
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => return,
+        };
+        let _ = stream.set_nodelay(true);
+        serve(stream, peer);
+    }
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

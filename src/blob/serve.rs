@@ -83,20 +83,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => return Ok(()),
-        };
-        let _ = stream.set_nodelay(true);
+    crate::serve::accept_until(&listener, shutdown, |stream, peer| {
         let service = service.clone();
         tokio::spawn(async move {
             let served = http1::Builder::new()
@@ -109,7 +96,9 @@ pub async fn serve(
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
         });
-    }
+    })
+    .await;
+    Ok(())
 }
 
 /// Runs the gateway until SIGTERM or Ctrl-C.

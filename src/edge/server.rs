@@ -33,21 +33,7 @@ pub async fn serve(
     scheme: &'static str,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait a moment instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => return Ok(()),
-        };
-        let _ = stream.set_nodelay(true);
+    crate::serve::accept_until(&listener, shutdown, |stream, peer| {
         let edge = edge.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
@@ -74,7 +60,9 @@ pub async fn serve(
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
         });
-    }
+    })
+    .await;
+    Ok(())
 }
 
 /// The host a request names: its `Host` header, else the authority of an absolute request target.
