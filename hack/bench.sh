@@ -3,15 +3,17 @@
 # $SLIPWAY_BENCH_NODE_SLOT (default 6), stopped afterwards) and prints their figures. Benchmarks measure; they
 # assert nothing about time.
 #
-# usage: hack/bench.sh [get_apps|git_transport|edge|deploy_to_ready]...   (default: all)
+# usage: hack/bench.sh [get_apps|git_transport|edge|deploy_to_ready|blob]...   (default: all)
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
 source "$HACK/versions.sh"
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(get_apps git_transport edge deploy_to_ready)
+[ ${#benches[@]} -gt 0 ] || benches=(get_apps git_transport edge deploy_to_ready blob)
 
 "$HACK/install-deps.sh"
+# The blob benchmark starts its own versitygw from this build.
+"$HACK/s3.sh" build
 export SLIPWAY_RUN="$SLIPWAY_CACHE/run-bench" SLIPWAY_ETCD_PORT=32389 SLIPWAY_APISERVER_PORT=36453 SLIPWAY_PG_PORT=35442
 export SLIPWAY_NODE_SLOT=${SLIPWAY_BENCH_NODE_SLOT:-6}
 trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop' EXIT

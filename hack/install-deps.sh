@@ -34,3 +34,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 log "system packages present"
+
+# Python packages the tests drive real clients with (boto3 for the S3 gateway), pinned, from PyPI.
+# (A satisfied pin is a quick no-op that asks no index.)
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r "$(dirname "$0")/../tests/requirements.txt"
+log "python test packages present"

@@ -38,6 +38,8 @@ cargo_test() {
 "$HACK/install-deps.sh"
 "$HACK/build-kube.sh" etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
 HELM=$("$HACK/build-helm.sh")
+# Object storage: the blob tests start a versitygw of their own per test (testkit::s3) from this build.
+"$HACK/s3.sh" build
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
 timings=("setup (parts built or found) $((SECONDS - started))s")

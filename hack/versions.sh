@@ -20,3 +20,5 @@ NODEJS_VERSION=22.20.0
 BASES_SUITE=trixie
 # The busybox tool image (tests, the readiness sidecar) is Debian's busybox-static, tagged with its version.
 busybox_version() { dpkg-query -W -f='${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/-.*//'; }
+# The object-store backend (hack/s3.sh): versitygw, whose posix backend keeps object versions.
+VERSITYGW_VERSION=v1.8.0

@@ -32,11 +32,15 @@ pub struct Cli {
 /// The roles and tools of the binary.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the hosting REST API (apps, channels, deploys, env, git, tokens, plans) and its OpenAPI document.
+    /// Serve the hosting REST API (apps, channels, deploys, env, git, tokens, plans, object-storage status and
+    /// credentials) and its OpenAPI document.
     Api(crate::serve::ApiArgs),
     /// Run the reconcilers that turn apps, channels and deploys into builds, workloads and routes, with /healthz,
     /// /readyz and /metrics.
     Operator(crate::operator::OperatorArgs),
+    /// Serve S3 for the channels' buckets: each channel's key pair reaches only its own bucket, versioning stays
+    /// on, and the owner's byte quota holds; objects live on the S3 backend behind it.
+    S3(crate::blob::serve::S3Args),
     /// Serve validating admission over TLS for the five kinds: the rules one object cannot check alone.
     Webhook(slipway_webhooks::WebhookArgs),
     /// Serve HTTP for every channel: the Ingress controller of IngressClass `slipway`, static sites from git, and
@@ -63,6 +67,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Operator(args) => crate::operator::run(args).await,
         Command::Webhook(args) => slipway_webhooks::run(args).await,
         Command::Edge(args) => crate::edge::run(args).await,
+        Command::S3(args) => crate::blob::serve::run(args).await,
         Command::Crds { dir: None } => {
             print!("{}", slipway_crds::crds_yaml()?);
             Ok(())

@@ -4,6 +4,9 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    // ring and aws-lc are both compiled in (the S3 client library brings aws-lc), so rustls cannot pick the
+    // process's provider by itself: every TLS client and server of slipway's own uses ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = slipway::cli::Cli::parse();
     slipway::telemetry::init(cli.log_format);
     match slipway::cli::run(cli).await {

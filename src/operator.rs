@@ -70,6 +70,9 @@ pub struct OperatorArgs {
         value_delimiter = ','
     )]
     pub tenant_grants: Vec<slipway_controllers::tenancy::TenantGrant>,
+    /// Object storage (the channels' buckets).
+    #[command(flatten)]
+    pub blob: crate::blob::settings::BlobOperatorArgs,
 }
 
 /// The readiness sidecar's image unless told otherwise.
@@ -98,7 +101,11 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         builder_image: args.builder_image,
         tenant_grants: args.tenant_grants,
     };
-    let ctx = Arc::new(Context::new(client, config, metrics));
+    let mut ctx = Context::new(client, config, metrics);
+    if let Some(blob) = args.blob.settings()? {
+        ctx = ctx.with_blob(blob);
+    }
+    let ctx = Arc::new(ctx);
     let addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));
     let listener = tokio::net::TcpListener::bind(addr)
         .await

@@ -66,8 +66,13 @@ pub struct ApiArgs {
         default_value = slipway_internal::review::DEFAULT_AUDIENCE
     )]
     pub internal_audience: String,
+    /// Base URL of the S3 gateway (`slipway s3`) as the API reaches it; without it the object-storage routes
+    /// answer 503 blob_unavailable.
+    #[arg(long, env = "SLIPWAY_S3_GATEWAY_URL")]
+    pub s3_gateway_url: Option<String>,
     /// A ServiceAccount allowed on the internal listener, as ROLE=NAMESPACE/SERVICEACCOUNT: role `operator` may call
-    /// every internal route, `edge` only reads static sites' archives; any other identity gets 403. Repeat the flag
+    /// every internal route, `edge` only reads static sites' archives and reports bandwidth; any other identity gets
+    /// 403. Repeat the flag
     /// or separate with commas.
     #[arg(
         long = "internal-caller",
@@ -154,6 +159,11 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         .await
         .context("connect to Kubernetes")?;
     let (state, tasks) = state(&args, kube).await?;
+    if let Some(gateway_url) = &args.s3_gateway_url {
+        state.set_blob_access(crate::blob::access::BlobAccess {
+            gateway_url: gateway_url.clone(),
+        });
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen on {}", args.listen))?;
@@ -194,6 +204,61 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         served = servers => served,
         ssh = ssh => ssh.and_then(|()| Err(anyhow::anyhow!("the SSH server stopped"))),
         (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a cache task stopped: {ended:?}")),
+    }
+}
+
+/// Accepts connections on `listener` until `shutdown` resolves, with TCP_NODELAY, running `serve(stream, peer,
+/// draining)` for each as a task of its own. Then it stops accepting (the listener closes), tells every connection to
+/// finish the request it is in ([`Draining`]), and waits for them for at most `drain_limit`. An accept error (out of
+/// file descriptors and the like) waits a moment instead of spinning.
+pub async fn accept_until<F>(
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+    drain_limit: std::time::Duration,
+    mut serve: impl FnMut(tokio::net::TcpStream, SocketAddr, Draining) -> F,
+) where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    tokio::pin!(shutdown);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let connections = tokio_util::task::TaskTracker::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        connections.spawn(serve(stream, peer, Draining(stopping.clone())));
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    connections.close();
+    if tokio::time::timeout(drain_limit, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = connections.len(),
+            "connections still open after the drain limit"
+        );
+    }
+}
+
+/// Tells a connection served by [`accept_until`] that the server is stopping: it should finish the request it is
+/// in and close (hyper's `graceful_shutdown`).
+pub struct Draining(tokio::sync::watch::Receiver<bool>);
+
+impl Draining {
+    /// Resolves once the server is stopping.
+    pub async fn started(mut self) {
+        let _ = self.0.wait_for(|stopping| *stopping).await;
     }
 }
 

@@ -771,6 +771,8 @@ fn sample_body(method: &str, path: &str) -> Option<Value> {
             Some(json!({"message": "stolen", "changes": {"x.txt": "x"}}))
         }
         ("post", "/apps/{app_id}/channels/{channel_id}/deploy") => Some(json!({"ref": "master"})),
+        // Takes no body; an empty object is what a client may send all the same.
+        ("post", "/apps/{app_id}/channels/{channel_id}/blob/credentials") => Some(json!({})),
         _ => None,
     }
 }
@@ -895,6 +897,12 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
         ("get", "/apps/{app_id}/blob"),
         ("post", "/apps/{app_id}/changeset"),
         ("get", "/apps/{app_id}/channels/{channel_id}/code/download"),
+        ("get", "/apps/{app_id}/channels/{channel_id}/blob"),
+        (
+            "post",
+            "/apps/{app_id}/channels/{channel_id}/blob/credentials",
+        ),
+        ("get", "/me/blob/storage"),
         ("post", "/ssh-keys"),
         ("get", "/ssh-keys"),
         ("delete", "/ssh-keys/{key_id}"),

@@ -1,6 +1,6 @@
 //! The internal listener against the real apiserver: callers prove who they are with ServiceAccount tokens the
 //! apiserver minted (TokenRequest) and checks (TokenReview). The operator's identity reaches every internal route;
-//! the edge's reads static sites' archives and nothing else; no token, a token the apiserver rejects (garbage,
+//! the edge's reads static sites' archives and reports bandwidth, and nothing else; no token, a token the apiserver rejects (garbage,
 //! another audience, a deleted ServiceAccount's) and a valid token of an identity that plays no role get nothing.
 //! Build pods' signed source URLs open one commit of one app until they expire. The public listener has no
 //! internal route at all.
@@ -71,6 +71,12 @@ fn refused(reply: Reply, what: &str, status: u16, code: &str) {
     assert_eq!(reply.status.as_u16(), status, "{what}: {}", reply.body);
     reply.expect(status, Some(code));
 }
+
+/// The bytes each bandwidth report of [`Fixture::routes`] adds to the account.
+const BANDWIDTH_REPORTED: u64 = 1234;
+
+/// The routes the edge may call besides the operator.
+const EDGE_ROUTES: [&str; 2] = ["site archive", "bandwidth"];
 
 /// One internal route, called as a test would.
 struct Route {
@@ -146,6 +152,37 @@ impl Fixture {
                 Some(json!({"sha": self.code_sha})),
                 200,
             ),
+            route(
+                "object store",
+                Method::PUT,
+                format!("/internal/v1/channels/{}/blob", self.code_prod_id),
+                Some(json!({
+                    "app_id": self.code_id,
+                    "backend_bucket": format!("slipway-{}", self.code_prod_id),
+                })),
+                200,
+            ),
+            route(
+                "object-store keys",
+                Method::GET,
+                format!("/internal/v1/channels/{}/blob/credentials", self.code_prod_id),
+                None,
+                200,
+            ),
+            route(
+                "object store removal",
+                Method::DELETE,
+                format!("/internal/v1/channels/{}/blob", self.code_prod_id),
+                None,
+                204,
+            ),
+            route(
+                "bandwidth",
+                Method::POST,
+                "/internal/v1/usage/bandwidth".to_owned(),
+                Some(json!({"bytes": {self.alice.username.clone(): BANDWIDTH_REPORTED}})),
+                204,
+            ),
         ]
     }
 
@@ -177,7 +214,7 @@ impl Fixture {
 }
 
 #[tokio::test]
-async fn the_operator_reaches_every_route_and_the_edge_only_site_archives() -> Result<()> {
+async fn the_operator_reaches_every_route_and_the_edge_only_site_archives_and_bandwidth() -> Result<()> {
     let f = fixture("internal-roles").await?;
     let operator = f.api.operator_token.clone();
     let edge = f.api.edge_token.clone();
@@ -191,22 +228,27 @@ async fn the_operator_reaches_every_route_and_the_edge_only_site_archives() -> R
             reply.body
         );
         let reply = f.call(&route, Some(&edge)).await;
-        if route.name == "site archive" {
-            assert_eq!(
-                reply.status.as_u16(),
-                200,
-                "edge on {}: {}",
-                route.name,
-                reply.body
-            );
-            assert!(reply.body.as_str().unwrap().contains("index.html"));
-        } else {
+        if !EDGE_ROUTES.contains(&route.name) {
             refused(reply, route.name, 403, "permission_denied");
+            continue;
+        }
+        assert_eq!(
+            reply.status.as_u16(),
+            route.ok,
+            "edge on {}: {}",
+            route.name,
+            reply.body
+        );
+        if route.name == "site archive" {
+            assert!(reply.body.as_str().unwrap().contains("index.html"));
         }
     }
     // The operator's line is the whole log: the edge's refused call wrote nothing.
     let written = slipway::db::deploy_logs::size(f.api.state.db(), f.deploy).await?;
     assert_eq!(written, "\"a line\"".len() as u64);
+    // Both reports count: the operator's and the edge's.
+    let usage = f.api.get("/me/usage", &f.alice).await.expect(200, None);
+    assert_eq!(usage["bandwidth_month_bytes"], 2 * BANDWIDTH_REPORTED);
     Ok(())
 }
 

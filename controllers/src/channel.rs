@@ -1,5 +1,6 @@
 //! The Channel reconciler: resolves the channel's App, adopts the channel under it (so deleting the App deletes
-//! its channels, also for channels written with kubectl), and reports the hostname, phase and conditions.
+//! its channels, also for channels written with kubectl), keeps its bucket ([`crate::blob`]), and reports the
+//! hostname, phase and conditions.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,8 @@ pub struct Observed {
     pub hostname: Option<String>,
     /// `Accepted` condition: (status, reason, message).
     pub accepted: (bool, &'static str, String),
+    /// `ObjectStoreReady` condition, when the operator runs with object storage.
+    pub object_store: Option<crate::blob::StoreState>,
 }
 
 /// Works out the status facts of `channel` given its App (if found). Pure, so it is tested from fixtures.
@@ -36,6 +39,7 @@ pub fn observe(channel: &Channel, app: Option<&App>, app_domain: &str) -> Observ
         return Observed {
             hostname: None,
             accepted: (false, reasons::REFERENCE_NOT_FOUND, message),
+            object_store: None,
         };
     };
     let name = channel.name_any();
@@ -48,10 +52,12 @@ pub fn observe(channel: &Channel, app: Option<&App>, app_domain: &str) -> Observ
         Ok(hostname) => Observed {
             hostname: Some(hostname),
             accepted: (true, reasons::RECONCILED, String::new()),
+            object_store: None,
         },
         Err(e) => Observed {
             hostname: None,
             accepted: (false, reasons::INVALID_SPEC, e.0.to_owned()),
+            object_store: None,
         },
     }
 }
@@ -89,6 +95,19 @@ pub fn desired_status(channel: &Channel, observed: &Observed, now: Time) -> Chan
     } else {
         (*reason, message.clone())
     };
+    if let Some(store) = &observed.object_store {
+        conditions::set_condition(
+            &mut status.conditions,
+            conditions::condition(
+                conditions::OBJECT_STORE_READY,
+                store.ready,
+                store.reason,
+                store.message.clone(),
+                generation,
+                now.clone(),
+            ),
+        );
+    }
     conditions::set_condition(
         &mut status.conditions,
         conditions::condition(
@@ -105,6 +124,8 @@ pub fn desired_status(channel: &Channel, observed: &Observed, now: Time) -> Chan
 
 /// Held by channels of app and docker apps until their images are gone from the registry.
 pub const IMAGES_FINALIZER: &str = "slipway.dev/images";
+/// How soon a channel whose bucket could not be made is tried again.
+const OBJECT_STORE_RETRY: Duration = Duration::from_secs(15);
 
 /// Reconciles one Channel.
 pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -112,9 +133,20 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
     if channel.metadata.deletion_timestamp.is_some() {
         // Workloads, routes and deploys go with the channel through owner references; its images are not
         // cluster objects, so they are removed here before the channel may go.
-        if channel.finalizers().iter().any(|f| f == IMAGES_FINALIZER) {
+        if has_finalizer(&channel, IMAGES_FINALIZER) {
             crate::build::remove_images(&ctx, &channel).await?;
-            set_images_finalizer(&ctx, &channel, false).await?;
+            set_finalizer(&ctx, &channel, IMAGES_FINALIZER, false).await?;
+            return Ok(Action::await_change());
+        }
+        if has_finalizer(&channel, crate::blob::FINALIZER) {
+            let settings = ctx.blob.as_ref().ok_or_else(|| {
+                Error::ObjectStore(
+                    "the channel holds a bucket but this operator runs without object storage"
+                        .into(),
+                )
+            })?;
+            crate::blob::remove(&ctx, settings, &channel).await?;
+            set_finalizer(&ctx, &channel, crate::blob::FINALIZER, false).await?;
         }
         return Ok(Action::await_change());
     }
@@ -123,14 +155,25 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
     let builds_images = app
         .as_ref()
         .is_some_and(|a| a.spec.template != slipway_crds::Template::Static);
-    if builds_images && !channel.finalizers().iter().any(|f| f == IMAGES_FINALIZER) {
-        set_images_finalizer(&ctx, &channel, true).await?;
+    if builds_images && !has_finalizer(&channel, IMAGES_FINALIZER) {
+        set_finalizer(&ctx, &channel, IMAGES_FINALIZER, true).await?;
+        // The write is a new version of the channel, which comes back as a change.
+        return Ok(Action::await_change());
     }
-    let observed = observe(&channel, app.as_ref(), &ctx.config.app_domain);
+    let mut observed = observe(&channel, app.as_ref(), &ctx.config.app_domain);
     if let Some(app) = &app {
         adopt(&ctx, &channel, app).await?;
         if let Some(hostname) = &observed.hostname {
             crate::ingress::apply(&ctx, &channel, app, hostname).await?;
+            if let Some(settings) = &ctx.blob {
+                // The finalizer goes on before the bucket exists, so no bucket can outlive its channel.
+                if !has_finalizer(&channel, crate::blob::FINALIZER) {
+                    set_finalizer(&ctx, &channel, crate::blob::FINALIZER, true).await?;
+                    return Ok(Action::await_change());
+                }
+                observed.object_store =
+                    Some(crate::blob::ensure(&ctx, settings, &channel, app).await);
+            }
         }
     }
     let wanted = desired_status(&channel, &observed, Time(Timestamp::now()));
@@ -164,23 +207,39 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
         // Waits for a change of the Channel or its App (both are watched).
         return Ok(Action::await_change());
     }
+    if let Some(store) = observed.object_store.as_ref().filter(|s| !s.ready) {
+        publish(
+            &ctx,
+            channel.as_ref(),
+            EventType::Warning,
+            store.reason,
+            store.message.clone(),
+        )
+        .await;
+        return Ok(Action::requeue(OBJECT_STORE_RETRY));
+    }
     Ok(Action::requeue(RECHECK))
 }
 
-/// Adds or removes [`IMAGES_FINALIZER`], keeping the channel's other finalizers.
-async fn set_images_finalizer(
+fn has_finalizer(channel: &Channel, name: &str) -> bool {
+    channel.finalizers().iter().any(|f| f == name)
+}
+
+/// Adds or removes the finalizer `name`, keeping the channel's other finalizers.
+async fn set_finalizer(
     ctx: &Context,
     channel: &Channel,
+    name: &str,
     present: bool,
 ) -> Result<(), Error> {
     let mut finalizers: Vec<String> = channel
         .finalizers()
         .iter()
-        .filter(|f| *f != IMAGES_FINALIZER)
+        .filter(|f| *f != name)
         .cloned()
         .collect();
     if present {
-        finalizers.push(IMAGES_FINALIZER.to_owned());
+        finalizers.push(name.to_owned());
     }
     // The resourceVersion makes the write fail (and the reconcile retry) if another writer changed the list.
     patch_metadata(

@@ -14,7 +14,8 @@ pub struct OperatorConfig {
     pub app_domain: String,
     /// Watch only this namespace instead of all of them.
     pub namespace: Option<String>,
-    /// The API server's internal listener (git, env, deploy logs, signed source URLs) and the operator's token.
+    /// The API server's internal listener (git, env, deploy logs, signed source URLs, object-store records) and the
+    /// operator's token.
     pub internal: InternalEndpoint,
     /// Base URL of the internal listener as build pods reach it (they fetch their sources there, with a signed URL
     /// and no token).
@@ -44,6 +45,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// The client of the API server's internal routes.
     pub internal: InternalClient,
+    /// Object storage; `None` runs channels without buckets (the cluster tests of other parts).
+    pub blob: Option<crate::blob::BlobSettings>,
 }
 
 impl Context {
@@ -59,7 +62,14 @@ impl Context {
             client,
             config,
             metrics,
+            blob: None,
         }
+    }
+
+    /// The same context with object storage.
+    pub fn with_blob(mut self, blob: crate::blob::BlobSettings) -> Self {
+        self.blob = Some(blob);
+        self
     }
 }
 

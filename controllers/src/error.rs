@@ -18,6 +18,9 @@ pub enum Error {
     /// The cluster's image registry refused or failed a request.
     #[error("registry: {0}")]
     Registry(String),
+    /// The object-store backend refused or failed a request.
+    #[error("object store: {0}")]
+    ObjectStore(String),
 }
 
 impl Error {
@@ -29,6 +32,7 @@ impl Error {
             Error::Incomplete(_) => "IncompleteObject",
             Error::Internal(_) => "InternalApi",
             Error::Registry(_) => "Registry",
+            Error::ObjectStore(_) => "ObjectStore",
         }
     }
 }

@@ -7,6 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 pub const READY: &str = "Ready";
 /// The spec was accepted (references resolve, cross-object rules hold).
 pub const ACCEPTED: &str = "Accepted";
+/// A channel's bucket exists on the object-store backend with versioning on, and its store is recorded.
+pub const OBJECT_STORE_READY: &str = "ObjectStoreReady";
 
 /// Reasons, `UpperCamelCase` as Kubernetes conventions ask.
 pub mod reasons {
@@ -22,6 +24,8 @@ pub mod reasons {
     pub const DEPLOYING: &str = "Deploying";
     /// The last deploy failed.
     pub const DEPLOY_FAILED: &str = "DeployFailed";
+    /// The channel's bucket could not be made or checked (the message says why); retried.
+    pub const OBJECT_STORE_FAILED: &str = "ObjectStoreFailed";
 }
 
 /// Sets `condition` in `conditions`, keyed by type. Returns whether anything changed; `lastTransitionTime` is kept

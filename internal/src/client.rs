@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::protocol::{
-    CommitResponse, EnvRequest, EnvResponse, PREFIX, SourceUrlRequest, SourceUrlResponse,
+    BandwidthReport, BlobCredentials, BlobStoreRequest, BlobStoreResponse, CommitResponse,
+    EnvRequest, EnvResponse, PREFIX, SourceUrlRequest, SourceUrlResponse,
 };
 use crate::token::TokenSource;
 
@@ -158,5 +159,44 @@ impl InternalClient {
                 sha: sha.to_owned(),
             });
         self.json(req).await
+    }
+
+    /// Records the channel's object store (once; later calls answer the same store).
+    pub async fn ensure_blob_store(
+        &self,
+        channel_id: &str,
+        request: &BlobStoreRequest,
+    ) -> Result<BlobStoreResponse, CallError> {
+        let req = self
+            .http
+            .put(self.url(&format!("/channels/{channel_id}/blob")))
+            .json(request);
+        self.json(req).await
+    }
+
+    /// Forgets the channel's object store (its bucket is gone); a store that is not there is already forgotten.
+    pub async fn delete_blob_store(&self, channel_id: &str) -> Result<(), CallError> {
+        let req = self
+            .http
+            .delete(self.url(&format!("/channels/{channel_id}/blob")));
+        match self.send(req).await {
+            Ok(_) | Err(CallError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The channel's bucket and key pair, for a deploy's containers.
+    pub async fn blob_credentials(&self, channel_id: &str) -> Result<BlobCredentials, CallError> {
+        let req = self
+            .http
+            .get(self.url(&format!("/channels/{channel_id}/blob/credentials")));
+        self.json(req).await
+    }
+
+    /// Adds an edge's report to the accounts' monthly bandwidth.
+    pub async fn report_bandwidth(&self, report: &BandwidthReport) -> Result<(), CallError> {
+        self.send(self.http.post(self.url("/usage/bandwidth")).json(report))
+            .await?;
+        Ok(())
     }
 }

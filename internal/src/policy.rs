@@ -3,8 +3,8 @@
 //! A caller is a Kubernetes identity (for the platform's own components, a ServiceAccount), proven by its token
 //! ([`crate::review`]). The API server is told which identity plays which [`Role`] (`--internal-caller
 //! ROLE=NAMESPACE/SERVICEACCOUNT`), and each role may call some [`RouteGroup`]s: the operator every one, the edge
-//! only the archives of static sites (the files it serves). Any other identity, however valid its token, may call
-//! nothing.
+//! only the archives of static sites (the files it serves) and its bandwidth reports. Any other identity, however
+//! valid its token, may call nothing.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -17,9 +17,9 @@ const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     /// The operator: resolves commits, reads sources, records env snapshots and deploy logs, asks for signed
-    /// source URLs.
+    /// source URLs, records channels' object stores and reads their key pairs.
     Operator,
-    /// The edge: reads the files of static sites it serves.
+    /// The edge: reads the files of static sites it serves, reports the bytes it sent.
     Edge,
 }
 
@@ -36,7 +36,7 @@ impl Role {
     pub fn permits(self, group: RouteGroup) -> bool {
         match self {
             Role::Operator => true,
-            Role::Edge => group == RouteGroup::SiteArchives,
+            Role::Edge => matches!(group, RouteGroup::SiteArchives | RouteGroup::Bandwidth),
         }
     }
 }
@@ -73,6 +73,11 @@ pub enum RouteGroup {
     Logs,
     /// `POST .../apps/{id}/source-urls`: signed URLs for build pods.
     SourceUrls,
+    /// `PUT`/`DELETE .../channels/{id}/blob`, `GET .../channels/{id}/blob/credentials`: channels' object stores
+    /// and their key pairs.
+    BlobStores,
+    /// `POST .../usage/bandwidth`: the bytes an edge sent, per account.
+    Bandwidth,
 }
 
 impl RouteGroup {
@@ -85,6 +90,8 @@ impl RouteGroup {
             RouteGroup::Env => "env values",
             RouteGroup::Logs => "deploy logs",
             RouteGroup::SourceUrls => "source URLs",
+            RouteGroup::BlobStores => "object stores",
+            RouteGroup::Bandwidth => "bandwidth reports",
         }
     }
 }
@@ -221,13 +228,15 @@ impl Callers {
 mod tests {
     use super::*;
 
-    const ALL: [RouteGroup; 6] = [
+    const ALL: [RouteGroup; 8] = [
         RouteGroup::Commits,
         RouteGroup::SiteArchives,
         RouteGroup::SourceArchives,
         RouteGroup::Env,
         RouteGroup::Logs,
         RouteGroup::SourceUrls,
+        RouteGroup::BlobStores,
+        RouteGroup::Bandwidth,
     ];
 
     fn callers() -> Callers {
@@ -239,7 +248,7 @@ mod tests {
     }
 
     #[test]
-    fn the_operator_calls_everything_and_the_edge_reads_sites_only() {
+    fn the_operator_calls_everything_and_the_edge_reads_sites_and_reports_bandwidth_only() {
         let callers = callers();
         let operator = Identity::service_account("slipway-system", "slipway-operator");
         let edge = Identity::from_username("system:serviceaccount:slipway-system:slipway-edge");
@@ -248,7 +257,7 @@ mod tests {
                 callers.decide(&operator, group),
                 Decision::Allowed(Role::Operator)
             );
-            let expected = if group == RouteGroup::SiteArchives {
+            let expected = if matches!(group, RouteGroup::SiteArchives | RouteGroup::Bandwidth) {
                 Decision::Allowed(Role::Edge)
             } else {
                 Decision::Denied(Role::Edge)

@@ -49,3 +49,43 @@ pub struct SourceUrlResponse {
     /// When the signature stops being accepted, in seconds since the Unix epoch.
     pub expires: u64,
 }
+
+/// Body of `PUT /internal/v1/channels/{channel_id}/blob`: the operator made the channel's backend bucket and asks
+/// the API server, which owns the keyring, to record the store and mint its sealed key pair.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BlobStoreRequest {
+    /// The channel's app.
+    pub app_id: String,
+    /// The backend bucket the operator made for the channel (kept if the store already names one).
+    pub backend_bucket: String,
+}
+
+/// Answer of `PUT /internal/v1/channels/{channel_id}/blob`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BlobStoreResponse {
+    /// The backend bucket of the store (the one recorded first).
+    pub backend_bucket: String,
+    /// The bucket name clients use.
+    pub virtual_bucket: String,
+    /// The channel's access key id.
+    pub access_key_id: String,
+}
+
+/// Answer of `GET /internal/v1/channels/{channel_id}/blob/credentials`: what a deploy's containers receive.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BlobCredentials {
+    /// The bucket name clients use (`S3_BUCKET`).
+    pub bucket: String,
+    /// `S3_ACCESS_KEY_ID`.
+    pub access_key_id: String,
+    /// `S3_SECRET_ACCESS_KEY`.
+    pub secret_access_key: String,
+}
+
+/// Body of `POST /internal/v1/usage/bandwidth`: what an edge sent since its last report, added up by the API
+/// server into each account's monthly bandwidth (`GET /me/usage`).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct BandwidthReport {
+    /// Bytes sent per username since the last report.
+    pub bytes: BTreeMap<String, u64>,
+}

@@ -60,6 +60,12 @@ pub enum ApiError {
     /// 503 `service_unavailable`.
     #[error("{0}")]
     Unavailable(String),
+    /// 409 `blob_not_ready`.
+    #[error("{0}")]
+    BlobNotReady(String),
+    /// 503 `blob_unavailable`.
+    #[error("{0}")]
+    BlobUnavailable(String),
     /// 500 `internal_error`; the cause is logged.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -85,6 +91,8 @@ impl ApiError {
             ApiError::DomainLimit(_) => (StatusCode::BAD_REQUEST, "domain_limit_reached"),
             ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
+            ApiError::BlobNotReady(_) => (StatusCode::CONFLICT, "blob_not_ready"),
+            ApiError::BlobUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "blob_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }

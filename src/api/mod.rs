@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod apps;
+pub mod blob;
 pub mod channels;
 pub mod claims;
 pub mod code;
@@ -77,6 +78,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(code::routes())
         .merge(deploys::routes())
         .merge(ssh_keys::routes())
+        .merge(blob::routes())
         .split_for_parts();
     document_request_budget(&mut doc);
     (routes, doc)

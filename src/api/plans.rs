@@ -34,7 +34,8 @@ pub struct Usage {
     pub storage_bytes: i64,
     /// The plan's database storage (advisory).
     pub storage_limit_mb: u32,
-    /// Bytes served by the caller's channels this calendar month.
+    /// Bytes the edge sent for the caller's channels (and their public S3 endpoints) this calendar month (UTC),
+    /// reported by the edges every 30 seconds.
     pub bandwidth_month_bytes: i64,
 }
 
@@ -49,15 +50,16 @@ async fn list_plans() -> Json<PlanList> {
 /// The caller's plan and what they use.
 #[utoipa::path(get, path = "/me/usage", tag = "plans", security(("bearer" = [])),
     responses((status = 200, body = Usage), (status = 401, body = ErrorEnvelope), (status = 503, body = ErrorEnvelope)))]
-async fn usage(State(_state): State<AppState>, caller: Caller) -> Result<Json<Usage>, ApiError> {
+async fn usage(State(state): State<AppState>, caller: Caller) -> Result<Json<Usage>, ApiError> {
     let plan = Plan::by_tier(&caller.plan)
         .ok_or_else(|| anyhow::anyhow!("unknown plan {}", caller.plan))?;
-    // No channel database or edge traffic exists yet in this release of the platform; both figures are measured
-    // from those parts as they land, and are zero until then.
+    let bandwidth_month_bytes =
+        crate::db::bandwidth::this_month(state.db(), &caller.username).await?;
+    // Channel databases do not exist yet in this release of the platform, so they occupy no bytes.
     Ok(Json(Usage {
         plan: plan.tier.to_owned(),
         storage_bytes: 0,
         storage_limit_mb: plan.storage_mb,
-        bandwidth_month_bytes: 0,
+        bandwidth_month_bytes,
     }))
 }

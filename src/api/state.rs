@@ -84,6 +84,7 @@ struct Inner {
     names: PublicNames,
     keyring: Keyring,
     internal: InternalAccess,
+    blob: std::sync::OnceLock<crate::blob::access::BlobAccess>,
 }
 
 impl AppState {
@@ -107,6 +108,7 @@ impl AppState {
                 names,
                 keyring,
                 internal,
+                blob: std::sync::OnceLock::new(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
         }
@@ -126,6 +128,16 @@ impl AppState {
     /// Takes one request from `token`'s budget; `Err` says how long until the next fits.
     pub fn spend_request(&self, token: uuid::Uuid) -> Result<(), std::time::Duration> {
         self.guard.limiter.check(token)
+    }
+
+    /// Turns object storage on: the routes reach the gateway at `access`. Set once, at start.
+    pub fn set_blob_access(&self, access: crate::blob::access::BlobAccess) {
+        let _ = self.inner.blob.set(access);
+    }
+
+    /// How object storage is reached; `None` when the platform runs without it (its routes answer 503).
+    pub fn blob_access(&self) -> Option<&crate::blob::access::BlobAccess> {
+        self.inner.blob.get()
     }
 
     /// The keys env values are sealed with.

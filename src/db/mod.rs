@@ -1,7 +1,9 @@
-//! The platform database (Postgres through sqlx): users, tokens, memberships, the audit journal and deploy logs. Cluster state
-//! (apps, channels, deploys) is not here; it lives in the custom resources.
+//! The platform database (Postgres through sqlx): users, tokens, memberships, the audit journal, deploy logs,
+//! bandwidth and object stores. Cluster state (apps, channels, deploys) is not here; it lives in the custom
+//! resources.
 
 pub mod audit;
+pub mod bandwidth;
 pub mod claims;
 pub mod deploy_logs;
 pub mod members;

@@ -14,8 +14,10 @@
 //! - `/svc-auth/*` on every channel host is the platform's (404 in the API's envelope until end-user sign-in is
 //!   served there), and an unknown host gets a small 404 page ([`pages`]).
 //!
-//! Metrics per host ([`metrics`]) are served with `/healthz` and `/readyz` on the admin port.
+//! Metrics per host ([`metrics`]) are served with `/healthz` and `/readyz` on the admin port; the bytes sent per
+//! account are reported to the API server for its monthly bandwidth ([`bandwidth`]).
 
+pub mod bandwidth;
 mod content_type;
 pub mod files;
 pub mod metrics;
@@ -96,6 +98,11 @@ pub struct EdgeArgs {
     /// Seconds to wait for an upstream's response head.
     #[arg(long, env = "SLIPWAY_EDGE_UPSTREAM_TIMEOUT", default_value_t = 60)]
     pub upstream_timeout: u64,
+    /// The S3 gateway (`slipway s3`, host:port) the channels' public S3 endpoints
+    /// (`<channel hostname label>.s3.<app domain>`) are forwarded to while their app's external object-store
+    /// access is on. Unset: no public S3 endpoint.
+    #[arg(long, env = "SLIPWAY_S3_GATEWAY")]
+    pub s3_gateway: Option<String>,
 }
 
 /// Settings of an edge.
@@ -111,6 +118,8 @@ pub struct EdgeConfig {
     pub max_site_bytes: u64,
     /// Proxy limits.
     pub proxy: ProxyConfig,
+    /// The S3 gateway the public S3 endpoints go to; `None`: no public S3 endpoint.
+    pub object_store: Option<SocketAddr>,
 }
 
 /// A running edge: the routing table and what answers requests.
@@ -124,6 +133,8 @@ pub struct Edge {
     metrics: EdgeMetrics,
     unknown: Arc<HostMetrics>,
     access_log: bool,
+    object_store: Option<SocketAddr>,
+    bandwidth: Arc<bandwidth::Bandwidth>,
 }
 
 impl Edge {
@@ -135,14 +146,17 @@ impl Edge {
         registry: &mut Registry,
     ) -> anyhow::Result<(Arc<Self>, Vec<JoinHandle<()>>)> {
         let metrics = EdgeMetrics::register(registry);
+        let internal = InternalClient::new(config.internal);
         let edge = Arc::new(Self {
             warm: std::sync::atomic::AtomicBool::new(false),
             table: ArcSwap::from_pointee(RouteTable::default()),
-            sites: SiteCache::new(InternalClient::new(config.internal), config.max_site_bytes),
+            sites: SiteCache::new(internal.clone(), config.max_site_bytes),
             proxy: Proxy::new(&config.proxy),
             unknown: metrics.host(UNKNOWN_HOST),
             metrics,
             access_log: config.access_log,
+            object_store: config.object_store,
+            bandwidth: Arc::default(),
         });
         let changed = Arc::new(Notify::new());
         let (caches, mut tasks) =
@@ -153,6 +167,10 @@ impl Edge {
         changed.notify_one();
         tasks.push(watch::spawn_builder(edge.clone(), caches, changed));
         tokio::spawn(Self::warm_up(edge.clone(), first));
+        tasks.push(tokio::spawn(bandwidth::report(
+            edge.bandwidth.clone(),
+            internal,
+        )));
         Ok((edge, tasks))
     }
 
@@ -188,13 +206,22 @@ impl Edge {
         let current = self.table.load();
         let mut loads = Vec::new();
         let mut routes = Vec::new();
-        for (host, wanted) in routes::targets(objects) {
+        let public_s3 = self
+            .object_store
+            .map(|gateway| routes::object_store_targets(objects, gateway))
+            .unwrap_or_default();
+        // A channel's own hostname wins over an S3 endpoint that happens to spell the same host.
+        let mut wanted_routes = public_s3;
+        wanted_routes.extend(routes::targets(objects));
+        let owners = routes::host_owners(objects);
+        for (host, wanted) in wanted_routes {
             let serving = current.get(&host).map(|r| &r.target);
             let (target, load) =
                 routes::settle(wanted, serving, |key| self.sites.loaded(key).is_some());
             loads.extend(load);
             routes.push(Route {
                 metrics: self.metrics.host(&host),
+                bandwidth: owners.get(&host).map(|owner| self.bandwidth.counter(owner)),
                 host,
                 target,
             });
@@ -225,6 +252,16 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
         proxy: ProxyConfig {
             response_timeout: Duration::from_secs(args.upstream_timeout),
             ..ProxyConfig::default()
+        },
+        object_store: match &args.s3_gateway {
+            Some(gateway) => Some(
+                tokio::net::lookup_host(gateway.as_str())
+                    .await
+                    .with_context(|| format!("resolve the S3 gateway {gateway}"))?
+                    .next()
+                    .with_context(|| format!("the S3 gateway {gateway} resolves to no address"))?,
+            ),
+            None => None,
         },
     };
     let mut registry = Registry::default();

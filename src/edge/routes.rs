@@ -42,6 +42,8 @@ pub enum Target {
     NoEndpoints,
     /// A dynamic channel that passed readiness on the ready file: 502.
     ReadyFile,
+    /// A channel's public S3 endpoint, proxied to the gateway whole (no path is the edge's own).
+    ObjectStore(Upstreams),
 }
 
 /// Ready endpoints of a Service, taken in turn.
@@ -82,6 +84,7 @@ impl PartialEq for Target {
         match (self, other) {
             (Target::Static(a), Target::Static(b)) => a == b,
             (Target::Proxy(a), Target::Proxy(b)) => a.addrs == b.addrs,
+            (Target::ObjectStore(a), Target::ObjectStore(b)) => a.addrs == b.addrs,
             (Target::NotDeployed, Target::NotDeployed)
             | (Target::NoEndpoints, Target::NoEndpoints)
             | (Target::ReadyFile, Target::ReadyFile) => true,
@@ -98,6 +101,8 @@ pub struct Route {
     pub target: Target,
     /// Its request metrics.
     pub metrics: Arc<HostMetrics>,
+    /// The byte counter of the account that owns it.
+    pub bandwidth: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// Every served host. Immutable: a change is a new table, swapped in whole.
@@ -236,6 +241,58 @@ pub fn targets(objects: &Objects) -> BTreeMap<String, Target> {
             out.insert(
                 host,
                 backend_target(objects, ingress, &namespace, &path.backend),
+            );
+        }
+    }
+    out
+}
+
+/// The account each host belongs to: the owner of the user namespace its Ingress (or, for a public S3 endpoint,
+/// its Channel) lives in.
+pub fn host_owners(objects: &Objects) -> HashMap<String, String> {
+    let owner = |namespace: &str| {
+        namespace
+            .strip_prefix(slipway_crds::labels::USER_NAMESPACE_PREFIX)
+            .map(str::to_owned)
+    };
+    let mut out = HashMap::new();
+    for ingress in objects.ingresses.iter().filter(|i| is_ours(i)) {
+        let Some(owner) = owner(&ingress.namespace().unwrap_or_default()) else {
+            continue;
+        };
+        for rule in ingress.spec.iter().flat_map(|s| s.rules.iter().flatten()) {
+            if let Some(host) = &rule.host {
+                out.entry(host.trim_end_matches('.').to_ascii_lowercase())
+                    .or_insert_with(|| owner.clone());
+            }
+        }
+    }
+    for ((namespace, _), channel) in &objects.channels {
+        let hostname = channel.status.as_ref().and_then(|s| s.hostname.as_deref());
+        if let (Some(owner), Some((label, domain))) =
+            (owner(namespace), hostname.and_then(|h| h.split_once('.')))
+        {
+            out.insert(format!("{label}.s3.{domain}").to_ascii_lowercase(), owner);
+        }
+    }
+    out
+}
+
+/// The public S3 endpoints, `<channel hostname label>.s3.<app domain>`, of every channel whose app has external
+/// object-store access on, all forwarded to the gateway at `gateway`. A channel without a hostname yet, or of an
+/// app with the toggle off, has none, so the toggle opens and closes the endpoint with the next table.
+pub fn object_store_targets(objects: &Objects, gateway: SocketAddr) -> BTreeMap<String, Target> {
+    let mut out = BTreeMap::new();
+    for ((namespace, _), channel) in &objects.channels {
+        let open = objects
+            .apps
+            .get(&(namespace.clone(), channel.spec.app.clone()))
+            .is_some_and(|app| app.spec.external_blob_access_enabled);
+        let hostname = channel.status.as_ref().and_then(|s| s.hostname.as_deref());
+        if let (true, Some((label, domain))) = (open, hostname.and_then(|h| h.split_once('.'))) {
+            out.insert(
+                format!("{label}.s3.{domain}").to_ascii_lowercase(),
+                Target::ObjectStore(Upstreams::new(vec![gateway])),
             );
         }
     }
@@ -606,6 +663,7 @@ mod tests {
             host: "a.apps.test".into(),
             target: Target::NotDeployed,
             metrics: Arc::new(HostMetrics::detached()),
+            bandwidth: None,
         }]);
         for host in [
             "a.apps.test",
@@ -642,5 +700,35 @@ mod tests {
         );
         let (serve, load) = settle(Target::ReadyFile, Some(&old), loaded_old);
         assert_eq!((serve, load), (Target::ReadyFile, None));
+    }
+
+    #[test]
+    fn public_s3_endpoints_follow_the_apps_toggle() {
+        let open = obj::<App>(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+            "metadata": {"name": "blog", "namespace": "ns", "uid": "u1"},
+            "spec": {"owner": "alice", "externalBlobAccessEnabled": true}}));
+        let closed = app("site", "u2");
+        let objects = Objects::new(
+            vec![],
+            vec![
+                channel("blog.prod", json!({"hostname": "blog-alice.apps.test"})),
+                channel("blog.next", json!({})),
+                channel("site.prod", json!({"hostname": "site-alice.apps.test"})),
+            ],
+            vec![open, closed],
+            vec![],
+            vec![],
+        );
+        let gateway: SocketAddr = "10.0.0.1:7480".parse().unwrap();
+        let targets = object_store_targets(&objects, gateway);
+        assert_eq!(
+            targets.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["blog-alice.s3.apps.test"],
+            "only channels with a hostname, of apps with the toggle on"
+        );
+        assert_eq!(
+            targets["blog-alice.s3.apps.test"],
+            Target::ObjectStore(Upstreams::new(vec![gateway]))
+        );
     }
 }

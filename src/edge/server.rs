@@ -15,6 +15,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
+use super::bandwidth::Counted;
 use super::metrics::UNKNOWN_HOST;
 use super::proxy::{Origin, ProxyError};
 use super::routes::Target;
@@ -36,29 +37,21 @@ pub async fn serve(
     scheme: &'static str,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    tokio::pin!(shutdown);
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    let connections = tokio_util::task::TaskTracker::new();
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait a moment instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
+    crate::serve::accept_until(listener, shutdown, DRAIN_LIMIT, |stream, peer, draining| {
         let edge = edge.clone();
-        let mut stopping = stopping.clone();
-        connections.spawn(async move {
+        async move {
             let service = service_fn(move |req| {
                 let edge = edge.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&edge, req, peer, scheme).await) }
+                async move {
+                    // The bytes sent count against the host's account, as they stream.
+                    let bandwidth = edge
+                        .table
+                        .load()
+                        .get(request_host(&req))
+                        .and_then(|r| r.bandwidth.clone());
+                    let res = handle(&edge, req, peer, scheme).await;
+                    Ok::<_, std::convert::Infallible>(res.map(|body| Counted::new(body, bandwidth)))
+                }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -69,7 +62,7 @@ pub async fn serve(
             tokio::pin!(conn);
             let served = tokio::select! {
                 served = conn.as_mut() => served,
-                _ = stopping.changed() => {
+                () = draining.started() => {
                     conn.as_mut().graceful_shutdown();
                     conn.await
                 }
@@ -77,20 +70,9 @@ pub async fn serve(
             if let Err(e) = served {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
-        });
-    }
-    drop(listener);
-    let _ = stop.send(true);
-    connections.close();
-    if tokio::time::timeout(DRAIN_LIMIT, connections.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            open = connections.len(),
-            "connections still open after the drain limit"
-        );
-    }
+        }
+    })
+    .await;
     Ok(())
 }
 
@@ -160,7 +142,7 @@ async fn answer(
     peer: SocketAddr,
     scheme: &'static str,
 ) -> (Response<EdgeBody>, Option<SocketAddr>) {
-    if is_svc_auth(req.uri().path()) {
+    if !matches!(target, Target::ObjectStore(_)) && is_svc_auth(req.uri().path()) {
         return (pages::svc_auth(), None);
     }
     match target {
@@ -181,7 +163,7 @@ async fn answer(
             );
             (res, None)
         }
-        Target::Proxy(upstreams) => {
+        Target::Proxy(upstreams) | Target::ObjectStore(upstreams) => {
             let Some(upstream) = upstreams.pick() else {
                 return (pages::unavailable(), None);
             };

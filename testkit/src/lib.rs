@@ -16,6 +16,8 @@ pub mod node;
 
 pub mod postgres;
 
+pub mod s3;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -64,6 +66,9 @@ pub fn kubectl() -> PathBuf {
 
 /// A client for the test control plane.
 pub async fn client() -> Result<Client> {
+    // ring and aws-lc are both compiled into the test binaries (the S3 client brings aws-lc), so rustls cannot
+    // pick a process provider by itself; the platform uses ring, as `slipway`'s main does.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let path = kubeconfig_path();
     let kubeconfig = Kubeconfig::read_from(&path).with_context(|| {
         format!(

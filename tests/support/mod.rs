@@ -8,6 +8,7 @@
 // Test support: a panic is the right answer to a broken fixture, and not every test uses every helper.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod blob;
 pub mod git;
 pub mod platform;
 
@@ -414,6 +415,7 @@ impl TestApi {
             access_log,
             max_site_bytes: 64 << 20,
             proxy: slipway::edge::proxy::ProxyConfig::default(),
+            object_store: None,
         })
     }
 
@@ -462,6 +464,15 @@ impl TestApi {
         &self,
         namespace: &str,
     ) -> Result<tokio::task::JoinHandle<()>> {
+        self.start_operator_without_node_with(namespace, None).await
+    }
+
+    /// [`TestApi::start_operator_without_node`], with object storage when `blob` is given.
+    pub async fn start_operator_without_node_with(
+        &self,
+        namespace: &str,
+        blob: Option<slipway_controllers::blob::BlobSettings>,
+    ) -> Result<tokio::task::JoinHandle<()>> {
         let url = self.serve_internal().await?;
         let config = slipway_controllers::OperatorConfig {
             app_domain: APP_DOMAIN.into(),
@@ -474,27 +485,54 @@ impl TestApi {
             builder_image: "127.0.0.1:9/unused".into(),
             tenant_grants: Vec::new(),
         };
-        Ok(self.run_operator(config))
+        Ok(self.run_operator_with(config, blob))
+    }
+
+    /// Runs the operator against the test node for the rest of the test, scoped to `namespace`, with object
+    /// storage.
+    pub async fn start_operator_with_blob(
+        &self,
+        namespace: &str,
+        blob: slipway_controllers::blob::BlobSettings,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        let config = self.node_operator_config(namespace).await?;
+        Ok(self.run_operator_with(config, Some(blob)))
     }
 
     fn context(
         &self,
         config: slipway_controllers::OperatorConfig,
     ) -> std::sync::Arc<slipway_controllers::Context> {
+        self.context_with(config, None)
+    }
+
+    fn context_with(
+        &self,
+        config: slipway_controllers::OperatorConfig,
+        blob: Option<slipway_controllers::blob::BlobSettings>,
+    ) -> std::sync::Arc<slipway_controllers::Context> {
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = slipway_controllers::run::Metrics::register(&mut registry);
-        std::sync::Arc::new(slipway_controllers::Context::new(
-            self.kube.clone(),
-            config,
-            metrics,
-        ))
+        let mut ctx = slipway_controllers::Context::new(self.kube.clone(), config, metrics);
+        if let Some(blob) = blob {
+            ctx = ctx.with_blob(blob);
+        }
+        std::sync::Arc::new(ctx)
     }
 
     fn run_operator(
         &self,
         config: slipway_controllers::OperatorConfig,
     ) -> tokio::task::JoinHandle<()> {
-        let ctx = self.context(config);
+        self.run_operator_with(config, None)
+    }
+
+    fn run_operator_with(
+        &self,
+        config: slipway_controllers::OperatorConfig,
+        blob: Option<slipway_controllers::blob::BlobSettings>,
+    ) -> tokio::task::JoinHandle<()> {
+        let ctx = self.context_with(config, blob);
         tokio::spawn(async move {
             if let Err(e) = slipway_controllers::run::run(ctx).await {
                 panic!("operator stopped: {e:#}");

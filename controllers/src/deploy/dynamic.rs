@@ -51,17 +51,29 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
             }
         }
     };
-    let env = ctx
+    // The store's keys are system keys: injected at run time, recorded in the snapshot by name only.
+    let blob_keys = ctx
+        .blob
+        .as_ref()
+        .map_or(&[][..], |_| &crate::blob::ENV_KEYS[..]);
+    let mut env = ctx
         .internal
         .deploy_env(
             &deploy.uid().ok_or(Error::Incomplete("uid"))?,
             &EnvRequest {
                 app_id: scene.app.uid().ok_or(Error::Incomplete("uid"))?,
                 channel_id: scene.channel.uid().ok_or(Error::Incomplete("uid"))?,
-                system_keys: SYSTEM_ENV_KEYS.iter().map(|k| (*k).to_owned()).collect(),
+                system_keys: SYSTEM_ENV_KEYS
+                    .iter()
+                    .chain(blob_keys)
+                    .map(|k| (*k).to_owned())
+                    .collect(),
             },
         )
         .await?;
+    if let Some(settings) = &ctx.blob {
+        env.extend(crate::blob::container_env(ctx, settings, &scene.channel).await?);
+    }
     let release = Release {
         deploy,
         app: &scene.app,

@@ -4,7 +4,9 @@
 //! that the caller's role permits it ([`guard`]); a build pod, which holds no token, fetches its sources through an
 //! archive URL the API signed for one commit (`slipway_internal::source_url`).
 
+pub mod blob;
 pub mod guard;
+pub mod usage;
 
 use std::collections::BTreeMap;
 
@@ -49,6 +51,8 @@ pub fn routes() -> Router<AppState> {
             "/internal/v1/deploys/{deploy_id}/log",
             post(append_log).layer(axum::extract::DefaultBodyLimit::max(LOG_CHUNK_LIMIT)),
         )
+        .merge(blob::routes())
+        .merge(usage::routes())
 }
 
 fn app_by_id(state: &AppState, app_id: Uuid) -> Result<VisibleApp, ApiError> {

@@ -1,0 +1,179 @@
+//! Object storage throughput through the platform's S3 gateway against the backend itself (versitygw, the same
+//! instance, the same client library): PUT and GET of 1 MiB and 64 MiB objects in MiB/s, and 1 KiB objects in
+//! requests per second at a fixed concurrency, with the gateway's ratio to the backend. The gateway runs with
+//! its real work per request: SigV4 with the channel's key pair, the bucket mapping, and the quota reservation
+//! and count in Postgres. Needs Postgres (`make bench` starts it); the backend is started here.
+//!
+//! Prints one line per figure; it asserts nothing about time.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use slipway::blob::store::{self, NewStore};
+use slipway::env::crypto::Keyring;
+use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
+use slipway_testkit::postgres::TestDatabase;
+use slipway_testkit::s3::TestS3;
+
+const MIB: usize = 1024 * 1024;
+const SMALL: usize = 1024;
+const CONCURRENCY: usize = 16;
+const MEASURE: Duration = Duration::from_secs(5);
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let database = TestDatabase::create().await?;
+    let db = slipway::db::connect(database.url()).await?;
+    let backend = TestS3::start().await?;
+    let root = S3Endpoint {
+        url: backend.url.clone(),
+        access_key_id: backend.access_key_id.clone(),
+        secret_access_key: backend.secret_access_key.clone(),
+    };
+
+    // One channel's store on an unlimited plan, its bucket made the way the operator makes it.
+    slipway::db::users::create(&db, &"bench".parse()?, "pro").await?;
+    let ring = Keyring::parse(&Keyring::generate_line("bench"))?;
+    let channel = uuid::Uuid::new_v4();
+    let row = store::ensure(
+        &db,
+        &ring,
+        &NewStore {
+            channel_id: channel,
+            app_id: uuid::Uuid::new_v4(),
+            owner: "bench",
+            virtual_bucket: "files-bench",
+            backend_bucket: &format!("slipway-{channel}"),
+        },
+    )
+    .await?;
+    Backend::new(&root)
+        .ensure_bucket(&row.backend_bucket)
+        .await?;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let gateway_url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(slipway::blob::serve::serve(
+        slipway::blob::serve::service(db.clone(), ring.clone(), &root),
+        listener,
+        std::future::pending(),
+    ));
+    let through = backend::client(
+        &S3Endpoint {
+            url: gateway_url,
+            access_key_id: row.access_key_id.clone(),
+            secret_access_key: row.secret(&ring)?,
+        },
+        None,
+    );
+    let direct = backend::client(&root, None);
+    let sides = [
+        ("gateway", &through, row.virtual_bucket.as_str()),
+        ("backend", &direct, row.backend_bucket.as_str()),
+    ];
+
+    for (size, count) in [(MIB, 64), (64 * MIB, 4)] {
+        let data = bytes::Bytes::from(vec![0x5a; size]);
+        let mut figures = Vec::new();
+        for (side, client, bucket) in sides {
+            let put = throughput(count, size, || put(client, bucket, "big", data.clone())).await?;
+            let get = throughput(count, size, || get(client, bucket, "big")).await?;
+            figures.push((side, put, get));
+        }
+        let label = format!("{} MiB", size / MIB);
+        report(&format!("PUT {label}"), "MiB/s", figures[0].1, figures[1].1);
+        report(&format!("GET {label}"), "MiB/s", figures[0].2, figures[1].2);
+    }
+
+    let small = bytes::Bytes::from(vec![0x5a; SMALL]);
+    let mut rates = Vec::new();
+    for (_, client, bucket) in sides {
+        let puts = rate(client, bucket, Some(small.clone())).await?;
+        let gets = rate(client, bucket, None).await?;
+        rates.push((puts, gets));
+    }
+    report("PUT 1 KiB", "req/s", rates[0].0, rates[1].0);
+    report("GET 1 KiB", "req/s", rates[0].1, rates[1].1);
+    Ok(())
+}
+
+fn report(what: &str, unit: &str, gateway: f64, backend: f64) {
+    println!(
+        "blob {what:<10} gateway {gateway:>8.1} {unit}  backend {backend:>8.1} {unit}  ratio {:.2}x",
+        gateway / backend
+    );
+}
+
+async fn put(client: &Client, bucket: &str, key: &str, data: bytes::Bytes) -> Result<()> {
+    client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(data))
+        .send()
+        .await?;
+    Ok(())
+}
+
+async fn get(client: &Client, bucket: &str, key: &str) -> Result<()> {
+    let out = client.get_object().bucket(bucket).key(key).send().await?;
+    out.body.collect().await?;
+    Ok(())
+}
+
+/// MiB/s of `count` sequential transfers of `size` bytes (after one warm-up transfer).
+async fn throughput<F, Fut>(count: usize, size: usize, mut one: F) -> Result<f64>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    one().await?;
+    let started = Instant::now();
+    for _ in 0..count {
+        one().await?;
+    }
+    Ok((count * size) as f64 / MIB as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Requests per second of small PUTs (`data` given) or GETs, at [`CONCURRENCY`], for [`MEASURE`].
+async fn rate(client: &Client, bucket: &str, data: Option<bytes::Bytes>) -> Result<f64> {
+    // The objects the GETs read.
+    for n in 0..CONCURRENCY {
+        put(
+            client,
+            bucket,
+            &format!("small/{n}"),
+            bytes::Bytes::from_static(b"x"),
+        )
+        .await?;
+    }
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for n in 0..CONCURRENCY {
+        let (client, bucket, data, done) = (
+            client.clone(),
+            bucket.to_owned(),
+            data.clone(),
+            done.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let key = format!("small/{n}");
+            while started.elapsed() < MEASURE {
+                match &data {
+                    Some(data) => put(&client, &bucket, &key, data.clone()).await?,
+                    None => get(&client, &bucket, &key).await?,
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for worker in workers {
+        worker.await??;
+    }
+    Ok(done.load(std::sync::atomic::Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+}

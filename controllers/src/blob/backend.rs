@@ -1,0 +1,216 @@
+//! The S3 backend that holds every channel's objects (versitygw bundled; AWS, Ceph RGW or MinIO external), as the
+//! platform reaches it with its own root key pair: the operator creates and removes channel buckets here, and the
+//! gateway forwards tenants' requests here. Tenants never see this endpoint or its keys.
+
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{
+    BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+};
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::types::{
+    BucketVersioningStatus, Delete, ObjectIdentifier, VersioningConfiguration,
+};
+
+/// The region every bucket is in (and the one injected into containers).
+pub const REGION: &str = "us-east-1";
+
+/// An S3 endpoint and the key pair to sign with.
+#[derive(Clone)]
+pub struct S3Endpoint {
+    /// Base URL, e.g. `http://127.0.0.1:7070` or `https://s3.amazonaws.com`.
+    pub url: String,
+    /// Access key id.
+    pub access_key_id: String,
+    /// Secret access key.
+    pub secret_access_key: String,
+}
+
+impl std::fmt::Debug for S3Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Endpoint")
+            .field("url", &self.url)
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A client of `endpoint`: path-style addressing (bucket names need no DNS), checksums only where an operation
+/// requires them (the gateway forwards the client's own), and bounded connect and operation times when
+/// `operation_timeout` is given (probes and bucket lifecycle; never for streamed object bodies).
+pub fn client(endpoint: &S3Endpoint, operation_timeout: Option<Duration>) -> Client {
+    let mut timeouts = TimeoutConfig::builder().connect_timeout(Duration::from_secs(5));
+    if let Some(limit) = operation_timeout {
+        timeouts = timeouts.operation_timeout(limit);
+    }
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(REGION))
+        .endpoint_url(endpoint.url.trim_end_matches('/'))
+        .force_path_style(true)
+        .credentials_provider(Credentials::new(
+            &endpoint.access_key_id,
+            &endpoint.secret_access_key,
+            None,
+            None,
+            "slipway",
+        ))
+        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+        .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+        .timeout_config(timeouts.build())
+        .build();
+    Client::from_conf(config)
+}
+
+/// What the backend answered when it refused or failed.
+#[derive(Debug, thiserror::Error)]
+#[error("object store: {0}")]
+pub struct BackendError(pub String);
+
+/// Describes an SDK error by its S3 code and message (or its transport failure), never with credentials.
+pub fn describe<E: ProvideErrorMetadata + std::error::Error>(e: &E) -> String {
+    match (e.code(), e.message()) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        (Some(code), None) => code.to_owned(),
+        _ => {
+            let mut text = e.to_string();
+            let mut source = e.source();
+            while let Some(s) = source {
+                text.push_str(": ");
+                text.push_str(&s.to_string());
+                source = s.source();
+            }
+            text
+        }
+    }
+}
+
+/// The operator's view of the backend: making and removing channel buckets.
+#[derive(Clone, Debug)]
+pub struct Backend {
+    client: Client,
+}
+
+impl Backend {
+    /// A backend at `endpoint`.
+    pub fn new(endpoint: &S3Endpoint) -> Self {
+        Self {
+            client: client(endpoint, Some(Duration::from_secs(30))),
+        }
+    }
+
+    /// Creates `bucket` unless it exists, and turns versioning on (again, if someone turned it off).
+    pub async fn ensure_bucket(&self, bucket: &str) -> Result<(), BackendError> {
+        match self.client.create_bucket().bucket(bucket).send().await {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")
+                ) => {}
+            Err(e) => return Err(BackendError(format!("create bucket: {}", describe(&e)))),
+        }
+        let enabled = self
+            .client
+            .get_bucket_versioning()
+            .bucket(bucket)
+            .send()
+            .await
+            .map_err(|e| BackendError(format!("read versioning: {}", describe(&e))))?
+            .status()
+            == Some(&BucketVersioningStatus::Enabled);
+        if !enabled {
+            self.client
+                .put_bucket_versioning()
+                .bucket(bucket)
+                .versioning_configuration(
+                    VersioningConfiguration::builder()
+                        .status(BucketVersioningStatus::Enabled)
+                        .build(),
+                )
+                .send()
+                .await
+                .map_err(|e| BackendError(format!("enable versioning: {}", describe(&e))))?;
+        }
+        Ok(())
+    }
+
+    /// Removes `bucket` with every version, delete marker and unfinished upload in it. A bucket that is not
+    /// there is already removed.
+    pub async fn remove_bucket(&self, bucket: &str) -> Result<(), BackendError> {
+        let gone = |e: &dyn ProvideErrorMetadata| e.code() == Some("NoSuchBucket");
+        loop {
+            let page = match self
+                .client
+                .list_object_versions()
+                .bucket(bucket)
+                .max_keys(1000)
+                .send()
+                .await
+            {
+                Ok(page) => page,
+                Err(e) if gone(&e) => return Ok(()),
+                Err(e) => return Err(BackendError(format!("list versions: {}", describe(&e)))),
+            };
+            let mut ids = Vec::new();
+            let versions = page.versions().iter().map(|v| (v.key(), v.version_id()));
+            let markers = page
+                .delete_markers()
+                .iter()
+                .map(|m| (m.key(), m.version_id()));
+            for (key, version) in versions.chain(markers) {
+                if let Some(key) = key {
+                    ids.push(
+                        ObjectIdentifier::builder()
+                            .key(key)
+                            .set_version_id(version.map(str::to_owned))
+                            .build()
+                            .map_err(|e| BackendError(e.to_string()))?,
+                    );
+                }
+            }
+            if ids.is_empty() {
+                break;
+            }
+            let delete = Delete::builder()
+                .set_objects(Some(ids))
+                .quiet(true)
+                .build()
+                .map_err(|e| BackendError(e.to_string()))?;
+            self.client
+                .delete_objects()
+                .bucket(bucket)
+                .delete(delete)
+                .send()
+                .await
+                .map_err(|e| BackendError(format!("delete versions: {}", describe(&e))))?;
+        }
+        if let Ok(uploads) = self
+            .client
+            .list_multipart_uploads()
+            .bucket(bucket)
+            .send()
+            .await
+        {
+            for upload in uploads.uploads() {
+                if let (Some(key), Some(id)) = (upload.key(), upload.upload_id()) {
+                    let _ = self
+                        .client
+                        .abort_multipart_upload()
+                        .bucket(bucket)
+                        .key(key)
+                        .upload_id(id)
+                        .send()
+                        .await;
+                }
+            }
+        }
+        match self.client.delete_bucket().bucket(bucket).send().await {
+            Ok(_) => Ok(()),
+            Err(e) if gone(&e) => Ok(()),
+            Err(e) => Err(BackendError(format!("delete bucket: {}", describe(&e)))),
+        }
+    }
+}

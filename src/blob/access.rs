@@ -1,0 +1,47 @@
+//! Object storage as the API server reaches it: through the gateway, signed with the channel's own key pair, the
+//! way an app does. A probe that passes shows the gateway, the platform database and the backend all answer for
+//! that channel; the API holds no backend credentials.
+
+use std::time::Duration;
+
+use slipway_controllers::blob::backend::{self, S3Endpoint};
+
+use super::store::Store;
+use crate::env::crypto::Keyring;
+
+/// Longest a probe may take before the store counts as unavailable.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the API server reaches the gateway.
+#[derive(Debug, Clone)]
+pub struct BlobAccess {
+    /// Base URL of the gateway as the API reaches it, e.g. `http://slipway-s3.slipway-system.svc:7480`.
+    pub gateway_url: String,
+}
+
+/// A channel's public S3 endpoint: `https://<channel hostname label>.s3.<app domain>`.
+pub fn public_endpoint(host_label: &str, app_domain: &str) -> String {
+    format!("https://{host_label}.s3.{app_domain}")
+}
+
+impl BlobAccess {
+    /// Asks the gateway for the channel's bucket with the channel's own key pair; the failure, described.
+    pub async fn probe(&self, ring: &Keyring, store: &Store) -> Result<(), String> {
+        let secret = store.secret(ring).map_err(|e| e.to_string())?;
+        let client = backend::client(
+            &S3Endpoint {
+                url: self.gateway_url.clone(),
+                access_key_id: store.access_key_id.clone(),
+                secret_access_key: secret,
+            },
+            Some(PROBE_TIMEOUT),
+        );
+        client
+            .head_bucket()
+            .bucket(&store.virtual_bucket)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| backend::describe(&e))
+    }
+}

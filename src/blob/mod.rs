@@ -1,0 +1,21 @@
+//! Object storage per channel: a versioned bucket on an S3 backend, reached by tenants only through the platform's
+//! own S3 gateway.
+//!
+//! - [`gateway`] is the S3 service (`slipway s3`, [`serve`]): SigV4 with each channel's own key pair, the
+//!   channel's virtual bucket mapped onto its backend bucket, versioning kept on, the owner's byte quota enforced.
+//! - [`store`] holds each channel's store in the platform database (the key pair, the secret sealed like env
+//!   secrets) and the usage counted against the quota; [`recount`] corrects it from the backend's listing.
+//! - [`keys`] mints key pairs.
+//! - [`access`] is what the API server needs: the status and credentials routes probe the store through the
+//!   gateway with the channel's own key pair, so a working answer means the whole path works.
+//!
+//! The bucket's lifecycle (made with the channel, removed with it) is the Channel reconciler's
+//! (`slipway_controllers::blob`), which asks the API server to record and forget stores.
+
+pub mod access;
+pub mod gateway;
+pub mod keys;
+pub mod recount;
+pub mod serve;
+pub mod settings;
+pub mod store;

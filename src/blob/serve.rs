@@ -1,0 +1,160 @@
+//! `slipway s3`: the S3 gateway as a process of its own, so it scales and restarts apart from the API (which is
+//! one replica on a ReadWriteOnce volume and restarts with Recreate; object traffic should not wait on it). It
+//! needs the platform database, the keyring (to check SigV4 it must know each channel's secret) and the backend's
+//! root key pair; it needs nothing from the Kubernetes API.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::routing::get;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use s3s::service::{S3Service, S3ServiceBuilder};
+use slipway_controllers::blob::backend::{self, S3Endpoint};
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+
+use super::gateway::{ChannelKeys, Gateway, Tenants};
+use crate::env::crypto::Keyring;
+
+/// Longest wait, once told to stop, for open connections to finish the requests they are in (an upload in flight
+/// included).
+const DRAIN_LIMIT: Duration = Duration::from_secs(20);
+
+/// Options of `slipway s3`.
+#[derive(Debug, clap::Args)]
+pub struct S3Args {
+    /// Address to serve S3 on (apps reach it as `S3_ENDPOINT`; the edge forwards the public endpoints to it).
+    #[arg(long, env = "SLIPWAY_S3_LISTEN", default_value = "0.0.0.0:7480")]
+    pub listen: SocketAddr,
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "SLIPWAY_S3_ADMIN_LISTEN", default_value = "0.0.0.0:7481")]
+    pub admin_listen: SocketAddr,
+    /// Postgres URL of the platform database.
+    #[arg(long, env = "SLIPWAY_DATABASE_URL")]
+    pub database_url: String,
+    /// Keyring that seals the channels' secret keys (the same file as the API's env keyring).
+    #[arg(
+        long,
+        env = "SLIPWAY_ENV_KEYS_FILE",
+        default_value = "/etc/slipway/env-keys/keys"
+    )]
+    pub env_keys_file: PathBuf,
+    /// URL of the S3 backend that holds the objects.
+    #[arg(long, env = "SLIPWAY_S3_BACKEND_URL")]
+    pub backend_url: String,
+    /// The backend's access key id.
+    #[arg(long, env = "SLIPWAY_S3_BACKEND_ACCESS_KEY_ID")]
+    pub backend_access_key_id: String,
+    /// The backend's secret access key (from the environment; a flag would show in the process list).
+    #[arg(
+        long,
+        env = "SLIPWAY_S3_BACKEND_SECRET_ACCESS_KEY",
+        hide_env_values = true
+    )]
+    pub backend_secret_access_key: String,
+    /// Seconds between recounts of each store's usage from the backend's listing.
+    #[arg(long, env = "SLIPWAY_S3_RECOUNT_SECONDS", default_value_t = 3600)]
+    pub recount_seconds: u64,
+}
+
+impl S3Args {
+    /// The backend endpoint these options name.
+    pub fn backend(&self) -> S3Endpoint {
+        S3Endpoint {
+            url: self.backend_url.clone(),
+            access_key_id: self.backend_access_key_id.clone(),
+            secret_access_key: self.backend_secret_access_key.clone(),
+        }
+    }
+}
+
+/// The gateway's S3 service over `db`, opening secrets with `ring`, forwarding to `backend`.
+pub fn service(db: PgPool, ring: Keyring, backend: &S3Endpoint) -> S3Service {
+    let tenants = Arc::new(Tenants::new(db, ring));
+    let gateway = Gateway::new(backend::client(backend, None), tenants.clone());
+    let mut builder = S3ServiceBuilder::new(gateway);
+    builder.set_auth(ChannelKeys(tenants));
+    builder.build()
+}
+
+/// Serves `service` on `listener` until `shutdown` resolves, then lets every open connection finish the request
+/// it is in (idle keep-alive connections close at once), for at most [`DRAIN_LIMIT`].
+pub async fn serve(
+    service: S3Service,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    crate::serve::accept_until(listener, shutdown, DRAIN_LIMIT, |stream, peer, draining| {
+        let service = service.clone();
+        async move {
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30))
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            let served = tokio::select! {
+                served = conn.as_mut() => served,
+                () = draining.started() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = served {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            }
+        }
+    })
+    .await;
+    Ok(())
+}
+
+/// Runs the gateway until SIGTERM or Ctrl-C.
+pub async fn run(args: S3Args) -> anyhow::Result<()> {
+    let ring = Keyring::load(&args.env_keys_file)?;
+    let db = crate::db::connect(&args.database_url).await?;
+    let endpoint = args.backend();
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listen on {}", args.listen))?;
+    let admin = TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| format!("listen on {}", args.admin_listen))?;
+    let ready_db = db.clone();
+    let admin_routes = axum::Router::new()
+        .route("/healthz", get(|| std::future::ready("ok")))
+        .route(
+            "/readyz",
+            get(move || {
+                let db = ready_db.clone();
+                async move {
+                    match sqlx::query("SELECT 1").execute(&db).await {
+                        Ok(_) => (http::StatusCode::OK, "ok"),
+                        Err(_) => (
+                            http::StatusCode::SERVICE_UNAVAILABLE,
+                            "database unavailable",
+                        ),
+                    }
+                }
+            }),
+        );
+    let recount = tokio::spawn(super::recount::run(
+        db.clone(),
+        backend::client(&endpoint, Some(Duration::from_secs(60))),
+        Duration::from_secs(args.recount_seconds.max(60)),
+    ));
+    tracing::info!(addr = %args.listen, backend = %endpoint.url, "serving S3");
+    tokio::select! {
+        served = serve(service(db, ring, &endpoint), listener, crate::serve::shutdown_signal()) => {
+            served.context("serve S3")
+        }
+        admin = axum::serve(admin, admin_routes) => {
+            admin.context("serve the admin port").and_then(|()| Err(anyhow::anyhow!("the admin server stopped")))
+        }
+        ended = recount => Err(anyhow::anyhow!("the recount task stopped: {ended:?}")),
+    }
+}

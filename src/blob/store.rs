@@ -1,0 +1,317 @@
+//! The `blob_stores` rows and the usage counted in them: one store per channel with its sealed key pair, and the
+//! bytes it holds. Writes through the gateway reserve their bytes first ([`reserve`]), against the owner's quota
+//! and atomically with every other write of the same owner, then settle their real size when the backend
+//! answered; a periodic recount ([`set_recounted`]) corrects what a crash or a foreign write left behind.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::keys::{self, KeyPair};
+use crate::env::crypto::{Keyring, Sealed};
+
+/// A row of `blob_stores`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Store {
+    /// The channel's id.
+    pub channel_id: Uuid,
+    /// Its app's id.
+    pub app_id: Uuid,
+    /// Username of the app's owner.
+    pub owner: String,
+    /// The bucket name clients use.
+    pub virtual_bucket: String,
+    /// The bucket on the backend.
+    pub backend_bucket: String,
+    /// The channel's access key id.
+    pub access_key_id: String,
+    /// Keyring entry that sealed the secret.
+    pub key_id: String,
+    /// The sealed secret key.
+    pub sealed_secret: Vec<u8>,
+    /// Bytes stored (every version, and unfinished uploads' parts).
+    pub usage_bytes: i64,
+    /// Moves with every change of `usage_bytes`.
+    pub usage_epoch: i64,
+    /// When the store was recorded.
+    pub created_at: DateTime<Utc>,
+}
+
+impl Store {
+    /// Opens the secret key.
+    pub fn secret(&self, ring: &Keyring) -> anyhow::Result<String> {
+        let sealed = Sealed {
+            key_id: self.key_id.clone(),
+            bytes: self.sealed_secret.clone(),
+        };
+        let plain = ring.open(&sealed, &keys::aad(self.channel_id, &self.access_key_id))?;
+        Ok(String::from_utf8(plain)?)
+    }
+}
+
+/// What a new store is made of.
+#[derive(Debug)]
+pub struct NewStore<'a> {
+    /// The channel's id.
+    pub channel_id: Uuid,
+    /// Its app's id.
+    pub app_id: Uuid,
+    /// Username of the app's owner.
+    pub owner: &'a str,
+    /// The bucket name clients use.
+    pub virtual_bucket: &'a str,
+    /// The bucket on the backend.
+    pub backend_bucket: &'a str,
+}
+
+/// Records the channel's store with a fresh key pair, unless it has one; answers the stored row either way.
+pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewStore<'_>) -> anyhow::Result<Store> {
+    if let Some(store) = by_channel(db, new.channel_id).await? {
+        return Ok(store);
+    }
+    let KeyPair {
+        access_key_id,
+        secret_access_key,
+    } = keys::generate();
+    let sealed = ring.seal(
+        secret_access_key.as_bytes(),
+        &keys::aad(new.channel_id, &access_key_id),
+    )?;
+    sqlx::query(
+        "INSERT INTO blob_stores (channel_id, app_id, owner, virtual_bucket, backend_bucket, access_key_id, key_id, \
+         sealed_secret) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (channel_id) DO NOTHING",
+    )
+    .bind(new.channel_id)
+    .bind(new.app_id)
+    .bind(new.owner)
+    .bind(new.virtual_bucket)
+    .bind(new.backend_bucket)
+    .bind(&access_key_id)
+    .bind(&sealed.key_id)
+    .bind(&sealed.bytes)
+    .execute(db)
+    .await?;
+    // A concurrent call may have won the insert; its row is the store.
+    by_channel(db, new.channel_id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the store of channel {} vanished", new.channel_id))
+}
+
+/// Seals every store's secret key again with the keyring's first key (after a rotation); how many it resealed.
+pub async fn reseal_all(db: &PgPool, ring: &Keyring) -> anyhow::Result<u64> {
+    let mut tx = db.begin().await?;
+    let stale: Vec<Store> =
+        sqlx::query_as("SELECT * FROM blob_stores WHERE key_id <> $1 FOR UPDATE")
+            .bind(ring.active_id())
+            .fetch_all(&mut *tx)
+            .await?;
+    for store in &stale {
+        let aad = keys::aad(store.channel_id, &store.access_key_id);
+        let sealed = ring.seal(store.secret(ring)?.as_bytes(), &aad)?;
+        sqlx::query("UPDATE blob_stores SET key_id = $1, sealed_secret = $2 WHERE channel_id = $3")
+            .bind(&sealed.key_id)
+            .bind(&sealed.bytes)
+            .bind(store.channel_id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(stale.len() as u64)
+}
+
+/// The store of a channel.
+pub async fn by_channel(db: &PgPool, channel_id: Uuid) -> sqlx::Result<Option<Store>> {
+    sqlx::query_as("SELECT * FROM blob_stores WHERE channel_id = $1")
+        .bind(channel_id)
+        .fetch_optional(db)
+        .await
+}
+
+/// The store an access key belongs to, with its owner's plan tier.
+pub async fn by_access_key(
+    db: &PgPool,
+    access_key_id: &str,
+) -> sqlx::Result<Option<(Store, Option<String>)>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        store: Store,
+        plan: Option<String>,
+    }
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT s.*, u.plan FROM blob_stores s LEFT JOIN users u ON u.username = s.owner WHERE s.access_key_id = $1",
+    )
+    .bind(access_key_id)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|r| (r.store, r.plan)))
+}
+
+/// Stores not recounted within `every`, the longest waiting first.
+pub async fn due_for_recount(db: &PgPool, every: Duration) -> sqlx::Result<Vec<Store>> {
+    sqlx::query_as(
+        "SELECT * FROM blob_stores WHERE recounted_at IS NULL OR recounted_at < now() - $1 \
+         ORDER BY recounted_at NULLS FIRST LIMIT 1000",
+    )
+    .bind(every)
+    .fetch_all(db)
+    .await
+}
+
+/// Forgets a channel's store; whether there was one.
+pub async fn delete(db: &PgPool, channel_id: Uuid) -> sqlx::Result<bool> {
+    let done = sqlx::query("DELETE FROM blob_stores WHERE channel_id = $1")
+        .bind(channel_id)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// An owner's bytes stored and number of stores.
+pub async fn owner_usage(db: &PgPool, owner: &str) -> sqlx::Result<(i64, i64)> {
+    sqlx::query_as(
+        "SELECT coalesce(sum(usage_bytes), 0)::bigint, count(*) FROM blob_stores WHERE owner = $1",
+    )
+    .bind(owner)
+    .fetch_one(db)
+    .await
+}
+
+/// The answer of [`reserve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserved {
+    /// The bytes are reserved under the given id.
+    Ok,
+    /// They would pass the owner's quota; nothing was reserved.
+    OverQuota,
+    /// The store is gone.
+    Gone,
+}
+
+/// How long a reservation counts when its write never settles (a crashed gateway).
+pub const RESERVATION_TTL: Duration = Duration::from_secs(3600);
+
+/// Reserves `bytes` for a write to the channel's store under `id`, refused past `byte_limit` (-1: unlimited).
+pub async fn reserve(
+    db: &PgPool,
+    id: Uuid,
+    channel_id: Uuid,
+    bytes: i64,
+    byte_limit: i64,
+) -> sqlx::Result<Reserved> {
+    let answer: String = sqlx::query_scalar("SELECT blob_reserve($1, $2, $3, $4, $5)")
+        .bind(id)
+        .bind(channel_id)
+        .bind(bytes)
+        .bind(byte_limit)
+        .bind(RESERVATION_TTL)
+        .fetch_one(db)
+        .await?;
+    Ok(match answer.as_str() {
+        "ok" => Reserved::Ok,
+        "quota" => Reserved::OverQuota,
+        _ => Reserved::Gone,
+    })
+}
+
+/// Ends reservation `id` of a write that did not happen.
+pub async fn release(db: &PgPool, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM blob_pending WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Ends reservation `id` and moves the store's usage by `delta` bytes.
+pub async fn settle(db: &PgPool, id: Uuid, channel_id: Uuid, delta: i64) -> sqlx::Result<()> {
+    sqlx::query(
+        "WITH done AS (DELETE FROM blob_pending WHERE id = $1) \
+         UPDATE blob_stores SET usage_bytes = greatest(usage_bytes + $3, 0), usage_epoch = usage_epoch + 1 \
+         WHERE channel_id = $2",
+    )
+    .bind(id)
+    .bind(channel_id)
+    .bind(delta)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Ends reservation `id` of an uploaded part: the part (replacing one of the same number) counts in usage.
+pub async fn settle_part(
+    db: &PgPool,
+    id: Uuid,
+    channel_id: Uuid,
+    upload_id: &str,
+    part_number: i32,
+    bytes: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "WITH done AS (DELETE FROM blob_pending WHERE id = $1), \
+         old AS (SELECT bytes FROM blob_parts WHERE channel_id = $2 AND upload_id = $3 AND part_number = $4), \
+         part AS (INSERT INTO blob_parts (channel_id, upload_id, part_number, bytes) VALUES ($2, $3, $4, $5) \
+                  ON CONFLICT (channel_id, upload_id, part_number) DO UPDATE SET bytes = EXCLUDED.bytes) \
+         UPDATE blob_stores SET usage_bytes = greatest(usage_bytes + $5 - coalesce((SELECT bytes FROM old), 0), 0), \
+         usage_epoch = usage_epoch + 1 WHERE channel_id = $2",
+    )
+    .bind(id)
+    .bind(channel_id)
+    .bind(upload_id)
+    .bind(part_number)
+    .bind(bytes)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Ends reservation `id` of a completed (`object_bytes` stored) or aborted (`Some(0)`) upload: its parts stop
+/// counting and the object counts instead. `None` keeps the parts' total as the object's size (when it could
+/// not be read back).
+pub async fn settle_upload(
+    db: &PgPool,
+    id: Uuid,
+    channel_id: Uuid,
+    upload_id: &str,
+    object_bytes: Option<i64>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "WITH done AS (DELETE FROM blob_pending WHERE id = $1), \
+         parts AS (DELETE FROM blob_parts WHERE channel_id = $2 AND upload_id = $3 RETURNING bytes), \
+         total AS (SELECT coalesce(sum(bytes), 0)::bigint AS bytes FROM parts) \
+         UPDATE blob_stores SET usage_bytes = greatest(usage_bytes + coalesce($4, (SELECT bytes FROM total)) \
+         - (SELECT bytes FROM total), 0), usage_epoch = usage_epoch + 1 WHERE channel_id = $2",
+    )
+    .bind(id)
+    .bind(channel_id)
+    .bind(upload_id)
+    .bind(object_bytes)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Sets a store's usage to what a recount listed (`listed` object bytes plus its unfinished uploads' parts),
+/// unless a write settled since `epoch` was read or one is in flight: then the count may be stale and the next
+/// round tries again. Whether it was set.
+pub async fn set_recounted(
+    db: &PgPool,
+    channel_id: Uuid,
+    listed: i64,
+    epoch: i64,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE blob_stores SET usage_bytes = $2 + coalesce((SELECT sum(bytes) FROM blob_parts WHERE channel_id = $1), 0), \
+         usage_epoch = usage_epoch + 1, recounted_at = now() \
+         WHERE channel_id = $1 AND usage_epoch = $3 \
+         AND NOT EXISTS (SELECT 1 FROM blob_pending WHERE channel_id = $1 AND expires_at > now())",
+    )
+    .bind(channel_id)
+    .bind(listed)
+    .bind(epoch)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}

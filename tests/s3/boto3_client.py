@@ -1,0 +1,101 @@
+"""Drives a channel's bucket through slipway's S3 gateway with boto3, as a tenant's Python code would.
+
+Usage: boto3_client.py full|probe, with S3_ENDPOINT, S3_BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY in the
+environment. With SLIPWAY_RESOLVE=<host>=<ip> the endpoint's host name is resolved to <ip> (the public
+endpoint's name exists only in the test). Prints one line: "ok", or "error <status> <code>" for an S3 error.
+Any other failure raises, so the test sees the traceback.
+"""
+
+import hashlib
+import io
+import json
+import os
+import socket
+import sys
+import urllib.request
+
+import boto3
+import botocore.config
+from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import ClientError
+
+resolve = os.environ.get("SLIPWAY_RESOLVE")
+if resolve:
+    name, ip = resolve.split("=", 1)
+    real_getaddrinfo = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        return real_getaddrinfo(ip if host == name else host, *args, **kwargs)
+
+    socket.getaddrinfo = getaddrinfo
+
+BUCKET = os.environ["S3_BUCKET"]
+s3 = boto3.client(
+    "s3",
+    endpoint_url=os.environ["S3_ENDPOINT"],
+    aws_access_key_id=os.environ["S3_ACCESS_KEY_ID"],
+    aws_secret_access_key=os.environ["S3_SECRET_ACCESS_KEY"],
+    region_name="us-east-1",
+    config=botocore.config.Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+)
+
+
+def expect(condition, what):
+    if not condition:
+        raise AssertionError(what)
+
+
+def full():
+    s3.put_object(Bucket=BUCKET, Key="py/hello.txt", Body=b"hello v1")
+    first = s3.head_object(Bucket=BUCKET, Key="py/hello.txt")["VersionId"]
+    s3.put_object(Bucket=BUCKET, Key="py/hello.txt", Body=b"hello v2")
+    expect(s3.get_object(Bucket=BUCKET, Key="py/hello.txt")["Body"].read() == b"hello v2", "latest version")
+    old = s3.get_object(Bucket=BUCKET, Key="py/hello.txt", VersionId=first)["Body"].read()
+    expect(old == b"hello v1", "read back by version id")
+    versions = s3.list_object_versions(Bucket=BUCKET, Prefix="py/hello.txt")["Versions"]
+    expect(len(versions) == 2, f"two versions listed, got {versions}")
+    ranged = s3.get_object(Bucket=BUCKET, Key="py/hello.txt", Range="bytes=0-4")["Body"].read()
+    expect(ranged == b"hello", "ranged get")
+
+    # upload_fileobj goes multipart above the threshold: three parts of 5 MiB, 5 MiB and 2 MiB.
+    data = os.urandom(12 * 1024 * 1024)
+    config = TransferConfig(multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024)
+    s3.upload_fileobj(io.BytesIO(data), BUCKET, "py/big.bin", Config=config)
+    out = io.BytesIO()
+    s3.download_fileobj(BUCKET, "py/big.bin", out)
+    expect(hashlib.sha256(out.getvalue()).digest() == hashlib.sha256(data).digest(), "multipart round trip")
+
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": BUCKET, "Key": "py/hello.txt"}, ExpiresIn=300)
+    with urllib.request.urlopen(url) as res:
+        expect(res.read() == b"hello v2", "presigned get")
+
+    s3.copy_object(Bucket=BUCKET, Key="py/copy.txt", CopySource={"Bucket": BUCKET, "Key": "py/hello.txt"})
+    expect(s3.get_object(Bucket=BUCKET, Key="py/copy.txt")["Body"].read() == b"hello v2", "copy")
+    listed = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="py/")["Contents"]]
+    expect(listed == ["py/big.bin", "py/copy.txt", "py/hello.txt"], f"listing, got {listed}")
+    deleted = s3.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": "py/copy.txt"}, {"Key": "py/big.bin"}]})
+    expect(len(deleted.get("Deleted", [])) == 2, f"batch delete, got {deleted}")
+    listed = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="py/").get("Contents", [])]
+    expect(listed == ["py/hello.txt"], f"listing after delete, got {listed}")
+
+    try:
+        s3.list_objects_v2(Bucket=BUCKET + "-other")
+        raise AssertionError("a foreign bucket answered")
+    except ClientError as e:
+        expect(e.response["Error"]["Code"] == "NoSuchBucket", f"foreign bucket: {e.response}")
+        expect(e.response["ResponseMetadata"]["HTTPStatusCode"] == 404, "foreign bucket is 404")
+    print("ok")
+
+
+def probe():
+    try:
+        s3.put_object(Bucket=BUCKET, Key="probe.txt", Body=b"through the edge")
+        body = s3.get_object(Bucket=BUCKET, Key="probe.txt")["Body"].read()
+        expect(body == b"through the edge", "probe round trip")
+        print("ok")
+    except ClientError as e:
+        print(json.dumps(e.response.get("Error", {})), file=sys.stderr)
+        print(f"error {e.response['ResponseMetadata']['HTTPStatusCode']} {e.response['Error'].get('Code', '')}")
+
+
+{"full": full, "probe": probe}[sys.argv[1]]()

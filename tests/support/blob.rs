@@ -1,0 +1,83 @@
+//! Object storage for tests: a versitygw backend of the test's own and the platform's S3 gateway in process, on
+//! the test's platform database and keyring, with the API told where the gateway is.
+
+use std::net::SocketAddr;
+
+use anyhow::Result;
+use slipway_controllers::blob::BlobSettings;
+use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
+use slipway_testkit::s3::TestS3;
+
+use super::TestApi;
+
+/// A backend and a gateway in front of it.
+pub struct ObjectStore {
+    /// The backend (a test may pause and resume it).
+    pub backend: TestS3,
+    /// Where the gateway listens.
+    pub gateway: SocketAddr,
+    /// The gateway's base URL.
+    pub gateway_url: String,
+}
+
+impl ObjectStore {
+    /// Starts a backend on loopback and a gateway on `gateway_host` (`127.0.0.1`, or the node host address when
+    /// pods must reach it), and points `api` at the gateway.
+    pub async fn start(api: &TestApi, gateway_host: &str) -> Result<Self> {
+        let backend = TestS3::start().await?;
+        let db = slipway::db::connect(api.db_url()).await?;
+        let ring = slipway::env::crypto::Keyring::parse(&api.keyring_line)?;
+        let service = slipway::blob::serve::service(db, ring, &Self::root(&backend));
+        let listener = tokio::net::TcpListener::bind((gateway_host, 0)).await?;
+        let gateway = listener.local_addr()?;
+        tokio::spawn(slipway::blob::serve::serve(
+            service,
+            listener,
+            std::future::pending(),
+        ));
+        let gateway_url = format!("http://{gateway}");
+        api.state
+            .set_blob_access(slipway::blob::access::BlobAccess {
+                gateway_url: gateway_url.clone(),
+            });
+        Ok(Self {
+            backend,
+            gateway,
+            gateway_url,
+        })
+    }
+
+    fn root(backend: &TestS3) -> S3Endpoint {
+        S3Endpoint {
+            url: backend.url.clone(),
+            access_key_id: backend.access_key_id.clone(),
+            secret_access_key: backend.secret_access_key.clone(),
+        }
+    }
+
+    /// The operator's settings: this backend, and the gateway as `S3_ENDPOINT`.
+    pub fn settings(&self) -> BlobSettings {
+        BlobSettings {
+            backend: Backend::new(&Self::root(&self.backend)),
+            bucket_prefix: "slipway-".into(),
+            pod_endpoint: self.gateway_url.clone(),
+        }
+    }
+
+    /// An S3 client of the gateway with a channel's key pair.
+    pub fn client(&self, access_key_id: &str, secret_access_key: &str) -> aws_sdk_s3::Client {
+        backend::client(
+            &S3Endpoint {
+                url: self.gateway_url.clone(),
+                access_key_id: access_key_id.into(),
+                secret_access_key: secret_access_key.into(),
+            },
+            None,
+        )
+    }
+
+    /// An S3 client of the backend itself, with its root key pair (what tenants never get).
+    pub fn backend_client(&self) -> aws_sdk_s3::Client {
+        backend::client(&Self::root(&self.backend), None)
+    }
+}
