@@ -108,7 +108,7 @@ Names of the ClusterRoles the operator binds in every tenant namespace (rights t
 
 {{/*
 The callers of the api's internal listener, ROLE=NAMESPACE/SERVICEACCOUNT: the operator may call every internal
-route, the edge only reads static sites' files.
+route, the edge only reads static sites' files and reports the bytes it sent.
 */}}
 {{- define "slipway.api.internalCallers" -}}
 {{- $callers := list (printf "operator=%s/%s" .Release.Namespace (include "slipway.serviceAccountName" .)) }}

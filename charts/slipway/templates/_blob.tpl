@@ -63,14 +63,20 @@ Secret holding the backend's root key pair (accessKeyId, secretAccessKey).
 {{- end }}
 
 {{/*
-The gateway as pods and the other components reach it: the S3_ENDPOINT apps get.
+The gateway as pods and the other components reach it: `host:port` (what the edge forwards the public endpoints
+to), and as a URL (the S3_ENDPOINT apps get, and where the api probes stores).
 */}}
+{{- define "slipway.blob.gatewayAddress" -}}
+{{- printf "%s.%s.svc:%v" (include "slipway.blob.gateway.fullname" .) .Release.Namespace .Values.blob.gateway.port }}
+{{- end }}
+
 {{- define "slipway.blob.gatewayUrl" -}}
-{{- printf "http://%s.%s.svc:%v" (include "slipway.blob.gateway.fullname" .) .Release.Namespace .Values.blob.gateway.port }}
+{{- printf "http://%s" (include "slipway.blob.gatewayAddress" .) }}
 {{- end }}
 
 {{/*
-The backend's key pair as container environment.
+The backend and its root key pair as container environment: only the gateway and the operator get it (the bundled
+backend reads the same Secret as its root account).
 */}}
 {{- define "slipway.blob.backendEnv" -}}
 - name: SLIPWAY_S3_BACKEND_URL
