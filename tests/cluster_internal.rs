@@ -165,7 +165,10 @@ impl Fixture {
             route(
                 "object-store keys",
                 Method::GET,
-                format!("/internal/v1/channels/{}/blob/credentials", self.code_prod_id),
+                format!(
+                    "/internal/v1/channels/{}/blob/credentials",
+                    self.code_prod_id
+                ),
                 None,
                 200,
             ),
@@ -214,7 +217,8 @@ impl Fixture {
 }
 
 #[tokio::test]
-async fn the_operator_reaches_every_route_and_the_edge_only_site_archives_and_bandwidth() -> Result<()> {
+async fn the_operator_reaches_every_route_and_the_edge_only_site_archives_and_bandwidth()
+-> Result<()> {
     let f = fixture("introles").await?;
     let operator = f.api.operator_token.clone();
     let edge = f.api.edge_token.clone();

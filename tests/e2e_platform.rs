@@ -2,8 +2,9 @@
 //! image (`hack/install.sh`, run by `hack/test.sh e2e` before these tests), used the way a user uses it. Every
 //! component runs as pods under the chart's ServiceAccounts and RBAC, so a missing verb or a wrong value fails here:
 //! git over HTTP and SSH, a static and an `app` deploy going live through the edge, admission through `kubectl
-//! apply`, the internal listener answering only the callers it knows, and no component holding Secrets
-//! cluster-wide.
+//! apply`, the internal listener answering only the callers it knows, no component holding Secrets cluster-wide,
+//! and an app writing and reading its channel's bucket with the injected `S3_*` keys through the chart's S3 gateway
+//! and bundled backend.
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -12,6 +13,7 @@ mod support;
 
 use anyhow::Result;
 use serde_json::{Value, json};
+use support::blob::{Keys, boto3};
 use support::git::{Workspace, http_remote};
 use support::platform::{Installed, kubectl, kubectl_run, service_account_token};
 
@@ -30,6 +32,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
 http.server.HTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Handler).serve_forever()
 "#;
 
+/// An app's process that writes `from-app.txt` into its channel's bucket with the injected keys, reads it back,
+/// and only then serves what it read.
+const BUCKET_APP: &str = include_str!("s3/app_roundtrip.py");
+
+/// Where a pod finds its ServiceAccount token when one is mounted.
+const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
 #[tokio::test]
 async fn every_component_runs_from_the_locally_built_image() -> Result<()> {
     let platform = Installed::from_env()?;
@@ -43,12 +52,20 @@ async fn every_component_runs_from_the_locally_built_image() -> Result<()> {
             .as_str()
             .unwrap_or("?");
         assert_eq!(pod["status"]["phase"], "Running", "{name} is not running");
+        // The bundled object-store backend runs the versitygw image built here; everything else the slipway one.
+        let wanted = if component == "s3-backend" {
+            "/versity/versitygw:"
+        } else {
+            "/slipway/slipway:"
+        };
         for container in pod["spec"]["containers"].as_array().unwrap() {
             let image = container["image"].as_str().unwrap();
-            assert!(
-                image.contains("/slipway/slipway:"),
-                "{name} runs {image}, not the slipway image"
-            );
+            assert!(image.contains(wanted), "{name} runs {image}, not {wanted}");
+            // Object storage needs nothing from the Kubernetes API: no token in its pods.
+            if component.starts_with("s3-") {
+                let mounts = container["volumeMounts"].to_string();
+                assert!(!mounts.contains(TOKEN_PATH), "{name} mounts a token");
+            }
         }
         let account = pod["spec"]["serviceAccountName"]
             .as_str()
@@ -63,6 +80,8 @@ async fn every_component_runs_from_the_locally_built_image() -> Result<()> {
     assert_eq!(components.get("operator"), Some(&2), "{components:?}");
     assert_eq!(components.get("webhook"), Some(&2), "{components:?}");
     assert_eq!(components.get("edge"), Some(&2), "{components:?}");
+    assert_eq!(components.get("s3-gateway"), Some(&1), "{components:?}");
+    assert_eq!(components.get("s3-backend"), Some(&1), "{components:?}");
     // Two operator replicas, one of them leading through the chart's Lease.
     let holder = kubectl(&[
         "-n",
@@ -330,6 +349,93 @@ async fn no_component_holds_secrets_cluster_wide_and_the_operator_gets_them_per_
     // The grants reach tenant namespaces only, never the platform's own.
     assert!(!can(&platform, "get", "secrets", &["-n", ns], &accounts[0]).await?);
     Ok(())
+}
+
+#[tokio::test]
+async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<()> {
+    let platform = Installed::from_env()?;
+    let fay = platform.account("fay").await?;
+    let (app, channel) = platform.create_app(&fay, "bucket", "app").await?;
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "bucket"])
+        .await?;
+    ws.write("bucket/app.py", BUCKET_APP)?;
+    ws.write("bucket/VERSION", "v1\n")?;
+    ws.write("bucket/launch.sh", "exec python3 app.py\n")?;
+    ws.git("bucket", &["add", "."]).await?;
+    ws.git("bucket", &["commit", "-q", "-m", "v1"]).await?;
+    let remote = http_remote(&platform.api, &fay.token, &fay.username, "bucket");
+    ws.git("bucket", &["push", "-q", &remote, "HEAD:master"])
+        .await?;
+    let sha = ws
+        .git("bucket", &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+
+    // The app passes readiness only once its own round trip through the gateway worked.
+    let (_, log) = platform.deploy(&fay, &app, &channel, &sha).await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    let written = "written by the app, version v1";
+    platform
+        .wait_for_page(&platform.prod_host(&fay, "bucket"), "/", written)
+        .await?;
+    let blob = format!("/apps/{app}/channels/{channel}/blob");
+    let status = platform.call("GET", &blob, &fay, None).await?.expect(200);
+    assert_eq!(status["status"], "ready", "{status}");
+    assert_eq!(status["usage_bytes"], written.len(), "{status}");
+
+    // From outside, the object is read with the credentials route's key pair through the edge's public endpoint,
+    // which opens with the app's toggle.
+    let keys = Keys::from_credentials(
+        &platform
+            .call(
+                "POST",
+                &format!("{blob}/credentials"),
+                &fay,
+                Some(json!({})),
+            )
+            .await?
+            .expect(200),
+    );
+    let host = format!("{}.s3.{}", keys.bucket, platform.app_domain);
+    let edge = platform
+        .edge
+        .strip_prefix("http://")
+        .unwrap_or(&platform.edge);
+    let (edge_ip, edge_port) = edge.rsplit_once(':').unwrap();
+    let endpoint = format!("http://{host}:{edge_port}");
+    platform
+        .call(
+            "PATCH",
+            &format!("/apps/{app}"),
+            &fay,
+            Some(json!({"external_blob_access_enabled": true})),
+        )
+        .await?
+        .expect(200);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let read = boto3(
+            &["read", "from-app.txt"],
+            &endpoint,
+            Some((&host, edge_ip)),
+            &keys,
+        )
+        .await?;
+        if read == format!("ok {written}") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "through the edge: {read}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+
+    // Deleting the app takes the bucket along: the operator empties and removes it before the channel goes.
+    platform.delete_app(&fay, &app).await?;
+    platform.wait_for_no_channels(&fay).await
 }
 
 /// `kubectl auth can-i VERB RESOURCE SCOPE... --as` the platform's ServiceAccount `account`.

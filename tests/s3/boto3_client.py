@@ -1,9 +1,9 @@
 """Drives a channel's bucket through slipway's S3 gateway with boto3, as a tenant's Python code would.
 
-Usage: boto3_client.py full|probe, with S3_ENDPOINT, S3_BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY in the
-environment. With SLIPWAY_RESOLVE=<host>=<ip> the endpoint's host name is resolved to <ip> (the public
-endpoint's name exists only in the test). Prints one line: "ok", or "error <status> <code>" for an S3 error.
-Any other failure raises, so the test sees the traceback.
+Usage: boto3_client.py full|probe|read KEY, with S3_ENDPOINT, S3_BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY in
+the environment. With SLIPWAY_RESOLVE=<host>=<ip> the endpoint's host name is resolved to <ip> (the public
+endpoint's name exists only in the test). Prints one line: "ok" (`read`: "ok " and the object's body), or
+"error <status> <code>" for an S3 error. Any other failure raises, so the test sees the traceback.
 """
 
 import hashlib
@@ -98,4 +98,13 @@ def probe():
         print(f"error {e.response['ResponseMetadata']['HTTPStatusCode']} {e.response['Error'].get('Code', '')}")
 
 
-{"full": full, "probe": probe}[sys.argv[1]]()
+def read():
+    try:
+        body = s3.get_object(Bucket=BUCKET, Key=sys.argv[2])["Body"].read()
+        print("ok " + body.decode())
+    except ClientError as e:
+        print(json.dumps(e.response.get("Error", {})), file=sys.stderr)
+        print(f"error {e.response['ResponseMetadata']['HTTPStatusCode']} {e.response['Error'].get('Code', '')}")
+
+
+{"full": full, "probe": probe, "read": read}[sys.argv[1]]()

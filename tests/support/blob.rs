@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use anyhow::Result;
+use serde_json::Value;
 use slipway_controllers::blob::BlobSettings;
 use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
 use slipway_testkit::s3::TestS3;
@@ -80,4 +81,57 @@ impl ObjectStore {
     pub fn backend_client(&self) -> aws_sdk_s3::Client {
         backend::client(&Self::root(&self.backend), None)
     }
+}
+
+/// A channel's bucket and key pair, as the credentials route answers them.
+pub struct Keys {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub bucket: String,
+}
+
+impl Keys {
+    /// The keys in an answer of `POST .../blob/credentials`.
+    pub fn from_credentials(body: &Value) -> Self {
+        let field = |name: &str| body[name].as_str().unwrap_or_default().to_owned();
+        Self {
+            access_key_id: field("access_key_id"),
+            secret_access_key: field("secret_access_key"),
+            bucket: field("bucket"),
+        }
+    }
+}
+
+/// Runs `tests/s3/boto3_client.py ARGS...` against `endpoint` with `keys`, resolving the host `resolve` names to
+/// its address (a public endpoint's name exists only in the test); returns the line it printed ("ok...", or
+/// "error <status> <code>"). A crash of the client is an error.
+pub async fn boto3(
+    args: &[&str],
+    endpoint: &str,
+    resolve: Option<(&str, &str)>,
+    keys: &Keys,
+) -> Result<String> {
+    let mut command = tokio::process::Command::new("python3");
+    command
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/s3/boto3_client.py"
+        ))
+        .args(args)
+        .env("S3_ENDPOINT", endpoint)
+        .env("S3_BUCKET", &keys.bucket)
+        .env("S3_ACCESS_KEY_ID", &keys.access_key_id)
+        .env("S3_SECRET_ACCESS_KEY", &keys.secret_access_key)
+        .kill_on_drop(true);
+    if let Some((host, ip)) = resolve {
+        command.env("SLIPWAY_RESOLVE", format!("{host}={ip}"));
+    }
+    let out = command.output().await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "boto3 client {args:?} crashed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
