@@ -273,7 +273,7 @@ async fn the_internal_listener_answers_only_the_callers_it_knows() -> Result<()>
         401
     );
 
-    // The edge reads static sites and nothing else: no env values, no commits, no logs.
+    // The edge reads static sites and nothing else: no env values, no commits, no logs, no keys.
     let edge = service_account_token(
         &platform.namespace,
         &format!("{}-edge", platform.release),
@@ -288,7 +288,10 @@ async fn the_internal_listener_answers_only_the_callers_it_knows() -> Result<()>
         .await?;
     assert_eq!(env_by_edge.status, 403, "{}", env_by_edge.text());
     let commits = format!("{internal}/apps/{app}/commits/master");
-    assert_eq!(get(commits.clone(), Some(edge)).await?.status, 403);
+    assert_eq!(get(commits.clone(), Some(edge.clone())).await?.status, 403);
+    // Nor a channel's object-store keys.
+    let store_keys = format!("{internal}/channels/{channel}/blob/credentials");
+    assert_eq!(get(store_keys, Some(edge)).await?.status, 403);
 
     // The operator reaches what it needs.
     let operator = service_account_token(&platform.namespace, &operator_sa, audience).await?;
@@ -307,7 +310,6 @@ async fn the_internal_listener_answers_only_the_callers_it_knows() -> Result<()>
         )
         .await?;
     assert_eq!(public.status, 404);
-    let _ = channel;
     platform.delete_app(&dee, &app).await
 }
 
@@ -354,8 +356,8 @@ async fn no_component_holds_secrets_cluster_wide_and_the_operator_gets_them_per_
 #[tokio::test]
 async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<()> {
     let platform = Installed::from_env()?;
-    let fay = platform.account("fay").await?;
-    let (app, channel) = platform.create_app(&fay, "bucket", "app").await?;
+    let gus = platform.account("gus").await?;
+    let (app, channel) = platform.create_app(&gus, "bucket", "app").await?;
     let ws = Workspace::new()?;
     ws.git(".", &["init", "-q", "-b", "master", "bucket"])
         .await?;
@@ -364,7 +366,7 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
     ws.write("bucket/launch.sh", "exec python3 app.py\n")?;
     ws.git("bucket", &["add", "."]).await?;
     ws.git("bucket", &["commit", "-q", "-m", "v1"]).await?;
-    let remote = http_remote(&platform.api, &fay.token, &fay.username, "bucket");
+    let remote = http_remote(&platform.api, &gus.token, &gus.username, "bucket");
     ws.git("bucket", &["push", "-q", &remote, "HEAD:master"])
         .await?;
     let sha = ws
@@ -374,14 +376,14 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
         .to_owned();
 
     // The app passes readiness only once its own round trip through the gateway worked.
-    let (_, log) = platform.deploy(&fay, &app, &channel, &sha).await?;
+    let (_, log) = platform.deploy(&gus, &app, &channel, &sha).await?;
     assert_eq!(log["status"], "success", "{}", log["log"]);
     let written = "written by the app, version v1";
     platform
-        .wait_for_page(&platform.prod_host(&fay, "bucket"), "/", written)
+        .wait_for_page(&platform.prod_host(&gus, "bucket"), "/", written)
         .await?;
     let blob = format!("/apps/{app}/channels/{channel}/blob");
-    let status = platform.call("GET", &blob, &fay, None).await?.expect(200);
+    let status = platform.call("GET", &blob, &gus, None).await?.expect(200);
     assert_eq!(status["status"], "ready", "{status}");
     assert_eq!(status["usage_bytes"], written.len(), "{status}");
 
@@ -392,7 +394,7 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
             .call(
                 "POST",
                 &format!("{blob}/credentials"),
-                &fay,
+                &gus,
                 Some(json!({})),
             )
             .await?
@@ -409,7 +411,7 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
         .call(
             "PATCH",
             &format!("/apps/{app}"),
-            &fay,
+            &gus,
             Some(json!({"external_blob_access_enabled": true})),
         )
         .await?
@@ -434,8 +436,8 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
     }
 
     // Deleting the app takes the bucket along: the operator empties and removes it before the channel goes.
-    platform.delete_app(&fay, &app).await?;
-    platform.wait_for_no_channels(&fay).await
+    platform.delete_app(&gus, &app).await?;
+    platform.wait_for_no_channels(&gus).await
 }
 
 /// `kubectl auth can-i VERB RESOURCE SCOPE... --as` the platform's ServiceAccount `account`.

@@ -239,14 +239,18 @@ async fn an_upgrade_under_load_loses_nothing_and_an_uninstall_leaves_only_what_i
     left_behind(&platform, &fay.namespace).await
 }
 
-/// After `helm uninstall`: the release namespace holds only what the chart keeps (the env keyring and the data
-/// claim) beside what the installer made itself and what Kubernetes puts in every namespace; no cluster-wide object
+/// After `helm uninstall`: the release namespace holds only what the chart keeps (the env keyring, the data claim,
+/// the object-store backend's key pair and volume) beside what the installer made itself and what Kubernetes puts in every namespace; no cluster-wide object
 /// of the release remains, and the grants in tenant namespaces went with their ClusterRoles.
 async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
     let release = &platform.release;
     let kept: BTreeSet<String> = [
         format!("secret/{release}-env-keys"),
         format!("persistentvolumeclaim/{release}-api-data"),
+        // The bundled object-store backend's root key pair (kept, like the keyring) and its StatefulSet's claim
+        // (Kubernetes leaves those), every object and version in it.
+        format!("secret/{release}-s3-backend"),
+        format!("persistentvolumeclaim/data-{release}-s3-backend-0"),
         // hack/install.sh's own: the database URL it gives the chart (database.existingSecret).
         "secret/slipway-database".to_owned(),
         // Kubernetes' own, in every namespace.
