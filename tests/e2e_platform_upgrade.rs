@@ -114,7 +114,8 @@ async fn script(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// The images the release's pods run, leaving out pods on their way out.
+/// The slipway images the release's pods run, leaving out pods on their way out (the bundled object-store backend
+/// runs an image of its own, which an upgrade of slipway leaves as it is).
 async fn images(platform: &Installed) -> Result<BTreeSet<String>> {
     let pods: Value = serde_json::from_str(
         &kubectl(&["-n", &platform.namespace, "get", "pods", "-o", "json"]).await?,
@@ -131,6 +132,7 @@ async fn images(platform: &Installed) -> Result<BTreeSet<String>> {
                 .unwrap_or_default()
         })
         .filter_map(|c| c["image"].as_str().map(str::to_owned))
+        .filter(|image| image.contains("/slipway/slipway:"))
         .collect())
 }
 
