@@ -127,13 +127,21 @@ edge:
     type: NodePort
     nodePort: $EDGE_NODE_PORT
 blob:
-  # One gateway replica leaves the small node's CPU to the apps the tests deploy; the chart's default is two.
+  # One gateway replica, and small CPU requests for it and the backend, leave the small node's CPU to the apps the
+  # tests deploy (two versions of one side by side during a blue/green switch, while an upgrade surges); the chart's
+  # defaults are two replicas and 100m each.
   gateway:
     replicaCount: 1
+    resources:
+      requests:
+        cpu: 20m
   bundled:
     image:
       repository: ${backend%:*}
       tag: ${backend##*:}
+    resources:
+      requests:
+        cpu: 20m
     persistence:
       storageClass: slipway-local
       size: 10Gi
