@@ -251,6 +251,42 @@ pub async fn accept_until<F>(
     }
 }
 
+/// Longest wait for a request head on a connection [`serve_http1`] serves (slow clients cannot hold connections
+/// open for free).
+const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Serves one connection [`accept_until`] accepted over HTTP/1.1 with `service` (keep-alive, upgrades allowed),
+/// until the client closes it or, once `draining` starts, until the request it is in is answered.
+pub async fn serve_http1<S, B>(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    service: S,
+    draining: Draining,
+) where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .keep_alive(true)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    let served = tokio::select! {
+        served = conn.as_mut() => served,
+        () = draining.started() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = served {
+        tracing::debug!(error = %e, %peer, "connection ended with an error");
+    }
+}
+
 /// Tells a connection served by [`accept_until`] that the server is stopping: it should finish the request it is
 /// in and close (hyper's `graceful_shutdown`).
 pub struct Draining(tokio::sync::watch::Receiver<bool>);

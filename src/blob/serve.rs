@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::routing::get;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use slipway_controllers::blob::backend::{self, S3Endpoint};
 use sqlx::PgPool;
@@ -91,22 +89,7 @@ pub async fn serve(
     crate::serve::accept_until(listener, shutdown, DRAIN_LIMIT, |stream, peer, draining| {
         let service = service.clone();
         async move {
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            let served = tokio::select! {
-                served = conn.as_mut() => served,
-                () = draining.started() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = served {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
-            }
+            crate::serve::serve_http1(stream, peer, service, draining).await;
         }
     })
     .await;

@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 use http::header::HOST;
 use http::{Request, Response};
 use hyper::body::{Body, Incoming};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use super::bandwidth::Counted;
@@ -21,8 +19,6 @@ use super::proxy::{Origin, ProxyError};
 use super::routes::Target;
 use super::{Edge, EdgeBody, files, pages};
 
-/// Longest wait for a request head on a connection (slow clients cannot hold connections open for free).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The path prefix the platform answers on every channel host.
 const SVC_AUTH: &str = "/svc-auth";
 
@@ -53,23 +49,7 @@ pub async fn serve(
                     Ok::<_, std::convert::Infallible>(res.map(|body| Counted::new(body, bandwidth)))
                 }
             });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            tokio::pin!(conn);
-            let served = tokio::select! {
-                served = conn.as_mut() => served,
-                () = draining.started() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = served {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
-            }
+            crate::serve::serve_http1(stream, peer, service, draining).await;
         }
     })
     .await;
