@@ -398,39 +398,6 @@ impl Installed {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-
-    /// Waits until no channel is left in `account`'s namespace: the operator finished what their finalizers hold
-    /// (the channels' buckets and images are gone).
-    pub async fn wait_for_no_channels(&self, account: &Account) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        loop {
-            let left = kubectl(&[
-                "-n",
-                &account.namespace,
-                "get",
-                "channels.slipway.dev",
-                "-o",
-                "name",
-            ])
-            .await?;
-            if left.trim().is_empty() {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                let detail = kubectl(&[
-                    "-n",
-                    &account.namespace,
-                    "get",
-                    "channels.slipway.dev",
-                    "-o",
-                    "jsonpath={range .items[*]}{.metadata.name} {.metadata.finalizers} {.status.conditions}{\"\\n\"}{end}",
-                ])
-                .await?;
-                bail!("channels still there after their app was deleted: {detail}");
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
 }
 
 /// A token of the ServiceAccount `namespace/name` for `audience`, minted by the apiserver (TokenRequest).
