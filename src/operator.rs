@@ -93,6 +93,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         probe_image: args.probe_image,
         builder_image: args.builder_image,
         tenant_grants: args.tenant_grants,
+        domains: Default::default(),
     };
     let ctx = Arc::new(Context::new(client, config, metrics));
     let addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));

@@ -38,6 +38,8 @@ use tokio::sync::oneshot;
 const SELECTOR: &str = "slipway.dev/webhook-test";
 /// The webhook's name in every registration (what the apiserver quotes in a denial).
 const WEBHOOK: &str = "validate.slipway.dev";
+/// The platform domain the webhook is told (custom domains under it are refused).
+const APP_DOMAIN: &str = "apps.slipway.test";
 
 /// A short random hex string, for names that must not collide with other tests on the same control plane.
 fn random() -> String {
@@ -64,7 +66,7 @@ impl Webhook {
         let (cert, key) = pki.serving_cert(&["127.0.0.1"])?.write_to(dir.path())?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let caches = Caches::start(client.clone());
+        let caches = Caches::start(client.clone(), Some(APP_DOMAIN.into()));
         let (stop, stopped) = oneshot::channel::<()>();
         let served = slipway_webhooks::serve(
             listener,

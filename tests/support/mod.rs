@@ -298,6 +298,7 @@ impl TestApi {
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
             tenant_grants: Vec::new(),
+            domains: Default::default(),
         })
     }
 
@@ -336,6 +337,7 @@ impl TestApi {
             probe_image: "127.0.0.1:9/unused".into(),
             builder_image: "127.0.0.1:9/unused".into(),
             tenant_grants: Vec::new(),
+            domains: Default::default(),
         };
         Ok(self.run_operator(config))
     }
