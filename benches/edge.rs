@@ -173,6 +173,7 @@ async fn start_edge(api: &support::TestApi, namespace: &str) -> Result<SocketAdd
         access_log: false,
         max_site_bytes: 64 << 20,
         proxy: ProxyConfig::default(),
+        tls: Default::default(),
     };
     let mut registry = prometheus_client::registry::Registry::default();
     let (edge, _tasks) = Edge::start(api.kube.clone(), config, &mut registry).await?;
@@ -181,7 +182,7 @@ async fn start_edge(api: &support::TestApi, namespace: &str) -> Result<SocketAdd
     tokio::spawn(slipway::edge::server::serve(
         edge,
         listener,
-        "http",
+        slipway::edge::server::Scheme::Http,
         std::future::pending(),
     ));
     Ok(addr)

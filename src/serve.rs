@@ -25,6 +25,14 @@ pub struct ApiArgs {
     /// Host of the git transports ({git_host}).
     #[arg(long, env = "SLIPWAY_GIT_HOST")]
     pub git_host: String,
+    /// The public addresses of the edge, offered as the A records of custom apex domains (repeat the flag or
+    /// separate with commas); the operator's --edge-address must name the same ones.
+    #[arg(
+        long = "edge-address",
+        env = "SLIPWAY_EDGE_ADDRESSES",
+        value_delimiter = ','
+    )]
+    pub edge_addresses: Vec<String>,
     /// Keyring that seals env values: lines of `<key-id> <base64 32-byte key>`, the first one sealing (mounted from
     /// the Secret the chart creates). `slipway admin new-env-key` prints a line.
     #[arg(
@@ -71,6 +79,7 @@ pub async fn state(
     let names = PublicNames {
         app_domain: args.app_domain.clone(),
         git_host: args.git_host.clone(),
+        edge_addresses: args.edge_addresses.clone(),
     };
     Ok((
         AppState::new(

@@ -82,6 +82,7 @@ impl Platform {
             access_log: true,
             max_site_bytes: 64 << 20,
             proxy: ProxyConfig::default(),
+            tls: Default::default(),
         };
         let mut registry = prometheus_client::registry::Registry::default();
         let (edge, _tasks) = Edge::start(api.kube.clone(), config, &mut registry).await?;
@@ -90,7 +91,7 @@ impl Platform {
         tokio::spawn(slipway::edge::server::serve(
             edge,
             listener,
-            "http",
+            slipway::edge::server::Scheme::Http,
             std::future::pending(),
         ));
         let http = Client::builder(TokioExecutor::new()).build_http();

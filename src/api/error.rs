@@ -54,6 +54,9 @@ pub enum ApiError {
     /// 400 `domain_limit_reached`.
     #[error("{0}")]
     DomainLimit(String),
+    /// 400 with the code `invalid domain: <reason>`, as the hosting API names it.
+    #[error("{0}")]
+    InvalidDomain(slipway_crds::names::InvalidDomain),
     /// 503 `service_unavailable`.
     #[error("{0}")]
     Unavailable(String),
@@ -80,6 +83,7 @@ impl ApiError {
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::DomainTaken(_) => (StatusCode::CONFLICT, "domain_taken"),
             ApiError::DomainLimit(_) => (StatusCode::BAD_REQUEST, "domain_limit_reached"),
+            ApiError::InvalidDomain(e) => (StatusCode::BAD_REQUEST, e.code()),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
@@ -144,6 +148,12 @@ impl From<anyhow::Error> for ApiError {
 impl From<slipway_crds::names::InvalidName> for ApiError {
     fn from(e: slipway_crds::names::InvalidName) -> Self {
         ApiError::BadRequest(e.0.to_owned())
+    }
+}
+
+impl From<slipway_crds::names::InvalidDomain> for ApiError {
+    fn from(e: slipway_crds::names::InvalidDomain) -> Self {
+        ApiError::InvalidDomain(e)
     }
 }
 

@@ -6,6 +6,7 @@ pub mod apps;
 pub mod channels;
 pub mod code;
 pub mod deploys;
+pub mod domains;
 pub mod env;
 pub mod error;
 pub mod extract;
@@ -73,6 +74,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(repo::routes())
         .merge(code::routes())
         .merge(deploys::routes())
+        .merge(domains::routes())
         .merge(ssh_keys::routes())
         .split_for_parts()
 }

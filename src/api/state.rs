@@ -19,6 +19,8 @@ pub struct PublicNames {
     pub app_domain: String,
     /// Host of the git transports ({git_host}).
     pub git_host: String,
+    /// The addresses the edge answers on: a custom apex domain's A records (`a_values`).
+    pub edge_addresses: Vec<String>,
 }
 
 impl PublicNames {

@@ -28,6 +28,8 @@ use tower::ServiceExt;
 pub const APP_DOMAIN: &str = "apps.slipway.test";
 /// The git host tests use.
 pub const GIT_HOST: &str = "git.slipway.test";
+/// The address custom domains are told to point at (`a_values`); tests bind edges on loopback addresses.
+pub const EDGE_ADDRESS: &str = "127.0.0.1";
 /// The internal token of the test API (the operator and the edge in tests use it too).
 pub const INTERNAL_TOKEN: &str = "test-internal-token-0123456789abcdef0123456789";
 
@@ -111,6 +113,7 @@ impl TestApi {
         let names = PublicNames {
             app_domain: APP_DOMAIN.into(),
             git_host: GIT_HOST.into(),
+            edge_addresses: vec![EDGE_ADDRESS.into()],
         };
         let keyring_line = Keyring::generate_line("test");
         let keyring = Keyring::parse(&keyring_line)?;
