@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod git;
+pub mod https;
 pub mod platform;
 
 use std::path::PathBuf;
@@ -326,6 +327,16 @@ impl TestApi {
         &self,
         namespace: &str,
     ) -> Result<tokio::task::JoinHandle<()>> {
+        self.start_operator_with_domains(namespace, Default::default())
+            .await
+    }
+
+    /// [`TestApi::start_operator_without_node`] with custom-domain settings (resolver, ACME).
+    pub async fn start_operator_with_domains(
+        &self,
+        namespace: &str,
+        domains: slipway_controllers::domain::DomainsConfig,
+    ) -> Result<tokio::task::JoinHandle<()>> {
         let api_url = self.serve().await?;
         let config = slipway_controllers::OperatorConfig {
             app_domain: APP_DOMAIN.into(),
@@ -340,7 +351,7 @@ impl TestApi {
             probe_image: "127.0.0.1:9/unused".into(),
             builder_image: "127.0.0.1:9/unused".into(),
             tenant_grants: Vec::new(),
-            domains: Default::default(),
+            domains,
         };
         Ok(self.run_operator(config))
     }

@@ -96,3 +96,8 @@ The platform's public names, required by the components that form hostnames and 
 {{- define "slipway.gitHost" -}}
 {{- required "gitHost is required by the api: the host of the git transports (for example --set gitHost=git.example.com)" .Values.gitHost }}
 {{- end }}
+
+{{/* The namespace of certificate Secrets and the ACME account. */}}
+{{- define "slipway.certificateNamespace" -}}
+{{- default .Release.Namespace .Values.domains.certificateNamespace }}
+{{- end }}
