@@ -4,7 +4,12 @@
 //! 1. static files: requests per second and p99 of `slipway edge` serving a deployed static site from its cache,
 //!    and of nginx serving the same files from disk (sendfile, access logs off on both), with the ratio;
 //! 2. the proxy: p50 latency of requests to a dynamic channel through the edge, against the same backend hit
-//!    directly (one connection, one request at a time), and the difference: what the proxy adds.
+//!    directly (one connection, one request at a time), and the difference: what the proxy adds;
+//! 3. HTTPS: the same static file over TLS from the edge and from nginx with the same certificate, over HTTP/1.1
+//!    and HTTP/2, driven by `h2load` (Debian's nghttp2-client): requests per second, p99 (from h2load's per-request
+//!    log) and the ratio;
+//! 4. a custom domain: the time from its verify call to the first successful HTTPS answer, its certificate issued
+//!    by Pebble (`hack/pebble.sh`, which `make bench` starts) and validated over HTTP-01 on the edge.
 //!
 //! The site is committed and deployed through the API with the operator running (control plane and Postgres from
 //! `make bench`); the dynamic channel's Service points at a backend on this machine through a hand-written
@@ -26,8 +31,15 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use slipway::edge::proxy::ProxyConfig;
-use slipway::edge::{Edge, EdgeConfig};
+use slipway::edge::server::Scheme;
+use slipway::edge::watch::CertificateSources;
+use slipway::edge::{Edge, EdgeConfig, TlsSettings};
+use slipway_controllers::domain::DomainsConfig;
+use slipway_controllers::domain::acme::AcmeConfig;
 use slipway_controllers::platform_api::PlatformEndpoints;
+
+/// The Secret of the wildcard certificate the edge and nginx both serve.
+const WILDCARD: &str = "bench-wildcard";
 
 /// What wrk reported for one run.
 struct Run {
@@ -42,7 +54,8 @@ async fn main() -> Result<()> {
     let connections = env_or("SLIPWAY_BENCH_CONNECTIONS", 64);
     let api = support::TestApi::start().await?;
     let user = api.user("bench", "pro").await?;
-    api.start_operator_without_node(&user.namespace).await?;
+    api.start_operator_with_domains(&user.namespace, domains_config(&user.namespace)?)
+        .await?;
 
     // A small site: a 4 KiB page, a stylesheet and a script.
     let files = site_files();
@@ -70,9 +83,22 @@ async fn main() -> Result<()> {
         std::fs::create_dir_all(file.parent().context("parent")?)?;
         std::fs::write(&file, content)?;
     }
+    // One certificate for `*.{app_domain}`, served by the edge (from its Secret) and by nginx (from files).
+    let pki = slipway_testkit::tls::TestPki::new()?;
+    let wildcard = pki.serving_cert(&[&format!("*.{}", support::APP_DOMAIN)])?;
+    std::fs::write(dir.join("tls.crt"), wildcard.cert_pem())?;
+    std::fs::write(dir.join("tls.key"), wildcard.key_pem())?;
+    std::fs::write(dir.join("ca.pem"), pki.ca_pem())?;
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": WILDCARD}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": wildcard.cert_pem(), "tls.key": wildcard.key_pem()}}))?;
+    Api::namespaced(api.kube.clone(), &user.namespace)
+        .create(&PostParams::default(), &secret)
+        .await?;
+
     let backend_ip = host_ip()?;
-    let (nginx_static, backend_port) = (free_port()?, free_port()?);
-    let mut nginx = start_nginx(&dir, nginx_static, backend_ip, backend_port).await?;
+    let (nginx_static, backend_port, nginx_tls) = (free_port()?, free_port()?, free_port()?);
+    let mut nginx = start_nginx(&dir, nginx_static, nginx_tls, backend_ip, backend_port).await?;
 
     // The dynamic channel: an `app` channel whose Service has one endpoint, the backend on this machine.
     api.create_app(&user, "dyn", "app").await;
@@ -86,7 +112,7 @@ async fn main() -> Result<()> {
     )
     .await?;
 
-    let edge_addr = start_edge(&api, &user.namespace).await?;
+    let (edge_addr, edge_tls) = start_edge(&api, &user.namespace).await?;
     let static_host = format!("bench-{}.{}", user.username, support::APP_DOMAIN);
     let dyn_host = format!("dyn-{}.{}", user.username, support::APP_DOMAIN);
     wait_for(&format!("http://{edge_addr}/index.html"), &static_host, 200).await?;
@@ -135,6 +161,48 @@ async fn main() -> Result<()> {
         proxied.p50_ms - direct.p50_ms
     );
 
+    let url = format!("https://{static_host}/index.html");
+    let nginx_tls_addr = SocketAddr::from(([127, 0, 0, 1], nginx_tls));
+    for (protocol, streams) in [("http/1.1", 1), ("h2", 8)] {
+        println!(
+            "
+HTTPS static file over {protocol} ({connections} connections, {streams} request(s) in flight each), {seconds}s per run"
+        );
+        let edge = h2load(
+            &dir,
+            &url,
+            edge_tls,
+            protocol,
+            connections,
+            streams,
+            seconds,
+        )
+        .await?;
+        let native = h2load(
+            &dir,
+            &url,
+            nginx_tls_addr,
+            protocol,
+            connections,
+            streams,
+            seconds,
+        )
+        .await?;
+        report("slipway edge", &edge);
+        report("nginx", &native);
+        println!(
+            "  edge / nginx requests per second: {:.2}x",
+            edge.requests_per_second / native.requests_per_second
+        );
+    }
+
+    let verify_to_https = custom_domain_first_https(&api, &user, &app_id, &prod, edge_tls).await?;
+    println!(
+        "
+custom domain: verify to the first HTTPS answer (ACME HTTP-01 from Pebble): {:.2} s",
+        verify_to_https.as_secs_f64()
+    );
+
     nginx.kill().await.ok();
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
@@ -160,8 +228,142 @@ fn site_files() -> std::collections::BTreeMap<String, String> {
     .into()
 }
 
-/// Runs the edge in this process for `namespace`, without access logs (nginx runs without them too).
-async fn start_edge(api: &support::TestApi, namespace: &str) -> Result<SocketAddr> {
+/// Custom-domain settings against Pebble and its test DNS (`hack/pebble.sh env`).
+fn domains_config(namespace: &str) -> Result<DomainsConfig> {
+    let var = |name: &str| {
+        std::env::var(name).with_context(|| format!("{name} is not set: start hack/pebble.sh"))
+    };
+    Ok(DomainsConfig {
+        resolver: Some(var("SLIPWAY_TEST_DNS_SERVER")?.parse()?),
+        edge_addresses: vec![support::EDGE_ADDRESS.into()],
+        certificate_namespace: Some(namespace.into()),
+        acme: Some(AcmeConfig {
+            directory_url: var("SLIPWAY_TEST_ACME_DIRECTORY")?,
+            email: None,
+            root_ca: Some(var("SLIPWAY_TEST_ACME_ROOT_CA")?.into()),
+            challenge_grace: Duration::from_millis(500),
+        }),
+    })
+}
+
+/// Attaches a custom domain to the static channel, sets its records in the test DNS, verifies it, and measures
+/// until the edge answers it over HTTPS with a certificate from Pebble.
+async fn custom_domain_first_https(
+    api: &support::TestApi,
+    user: &support::User,
+    app_id: &str,
+    channel_id: &str,
+    edge_tls: SocketAddr,
+) -> Result<Duration> {
+    let dns = support::https::TestDns::from_env()?;
+    let roots = support::https::client_config(&support::https::acme_root().await?, &[b"h2"])?;
+    let domain = format!(
+        "bench-{}.example",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let path = format!("/apps/{app_id}/channels/{channel_id}/domains");
+    let row = api
+        .post(&path, user, json!({"domain": domain}))
+        .await
+        .expect(201, None);
+    dns.txt(
+        &format!("_svc.{domain}"),
+        row["dns_records"]["txt_value"].as_str().context("token")?,
+    )
+    .await?;
+    dns.a(&domain, &[support::EDGE_ADDRESS]).await?;
+    let started = std::time::Instant::now();
+    let verified = api
+        .post(&format!("{path}/{domain}/verify"), user, json!({}))
+        .await
+        .expect(200, None);
+    ensure!(verified["status"] == "verified", "{verified}");
+    while started.elapsed() < Duration::from_secs(120) {
+        if let Ok(res) = support::https::get(edge_tls, &domain, roots.clone(), "/").await
+            && res.status == 200
+        {
+            return Ok(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bail!("{domain} was not served over HTTPS within 120 s of its verification")
+}
+
+/// Runs h2load over TLS to `connect` (SNI and `:authority` from `url`) with `protocol` (ALPN) and reads its rate
+/// and, from its per-request log, the p50 and p99.
+async fn h2load(
+    dir: &Path,
+    url: &str,
+    connect: SocketAddr,
+    protocol: &str,
+    connections: usize,
+    streams: usize,
+    seconds: usize,
+) -> Result<Run> {
+    let log = dir.join(format!("h2load-{}.log", uuid::Uuid::new_v4().simple()));
+    let out = tokio::process::Command::new("h2load")
+        .args([
+            "-c",
+            &connections.to_string(),
+            "-t",
+            "2",
+            "-m",
+            &streams.to_string(),
+            "-D",
+            &seconds.to_string(),
+            "--warm-up-time=1",
+            &format!("--connect-to={connect}"),
+            &format!("--alpn-list={protocol}"),
+            &format!("--log-file={}", log.display()),
+            url,
+        ])
+        .output()
+        .await
+        .context("run h2load (hack/install-deps.sh installs nghttp2-client)")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    ensure!(
+        out.status.success(),
+        "h2load failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rate = text
+        .lines()
+        .find_map(|l| l.strip_prefix("finished in "))
+        .and_then(|l| l.split(", ").nth(1))
+        .and_then(|r| r.strip_suffix(" req/s"))
+        .with_context(|| {
+            format!(
+                "no rate in h2load's output:
+{text}"
+            )
+        })?
+        .parse()?;
+    let status_ok = text
+        .lines()
+        .any(|l| l.trim().starts_with("status codes:") && l.contains(" 0 3xx, 0 4xx, 0 5xx"));
+    ensure!(
+        status_ok && text.contains(" 0 failed"),
+        "h2load saw failures:
+{text}"
+    );
+    let mut micros: Vec<u64> = std::fs::read_to_string(&log)?
+        .lines()
+        .filter_map(|l| l.split('\t').nth(3)?.trim().parse().ok())
+        .collect();
+    ensure!(!micros.is_empty(), "h2load logged no request");
+    micros.sort_unstable();
+    let at = |q: f64| micros[((micros.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
+    let _ = std::fs::remove_file(&log);
+    Ok(Run {
+        requests_per_second: rate,
+        p50_ms: at(0.50),
+        p99_ms: at(0.99),
+    })
+}
+
+/// Runs the edge in this process for `namespace`, without access logs (nginx runs without them too): plain HTTP on
+/// the port Pebble validates HTTP-01 on, and HTTPS with the wildcard certificate.
+async fn start_edge(api: &support::TestApi, namespace: &str) -> Result<(SocketAddr, SocketAddr)> {
     let api_url = api.serve().await?;
     let config = EdgeConfig {
         namespace: Some(namespace.into()),
@@ -173,19 +375,34 @@ async fn start_edge(api: &support::TestApi, namespace: &str) -> Result<SocketAdd
         access_log: false,
         max_site_bytes: 64 << 20,
         proxy: ProxyConfig::default(),
-        tls: Default::default(),
+        tls: TlsSettings {
+            sources: CertificateSources {
+                namespace: Some(namespace.into()),
+                wildcard_secret: Some(WILDCARD.into()),
+                app_domain: Some(support::APP_DOMAIN.into()),
+            },
+            // wrk measures plain HTTP: no redirect.
+            redirect_https: false,
+            issuance_wait: Duration::from_secs(10),
+        },
     };
     let mut registry = prometheus_client::registry::Registry::default();
     let (edge, _tasks) = Edge::start(api.kube.clone(), config, &mut registry).await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(slipway::edge::server::serve(
-        edge,
-        listener,
-        slipway::edge::server::Scheme::Http,
-        std::future::pending(),
-    ));
-    Ok(addr)
+    let http_port: u16 = std::env::var("SLIPWAY_TEST_ACME_HTTP_PORT")
+        .context("SLIPWAY_TEST_ACME_HTTP_PORT is not set: start hack/pebble.sh")?
+        .parse()?;
+    let http = tokio::net::TcpListener::bind((support::EDGE_ADDRESS, http_port)).await?;
+    let https = tokio::net::TcpListener::bind((support::EDGE_ADDRESS, 0)).await?;
+    let addrs = (http.local_addr()?, https.local_addr()?);
+    for (listener, scheme) in [(http, Scheme::Http), (https, Scheme::Https)] {
+        tokio::spawn(slipway::edge::server::serve(
+            edge.clone(),
+            listener,
+            scheme,
+            std::future::pending(),
+        ));
+    }
+    Ok(addrs)
 }
 
 /// A Service without selector named `name` (port 80 named `http`) and an EndpointSlice with one endpoint.
@@ -215,10 +432,12 @@ async fn service_to(
     Ok(())
 }
 
-/// nginx with the site on 127.0.0.1:`static_port` and a minimal backend on `backend_ip`:`backend_port`.
+/// nginx with the site on 127.0.0.1:`static_port` (and over TLS, HTTP/2 and HTTP/1.1, with the edge's certificate
+/// on `tls_port`) and a minimal backend on `backend_ip`:`backend_port`.
 async fn start_nginx(
     dir: &Path,
     static_port: u16,
+    tls_port: u16,
     backend_ip: IpAddr,
     backend_port: u16,
 ) -> Result<tokio::process::Child> {
@@ -239,6 +458,8 @@ http {{
   client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy; fastcgi_temp_path {d}/tmp/fastcgi;
   uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
   server {{ listen 127.0.0.1:{static_port}; root {d}/site; }}
+  server {{ listen 127.0.0.1:{tls_port} ssl http2; ssl_certificate {d}/tls.crt; ssl_certificate_key {d}/tls.key;
+           ssl_session_cache shared:tls:10m; root {d}/site; }}
   server {{ listen {backend_ip}:{backend_port}; location / {{ default_type text/plain; return 200 "ok\n"; }} }}
 }}
 "#

@@ -47,7 +47,7 @@ fn domains_config(namespace: &str, acme: bool) -> Result<DomainsConfig> {
                 directory_url: var("SLIPWAY_TEST_ACME_DIRECTORY")?,
                 email: None,
                 root_ca: Some(var("SLIPWAY_TEST_ACME_ROOT_CA")?.into()),
-                challenge_grace: Duration::from_millis(300),
+                challenge_grace: Duration::from_secs(1),
             })
         } else {
             None
@@ -189,7 +189,7 @@ async fn attach_list_and_detach_follow_the_routes_rules() -> Result<()> {
 
     // Detach (by any form of the name): gone, and free for another account.
     let detached = api
-        .delete(&format!("{path}/{given}"), &alice)
+        .delete(&format!("{path}/{}.", stored.to_uppercase()), &alice)
         .await
         .expect(200, None);
     assert_eq!(detached, json!({"ok": true}));
