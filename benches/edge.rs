@@ -30,13 +30,6 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use slipway::edge::proxy::ProxyConfig;
-use slipway::edge::server::Scheme;
-use slipway::edge::watch::CertificateSources;
-use slipway::edge::{Edge, EdgeConfig, TlsSettings};
-use slipway_controllers::domain::DomainsConfig;
-use slipway_controllers::domain::acme::AcmeConfig;
-use slipway_controllers::platform_api::PlatformEndpoints;
 
 /// The Secret of the wildcard certificate the edge and nginx both serve.
 const WILDCARD: &str = "bench-wildcard";
@@ -54,8 +47,11 @@ async fn main() -> Result<()> {
     let connections = env_or("SLIPWAY_BENCH_CONNECTIONS", 64);
     let api = support::TestApi::start().await?;
     let user = api.user("bench", "pro").await?;
-    api.start_operator_with_domains(&user.namespace, domains_config(&user.namespace)?)
-        .await?;
+    api.start_operator_with_domains(
+        &user.namespace,
+        support::https::domains_config(&user.namespace, true)?,
+    )
+    .await?;
 
     // A small site: a 4 KiB page, a stylesheet and a script.
     let files = site_files();
@@ -112,7 +108,17 @@ async fn main() -> Result<()> {
     )
     .await?;
 
-    let (edge_addr, edge_tls) = start_edge(&api, &user.namespace).await?;
+    // Access logs off (nginx runs without them too); no redirect, as wrk measures plain HTTP.
+    let (edge_addr, edge_tls) = support::https::start_edge(
+        &api,
+        &user.namespace,
+        support::https::EdgeOptions {
+            wildcard_secret: WILDCARD,
+            access_log: false,
+            redirect_https: false,
+        },
+    )
+    .await?;
     let static_host = format!("bench-{}.{}", user.username, support::APP_DOMAIN);
     let dyn_host = format!("dyn-{}.{}", user.username, support::APP_DOMAIN);
     wait_for(&format!("http://{edge_addr}/index.html"), &static_host, 200).await?;
@@ -228,24 +234,6 @@ fn site_files() -> std::collections::BTreeMap<String, String> {
     .into()
 }
 
-/// Custom-domain settings against Pebble and its test DNS (`hack/pebble.sh env`).
-fn domains_config(namespace: &str) -> Result<DomainsConfig> {
-    let var = |name: &str| {
-        std::env::var(name).with_context(|| format!("{name} is not set: start hack/pebble.sh"))
-    };
-    Ok(DomainsConfig {
-        resolver: Some(var("SLIPWAY_TEST_DNS_SERVER")?.parse()?),
-        edge_addresses: vec![support::EDGE_ADDRESS.into()],
-        certificate_namespace: Some(namespace.into()),
-        acme: Some(AcmeConfig {
-            directory_url: var("SLIPWAY_TEST_ACME_DIRECTORY")?,
-            email: None,
-            root_ca: Some(var("SLIPWAY_TEST_ACME_ROOT_CA")?.into()),
-            challenge_grace: Duration::from_millis(500),
-        }),
-    })
-}
-
 /// Attaches a custom domain to the static channel, sets its records in the test DNS, verifies it, and measures
 /// until the edge answers it over HTTPS with a certificate from Pebble.
 async fn custom_domain_first_https(
@@ -301,8 +289,10 @@ async fn h2load(
     seconds: usize,
 ) -> Result<Run> {
     let log = dir.join(format!("h2load-{}.log", uuid::Uuid::new_v4().simple()));
-    let out = tokio::process::Command::new("h2load")
-        .args([
+    let text = run_tool(
+        "h2load",
+        "hack/install-deps.sh installs nghttp2-client",
+        &[
             "-c",
             &connections.to_string(),
             "-t",
@@ -316,16 +306,9 @@ async fn h2load(
             &format!("--alpn-list={protocol}"),
             &format!("--log-file={}", log.display()),
             url,
-        ])
-        .output()
-        .await
-        .context("run h2load (hack/install-deps.sh installs nghttp2-client)")?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    ensure!(
-        out.status.success(),
-        "h2load failed: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        ],
+    )
+    .await?;
     let rate = text
         .lines()
         .find_map(|l| l.strip_prefix("finished in "))
@@ -359,50 +342,6 @@ async fn h2load(
         p50_ms: at(0.50),
         p99_ms: at(0.99),
     })
-}
-
-/// Runs the edge in this process for `namespace`, without access logs (nginx runs without them too): plain HTTP on
-/// the port Pebble validates HTTP-01 on, and HTTPS with the wildcard certificate.
-async fn start_edge(api: &support::TestApi, namespace: &str) -> Result<(SocketAddr, SocketAddr)> {
-    let api_url = api.serve().await?;
-    let config = EdgeConfig {
-        namespace: Some(namespace.into()),
-        platform: PlatformEndpoints {
-            pod_api_url: api_url.clone(),
-            api_url,
-            internal_token: support::INTERNAL_TOKEN.into(),
-        },
-        access_log: false,
-        max_site_bytes: 64 << 20,
-        proxy: ProxyConfig::default(),
-        tls: TlsSettings {
-            sources: CertificateSources {
-                namespace: Some(namespace.into()),
-                wildcard_secret: Some(WILDCARD.into()),
-                app_domain: Some(support::APP_DOMAIN.into()),
-            },
-            // wrk measures plain HTTP: no redirect.
-            redirect_https: false,
-            issuance_wait: Duration::from_secs(10),
-        },
-    };
-    let mut registry = prometheus_client::registry::Registry::default();
-    let (edge, _tasks) = Edge::start(api.kube.clone(), config, &mut registry).await?;
-    let http_port: u16 = std::env::var("SLIPWAY_TEST_ACME_HTTP_PORT")
-        .context("SLIPWAY_TEST_ACME_HTTP_PORT is not set: start hack/pebble.sh")?
-        .parse()?;
-    let http = tokio::net::TcpListener::bind((support::EDGE_ADDRESS, http_port)).await?;
-    let https = tokio::net::TcpListener::bind((support::EDGE_ADDRESS, 0)).await?;
-    let addrs = (http.local_addr()?, https.local_addr()?);
-    for (listener, scheme) in [(http, Scheme::Http), (https, Scheme::Https)] {
-        tokio::spawn(slipway::edge::server::serve(
-            edge.clone(),
-            listener,
-            scheme,
-            std::future::pending(),
-        ));
-    }
-    Ok(addrs)
 }
 
 /// A Service without selector named `name` (port 80 named `http`) and an EndpointSlice with one endpoint.
@@ -522,11 +461,29 @@ async fn wait_for(url: &str, host: &str, status: u16) -> Result<()> {
     bail!("{url} (Host {host}) never answered {status}")
 }
 
+/// Runs a load generator and returns what it printed; `hint` says how to get it when it is missing.
+async fn run_tool(program: &str, hint: &str, args: &[&str]) -> Result<String> {
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .output()
+        .await
+        .with_context(|| format!("run {program} ({hint})"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    ensure!(
+        out.status.success(),
+        "{program} failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(text)
+}
+
 /// Runs wrk against `url` and reads its summary.
 async fn wrk(url: &str, host: &str, connections: usize, seconds: usize) -> Result<Run> {
     let threads = connections.clamp(1, 2);
-    let out = tokio::process::Command::new("wrk")
-        .args([
+    let text = run_tool(
+        "wrk",
+        "hack/install-deps.sh installs it",
+        &[
             "--latency",
             "-t",
             &threads.to_string(),
@@ -537,16 +494,9 @@ async fn wrk(url: &str, host: &str, connections: usize, seconds: usize) -> Resul
             "-H",
             &format!("Host: {host}"),
             url,
-        ])
-        .output()
-        .await
-        .context("run wrk (hack/install-deps.sh installs it)")?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    ensure!(
-        out.status.success(),
-        "wrk failed: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        ],
+    )
+    .await?;
     ensure!(!text.contains("Non-2xx"), "wrk saw errors: {text}");
     let field = |prefix: &str| {
         text.lines()

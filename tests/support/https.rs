@@ -1,5 +1,6 @@
-//! An HTTPS client for tests: one request over TLS to an address, with the SNI and `Host` a test chooses, trusting
-//! only the roots it is given, over HTTP/2 or HTTP/1.1 as ALPN settles; and the DNS test server's HTTP API.
+//! HTTPS and custom domains for tests: a client making one request over TLS to an address, with the SNI and `Host`
+//! a test chooses, trusting only the roots it is given, over HTTP/2 or HTTP/1.1 as ALPN settles; the DNS test
+//! server's HTTP API; the operator's domain settings against Pebble; and an edge serving HTTP and HTTPS.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -157,4 +158,90 @@ pub async fn acme_root() -> Result<String> {
         .error_for_status()?
         .text()
         .await?)
+}
+
+fn pebble_var(name: &str) -> Result<String> {
+    std::env::var(name).with_context(|| format!("{name} is not set: start hack/pebble.sh"))
+}
+
+/// Custom-domain settings of an operator scoped to `namespace` (certificates kept there too): the test DNS as
+/// resolver, [`super::EDGE_ADDRESS`] as the edge's address, and Pebble as the CA when `acme`.
+pub fn domains_config(
+    namespace: &str,
+    acme: bool,
+) -> Result<slipway_controllers::domain::DomainsConfig> {
+    let acme = match acme {
+        true => Some(slipway_controllers::domain::acme::AcmeConfig {
+            directory_url: pebble_var("SLIPWAY_TEST_ACME_DIRECTORY")?,
+            email: None,
+            root_ca: Some(pebble_var("SLIPWAY_TEST_ACME_ROOT_CA")?.into()),
+            challenge_grace: std::time::Duration::from_secs(1),
+        }),
+        false => None,
+    };
+    Ok(slipway_controllers::domain::DomainsConfig {
+        resolver: Some(pebble_var("SLIPWAY_TEST_DNS_SERVER")?.parse()?),
+        edge_addresses: vec![super::EDGE_ADDRESS.into()],
+        certificate_namespace: Some(namespace.into()),
+        acme,
+    })
+}
+
+/// How a test edge runs.
+pub struct EdgeOptions<'a> {
+    /// The wildcard certificate's Secret (in the namespace).
+    pub wildcard_secret: &'a str,
+    /// Log every request.
+    pub access_log: bool,
+    /// Redirect plain HTTP to HTTPS.
+    pub redirect_https: bool,
+}
+
+/// An edge for `namespace` in this process: plain HTTP on [`super::EDGE_ADDRESS`] at the port Pebble validates
+/// HTTP-01 on, and HTTPS on a free port there; certificates from `namespace`. Returns (HTTP, HTTPS) addresses.
+pub async fn start_edge(
+    api: &super::TestApi,
+    namespace: &str,
+    options: EdgeOptions<'_>,
+) -> Result<(SocketAddr, SocketAddr)> {
+    use slipway::edge::server::Scheme;
+    let api_url = api.serve().await?;
+    let config = slipway::edge::EdgeConfig {
+        namespace: Some(namespace.into()),
+        platform: slipway_controllers::platform_api::PlatformEndpoints {
+            pod_api_url: api_url.clone(),
+            api_url,
+            internal_token: super::INTERNAL_TOKEN.into(),
+        },
+        access_log: options.access_log,
+        max_site_bytes: 64 << 20,
+        proxy: slipway::edge::proxy::ProxyConfig::default(),
+        tls: slipway::edge::TlsSettings {
+            sources: slipway::edge::watch::CertificateSources {
+                namespace: Some(namespace.into()),
+                wildcard_secret: Some(options.wildcard_secret.into()),
+                app_domain: Some(super::APP_DOMAIN.into()),
+            },
+            redirect_https: options.redirect_https,
+            issuance_wait: std::time::Duration::from_secs(10),
+        },
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    let (edge, _tasks) =
+        slipway::edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
+    let http_port: u16 = pebble_var("SLIPWAY_TEST_ACME_HTTP_PORT")?.parse()?;
+    let http = tokio::net::TcpListener::bind((super::EDGE_ADDRESS, http_port))
+        .await
+        .context("bind the HTTP-01 port (is another run going on?)")?;
+    let https = tokio::net::TcpListener::bind((super::EDGE_ADDRESS, 0)).await?;
+    let addrs = (http.local_addr()?, https.local_addr()?);
+    for (listener, scheme) in [(http, Scheme::Http), (https, Scheme::Https)] {
+        tokio::spawn(slipway::edge::server::serve(
+            edge.clone(),
+            listener,
+            scheme,
+            std::future::pending(),
+        ));
+    }
+    Ok(addrs)
 }
