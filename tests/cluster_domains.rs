@@ -348,6 +348,11 @@ async fn eventually<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) ->
 
 #[tokio::test]
 async fn a_verified_domain_is_served_over_https_with_its_acme_certificate() -> Result<()> {
+    // RUST_LOG shows the operator's and the edge's logs when this needs looking into.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let dns = TestDns::from_env()?;
     let pebble_root = https::acme_root().await?;
     let api = TestApi::start().await?;

@@ -523,6 +523,22 @@ async fn a_domain_is_attached_once_platform_wide() -> Result<()> {
             .message
     );
     assert_eq!(code, 409);
+
+    // The REST API's name rules hold for kubectl too: nothing under the platform's own domain.
+    let platform = format!("shop{}.{APP_DOMAIN}", random());
+    let (code, message) = denial(
+        create::<Domain>(
+            &client,
+            namespaces[1].name(),
+            domain("blog.prod", &platform),
+        )
+        .await,
+    )?;
+    assert_eq!(code, 400);
+    assert!(
+        message.starts_with("invalid domain: platform_domain_forbidden"),
+        "{message}"
+    );
     Ok(())
 }
 

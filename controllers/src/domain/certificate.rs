@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::json;
@@ -99,7 +100,8 @@ pub fn after(at: Timestamp, wait: Duration) -> Timestamp {
 
 /// The Secret holding `issued` for `domain`, in cert-manager's layout: `type: kubernetes.io/tls`, keys `tls.crt`
 /// (leaf and chain) and `tls.key`, cert-manager's annotations naming the names it covers and its issuer, and the
-/// label it carries on Secrets it manages; plus slipway's own label and the Domain it belongs to.
+/// label it carries on Secrets it manages; plus slipway's own label and the Domain it belongs to. The keys go in
+/// `data` (not `stringData`, which is write-only and which server-side apply does not carry into `data` on a change).
 pub fn secret(
     namespace: &str,
     domain: &str,
@@ -107,7 +109,7 @@ pub fn secret(
     issuer: &str,
     issued: &Issued,
 ) -> Result<Secret, serde_json::Error> {
-    serde_json::from_value(json!({
+    let mut secret: Secret = serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "kubernetes.io/tls",
@@ -131,11 +133,21 @@ pub fn secret(
                 DOMAIN_ANNOTATION: owner,
             },
         },
-        "stringData": {
-            "tls.crt": issued.chain_pem,
-            "tls.key": issued.key_pem,
-        },
-    }))
+    }))?;
+    secret.data = Some(
+        [
+            (
+                "tls.crt".to_owned(),
+                ByteString(issued.chain_pem.clone().into_bytes()),
+            ),
+            (
+                "tls.key".to_owned(),
+                ByteString(issued.key_pem.clone().into_bytes()),
+            ),
+        ]
+        .into(),
+    );
+    Ok(secret)
 }
 
 #[cfg(test)]
@@ -174,10 +186,10 @@ mod tests {
         .unwrap();
         assert_eq!(s.type_.as_deref(), Some("kubernetes.io/tls"));
         assert_eq!(s.metadata.name.as_deref(), Some("tls-shop.example"));
-        let data = s.string_data.unwrap();
+        let data = s.data.unwrap();
         assert_eq!(
-            (data["tls.crt"].as_str(), data["tls.key"].as_str()),
-            ("CHAIN", "KEY")
+            (&data["tls.crt"].0[..], &data["tls.key"].0[..]),
+            (&b"CHAIN"[..], &b"KEY"[..])
         );
         let annotations = s.metadata.annotations.unwrap();
         assert_eq!(annotations[ALT_NAMES], "shop.example");

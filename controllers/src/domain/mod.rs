@@ -309,6 +309,7 @@ async fn certify(
             cert.last_failure = None;
             cert.next_attempt_at = None;
             let note = format!("certificate issued, valid until {}", validity.not_after);
+            tracing::info!(domain = name, "{note}");
             crate::channel::publish(ctx, domain, EventType::Normal, reasons::ISSUED, note).await;
         }
         Err(e) => {
@@ -321,6 +322,7 @@ async fn certify(
                 "certificate issuance failed (attempt {}): {e}",
                 cert.failures
             );
+            tracing::warn!(domain = name, "{note}");
             cert.last_failure = Some(e);
             crate::channel::publish(ctx, domain, EventType::Warning, reasons::ISSUE_FAILED, note)
                 .await;
