@@ -23,7 +23,7 @@ pub struct Fetched {
     pub leaf: Vec<u8>,
 }
 
-/// A client configuration trusting only the PEM roots in `roots_pem`, offering `alpn`.
+/// A client configuration trusting only the PEM roots in `roots_pem`, offering `alpn`, without session resumption.
 pub fn client_config(roots_pem: &str, alpn: &[&[u8]]) -> Result<Arc<rustls::ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(roots_pem.as_bytes()) {
@@ -36,6 +36,9 @@ pub fn client_config(roots_pem: &str, alpn: &[&[u8]]) -> Result<Arc<rustls::Clie
     .with_root_certificates(roots)
     .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    // Every request makes a full handshake, so the certificate read is the one served now (a resumed session
+    // would report the one of its first handshake).
+    config.resumption = rustls::client::Resumption::disabled();
     Ok(Arc::new(config))
 }
 

@@ -20,6 +20,8 @@ pub const CERTIFICATE_DOMAIN: &str = "domain";
 pub const ALT_NAMES: &str = "cert-manager.io/alt-names";
 /// On a certificate Secret: the Domain (`<namespace>/<name>`) it belongs to.
 pub const DOMAIN_ANNOTATION: &str = "slipway.dev/domain";
+/// On a certificate Secret: the value of the Domain's renew-requested annotation its issuance answered.
+pub const RENEW_REQUEST_ANNOTATION: &str = "slipway.dev/renew-request";
 /// First wait after a failed issuance; it doubles with each failure in a row.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(60);
 /// Longest wait between attempts. Let's Encrypt allows 5 failed validations per name and hour, so a domain that
@@ -82,6 +84,19 @@ impl Validity {
     }
 }
 
+/// Reading a stored certificate Secret.
+pub trait StoredCertificate {
+    /// The validity of the certificate it holds, if it holds one that parses.
+    fn validity(&self) -> Option<Validity>;
+}
+
+impl StoredCertificate for Secret {
+    fn validity(&self) -> Option<Validity> {
+        let chain = self.data.as_ref()?.get("tls.crt")?;
+        Validity::of_chain(std::str::from_utf8(&chain.0).ok()?).ok()
+    }
+}
+
 /// How long to wait after `failures` failed issuances in a row (at least one).
 pub fn backoff(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
@@ -107,6 +122,7 @@ pub fn secret(
     domain: &str,
     owner: &str,
     issuer: &str,
+    renew_request: Option<&str>,
     issued: &Issued,
 ) -> Result<Secret, serde_json::Error> {
     let mut secret: Secret = serde_json::from_value(json!({
@@ -134,6 +150,13 @@ pub fn secret(
             },
         },
     }))?;
+    if let Some(request) = renew_request {
+        secret
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(RENEW_REQUEST_ANNOTATION.to_owned(), request.to_owned());
+    }
     secret.data = Some(
         [
             (
@@ -181,6 +204,7 @@ mod tests {
             "shop.example",
             "ns/shop.example",
             "acme",
+            Some("r1"),
             &issued,
         )
         .unwrap();
@@ -193,6 +217,7 @@ mod tests {
         );
         let annotations = s.metadata.annotations.unwrap();
         assert_eq!(annotations[ALT_NAMES], "shop.example");
+        assert_eq!(annotations[RENEW_REQUEST_ANNOTATION], "r1");
         assert_eq!(annotations["cert-manager.io/common-name"], "shop.example");
         assert_eq!(s.metadata.labels.unwrap()[CERTIFICATE_LABEL], "domain");
         let long = format!("{}.example", "a".repeat(245));

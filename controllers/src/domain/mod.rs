@@ -259,44 +259,62 @@ async fn certify(
         domain.namespace().unwrap_or_default(),
         domain.name_any()
     );
+    // The Secret is the truth about the certificate (this Domain object may be a step behind the last write): its
+    // validity says when renewal is due, and it records the renewal request it answered.
     let stored = secrets
         .get_opt(&secret_name)
         .await?
-        .is_some_and(|s| s.annotations().get(certificate::DOMAIN_ANNOTATION) == Some(&owner));
+        .filter(|s| s.annotations().get(certificate::DOMAIN_ANNOTATION) == Some(&owner));
+    let validity = stored
+        .as_ref()
+        .and_then(certificate::StoredCertificate::validity);
+    let answered = stored.as_ref().and_then(|s| {
+        s.annotations()
+            .get(certificate::RENEW_REQUEST_ANNOTATION)
+            .cloned()
+    });
     let renew_request = domain.annotations().get(RENEW_ANNOTATION).cloned();
     let cert = status
         .certificate
         .get_or_insert_with(CertificateStatus::default);
-    let asked = renew_request.is_some() && renew_request != cert.renew_request;
-    let renewal_due = cert.renew_at.as_ref().is_none_or(|t| now >= t.0);
+    if let Some(v) = validity {
+        cert.secret_name = Some(secret_name.clone());
+        cert.not_before = Some(Time(v.not_before));
+        cert.not_after = Some(Time(v.not_after));
+        cert.renew_at = Some(Time(v.renew_at()));
+    }
+    let asked = renew_request.is_some() && renew_request != answered;
+    let renewal_due = validity.is_none_or(|v| now >= v.renew_at());
     let backing_off = cert.next_attempt_at.as_ref().is_some_and(|t| now < t.0);
-    if !(asked || ((!stored || renewal_due) && !backing_off)) {
+    if !(asked || (renewal_due && !backing_off)) {
         return Ok(());
     }
-    cert.renew_request = renew_request;
+    cert.renew_request = renew_request.clone();
     let publish = StatusChallenge {
         domains: Api::namespaced(ctx.client.clone(), &domain.namespace().unwrap_or_default()),
         name: domain.name_any(),
     };
     tracing::info!(domain = name, "issuing a certificate");
     let issued = issuer.issue(name, &publish).await;
+    // Whatever goes wrong from here on counts as a failed attempt and backs off: a CA is never asked again at
+    // once.
     let stored = match issued {
-        Ok(issued) => match certificate::Validity::of_chain(&issued.chain_pem) {
-            Ok(validity) => {
-                let secret =
-                    certificate::secret(cert_ns, name, &owner, issuer.directory_url(), &issued)
-                        .map_err(|e| Error::InvalidSpec(format!("certificate secret: {e}")))?;
-                secrets
-                    .patch(
-                        &secret_name,
-                        &PatchParams::apply(FIELD_MANAGER).force(),
-                        &Patch::Apply(&secret),
-                    )
-                    .await?;
-                Ok(validity)
-            }
-            Err(e) => Err(e),
-        },
+        Ok(issued) => {
+            store(
+                &secrets,
+                &secret_name,
+                certificate::secret(
+                    cert_ns,
+                    name,
+                    &owner,
+                    issuer.directory_url(),
+                    renew_request.as_deref(),
+                    &issued,
+                ),
+                &issued,
+            )
+            .await
+        }
         Err(e) => Err(e.to_string()),
     };
     match stored {
@@ -329,6 +347,26 @@ async fn certify(
         }
     }
     Ok(())
+}
+
+/// Writes the certificate Secret; returns the certificate's validity, or why it could not be stored.
+async fn store(
+    secrets: &Api<Secret>,
+    name: &str,
+    secret: Result<Secret, serde_json::Error>,
+    issued: &certificate::Issued,
+) -> Result<certificate::Validity, String> {
+    let validity = certificate::Validity::of_chain(&issued.chain_pem)?;
+    let secret = secret.map_err(|e| format!("the certificate Secret: {e}"))?;
+    secrets
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .map_err(|e| format!("store the certificate Secret: {e}"))?;
+    Ok(validity)
 }
 
 /// Publishes the HTTP-01 challenge in the Domain's status, under a field manager of its own, where every edge
