@@ -5,12 +5,15 @@
 //!
 //! Needs `hack/pebble.sh start` (hack/test.sh starts it for this tier) and its `env`.
 
+// A test panics on a reply that lacks what it checks.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
