@@ -167,7 +167,7 @@ pub fn certified_key(
     let certs = CertificateDer::pem_slice_iter(chain_pem)
         .collect::<Result<Vec<_>, _>>()
         .context("parse the certificates")?;
-    anyhow::ensure!(!certs.is_empty(), "no certificate in the chain");
+    anyhow::ensure!(!certs.is_empty(), "the chain holds no certificate");
     let key = PrivateKeyDer::from_pem_slice(key_pem).context("parse the private key")?;
     Ok(Arc::new(CertifiedKey::from_der(certs, key, provider)?))
 }
