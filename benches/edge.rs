@@ -142,12 +142,7 @@ async fn main() -> Result<()> {
         seconds,
     )
     .await?;
-    report("slipway edge", &edge);
-    report("nginx", &native);
-    println!(
-        "  edge / nginx requests per second: {:.2}x",
-        edge.requests_per_second / native.requests_per_second
-    );
+    compare(&edge, &native);
 
     println!(
         "\nproxy to a dynamic channel (one connection, sequential requests), {seconds}s per run"
@@ -194,12 +189,7 @@ HTTPS static file over {protocol} ({connections} connections, {streams} request(
             seconds,
         )
         .await?;
-        report("slipway edge", &edge);
-        report("nginx", &native);
-        println!(
-            "  edge / nginx requests per second: {:.2}x",
-            edge.requests_per_second / native.requests_per_second
-        );
+        compare(&edge, &native);
     }
 
     let verify_to_https = custom_domain_first_https(&api, &user, &app_id, &prod, edge_tls).await?;
@@ -524,6 +514,16 @@ fn millis(text: &str) -> Result<f64> {
         "m" => value * 60_000.0,
         other => bail!("unknown unit {other}"),
     })
+}
+
+/// Reports the edge's run beside nginx's, with the ratio of their rates.
+fn compare(edge: &Run, nginx: &Run) {
+    report("slipway edge", edge);
+    report("nginx", nginx);
+    println!(
+        "  edge / nginx requests per second: {:.2}x",
+        edge.requests_per_second / nginx.requests_per_second
+    );
 }
 
 fn report(name: &str, run: &Run) {
