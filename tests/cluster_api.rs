@@ -771,6 +771,11 @@ fn sample_body(method: &str, path: &str) -> Option<Value> {
             Some(json!({"message": "stolen", "changes": {"x.txt": "x"}}))
         }
         ("post", "/apps/{app_id}/channels/{channel_id}/deploy") => Some(json!({"ref": "master"})),
+        ("post", "/apps/{app_id}/channels/{channel_id}/domains") => {
+            Some(json!({"domain": "stolen.example"}))
+        }
+        // Verify takes no body; an empty object is harmless.
+        ("post", "/apps/{app_id}/channels/{channel_id}/domains/{domain}/verify") => Some(json!({})),
         _ => None,
     }
 }
@@ -793,7 +798,8 @@ async fn another_users_app_answers_404_on_every_route() -> Result<()> {
         for (method, _) in item.as_object().unwrap() {
             let concrete = path
                 .replace("{app_id}", app_id)
-                .replace("{channel_id}", channel_id);
+                .replace("{channel_id}", channel_id)
+                .replace("{domain}", "stolen.example");
             let m = Method::from_bytes(method.to_uppercase().as_bytes())?;
             let body = sample_body(method, path);
             if body.is_none() {
