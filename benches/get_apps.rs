@@ -21,7 +21,12 @@ const MEASURE: Duration = Duration::from_secs(10);
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let api = support::TestApi::start().await?;
+    // It measures throughput, so the token gets no request budget (the default would answer 429 past 10/s).
+    let unlimited = slipway::api::state::Limits {
+        rate: None,
+        ..Default::default()
+    };
+    let api = support::TestApi::start().await?.with_limits(unlimited);
     let user = api.user("bench", "pro").await?;
     eprintln!("creating {APPS} apps through the API...");
     let started = Instant::now();

@@ -148,7 +148,7 @@ install() {
   # The first user, made the way the chart's notes say: `slipway admin create-user` run in the api pod. The builder
   # plan's apps request half a core and 512 MiB, which a small local node can schedule (a pro app asks 4 cores).
   if [ ! -s "$DIR/admin-token" ]; then
-    (umask 077 && kubectl -n "$NAMESPACE" exec "deploy/$RELEASE-api" -- \
+    (umask 077 && kubectl -n "$NAMESPACE" exec "deployment/$RELEASE-api" -- \
       slipway admin create-user --username admin --plan builder >"$DIR/admin-token") ||
       die "could not create the admin user (if it exists from an earlier install, its token is gone: make down && make up)"
   fi

@@ -4,6 +4,10 @@
 # REST API and the edge (which reaches pods through the host's route to the node's pod network). Used by
 # `make up`; `make down` stops it.
 #
+# As in a cluster, the operator and the edge call the API's internal listener with ServiceAccount tokens for the
+# audience slipway-internal: the ServiceAccounts slipway-operator and slipway-edge in slipway-system, whose
+# tokens (valid 24 hours; `start` mints new ones) are written to files the processes re-read when they change.
+#
 # usage: hack/platform.sh start | stop
 #
 # Needs target/debug/slipway (make up builds it) and a running node (hack/node.sh start) whose `hack/node.sh env`
@@ -25,6 +29,9 @@ WEBHOOK_PORT=${SLIPWAY_WEBHOOK_PORT:-18443}
 OPERATOR_ADMIN_PORT=${SLIPWAY_OPERATOR_ADMIN_PORT:-18081}
 EDGE_PORT=${SLIPWAY_EDGE_PORT:-18000}
 EDGE_ADMIN_PORT=${SLIPWAY_EDGE_ADMIN_PORT:-18082}
+INTERNAL_PORT=${SLIPWAY_INTERNAL_PORT:-18083}
+SYSTEM_NAMESPACE=slipway-system
+INTERNAL_AUDIENCE=slipway-internal
 APP_DOMAIN=${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost}
 GIT_HOST=${SLIPWAY_GIT_HOST:-git.slipway.localhost}
 WEBHOOK_NAME=slipway-local
@@ -94,6 +101,20 @@ webhooks:
 EOT
 }
 
+# Creates the operator's and the edge's ServiceAccounts and writes a fresh token of each to $DIR/<name>-token
+# (replaced atomically: a running process never reads half a token).
+internal_tokens() {
+  "$KUBECTL" create namespace "$SYSTEM_NAMESPACE" --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null
+  local name
+  for name in operator edge; do
+    "$KUBECTL" -n "$SYSTEM_NAMESPACE" create serviceaccount "slipway-$name" --dry-run=client -o yaml \
+      | "$KUBECTL" apply -f - >/dev/null
+    (umask 077 && "$KUBECTL" -n "$SYSTEM_NAMESPACE" create token "slipway-$name" --audience "$INTERNAL_AUDIENCE" \
+      --duration 24h >"$DIR/$name-token.new") || die "could not mint a token for slipway-$name"
+    mv "$DIR/$name-token.new" "$DIR/$name-token"
+  done
+}
+
 start() {
   [ -x "$BIN" ] || die "$BIN is missing; build it with cargo build --bin slipway"
   stop
@@ -106,25 +127,30 @@ start() {
 
   [ -f "$DIR/tls/tls.crt" ] || webhook_certs
   [ -s "$DIR/env-keys" ] || (umask 077 && "$BIN" admin new-env-key --id "k$(date +%Y%m%d)" >"$DIR/env-keys")
-  [ -s "$DIR/internal-token" ] || (umask 077 && openssl rand -hex 32 >"$DIR/internal-token")
+  [ -s "$DIR/build-source-key" ] || (umask 077 && openssl rand -hex 32 >"$DIR/build-source-key")
+  internal_tokens
   log "starting the webhook on https://127.0.0.1:$WEBHOOK_PORT"
   launch webhook webhook --listen "127.0.0.1:$WEBHOOK_PORT" --tls-cert "$DIR/tls/tls.crt" --tls-key "$DIR/tls/tls.key"
   wait_for webhook 60 "https://127.0.0.1:$WEBHOOK_PORT/readyz" --cacert "$DIR/tls/ca.crt"
   register_webhook
 
 
-  # Pods (build jobs) reach the API on the host's end of the node's link, so it listens there too.
-  log "starting the API on http://127.0.0.1:$API_PORT"
+  # Build pods fetch their sources from the internal listener on the host's end of the node's link, so it listens
+  # there too.
+  log "starting the API on http://127.0.0.1:$API_PORT (internal listener on port $INTERNAL_PORT)"
   launch api api --listen "0.0.0.0:$API_PORT" --database-url "$db_url" --app-domain "$APP_DOMAIN" \
     --git-host "$GIT_HOST" --repos-dir "$DIR/repos" --env-keys-file "$DIR/env-keys" \
-    --internal-token-file "$DIR/internal-token" \
+    --internal-listen "0.0.0.0:$INTERNAL_PORT" --internal-audience "$INTERNAL_AUDIENCE" \
+    --internal-caller "operator=$SYSTEM_NAMESPACE/slipway-operator" --internal-caller "edge=$SYSTEM_NAMESPACE/slipway-edge" \
+    --build-source-key-file "$DIR/build-source-key" \
     --ssh-listen "127.0.0.1:$SSH_PORT" --ssh-host-key "$DIR/ssh/ssh_host_ed25519_key"
   wait_for api 60 "http://127.0.0.1:$API_PORT/healthz"
+  wait_for api 10 "http://127.0.0.1:$INTERNAL_PORT/healthz"
 
   log "starting the operator (admin port $OPERATOR_ADMIN_PORT)"
   launch operator operator --app-domain "$APP_DOMAIN" --admin-port "$OPERATOR_ADMIN_PORT" \
-    --api-url "http://127.0.0.1:$API_PORT" --pod-api-url "http://$SLIPWAY_NODE_HOST_IP:$API_PORT" \
-    --internal-token-file "$DIR/internal-token" --registry "$SLIPWAY_REGISTRY" --buildkit-addr "$SLIPWAY_BUILDKIT_ADDR" \
+    --internal-url "http://127.0.0.1:$INTERNAL_PORT" --pod-internal-url "http://$SLIPWAY_NODE_HOST_IP:$INTERNAL_PORT" \
+    --internal-token-file "$DIR/operator-token" --registry "$SLIPWAY_REGISTRY" --buildkit-addr "$SLIPWAY_BUILDKIT_ADDR" \
     --probe-image "$SLIPWAY_PROBE_IMAGE" --builder-image "$SLIPWAY_BUILDER_IMAGE"
   wait_for operator 30 "http://127.0.0.1:$OPERATOR_ADMIN_PORT/readyz"
 
@@ -138,7 +164,7 @@ spec:
   controller: slipway.dev/edge
 EOT
   launch edge edge --listen "0.0.0.0:$EDGE_PORT" --admin-port "$EDGE_ADMIN_PORT" \
-    --api-url "http://127.0.0.1:$API_PORT" --internal-token-file "$DIR/internal-token"
+    --internal-url "http://127.0.0.1:$INTERNAL_PORT" --internal-token-file "$DIR/edge-token"
   wait_for edge 30 "http://127.0.0.1:$EDGE_ADMIN_PORT/readyz"
 
   # The builder plan: its apps request half a core and 512 MiB, which a small local node can schedule (a pro app

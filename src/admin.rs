@@ -12,7 +12,7 @@ use crate::db::tokens::NewToken;
 pub enum AdminCommand {
     /// Create a user and print a token with the nine default scopes (on stdout, shown once).
     CreateUser {
-        /// Username: a DNS label of at most 40 characters (it is part of every hostname of the user's apps).
+        /// Username: 1-40 lowercase letters and digits, no '-' (it ends every hostname of the user's apps).
         #[arg(long)]
         username: String,
         /// Plan tier (see GET /plans).
@@ -94,7 +94,7 @@ pub async fn create_user(database_url: &str, username: &str, plan: &str) -> anyh
     let kube = kube::Client::try_default()
         .await
         .context("connect to Kubernetes")?;
-    let user = crate::db::users::create(&db, username.as_str(), plan.tier)
+    let user = crate::db::users::create(&db, &username, plan.tier)
         .await?
         .with_context(|| format!("a user named {username} already exists"))?;
     crate::platform::tenancy::ensure_user_namespace(&kube, &username, plan.tier).await?;

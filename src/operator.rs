@@ -11,9 +11,9 @@ use axum::routing::get;
 use kube::Api;
 use prometheus_client::registry::Registry;
 use slipway_controllers::leader::LeaderElector;
-use slipway_controllers::platform_api::PlatformEndpoints;
 use slipway_controllers::run::Metrics;
 use slipway_controllers::{Context, OperatorConfig};
+use slipway_internal::InternalEndpoint;
 
 /// Options of `slipway operator`.
 #[derive(Debug, clap::Args)]
@@ -34,14 +34,20 @@ pub struct OperatorArgs {
     /// Name of the Lease.
     #[arg(long, env = "SLIPWAY_LEASE_NAME", default_value = "slipway-operator")]
     pub lease_name: String,
-    /// Base URL of the API server, whose internal endpoints hold git, env values and deploy logs.
-    #[arg(long, env = "SLIPWAY_API_URL")]
-    pub api_url: String,
-    /// Base URL of the API server as pods reach it (build pods fetch their sources there). Default: --api-url.
-    #[arg(long, env = "SLIPWAY_POD_API_URL")]
-    pub pod_api_url: Option<String>,
-    /// File holding the internal token the operator shares with the API server.
-    #[arg(long, env = "SLIPWAY_INTERNAL_TOKEN_FILE")]
+    /// Base URL of the API server's internal listener, whose routes hold git, env values and deploy logs.
+    #[arg(long, env = "SLIPWAY_INTERNAL_URL")]
+    pub internal_url: String,
+    /// Base URL of the internal listener as pods reach it (build pods fetch their sources there). Default:
+    /// --internal-url.
+    #[arg(long, env = "SLIPWAY_POD_INTERNAL_URL")]
+    pub pod_internal_url: Option<String>,
+    /// File holding the operator's ServiceAccount token for the internal listener (audience `slipway-internal`),
+    /// read again whenever the kubelet rotates it.
+    #[arg(
+        long,
+        env = "SLIPWAY_INTERNAL_TOKEN_FILE",
+        default_value = slipway_internal::token::DEFAULT_TOKEN_FILE
+    )]
     pub internal_token_file: std::path::PathBuf,
     /// The cluster's image registry (host:port) builds push to and nodes pull from.
     #[arg(long, env = "SLIPWAY_REGISTRY")]
@@ -107,15 +113,13 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         .context("connect to Kubernetes")?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let internal_token = crate::serve::read_internal_token(&args.internal_token_file)?;
     let config = OperatorConfig {
         app_domain: args.app_domain,
         namespace: args.namespace,
-        platform: PlatformEndpoints {
-            pod_api_url: args.pod_api_url.unwrap_or_else(|| args.api_url.clone()),
-            api_url: args.api_url,
-            internal_token,
-        },
+        pod_internal_url: args
+            .pod_internal_url
+            .unwrap_or_else(|| args.internal_url.clone()),
+        internal: InternalEndpoint::with_token_file(args.internal_url, &args.internal_token_file)?,
         registry: args.registry,
         buildkit_addr: args.buildkit_addr,
         probe_image: args.probe_image,

@@ -1,12 +1,17 @@
 //! `slipway api`: connects the parts the REST API needs and serves it until SIGTERM, with git's smart HTTP on the
-//! same port and, with `--ssh-listen`, git over SSH.
+//! same port and, with `--ssh-listen`, git over SSH; the internal routes the operator, the edge and build pods
+//! call are served on a listener of their own (`--internal-listen`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::api::state::{AppState, PublicNames};
+use slipway_internal::{CallerSpec, Callers, SourceKey};
+
+use crate::api::internal::guard::InternalAccess;
+use crate::api::state::{AppState, Limits, PublicNames};
+use crate::auth::rate::Budget;
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
 
@@ -58,13 +63,55 @@ pub struct ApiArgs {
         default_value = "/var/lib/slipway/ssh/ssh_host_ed25519_key"
     )]
     pub ssh_host_key: PathBuf,
-    /// File holding the internal token shared with the operator and the edge (the `/internal/v1` routes).
+    /// Address of the internal listener: the `/internal/v1` routes the operator, the edge and build pods call, and
+    /// `/healthz`. Keep it inside the cluster.
+    #[arg(long, env = "SLIPWAY_INTERNAL_LISTEN", default_value = "0.0.0.0:8081")]
+    pub internal_listen: SocketAddr,
+    /// Audience the callers' ServiceAccount tokens must be minted for (checked with a TokenReview).
     #[arg(
         long,
-        env = "SLIPWAY_INTERNAL_TOKEN_FILE",
-        default_value = "/etc/slipway/internal/token"
+        env = "SLIPWAY_INTERNAL_AUDIENCE",
+        default_value = slipway_internal::review::DEFAULT_AUDIENCE
     )]
-    pub internal_token_file: PathBuf,
+    pub internal_audience: String,
+    /// A ServiceAccount allowed on the internal listener, as ROLE=NAMESPACE/SERVICEACCOUNT: role `operator` may call
+    /// every internal route, `edge` only reads static sites' archives; any other identity gets 403. Repeat the flag
+    /// or separate with commas.
+    #[arg(
+        long = "internal-caller",
+        env = "SLIPWAY_INTERNAL_CALLERS",
+        value_delimiter = ','
+    )]
+    pub internal_callers: Vec<CallerSpec>,
+    /// File holding the key that signs build pods' source URLs (at least 32 bytes; used for nothing else, and held
+    /// by the API server alone).
+    #[arg(
+        long,
+        env = "SLIPWAY_BUILD_SOURCE_KEY_FILE",
+        default_value = "/etc/slipway/build-source/key"
+    )]
+    pub build_source_key_file: PathBuf,
+    /// Requests each token may send per minute, sustained (429 too_many_requests past it, with Retry-After); 0
+    /// turns the budget off. Counted per API process.
+    #[arg(long, env = "SLIPWAY_RATE_LIMIT_PER_MINUTE", default_value_t = Budget::DEFAULT.per_minute.get())]
+    pub rate_limit_per_minute: u32,
+    /// Requests a token may send at once on top of an idle budget.
+    #[arg(long, env = "SLIPWAY_RATE_LIMIT_BURST", default_value_t = Budget::DEFAULT.burst.get())]
+    pub rate_limit_burst: u32,
+    /// Largest pack one git push may send (HTTP and SSH), in bytes; git refuses a larger one with
+    /// "pack exceeds maximum allowed size". Default 1 GiB.
+    #[arg(long, env = "SLIPWAY_GIT_MAX_PUSH_BYTES", default_value_t = Limits::DEFAULT_GIT_MAX_PUSH_BYTES)]
+    pub git_max_push_bytes: u64,
+}
+
+impl ApiArgs {
+    /// The limits the flags set.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            rate: Budget::from_flags(self.rate_limit_per_minute, self.rate_limit_burst),
+            git_max_push_bytes: self.git_max_push_bytes,
+        }
+    }
 }
 
 /// Builds the API's state: database (migrated), kube client, synced caches.
@@ -73,7 +120,21 @@ pub async fn state(
     kube: kube::Client,
 ) -> anyhow::Result<(AppState, Vec<tokio::task::JoinHandle<()>>)> {
     let keyring = crate::env::crypto::Keyring::load(&args.env_keys_file)?;
-    let internal_token = read_internal_token(&args.internal_token_file)?;
+    let source_key = SourceKey::load(&args.build_source_key_file)?;
+    let callers =
+        Callers::new(args.internal_callers.iter().cloned()).map_err(anyhow::Error::msg)?;
+    if args.internal_callers.is_empty() {
+        tracing::warn!(
+            "no --internal-caller is set: the internal listener will refuse every token"
+        );
+    }
+    let internal = InternalAccess::new(
+        kube.clone(),
+        &args.internal_audience,
+        slipway_internal::review::DEFAULT_TTL,
+        callers,
+        source_key,
+    );
     let db = crate::db::connect(&args.database_url).await?;
     let (cache, tasks) = Cache::start(kube.clone()).await?;
     let names = PublicNames {
@@ -89,8 +150,9 @@ pub async fn state(
             Repos::new(&args.repos_dir),
             names,
             keyring,
-            internal_token,
-        ),
+            internal,
+        )
+        .with_limits(args.limits()),
         tasks,
     ))
 }
@@ -118,29 +180,30 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         }
         None => futures::future::Either::Right(std::future::pending()),
     };
+    let internal_listener = tokio::net::TcpListener::bind(args.internal_listen)
+        .await
+        .with_context(|| format!("listen on {}", args.internal_listen))?;
+    tracing::info!(addr = %args.internal_listen, "serving the internal routes");
+    let internal = axum::serve(
+        internal_listener,
+        crate::api::internal_router(state.clone()),
+    )
+    .with_graceful_shutdown(shutdown_signal());
     let server =
         axum::serve(listener, crate::api::router(state)).with_graceful_shutdown(shutdown_signal());
+    // Both listeners drain on the signal; either failing ends the process.
+    let servers = async {
+        tokio::try_join!(async { server.await.context("serve the API") }, async {
+            internal.await.context("serve the internal routes")
+        },)
+        .map(|_| ())
+    };
     let watch_tasks = futures::future::select_all(tasks);
     tokio::select! {
-        served = server => served.context("serve the API"),
+        served = servers => served,
         ssh = ssh => ssh.and_then(|()| Err(anyhow::anyhow!("the SSH server stopped"))),
         (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a cache task stopped: {ended:?}")),
     }
-}
-
-/// Reads the internal token the API server, the operator and the edge share; refuses one too short to be secret.
-pub fn read_internal_token(path: &std::path::Path) -> anyhow::Result<String> {
-    let token = std::fs::read_to_string(path)
-        .with_context(|| format!("read the internal token from {}", path.display()))?
-        .trim()
-        .to_owned();
-    if token.len() < 32 {
-        anyhow::bail!(
-            "the internal token in {} is shorter than 32 characters",
-            path.display()
-        );
-    }
-    Ok(token)
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
@@ -161,4 +224,68 @@ pub async fn shutdown_signal() {
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use slipway_internal::Role;
+
+    use crate::cli::{Cli, Command};
+
+    fn api_args(extra: &[&str]) -> Result<super::ApiArgs, clap::Error> {
+        let base = [
+            "slipway",
+            "api",
+            "--database-url",
+            "postgres://x",
+            "--app-domain",
+            "apps.test",
+            "--git-host",
+            "git.test",
+        ];
+        let cli = Cli::try_parse_from(base.iter().chain(extra))?;
+        match cli.command {
+            Command::Api(args) => Ok(args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn internal_listener_flags_have_their_defaults_and_callers_add_up() {
+        let args = api_args(&[]).unwrap();
+        assert_eq!(args.internal_listen.to_string(), "0.0.0.0:8081");
+        assert_eq!(args.internal_audience, "slipway-internal");
+        assert_eq!(
+            args.build_source_key_file,
+            std::path::Path::new("/etc/slipway/build-source/key")
+        );
+        assert!(args.internal_callers.is_empty());
+
+        let args = api_args(&[
+            "--internal-caller",
+            "operator=slipway-system/slipway-operator,edge=slipway-system/slipway-edge",
+            "--internal-caller",
+            "edge=other/edge",
+        ])
+        .unwrap();
+        let roles: Vec<(Role, String)> = args
+            .internal_callers
+            .iter()
+            .map(|c| (c.role, c.identity.to_string()))
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                (Role::Operator, "slipway-system/slipway-operator".into()),
+                (Role::Edge, "slipway-system/slipway-edge".into()),
+                (Role::Edge, "other/edge".into()),
+            ]
+        );
+        assert!(api_args(&["--internal-caller", "admin=ns/sa"]).is_err());
+        assert!(
+            api_args(&["--internal-token-file", "/x"]).is_err(),
+            "the shared token is gone"
+        );
+    }
 }

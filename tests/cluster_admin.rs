@@ -4,13 +4,14 @@ mod support;
 
 use anyhow::{Result, ensure};
 use axum::http::Method;
+use slipway_crds::names::messages;
 use slipway_testkit::postgres::TestDatabase;
 use support::TestApi;
 
 #[tokio::test]
 async fn create_user_prints_a_token_with_the_nine_default_scopes() -> Result<()> {
     let db = TestDatabase::create().await?;
-    let username = format!("root-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    let username = format!("root{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
     let url = db.url().to_owned();
     let run = |name: &str| {
         std::process::Command::new(env!("CARGO_BIN_EXE_slipway"))
@@ -62,8 +63,15 @@ async fn create_user_prints_a_token_with_the_nine_default_scopes() -> Result<()>
     let again = run(&username)?;
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
-    let bad = run("Not_A_Label")?;
-    assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("username must be"));
+    // A hyphen would let this account form hostnames of another's apps (user b-c, app a = app a-b of user c).
+    for bad in ["Not_A_Label", "b-c"] {
+        let out = run(bad)?;
+        assert!(!out.status.success(), "{bad} was accepted");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(messages::USERNAME),
+            "{bad}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     Ok(())
 }

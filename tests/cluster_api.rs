@@ -788,18 +788,65 @@ async fn another_users_app_answers_404_on_every_route() -> Result<()> {
     let app = api.create_app(&alice, "blog", "app").await;
     let app_id = app["id"].as_str().unwrap();
     let channel_id = app["channels"][0]["id"].as_str().unwrap();
+    // Every path parameter gets a real value of alice's, so each request is one alice could make and only the
+    // tenancy check stands between bob and her data.
+    api.commit(&alice, app_id, json!({"index.html": "hi"}))
+        .await;
+    api.post(
+        &format!("/apps/{app_id}/env"),
+        &alice,
+        json!({"key": "ALICE_KEY", "value": "hers"}),
+    )
+    .await
+    .expect(204, None);
+    let deploy_id = api
+        .deploy(&alice, app_id, channel_id, json!({"ref": "master"}))
+        .await;
+    slipway::env::snapshot::record(
+        api.state.db(),
+        api.state.keyring(),
+        deploy_id.parse()?,
+        app_id.parse()?,
+        channel_id.parse()?,
+        &[],
+        &["PORT"],
+    )
+    .await?;
+    api.post(
+        &format!("/apps/{app_id}/channels/{channel_id}/domains"),
+        &alice,
+        json!({"domain": "alice.example"}),
+    )
+    .await
+    .expect(201, None);
+    let values = [
+        ("{app_id}", app_id),
+        ("{channel_id}", channel_id),
+        ("{deploy_id}", deploy_id.as_str()),
+        ("{key}", "ALICE_KEY"),
+        ("{domain}", "alice.example"),
+    ];
+    let concrete = |path: &str| {
+        values
+            .iter()
+            .fold(path.to_owned(), |p, (param, value)| p.replace(param, value))
+    };
+    // The values are alice's indeed: the deploy's env answers her.
+    let deploy_env = concrete("/apps/{app_id}/channels/{channel_id}/deploys/{deploy_id}/env");
+    api.get(&deploy_env, &alice).await.expect(200, None);
 
     let doc = serde_json::to_value(slipway::api::openapi())?;
-    let mut checked = 0;
+    let mut checked = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         if !path.contains("{app_id}") {
             continue;
         }
+        let concrete = concrete(path);
+        assert!(
+            !concrete.contains('{'),
+            "give the matrix a value of alice's for every parameter of {path}"
+        );
         for (method, _) in item.as_object().unwrap() {
-            let concrete = path
-                .replace("{app_id}", app_id)
-                .replace("{channel_id}", channel_id)
-                .replace("{domain}", "stolen.example");
             let m = Method::from_bytes(method.to_uppercase().as_bytes())?;
             let body = sample_body(method, path);
             if body.is_none() {
@@ -815,16 +862,23 @@ async fn another_users_app_answers_404_on_every_route() -> Result<()> {
                 reply.body
             );
             assert_eq!(reply.body["error"]["code"], "not_found", "{method} {path}");
-            checked += 1;
+            checked.push(format!("{method} {path}"));
         }
     }
-    assert!(checked >= 7, "the matrix covered {checked} routes");
+    assert!(
+        checked.iter().any(|r| r.contains("{deploy_id}")) && checked.len() >= 12,
+        "the matrix covered {checked:?}"
+    );
     // And nothing changed for the owner.
     let after = api
         .get(&format!("/apps/{app_id}"), &alice)
         .await
         .expect(200, None);
     assert_eq!(after["channels"].as_array().unwrap().len(), 1);
+    api.get(&deploy_env, &alice).await.expect(200, None);
+    api.get(&format!("/apps/{app_id}/env/ALICE_KEY/value"), &alice)
+        .await
+        .expect(200, None);
     Ok(())
 }
 
@@ -863,6 +917,320 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
             doc["paths"][path][method].is_object(),
             "{method} {path} is missing from /openapi.json"
         );
+        // Every route behind a bearer token says it can answer 429 with Retry-After; public ones do not.
+        let budget = &doc["paths"][path][method]["responses"]["429"];
+        if path == "/plans" {
+            assert!(budget.is_null(), "{method} {path}");
+        } else {
+            assert!(
+                budget["headers"]["Retry-After"].is_object(),
+                "{method} {path} does not document 429"
+            );
+        }
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_username_cannot_squat_another_accounts_hostnames() -> Result<()> {
+    // User "b-c" with app "a" would take a-b-c, the hostname of user c's future app "a-b": refused everywhere a
+    // username enters (here the parse every path uses, and the database's own rule).
+    let api = TestApi::start().await?;
+    assert_eq!(
+        "b-c".parse::<slipway_crds::names::Username>(),
+        Err(slipway_crds::names::InvalidName(messages::USERNAME))
+    );
+    let raw = sqlx::query("INSERT INTO users (id, username, plan) VALUES ($1, 'b-c', 'basic')")
+        .bind(uuid::Uuid::new_v4())
+        .execute(api.state.db())
+        .await;
+    assert!(
+        raw.is_err_and(|e| e.to_string().contains("users_username_format")),
+        "the database refuses a hyphenated username too"
+    );
+    // Owner c's app a-b gets a-b-c, which no other account can form.
+    let c = api.user("c", "basic").await?;
+    let app = api.create_app(&c, "a-b", "static").await;
+    assert_eq!(
+        app["channels"][0]["hostname"],
+        format!("a-b-{}.{APP_DOMAIN}", c.username)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_creates_never_beat_the_plan_cap() -> Result<()> {
+    let api = std::sync::Arc::new(TestApi::start().await?);
+    let agent = api.user("agent", "starter").await?; // starter: 3 channels
+    let fire = |requests: Vec<(String, Value)>| {
+        let (api, agent) = (api.clone(), agent.clone());
+        async move {
+            let racers: Vec<_> = requests
+                .into_iter()
+                .map(|(path, body)| {
+                    let (api, agent) = (api.clone(), agent.clone());
+                    tokio::spawn(async move { api.post(&path, &agent, body).await })
+                })
+                .collect();
+            let mut replies = Vec::new();
+            for racer in racers {
+                replies.push(racer.await.expect("racer"));
+            }
+            replies
+        }
+    };
+    let apps: Vec<_> = (0..8)
+        .map(|i| ("/apps".to_owned(), json!({"name": format!("app{i}")})))
+        .collect();
+    let replies = fire(apps).await;
+    let won: Vec<&support::Reply> = replies.iter().filter(|r| r.status == 200).collect();
+    assert_eq!(won.len(), 3, "exactly the cap wins: {replies:?}");
+    for lost in replies.iter().filter(|r| r.status != 200) {
+        assert_eq!(lost.status, 403, "{:?}", lost.body);
+        assert_eq!(lost.body["error"]["code"], "plan_limit_exceeded");
+    }
+    let listed = api.get("/apps", &agent).await.expect(200, None);
+    assert_eq!(listed["apps"].as_array().unwrap().len(), 3);
+    let channels: Api<Channel> = Api::namespaced(api.kube.clone(), &agent.namespace);
+    assert_eq!(channels.list(&Default::default()).await?.items.len(), 3);
+
+    // Deleting an app frees one slot: of six channels raced onto another app, one lands.
+    let first = won[0].body["id"].as_str().unwrap().to_owned();
+    let second = won[1].body["id"].as_str().unwrap().to_owned();
+    api.delete(&format!("/apps/{first}"), &agent)
+        .await
+        .expect(204, None);
+    let channels_of_second: Vec<_> = (0..6)
+        .map(|i| {
+            (
+                format!("/apps/{second}/channels"),
+                json!({"name": format!("c{i}"), "git_ref_binding": format!("branch:c{i}")}),
+            )
+        })
+        .collect();
+    let replies = fire(channels_of_second).await;
+    assert_eq!(
+        replies.iter().filter(|r| r.status == 200).count(),
+        1,
+        "{replies:?}"
+    );
+    assert!(
+        replies
+            .iter()
+            .filter(|r| r.status != 200)
+            .all(|r| r.status == 403 && r.body["error"]["code"] == "plan_limit_exceeded"),
+        "{replies:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_of_two_parallel_creates_of_a_hostname_wins() -> Result<()> {
+    // App "a-<x>" (prod: a-<x>-<owner>) and channel "a" of app "<x>" (a-<x>-<owner>) want the same hostname.
+    let api = std::sync::Arc::new(TestApi::start().await?);
+    let owner = api.user("owner", "indie").await?;
+    for round in 0..4 {
+        let base = format!("b{round}");
+        let app = api.create_app(&owner, &base, "static").await;
+        let host = format!("a-{base}-{}", owner.username);
+        let as_app = tokio::spawn({
+            let (api, owner, name) = (api.clone(), owner.clone(), format!("a-{base}"));
+            async move { api.post("/apps", &owner, json!({"name": name})).await }
+        });
+        let as_channel = tokio::spawn({
+            let (api, owner) = (api.clone(), owner.clone());
+            let path = format!("/apps/{}/channels", app["id"].as_str().unwrap());
+            async move {
+                api.post(
+                    &path,
+                    &owner,
+                    json!({"name": "a", "git_ref_binding": "branch:a"}),
+                )
+                .await
+            }
+        });
+        let replies = [as_app.await?, as_channel.await?];
+        let winners = replies.iter().filter(|r| r.status == 200).count();
+        assert_eq!(winners, 1, "round {round}: {replies:?}");
+        let loser = replies.iter().find(|r| r.status != 200).unwrap();
+        assert_eq!(loser.status, 400, "{:?}", loser.body);
+        assert!(
+            loser
+                .message()
+                .contains(&format!("hostname {host} is already used")),
+            "{:?}",
+            loser.body
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn huge_lifetimes_answer_400_and_never_drop_the_connection() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+    // 9e12 s is past the last representable time: the old arithmetic panicked in the handler.
+    for body in [
+        json!({"expires_in": 9_000_000_000_000_i64}),
+        json!({"expires_in": i64::MAX}),
+        json!({"expires_in": slipway::api::tokens::MAX_TOKEN_SECONDS + 1}),
+    ] {
+        let reply = api.post("/tokens", &alice, body.clone()).await;
+        assert!(
+            reply.message().contains("expires_in"),
+            "{body}: {:?}",
+            reply.body
+        );
+        reply.expect(400, Some("bad_request"));
+        api.post("/credentials", &alice, body)
+            .await
+            .expect(400, Some("bad_request"));
+    }
+    let longest = api
+        .post(
+            "/tokens",
+            &alice,
+            json!({"expires_in": slipway::api::tokens::MAX_TOKEN_SECONDS}),
+        )
+        .await
+        .expect(200, None);
+    let at: chrono::DateTime<chrono::Utc> = longest["expires_at"].as_str().unwrap().parse()?;
+    assert!(at > chrono::Utc::now() + chrono::Duration::days(36_000));
+    // And over a real socket the answer arrives, on a kept-alive connection that serves the next request too.
+    let base = api.serve().await?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<axum::body::Bytes>>();
+    for _ in 0..2 {
+        let req = Request::post(format!("{base}/tokens"))
+            .header("authorization", format!("Bearer {}", alice.token))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::from(
+                json!({"expires_in": 9_000_000_000_000_i64}).to_string(),
+            ))?;
+        assert_eq!(client.request(req).await?.status(), 400);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn revoking_a_token_revokes_what_was_minted_from_it() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+    api.create_app(&alice, "site", "static").await;
+    // A credential minted with `token`.
+    let mint = |token: String| {
+        let (api, user) = (
+            &api,
+            support::User {
+                token,
+                ..alice.clone()
+            },
+        );
+        async move {
+            let reply = api.post("/credentials", &user, json!({})).await;
+            reply.expect(200, None)["token"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    // A chain of two mints: alice's token -> parent (POST /tokens) -> child -> grandchild (POST /credentials).
+    let parent = api
+        .post("/tokens", &alice, json!({"label": "laptop"}))
+        .await
+        .expect(200, None);
+    let parent_token = parent["token"].as_str().unwrap().to_owned();
+    let child = mint(parent_token.clone()).await;
+    let grandchild = mint(child.clone()).await;
+    let sibling = mint(alice.token.clone()).await;
+    for token in [&parent_token, &child, &grandchild, &sibling] {
+        api.call(Method::GET, "/apps", Some(token), None)
+            .await
+            .expect(200, None);
+    }
+
+    let revoke_parent = format!("/tokens/{}", parent["id"].as_str().unwrap());
+    api.delete(&revoke_parent, &alice).await.expect(204, None);
+    for token in [&parent_token, &child, &grandchild] {
+        api.call(Method::GET, "/apps", Some(token), None)
+            .await
+            .expect(401, Some("token_revoked"));
+        // Git over HTTP takes the same tokens as passwords.
+        let refs = info_refs(&alice.username, token)?;
+        assert_eq!(api.send(refs).await.status, 401);
+    }
+    // Tokens that did not come from the revoked one keep working.
+    for token in [&alice.token, &sibling] {
+        api.call(Method::GET, "/apps", Some(token), None)
+            .await
+            .expect(200, None);
+    }
+    // Revoking again is a 404 (nothing live), and the chain stays revoked.
+    api.delete(&revoke_parent, &alice)
+        .await
+        .expect(404, Some("not_found"));
+    Ok(())
+}
+
+/// `GET info/refs` of `owner`'s app `site` with `token` as git's password.
+fn info_refs(owner: &str, token: &str) -> Result<Request<Body>> {
+    Ok(Request::get(format!(
+        "/{owner}/site.git/info/refs?service=git-upload-pack"
+    ))
+    .header("authorization", base64_basic(token))
+    .body(Body::empty())?)
+}
+
+fn base64_basic(token: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("git:{token}"))
+    )
+}
+
+#[tokio::test]
+async fn a_token_past_its_budget_gets_429_with_retry_after() -> Result<()> {
+    let limits = slipway::api::state::Limits {
+        rate: slipway::auth::rate::Budget::from_flags(60, 3),
+        ..Default::default()
+    };
+    let api = TestApi::start().await?.with_limits(limits);
+    let alice = api.user("alice", "basic").await?;
+    // Another token of the same account, which makes the app: budgets are per token.
+    let other = api
+        .token(
+            alice.id,
+            &slipway::auth::scopes::default_scopes(),
+            false,
+            None,
+        )
+        .await?;
+    let with_other = support::User {
+        token: other.clone(),
+        ..alice.clone()
+    };
+    api.create_app(&with_other, "site", "static").await;
+    for _ in 0..3 {
+        api.get("/apps", &alice).await.expect(200, None);
+    }
+    let over = api.get("/apps", &alice).await;
+    let retry_after: u64 = over
+        .headers
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After of whole seconds");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    over.expect(429, Some("too_many_requests"));
+    // Git over HTTP spends the same budget, and says so in git's terms.
+    let git = api.send(info_refs(&alice.username, &alice.token)?).await;
+    assert_eq!(git.status, 429);
+    assert!(git.headers.contains_key("retry-after"));
+    // The other token is not held back.
+    api.get("/apps", &with_other).await.expect(200, None);
+    // After the wait it names, the spent token is served again.
+    tokio::time::sleep(Duration::from_secs(retry_after)).await;
+    api.get("/apps", &alice).await.expect(200, None);
     Ok(())
 }

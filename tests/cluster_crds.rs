@@ -237,6 +237,11 @@ async fn the_apiserver_refuses_invalid_objects_with_the_rule_messages() -> Resul
             messages::USERNAME,
         ),
         (
+            "owner with a hyphen (it would squat other owners' hostnames)",
+            json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App", "metadata": {"name": "a"}, "spec": {"owner": "b-c"}}),
+            messages::USERNAME,
+        ),
+        (
             "wildcard binding",
             channel("blog.all", "blog", "branch:*"),
             messages::BINDING_WILDCARD,

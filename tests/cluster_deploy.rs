@@ -13,8 +13,8 @@ use std::time::Duration;
 use anyhow::Result;
 use kube::Api;
 use serde_json::{Value, json};
-use slipway_controllers::platform_api::{PlatformApi, PlatformEndpoints};
 use slipway_crds::Deploy;
+use slipway_internal::{InternalClient, InternalEndpoint, TokenSource};
 use support::{TestApi, User};
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -271,25 +271,29 @@ async fn log_windows_follow_the_spec() -> Result<()> {
         .await;
     let id = s.deploy(json!({"sha": sha})).await;
     s.finished(&id).await?;
-    // Add known lines through the internal route with the operator's own client.
-    let base = s.api.serve().await?;
+    // Add known lines through the internal route with the operator's own client and identity.
+    let base = s.api.serve_internal().await?;
     let client = |token: &str| {
-        PlatformApi::new(PlatformEndpoints {
-            api_url: base.clone(),
-            pod_api_url: base.clone(),
-            internal_token: token.to_owned(),
+        InternalClient::new(InternalEndpoint {
+            url: base.clone(),
+            token: TokenSource::fixed(token),
         })
     };
     let lines: String = (0..100).map(|i| format!("line {i:03}\n")).collect();
-    client(support::INTERNAL_TOKEN)
+    client(&s.api.operator_token)
         .append_log(&id, &lines)
         .await?;
-    // Without the internal token the route refuses and writes nothing.
-    let refused = client("not-the-internal-token")
+    // A token that is no ServiceAccount's is refused, and so is the edge's identity: neither writes anything.
+    let refused = client("not-a-token")
         .append_log(&id, "injected\n")
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("401"), "{refused}");
+    let refused = client(&s.api.edge_token)
+        .append_log(&id, "injected\n")
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("403"), "{refused}");
 
     let whole = s
         .log(&format!("deploy={id}&max_bytes=262144"))

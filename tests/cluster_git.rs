@@ -548,3 +548,73 @@ async fn ssh_key_routes_follow_the_rules() -> Result<()> {
         .expect(404, Some("not_found"));
     Ok(())
 }
+
+/// `len` bytes that do not compress, so a pack carrying them is about as large.
+fn incompressible(len: usize) -> Vec<u8> {
+    (0..len.div_ceil(16))
+        .flat_map(|_| uuid::Uuid::new_v4().into_bytes())
+        .take(len)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_over_the_size_limit_are_refused_with_a_message_git_shows() -> Result<()> {
+    const LIMIT: u64 = 256 * 1024;
+    let limits = slipway::api::state::Limits {
+        git_max_push_bytes: LIMIT,
+        ..Default::default()
+    };
+    let api = TestApi::start().await?.with_limits(limits);
+    let alice = api.user("alice", "basic").await?;
+    api.create_app(&alice, "site", "static").await;
+    let base = api.serve().await?;
+    let port = api.serve_ssh().await?;
+    let mut ws = Workspace::new()?;
+    let key = ws.ssh_key("alice_key").await?;
+    api.post("/ssh-keys", &alice, json!({"public_key": key}))
+        .await
+        .expect(200, None);
+    ws.ssh_command = Some(ws.ssh_command_for("alice_key", port));
+    let http = http_remote(&base, &alice.token, &alice.username, "site");
+    let ssh = format!("ssh://git@127.0.0.1:{port}/{}/site.git", alice.username);
+
+    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
+    ws.write("w/small.txt", "fits\n")?;
+    ws.git("w", &["add", "-A"]).await?;
+    ws.git("w", &["commit", "-qm", "small"]).await?;
+    ws.git("w", &["push", "-q", &http, "HEAD:master"]).await?;
+    let head = ws.git("w", &["rev-parse", "HEAD"]).await?;
+
+    // 1 MiB goes in one HTTP request with a Content-Length; 3 MiB is streamed in chunks (git's postBuffer is
+    // 1 MiB); SSH streams either way. Each is refused by git on the server, in words the client prints.
+    for (remote, size) in [(&http, 1 << 20), (&http, 3 << 20), (&ssh, 1 << 20)] {
+        let transport = if remote == &ssh { "ssh" } else { "http" };
+        ws.write("w/big.bin", incompressible(size))?;
+        ws.git("w", &["add", "-A"]).await?;
+        ws.git("w", &["commit", "-qm", &format!("{size} bytes")])
+            .await?;
+        let push = ws.try_git("w", &["push", remote, "HEAD:master"]).await?;
+        assert!(!push.ok, "{transport} push of {size} bytes was accepted");
+        assert!(
+            push.stderr.contains("pack exceeds maximum allowed size"),
+            "{transport} push of {size} bytes: {}",
+            push.stderr
+        );
+        let remote_head = ws
+            .git("w", &["ls-remote", &http, "refs/heads/master"])
+            .await?;
+        assert!(
+            remote_head.starts_with(head.trim()),
+            "the branch did not move: {remote_head}"
+        );
+        ws.git("w", &["reset", "-q", "--hard", "HEAD~1"]).await?;
+    }
+
+    // Under the limit, pushes go through on both transports.
+    for remote in [&http, &ssh] {
+        ws.write("w/small.txt", format!("still fits {remote}\n"))?;
+        ws.git("w", &["commit", "-qam", "small again"]).await?;
+        ws.git("w", &["push", "-q", remote, "HEAD:master"]).await?;
+    }
+    Ok(())
+}

@@ -1,22 +1,96 @@
 //! Leader election on a real Lease: one candidate leads while it renews, another takes over when it stops, and a
-//! released lease is free at once.
+//! released lease is free at once. The test watches the Lease and asserts on what it records (holders, renewal and
+//! acquisition times, transitions); deadlines only stop a test that would otherwise wait forever.
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
 use slipway_controllers::leader::LeaderElector;
 use slipway_testkit::setup;
+use tokio::sync::mpsc;
 
-const LEASE: Duration = Duration::from_secs(2);
+const LEASE_SECS: u64 = 2;
+const LEASE: Duration = Duration::from_secs(LEASE_SECS);
+const NAME: &str = "slipway-operator";
+/// How long any one observation may take before the test fails.
+const GUARD: Duration = Duration::from_secs(60);
+
+/// One version of the Lease as the watch delivered it.
+#[derive(Debug, Clone)]
+struct Seen {
+    holder: Option<String>,
+    acquired: Option<Timestamp>,
+    renewed: Option<Timestamp>,
+    transitions: i32,
+}
+
+/// Every version of the Lease since the test started, in order.
+struct Observer {
+    versions: mpsc::UnboundedReceiver<Seen>,
+    log: Vec<Seen>,
+}
+
+impl Observer {
+    fn start(leases: Api<Lease>) -> Self {
+        let (tx, versions) = mpsc::unbounded_channel();
+        let config = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
+        tokio::spawn(async move {
+            let mut stream = watcher(leases, config).applied_objects().boxed();
+            while let Some(Ok(lease)) = stream.next().await {
+                let spec = lease.spec.unwrap_or_default();
+                let seen = Seen {
+                    holder: spec.holder_identity.filter(|h| !h.is_empty()),
+                    acquired: spec.acquire_time.map(|t| t.0),
+                    renewed: spec.renew_time.map(|t| t.0),
+                    transitions: spec.lease_transitions.unwrap_or(0),
+                };
+                if tx.send(seen).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            versions,
+            log: Vec::new(),
+        }
+    }
+
+    /// Waits until `done` holds for the versions seen so far, and returns them.
+    async fn until(&mut self, what: &str, done: impl Fn(&[Seen]) -> bool) -> Result<&[Seen]> {
+        let wait = async {
+            while !done(&self.log) {
+                let seen = self.versions.recv().await.context("the watch ended")?;
+                self.log.push(seen);
+            }
+            anyhow::Ok(())
+        };
+        tokio::time::timeout(GUARD, wait)
+            .await
+            .with_context(|| format!("never saw {what}; saw {:#?}", self.log))??;
+        Ok(&self.log)
+    }
+}
+
+fn held_by(seen: &Seen, who: &str) -> bool {
+    seen.holder.as_deref() == Some(who)
+}
+
+fn lease_duration() -> SignedDuration {
+    SignedDuration::from_secs(LEASE_SECS as i64)
+}
 
 #[tokio::test]
 async fn one_candidate_leads_and_another_takes_over() -> Result<()> {
     let (client, ns) = setup("leader").await?;
     let leases: Api<Lease> = Api::namespaced(client, ns.name());
-    let a = LeaderElector::new(leases.clone(), "slipway-operator", "replica-a", LEASE);
-    let b = LeaderElector::new(leases.clone(), "slipway-operator", "replica-b", LEASE);
+    let mut observer = Observer::start(leases.clone());
+    let a = LeaderElector::new(leases.clone(), NAME, "replica-a", LEASE);
+    let b = LeaderElector::new(leases.clone(), NAME, "replica-b", LEASE);
 
     a.acquire().await?;
     let a_holding = tokio::spawn({
@@ -27,37 +101,83 @@ async fn one_candidate_leads_and_another_takes_over() -> Result<()> {
         let b = b.clone();
         async move { b.acquire().await }
     });
-    // While A renews, B stays a candidate, for well over one lease duration.
-    tokio::time::sleep(LEASE * 3).await;
-    assert!(!b_waiting.is_finished(), "B must not lead while A renews");
-    let lease = leases.get("slipway-operator").await?;
-    assert_eq!(
-        lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.as_deref()),
-        Some("replica-a")
+    // While A renews, B stays a candidate: wait until A's renewals observed after B began span more than a whole
+    // lease (so B looked at a lease that would have expired without them), and no version ever named B.
+    let b_began = Timestamp::now();
+    let log = observer
+        .until("A renewing for more than a lease duration", |log| {
+            let renewals: Vec<Timestamp> = log
+                .iter()
+                .filter(|s| held_by(s, "replica-a"))
+                .filter_map(|s| s.renewed)
+                .filter(|t| *t >= b_began)
+                .collect();
+            renewals.len() >= 2
+                && renewals[renewals.len() - 1].duration_since(renewals[0]) > lease_duration()
+        })
+        .await?;
+    assert!(
+        log.iter().all(|s| held_by(s, "replica-a")),
+        "only A held the lease: {log:#?}"
     );
+    assert!(!b_waiting.is_finished(), "B must not lead while A renews");
 
-    // A stops renewing (a crashed replica): B takes over once the lease has expired.
+    // A stops renewing (a crashed replica): B takes over, and only once A's last renewal has expired.
     a_holding.abort();
-    tokio::time::timeout(Duration::from_secs(30), b_waiting).await???;
-    let spec = leases
-        .get("slipway-operator")
-        .await?
-        .spec
-        .unwrap_or_default();
-    assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
-    assert_eq!(spec.lease_transitions, Some(1));
+    let log = observer
+        .until("B taking over", |log| {
+            log.iter().any(|s| held_by(s, "replica-b"))
+        })
+        .await?;
+    let takeover = log
+        .iter()
+        .position(|s| held_by(s, "replica-b"))
+        .expect("seen");
+    let last_a = log[..takeover]
+        .iter()
+        .rev()
+        .find_map(|s| s.renewed)
+        .expect("A renewed");
+    let b_took = log[takeover].acquired.expect("acquire time");
+    assert!(
+        b_took >= last_a + lease_duration(),
+        "B took the lease at {b_took}, before A's renewal of {last_a} expired"
+    );
+    assert_eq!(log[takeover].transitions, 1);
+    tokio::time::timeout(GUARD, b_waiting).await???;
 
-    // A clean shutdown releases the lease: A gets it without waiting for expiry.
+    // A clean shutdown releases the lease: A gets it without waiting for it to expire.
     b.release().await?;
-    tokio::time::timeout(LEASE / 2, a.acquire()).await??;
-    let spec = leases
-        .get("slipway-operator")
-        .await?
-        .spec
-        .unwrap_or_default();
-    assert_eq!(spec.holder_identity.as_deref(), Some("replica-a"));
+    tokio::time::timeout(GUARD, a.acquire()).await??;
+    let log = observer
+        .until("A leading again", |log| {
+            log.last()
+                .is_some_and(|s| held_by(s, "replica-a") && s.transitions == 2)
+        })
+        .await?;
+    let back = log.len() - 1;
+    let last_b = log[..back]
+        .iter()
+        .rev()
+        .filter(|s| held_by(s, "replica-b"))
+        .find_map(|s| s.renewed)
+        .expect("B renewed");
+    let a_took = log[back].acquired.expect("acquire time");
+    assert!(
+        a_took < last_b + lease_duration(),
+        "A waited for B's lease to expire ({a_took} vs {last_b}) although B released it"
+    );
+    // The holders, in order: A, B, nobody (released), A.
+    let mut holders: Vec<Option<&str>> = log.iter().map(|s| s.holder.as_deref()).collect();
+    holders.dedup();
+    assert_eq!(
+        holders,
+        [
+            Some("replica-a"),
+            Some("replica-b"),
+            None,
+            Some("replica-a")
+        ]
+    );
     Ok(())
 }

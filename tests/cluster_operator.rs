@@ -23,11 +23,11 @@ fn start_operator(client: kube::Client, namespace: &str) -> tokio::task::JoinHan
     let config = OperatorConfig {
         app_domain: APP_DOMAIN.into(),
         namespace: Some(namespace.into()),
-        platform: slipway_controllers::platform_api::PlatformEndpoints {
-            api_url: "http://127.0.0.1:9".into(),
-            pod_api_url: "http://127.0.0.1:9".into(),
-            internal_token: "unused-by-these-tests-0123456789abcdef".into(),
+        internal: slipway_internal::InternalEndpoint {
+            url: "http://127.0.0.1:9".into(),
+            token: slipway_internal::TokenSource::fixed("unused-by-these-tests"),
         },
+        pod_internal_url: "http://127.0.0.1:9".into(),
         registry: "127.0.0.1:9".into(),
         buildkit_addr: "tcp://127.0.0.1:9".into(),
         probe_image: "busybox".into(),

@@ -343,40 +343,67 @@ async fn racing_changesets_and_pushes_never_lose_a_commit() -> Result<()> {
     .await
     .expect(200, None);
 
-    // Changesets racing on one branch all land, one on top of the other.
+    // Changesets racing on one branch through two API replicas (each with its own in-process queue, the same
+    // repositories): they meet at the ref's compare-and-swap, and every one lands on top of another or answers 409
+    // having written nothing. None overwrites another.
+    let replica = api.replica().await?;
     let mut racers = Vec::new();
-    for i in 0..8 {
-        let (api, alice, url) = (api.clone(), alice.clone(), url.clone());
+    for i in 0..16 {
+        let router = if i % 2 == 0 {
+            api.router.clone()
+        } else {
+            replica.clone()
+        };
+        let (token, url) = (alice.token.clone(), url.clone());
         racers.push(tokio::spawn(async move {
-            api.post(&url, &alice, json!({"message": format!("racer {i}"), "changes": {format!("racer-{i}.txt"): "x"}}))
-                .await
+            let body = json!({"message": format!("racer {i}"), "changes": {format!("racer-{i}.txt"): "x"}});
+            (i, support::call_on(&router, Method::POST, &url, Some(&token), Some(body)).await)
         }));
     }
-    let mut landed = 0;
+    let mut landed = Vec::new();
+    let mut refused = Vec::new();
     for racer in racers {
-        let reply = racer.await?;
+        let (i, reply) = racer.await?;
         match reply.status.as_u16() {
-            200 => landed += 1,
-            409 => assert_eq!(reply.body["error"]["code"], "conflict"),
+            200 => landed.push((i, reply.body["sha"].as_str().unwrap().to_owned())),
+            409 => {
+                assert_eq!(reply.body["error"]["code"], "conflict");
+                refused.push(i);
+            }
             other => panic!("racing changeset answered {other}: {}", reply.body),
         }
     }
-    let tree = api
-        .get(&format!("/apps/{id}/tree"), &alice)
-        .await
-        .expect(200, None);
-    assert_eq!(tree["files"].as_array().unwrap().len(), 1 + landed);
+    assert!(!landed.is_empty());
     let repo = api.repos_dir.join(&alice.username).join("site.git");
-    let count = std::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(&repo)
-        .args(["rev-list", "--count", "master"])
-        .output()?;
-    assert_eq!(
-        String::from_utf8(count.stdout)?.trim(),
-        (1 + landed).to_string()
-    );
-    assert!(landed >= 1);
+    let git = |args: &[&str]| -> Result<String> {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&repo)
+            .args(args)
+            .output()?;
+        anyhow::ensure!(out.status.success(), "git {args:?} failed");
+        Ok(String::from_utf8(out.stdout)?)
+    };
+    // One straight line of init plus every landed changeset, each exactly once; each answered sha is on it.
+    let history = git(&["log", "--format=%H %s", "master"])?;
+    assert_eq!(history.lines().count(), 1 + landed.len(), "{history}");
+    assert_eq!(git(&["rev-list", "--merges", "master"])?, "");
+    for (i, sha) in &landed {
+        assert_eq!(
+            history.matches(&format!(" racer {i}\n")).count(),
+            1,
+            "racer {i} is not on master exactly once: {history}"
+        );
+        assert!(
+            history.contains(sha.as_str()),
+            "racer {i}'s {sha} is not on master"
+        );
+    }
+    let files = git(&["ls-tree", "--name-only", "master"])?;
+    for i in 0..16 {
+        let present = files.lines().any(|f| f == format!("racer-{i}.txt"));
+        assert_eq!(present, !refused.contains(&i), "racer-{i}.txt: {files}");
+    }
 
     // An edit whose text another writer changed first answers a conflict or lands on top: never both edits lost.
     let base = api.serve().await?;

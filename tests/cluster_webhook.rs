@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use slipway_crds::labels;
-use slipway_crds::names::{DomainName, GitRefBinding};
+use slipway_crds::names::{DomainName, GitRefBinding, messages};
 use slipway_crds::plans::Plan;
 use slipway_crds::{App, Channel, Deploy, Domain};
 use slipway_testkit::TestNamespace;
@@ -449,34 +449,35 @@ async fn kubectl_apply_of_an_app_for_another_owner_gets_the_api_message() -> Res
 }
 
 #[tokio::test]
-async fn hostnames_are_unique_across_namespaces() -> Result<()> {
+async fn hostnames_are_unique_and_no_owner_forms_anothers() -> Result<()> {
     let client = slipway_testkit::client().await?;
     let webhook = Webhook::register(&client).await?;
-    // App a-b of owner c<r> and app a of owner b-c<r> both want the hostname a-b-c<r>.
+    // Channel a of app b and app a-b, both of owner c<r>, want the hostname a-b-c<r>: the second is refused.
     let r = random();
-    let (first_owner, second_owner) = (format!("c{r}"), format!("b-c{r}"));
+    let owner = format!("c{r}");
     let first = webhook
-        .namespace(&client, "wh-host1", &[(labels::OWNER, &first_owner)])
+        .namespace(&client, "wh-host1", &[(labels::OWNER, &owner)])
         .await?;
-    let second = webhook
-        .namespace(&client, "wh-host2", &[(labels::OWNER, &second_owner)])
-        .await?;
-    create::<App>(&client, first.name(), app("a-b", &first_owner)).await?;
-    create::<Channel>(&client, first.name(), channel("a-b", "prod", "master")).await?;
+    create::<App>(&client, first.name(), app("b", &owner)).await?;
+    create::<Channel>(&client, first.name(), channel("b", "a", "a")).await?;
     webhook.settle(&client, first.name()).await?;
-
-    let (code, message) =
-        denial(create::<App>(&client, second.name(), app("a", &second_owner)).await)?;
+    let (code, message) = denial(create::<App>(&client, first.name(), app("a-b", &owner)).await)?;
     let label = format!("a-b-c{r}");
-    assert_eq!(
-        message,
-        rules::hostname_free(&label, [label.as_str()])
-            .unwrap_err()
-            .message
-    );
+    assert_eq!(message, rules::hostname_taken(&label).message);
     assert_eq!(code, 400);
-    // The same app name under another owner is fine.
-    create::<App>(&client, second.name(), app("a-b", &second_owner)).await?;
+
+    // Across owners it cannot happen: owner b-c<r>, whose app a would want a-b-c<r>, is refused by the
+    // apiserver's own rule before any hostname is looked at.
+    let squatter = format!("b-c{r}");
+    let second = webhook
+        .namespace(&client, "wh-host2", &[(labels::OWNER, &squatter)])
+        .await?;
+    match create::<App>(&client, second.name(), app("a", &squatter)).await {
+        Err(kube::Error::Api(status)) => {
+            assert!(status.message.contains(messages::USERNAME), "{status:?}");
+        }
+        other => bail!("owner {squatter} was not refused: {other:?}"),
+    }
     Ok(())
 }
 

@@ -170,7 +170,7 @@ fn failed(state: BuildState) -> String {
 #[tokio::test]
 async fn an_app_builds_on_its_runtime_and_runs_launch_sh_as_uid_10001() -> Result<()> {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let f = Fixture::start("build-app").await?;
+    let f = Fixture::start("buildapp").await?;
 
     // No package.json: Python 3.13. install.sh runs as root at build time; what it leaves belongs to the app.
     let py = f
@@ -279,7 +279,7 @@ async fn an_app_builds_on_its_runtime_and_runs_launch_sh_as_uid_10001() -> Resul
 #[tokio::test]
 async fn refused_and_failing_builds_fail_the_deploy_with_a_clear_line() -> Result<()> {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let f = Fixture::start("build-refused").await?;
+    let f = Fixture::start("buildrefused").await?;
 
     let no_launch = f
         .app(
@@ -350,7 +350,7 @@ async fn refused_and_failing_builds_fail_the_deploy_with_a_clear_line() -> Resul
 #[tokio::test]
 async fn a_docker_build_notes_cold_stages_is_capped_and_its_images_are_removed() -> Result<()> {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let f = Fixture::start("build-docker").await?;
+    let f = Fixture::start("builddocker").await?;
     // The cold stage is never needed by the final one, so BuildKit never pulls it: a note, not a failure.
     let dockerfile = "FROM golang:1.22 AS unused\nRUN false\n\nFROM debian:trixie-slim\nCOPY hello.txt /hello.txt\nCMD [\"cat\", \"/hello.txt\"]\n";
     let web = f
@@ -427,7 +427,7 @@ async fn a_docker_build_notes_cold_stages_is_capped_and_its_images_are_removed()
 #[tokio::test]
 async fn builds_beyond_the_slot_limit_wait_in_order() -> Result<()> {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let f = Fixture::start("build-queue").await?;
+    let f = Fixture::start("buildqueue").await?;
     let web = f
         .app(
             "lineup",

@@ -20,11 +20,9 @@ use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-use slipway::edge::proxy::ProxyConfig;
-use slipway::edge::{Edge, EdgeConfig};
-use slipway_controllers::platform_api::PlatformEndpoints;
+use slipway::edge::Edge;
 use slipway_crds::Channel;
-use support::{APP_DOMAIN, INTERNAL_TOKEN, TestApi, User};
+use support::{APP_DOMAIN, TestApi, User};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -71,19 +69,7 @@ impl Platform {
         let user = api.user(prefix, "builder").await?;
         ensure_ingress_class(&api.kube).await?;
         api.start_operator(&user.namespace).await?;
-        let api_url = api.serve().await?;
-        let config = EdgeConfig {
-            namespace: Some(user.namespace.clone()),
-            platform: PlatformEndpoints {
-                pod_api_url: api_url.clone(),
-                api_url,
-                internal_token: INTERNAL_TOKEN.into(),
-            },
-            access_log: true,
-            max_site_bytes: 64 << 20,
-            proxy: ProxyConfig::default(),
-            tls: Default::default(),
-        };
+        let config = api.edge_config(&user.namespace, true).await?;
         let mut registry = prometheus_client::registry::Registry::default();
         let (edge, _tasks) = Edge::start(api.kube.clone(), config, &mut registry).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -232,7 +218,7 @@ fn site_files(version: &str, big: &str) -> Value {
 
 #[tokio::test]
 async fn a_static_site_deploys_and_goes_live_with_the_static_rules() -> Result<()> {
-    let p = Platform::start("edge-static").await?;
+    let p = Platform::start("edgestatic").await?;
     let (app_id, prod) = p.app("site", "static").await?;
     let host = p.hostname("site", "prod");
 
@@ -328,7 +314,7 @@ async fn a_static_site_deploys_and_goes_live_with_the_static_rules() -> Result<(
 
 #[tokio::test]
 async fn a_second_deploy_switches_atomically_under_concurrent_readers() -> Result<()> {
-    let p = Arc::new(Platform::start("edge-atomic").await?);
+    let p = Arc::new(Platform::start("edgeatomic").await?);
     let (app_id, prod) = p.app("swap", "static").await?;
     let host = p.hostname("swap", "prod");
     // Large files make a torn read (part old, part new) visible if the switch were not atomic.
@@ -459,7 +445,7 @@ fn echoed_header<'a>(echo: &'a Value, name: &str) -> Vec<&'a str> {
 
 #[tokio::test]
 async fn a_dynamic_channel_is_proxied_unchanged_without_platform_headers() -> Result<()> {
-    let p = Platform::start("edge-proxy").await?;
+    let p = Platform::start("edgeproxy").await?;
     let (app_id, prod) = p.app("echo", "app").await?;
     let host = p.hostname("echo", "prod");
     // Before its first deploy the channel has no endpoint to send to.
@@ -561,7 +547,7 @@ async fn websocket_echo(edge: SocketAddr, host: &str) -> Result<()> {
 
 #[tokio::test]
 async fn a_channel_ready_on_the_file_answers_502() -> Result<()> {
-    let p = Platform::start("edge-file").await?;
+    let p = Platform::start("edgefile").await?;
     let (app_id, prod) = p.app("worker", "app").await?;
     let host = p.hostname("worker", "prod");
     let worker = python_app("", "touch \"$SVC_READY_FILE\"\nexec sleep 100000\n");

@@ -111,11 +111,11 @@ impl Tenant {
         let config = OperatorConfig {
             app_domain: "apps.slipway.test".into(),
             namespace: Some(ns.name().into()),
-            platform: slipway_controllers::platform_api::PlatformEndpoints {
-                api_url: "http://127.0.0.1:9".into(),
-                pod_api_url: "http://127.0.0.1:9".into(),
-                internal_token: "unused-by-these-tests-0123456789abcdef".into(),
+            internal: slipway_internal::InternalEndpoint {
+                url: "http://127.0.0.1:9".into(),
+                token: slipway_internal::TokenSource::fixed("unused-by-these-tests"),
             },
+            pod_internal_url: "http://127.0.0.1:9".into(),
             registry: registry()?,
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,

@@ -1,11 +1,11 @@
-//! What every reconcile shares: the client, the platform's public names and internal endpoints, the event
-//! recorder and the metrics.
+//! What every reconcile shares: the client, the platform's public names, the client of the API server's internal
+//! listener, the event recorder and the metrics.
 
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
-use crate::platform_api::{PlatformApi, PlatformEndpoints};
 use crate::run::Metrics;
+use slipway_internal::{InternalClient, InternalEndpoint};
 
 /// Settings of the operator.
 #[derive(Debug, Clone)]
@@ -14,8 +14,11 @@ pub struct OperatorConfig {
     pub app_domain: String,
     /// Watch only this namespace instead of all of them.
     pub namespace: Option<String>,
-    /// The API server's internal endpoints (git, env, deploy logs).
-    pub platform: PlatformEndpoints,
+    /// The API server's internal listener (git, env, deploy logs, signed source URLs) and the operator's token.
+    pub internal: InternalEndpoint,
+    /// Base URL of the internal listener as build pods reach it (they fetch their sources there, with a signed URL
+    /// and no token).
+    pub pod_internal_url: String,
     /// The cluster's image registry (`host:port`), where builds push and nodes pull.
     pub registry: String,
     /// The BuildKit daemon build pods talk to (`tcp://host:port`).
@@ -41,8 +44,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Reconcile metrics.
     pub metrics: Metrics,
-    /// The API server's internal endpoints.
-    pub platform: PlatformApi,
+    /// The client of the API server's internal routes.
+    pub internal: InternalClient,
     /// DNS lookups of domain verification.
     pub dns: crate::domain::dns::HickoryLookups,
     /// Issues domain certificates, when an ACME CA and the platform's namespace are configured.
@@ -67,7 +70,7 @@ impl Context {
         Self {
             dns: crate::domain::dns::HickoryLookups::new(config.domains.resolver),
             issuer,
-            platform: PlatformApi::new(config.platform.clone()),
+            internal: InternalClient::new(config.internal.clone()),
             recorder: Recorder::new(client.clone(), reporter),
             client,
             config,

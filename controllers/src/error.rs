@@ -12,9 +12,9 @@ pub enum Error {
     /// The object is missing data the apiserver always sets (a uid, a namespace).
     #[error("incomplete object: {0}")]
     Incomplete(&'static str),
-    /// The API server's internal endpoints failed (git archive, deploy log).
+    /// The API server's internal routes failed (git archive, deploy log).
     #[error(transparent)]
-    Platform(#[from] crate::platform_api::PlatformError),
+    Internal(#[from] slipway_internal::CallError),
     /// The cluster's image registry refused or failed a request.
     #[error("registry: {0}")]
     Registry(String),
@@ -27,7 +27,7 @@ impl Error {
             Error::Kube(_) => "KubeApi",
             Error::InvalidSpec(_) => "InvalidSpec",
             Error::Incomplete(_) => "IncompleteObject",
-            Error::Platform(_) => "PlatformApi",
+            Error::Internal(_) => "InternalApi",
             Error::Registry(_) => "Registry",
         }
     }

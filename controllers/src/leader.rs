@@ -27,6 +27,16 @@ enum Outcome {
     Taken(String),
 }
 
+/// Whether a Lease is free to take at `now`: never renewed, or its last renewal plus its duration is past. Checked
+/// arithmetic: a Lease is data anyone with write access to it can shape, and an end past the last representable
+/// time is simply not over yet.
+fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
+    let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
+    spec.renew_time
+        .as_ref()
+        .is_none_or(|t| t.0.checked_add(duration).is_ok_and(|end| end < now))
+}
+
 impl LeaderElector {
     /// A candidate `identity` for Lease `name` in the namespace of `api`, holding it for `lease_duration` per renewal.
     pub fn new(api: Api<Lease>, name: &str, identity: &str, lease_duration: Duration) -> Self {
@@ -116,12 +126,7 @@ impl LeaderElector {
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
         let ours = holder.as_deref() == Some(self.identity.as_str());
-        let duration =
-            SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
-        let expired = spec
-            .renew_time
-            .as_ref()
-            .is_none_or(|t| t.0 + duration < now);
+        let expired = expired(&spec, now);
         if let (Some(holder), false, false) = (&holder, ours, expired) {
             return Ok(Outcome::Taken(holder.clone()));
         }
@@ -159,5 +164,25 @@ impl LeaderElector {
             lease_transitions: Some(transitions),
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_expires_after_its_duration_and_never_overflows() {
+        let now = Timestamp::now();
+        let lease = |renewed: Timestamp, seconds: i32| LeaseSpec {
+            renew_time: Some(MicroTime(renewed)),
+            lease_duration_seconds: Some(seconds),
+            ..Default::default()
+        };
+        assert!(expired(&LeaseSpec::default(), now));
+        assert!(!expired(&lease(now, 15), now));
+        let past = now.checked_sub(SignedDuration::from_secs(16)).unwrap();
+        assert!(expired(&lease(past, 15), now));
+        assert!(!expired(&lease(Timestamp::MAX, i32::MAX), now));
     }
 }

@@ -10,7 +10,6 @@ pub mod domain;
 pub mod error;
 pub mod ingress;
 pub mod leader;
-pub mod platform_api;
 pub mod run;
 mod status;
 pub mod tenancy;

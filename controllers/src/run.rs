@@ -99,7 +99,7 @@ fn error_policy<K: Resource<DynamicType = ()>>(
 ) -> Action {
     tracing::warn!(kind = %K::kind(&()), name = %obj.meta().name.clone().unwrap_or_default(), category = error.category(), error = %error, "reconcile failed");
     match error {
-        Error::Kube(_) | Error::Platform(_) | Error::Registry(_) => {
+        Error::Kube(_) | Error::Internal(_) | Error::Registry(_) => {
             Action::requeue(Duration::from_secs(5))
         }
         Error::InvalidSpec(_) | Error::Incomplete(_) => Action::requeue(Duration::from_secs(300)),

@@ -48,9 +48,14 @@ pub fn app_name_not_reserved() -> Rule {
     .reason(kube::core::Reason::FieldValueInvalid)
 }
 
-/// A username field.
+/// A username field: [`names::USERNAME_PATTERN`], at most [`names::NAME_MAX_LEN`] characters.
 pub fn username() -> Rule {
-    Rule::new(dns_label("self", names::NAME_MAX_LEN)).message(messages::USERNAME)
+    Rule::new(format!(
+        "self.size() <= {} && self.matches('{}')",
+        names::NAME_MAX_LEN,
+        names::USERNAME_PATTERN
+    ))
+    .message(messages::USERNAME)
 }
 
 /// A field naming an App (the app name rule without the reserved-prefix check, which applies to new apps only).

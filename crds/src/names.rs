@@ -9,10 +9,14 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-/// The DNS-label pattern app names, channel names and usernames follow.
+/// The DNS-label pattern app and channel names follow.
 pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$";
-/// Longest app or channel name.
+/// Longest app or channel name, and longest username.
 pub const NAME_MAX_LEN: usize = 40;
+/// The pattern usernames follow: lowercase letters and digits, no `-`. The owner is the last `-`-separated part of
+/// every channel hostname (`<app>-<owner>`, `<channel>-<app>-<owner>`), so no two accounts can ever form the same
+/// hostname; with a `-` allowed, user `b-c` could take `a-b-c`, the future hostname of app `a-b` of user `c`.
+pub const USERNAME_PATTERN: &str = "^[a-z0-9]+$";
 /// App names may not start with any of these.
 pub const RESERVED_APP_PREFIXES: [&str; 6] = ["git", "api", "www", "admin", "preview", "staging"];
 /// The channel every app is created with; it cannot be created or deleted by hand.
@@ -69,8 +73,8 @@ pub mod messages {
         "app name must not start with a reserved prefix (git, api, www, admin, preview, staging)";
     /// A channel name that is not a DNS label of at most 40 characters.
     pub const CHANNEL_NAME: &str = "channel name must be 1-40 characters of lowercase letters, digits and '-', starting and ending with a letter or digit";
-    /// A username that is not a DNS label.
-    pub const USERNAME: &str = "username must be 1-40 characters of lowercase letters, digits and '-', starting and ending with a letter or digit";
+    /// A username outside [`super::USERNAME_PATTERN`].
+    pub const USERNAME: &str = "username must be 1-40 characters of lowercase letters and digits (no '-': the username ends every channel hostname)";
     /// A binding that is not `branch:<name>`.
     pub const BINDING: &str =
         "git_ref_binding must have the form branch:<name> with a valid git branch name";
@@ -116,6 +120,14 @@ pub fn is_dns_label(s: &str, max: usize) -> bool {
         (Some(first), Some(last)) => s.len() <= max && inner_ok && *first != b'-' && *last != b'-',
         _ => false,
     }
+}
+
+/// Whether `s` is a username: 1-40 lowercase letters and digits (see [`USERNAME_PATTERN`]).
+pub fn is_username(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= NAME_MAX_LEN
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 
 /// Whether `s` is a branch name slipway accepts: the rules of `git check-ref-format --branch` over the character
@@ -179,7 +191,8 @@ string_newtype!(
     ChannelName
 );
 string_newtype!(
-    /// A username: a DNS label of at most 40 characters (it is part of every channel hostname).
+    /// A username: 1-40 lowercase letters and digits. It ends every channel hostname, so it has no `-` (see
+    /// [`USERNAME_PATTERN`]).
     Username
 );
 string_newtype!(
@@ -230,7 +243,7 @@ impl ChannelName {
 impl FromStr for Username {
     type Err = InvalidName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if is_dns_label(s, NAME_MAX_LEN) {
+        if is_username(s) {
             Ok(Self(s.to_owned()))
         } else {
             Err(InvalidName(messages::USERNAME))
@@ -801,6 +814,55 @@ mod tests {
                 Err(InvalidDomain::PlatformDomainForbidden),
                 "{given}"
             );
+        }
+    }
+
+    #[test]
+    fn usernames_have_no_hyphen() {
+        for ok in ["alice", "a", "agent0abc1", "x9", &"u".repeat(40)] {
+            assert!(ok.parse::<Username>().is_ok(), "{ok} should be accepted");
+        }
+        for bad in [
+            "",
+            "b-c",
+            "-a",
+            "a-",
+            "Alice",
+            "a_b",
+            "a.b",
+            &"u".repeat(41),
+            "ä",
+        ] {
+            assert_eq!(
+                bad.parse::<Username>(),
+                Err(InvalidName(messages::USERNAME)),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_two_accounts_form_the_same_hostname() {
+        // With hyphens in usernames, app "a-b" of "c" and app "a" of "b-c" both wanted a-b-c. The owner is now the
+        // last part of every label, so labels of different owners differ whatever the app and channel names.
+        let apps = ["a", "a-b", "b", "x-y-z"];
+        let channels = ["prod", "a", "b-c", "y"];
+        let owners = ["c", "bc", "b", "z"];
+        let mut seen = std::collections::HashMap::new();
+        for app in apps {
+            for channel in channels {
+                for owner in owners {
+                    let label = channel_host_label(
+                        &app.parse().unwrap(),
+                        &channel.parse().unwrap(),
+                        &owner.parse().unwrap(),
+                    )
+                    .unwrap();
+                    if let Some(other) = seen.insert(label.clone(), owner) {
+                        assert_eq!(other, owner, "{label} is formed by {other} and {owner}");
+                    }
+                }
+            }
         }
     }
 

@@ -16,6 +16,7 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::access::{self, Role, VisibleApp};
+use super::claims;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::state::AppState;
@@ -131,7 +132,8 @@ async fn create_app(
     let plan = Plan::by_tier(&caller.plan)
         .ok_or_else(|| anyhow::anyhow!("unknown plan {}", caller.plan))?;
 
-    // The cross-object rules, checked against the cache for a clear answer; the webhook checks them again at write.
+    // The cross-object rules, checked against the cache for a clear answer; the claim in the platform database
+    // decides the cap and the hostname (parallel requests read the same cache), and the webhook checks again at write.
     let namespace = access::own_namespace(&caller)?;
     let existing: Vec<String> = state
         .cache()
@@ -143,8 +145,42 @@ async fn create_app(
     let prod = ChannelName::prod();
     let binding = GitRefBinding::prod();
     check_new_channel(&state, &namespace, &name, &prod, &binding, &owner, plan)?;
+    let new = claims::NewChannel {
+        owner_id: caller.user_id,
+        owner: &owner,
+        namespace: &namespace,
+        app: &name,
+        channel: &prod,
+        plan,
+    };
+    claims::claim(&state, &new).await?;
+    let created = write_app(&state, &namespace, &name, template, &owner, plan).await;
+    if created.is_err() {
+        claims::release(&state, &namespace, &name, &prod).await?;
+    }
+    let uid = created?;
+    let visible = access::visible_app(
+        &state,
+        &caller,
+        uid.parse()
+            .map_err(|_| anyhow::anyhow!("App uid {uid} is not a uuid"))?,
+    )
+    .await?;
+    Ok(Json(view(&state, &caller, &visible).await?))
+}
 
-    tenancy::ensure_user_namespace(state.kube(), &owner, plan.tier).await?;
+/// Writes the App, its prod Channel and its repository, or nothing; returns the App's uid.
+async fn write_app(
+    state: &AppState,
+    namespace: &str,
+    name: &AppName,
+    template: Template,
+    owner: &Username,
+    plan: &Plan,
+) -> Result<String, ApiError> {
+    let prod = ChannelName::prod();
+    let binding = GitRefBinding::prod();
+    tenancy::ensure_user_namespace(state.kube(), owner, plan.tier).await?;
     let app = App::new(
         name.as_str(),
         AppSpec {
@@ -157,7 +193,7 @@ async fn create_app(
             env_secret: None,
         },
     );
-    let apps: Api<App> = Api::namespaced(state.kube().clone(), &namespace);
+    let apps: Api<App> = Api::namespaced(state.kube().clone(), namespace);
     let app = match apps
         .create(
             &PostParams {
@@ -181,16 +217,16 @@ async fn create_app(
     // From here on a failure removes the App again, so nothing half-made is left behind.
     let rest = async {
         // The operator creates a missing prod channel too; whichever write lands first is the channel.
-        let channel = match create_channel_resource(&state, &app, &prod, &binding).await {
+        let channel = match create_channel_resource(state, &app, &prod, &binding).await {
             Ok(channel) => channel,
             Err(ApiError::BadRequest(_)) => {
-                Api::<Channel>::namespaced(state.kube().clone(), &namespace)
-                    .get(&names::channel_resource_name(&name, &prod))
+                Api::<Channel>::namespaced(state.kube().clone(), namespace)
+                    .get(&names::channel_resource_name(name, &prod))
                     .await?
             }
             Err(e) => return Err(e),
         };
-        state.repos().create(&owner, &name).await?;
+        state.repos().create(owner, name).await?;
         state.cache().app_appeared(&uid).await?;
         state
             .cache()
@@ -202,17 +238,10 @@ async fn create_app(
         let _ = apps
             .delete(name.as_str(), &DeleteParams::background())
             .await;
-        let _ = state.repos().delete(&owner, &name).await;
+        let _ = state.repos().delete(owner, name).await;
         return Err(e);
     }
-    let visible = access::visible_app(
-        &state,
-        &caller,
-        uid.parse()
-            .map_err(|_| anyhow::anyhow!("App uid {uid} is not a uuid"))?,
-    )
-    .await?;
-    Ok(Json(view(&state, &caller, &visible).await?))
+    Ok(uid)
 }
 
 /// Checks a new channel against the cached channels of the account and of the platform.
@@ -469,6 +498,7 @@ async fn delete_app(
         Err(e) => return Err(e.into()),
     }
     state.repos().delete(&app.owner, &app.name).await?;
+    claims::release_app(&state, &app.namespace, &app.name).await?;
     crate::db::members::remove_app(state.db(), app_id).await?;
     crate::env::store::delete_app(state.db(), app_id).await?;
     state.cache().app_gone(&app_id.to_string()).await?;

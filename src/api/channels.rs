@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::access;
 use super::apps::{check_new_channel, create_channel_resource};
+use super::claims;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::state::AppState;
@@ -89,7 +90,20 @@ async fn create_channel(
         &app.owner,
         plan,
     )?;
-    let channel = create_channel_resource(&state, &app.app, &name, &binding).await?;
+    let new = claims::NewChannel {
+        owner_id: owner.id,
+        owner: &app.owner,
+        namespace: &app.namespace,
+        app: &app.name,
+        channel: &name,
+        plan,
+    };
+    claims::claim(&state, &new).await?;
+    let created = create_channel_resource(&state, &app.app, &name, &binding).await;
+    if created.is_err() {
+        claims::release(&state, &app.namespace, &app.name, &name).await?;
+    }
+    let channel = created?;
     let channel = state
         .cache()
         .channel_appeared(channel.metadata.uid.as_deref().unwrap_or_default())
@@ -139,6 +153,8 @@ async fn delete_channel(
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
+    let (_, channel_name) = slipway_crds::names::parse_channel_resource_name(&resource_name)?;
+    claims::release(&state, &app.namespace, &app.name, &channel_name).await?;
     crate::env::store::delete_channel(state.db(), app_id, channel_id).await?;
     state.cache().channel_gone(&channel_id.to_string()).await?;
     Ok(StatusCode::NO_CONTENT)

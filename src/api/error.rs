@@ -57,6 +57,9 @@ pub enum ApiError {
     /// 400 with the code `invalid domain: <reason>`, as the hosting API names it.
     #[error("{0}")]
     InvalidDomain(slipway_crds::names::InvalidDomain),
+    /// 429 `too_many_requests`: the token's request budget is spent; `Retry-After` says when the next one fits.
+    #[error("this token sent more requests than its budget allows; retry in {} s", retry_after_secs(*.0))]
+    TooManyRequests(std::time::Duration),
     /// 503 `service_unavailable`.
     #[error("{0}")]
     Unavailable(String),
@@ -84,6 +87,7 @@ impl ApiError {
             ApiError::DomainTaken(_) => (StatusCode::CONFLICT, "domain_taken"),
             ApiError::DomainLimit(_) => (StatusCode::BAD_REQUEST, "domain_limit_reached"),
             ApiError::InvalidDomain(e) => (StatusCode::BAD_REQUEST, e.code()),
+            ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
@@ -93,6 +97,11 @@ impl ApiError {
     pub fn bad_request(message: impl std::fmt::Display) -> Self {
         ApiError::BadRequest(message.to_string())
     }
+}
+
+/// Whole seconds to wait, rounded up and at least one (the unit of `Retry-After`).
+pub fn retry_after_secs(wait: std::time::Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
 /// The error envelope.
@@ -123,7 +132,14 @@ impl IntoResponse for ApiError {
                 message: self.to_string(),
             },
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if let ApiError::TooManyRequests(wait) = &self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(retry_after_secs(*wait)),
+            );
+        }
+        response
     }
 }
 
@@ -172,6 +188,15 @@ impl From<Denial> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        use std::time::Duration;
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_secs(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
+    }
 
     #[tokio::test]
     async fn internal_errors_do_not_leak_their_cause() {

@@ -4,6 +4,7 @@
 pub mod access;
 pub mod apps;
 pub mod channels;
+pub mod claims;
 pub mod code;
 pub mod deploys;
 pub mod domains;
@@ -22,8 +23,10 @@ use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -65,7 +68,7 @@ impl utoipa::Modify for BearerAuth {
 /// The routes and their OpenAPI document.
 pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     use utoipa::OpenApi;
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (routes, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(apps::routes())
         .merge(channels::routes())
         .merge(env::routes())
@@ -76,7 +79,46 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(deploys::routes())
         .merge(domains::routes())
         .merge(ssh_keys::routes())
-        .split_for_parts()
+        .split_for_parts();
+    document_request_budget(&mut doc);
+    (routes, doc)
+}
+
+/// Every route that takes a bearer token can answer 429 `too_many_requests` (the token's request budget, see
+/// [`crate::auth::rate`]); the document says so once here rather than on each handler.
+fn document_request_budget(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{Content, HeaderBuilder, ObjectBuilder, Ref, ResponseBuilder, Type};
+    let answer = ResponseBuilder::new()
+        .description("the token's request budget is spent; retry after Retry-After seconds")
+        .header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
+                .description(Some("whole seconds until the next request fits"))
+                .build(),
+        )
+        .content(
+            "application/json",
+            Content::new(Some(Ref::from_schema_name("ErrorEnvelope"))),
+        )
+        .build();
+    for item in doc.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            if operation.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                operation
+                    .responses
+                    .responses
+                    .insert("429".to_owned(), answer.clone().into());
+            }
+        }
+    }
 }
 
 /// The OpenAPI document of the REST API.
@@ -84,18 +126,49 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     openapi_router().1
 }
 
-/// The whole API as a router: every route, `/openapi.json`, `/healthz`, the layers every request passes, and git's
-/// smart HTTP routes (`/<owner>/<app>.git/...`), which stream without the JSON routes' body limit and timeout.
+/// The whole public API as a router: every route, `/openapi.json`, `/healthz`, the layers every request passes,
+/// and git's smart HTTP routes (`/<owner>/<app>.git/...`), which stream without the JSON routes' body limit and
+/// timeout. The internal routes are not here: they are served by [`internal_router`] on a listener of their own.
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = openapi_router();
     let doc = std::sync::Arc::new(doc);
-    routes
+    let routes = routes
         .route(
             "/openapi.json",
             get(move || std::future::ready(Json(doc.as_ref().clone()))),
         )
-        .route("/healthz", get(|| std::future::ready("ok")))
-        .merge(internal::routes())
+        .route("/healthz", get(|| std::future::ready("ok")));
+    guarded(
+        with_layers(routes)
+            .merge(
+                crate::git::http::routes().layer(TraceLayer::new_for_http().make_span_with(
+                    |req: &Request| tracing::info_span!("git", method = %req.method(), route = route_of(req)),
+                )),
+            )
+            .with_state(state),
+    )
+}
+
+/// The internal listener's router: the `/internal/v1` routes the operator, the edge and build pods call, and
+/// `/healthz`, with the same layers as the public routes.
+pub fn internal_router(state: AppState) -> Router {
+    guarded(
+        with_layers(internal::routes().route("/healthz", get(|| std::future::ready("ok"))))
+            .with_state(state),
+    )
+}
+
+/// The matched route of a request, for spans (never the raw path, which holds ids).
+fn route_of(req: &Request) -> &str {
+    req.extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str)
+        .unwrap_or("unmatched")
+}
+
+/// The envelope's 404 and 405, the body limit, the timeout and a span per request.
+fn with_layers(routes: Router<AppState>) -> Router<AppState> {
+    routes
         .fallback(|| std::future::ready(ApiError::NotFound("route")))
         .method_not_allowed_fallback(|| std::future::ready(ApiError::MethodNotAllowed))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -104,24 +177,52 @@ pub fn router(state: AppState) -> Router {
             REQUEST_TIMEOUT,
         ))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-            let route = req
-                .extensions()
-                .get::<MatchedPath>()
-                .map(MatchedPath::as_str)
-                .unwrap_or("unmatched");
-            tracing::info_span!("request", method = %req.method(), route)
+            tracing::info_span!("request", method = %req.method(), route = route_of(req))
         }))
-        .merge(
-            crate::git::http::routes().layer(TraceLayer::new_for_http().make_span_with(
-                |req: &Request| {
-                    let route = req
-                        .extensions()
-                        .get::<MatchedPath>()
-                        .map(MatchedPath::as_str)
-                        .unwrap_or("unmatched");
-                    tracing::info_span!("git", method = %req.method(), route)
-                },
-            )),
-        )
-        .with_state(state)
+}
+
+/// The outermost layer of every route: a handler that panics answers [`panic_response`] instead of dropping the
+/// connection.
+pub fn guarded(router: Router) -> Router {
+    router.layer(CatchPanicLayer::custom(panic_response))
+}
+
+/// What a handler that panicked answers: 500 `internal_error` in the envelope, like any internal fault, with the
+/// panic's message logged rather than sent. The connection stays up and the client gets an answer.
+pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)");
+    ApiError::Internal(anyhow::anyhow!("a handler panicked: {message}")).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_in_the_envelope() {
+        let app = guarded(Router::new().route(
+            "/boom",
+            get(|| async {
+                if true {
+                    panic!("secret detail");
+                }
+            }),
+        ));
+        let req = axum::http::Request::get("/boom")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let res = app.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(res.into_body(), 1024).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"error": {"code": "internal_error", "message": "internal error"}})
+        );
+    }
 }

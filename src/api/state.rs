@@ -1,5 +1,5 @@
-//! What every handler shares: the platform database, the kube client, the resource cache, the repositories and
-//! the platform's public names.
+//! What every handler shares: the platform database, the kube client, the resource cache, the repositories, the
+//! platform's public names, and what the internal listener checks its callers against.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -8,6 +8,8 @@ use std::sync::Arc;
 use kube::Client;
 use sqlx::PgPool;
 
+use super::internal::guard::InternalAccess;
+use crate::auth::rate::{Budget, TokenLimiter};
 use crate::env::crypto::Keyring;
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
@@ -30,10 +32,49 @@ impl PublicNames {
     }
 }
 
+/// What one caller may use of the API (`slipway api` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Request budget per token; `None` is unlimited.
+    pub rate: Option<Budget>,
+    /// Largest pack one git push may send, in bytes.
+    pub git_max_push_bytes: u64,
+}
+
+impl Limits {
+    /// Default largest push: 1 GiB.
+    pub const DEFAULT_GIT_MAX_PUSH_BYTES: u64 = 1 << 30;
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            rate: Some(Budget::DEFAULT),
+            git_max_push_bytes: Self::DEFAULT_GIT_MAX_PUSH_BYTES,
+        }
+    }
+}
+
 /// Shared state of the API; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
     inner: Arc<Inner>,
+    guard: Arc<Guard>,
+}
+
+/// The limits in force and the per-token buckets they fill.
+struct Guard {
+    limits: Limits,
+    limiter: TokenLimiter,
+}
+
+impl Guard {
+    fn new(limits: Limits) -> Self {
+        Self {
+            limiter: TokenLimiter::new(limits.rate),
+            limits,
+        }
+    }
 }
 
 struct Inner {
@@ -44,7 +85,7 @@ struct Inner {
     repos: Repos,
     names: PublicNames,
     keyring: Keyring,
-    internal_token: String,
+    internal: InternalAccess,
 }
 
 impl AppState {
@@ -56,7 +97,7 @@ impl AppState {
         repos: Repos,
         names: PublicNames,
         keyring: Keyring,
-        internal_token: String,
+        internal: InternalAccess,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -67,9 +108,26 @@ impl AppState {
                 repos,
                 names,
                 keyring,
-                internal_token,
+                internal,
             }),
+            guard: Arc::new(Guard::new(Limits::default())),
         }
+    }
+
+    /// The same state under other limits (fresh buckets).
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.guard = Arc::new(Guard::new(limits));
+        self
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.guard.limits
+    }
+
+    /// Takes one request from `token`'s budget; `Err` says how long until the next fits.
+    pub fn spend_request(&self, token: uuid::Uuid) -> Result<(), std::time::Duration> {
+        self.guard.limiter.check(token)
     }
 
     /// The keys env values are sealed with.
@@ -77,9 +135,9 @@ impl AppState {
         &self.inner.keyring
     }
 
-    /// The token of the `/internal/v1` routes, shared with the operator and the edge.
-    pub fn internal_token(&self) -> &str {
-        &self.inner.internal_token
+    /// What the internal routes check their callers against.
+    pub fn internal(&self) -> &InternalAccess {
+        &self.inner.internal
     }
 
     /// The platform database.

@@ -17,6 +17,9 @@ use crate::db::tokens::NewToken;
 
 /// Longest life of a credential: 30 days.
 pub const MAX_CREDENTIAL_SECONDS: i64 = 2_592_000;
+/// Longest `expires_in` of `POST /tokens`: 100 years (365-day years). The spec sets no bound; one is needed so the
+/// expiry is a time every part (chrono, Postgres, clients) can represent.
+pub const MAX_TOKEN_SECONDS: i64 = 100 * 365 * 86_400;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -31,7 +34,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 pub struct CreateToken {
     /// A note on what the token is for.
     pub label: Option<String>,
-    /// Life in seconds; never longer than the calling token's remaining life.
+    /// Life in seconds, 1 to 3153600000 (100 years); never longer than the calling token's remaining life.
     pub expires_in: Option<i64>,
 }
 
@@ -80,13 +83,17 @@ fn capped_expiry(caller: &Caller, wanted: Option<DateTime<Utc>>) -> Option<DateT
     }
 }
 
-fn valid_life(seconds: i64, max: i64) -> Result<Duration, ApiError> {
+/// The moment `seconds` from now, for an `expires_in` that must lie in `1..=max`. Checked arithmetic: whatever a
+/// client sends is a 400, never an overflow.
+fn expiry_in(seconds: i64, max: i64) -> Result<DateTime<Utc>, ApiError> {
+    let refused =
+        || ApiError::bad_request(format!("expires_in must be between 1 and {max} seconds"));
     if !(1..=max).contains(&seconds) {
-        return Err(ApiError::bad_request(format!(
-            "expires_in must be between 1 and {max} seconds"
-        )));
+        return Err(refused());
     }
-    Ok(Duration::seconds(seconds))
+    Duration::try_seconds(seconds)
+        .and_then(|life| Utc::now().checked_add_signed(life))
+        .ok_or_else(refused)
 }
 
 async fn mint(
@@ -124,7 +131,7 @@ async fn create_token(
     }
     let req = req.unwrap_or_default();
     let wanted = match req.expires_in {
-        Some(seconds) => Some(Utc::now() + valid_life(seconds, i64::MAX / 1_000_000)?),
+        Some(seconds) => Some(expiry_in(seconds, MAX_TOKEN_SECONDS)?),
         None => None,
     };
     let expires_at = capped_expiry(&caller, wanted);
@@ -139,7 +146,8 @@ async fn create_token(
     }))
 }
 
-/// Revoke one of the caller's tokens; it stops working at once.
+/// Revoke one of the caller's tokens; it stops working at once, and so does every token and credential minted from
+/// it (and from those, down the chain).
 #[utoipa::path(delete, path = "/tokens/{token_id}", tag = "tokens", security(("bearer" = [])),
     params(("token_id" = Uuid, Path, description = "Token id")),
     responses((status = 204), (status = 401, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope)))]
@@ -191,12 +199,11 @@ async fn create_credential(
             requested
         }
     };
-    let life = valid_life(
+    let wanted = expiry_in(
         req.expires_in.unwrap_or(MAX_CREDENTIAL_SECONDS),
         MAX_CREDENTIAL_SECONDS,
     )?;
-    let expires_at =
-        capped_expiry(&caller, Some(Utc::now() + life)).unwrap_or_else(|| Utc::now() + life);
+    let expires_at = capped_expiry(&caller, Some(wanted)).unwrap_or(wanted);
     let (_, token) = mint(
         &state,
         &caller,
@@ -211,4 +218,32 @@ async fn create_credential(
         expires_at,
         scopes,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lives_out_of_range_are_refused_not_overflowed() {
+        for seconds in [
+            0,
+            -1,
+            i64::MIN,
+            MAX_TOKEN_SECONDS + 1,
+            i64::MAX / 1_000_000,
+            i64::MAX,
+        ] {
+            assert!(
+                matches!(
+                    expiry_in(seconds, MAX_TOKEN_SECONDS),
+                    Err(ApiError::BadRequest(_))
+                ),
+                "{seconds}"
+            );
+        }
+        let longest = expiry_in(MAX_TOKEN_SECONDS, MAX_TOKEN_SECONDS).unwrap();
+        assert!(longest > Utc::now() + Duration::days(36_000));
+        assert!(expiry_in(MAX_CREDENTIAL_SECONDS + 1, MAX_CREDENTIAL_SECONDS).is_err());
+    }
 }

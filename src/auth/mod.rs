@@ -2,8 +2,10 @@
 //!
 //! A request carries `Authorization: Bearer svc_...`; the token's SHA-256 is looked up in the platform database.
 //! The [`Caller`] extractor answers 401 `auth_required` without a bearer, 401 `token_invalid` for an unknown or
-//! expired token and 401 `token_revoked` for a revoked one.
+//! expired token and 401 `token_revoked` for a revoked one (or one minted from a revoked token). Each token has a
+//! request budget ([`rate`]); past it, 429 `too_many_requests`.
 
+pub mod rate;
 pub mod scopes;
 pub mod token;
 
@@ -67,20 +69,25 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .ok_or(ApiError::AuthRequired)?;
-        let value = header.to_str().map_err(|_| ApiError::TokenInvalid)?;
-        let (scheme, token) = value.split_once(' ').ok_or(ApiError::AuthRequired)?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(ApiError::AuthRequired);
-        }
-        authenticate(state, token.trim()).await
+        authenticate(state, bearer(&parts.headers)?).await
     }
 }
 
-/// Resolves a plaintext token to its caller (shared by the bearer extractor and git's basic auth).
+/// The bearer token of a request: 401 `auth_required` without one, 401 `token_invalid` when the header is not text.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .ok_or(ApiError::AuthRequired)?;
+    let value = header.to_str().map_err(|_| ApiError::TokenInvalid)?;
+    let (scheme, token) = value.split_once(' ').ok_or(ApiError::AuthRequired)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(ApiError::AuthRequired);
+    }
+    Ok(token.trim())
+}
+
+/// Resolves a plaintext token to its caller (shared by the bearer extractor and git's basic auth), and spends one
+/// request of the token's budget.
 pub async fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiError> {
     if !token::looks_like_token(token) {
         return Err(ApiError::TokenInvalid);
@@ -94,6 +101,9 @@ pub async fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiEr
     if row.expires_at.is_some_and(|at| at <= Utc::now()) {
         return Err(ApiError::TokenInvalid);
     }
+    state
+        .spend_request(row.id)
+        .map_err(ApiError::TooManyRequests)?;
     Ok(Caller {
         user_id: row.user_id,
         username: row.username,

@@ -2,6 +2,7 @@
 //! (apps, channels, deploys) is not here; it lives in the custom resources.
 
 pub mod audit;
+pub mod claims;
 pub mod deploy_logs;
 pub mod members;
 pub mod ssh_keys;

@@ -1,4 +1,9 @@
 //! Access tokens. Only the SHA-256 of a token is stored; the plaintext is shown once, when it is minted.
+//!
+//! Tokens minted by a token (`POST /tokens`, `POST /credentials`) name it as their parent, and a token works only
+//! while no token up its chain is revoked: revoking one revokes what was minted from it, at once. The revocation
+//! marks the whole chain below it, and the lookup checks the chain above, so a token minted in the instant the
+//! revocation ran is caught too.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -66,11 +71,19 @@ pub async fn insert(db: &PgPool, t: &NewToken<'_>) -> sqlx::Result<Uuid> {
     Ok(id)
 }
 
-/// The token whose plaintext hashes to `hash`, with its owner.
+/// The token whose plaintext hashes to `hash`, with its owner. `revoked_at` is the earliest revocation on its chain
+/// (the token itself or any token it was minted from).
 pub async fn by_hash(db: &PgPool, hash: &[u8; 32]) -> sqlx::Result<Option<TokenRow>> {
     sqlx::query_as(
-        "SELECT t.id, t.user_id, u.username, u.plan, u.agent_protected_actions_default, t.scopes, t.is_agent,
-                t.expires_at, t.revoked_at
+        "WITH RECURSIVE chain AS (
+             SELECT id, parent_id, revoked_at, 0 AS depth FROM tokens WHERE token_hash = $1
+             UNION ALL
+             SELECT p.id, p.parent_id, p.revoked_at, c.depth + 1
+             FROM tokens p JOIN chain c ON p.id = c.parent_id
+             WHERE c.depth < 64
+         )
+         SELECT t.id, t.user_id, u.username, u.plan, u.agent_protected_actions_default, t.scopes, t.is_agent,
+                t.expires_at, (SELECT min(revoked_at) FROM chain) AS revoked_at
          FROM tokens t JOIN users u ON u.id = t.user_id
          WHERE t.token_hash = $1",
     )
@@ -79,14 +92,25 @@ pub async fn by_hash(db: &PgPool, hash: &[u8; 32]) -> sqlx::Result<Option<TokenR
     .await
 }
 
-/// Revokes `token` if it belongs to `user`; false when there is no such token of that user.
+/// Revokes `token` if it belongs to `user`, and every token minted from it down the chain; false when there is no
+/// such token of that user that is still live.
 pub async fn revoke(db: &PgPool, user: Uuid, token: Uuid) -> sqlx::Result<bool> {
-    let done = sqlx::query(
-        "UPDATE tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL",
+    let (revoked,): (bool,) = sqlx::query_as(
+        "WITH RECURSIVE below AS (
+             SELECT id FROM tokens WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL
+             UNION
+             SELECT t.id FROM tokens t JOIN below b ON t.parent_id = b.id
+         ),
+         done AS (
+             UPDATE tokens SET revoked_at = now()
+             WHERE id IN (SELECT id FROM below) AND revoked_at IS NULL
+             RETURNING id
+         )
+         SELECT EXISTS (SELECT 1 FROM done WHERE id = $1)",
     )
     .bind(token)
     .bind(user)
-    .execute(db)
+    .fetch_one(db)
     .await?;
-    Ok(done.rows_affected() == 1)
+    Ok(revoked)
 }

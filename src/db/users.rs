@@ -1,6 +1,7 @@
 //! Accounts.
 
 use chrono::{DateTime, Utc};
+use slipway_crds::names::Username;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -9,7 +10,7 @@ use uuid::Uuid;
 pub struct User {
     /// Account id.
     pub id: Uuid,
-    /// Username (a DNS label: it is part of every hostname).
+    /// Username (lowercase letters and digits: it ends every channel hostname of the user's apps).
     pub username: String,
     /// Plan tier.
     pub plan: String,
@@ -19,13 +20,14 @@ pub struct User {
     pub created_at: DateTime<Utc>,
 }
 
-/// Creates an account; `None` when the username is taken.
-pub async fn create(db: &PgPool, username: &str, plan: &str) -> sqlx::Result<Option<User>> {
+/// Creates an account; `None` when the username is taken. Only a parsed [`Username`] gets in, so every way an
+/// account is made follows the same rule.
+pub async fn create(db: &PgPool, username: &Username, plan: &str) -> sqlx::Result<Option<User>> {
     sqlx::query_as(
         "INSERT INTO users (id, username, plan) VALUES ($1, $2, $3) ON CONFLICT (username) DO NOTHING RETURNING *",
     )
     .bind(Uuid::new_v4())
-    .bind(username)
+    .bind(username.as_str())
     .bind(plan)
     .fetch_optional(db)
     .await

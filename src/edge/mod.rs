@@ -44,7 +44,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use prometheus_client::registry::Registry;
-use slipway_controllers::platform_api::{PlatformApi, PlatformEndpoints};
+use slipway_internal::{InternalClient, InternalEndpoint};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -80,14 +80,15 @@ pub struct EdgeArgs {
     /// Port of /healthz, /readyz and /metrics.
     #[arg(long, env = "SLIPWAY_ADMIN_PORT", default_value_t = 8081)]
     pub admin_port: u16,
-    /// Base URL of the API server, whose internal archive route gives static sites' files.
-    #[arg(long, env = "SLIPWAY_API_URL")]
-    pub api_url: String,
-    /// File holding the internal token the edge shares with the API server.
+    /// Base URL of the API server's internal listener, whose archive route gives static sites' files.
+    #[arg(long, env = "SLIPWAY_INTERNAL_URL")]
+    pub internal_url: String,
+    /// File holding the edge's ServiceAccount token for the internal listener (audience `slipway-internal`), read
+    /// again whenever the kubelet rotates it.
     #[arg(
         long,
         env = "SLIPWAY_INTERNAL_TOKEN_FILE",
-        default_value = "/etc/slipway/internal/token"
+        default_value = slipway_internal::token::DEFAULT_TOKEN_FILE
     )]
     pub internal_token_file: PathBuf,
     /// Serve only this namespace's Ingresses (default: all namespaces).
@@ -129,8 +130,8 @@ pub struct EdgeArgs {
 pub struct EdgeConfig {
     /// Serve only this namespace.
     pub namespace: Option<String>,
-    /// The API server's internal endpoints (the archive route).
-    pub platform: PlatformEndpoints,
+    /// The API server's internal listener (the archive route) and the edge's token.
+    pub internal: InternalEndpoint,
     /// Whether to log every request.
     pub access_log: bool,
     /// Largest static site, in bytes.
@@ -184,7 +185,7 @@ impl Edge {
             tls: config.tls.clone(),
             warm: std::sync::atomic::AtomicBool::new(false),
             table: ArcSwap::from_pointee(RouteTable::default()),
-            sites: SiteCache::new(PlatformApi::new(config.platform), config.max_site_bytes),
+            sites: SiteCache::new(InternalClient::new(config.internal), config.max_site_bytes),
             proxy: Proxy::new(&config.proxy),
             unknown: metrics.host(UNKNOWN_HOST),
             metrics,
@@ -223,9 +224,7 @@ impl Edge {
             loop {
                 match edge.sites.get(&key).await {
                     Ok(_) => break,
-                    Err(site::LoadError::Fetch(
-                        slipway_controllers::platform_api::PlatformError::Unavailable(e),
-                    )) => {
+                    Err(site::LoadError::Fetch(slipway_internal::CallError::Unavailable(e))) => {
                         tracing::info!(app_id = %key.app_id, sha = %key.sha, error = %e, "waiting to load a static site before serving");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
@@ -274,14 +273,9 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connect to Kubernetes")?;
-    let internal_token = crate::serve::read_internal_token(&args.internal_token_file)?;
     let config = EdgeConfig {
         namespace: args.namespace,
-        platform: PlatformEndpoints {
-            pod_api_url: args.api_url.clone(),
-            api_url: args.api_url,
-            internal_token,
-        },
+        internal: InternalEndpoint::with_token_file(args.internal_url, &args.internal_token_file)?,
         access_log: args.access_log,
         max_site_bytes: args.max_site_mib.saturating_mul(1024 * 1024),
         proxy: ProxyConfig {
@@ -328,16 +322,19 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
         let edge = edge.clone();
         move || edge.is_warm()
     };
-    // The admin server runs until the process ends: the HTTP servers decide when that is, once they have drained.
+    // The admin server runs until the process ends: the HTTP and HTTPS servers decide when that is, once every one
+    // of them has drained (a listener that finishes first must not cut the other's requests short).
     let admin = axum::serve(
         admin_listener,
         crate::operator::admin_router(Arc::new(registry), ready),
     );
     tracing::info!(%admin_addr, "admin endpoints on /healthz, /readyz, /metrics");
-    let servers = futures::future::select_all(servers);
+    let servers = futures::future::join_all(servers);
     let watch_tasks = futures::future::select_all(tasks);
     tokio::select! {
-        (served, _, _) = servers => served.context("edge server task")?.context("serve HTTP"),
+        served = servers => served.into_iter().try_for_each(|s| {
+            s.context("edge server task")?.context("serve HTTP")
+        }),
         admin = admin => admin.context("admin server"),
         (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a watch task stopped: {ended:?}")),
     }

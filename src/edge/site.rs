@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use bytes::Bytes;
 use http::HeaderValue;
 use sha2::{Digest, Sha256};
-use slipway_controllers::platform_api::{PlatformApi, PlatformError};
+use slipway_internal::{CallError, InternalClient};
 
 use super::content_type;
 
@@ -115,7 +115,7 @@ impl Site {
 pub enum LoadError {
     /// The API server could not give the archive (it is down, or the commit is gone).
     #[error("fetch the archive: {0}")]
-    Fetch(#[from] PlatformError),
+    Fetch(#[from] CallError),
     /// The archive is larger than the cache takes for one site.
     #[error("the commit's files exceed {0} bytes")]
     TooLarge(u64),
@@ -306,7 +306,7 @@ pub fn etag(hash: &[u8; 32], suffix: &str) -> HeaderValue {
 /// The sites of deployed commits, loaded once each (concurrent requests for a site that is loading wait for the
 /// same load) and dropped when no route names them.
 pub struct SiteCache {
-    api: PlatformApi,
+    api: InternalClient,
     blobs: Arc<BlobStore>,
     sites: Mutex<HashMap<SiteKey, Arc<tokio::sync::OnceCell<Arc<Site>>>>>,
     max_site_bytes: u64,
@@ -314,7 +314,7 @@ pub struct SiteCache {
 
 impl SiteCache {
     /// A cache that fills itself from `api`, taking sites of at most `max_site_bytes`.
-    pub fn new(api: PlatformApi, max_site_bytes: u64) -> Self {
+    pub fn new(api: InternalClient, max_site_bytes: u64) -> Self {
         Self {
             api,
             blobs: Arc::default(),
@@ -349,7 +349,7 @@ impl SiteCache {
         while let Some(chunk) = res
             .chunk()
             .await
-            .map_err(|e| PlatformError::Unavailable(e.to_string()))?
+            .map_err(|e| CallError::Unavailable(e.to_string()))?
         {
             tar.extend_from_slice(&chunk);
             if tar.len() as u64 > self.max_site_bytes.saturating_mul(2) {

@@ -47,6 +47,7 @@ enum GitError {
     Forbidden(String),
     NotFound,
     BadRequest(&'static str),
+    TooManyRequests(std::time::Duration),
     Internal(anyhow::Error),
 }
 
@@ -64,6 +65,14 @@ impl IntoResponse for GitError {
             GitError::Forbidden(m) => (StatusCode::FORBIDDEN, m),
             GitError::NotFound => (StatusCode::NOT_FOUND, "repository not found".to_owned()),
             GitError::BadRequest(m) => (StatusCode::BAD_REQUEST, m.to_owned()),
+            GitError::TooManyRequests(wait) => {
+                let secs = crate::api::error::retry_after_secs(wait);
+                let message = format!("too many requests with this token; retry in {secs} s\n");
+                let mut res = (StatusCode::TOO_MANY_REQUESTS, message).into_response();
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                return res;
+            }
             GitError::Internal(e) => {
                 tracing::error!(error = format!("{e:#}"), "git request failed");
                 (
@@ -121,6 +130,7 @@ async fn grant(
         Err(ApiError::TokenRevoked) => {
             return Err(GitError::Unauthorized("the token has been revoked"));
         }
+        Err(ApiError::TooManyRequests(wait)) => return Err(GitError::TooManyRequests(wait)),
         Err(_) => {
             return Err(GitError::Unauthorized(
                 "the token is not valid or has expired",
@@ -189,7 +199,7 @@ async fn info_refs(
         && protocol
             .as_deref()
             .is_some_and(|p| p.split(':').any(|kv| kv == "version=2"));
-    let mut child = service::command(service, &granted.path, true, true, protocol.as_deref())
+    let mut child = service::command(service, &granted, true, true, protocol.as_deref())
         .spawn()
         .map_err(|e| GitError::Internal(anyhow::anyhow!("start git {}: {e}", service.name())))?;
     drop(child.stdin.take());
@@ -268,7 +278,7 @@ async fn rpc(
         }
     };
     let protocol = git_protocol(&parts.headers);
-    let mut child = service::command(service, &granted.path, true, false, protocol.as_deref())
+    let mut child = service::command(service, &granted, true, false, protocol.as_deref())
         .spawn()
         .map_err(|e| GitError::Internal(anyhow::anyhow!("start git {}: {e}", service.name())))?;
     let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
@@ -289,8 +299,18 @@ async fn rpc(
         Box::pin(reader)
     };
     tokio::spawn(async move {
-        if let Err(e) = tokio::io::copy_buf(&mut reader, &mut stdin).await {
-            tracing::debug!(service = service.name(), error = %e, "request body ended early");
+        match tokio::io::copy_buf(&mut reader, &mut stdin).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                // git stopped reading before the end (a push over the size limit, refused with a message in its
+                // answer). The client is still sending and reads that answer only once it has sent everything, so
+                // the rest is read and thrown away; nothing of it is stored.
+                drop(stdin);
+                let _ = tokio::io::copy_buf(&mut reader, &mut tokio::io::sink()).await;
+            }
+            Err(e) => {
+                tracing::debug!(service = service.name(), error = %e, "request body ended early")
+            }
         }
         // Dropping stdin closes it: git sees the end of the request.
     });

@@ -77,6 +77,8 @@ pub struct Granted {
     pub app: VisibleApp,
     /// Its bare repository.
     pub path: PathBuf,
+    /// Largest pack a push may send, in bytes.
+    pub max_push_bytes: u64,
 }
 
 /// Finds `<owner>/<repo>` (`repo` with or without `.git`) for the account `user_id`/`username` and checks it may
@@ -122,7 +124,11 @@ pub async fn authorize(
         tracing::warn!(repo = %path.display(), "app has no repository on disk");
         return Err(Refusal::NotFound);
     }
-    Ok(Granted { app, path })
+    Ok(Granted {
+        app,
+        path,
+        max_push_bytes: state.limits().git_max_push_bytes,
+    })
 }
 
 /// Why a push to `app` is refused, if it is: an app connected to an external repository takes its commits from
@@ -136,17 +142,25 @@ pub fn commit_refused(app: &VisibleApp) -> Option<String> {
     push_refused(app)
 }
 
-/// A `git upload-pack`/`receive-pack` process for `repo`, with every stream piped. `stateless` is the smart HTTP
-/// mode (one request, one response); `advertise` only lists refs (HTTP's `info/refs`). `git_protocol` is the
-/// client's `GIT_PROTOCOL` (`version=2`), passed on when it is plain text.
+/// A `git upload-pack`/`receive-pack` process for the granted repository, with every stream piped. `stateless` is
+/// the smart HTTP mode (one request, one response); `advertise` only lists refs (HTTP's `info/refs`).
+/// `git_protocol` is the client's `GIT_PROTOCOL` (`version=2`), passed on when it is plain text.
+///
+/// A push is held to the size limit by git itself (`receive.maxInputSize`): past it git stops storing the pack and
+/// answers `pack exceeds maximum allowed size`, which the client prints as a `remote:` line with the refs
+/// rejected; no ref moves.
 pub fn command(
     service: Service,
-    repo: &std::path::Path,
+    granted: &Granted,
     stateless: bool,
     advertise: bool,
     git_protocol: Option<&str>,
 ) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("git");
+    if service == Service::ReceivePack {
+        cmd.arg("-c")
+            .arg(format!("receive.maxInputSize={}", granted.max_push_bytes));
+    }
     cmd.arg(service.subcommand());
     if stateless {
         cmd.arg("--stateless-rpc");
@@ -154,7 +168,7 @@ pub fn command(
     if advertise {
         cmd.arg("--advertise-refs");
     }
-    cmd.arg(repo)
+    cmd.arg(&granted.path)
         .env_remove("GIT_DIR")
         .env_remove("GIT_PROTOCOL")
         .stdin(Stdio::piped())

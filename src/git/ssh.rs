@@ -6,7 +6,7 @@
 //! port forwarding and every other command are refused.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -18,7 +18,7 @@ use russh::{Channel, ChannelId, MethodKind, MethodSet};
 use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
 
-use super::service::{self, Refusal, Service};
+use super::service::{self, Granted, Refusal, Service};
 use crate::api::state::AppState;
 
 /// Exit status of a refused command, as git's own tools use for fatal errors.
@@ -305,7 +305,7 @@ impl russh::server::Handler for Connection {
         };
         session.channel_success(channel)?;
         let protocol = self.protocol.remove(&channel);
-        tokio::spawn(run(chan, service, granted.path, protocol));
+        tokio::spawn(run(chan, service, granted, protocol));
         Ok(())
     }
 
@@ -321,10 +321,11 @@ impl russh::server::Handler for Connection {
 }
 
 /// Runs `service` on `repo` with the channel as its stdio, then reports its exit status and closes the channel.
-async fn run(channel: Channel<Msg>, service: Service, repo: PathBuf, protocol: Option<String>) {
+async fn run(channel: Channel<Msg>, service: Service, granted: Granted, protocol: Option<String>) {
+    let repo = &granted.path;
     let (mut read_half, write_half) = channel.split();
     let mut child =
-        match service::command(service, &repo, false, false, protocol.as_deref()).spawn() {
+        match service::command(service, &granted, false, false, protocol.as_deref()).spawn() {
             Ok(child) => child,
             Err(e) => {
                 tracing::error!(error = %e, "start git over SSH");

@@ -7,6 +7,8 @@
 //! The control plane is found through `SLIPWAY_KUBECONFIG`, else at the script's default kubeconfig path. When it
 //! cannot be reached the test fails loudly with the command that starts it: a cluster test is never skipped.
 //!
+//! [`service_accounts`] mints real ServiceAccount tokens (TokenRequest) for tests of token-authenticated callers.
+//!
 //! [`node`] adds what end-to-end tests on the local single-node cluster need (`hack/node.sh`): running pods,
 //! waiting for Deployments, building images with BuildKit into the node's registry.
 
@@ -26,6 +28,7 @@ use kube::{Client, Config};
 use tokio::sync::OnceCell;
 
 pub mod namespaces;
+pub mod service_accounts;
 pub mod tls;
 
 /// Label on every namespace a test creates.

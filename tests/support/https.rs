@@ -208,17 +208,7 @@ pub async fn start_edge(
     options: EdgeOptions<'_>,
 ) -> Result<(SocketAddr, SocketAddr)> {
     use slipway::edge::server::Scheme;
-    let api_url = api.serve().await?;
     let config = slipway::edge::EdgeConfig {
-        namespace: Some(namespace.into()),
-        platform: slipway_controllers::platform_api::PlatformEndpoints {
-            pod_api_url: api_url.clone(),
-            api_url,
-            internal_token: super::INTERNAL_TOKEN.into(),
-        },
-        access_log: options.access_log,
-        max_site_bytes: 64 << 20,
-        proxy: slipway::edge::proxy::ProxyConfig::default(),
         tls: slipway::edge::TlsSettings {
             sources: slipway::edge::watch::CertificateSources {
                 namespace: Some(namespace.into()),
@@ -228,6 +218,7 @@ pub async fn start_edge(
             redirect_https: options.redirect_https,
             issuance_wait: std::time::Duration::from_secs(10),
         },
+        ..api.edge_config(namespace, options.access_log).await?
     };
     let mut registry = prometheus_client::registry::Registry::default();
     let (edge, _tasks) =

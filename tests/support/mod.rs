@@ -1,5 +1,9 @@
 //! A REST API wired to the real parts for tests: a fresh platform database on the test Postgres, the test control
 //! plane with the CRDs, repositories in a temporary directory. Requests go through the router without a socket.
+//!
+//! The internal listener checks callers the way it does in a cluster: each `TestApi` has a namespace of its own
+//! with two ServiceAccounts named `operator` and `edge` that play those roles, and real tokens of theirs (minted by
+//! the apiserver for the internal audience) are what the in-process operator and edge present.
 
 // Test support: a panic is the right answer to a broken fixture, and not every test uses every helper.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
@@ -16,12 +20,18 @@ use axum::http::{Method, Request, StatusCode};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::DeleteParams;
 use serde_json::Value;
+use slipway::api::internal::guard::InternalAccess;
 use slipway::api::state::{AppState, PublicNames};
 use slipway::auth::{scopes, token};
 use slipway::db::tokens::NewToken;
 use slipway::env::crypto::Keyring;
 use slipway::platform::cache::Cache;
 use slipway::platform::repos::Repos;
+use slipway_internal::review::{DEFAULT_AUDIENCE, DEFAULT_TTL};
+use slipway_internal::{
+    CallerSpec, Callers, Identity, InternalEndpoint, Role, SourceKey, TokenSource,
+};
+use slipway_testkit::TestNamespace;
 use slipway_testkit::postgres::TestDatabase;
 use tower::ServiceExt;
 
@@ -31,17 +41,24 @@ pub const APP_DOMAIN: &str = "apps.slipway.test";
 pub const GIT_HOST: &str = "git.slipway.test";
 /// The address custom domains are told to point at (`a_values`); tests bind edges on loopback addresses.
 pub const EDGE_ADDRESS: &str = "127.0.0.1";
-/// The internal token of the test API (the operator and the edge in tests use it too).
-pub const INTERNAL_TOKEN: &str = "test-internal-token-0123456789abcdef0123456789";
 
 /// A running API and what it stands on.
 pub struct TestApi {
     pub state: AppState,
+    /// The public routes.
     pub router: axum::Router,
+    /// The internal listener's routes.
+    pub internal_router: axum::Router,
     pub kube: kube::Client,
     pub repos_dir: PathBuf,
     /// The keyring line the API seals env values with.
     pub keyring_line: String,
+    /// A token of the ServiceAccount that plays the operator on the internal listener.
+    pub operator_token: String,
+    /// A token of the ServiceAccount that plays the edge on the internal listener.
+    pub edge_token: String,
+    /// The namespace of those two ServiceAccounts.
+    pub callers_namespace: TestNamespace,
     namespaces: std::sync::Mutex<Vec<String>>,
     _db: TestDatabase,
 }
@@ -55,10 +72,11 @@ pub struct User {
     pub namespace: String,
 }
 
-/// An answer: status and JSON body (Null when empty).
+/// An answer: status, headers and JSON body (Null when empty).
 #[derive(Debug)]
 pub struct Reply {
     pub status: StatusCode,
+    pub headers: axum::http::HeaderMap,
     pub body: Value,
 }
 
@@ -95,6 +113,92 @@ impl Reply {
     }
 }
 
+/// Sends a request with an optional bearer and JSON body to `router` (an API, or a replica of it).
+pub async fn call_on(
+    router: &axum::Router,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> Reply {
+    send_to(router, request(method, path, token, body)).await
+}
+
+/// Sends a prepared request to `router`.
+pub async fn send_to(router: &axum::Router, req: Request<Body>) -> Reply {
+    let res = router
+        .clone()
+        .oneshot(req)
+        .await
+        .expect("router is infallible");
+    let status = res.status();
+    let headers = res.headers().clone();
+    let bytes = axum::body::to_bytes(res.into_body(), 64 * 1024 * 1024)
+        .await
+        .expect("body");
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// An API process's state on the database at `db_url` and the repositories under `repos_dir`, with a cache of its
+/// own, checking internal callers against the `operator` and `edge` ServiceAccounts of `callers_namespace`.
+async fn api_state(
+    db_url: &str,
+    kube: &kube::Client,
+    repos_dir: &std::path::Path,
+    keyring_line: &str,
+    callers_namespace: &str,
+) -> Result<AppState> {
+    let pool = slipway::db::connect(db_url).await?;
+    let (cache, _tasks) = Cache::start(kube.clone()).await?;
+    let names = PublicNames {
+        app_domain: APP_DOMAIN.into(),
+        git_host: GIT_HOST.into(),
+        edge_addresses: vec![EDGE_ADDRESS.into()],
+    };
+    Ok(AppState::new(
+        pool,
+        kube.clone(),
+        cache,
+        Repos::new(repos_dir),
+        names,
+        Keyring::parse(keyring_line)?,
+        internal_access(kube, callers_namespace)?,
+    ))
+}
+
+/// The internal listener's checks: the `operator` and `edge` ServiceAccounts of `namespace` in their roles, and a
+/// fresh source-URL key.
+fn internal_access(kube: &kube::Client, namespace: &str) -> Result<InternalAccess> {
+    let callers = Callers::new([
+        CallerSpec {
+            role: Role::Operator,
+            identity: Identity::service_account(namespace, "operator"),
+        },
+        CallerSpec {
+            role: Role::Edge,
+            identity: Identity::service_account(namespace, "edge"),
+        },
+    ])
+    .map_err(anyhow::Error::msg)?;
+    Ok(InternalAccess::new(
+        kube.clone(),
+        DEFAULT_AUDIENCE,
+        DEFAULT_TTL,
+        callers,
+        TestApi::source_key(),
+    ))
+}
+
 impl TestApi {
     /// Starts an API on a fresh database.
     pub async fn start() -> Result<Self> {
@@ -103,49 +207,91 @@ impl TestApi {
 
     /// Starts an API on `db`.
     pub async fn on(db: TestDatabase) -> Result<Self> {
-        let pool = slipway::db::connect(db.url()).await?;
         let kube = slipway_testkit::client().await?;
         slipway_testkit::ensure_crds(&kube).await?;
-        let (cache, _tasks) = Cache::start(kube.clone()).await?;
         let repos_dir = std::env::temp_dir().join(format!(
             "slipway-test-repos-{}",
             uuid::Uuid::new_v4().simple()
         ));
-        let names = PublicNames {
-            app_domain: APP_DOMAIN.into(),
-            git_host: GIT_HOST.into(),
-            edge_addresses: vec![EDGE_ADDRESS.into()],
-        };
         let keyring_line = Keyring::generate_line("test");
-        let keyring = Keyring::parse(&keyring_line)?;
-        let state = AppState::new(
-            pool,
-            kube.clone(),
-            cache,
-            Repos::new(&repos_dir),
-            names,
-            keyring,
-            INTERNAL_TOKEN.into(),
-        );
+        let callers_namespace = TestNamespace::create(&kube, "internal").await?;
+        let ns = callers_namespace.name();
+        let (operator_token, edge_token) = tokio::try_join!(
+            slipway_testkit::service_accounts::token_for(&kube, ns, "operator", DEFAULT_AUDIENCE),
+            slipway_testkit::service_accounts::token_for(&kube, ns, "edge", DEFAULT_AUDIENCE),
+        )?;
+        let state = api_state(db.url(), &kube, &repos_dir, &keyring_line, ns).await?;
         let router = slipway::api::router(state.clone());
+        let internal_router = slipway::api::internal_router(state.clone());
         Ok(Self {
             state,
             router,
+            internal_router,
             kube,
             repos_dir,
             keyring_line,
+            operator_token,
+            edge_token,
+            callers_namespace,
             namespaces: Default::default(),
             _db: db,
         })
     }
 
-    /// Creates a user with a unique name starting with `prefix` on `plan`, with a token of the nine default scopes.
+    /// A fresh random key for signed source URLs.
+    pub fn source_key() -> SourceKey {
+        let random = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        SourceKey::new(random).expect("64 bytes")
+    }
+
+    /// The operator's view of the internal listener at `url`: its ServiceAccount token.
+    pub fn operator_endpoint(&self, url: &str) -> InternalEndpoint {
+        InternalEndpoint {
+            url: url.to_owned(),
+            token: TokenSource::fixed(self.operator_token.as_str()),
+        }
+    }
+
+    /// The edge's view of the internal listener at `url`: its ServiceAccount token.
+    pub fn edge_endpoint(&self, url: &str) -> InternalEndpoint {
+        InternalEndpoint {
+            url: url.to_owned(),
+            token: TokenSource::fixed(self.edge_token.as_str()),
+        }
+    }
+
+    /// The same API under other limits (a fresh router with fresh request budgets).
+    pub fn with_limits(mut self, limits: slipway::api::state::Limits) -> Self {
+        self.state = self.state.clone().with_limits(limits);
+        self.router = slipway::api::router(self.state.clone());
+        self
+    }
+
+    /// Another API process on the same database and repositories, with a cache of its own: a second replica.
+    pub async fn replica(&self) -> Result<axum::Router> {
+        let state = api_state(
+            self.db_url(),
+            &self.kube,
+            &self.repos_dir,
+            &self.keyring_line,
+            self.callers_namespace.name(),
+        )
+        .await?;
+        Ok(slipway::api::router(state))
+    }
+
+    /// Creates a user with a unique name starting with `prefix` (letters and digits, as usernames are) on `plan`,
+    /// with a token of the nine default scopes.
     pub async fn user(&self, prefix: &str, plan: &str) -> Result<User> {
         let username = format!(
-            "{prefix}-{}",
+            "{prefix}{}",
             &uuid::Uuid::new_v4().simple().to_string()[..6]
         );
-        let row = slipway::db::users::create(self.state.db(), &username, plan)
+        let row = slipway::db::users::create(self.state.db(), &username.parse()?, plan)
             .await?
             .expect("new username");
         let namespace =
@@ -198,7 +344,7 @@ impl TestApi {
         Ok(plaintext)
     }
 
-    /// Sends a request with an optional bearer and JSON body.
+    /// Sends a request with an optional bearer and JSON body to the public routes.
     pub async fn call(
         &self,
         method: Method,
@@ -206,39 +352,23 @@ impl TestApi {
         token: Option<&str>,
         body: Option<Value>,
     ) -> Reply {
-        let mut req = Request::builder().method(method).uri(path);
-        if let Some(token) = token {
-            req = req.header("authorization", format!("Bearer {token}"));
-        }
-        let body = match body {
-            Some(v) => {
-                req = req.header("content-type", "application/json");
-                Body::from(v.to_string())
-            }
-            None => Body::empty(),
-        };
-        self.send(req.body(body).expect("request")).await
+        call_on(&self.router, method, path, token, body).await
     }
 
-    /// Sends a prepared request.
+    /// Sends a request with an optional bearer and JSON body to the internal listener's routes.
+    pub async fn internal_call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        send_to(&self.internal_router, request(method, path, token, body)).await
+    }
+
+    /// Sends a prepared request to the public routes.
     pub async fn send(&self, req: Request<Body>) -> Reply {
-        let res = self
-            .router
-            .clone()
-            .oneshot(req)
-            .await
-            .expect("router is infallible");
-        let status = res.status();
-        let bytes = axum::body::to_bytes(res.into_body(), 64 * 1024 * 1024)
-            .await
-            .expect("body");
-        let body = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes)
-                .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
-        };
-        Reply { status, body }
+        send_to(&self.router, req).await
     }
 
     pub async fn get(&self, path: &str, user: &User) -> Reply {
@@ -255,36 +385,51 @@ impl TestApi {
             .await
     }
 
-    /// Serves the router on a real socket on 127.0.0.1 (for the git CLI) and returns its base URL. The server
-    /// lives as long as the test's runtime.
+    /// Serves the public router on a real socket on 127.0.0.1 (for the git CLI) and returns its base URL. The
+    /// server lives as long as the test's runtime.
     pub async fn serve(&self) -> Result<String> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let router = self.router.clone();
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        Ok(format!("http://{addr}"))
+        serve_on(&self.router, "127.0.0.1").await
     }
 
-    /// Serves the router where pods on the test node reach it (the host's end of the node's link, from
-    /// `hack/node.sh env`) and returns (the URL the test process uses, the URL pods use).
-    pub async fn serve_for_pods(&self) -> Result<(String, String)> {
+    /// Serves the internal router on 127.0.0.1 and returns its base URL.
+    pub async fn serve_internal(&self) -> Result<String> {
+        serve_on(&self.internal_router, "127.0.0.1").await
+    }
+
+    /// Serves the internal router where pods on the test node reach it (the host's end of the node's link, from
+    /// `hack/node.sh env`): build pods fetch their sources there. Returns its base URL, good for this process too.
+    pub async fn serve_internal_for_pods(&self) -> Result<String> {
         let host_ip = std::env::var("SLIPWAY_NODE_HOST_IP").map_err(|_| {
             anyhow::anyhow!("SLIPWAY_NODE_HOST_IP is not set; run under `hack/test.sh e2e`")
         })?;
-        let listener = tokio::net::TcpListener::bind((host_ip.as_str(), 0)).await?;
-        let addr = listener.local_addr()?;
-        let router = self.router.clone();
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        Ok((format!("http://{addr}"), format!("http://{addr}")))
+        serve_on(&self.internal_router, &host_ip).await
     }
 
-    /// The operator's settings against the test node, scoped to `namespace`, talking to this API served with
-    /// [`TestApi::serve_for_pods`].
+    /// An edge's settings for `namespace`, reading static sites from this API's internal listener with the edge's
+    /// token.
+    pub async fn edge_config(
+        &self,
+        namespace: &str,
+        access_log: bool,
+    ) -> Result<slipway::edge::EdgeConfig> {
+        let url = self.serve_internal().await?;
+        Ok(slipway::edge::EdgeConfig {
+            namespace: Some(namespace.into()),
+            internal: self.edge_endpoint(&url),
+            access_log,
+            max_site_bytes: 64 << 20,
+            proxy: slipway::edge::proxy::ProxyConfig::default(),
+            tls: Default::default(),
+        })
+    }
+
+    /// The operator's settings against the test node, scoped to `namespace`, talking to this API's internal
+    /// listener served with [`TestApi::serve_internal_for_pods`].
     pub async fn node_operator_config(
         &self,
         namespace: &str,
     ) -> Result<slipway_controllers::OperatorConfig> {
-        let (api_url, pod_api_url) = self.serve_for_pods().await?;
+        let url = self.serve_internal_for_pods().await?;
         let var = |name: &str| {
             std::env::var(name)
                 .map_err(|_| anyhow::anyhow!("{name} is not set; run under `hack/test.sh e2e`"))
@@ -292,11 +437,8 @@ impl TestApi {
         Ok(slipway_controllers::OperatorConfig {
             app_domain: APP_DOMAIN.into(),
             namespace: Some(namespace.into()),
-            platform: slipway_controllers::platform_api::PlatformEndpoints {
-                api_url,
-                pod_api_url,
-                internal_token: INTERNAL_TOKEN.into(),
-            },
+            internal: self.operator_endpoint(&url),
+            pod_internal_url: url,
             registry: var("SLIPWAY_REGISTRY")?,
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,
@@ -337,15 +479,12 @@ impl TestApi {
         namespace: &str,
         domains: slipway_controllers::domain::DomainsConfig,
     ) -> Result<tokio::task::JoinHandle<()>> {
-        let api_url = self.serve().await?;
+        let url = self.serve_internal().await?;
         let config = slipway_controllers::OperatorConfig {
             app_domain: APP_DOMAIN.into(),
             namespace: Some(namespace.into()),
-            platform: slipway_controllers::platform_api::PlatformEndpoints {
-                pod_api_url: api_url.clone(),
-                api_url,
-                internal_token: INTERNAL_TOKEN.into(),
-            },
+            internal: self.operator_endpoint(&url),
+            pod_internal_url: url,
             registry: "127.0.0.1:9".into(),
             buildkit_addr: "tcp://127.0.0.1:9".into(),
             probe_image: "127.0.0.1:9/unused".into(),
@@ -480,4 +619,29 @@ impl Drop for TestApi {
         })
         .join();
     }
+}
+
+/// A request with an optional bearer and JSON body.
+fn request(method: Method, path: &str, token: Option<&str>, body: Option<Value>) -> Request<Body> {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let body = match body {
+        Some(v) => {
+            req = req.header("content-type", "application/json");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    req.body(body).expect("request")
+}
+
+/// Serves `router` on `ip` (any port) for the rest of the test's runtime; returns its base URL.
+async fn serve_on(router: &axum::Router, ip: &str) -> Result<String> {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
+    let addr = listener.local_addr()?;
+    let router = router.clone();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Ok(format!("http://{addr}"))
 }

@@ -135,7 +135,7 @@ impl Installed {
             "{prefix}{}",
             &uuid::Uuid::new_v4().simple().to_string()[..6]
         );
-        let deploy = format!("deploy/{}-api", self.release);
+        let deploy = format!("deployment/{}-api", self.release);
         let token = kubectl(&[
             "-n",
             &self.namespace,

@@ -82,29 +82,40 @@ pub fn one_channel_per_branch<'a>(
 /// The plan caps channels per account; `existing` counts every channel of the account, prod channels included.
 pub fn within_channel_cap(plan: &Plan, existing: usize) -> Result<(), Denial> {
     if existing >= plan.max_channels as usize {
-        return Err(Denial {
-            kind: DenialKind::PlanLimit,
-            message: format!(
-                "the {} plan allows {} channels per account (each app's prod channel counts); delete a channel or upgrade",
-                plan.tier, plan.max_channels
-            ),
-        });
+        return Err(channel_cap_reached(plan));
     }
     Ok(())
 }
 
-/// Channel hostnames are unique across the platform: `<app>-<owner>` of one account can equal
-/// `<channel>-<app>-<owner>` of another. `taken` holds the first labels of every other channel's hostname.
+/// The refusal of a channel over the plan's cap.
+pub fn channel_cap_reached(plan: &Plan) -> Denial {
+    Denial {
+        kind: DenialKind::PlanLimit,
+        message: format!(
+            "the {} plan allows {} channels per account (each app's prod channel counts); delete a channel or upgrade",
+            plan.tier, plan.max_channels
+        ),
+    }
+}
+
+/// Channel hostnames are unique across the platform. Within one account `<app>-<owner>` can equal
+/// `<channel>-<app>-<owner>` (app `a-b`, and channel `a` of app `b`); across accounts they cannot, since usernames
+/// have no `-`. `taken` holds the first labels of every other channel's hostname.
 pub fn hostname_free<'a>(
     label: &str,
     taken: impl IntoIterator<Item = &'a str>,
 ) -> Result<(), Denial> {
     if taken.into_iter().any(|t| t == label) {
-        return Err(Denial::invalid(format!(
-            "the hostname {label} is already used by another channel; choose another app or channel name"
-        )));
+        return Err(hostname_taken(label));
     }
     Ok(())
+}
+
+/// The refusal of a channel whose hostname another channel holds.
+pub fn hostname_taken(label: &str) -> Denial {
+    Denial::invalid(format!(
+        "the hostname {label} is already used by another channel; choose another app or channel name"
+    ))
 }
 
 /// The first hostname label of an existing channel, from its App (which names the owner). `None` when the channel
@@ -167,6 +178,15 @@ pub fn counted_channels<'a>(
     apps: impl IntoIterator<Item = &'a App>,
     channels: impl IntoIterator<Item = &'a Channel>,
 ) -> usize {
+    channels_counting(namespace, apps, channels).len()
+}
+
+/// The channels [`counted_channels`] counts.
+pub fn channels_counting<'a>(
+    namespace: &str,
+    apps: impl IntoIterator<Item = &'a App>,
+    channels: impl IntoIterator<Item = &'a Channel>,
+) -> Vec<&'a Channel> {
     let live = |m: &kube::api::ObjectMeta| {
         m.deletion_timestamp.is_none() && m.namespace.as_deref() == Some(namespace)
     };
@@ -178,7 +198,7 @@ pub fn counted_channels<'a>(
     channels
         .into_iter()
         .filter(|c| live(&c.metadata) && apps.contains(&c.spec.app.as_str()))
-        .count()
+        .collect()
 }
 
 /// Everything a new channel must satisfy that its own fields cannot show.
@@ -250,14 +270,16 @@ mod tests {
     }
 
     #[test]
-    fn hostnames_collide_across_accounts() {
-        // app "a-b" of owner "c" and app "a" of owner "b-c" both want a-b-c.
-        let app: AppName = "a".parse().unwrap();
-        let owner: Username = "b-c".parse().unwrap();
-        let binding = GitRefBinding::prod();
+    fn hostnames_collide_within_an_account() {
+        // App "a-b" and channel "a" of app "b" both want a-b-c. Across accounts this cannot happen: a username has
+        // no '-', so the owner is always the last part of the label (user "b-c", the squatter of a-b-c, is refused).
+        assert!("b-c".parse::<Username>().is_err());
+        let app: AppName = "b".parse().unwrap();
+        let owner: Username = "c".parse().unwrap();
+        let binding: GitRefBinding = "branch:a".parse().unwrap();
         let new = NewChannel {
             app: &app,
-            name: &ChannelName::prod(),
+            name: &"a".parse().unwrap(),
             binding: &binding,
             owner: &owner,
         };

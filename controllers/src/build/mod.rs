@@ -34,9 +34,9 @@ use slipway_crds::{App, Channel, Deploy, DeployImage};
 
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
-use crate::platform_api::PlatformError;
 use job::JobPhase;
 use registry::Registry;
+use slipway_internal::CallError;
 
 /// Builds that may run at once, cluster-wide. One: `buildctl` sessions carry no shared key of their own, so
 /// BuildKit keeps one synced copy per local source name (`context`, `dockerfile`) for all of them; one build after
@@ -170,9 +170,9 @@ async fn enqueue(
         return Ok(Err(BuildState::Failed(failure_message(line))));
     }
     let app_id = req.app.uid().ok_or(Error::Incomplete("uid"))?;
-    let plan = match sources::fetch(&ctx.platform, &app_id, req.sha).await {
+    let plan = match sources::fetch(&ctx.internal, &app_id, req.sha).await {
         Ok(sources) => dockerfile::plan(req.app.spec.template, &sources),
-        Err(PlatformError::NotFound(message)) => Err(format!(
+        Err(CallError::NotFound(message)) => Err(format!(
             "[build] the files of commit {} cannot be read: {message}",
             req.sha
         )),
@@ -182,7 +182,7 @@ async fn enqueue(
         Ok(plan) => plan,
         Err(line) => {
             let deploy_uid = req.deploy.uid().ok_or(Error::Incomplete("uid"))?;
-            ctx.platform
+            ctx.internal
                 .append_log(&deploy_uid, &format!("{line}\n"))
                 .await?;
             let patch = json!({"metadata": {"annotations": {REFUSED: line}}});
@@ -268,7 +268,12 @@ async fn wait_or_start(
         return Ok(BuildState::Queued { position });
     }
     let app_id = req.app.uid().ok_or(Error::Incomplete("uid"))?;
-    let url = ctx.platform.signed_archive_url(&app_id, req.sha);
+    let signed = ctx.internal.source_url(&app_id, req.sha).await?;
+    let url = format!(
+        "{}{}",
+        ctx.config.pod_internal_url.trim_end_matches('/'),
+        signed.path
+    );
     // A suspended Job that never ran may change its pod template's annotations: the URL is minted now, so it
     // cannot expire while the build waits.
     let patch = json!({
@@ -534,7 +539,7 @@ struct DeployLog<'a> {
 
 impl DeployLog<'_> {
     async fn append(&self, text: &str) -> Result<(), Error> {
-        self.ctx.platform.append_log(self.deploy_uid, text).await?;
+        self.ctx.internal.append_log(self.deploy_uid, text).await?;
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 
 use std::io::Read;
 
-use crate::platform_api::{PlatformApi, PlatformError};
+use slipway_internal::{CallError, InternalClient};
 
 /// Largest Dockerfile read (the rest is not looked at).
 const DOCKERFILE_LIMIT: u64 = 1024 * 1024;
@@ -67,11 +67,11 @@ fn shebang(entry: &mut impl Read, kind: tar::EntryType) -> std::io::Result<bool>
 
 /// Reads the root files of `sha` in the app's repository through the API server.
 pub async fn fetch(
-    platform: &PlatformApi,
+    internal: &InternalClient,
     app_id: &str,
     sha: &str,
-) -> Result<Sources, PlatformError> {
-    let mut res = platform.archive(app_id, sha).await?;
+) -> Result<Sources, CallError> {
+    let mut res = internal.archive(app_id, sha).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
     let reader = tokio::task::spawn_blocking(move || Sources::from_tar(ChunkReader::new(rx)));
     let mut streamed = Ok(());
@@ -85,9 +85,7 @@ pub async fn fetch(
             }
             Ok(None) => break,
             Err(e) => {
-                streamed = Err(PlatformError::Unavailable(format!(
-                    "reading the archive: {e}"
-                )));
+                streamed = Err(CallError::Unavailable(format!("reading the archive: {e}")));
                 break;
             }
         }
@@ -95,9 +93,9 @@ pub async fn fetch(
     drop(tx);
     let read = reader
         .await
-        .map_err(|e| PlatformError::Unavailable(format!("reading the archive: {e}")))?;
+        .map_err(|e| CallError::Unavailable(format!("reading the archive: {e}")))?;
     streamed?;
-    read.map_err(|e| PlatformError::Unavailable(format!("reading the archive: {e}")))
+    read.map_err(|e| CallError::Unavailable(format!("reading the archive: {e}")))
 }
 
 /// A blocking reader (run it on a blocking thread) over chunks sent from async code; the end of the channel is

@@ -16,8 +16,8 @@ use super::{POLL, Scene, fail, go_live, patch_deploy_status};
 use crate::build::{self, BuildRequest, BuildState};
 use crate::context::Context;
 use crate::error::Error;
-use crate::platform_api::EnvRequest;
 use crate::workload::{self, Release, Rollout, SYSTEM_ENV_KEYS};
+use slipway_internal::protocol::EnvRequest;
 
 /// Moves a running app or docker deploy of `sha` one step.
 pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<Action, Error> {
@@ -52,7 +52,7 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
         }
     };
     let env = ctx
-        .platform
+        .internal
         .deploy_env(
             &deploy.uid().ok_or(Error::Incomplete("uid"))?,
             &EnvRequest {

@@ -29,7 +29,7 @@ use slipway_crds::{
 use crate::channel::publish;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
-use crate::platform_api::PlatformError;
+use slipway_internal::CallError;
 
 /// How often a deploy in flight is looked at while it waits on something that sends no event.
 const POLL: Duration = Duration::from_secs(2);
@@ -105,9 +105,9 @@ async fn start_if_first(ctx: &Context, scene: &Scene) -> Result<Action, Error> {
         .as_deref()
         .or(deploy.spec.git_ref.as_deref())
         .ok_or_else(|| Error::InvalidSpec("a deploy needs sha or ref".into()))?;
-    let sha = match ctx.platform.resolve(&app_id, rev).await {
+    let sha = match ctx.internal.resolve(&app_id, rev).await {
         Ok(sha) => sha,
-        Err(PlatformError::NotFound(message)) => {
+        Err(CallError::NotFound(message)) => {
             fail(ctx, deploy, &message).await?;
             return Ok(Action::await_change());
         }
@@ -245,7 +245,7 @@ async fn fail(ctx: &Context, deploy: &Deploy, reason: &str) -> Result<(), Error>
 /// Appends to the deploy's log.
 async fn log(ctx: &Context, deploy: &Deploy, text: &str) -> Result<(), Error> {
     let id = deploy.uid().ok_or(Error::Incomplete("uid"))?;
-    ctx.platform.append_log(&id, text).await?;
+    ctx.internal.append_log(&id, text).await?;
     Ok(())
 }
 

@@ -163,18 +163,32 @@ fn cpu(cores: f64) -> Quantity {
     Quantity(format!("{millis}m"))
 }
 
+/// How many times the plan's memory an app pod may write to disk: `/tmp`, `/app`, `$HOME` and its logs together.
+pub const EPHEMERAL_PER_MEMORY: u32 = 4;
+
+/// The disk an app pod may fill, in MiB: [`EPHEMERAL_PER_MEMORY`] times the plan's memory (512 MiB on starter,
+/// 16 GiB on pro). Past it the kubelet evicts the pod, so one app cannot fill the node's disk.
+pub fn ephemeral_storage_mib(plan: &slipway_crds::plans::Plan) -> u32 {
+    plan.mem_limit_mb.saturating_mul(EPHEMERAL_PER_MEMORY)
+}
+
 /// The app container's resources from the plan: memory is limited (and reserved) at the plan's limit, CPU is
-/// guaranteed at the soft share and may burst to the plan's burst.
+/// guaranteed at the soft share and may burst to the plan's burst, and ephemeral storage (its writable layer and
+/// logs; `/tmp` has the same cap of its own) is limited to [`ephemeral_storage_mib`], with the plan's memory
+/// reserved.
 pub fn app_resources(plan: &slipway_crds::plans::Plan) -> ResourceRequirements {
     let memory = Quantity(format!("{}Mi", plan.mem_limit_mb));
+    let disk = Quantity(format!("{}Mi", ephemeral_storage_mib(plan)));
     ResourceRequirements {
         requests: Some(BTreeMap::from([
             ("cpu".to_owned(), cpu(plan.cpu_soft_cores)),
             ("memory".to_owned(), memory.clone()),
+            ("ephemeral-storage".to_owned(), memory.clone()),
         ])),
         limits: Some(BTreeMap::from([
             ("cpu".to_owned(), cpu(plan.cpu_burst)),
             ("memory".to_owned(), memory),
+            ("ephemeral-storage".to_owned(), disk),
         ])),
         ..ResourceRequirements::default()
     }
@@ -214,16 +228,34 @@ pub fn tmp_mount(read_only: bool) -> VolumeMount {
     }
 }
 
-/// An empty directory volume named `name` (memory-backed with `size_limit` when given).
-pub fn empty_dir(name: &str, memory_limit: Option<&str>) -> Volume {
+/// Where an empty directory volume keeps its files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Medium {
+    /// The node's disk.
+    Disk,
+    /// Memory (tmpfs), counted against the pod's memory.
+    Memory,
+}
+
+/// An empty directory volume named `name` on `medium`, holding at most `size_limit` (a quantity such as `1Mi`).
+pub fn empty_dir(name: &str, medium: Medium, size_limit: &str) -> Volume {
     Volume {
         name: name.to_owned(),
         empty_dir: Some(EmptyDirVolumeSource {
-            medium: memory_limit.map(|_| "Memory".to_owned()),
-            size_limit: memory_limit.map(|l| Quantity(l.to_owned())),
+            medium: (medium == Medium::Memory).then(|| "Memory".to_owned()),
+            size_limit: Some(Quantity(size_limit.to_owned())),
         }),
         ..Volume::default()
     }
+}
+
+/// The app's `/tmp`: on disk, at most [`ephemeral_storage_mib`].
+fn tmp_volume(plan: &slipway_crds::plans::Plan) -> Volume {
+    empty_dir(
+        TMP_VOLUME,
+        Medium::Disk,
+        &format!("{}Mi", ephemeral_storage_mib(plan)),
+    )
 }
 
 /// The user's image. Both templates run the image's own entrypoint and command: for `app` the build makes
@@ -293,7 +325,7 @@ pub fn deployment(
             app_container(release, names),
             probe::container(probe_image, names),
         ],
-        volumes: Some(vec![empty_dir(TMP_VOLUME, None), probe::state_volume()]),
+        volumes: Some(vec![tmp_volume(release.plan), probe::state_volume()]),
         automount_service_account_token: Some(false),
         // The app's environment is exactly what the deploy recorded: no variables for other Services.
         enable_service_links: Some(false),

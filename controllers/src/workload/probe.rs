@@ -61,10 +61,12 @@ pub fn container(image: &str, names: &Names) -> Container {
             ..EnvVarSource::default()
         }),
     };
+    // Ephemeral storage holds only its log lines; with a limit on every container the pod's total is bounded.
     let small = || {
         std::collections::BTreeMap::from([
             ("cpu".to_owned(), Quantity("10m".to_owned())),
             ("memory".to_owned(), Quantity("16Mi".to_owned())),
+            ("ephemeral-storage".to_owned(), Quantity("16Mi".to_owned())),
         ])
     };
     Container {
@@ -108,7 +110,7 @@ pub fn container(image: &str, names: &Names) -> Container {
 
 /// The sidecar's own scratch volume (the marker), so the app's `/tmp` holds only what the app put there.
 pub fn state_volume() -> Volume {
-    objects::empty_dir(STATE_VOLUME, Some("1Mi"))
+    objects::empty_dir(STATE_VOLUME, objects::Medium::Memory, "1Mi")
 }
 
 /// Which check passed, from the sidecar's log; `None` while it has not said.

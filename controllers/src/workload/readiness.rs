@@ -44,7 +44,8 @@ pub enum Observation {
 
 /// When the window of a Deployment created at `created` closes.
 pub fn deadline(created: Timestamp) -> Timestamp {
-    created + SignedDuration::from_secs(WINDOW.as_secs().try_into().unwrap_or(i64::MAX))
+    let window = SignedDuration::from_secs(WINDOW.as_secs().try_into().unwrap_or(i64::MAX));
+    created.checked_add(window).unwrap_or(Timestamp::MAX)
 }
 
 /// Judges the deploy's `pods` (those not being deleted) against the window that closes at `deadline`.

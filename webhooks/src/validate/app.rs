@@ -76,11 +76,13 @@ mod tests {
             DenialKind::Invalid,
         );
         assert_eq!(msg, messages::APP_NAME);
-        let msg = denied(
-            validate(&s, &create(app("ns", "shop", "Alice"))).await,
-            DenialKind::Invalid,
-        );
-        assert_eq!(msg, messages::USERNAME);
+        for owner in ["Alice", "b-c"] {
+            let msg = denied(
+                validate(&s, &create(app("ns", "shop", owner))).await,
+                DenialKind::Invalid,
+            );
+            assert_eq!(msg, messages::USERNAME, "{owner}");
+        }
     }
 
     #[tokio::test]
@@ -98,27 +100,33 @@ mod tests {
 
     #[tokio::test]
     async fn the_prod_hostname_must_be_free_platform_wide() {
-        // app a-b of owner c holds a-b-c; app a of owner b-c would want the same hostname.
+        // Channel a of app b of owner c holds a-b-c; app a-b of c would want the same hostname. (Across owners
+        // hostnames cannot collide: a username has no '-', so owner b-c, which would want a-b-c for its app a,
+        // is refused.)
         let mut s = cluster("ns1", &[]);
-        s.apps.push(Arc::new(app("ns1", "a-b", "c")));
-        s.channels
-            .push(Arc::new(channel("ns1", "a-b", "prod", "master")));
-        s.namespaces
-            .insert("ns2".into(), labels(&[(labels::OWNER, "b-c")]));
+        s.apps.push(Arc::new(app("ns1", "b", "c")));
+        s.channels.push(Arc::new(channel("ns1", "b", "a", "a")));
         let msg = denied(
-            validate(&s, &create(app("ns2", "a", "b-c"))).await,
+            validate(&s, &create(app("ns1", "a-b", "c"))).await,
             DenialKind::Invalid,
         );
         assert_eq!(
             msg,
             "the hostname a-b-c is already used by another channel; choose another app or channel name"
         );
+        s.namespaces
+            .insert("ns2".into(), labels(&[(labels::OWNER, "b-c")]));
+        let msg = denied(
+            validate(&s, &create(app("ns2", "a", "b-c"))).await,
+            DenialKind::Invalid,
+        );
+        assert_eq!(msg, messages::USERNAME);
         // Once that channel is on its way out, the hostname is free again.
         s.channels
-            .retain(|c| c.metadata.name.as_deref() != Some("a-b.prod"));
+            .retain(|c| c.metadata.name.as_deref() != Some("b.a"));
         s.channels
-            .push(Arc::new(deleting(channel("ns1", "a-b", "prod", "master"))));
-        assert!(validate(&s, &create(app("ns2", "a", "b-c"))).await.is_ok());
+            .push(Arc::new(deleting(channel("ns1", "b", "a", "a"))));
+        assert!(validate(&s, &create(app("ns1", "a-b", "c"))).await.is_ok());
     }
 
     #[tokio::test]

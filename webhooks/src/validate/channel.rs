@@ -236,14 +236,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn hostnames_are_unique_across_namespaces() {
+    async fn hostnames_are_unique() {
+        // App a-b's prod channel holds a-b-c; channel a of app b of the same owner would want it too.
         let mut s = cluster("ns1", &[]);
         s.apps.push(Arc::new(app("ns1", "a-b", "c")));
         s.channels
             .push(Arc::new(channel("ns1", "a-b", "prod", "master")));
-        s.apps.push(Arc::new(app("ns2", "a", "b-c")));
+        s.apps.push(Arc::new(app("ns1", "b", "c")));
         let msg = denied(
-            validate(&s, &create(channel("ns2", "a", "prod", "master"))).await,
+            validate(&s, &create(channel("ns1", "b", "a", "a"))).await,
             DenialKind::Invalid,
         );
         assert!(msg.contains("the hostname a-b-c is already used"), "{msg}");

@@ -164,8 +164,8 @@ fn the_deployment_runs_one_restricted_pod_labelled_with_user_and_sha() {
     );
     assert_eq!(
         pod["volumes"][0],
-        json!({"name": "tmp", "emptyDir": {}}),
-        "/tmp is an emptyDir"
+        json!({"name": "tmp", "emptyDir": {"sizeLimit": "512Mi"}}),
+        "/tmp is an emptyDir on disk holding at most 4 x the starter plan's 128 MiB"
     );
 
     let app = &pod["containers"][0];
@@ -191,7 +191,8 @@ fn the_deployment_runs_one_restricted_pod_labelled_with_user_and_sha() {
     );
     assert_eq!(
         app["resources"],
-        json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "2000m", "memory": "128Mi"}})
+        json!({"requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "128Mi"},
+               "limits": {"cpu": "2000m", "memory": "128Mi", "ephemeral-storage": "512Mi"}})
     );
     assert_eq!(
         app["volumeMounts"],
@@ -200,6 +201,10 @@ fn the_deployment_runs_one_restricted_pod_labelled_with_user_and_sha() {
 
     let sidecar = &pod["containers"][1];
     assert_eq!(sidecar["name"], "readiness");
+    assert_eq!(
+        sidecar["resources"]["limits"]["ephemeral-storage"], "16Mi",
+        "every container has an ephemeral-storage limit, so the pod's total is bounded"
+    );
     assert_eq!(sidecar["image"], "busybox:test");
     assert_eq!(sidecar["securityContext"], app["securityContext"]);
     assert_eq!(
@@ -234,8 +239,17 @@ fn resources_follow_the_plan() {
     let pro = app_resources(Plan::by_tier("pro").expect("pro"));
     assert_eq!(
         to_json(&pro),
-        json!({"requests": {"cpu": "4000m", "memory": "4096Mi"}, "limits": {"cpu": "8000m", "memory": "4096Mi"}})
+        json!({"requests": {"cpu": "4000m", "memory": "4096Mi", "ephemeral-storage": "4096Mi"},
+               "limits": {"cpu": "8000m", "memory": "4096Mi", "ephemeral-storage": "16384Mi"}})
     );
+    for plan in slipway_crds::plans::PLANS {
+        assert_eq!(
+            ephemeral_storage_mib(&plan),
+            plan.mem_limit_mb * 4,
+            "{}",
+            plan.tier
+        );
+    }
     let basic = app_resources(Plan::by_tier("basic").expect("basic"));
     assert_eq!(to_json(&basic)["requests"]["cpu"], "250m");
 }

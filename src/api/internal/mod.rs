@@ -1,7 +1,10 @@
 //! `/internal/v1`: what the operator and the edge need from the API server, which owns the git store and the
-//! platform database. Not part of the public API (absent from the OpenAPI document) and answered only to callers
-//! holding the internal token; a build pod instead fetches its sources through an archive URL signed with that
-//! token for one commit (`slipway_controllers::platform_api::sign_archive`).
+//! platform database. Served only on the internal listener (`--internal-listen`), never on the public one, and
+//! absent from the OpenAPI document. Every call carries the caller's ServiceAccount token and each route checks
+//! that the caller's role permits it ([`guard`]); a build pod, which holds no token, fetches its sources through an
+//! archive URL the API signed for one commit (`slipway_internal::source_url`).
+
+pub mod guard;
 
 use std::collections::BTreeMap;
 
@@ -13,10 +16,15 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post, put};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
-use slipway_controllers::platform_api::{self, CommitResponse, EnvRequest, EnvResponse};
+use slipway_crds::Template;
+use slipway_internal::RouteGroup;
+use slipway_internal::protocol::{
+    CommitResponse, EnvRequest, EnvResponse, SourceUrlRequest, SourceUrlResponse,
+};
+use slipway_internal::source_url::unix_now;
 use uuid::Uuid;
 
+use self::guard::InternalCaller;
 use super::access::{self, Role, VisibleApp};
 use super::error::ApiError;
 use super::extract::{Json, Path, Query};
@@ -35,37 +43,12 @@ pub fn routes() -> Router<AppState> {
             get(resolve_commit),
         )
         .route("/internal/v1/apps/{app_id}/archive/{sha}", get(archive))
+        .route("/internal/v1/apps/{app_id}/source-urls", post(source_url))
         .route("/internal/v1/deploys/{deploy_id}/env", put(deploy_env))
         .route(
             "/internal/v1/deploys/{deploy_id}/log",
             post(append_log).layer(axum::extract::DefaultBodyLimit::max(LOG_CHUNK_LIMIT)),
         )
-}
-
-/// A caller that presented the internal token.
-pub struct Internal;
-
-fn token_matches(given: &str, token: &str) -> bool {
-    // Comparing digests keeps the comparison's time independent of where the strings differ.
-    Sha256::digest(given.as_bytes()) == Sha256::digest(token.as_bytes())
-}
-
-impl FromRequestParts<AppState> for Internal {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let given = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or(ApiError::AuthRequired)?;
-        if token_matches(given, state.internal_token()) {
-            Ok(Internal)
-        } else {
-            Err(ApiError::TokenInvalid)
-        }
-    }
 }
 
 fn app_by_id(state: &AppState, app_id: Uuid) -> Result<VisibleApp, ApiError> {
@@ -94,9 +77,10 @@ async fn resolve_in(
 /// `GET /internal/v1/apps/{app_id}/commits/{rev}`: the commit a sha, branch or `refs/heads/...` names now.
 async fn resolve_commit(
     State(state): State<AppState>,
-    _: Internal,
+    caller: InternalCaller,
     Path((app_id, rev)): Path<(Uuid, String)>,
 ) -> Result<Json<CommitResponse>, ApiError> {
+    caller.require(&state, RouteGroup::Commits)?;
     let app = app_by_id(&state, app_id)?;
     let sha = resolve_in(&state, &app, rev.clone())
         .await?
@@ -116,44 +100,46 @@ pub struct Signed {
     signature: Option<String>,
 }
 
-/// `GET /internal/v1/apps/{app_id}/archive/{sha}`: the commit's files as a tar stream, for the internal token or a
-/// signed URL.
+/// `GET /internal/v1/apps/{app_id}/archive/{sha}`: the commit's files as a tar stream, for a caller whose role
+/// permits the app's kind of archive (a static app's files are a site, any other app's are source code), or for a
+/// URL signed by [`source_url`].
 async fn archive(
     State(state): State<AppState>,
     Path((app_id, sha)): Path<(Uuid, String)>,
     Query(signed): Query<Signed>,
-    parts: Parts,
+    mut parts: Parts,
 ) -> Result<Response, ApiError> {
-    let allowed = match (signed.expires, signed.signature.as_deref()) {
-        (Some(expires), Some(signature)) => platform_api::verify_archive(
-            state.internal_token(),
-            &app_id.to_string(),
-            &sha,
-            expires,
-            signature,
-        ),
+    let caller = match (signed.expires, signed.signature.as_deref()) {
+        (Some(expires), Some(signature)) => {
+            let key = state.internal().source_key();
+            if !key.verify(&app_id.to_string(), &sha, expires, signature, unix_now()) {
+                tracing::warn!(caller = "signed URL", %app_id, sha, expires, "internal call refused: bad or expired signature");
+                return Err(ApiError::TokenInvalid);
+            }
+            None
+        }
         _ => {
-            let mut parts = parts;
-            Internal::from_request_parts(&mut parts, &state)
-                .await
-                .is_ok()
+            let caller = InternalCaller::from_request_parts(&mut parts, &state).await?;
+            // Before anything is looked up, so a caller no archive is open to learns nothing about what exists.
+            caller.require_either(&state, RouteGroup::SourceArchives, RouteGroup::SiteArchives)?;
+            Some(caller)
         }
     };
-    if !allowed {
-        return Err(ApiError::TokenInvalid);
-    }
     if sha.parse::<slipway_crds::names::CommitSha>().is_err() {
         return Err(ApiError::BadRequest(
             slipway_crds::names::messages::SHA.into(),
         ));
     }
     let app = app_by_id(&state, app_id)?;
-    if resolve_in(&state, &app, sha.clone()).await?.is_none() {
-        return Err(ApiError::Missing(
-            "not_found",
-            format!("commit {sha} is not in app {}'s repository", app.name),
-        ));
+    if let Some(caller) = caller {
+        let group = if app.app.spec.template == Template::Static {
+            RouteGroup::SiteArchives
+        } else {
+            RouteGroup::SourceArchives
+        };
+        caller.require(&state, group)?;
     }
+    commit_exists(&state, &app, &sha).await?;
     let repo = state.repos().path(&app.owner, &app.name);
     let mut res =
         Response::new(crate::git::archive::tar_body(&repo, &sha).map_err(ApiError::Internal)?);
@@ -164,14 +150,45 @@ async fn archive(
     Ok(res)
 }
 
+/// 404 unless `sha` is a commit of the app's repository.
+async fn commit_exists(state: &AppState, app: &VisibleApp, sha: &str) -> Result<(), ApiError> {
+    match resolve_in(state, app, sha.to_owned()).await? {
+        Some(_) => Ok(()),
+        None => Err(ApiError::Missing(
+            "not_found",
+            format!("commit {sha} is not in app {}'s repository", app.name),
+        )),
+    }
+}
+
+/// `POST /internal/v1/apps/{app_id}/source-urls`: the path and query of an archive URL that opens one commit of
+/// the app without a token for an hour, for the pod that builds it.
+async fn source_url(
+    State(state): State<AppState>,
+    caller: InternalCaller,
+    Path(app_id): Path<Uuid>,
+    Json(request): Json<SourceUrlRequest>,
+) -> Result<Json<SourceUrlResponse>, ApiError> {
+    caller.require(&state, RouteGroup::SourceUrls)?;
+    let sha: slipway_crds::names::CommitSha = request.sha.parse()?;
+    let app = app_by_id(&state, app_id)?;
+    commit_exists(&state, &app, sha.as_str()).await?;
+    Ok(Json(state.internal().source_key().signed_path(
+        &app_id.to_string(),
+        sha.as_str(),
+        unix_now(),
+    )))
+}
+
 /// `PUT /internal/v1/deploys/{deploy_id}/env`: records the deploy's env snapshot on first call and answers the
 /// values it runs with, the same on every later call.
 async fn deploy_env(
     State(state): State<AppState>,
-    _: Internal,
+    caller: InternalCaller,
     Path(deploy_id): Path<Uuid>,
     Json(request): Json<EnvRequest>,
 ) -> Result<Json<EnvResponse>, ApiError> {
+    caller.require(&state, RouteGroup::Env)?;
     let bad = |what: &str| ApiError::BadRequest(format!("{what} is not a uuid"));
     let app_id: Uuid = request.app_id.parse().map_err(|_| bad("app_id"))?;
     let channel_id: Uuid = request.channel_id.parse().map_err(|_| bad("channel_id"))?;
@@ -216,10 +233,11 @@ async fn deploy_env(
 /// `POST /internal/v1/deploys/{deploy_id}/log`: appends the body to the deploy's log.
 async fn append_log(
     State(state): State<AppState>,
-    _: Internal,
+    caller: InternalCaller,
     Path(deploy_id): Path<Uuid>,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
+    caller.require(&state, RouteGroup::Logs)?;
     crate::db::deploy_logs::append(state.db(), deploy_id, &body).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,0 +1,107 @@
+//! The platform database as the arbiter of plan caps and hostnames on the API path (see [`crate::db::claims`]).
+//! The cache answers first, for a clear message without a round trip; the claim decides, so parallel requests
+//! cannot beat the cap or share a hostname. A claim is released when the channel's write to the cluster fails and
+//! when the API deletes the channel or its app.
+
+use std::collections::BTreeSet;
+
+use slipway_crds::names::{self, AppName, ChannelName, Username};
+use slipway_crds::plans::Plan;
+use slipway_webhooks::rules;
+use uuid::Uuid;
+
+use super::error::ApiError;
+use super::state::AppState;
+use crate::db::claims::{self, Claim, Cluster, Refused};
+use crate::platform::cache::Cache;
+
+/// The cluster as the API's cache sees it.
+struct Cached<'a>(&'a Cache);
+
+impl Cluster for Cached<'_> {
+    fn has_channel(&self, namespace: &str, channel: &str) -> bool {
+        self.0
+            .channels_in(namespace)
+            .iter()
+            .any(|c| c.metadata.name.as_deref() == Some(channel))
+    }
+
+    fn counted_channels(&self, namespace: &str) -> BTreeSet<String> {
+        let apps = self.0.apps();
+        let channels = self.0.channels_in(namespace);
+        rules::channels_counting(
+            namespace,
+            apps.iter().map(|a| &**a),
+            channels.iter().map(|c| &**c),
+        )
+        .into_iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect()
+    }
+}
+
+/// A channel about to be created, and whose account it counts against.
+pub struct NewChannel<'a> {
+    /// The owner's account id.
+    pub owner_id: Uuid,
+    /// The owner.
+    pub owner: &'a Username,
+    /// The owner's namespace.
+    pub namespace: &'a str,
+    /// The app.
+    pub app: &'a AppName,
+    /// The channel.
+    pub channel: &'a ChannelName,
+    /// The owner's plan.
+    pub plan: &'a Plan,
+}
+
+/// Claims the channel's slot and hostname, or answers the spec's error: 403 `plan_limit_exceeded` over the cap,
+/// 400 when the hostname or the channel is taken.
+pub async fn claim(state: &AppState, new: &NewChannel<'_>) -> Result<(), ApiError> {
+    let host_label = names::channel_host_label(new.app, new.channel, new.owner)?;
+    let channel = names::channel_resource_name(new.app, new.channel);
+    let claim = Claim {
+        user_id: new.owner_id,
+        namespace: new.namespace,
+        app: new.app.as_str(),
+        channel: &channel,
+        host_label: &host_label,
+    };
+    let outcome = claims::claim(
+        state.db(),
+        &claim,
+        new.plan.max_channels,
+        &Cached(state.cache()),
+    )
+    .await?;
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(Refused::PlanLimit) => Err(rules::channel_cap_reached(new.plan).into()),
+        Err(Refused::HostTaken) => Err(rules::hostname_taken(&host_label).into()),
+        Err(Refused::SameChannel) if new.channel.is_prod() => Err(ApiError::BadRequest(format!(
+            "an app named {} already exists",
+            new.app
+        ))),
+        Err(Refused::SameChannel) => Err(ApiError::BadRequest(format!(
+            "app {} already has a channel named {}",
+            new.app, new.channel
+        ))),
+    }
+}
+
+/// Releases the claim of one channel.
+pub async fn release(
+    state: &AppState,
+    namespace: &str,
+    app: &AppName,
+    channel: &ChannelName,
+) -> Result<(), ApiError> {
+    let resource = names::channel_resource_name(app, channel);
+    Ok(claims::release(state.db(), namespace, &resource).await?)
+}
+
+/// Releases the claims of every channel of an app.
+pub async fn release_app(state: &AppState, namespace: &str, app: &AppName) -> Result<(), ApiError> {
+    Ok(claims::release_app(state.db(), namespace, app.as_str()).await?)
+}
