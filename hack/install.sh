@@ -3,8 +3,10 @@
 # pushed to the node's registry) and the Helm chart, with the parts a platform team brings itself given as values:
 # the platform database (Debian's Postgres on this machine, reached by pods on the host's end of the node's link),
 # the registry and BuildKit (the node's own). Git repositories live on a PersistentVolume this script provides (a
-# host directory), the chart's claim binds it. The API, git over SSH and the edge are NodePort Services on the
-# node's address.
+# host directory), the chart's claim binds it. The API, git over SSH and the edge (HTTP and HTTPS) are NodePort
+# Services on the node's address. HTTPS serves channel hostnames with a wildcard certificate signed by a local CA made
+# here (<state>/platform/tls/ca.pem, for clients to trust); no ACME CA is reachable from here, so custom domains get
+# no certificate (domains.acme stays empty).
 #
 # usage: hack/install.sh install          build the image, install or upgrade the release, create the admin user,
 #                                         write the addresses to <state>/platform/env and print them
@@ -32,6 +34,8 @@ GIT_HOST=${SLIPWAY_GIT_HOST:-git.slipway.localhost}
 API_NODE_PORT=30080
 SSH_NODE_PORT=30022
 EDGE_NODE_PORT=30000
+EDGE_TLS_NODE_PORT=30443
+WILDCARD_SECRET=slipway-wildcard-tls
 SLOT=${SLIPWAY_NODE_SLOT:-0}
 
 helm() { "$HELM" --kubeconfig "$KUBECONFIG" "$@"; }
@@ -78,6 +82,26 @@ EOT
   fi
 }
 
+# The certificate for *.$APP_DOMAIN the edge serves channel hostnames with, in the Secret tls.wildcardSecret names:
+# signed by a CA made once per state directory, so clients trust ca.pem across reinstalls.
+wildcard_certificate() {
+  local d="$DIR/tls" cert="$DIR/tls/$APP_DOMAIN.crt" key="$DIR/tls/$APP_DOMAIN.key"
+  mkdir -p "$d"
+  if [ ! -s "$d/ca.pem" ]; then
+    (umask 077 && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+      -subj "/CN=slipway local CA" -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null)
+  fi
+  if [ ! -s "$cert" ] || ! openssl x509 -checkend $((30 * 86400)) -noout -in "$cert" >/dev/null; then
+    (umask 077 && openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=*.$APP_DOMAIN" \
+      -keyout "$key" 2>/dev/null |
+      openssl x509 -req -CA "$d/ca.pem" -CAkey "$d/ca.key" -set_serial "0x$(openssl rand -hex 16)" -days 365 \
+        -extfile <(printf 'subjectAltName=DNS:*.%s\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+          "$APP_DOMAIN") -out "$cert" 2>/dev/null)
+  fi
+  kubectl -n "$NAMESPACE" create secret tls "$WILDCARD_SECRET" --cert="$cert" --key="$key" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+}
+
 values() { # image-ref
   local image=$1
   cat <<EOT
@@ -104,6 +128,11 @@ edge:
   service:
     type: NodePort
     nodePort: $EDGE_NODE_PORT
+    httpsNodePort: $EDGE_TLS_NODE_PORT
+tls:
+  wildcardSecret: $WILDCARD_SECRET
+  # HTTPS answers on the node port, not on 443: a redirect to https://<host>/ would lead nowhere.
+  redirectHttps: false
 EOT
 }
 
@@ -123,6 +152,8 @@ write_env() {
   cat >"$DIR/env" <<EOT
 export SLIPWAY_PLATFORM_API=http://$SLIPWAY_NODE_IP:$API_NODE_PORT
 export SLIPWAY_PLATFORM_EDGE=http://$SLIPWAY_NODE_IP:$EDGE_NODE_PORT
+export SLIPWAY_PLATFORM_EDGE_HTTPS=https://$SLIPWAY_NODE_IP:$EDGE_TLS_NODE_PORT
+export SLIPWAY_PLATFORM_EDGE_CA=$DIR/tls/ca.pem
 export SLIPWAY_PLATFORM_SSH=$SLIPWAY_NODE_IP:$SSH_NODE_PORT
 export SLIPWAY_PLATFORM_APP_DOMAIN=$APP_DOMAIN
 export SLIPWAY_PLATFORM_NAMESPACE=$NAMESPACE
@@ -141,6 +172,7 @@ install() {
   kubectl -n "$NAMESPACE" create secret generic slipway-database --from-literal=url="$url" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   data_volume
+  wildcard_certificate
   values "$image" >"$DIR/values.yaml"
   log "helm upgrade --install $RELEASE ($image)"
   helm_or_explain upgrade --install "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" \

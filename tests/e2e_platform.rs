@@ -1,7 +1,8 @@
 //! The platform as it ships, end to end: slipway installed on the test node by its Helm chart from the locally built
 //! image (`hack/install.sh`, run by `hack/test.sh e2e` before these tests), used the way a user uses it. Every
 //! component runs as pods under the chart's ServiceAccounts and RBAC, so a missing verb or a wrong value fails here:
-//! git over HTTP and SSH, a static and an `app` deploy going live through the edge, admission through `kubectl
+//! git over HTTP and SSH, a static and an `app` deploy going live through the edge (the static one also over HTTPS
+//! with the chart's wildcard certificate), admission through `kubectl
 //! apply`, the internal listener answering only the callers it knows, and no component holding Secrets
 //! cluster-wide.
 
@@ -82,7 +83,8 @@ async fn every_component_runs_from_the_locally_built_image() -> Result<()> {
 }
 
 #[tokio::test]
-async fn a_static_site_pushed_over_http_goes_live_through_the_edge() -> Result<()> {
+async fn a_static_site_pushed_over_http_goes_live_through_the_edge_over_http_and_https()
+-> Result<()> {
     let platform = Installed::from_env()?;
     let ann = platform.account("ann").await?;
     let (app, channel) = platform.create_app(&ann, "site", "static").await?;
@@ -106,6 +108,24 @@ async fn a_static_site_pushed_over_http_goes_live_through_the_edge() -> Result<(
     platform
         .wait_for_page(&host, "/", "shipped by the chart")
         .await?;
+    // HTTPS on the edge's node port: the chart's wildcard certificate for the app's hostname (a client trusting only
+    // its CA accepts it), over HTTP/2 and HTTP/1.1 as ALPN settles; a name that is not the platform's gets no handshake.
+    for (alpn, version) in [
+        (&b"h2"[..], http::Version::HTTP_2),
+        (&b"http/1.1"[..], http::Version::HTTP_11),
+    ] {
+        let page = platform.edge_get_https(&host, "/", &[alpn]).await?;
+        assert_eq!(page.status, 200, "{page:?}");
+        assert_eq!(page.version, version);
+        assert!(
+            String::from_utf8_lossy(&page.body).contains("shipped by the chart"),
+            "{page:?}"
+        );
+    }
+    let stranger = platform
+        .edge_get_https("not-ours.example", "/", &[b"h2"])
+        .await;
+    assert!(stranger.is_err(), "{stranger:?}");
     // A clone over HTTP gets the same commit back.
     ws.git(".", &["clone", "-q", &remote, "again"]).await?;
     assert_eq!(ws.git("again", &["rev-parse", "HEAD"]).await?.trim(), sha);
@@ -327,8 +347,16 @@ async fn no_component_holds_secrets_cluster_wide_and_the_operator_gets_them_per_
     assert!(can(&platform, "get", "secrets", &tenant, &accounts[1]).await?);
     assert!(!can(&platform, "list", "secrets", &tenant, &accounts[1]).await?);
     assert!(!can(&platform, "get", "secrets", &tenant, &accounts[2]).await?);
-    // The grants reach tenant namespaces only, never the platform's own.
-    assert!(!can(&platform, "get", "secrets", &["-n", ns], &accounts[0]).await?);
+    // The grants reach tenant namespaces only, never the platform's own (there they would let the operator list
+    // Secrets and write Deployments).
+    let own = ["-n", ns.as_str()];
+    assert!(!can(&platform, "list", "secrets", &own, &accounts[0]).await?);
+    assert!(!can(&platform, "create", "deployments", &own, &accounts[0]).await?);
+    // Certificates live in the platform's namespace (the chart's default certificate namespace): the operator
+    // writes them there, the edge only reads them there.
+    assert!(can(&platform, "create", "secrets", &own, &accounts[0]).await?);
+    assert!(can(&platform, "watch", "secrets", &own, &accounts[2]).await?);
+    assert!(!can(&platform, "create", "secrets", &own, &accounts[2]).await?);
     Ok(())
 }
 
