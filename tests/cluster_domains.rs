@@ -47,8 +47,8 @@ fn domains_path(app: &str, channel: &str) -> String {
 #[tokio::test]
 async fn attach_list_and_detach_follow_the_routes_rules() -> Result<()> {
     let api = TestApi::start().await?;
-    let alice = api.user("dom-a", "builder").await?;
-    let bob = api.user("dom-b", "builder").await?;
+    let alice = api.user("doma", "builder").await?;
+    let bob = api.user("domb", "builder").await?;
     let (app, channel, hostname) = static_app(&api, &alice, "site").await;
     let path = domains_path(&app, &channel);
     let r = random();
@@ -195,7 +195,7 @@ async fn verify(api: &TestApi, user: &User, path: &str, domain: &str) -> Value {
 async fn verification_moves_domains_as_the_state_table_says() -> Result<()> {
     let dns = TestDns::from_env()?;
     let api = TestApi::start().await?;
-    let user = api.user("dom-v", "builder").await?;
+    let user = api.user("domv", "builder").await?;
     api.start_operator_with_domains(
         &user.namespace,
         https::domains_config(&user.namespace, false)?,
@@ -359,7 +359,7 @@ async fn a_verified_domain_is_served_over_https_with_its_acme_certificate() -> R
     let dns = TestDns::from_env()?;
     let pebble_root = https::acme_root().await?;
     let api = TestApi::start().await?;
-    let user = api.user("dom-t", "builder").await?;
+    let user = api.user("domt", "builder").await?;
     let ns = user.namespace.clone();
     // The platform's wildcard certificate, from a CA of the platform operator's.
     let pki = slipway_testkit::tls::TestPki::new()?;
