@@ -247,8 +247,10 @@ async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
     let kept: BTreeSet<String> = [
         format!("secret/{release}-env-keys"),
         format!("persistentvolumeclaim/{release}-api-data"),
-        // hack/install.sh's own: the database URL it gives the chart (database.existingSecret).
+        // hack/install.sh's own: the database URL it gives the chart (database.existingSecret) and the wildcard
+        // certificate of channel hostnames (tls.wildcardSecret).
         "secret/slipway-database".to_owned(),
+        "secret/slipway-wildcard-tls".to_owned(),
         // Kubernetes' own, in every namespace.
         "configmap/kube-root-ca.crt".to_owned(),
         "serviceaccount/default".to_owned(),
