@@ -5,8 +5,9 @@
 # the registry and BuildKit (the node's own). Git repositories live on a PersistentVolume this script provides (a
 # host directory), the chart's claim binds it. The API, git over SSH and the edge (HTTP and HTTPS) are NodePort
 # Services on the node's address. HTTPS serves channel hostnames with a wildcard certificate signed by a local CA made
-# here (<state>/platform/tls/ca.pem, for clients to trust); no ACME CA is reachable from here, so custom domains get
-# no certificate (domains.acme stays empty).
+# here (<state>/platform/tls/ca.pem, for clients to trust), kept in the certificate namespace this script creates
+# (tls.certificateNamespace, apart from slipway-system: the edge reads Secrets there); no ACME CA is reachable from
+# here, so custom domains get no certificate (domains.acme stays empty).
 #
 # usage: hack/install.sh install          build the image, install or upgrade the release, create the admin user,
 #                                         write the addresses to <state>/platform/env and print them
@@ -28,6 +29,7 @@ eval "$("$HACK/node.sh" env)"
 HELM=$("$HACK/build-helm.sh")
 RELEASE=slipway
 NAMESPACE=slipway-system
+CERT_NAMESPACE=slipway-certificates
 APP_DOMAIN=${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost}
 GIT_HOST=${SLIPWAY_GIT_HOST:-git.slipway.localhost}
 # Node ports of the API (REST and git over HTTP), git over SSH and the edge.
@@ -82,8 +84,9 @@ EOT
   fi
 }
 
-# The certificate for *.$APP_DOMAIN the edge serves channel hostnames with, in the Secret tls.wildcardSecret names:
-# signed by a CA made once per state directory, so clients trust ca.pem across reinstalls.
+# The certificate for *.$APP_DOMAIN the edge serves channel hostnames with, in the Secret tls.wildcardSecret names
+# (in the certificate namespace): signed by a CA made once per state directory, so clients trust ca.pem across
+# reinstalls.
 wildcard_certificate() {
   local d="$DIR/tls" cert="$DIR/tls/$APP_DOMAIN.crt" key="$DIR/tls/$APP_DOMAIN.key"
   mkdir -p "$d"
@@ -98,7 +101,7 @@ wildcard_certificate() {
         -extfile <(printf 'subjectAltName=DNS:*.%s\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n' \
           "$APP_DOMAIN") -out "$cert" 2>/dev/null)
   fi
-  kubectl -n "$NAMESPACE" create secret tls "$WILDCARD_SECRET" --cert="$cert" --key="$key" \
+  kubectl -n "$CERT_NAMESPACE" create secret tls "$WILDCARD_SECRET" --cert="$cert" --key="$key" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
 
@@ -130,6 +133,7 @@ edge:
     nodePort: $EDGE_NODE_PORT
     httpsNodePort: $EDGE_TLS_NODE_PORT
 tls:
+  certificateNamespace: $CERT_NAMESPACE
   wildcardSecret: $WILDCARD_SECRET
   # HTTPS answers on the node port, not on 443: a redirect to https://<host>/ would lead nowhere.
   redirectHttps: false
@@ -157,6 +161,7 @@ export SLIPWAY_PLATFORM_EDGE_CA=$DIR/tls/ca.pem
 export SLIPWAY_PLATFORM_SSH=$SLIPWAY_NODE_IP:$SSH_NODE_PORT
 export SLIPWAY_PLATFORM_APP_DOMAIN=$APP_DOMAIN
 export SLIPWAY_PLATFORM_NAMESPACE=$NAMESPACE
+export SLIPWAY_PLATFORM_CERTIFICATE_NAMESPACE=$CERT_NAMESPACE
 export SLIPWAY_PLATFORM_RELEASE=$RELEASE
 export SLIPWAY_PLATFORM_ADMIN_TOKEN=$(cat "$DIR/admin-token")
 EOT
@@ -168,7 +173,9 @@ install() {
   image=$("$HACK/slipway-image.sh" "$SLIPWAY_REGISTRY")
   # Helm installs a chart's CRDs on first install only; applying them first keeps them current on upgrades too.
   kubectl apply --server-side --force-conflicts -f "$ROOT/charts/slipway/crds/" >/dev/null
-  kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  for ns in "$NAMESPACE" "$CERT_NAMESPACE"; do
+    kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  done
   kubectl -n "$NAMESPACE" create secret generic slipway-database --from-literal=url="$url" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   data_volume

@@ -81,8 +81,9 @@ pub struct OperatorArgs {
         value_delimiter = ','
     )]
     pub edge_addresses: Vec<String>,
-    /// The platform's namespace, where domain certificates (kubernetes.io/tls Secrets) and the ACME account are
-    /// kept. Default: the namespace the operator runs in (POD_NAMESPACE).
+    /// The namespace where domain certificates (kubernetes.io/tls Secrets) and the ACME account are kept; the edge
+    /// reads Secrets there, so it should hold nothing else. Default: the namespace the operator runs in
+    /// (POD_NAMESPACE).
     #[arg(long, env = "SLIPWAY_CERTIFICATE_NAMESPACE")]
     pub certificate_namespace: Option<String>,
     /// ACME directory URL to issue custom domains' certificates from (HTTP-01). Unset: no certificates.

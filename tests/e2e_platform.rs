@@ -2,9 +2,9 @@
 //! image (`hack/install.sh`, run by `hack/test.sh e2e` before these tests), used the way a user uses it. Every
 //! component runs as pods under the chart's ServiceAccounts and RBAC, so a missing verb or a wrong value fails here:
 //! git over HTTP and SSH, a static and an `app` deploy going live through the edge (the static one also over HTTPS
-//! with the chart's wildcard certificate), admission through `kubectl
-//! apply`, the internal listener answering only the callers it knows, and no component holding Secrets
-//! cluster-wide.
+//! with the chart's wildcard certificate), admission through `kubectl apply`, the internal listener answering only
+//! the callers it knows, and no component holding Secrets cluster-wide or in the release namespace (the edge reads
+//! certificates in a namespace of their own).
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -313,8 +313,7 @@ async fn the_internal_listener_answers_only_the_callers_it_knows() -> Result<()>
 }
 
 #[tokio::test]
-async fn no_component_holds_secrets_cluster_wide_and_the_operator_gets_them_per_tenant()
--> Result<()> {
+async fn secrets_reach_the_operator_per_tenant_and_the_edge_only_as_certificates() -> Result<()> {
     let platform = Installed::from_env()?;
     let eve = platform.account("eve").await?;
     let ns = &platform.namespace;
@@ -347,16 +346,50 @@ async fn no_component_holds_secrets_cluster_wide_and_the_operator_gets_them_per_
     assert!(can(&platform, "get", "secrets", &tenant, &accounts[1]).await?);
     assert!(!can(&platform, "list", "secrets", &tenant, &accounts[1]).await?);
     assert!(!can(&platform, "get", "secrets", &tenant, &accounts[2]).await?);
-    // The grants reach tenant namespaces only, never the platform's own (there they would let the operator list
-    // Secrets and write Deployments).
+    // The release namespace holds the database URL and the env keyring, which reach only the pods they are mounted
+    // into: no component may read or write Secrets there through the apiserver, least of all the edge, which faces
+    // the internet. The tenant grants never reach there either (they would let the operator write Deployments).
     let own = ["-n", ns.as_str()];
-    assert!(!can(&platform, "list", "secrets", &own, &accounts[0]).await?);
+    for account in &accounts {
+        for verb in ["get", "list", "watch", "create"] {
+            assert!(
+                !can(&platform, verb, "secrets", &own, account).await?,
+                "{account} can {verb} Secrets in the release namespace {ns}"
+            );
+        }
+    }
     assert!(!can(&platform, "create", "deployments", &own, &accounts[0]).await?);
-    // Certificates live in the platform's namespace (the chart's default certificate namespace): the operator
-    // writes them there, the edge only reads them there.
-    assert!(can(&platform, "create", "secrets", &own, &accounts[0]).await?);
-    assert!(can(&platform, "watch", "secrets", &own, &accounts[2]).await?);
-    assert!(!can(&platform, "create", "secrets", &own, &accounts[2]).await?);
+    // Certificates live in a namespace of their own: the operator writes them there, the edge only reads them, the
+    // api and the webhook have no business there.
+    let certs_ns = &platform.certificate_namespace;
+    assert_ne!(certs_ns, ns, "certificates share the release namespace");
+    let certs = ["-n", certs_ns.as_str()];
+    for verb in ["get", "create", "patch", "delete"] {
+        assert!(
+            can(&platform, verb, "secrets", &certs, &accounts[0]).await?,
+            "the operator cannot {verb} Secrets in {certs_ns}"
+        );
+    }
+    for (verb, allowed) in [
+        ("get", true),
+        ("list", true),
+        ("watch", true),
+        ("create", false),
+        ("patch", false),
+        ("delete", false),
+    ] {
+        assert_eq!(
+            can(&platform, verb, "secrets", &certs, &accounts[2]).await?,
+            allowed,
+            "whether the edge may {verb} Secrets in {certs_ns}"
+        );
+    }
+    for account in [&accounts[1], &accounts[3]] {
+        assert!(
+            !can(&platform, "get", "secrets", &certs, account).await?,
+            "{account} can get Secrets in {certs_ns}"
+        );
+    }
     Ok(())
 }
 

@@ -48,7 +48,7 @@ pub struct Context {
     pub internal: InternalClient,
     /// DNS lookups of domain verification.
     pub dns: crate::domain::dns::HickoryLookups,
-    /// Issues domain certificates, when an ACME CA and the platform's namespace are configured.
+    /// Issues domain certificates, when an ACME CA and the certificate namespace are configured.
     pub issuer: Option<crate::domain::acme::Issuer>,
 }
 

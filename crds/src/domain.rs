@@ -248,7 +248,7 @@ fn is_zero(n: &u32) -> bool {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CertificateStatus {
-    /// The Secret (in the platform's namespace) that holds the certificate and key.
+    /// The Secret (in the platform's certificate namespace) that holds the certificate and key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
     /// Start of the served certificate's validity.

@@ -2,8 +2,8 @@
 //!
 //! The table is rebuilt from three watches: the platform's wildcard Secret for `*.{app_domain}` (one the platform
 //! operator provides, named by `--tls-wildcard-secret`), the custom domains' certificate Secrets the operator
-//! writes (label `slipway.dev/certificate=domain`, in the platform's namespace only: the edge reads no other
-//! Secret), and the Domains themselves. A custom domain's certificate is served only while its Domain is verified,
+//! writes (label `slipway.dev/certificate=domain`), all in the certificate namespace, a namespace of their own: the
+//! edge reads no other Secret), and the Domains themselves. A custom domain's certificate is served only while its Domain is verified,
 //! so an SNI that is not a verified domain (nor a name under the wildcard) gets no certificate at all, and nothing
 //! here ever asks for one: issuance is the operator's alone.
 //!

@@ -109,11 +109,11 @@ pub struct EdgeArgs {
     /// The domain of channel hostnames ({app_domain}), which the wildcard certificate covers.
     #[arg(long, env = "SLIPWAY_APP_DOMAIN")]
     pub app_domain: Option<String>,
-    /// The platform's namespace, where the certificate Secrets are (the edge reads Secrets there only). Default:
-    /// the namespace the edge runs in (POD_NAMESPACE).
+    /// The namespace of the certificate Secrets, the only one the edge reads Secrets in: give it a namespace of its
+    /// own, holding nothing but certificates. Default: the namespace the edge runs in (POD_NAMESPACE).
     #[arg(long, env = "SLIPWAY_CERTIFICATE_NAMESPACE")]
     pub certificate_namespace: Option<String>,
-    /// Name of the kubernetes.io/tls Secret (in the platform's namespace) holding the certificate for
+    /// Name of the kubernetes.io/tls Secret (in the certificate namespace) holding the certificate for
     /// `*.{app_domain}`.
     #[arg(long, env = "SLIPWAY_TLS_WILDCARD_SECRET")]
     pub tls_wildcard_secret: Option<String>,

@@ -4,7 +4,7 @@
 //! built again and the host moves to it (see [`super::routes::settle`]).
 //!
 //! The certificate table ([`super::certs`]) is kept the same way from Domains and the certificate Secrets of the
-//! platform's namespace ([`start_certificates`]).
+//! certificate namespace ([`start_certificates`]).
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -170,7 +170,7 @@ fn start_load(
 /// Where the edge's certificates come from.
 #[derive(Debug, Clone, Default)]
 pub struct CertificateSources {
-    /// The platform's namespace, holding the certificate Secrets (none are read without it).
+    /// The certificate namespace, holding the certificate Secrets and nothing else (none are read without it).
     pub namespace: Option<String>,
     /// The Secret (in that namespace) of the platform's wildcard certificate for `*.{app_domain}`.
     pub wildcard_secret: Option<String>,

@@ -66,6 +66,8 @@ pub struct Installed {
     pub ssh_port: u16,
     pub app_domain: String,
     pub namespace: String,
+    /// The namespace of the certificate Secrets (tls.certificateNamespace), apart from the release's.
+    pub certificate_namespace: String,
     pub release: String,
     http: Client<HttpConnector, Full<Bytes>>,
 }
@@ -131,6 +133,7 @@ impl Installed {
             ssh_port: ssh_port.parse()?,
             app_domain: var("SLIPWAY_PLATFORM_APP_DOMAIN")?,
             namespace: var("SLIPWAY_PLATFORM_NAMESPACE")?,
+            certificate_namespace: var("SLIPWAY_PLATFORM_CERTIFICATE_NAMESPACE")?,
             release: var("SLIPWAY_PLATFORM_RELEASE")?,
             // A connection per request, as a load balancer in front of the platform opens them: a pooled
             // connection to a replica that is shutting down can be closed by it just as a request is written,

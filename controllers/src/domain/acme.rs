@@ -2,7 +2,7 @@
 //! `http://<domain>/.well-known/acme-challenge/<token>`, which every edge replica answers from the Domain's
 //! status. Only the operator's leader runs this, so a domain has one issuer however many edges serve it.
 //!
-//! The ACME account is made on first use and kept in a Secret in the platform's namespace, so every operator
+//! The ACME account is made on first use and kept in a Secret in the certificate namespace, so every operator
 //! replica (and every restart) uses the same account.
 
 use std::path::PathBuf;

@@ -7,8 +7,8 @@
 //! Steps: read the channel ([`dns_records`](slipway_crds::domain::dns_records) need its hostname) → check DNS when
 //! due ([`dns`], judged by [`apply_check`]) → issue or renew the certificate when due ([`acme`], stored by
 //! [`certificate`]) → write the status with server-side apply (only when it changed) and Events on transitions.
-//! The certificate Secret lives in the platform's namespace, which an owner reference cannot reach, so a finalizer
-//! removes it when the Domain goes.
+//! The certificate Secret lives in the certificate namespace (one of its own, which the edge may read), where an
+//! owner reference cannot reach, so a finalizer removes it when the Domain goes.
 
 pub mod acme;
 pub mod certificate;
