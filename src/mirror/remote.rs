@@ -264,7 +264,6 @@ mod tests {
             "ssh://git@host:22x/x",
             "ssh://git@ho st/x",
             "ssh://git@host/a\nb",
-            "ssh://git@host/-upload-pack",
             "git@host:-x",
             "git@host:",
             "ext::foo",
