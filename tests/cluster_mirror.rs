@@ -4,6 +4,9 @@
 //! commit again; a deploy whose fetch fails; a changed host key; and every address class a sync must not reach,
 //! through a DNS server of the test's own.
 
+// A test fails loudly on a reply of the wrong shape.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::time::Duration;

@@ -254,7 +254,9 @@ async fn relay_git(
             while let Some(msg) = from_server.wait().await {
                 match msg {
                     ChannelMsg::Data { data } => {
-                        if relay_write.write_all(&data).await.is_err() {
+                        // git stopped reading: nothing more to carry.
+                        let carried = relay_write.write_all(&data).await;
+                        if carried.is_err() {
                             break;
                         }
                     }
