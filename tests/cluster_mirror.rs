@@ -98,11 +98,17 @@ impl Mirrored {
     }
 }
 
-#[tokio::test]
-async fn a_mirrored_app_syncs_deploys_and_refuses_other_commits_until_disconnected() -> Result<()> {
+/// An SSH git server with an empty repository `site`, and alice's static app `site` on a fresh API.
+async fn peer_and_site() -> Result<(GitPeer, Mirrored)> {
     let peer = GitPeer::start().await?;
     peer.create_repo("site").await?;
     let m = Mirrored::new(TestApi::start().await?, "static").await?;
+    Ok((peer, m))
+}
+
+#[tokio::test]
+async fn a_mirrored_app_syncs_deploys_and_refuses_other_commits_until_disconnected() -> Result<()> {
+    let (peer, m) = peer_and_site().await?;
     // The app had history of its own before it was connected.
     m.api
         .commit(&m.alice, &m.app_id, json!({"old.txt": "mine"}))
@@ -278,9 +284,7 @@ async fn a_mirrored_app_syncs_deploys_and_refuses_other_commits_until_disconnect
 
 #[tokio::test]
 async fn a_deploy_whose_fetch_fails_answers_409_with_the_sync_error() -> Result<()> {
-    let peer = GitPeer::start().await?;
-    peer.create_repo("site").await?;
-    let m = Mirrored::new(TestApi::start().await?, "static").await?;
+    let (peer, m) = peer_and_site().await?;
     m.api
         .commit(&m.alice, &m.app_id, json!({"index.html": "before"}))
         .await;
@@ -317,9 +321,7 @@ async fn a_deploy_whose_fetch_fails_answers_409_with_the_sync_error() -> Result<
 
 #[tokio::test]
 async fn the_host_key_is_pinned_on_the_first_sync_and_a_changed_one_is_refused() -> Result<()> {
-    let peer = GitPeer::start().await?;
-    peer.create_repo("site").await?;
-    let m = Mirrored::new(TestApi::start().await?, "static").await?;
+    let (peer, m) = peer_and_site().await?;
     let key = m.connect(&peer.url("site")).await.expect(200, None)["public_key"]
         .as_str()
         .unwrap()
