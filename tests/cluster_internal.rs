@@ -178,7 +178,7 @@ impl Fixture {
 
 #[tokio::test]
 async fn the_operator_reaches_every_route_and_the_edge_only_site_archives() -> Result<()> {
-    let f = fixture("internalroles").await?;
+    let f = fixture("introles").await?;
     let operator = f.api.operator_token.clone();
     let edge = f.api.edge_token.clone();
     for route in f.routes() {
@@ -212,7 +212,7 @@ async fn the_operator_reaches_every_route_and_the_edge_only_site_archives() -> R
 
 #[tokio::test]
 async fn callers_without_a_role_or_a_valid_token_get_nothing() -> Result<()> {
-    let f = fixture("internalrefusals").await?;
+    let f = fixture("intrefusals").await?;
     let kube = &f.api.kube;
     let ns = f.api.callers_namespace.name().to_owned();
 
@@ -264,7 +264,7 @@ async fn callers_without_a_role_or_a_valid_token_get_nothing() -> Result<()> {
 
 #[tokio::test]
 async fn signed_source_urls_open_one_commit_until_they_expire() -> Result<()> {
-    let f = fixture("internalsources").await?;
+    let f = fixture("intsources").await?;
     let url = f
         .mint(&f.code_id, json!({"sha": f.code_sha}))
         .await
@@ -353,7 +353,7 @@ async fn signed_source_urls_open_one_commit_until_they_expire() -> Result<()> {
 
 #[tokio::test]
 async fn each_listener_serves_only_its_own_routes() -> Result<()> {
-    let f = fixture("internallisteners").await?;
+    let f = fixture("intlisteners").await?;
     let operator = f.api.operator_token.clone();
     for route in f.routes() {
         let reply = f
