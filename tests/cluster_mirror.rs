@@ -366,6 +366,117 @@ async fn the_host_key_is_pinned_on_the_first_sync_and_a_changed_one_is_refused()
 }
 
 #[tokio::test]
+async fn each_sync_resolves_the_name_once_and_fetches_from_the_address_it_vetted() -> Result<()> {
+    let peer = GitPeer::start().await?;
+    peer.create_repo("site").await?;
+    let dns = TestDns::serve(&[("forge.test", &["127.0.0.1"][..])]).await?;
+    let api = TestApi::start()
+        .await?
+        .with_mirrors(support::mirror_config(Some(dns.addr)));
+    let m = Mirrored::new(api, "static").await?;
+    let url = peer.url_via("forge.test", "site");
+    let key = m.connect(&url).await.expect(200, None)["public_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        dns.queries("forge.test"),
+        (0, 0),
+        "connect resolves nothing"
+    );
+    peer.authorize(&key)?;
+    let first = peer
+        .commit("site", "master", &[("a.txt", "one")], false)
+        .await?;
+    let synced = m.sync().await;
+    assert_eq!(synced["last_sync_status"], "success", "{synced}");
+    assert_eq!(
+        synced["last_sync_refs"]["refs/heads/master"],
+        first.as_str()
+    );
+    // One A and one AAAA query: the connection went to the address that was vetted, with no lookup of its own
+    // that a rebinding answer could turn elsewhere.
+    assert_eq!(dns.queries("forge.test"), (1, 1));
+
+    // The name now points at a private address: the next sync and a deploy's fetch each resolve it afresh and
+    // refuse before connecting; nothing is fetched.
+    dns.set("forge.test", &["10.0.0.1"])?;
+    peer.commit("site", "master", &[("a.txt", "two")], false)
+        .await?;
+    let refused = m.sync().await;
+    assert_eq!(refused["last_sync_status"], "failed", "{refused}");
+    let error = refused["last_sync_error"].as_str().unwrap();
+    assert!(
+        error.contains("private") && error.contains("refused to connect"),
+        "{error}"
+    );
+    assert_eq!(
+        refused["last_sync_refs"]["refs/heads/master"],
+        first.as_str()
+    );
+    assert_eq!(dns.queries("forge.test"), (2, 2));
+    let body = m
+        .deploy(json!({"ref": "master"}))
+        .await
+        .expect(409, Some("conflict"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("private"),
+        "{body}"
+    );
+    assert_eq!(dns.queries("forge.test"), (3, 3));
+    assert_eq!(m.file("a.txt").await, "one");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_deploy_key_is_stored_sealed_resealed_on_rotation_and_discarded_on_disconnect()
+-> Result<()> {
+    use slipway::env::crypto::{Keyring, Sealed};
+    let m = Mirrored::new(TestApi::start().await?, "static").await?;
+    let app: uuid::Uuid = m.app_id.parse()?;
+    let url = "ssh://git@127.0.0.1:9/x.git";
+    let public = m.connect(url).await.expect(200, None)["public_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let db = m.api.state.db().clone();
+    let (key_id, bytes) = stored_key(&db, app).await?.unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        !text.contains("PRIVATE KEY") && !text.contains("openssh-key-v1"),
+        "sealed, not plain: {text}"
+    );
+
+    // Key rotation re-seals it with the new keyring entry, which alone opens it afterwards.
+    let new_line = Keyring::generate_line("next");
+    let during = Keyring::parse(&format!("{new_line}\n{}", m.api.keyring_line))?;
+    assert_eq!(slipway::mirror::keys::reseal_all(&db, &during).await?, 1);
+    assert_eq!(slipway::mirror::keys::reseal_all(&db, &during).await?, 0);
+    let (new_id, new_bytes) = stored_key(&db, app).await?.unwrap();
+    assert_ne!(new_id, key_id);
+    assert_eq!(new_id, "next");
+    let opened = slipway::mirror::keys::open(
+        &Keyring::parse(&new_line)?,
+        app,
+        &Sealed {
+            key_id: new_id,
+            bytes: new_bytes,
+        },
+    )?;
+    assert_eq!(opened.public_key().to_openssh()?, public);
+
+    // Disconnecting discards the key; connecting again makes a new one.
+    m.disconnect().await;
+    assert!(stored_key(&db, app).await?.is_none(), "the key is gone");
+    let again = m.connect(url).await.expect(200, None);
+    assert_ne!(again["public_key"], public.as_str());
+    Ok(())
+}
+
+#[tokio::test]
 async fn connect_takes_ssh_urls_only_and_checks_the_state() -> Result<()> {
     let m = Mirrored::new(TestApi::start().await?, "static").await?;
     for bad in [
@@ -534,6 +645,16 @@ async fn every_address_class_a_mirror_must_not_reach_is_refused_before_connectin
     );
     node.delete(&kube).await?;
     Ok(())
+}
+
+/// The sealed deploy key of `app` as the database holds it (keyring entry, bytes), if one is connected.
+async fn stored_key(db: &sqlx::PgPool, app: uuid::Uuid) -> Result<Option<(String, Vec<u8>)>> {
+    Ok(
+        sqlx::query_as("SELECT private_key_id, private_key FROM git_mirrors WHERE app_id = $1")
+            .bind(app)
+            .fetch_optional(db)
+            .await?,
+    )
 }
 
 /// A Node object with one address and one pod range (unschedulable: nothing runs there).

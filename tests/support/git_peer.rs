@@ -95,8 +95,13 @@ impl GitPeer {
 
     /// The SSH URL of the repository `name`.
     pub fn url(&self, name: &str) -> String {
+        self.url_via("127.0.0.1", name)
+    }
+
+    /// The SSH URL of the repository `name` with `host` (a name the test resolves to 127.0.0.1) for the server.
+    pub fn url_via(&self, host: &str, name: &str) -> String {
         format!(
-            "ssh://{}@127.0.0.1:{}{}",
+            "ssh://{}@{host}:{}{}",
             self.user,
             self.port,
             self.repo_path(name).display()
