@@ -61,6 +61,17 @@ impl Mirrored {
             .expect(200, None)
     }
 
+    /// A sync that fails, with an error naming each of `words`; answers the status.
+    async fn failed_sync(&self, words: &[&str]) -> Value {
+        let status = self.sync().await;
+        assert_eq!(status["last_sync_status"], "failed", "{status}");
+        let error = status["last_sync_error"].as_str().unwrap();
+        for word in words {
+            assert!(error.contains(word), "{word:?} in {error}");
+        }
+        status
+    }
+
     async fn status(&self) -> Value {
         self.api
             .get(&self.route(""), &self.alice)
@@ -85,6 +96,16 @@ impl Mirrored {
             .await;
         assert_eq!(reply.status, 200, "{path}: {}", reply.body);
         reply.body.as_str().unwrap_or_default().to_owned()
+    }
+
+    async fn channel(&self) -> Value {
+        self.api
+            .get(
+                &format!("/apps/{}/channels/{}", self.app_id, self.prod_id),
+                &self.alice,
+            )
+            .await
+            .expect(200, None)
     }
 
     async fn deploy(&self, body: Value) -> support::Reply {
@@ -175,10 +196,7 @@ async fn a_mirrored_app_syncs_deploys_and_refuses_other_commits_until_disconnect
     let a0 = peer
         .commit("site", "master", &[("index.html", "v1")], false)
         .await?;
-    let failed = m.sync().await;
-    assert_eq!(failed["last_sync_status"], "failed", "{failed}");
-    let error = failed["last_sync_error"].as_str().unwrap();
-    assert!(error.contains("refused the deploy key"), "{error}");
+    let failed = m.failed_sync(&["refused the deploy key"]).await;
     assert_eq!(failed["last_sync_refs"], Value::Null);
     assert!(failed["last_synced_at"].is_string());
 
@@ -262,14 +280,7 @@ async fn a_mirrored_app_syncs_deploys_and_refuses_other_commits_until_disconnect
         })
     );
     assert_eq!(m.file("index.html").await, "v3");
-    let channel = m
-        .api
-        .get(
-            &format!("/apps/{}/channels/{}", m.app_id, m.prod_id),
-            &m.alice,
-        )
-        .await
-        .expect(200, None);
+    let channel = m.channel().await;
     assert_eq!(channel["current_sha"], a2.as_str());
     m.api
         .commit(&m.alice, &m.app_id, json!({"after.txt": "mine again"}))
@@ -295,14 +306,7 @@ async fn a_deploy_whose_fetch_fails_answers_409_with_the_sync_error() -> Result<
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("refused the deploy key"), "{message}");
     // Nothing was queued, and the failure is the mirror's status too.
-    let channel = m
-        .api
-        .get(
-            &format!("/apps/{}/channels/{}", m.app_id, m.prod_id),
-            &m.alice,
-        )
-        .await
-        .expect(200, None);
+    let channel = m.channel().await;
     assert_eq!(channel["pending_deploy"], Value::Null);
     assert_eq!(m.status().await["last_sync_status"], "failed");
     // A server that is down fails the same way, naming the connection.
@@ -335,17 +339,8 @@ async fn the_host_key_is_pinned_on_the_first_sync_and_a_changed_one_is_refused()
     peer.restart_with_new_host_key().await?;
     peer.commit("site", "master", &[("a.txt", "two")], false)
         .await?;
-    let refused = m.sync().await;
-    assert_eq!(refused["last_sync_status"], "failed", "{refused}");
-    let error = refused["last_sync_error"].as_str().unwrap();
-    assert!(
-        error.contains("host key") && error.contains("changed"),
-        "{error}"
-    );
-    assert!(
-        error.contains("SHA256:"),
-        "the fingerprints are named: {error}"
-    );
+    // The fingerprints are named.
+    let refused = m.failed_sync(&["host key", "changed", "SHA256:"]).await;
     assert_eq!(
         refused["last_sync_refs"]["refs/heads/master"],
         first.as_str(),
@@ -403,13 +398,7 @@ async fn each_sync_resolves_the_name_once_and_fetches_from_the_address_it_vetted
     dns.set("forge.test", &["10.0.0.1"])?;
     peer.commit("site", "master", &[("a.txt", "two")], false)
         .await?;
-    let refused = m.sync().await;
-    assert_eq!(refused["last_sync_status"], "failed", "{refused}");
-    let error = refused["last_sync_error"].as_str().unwrap();
-    assert!(
-        error.contains("private") && error.contains("refused to connect"),
-        "{error}"
-    );
+    let refused = m.failed_sync(&["private", "refused to connect"]).await;
     assert_eq!(
         refused["last_sync_refs"]["refs/heads/master"],
         first.as_str()
