@@ -177,7 +177,7 @@ async fn a_mirrored_app_syncs_deploys_and_refuses_other_commits_until_disconnect
         .expect(409, Some("conflict"));
     let base = m.api.serve().await?;
     let remote = http_remote(&base, &m.alice.token, &m.alice.username, "site");
-    let ws = support::git::Workspace::new()?;
+    let mut ws = support::git::Workspace::new()?;
     ws.git(".", &["clone", "-q", &remote, "local"]).await?;
     ws.write("local/y.txt", "y")?;
     ws.git("local", &["add", "-A"]).await?;
@@ -188,6 +188,23 @@ async fn a_mirrored_app_syncs_deploys_and_refuses_other_commits_until_disconnect
     assert!(!push.ok, "a push to a mirrored app is refused");
     assert!(
         push.stderr.contains("403") || push.stderr.contains("mirrors an external"),
+        "{}",
+        push.stderr
+    );
+    // Over SSH the push is refused too, with the reason.
+    let port = m.api.serve_ssh().await?;
+    let key = ws.ssh_key("alice_key").await?;
+    m.api
+        .post("/ssh-keys", &m.alice, json!({"public_key": key}))
+        .await
+        .expect(200, None);
+    ws.ssh_command = Some(ws.ssh_command_for("alice_key", port));
+    let ssh_remote = format!("ssh://git@127.0.0.1:{port}/{}/site.git", m.alice.username);
+    let push = ws
+        .try_git("local", &["push", &ssh_remote, "HEAD:master"])
+        .await?;
+    assert!(
+        !push.ok && push.stderr.contains("mirrors an external"),
         "{}",
         push.stderr
     );
