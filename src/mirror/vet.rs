@@ -26,7 +26,7 @@ pub struct Policy {
 impl Policy {
     /// Why `ip` may not be reached, or `None` when it may.
     pub fn refusal(&self, ip: IpAddr) -> Option<String> {
-        let ip = ip.to_canonical();
+        let ip = carried_v4(ip);
         if self.allow.iter().any(|n| n.contains(&ip)) {
             return None;
         }
@@ -48,6 +48,18 @@ impl Policy {
             )),
             None => Ok(()),
         }
+    }
+}
+
+/// The IPv4 address an IPv4-mapped (`::ffff:a.b.c.d`) or IPv4-compatible (`::a.b.c.d`) address carries, so the
+/// allowlist, the cluster's networks and the classes judge it as that address; any other address as it is.
+fn carried_v4(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) if !v6.is_unspecified() && !v6.is_loopback() && in_v6(v6, "::/96") => {
+            let [.., a, b, c, d] = v6.octets();
+            IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+        }
+        other => other,
     }
 }
 
@@ -236,6 +248,13 @@ mod tests {
         let why = policy.refusal(ip("203.0.114.7")).unwrap();
         assert!(why.contains("Service range"), "{why}");
         assert!(policy.refusal(ip("93.184.0.1")).is_some());
+        for form in ["::ffff:93.184.0.1", "::93.184.0.1", "::ffff:203.0.114.7"] {
+            let why = policy.refusal(ip(form)).unwrap_or_default();
+            assert!(
+                why.contains("cluster") || why.contains("node"),
+                "{form}: {why:?}"
+            );
+        }
     }
 
     #[test]
