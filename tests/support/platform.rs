@@ -345,11 +345,58 @@ impl Installed {
     }
 
     /// Deletes the app (its channels, workloads and repository go with it).
+    /// Deletes the app through the API and waits until the operator has removed what it ran for it (its channels,
+    /// their Deployments and pods), so a missing verb in the operator's tenant grants fails here, and nothing of it
+    /// outlives the release.
     pub async fn delete_app(&self, account: &Account, app: &str) -> Result<()> {
+        let name = self
+            .call("GET", &format!("/apps/{app}"), account, None)
+            .await?
+            .expect(200)["name"]
+            .as_str()
+            .context("app name")?
+            .to_owned();
         self.call("DELETE", &format!("/apps/{app}"), account, None)
             .await?
             .expect(204);
-        Ok(())
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let channels = kubectl(&[
+                "-n",
+                &account.namespace,
+                "get",
+                "channels.slipway.dev",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.spec.app}{\"\\n\"}{end}",
+            ])
+            .await?;
+            let channels: Vec<&str> = channels
+                .lines()
+                .filter(|line| line.split_whitespace().nth(1) == Some(name.as_str()))
+                .collect();
+            let running = kubectl(&[
+                "-n",
+                &account.namespace,
+                "get",
+                "deployments,pods",
+                "-l",
+                &format!("{}={name}", slipway_crds::labels::APP),
+                "-o",
+                "name",
+            ])
+            .await?;
+            if channels.is_empty() && running.trim().is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "two minutes after deleting app {name}, still there in {}: channels {channels:?}, {}",
+                    account.namespace,
+                    running.trim()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 }
 
