@@ -127,6 +127,10 @@ api:
   persistence:
     storageClass: slipway-local
     size: 10Gi
+  # The node publishes no podCIDR (the controller manager allocates none), so a git mirror's sync learns the pod
+  # range from here; the Service range it reads from the cluster's ServiceCIDR.
+  mirror:
+    denyCidrs: [$SLIPWAY_POD_CIDR]
 edge:
   service:
     type: NodePort

@@ -95,7 +95,8 @@ for tier in "${tiers[@]}"; do
         "$HACK/install.sh" install
         eval "$("$HACK/install.sh" env)"
         cargo_test -p slipway --locked --test e2e_platform
-        cargo_test -p slipway --locked --test e2e_platform_upgrade
+        # --show-output: its count of requests answered during the upgrade belongs in the log.
+        cargo_test -p slipway --locked --test e2e_platform_upgrade -- --show-output
         "$HACK/install.sh" uninstall
         # 2. The components run in the test process, for the tests that reach inside them (stop an operator
         #    mid-deploy, read the edge's metrics, drive the build and run steps directly).

@@ -72,8 +72,9 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             let db = crate::db::connect(&database_url).await?;
             let rows = crate::env::store::reseal_all(&db, &ring).await?;
             let snapshots = crate::env::snapshot::reseal_all(&db, &ring).await?;
+            let mirror_keys = crate::mirror::keys::reseal_all(&db, &ring).await?;
             eprintln!(
-                "resealed {rows} env values and {snapshots} deploy snapshots with key {}",
+                "resealed {rows} env values, {snapshots} deploy snapshots and {mirror_keys} mirror deploy keys with key {}",
                 ring.active_id()
             );
             Ok(())

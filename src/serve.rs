@@ -6,12 +6,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use ipnet::IpNet;
 
 use slipway_internal::{CallerSpec, Callers, SourceKey};
 
 use crate::api::internal::guard::InternalAccess;
 use crate::api::state::{AppState, Limits, PublicNames};
 use crate::auth::rate::Budget;
+use crate::mirror::MirrorConfig;
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
 
@@ -102,6 +104,29 @@ pub struct ApiArgs {
     /// "pack exceeds maximum allowed size". Default 1 GiB.
     #[arg(long, env = "SLIPWAY_GIT_MAX_PUSH_BYTES", default_value_t = Limits::DEFAULT_GIT_MAX_PUSH_BYTES)]
     pub git_max_push_bytes: u64,
+    /// A network git mirrors may reach although it is private, loopback, link-local or the cluster's own (an
+    /// on-premises forge); narrow it to the forge's address. Repeat the flag or separate with commas.
+    #[arg(
+        long = "mirror-allow-cidr",
+        env = "SLIPWAY_MIRROR_ALLOW_CIDRS",
+        value_delimiter = ','
+    )]
+    pub mirror_allow_cidrs: Vec<IpNet>,
+    /// A network git mirrors may not reach, on top of the fixed private classes and the node addresses, pod
+    /// ranges and Service ranges read from the cluster (name the pod and Service ranges here when the cluster does
+    /// not publish them). Repeat the flag or separate with commas.
+    #[arg(
+        long = "mirror-deny-cidr",
+        env = "SLIPWAY_MIRROR_DENY_CIDRS",
+        value_delimiter = ','
+    )]
+    pub mirror_deny_cidrs: Vec<IpNet>,
+    /// DNS server (IP:PORT) that resolves git mirrors' hosts; default: the system's resolver configuration.
+    #[arg(long, env = "SLIPWAY_MIRROR_DNS_SERVER")]
+    pub mirror_dns_server: Option<SocketAddr>,
+    /// Longest one git mirror sync may take (connection and fetch), in seconds.
+    #[arg(long, env = "SLIPWAY_MIRROR_SYNC_TIMEOUT", default_value_t = MirrorConfig::DEFAULT_TIMEOUT.as_secs())]
+    pub mirror_sync_timeout: u64,
 }
 
 impl ApiArgs {
@@ -110,6 +135,17 @@ impl ApiArgs {
         Limits {
             rate: Budget::from_flags(self.rate_limit_per_minute, self.rate_limit_burst),
             git_max_push_bytes: self.git_max_push_bytes,
+        }
+    }
+
+    /// The mirror settings the flags set.
+    pub fn mirrors(&self) -> MirrorConfig {
+        MirrorConfig {
+            allow: self.mirror_allow_cidrs.clone(),
+            deny: self.mirror_deny_cidrs.clone(),
+            dns_server: self.mirror_dns_server,
+            timeout: std::time::Duration::from_secs(self.mirror_sync_timeout.max(1)),
+            ..MirrorConfig::default()
         }
     }
 }
@@ -152,7 +188,8 @@ pub async fn state(
             keyring,
             internal,
         )
-        .with_limits(args.limits()),
+        .with_limits(args.limits())
+        .with_mirrors(args.mirrors()),
         tasks,
     ))
 }

@@ -3,8 +3,8 @@
 //! component runs as pods under the chart's ServiceAccounts and RBAC, so a missing verb or a wrong value fails here:
 //! git over HTTP and SSH, a static and an `app` deploy going live through the edge (the static one also over HTTPS
 //! with the chart's wildcard certificate), admission through `kubectl apply`, the internal listener answering only
-//! the callers it knows, and no component holding Secrets cluster-wide or in the release namespace (the edge reads
-//! certificates in a namespace of their own).
+//! the callers it knows, a git mirror's sync refusing the cluster's own networks, and no component holding Secrets
+//! cluster-wide or in the release namespace (the edge reads certificates in a namespace of their own).
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -171,6 +171,47 @@ async fn an_app_pushed_over_ssh_builds_and_answers_through_the_edge() -> Result<
         .await?;
     assert!(page.contains("uid=10001"), "{page}");
     platform.delete_app(&bob, &app).await
+}
+
+#[tokio::test]
+async fn a_git_mirror_of_the_installed_api_refuses_the_cluster_s_own_networks() -> Result<()> {
+    let platform = Installed::from_env()?;
+    // The chart passes the pod range install.sh names (the node publishes none).
+    let pod_cidr = std::env::var("SLIPWAY_POD_CIDR")?;
+    let env = kubectl(&[
+        "-n",
+        &platform.namespace,
+        "get",
+        &format!("deployment/{}-api", platform.release),
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].env[?(@.name==\"SLIPWAY_MIRROR_DENY_CIDRS\")].value}",
+    ])
+    .await?;
+    assert_eq!(env.trim(), pod_cidr);
+    // A name the pod's resolver answers with a Service address: the sync resolves it, lists the cluster's
+    // networks under the chart's RBAC, and refuses before connecting.
+    let mia = platform.account("mia").await?;
+    let (app, _) = platform.create_app(&mia, "mirrored", "static").await?;
+    platform
+        .call(
+            "POST",
+            &format!("/apps/{app}/github/connect"),
+            &mia,
+            Some(json!({"remote_url": "ssh://git@kubernetes.default.svc.cluster.local/x.git"})),
+        )
+        .await?
+        .expect(200);
+    let status = platform
+        .call("POST", &format!("/apps/{app}/github/sync"), &mia, None)
+        .await?
+        .expect(200);
+    assert_eq!(status["last_sync_status"], "failed", "{status}");
+    let error = status["last_sync_error"].as_str().unwrap();
+    assert!(
+        error.contains("refused to connect") && error.contains("the cluster's Service range"),
+        "{error}"
+    );
+    platform.delete_app(&mia, &app).await
 }
 
 #[tokio::test]

@@ -12,6 +12,8 @@ pub mod env;
 pub mod error;
 pub mod extract;
 pub mod internal;
+pub mod members;
+pub mod mirror;
 pub mod plans;
 pub mod repo;
 pub mod ssh_keys;
@@ -79,6 +81,8 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(deploys::routes())
         .merge(domains::routes())
         .merge(ssh_keys::routes())
+        .merge(members::routes())
+        .merge(mirror::routes())
         .split_for_parts();
     document_request_budget(&mut doc);
     (routes, doc)

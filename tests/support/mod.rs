@@ -8,7 +8,9 @@
 // Test support: a panic is the right answer to a broken fixture, and not every test uses every helper.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod dns;
 pub mod git;
+pub mod git_peer;
 pub mod https;
 pub mod platform;
 
@@ -173,7 +175,21 @@ async fn api_state(
         names,
         Keyring::parse(keyring_line)?,
         internal_access(kube, callers_namespace)?,
-    ))
+    )
+    .with_mirrors(mirror_config(None)))
+}
+
+/// Mirror settings for tests: loopback is allowed (the SSH git server of the tests listens there), git's SSH
+/// command is the slipway binary built for these tests, and names are resolved by `dns` only. Without one, the
+/// resolver asks a closed port on loopback, so no test ever sends a query beyond this machine.
+pub fn mirror_config(dns: Option<std::net::SocketAddr>) -> slipway::mirror::MirrorConfig {
+    slipway::mirror::MirrorConfig {
+        allow: vec!["127.0.0.1/32".parse().expect("cidr")],
+        deny: Vec::new(),
+        dns_server: Some(dns.unwrap_or_else(|| "127.0.0.1:9".parse().expect("addr"))),
+        relay_program: env!("CARGO_BIN_EXE_slipway").into(),
+        timeout: std::time::Duration::from_secs(60),
+    }
 }
 
 /// The internal listener's checks: the `operator` and `edge` ServiceAccounts of `namespace` in their roles, and a
@@ -267,6 +283,13 @@ impl TestApi {
     /// The same API under other limits (a fresh router with fresh request budgets).
     pub fn with_limits(mut self, limits: slipway::api::state::Limits) -> Self {
         self.state = self.state.clone().with_limits(limits);
+        self.router = slipway::api::router(self.state.clone());
+        self
+    }
+
+    /// The same API with other mirror settings (a fresh router).
+    pub fn with_mirrors(mut self, config: slipway::mirror::MirrorConfig) -> Self {
+        self.state = self.state.clone().with_mirrors(config);
         self.router = slipway::api::router(self.state.clone());
         self
     }
