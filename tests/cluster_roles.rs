@@ -3,6 +3,9 @@
 //! independently of the code's own table; a role below it gets 403 `permission_denied`, a stranger 404 `not_found`,
 //! and a permitted role the route's success. A route missing from the table fails the test, so every new app route
 //! takes a stand.
+//!
+//! Needs `hack/pebble.sh start` and its `env` (hack/test.sh starts it for this tier): the operator checks the shared
+//! app's custom domains against its test DNS.
 
 // A test fails loudly on a reply of the wrong shape.
 #![allow(clippy::unwrap_used)]
@@ -60,6 +63,26 @@ const ROUTES: &[(&str, &str, Who)] = &[
         "/apps/{app_id}/channels/{channel_id}/deploys/{deploy_id}/env",
         Who::Member,
     ),
+    (
+        "get",
+        "/apps/{app_id}/channels/{channel_id}/domains",
+        Who::Member,
+    ),
+    (
+        "post",
+        "/apps/{app_id}/channels/{channel_id}/domains",
+        Who::Admin,
+    ),
+    (
+        "post",
+        "/apps/{app_id}/channels/{channel_id}/domains/{domain}/verify",
+        Who::Admin,
+    ),
+    (
+        "delete",
+        "/apps/{app_id}/channels/{channel_id}/domains/{domain}",
+        Who::Admin,
+    ),
     ("get", "/apps/{app_id}/tree", Who::Member),
     ("get", "/apps/{app_id}/blob", Who::Member),
     ("post", "/apps/{app_id}/changeset", Who::Member),
@@ -90,6 +113,10 @@ struct Fixture {
     app_id: String,
     channel_id: String,
     deploy_id: String,
+    /// A custom domain attached to the prod channel.
+    domain: String,
+    /// Makes this run's domain names its own (a domain is unique across accounts).
+    run: String,
 }
 
 impl Fixture {
@@ -120,6 +147,16 @@ impl Fixture {
     }
 
     /// A channel of the app to delete.
+    /// The prod channel's domains path.
+    fn domains(&self) -> String {
+        self.app(&format!("/channels/{}/domains", self.channel_id))
+    }
+
+    /// A domain of this run, named for `what`.
+    fn domain_named(&self, what: &str) -> String {
+        format!("{what}-{}.example", self.run)
+    }
+
     async fn spare_channel(&self, tag: &str) -> String {
         let channel = self
             .as_owner(
@@ -146,6 +183,7 @@ impl Fixture {
             .replace("{channel_id}", &self.channel_id)
             .replace("{deploy_id}", &self.deploy_id)
             .replace("{key}", "SHARED_KEY")
+            .replace("{domain}", &self.domain)
             .replace("{username}", &self.newcomer.username);
         let mut body = None;
         let mut success = if method == "delete" { 204 } else { 200 };
@@ -184,6 +222,24 @@ impl Fixture {
             }
             ("delete", "/apps/{app_id}/env/{key}") => {
                 path = self.app(&format!("/env/GONE_{}", tag.to_uppercase()))
+            }
+            ("post", "/apps/{app_id}/channels/{channel_id}/domains") => {
+                body = Some(json!({"domain": self.domain_named(&format!("made{tag}"))}));
+                success = 201;
+            }
+            ("post", "/apps/{app_id}/channels/{channel_id}/domains/{domain}/verify") => {
+                body = Some(json!({}))
+            }
+            ("delete", "/apps/{app_id}/channels/{channel_id}/domains/{domain}") if permitted => {
+                let spare = self.domain_named(&format!("gone{tag}"));
+                self.as_owner(
+                    Method::POST,
+                    &self.domains(),
+                    Some(json!({"domain": spare})),
+                )
+                .await;
+                path = format!("{}/{spare}", self.domains());
+                success = 200;
             }
             ("put", "/apps/{app_id}/members/{username}") => body = Some(json!({"role": "member"})),
             ("delete", "/apps/{app_id}/members/{username}") if permitted => {
@@ -265,7 +321,21 @@ async fn fixture() -> Result<Fixture> {
     )
     .await
     .expect(204, None);
-    api.start_operator_without_node(&owner.namespace).await?;
+    // The operator checks domains against the test DNS, where nothing is set: a verify answers at once, pending.
+    api.start_operator_with_domains(
+        &owner.namespace,
+        support::https::domains_config(&owner.namespace, false)?,
+    )
+    .await?;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let domain = format!("shared-{run}.example");
+    api.post(
+        &format!("/apps/{app_id}/channels/{channel_id}/domains"),
+        &owner,
+        json!({"domain": domain}),
+    )
+    .await
+    .expect(201, None);
     let deploy_id = api
         .deploy(&owner, &app_id, &channel_id, json!({"ref": "master"}))
         .await;
@@ -299,6 +369,8 @@ async fn fixture() -> Result<Fixture> {
         app_id,
         channel_id,
         deploy_id,
+        domain,
+        run,
     })
 }
 
@@ -371,6 +443,22 @@ async fn every_app_route_answers_each_role_as_the_table_says() -> Result<()> {
         .await
         .expect(200, None);
     assert_eq!(secret["value"], "s3cret");
+    // The domains: the shared one, and one attached by each role permitted to (the spares were detached again).
+    let list = fx.api.get(&fx.domains(), &fx.owner).await.expect(200, None);
+    let mut names: Vec<&str> = list["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["domain"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    let mut expected = [
+        fx.domain.clone(),
+        fx.domain_named("madeadmin"),
+        fx.domain_named("madeowner"),
+    ];
+    expected.sort_unstable();
+    assert_eq!(names, expected);
     Ok(())
 }
 

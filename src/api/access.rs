@@ -18,7 +18,7 @@ use crate::auth::Caller;
 pub enum Role {
     /// May use the app: read it, push and commit, deploy, set variables.
     Member,
-    /// May also administer it: settings, channels, secret values, mirror syncs.
+    /// May also administer it: settings, channels, custom domains, secret values, mirror syncs.
     Admin,
     /// Owns the app: may also delete it, share it, and connect or disconnect a mirror.
     Owner,
@@ -47,8 +47,8 @@ impl Role {
 /// What a route does to an app, as far as roles are concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    /// Read the app and what it holds: channels, files, logs, images, variables (secret values null), deploy env
-    /// snapshots, code downloads, mirror status, the member list; fetch over git.
+    /// Read the app and what it holds: channels, custom domains, files, logs, images, variables (secret values
+    /// null), deploy env snapshots, code downloads, mirror status, the member list; fetch over git.
     Read,
     /// Change code and bring it live: push, commit, deploy, set and delete variables.
     Write,
@@ -56,6 +56,8 @@ pub enum Action {
     RevealSecret,
     /// Create and delete channels.
     ManageChannels,
+    /// Attach, verify and detach custom domains (they change routing and certificates, like channels).
+    ManageDomains,
     /// Change the app's access toggles.
     ChangeSettings,
     /// Fetch from the connected external repository now.
@@ -78,6 +80,7 @@ impl Action {
             Action::Read | Action::Write => Role::Member,
             Action::RevealSecret
             | Action::ManageChannels
+            | Action::ManageDomains
             | Action::ChangeSettings
             | Action::SyncMirror => Role::Admin,
             Action::ChangeAgentAccess
@@ -94,6 +97,7 @@ impl Action {
             Action::Write => "changing code, deploys or variables",
             Action::RevealSecret => "revealing a secret value",
             Action::ManageChannels => "creating or deleting channels",
+            Action::ManageDomains => "attaching, verifying or detaching custom domains",
             Action::ChangeSettings => "changing settings",
             Action::SyncMirror => "syncing the mirror",
             Action::ChangeAgentAccess => "changing agent access",

@@ -23,7 +23,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, VisibleApp};
+use super::access::{self, Action, VisibleApp};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::state::AppState;
@@ -180,7 +180,7 @@ async fn list_domains(
     caller: Caller,
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
 ) -> Result<Json<DomainList>, ApiError> {
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     let (channel, hostname) = channel_and_host(&state, &app, channel_id)?;
     let domains = state
         .cache()
@@ -207,7 +207,7 @@ async fn attach_domain(
     Json(req): Json<AttachDomain>,
 ) -> Result<(StatusCode, Json<DomainView>), ApiError> {
     caller.require_scope(scopes::CHANNEL)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::ManageDomains).await?;
     let (channel, hostname) = channel_and_host(&state, &app, channel_id)?;
     let domain = DomainName::parse_attachable(&req.domain, &state.names().app_domain)?;
     let channel_name = channel.metadata.name.clone().unwrap_or_default();
@@ -268,7 +268,7 @@ async fn verify_domain(
     Path((app_id, channel_id, domain)): Path<(Uuid, Uuid, String)>,
 ) -> Result<Json<DomainView>, ApiError> {
     caller.require_scope(scopes::CHANNEL)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::ManageDomains).await?;
     let (channel, hostname) = channel_and_host(&state, &app, channel_id)?;
     let resource = attached(&state, &app, &channel, &domain)?;
     let request = format!(
@@ -317,7 +317,7 @@ async fn detach_domain(
     Path((app_id, channel_id, domain)): Path<(Uuid, Uuid, String)>,
 ) -> Result<Json<Detached>, ApiError> {
     caller.require_scope(scopes::CHANNEL)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::ManageDomains).await?;
     let (channel, _) = channel_and_host(&state, &app, channel_id)?;
     let resource = attached(&state, &app, &channel, &domain)?;
     let api: Api<Domain> = Api::namespaced(state.kube().clone(), &app.namespace);
