@@ -386,7 +386,7 @@ impl TestApi {
         token: Option<&str>,
         body: Option<Value>,
     ) -> Reply {
-        send_to(&self.internal_router, request(method, path, token, body)).await
+        call_on(&self.internal_router, method, path, token, body).await
     }
 
     /// Sends a prepared request to the public routes.
