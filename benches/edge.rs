@@ -4,7 +4,12 @@
 //! 1. static files: requests per second and p99 of `slipway edge` serving a deployed static site from its cache,
 //!    and of nginx serving the same files from disk (sendfile, access logs off on both), with the ratio;
 //! 2. the proxy: p50 latency of requests to a dynamic channel through the edge, against the same backend hit
-//!    directly (one connection, one request at a time), and the difference: what the proxy adds.
+//!    directly (one connection, one request at a time), and the difference: what the proxy adds;
+//! 3. HTTPS: the same static file over TLS from the edge and from nginx with the same certificate, over HTTP/1.1
+//!    and HTTP/2, driven by `h2load` (Debian's nghttp2-client): requests per second, p99 (from h2load's per-request
+//!    log) and the ratio;
+//! 4. a custom domain: the time from its verify call to the first successful HTTPS answer, its certificate issued
+//!    by Pebble (`hack/pebble.sh`, which `make bench` starts) and validated over HTTP-01 on the edge.
 //!
 //! The site is committed and deployed through the API with the operator running (control plane and Postgres from
 //! `make bench`); the dynamic channel's Service points at a backend on this machine through a hand-written
@@ -25,7 +30,9 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use slipway::edge::Edge;
+
+/// The Secret of the wildcard certificate the edge and nginx both serve.
+const WILDCARD: &str = "bench-wildcard";
 
 /// What wrk reported for one run.
 struct Run {
@@ -40,7 +47,11 @@ async fn main() -> Result<()> {
     let connections = env_or("SLIPWAY_BENCH_CONNECTIONS", 64);
     let api = support::TestApi::start().await?;
     let user = api.user("bench", "pro").await?;
-    api.start_operator_without_node(&user.namespace).await?;
+    api.start_operator_with_domains(
+        &user.namespace,
+        support::https::domains_config(&user.namespace, true)?,
+    )
+    .await?;
 
     // A small site: a 4 KiB page, a stylesheet and a script.
     let files = site_files();
@@ -68,9 +79,22 @@ async fn main() -> Result<()> {
         std::fs::create_dir_all(file.parent().context("parent")?)?;
         std::fs::write(&file, content)?;
     }
+    // One certificate for `*.{app_domain}`, served by the edge (from its Secret) and by nginx (from files).
+    let pki = slipway_testkit::tls::TestPki::new()?;
+    let wildcard = pki.serving_cert(&[&format!("*.{}", support::APP_DOMAIN)])?;
+    std::fs::write(dir.join("tls.crt"), wildcard.cert_pem())?;
+    std::fs::write(dir.join("tls.key"), wildcard.key_pem())?;
+    std::fs::write(dir.join("ca.pem"), pki.ca_pem())?;
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": WILDCARD}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": wildcard.cert_pem(), "tls.key": wildcard.key_pem()}}))?;
+    Api::namespaced(api.kube.clone(), &user.namespace)
+        .create(&PostParams::default(), &secret)
+        .await?;
+
     let backend_ip = host_ip()?;
-    let (nginx_static, backend_port) = (free_port()?, free_port()?);
-    let mut nginx = start_nginx(&dir, nginx_static, backend_ip, backend_port).await?;
+    let (nginx_static, backend_port, nginx_tls) = (free_port()?, free_port()?, free_port()?);
+    let mut nginx = start_nginx(&dir, nginx_static, nginx_tls, backend_ip, backend_port).await?;
 
     // The dynamic channel: an `app` channel whose Service has one endpoint, the backend on this machine.
     api.create_app(&user, "dyn", "app").await;
@@ -84,7 +108,17 @@ async fn main() -> Result<()> {
     )
     .await?;
 
-    let edge_addr = start_edge(&api, &user.namespace).await?;
+    // Access logs off (nginx runs without them too); no redirect, as wrk measures plain HTTP.
+    let (edge_addr, edge_tls) = support::https::start_edge(
+        &api,
+        &user.namespace,
+        support::https::EdgeOptions {
+            wildcard_secret: WILDCARD,
+            access_log: false,
+            redirect_https: false,
+        },
+    )
+    .await?;
     let static_host = format!("bench-{}.{}", user.username, support::APP_DOMAIN);
     let dyn_host = format!("dyn-{}.{}", user.username, support::APP_DOMAIN);
     wait_for(&format!("http://{edge_addr}/index.html"), &static_host, 200).await?;
@@ -108,12 +142,7 @@ async fn main() -> Result<()> {
         seconds,
     )
     .await?;
-    report("slipway edge", &edge);
-    report("nginx", &native);
-    println!(
-        "  edge / nginx requests per second: {:.2}x",
-        edge.requests_per_second / native.requests_per_second
-    );
+    compare(&edge, &native);
 
     println!(
         "\nproxy to a dynamic channel (one connection, sequential requests), {seconds}s per run"
@@ -131,6 +160,43 @@ async fn main() -> Result<()> {
     println!(
         "  latency the proxy adds at p50: {:.3} ms",
         proxied.p50_ms - direct.p50_ms
+    );
+
+    let url = format!("https://{static_host}/index.html");
+    let nginx_tls_addr = SocketAddr::from(([127, 0, 0, 1], nginx_tls));
+    for (protocol, streams) in [("http/1.1", 1), ("h2", 8)] {
+        println!(
+            "
+HTTPS static file over {protocol} ({connections} connections, {streams} request(s) in flight each), {seconds}s per run"
+        );
+        let edge = h2load(
+            &dir,
+            &url,
+            edge_tls,
+            protocol,
+            connections,
+            streams,
+            seconds,
+        )
+        .await?;
+        let native = h2load(
+            &dir,
+            &url,
+            nginx_tls_addr,
+            protocol,
+            connections,
+            streams,
+            seconds,
+        )
+        .await?;
+        compare(&edge, &native);
+    }
+
+    let verify_to_https = custom_domain_first_https(&api, &user, &app_id, &prod, edge_tls).await?;
+    println!(
+        "
+custom domain: verify to the first HTTPS answer (ACME HTTP-01 from Pebble): {:.2} s",
+        verify_to_https.as_secs_f64()
     );
 
     nginx.kill().await.ok();
@@ -158,20 +224,114 @@ fn site_files() -> std::collections::BTreeMap<String, String> {
     .into()
 }
 
-/// Runs the edge in this process for `namespace`, without access logs (nginx runs without them too).
-async fn start_edge(api: &support::TestApi, namespace: &str) -> Result<SocketAddr> {
-    let config = api.edge_config(namespace, false).await?;
-    let mut registry = prometheus_client::registry::Registry::default();
-    let (edge, _tasks) = Edge::start(api.kube.clone(), config, &mut registry).await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(slipway::edge::server::serve(
-        edge,
-        listener,
-        "http",
-        std::future::pending(),
-    ));
-    Ok(addr)
+/// Attaches a custom domain to the static channel, sets its records in the test DNS, verifies it, and measures
+/// until the edge answers it over HTTPS with a certificate from Pebble.
+async fn custom_domain_first_https(
+    api: &support::TestApi,
+    user: &support::User,
+    app_id: &str,
+    channel_id: &str,
+    edge_tls: SocketAddr,
+) -> Result<Duration> {
+    let dns = support::https::TestDns::from_env()?;
+    let roots = support::https::client_config(&support::https::acme_root().await?, &[b"h2"])?;
+    let domain = format!(
+        "bench-{}.example",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let path = format!("/apps/{app_id}/channels/{channel_id}/domains");
+    let row = api
+        .post(&path, user, json!({"domain": domain}))
+        .await
+        .expect(201, None);
+    dns.txt(
+        &format!("_svc.{domain}"),
+        row["dns_records"]["txt_value"].as_str().context("token")?,
+    )
+    .await?;
+    dns.a(&domain, &[support::EDGE_ADDRESS]).await?;
+    let started = std::time::Instant::now();
+    let verified = api
+        .post(&format!("{path}/{domain}/verify"), user, json!({}))
+        .await
+        .expect(200, None);
+    ensure!(verified["status"] == "verified", "{verified}");
+    while started.elapsed() < Duration::from_secs(120) {
+        if let Ok(res) = support::https::get(edge_tls, &domain, roots.clone(), "/").await
+            && res.status == 200
+        {
+            return Ok(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bail!("{domain} was not served over HTTPS within 120 s of its verification")
+}
+
+/// Runs h2load over TLS to `connect` (SNI and `:authority` from `url`) with `protocol` (ALPN) and reads its rate
+/// and, from its per-request log, the p50 and p99.
+async fn h2load(
+    dir: &Path,
+    url: &str,
+    connect: SocketAddr,
+    protocol: &str,
+    connections: usize,
+    streams: usize,
+    seconds: usize,
+) -> Result<Run> {
+    let log = dir.join(format!("h2load-{}.log", uuid::Uuid::new_v4().simple()));
+    let text = run_tool(
+        "h2load",
+        "hack/install-deps.sh installs nghttp2-client",
+        &[
+            "-c",
+            &connections.to_string(),
+            "-t",
+            "2",
+            "-m",
+            &streams.to_string(),
+            "-D",
+            &seconds.to_string(),
+            "--warm-up-time=1",
+            &format!("--connect-to={connect}"),
+            &format!("--alpn-list={protocol}"),
+            &format!("--log-file={}", log.display()),
+            url,
+        ],
+    )
+    .await?;
+    let rate = text
+        .lines()
+        .find_map(|l| l.strip_prefix("finished in "))
+        .and_then(|l| l.split(", ").nth(1))
+        .and_then(|r| r.strip_suffix(" req/s"))
+        .with_context(|| {
+            format!(
+                "no rate in h2load's output:
+{text}"
+            )
+        })?
+        .parse()?;
+    let status_ok = text
+        .lines()
+        .any(|l| l.trim().starts_with("status codes:") && l.contains(" 0 3xx, 0 4xx, 0 5xx"));
+    ensure!(
+        status_ok && text.contains(" 0 failed"),
+        "h2load saw failures:
+{text}"
+    );
+    let mut micros: Vec<u64> = std::fs::read_to_string(&log)?
+        .lines()
+        .filter_map(|l| l.split('\t').nth(3)?.trim().parse().ok())
+        .collect();
+    ensure!(!micros.is_empty(), "h2load logged no request");
+    micros.sort_unstable();
+    let at = |q: f64| micros[((micros.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
+    let _ = std::fs::remove_file(&log);
+    Ok(Run {
+        requests_per_second: rate,
+        p50_ms: at(0.50),
+        p99_ms: at(0.99),
+    })
 }
 
 /// A Service without selector named `name` (port 80 named `http`) and an EndpointSlice with one endpoint.
@@ -201,10 +361,12 @@ async fn service_to(
     Ok(())
 }
 
-/// nginx with the site on 127.0.0.1:`static_port` and a minimal backend on `backend_ip`:`backend_port`.
+/// nginx with the site on 127.0.0.1:`static_port` (and over TLS, HTTP/2 and HTTP/1.1, with the edge's certificate
+/// on `tls_port`) and a minimal backend on `backend_ip`:`backend_port`.
 async fn start_nginx(
     dir: &Path,
     static_port: u16,
+    tls_port: u16,
     backend_ip: IpAddr,
     backend_port: u16,
 ) -> Result<tokio::process::Child> {
@@ -225,6 +387,8 @@ http {{
   client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy; fastcgi_temp_path {d}/tmp/fastcgi;
   uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
   server {{ listen 127.0.0.1:{static_port}; root {d}/site; }}
+  server {{ listen 127.0.0.1:{tls_port} ssl http2; ssl_certificate {d}/tls.crt; ssl_certificate_key {d}/tls.key;
+           ssl_session_cache shared:tls:10m; root {d}/site; }}
   server {{ listen {backend_ip}:{backend_port}; location / {{ default_type text/plain; return 200 "ok\n"; }} }}
 }}
 "#
@@ -287,11 +451,29 @@ async fn wait_for(url: &str, host: &str, status: u16) -> Result<()> {
     bail!("{url} (Host {host}) never answered {status}")
 }
 
+/// Runs a load generator and returns what it printed; `hint` says how to get it when it is missing.
+async fn run_tool(program: &str, hint: &str, args: &[&str]) -> Result<String> {
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .output()
+        .await
+        .with_context(|| format!("run {program} ({hint})"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    ensure!(
+        out.status.success(),
+        "{program} failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(text)
+}
+
 /// Runs wrk against `url` and reads its summary.
 async fn wrk(url: &str, host: &str, connections: usize, seconds: usize) -> Result<Run> {
     let threads = connections.clamp(1, 2);
-    let out = tokio::process::Command::new("wrk")
-        .args([
+    let text = run_tool(
+        "wrk",
+        "hack/install-deps.sh installs it",
+        &[
             "--latency",
             "-t",
             &threads.to_string(),
@@ -302,16 +484,9 @@ async fn wrk(url: &str, host: &str, connections: usize, seconds: usize) -> Resul
             "-H",
             &format!("Host: {host}"),
             url,
-        ])
-        .output()
-        .await
-        .context("run wrk (hack/install-deps.sh installs it)")?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    ensure!(
-        out.status.success(),
-        "wrk failed: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        ],
+    )
+    .await?;
     ensure!(!text.contains("Non-2xx"), "wrk saw errors: {text}");
     let field = |prefix: &str| {
         text.lines()
@@ -339,6 +514,16 @@ fn millis(text: &str) -> Result<f64> {
         "m" => value * 60_000.0,
         other => bail!("unknown unit {other}"),
     })
+}
+
+/// Reports the edge's run beside nginx's, with the ratio of their rates.
+fn compare(edge: &Run, nginx: &Run) {
+    report("slipway edge", edge);
+    report("nginx", nginx);
+    println!(
+        "  edge / nginx requests per second: {:.2}x",
+        edge.requests_per_second / nginx.requests_per_second
+    );
 }
 
 fn report(name: &str, run: &Run) {

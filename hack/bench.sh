@@ -16,9 +16,13 @@ benches=("$@")
 "$HACK/s3.sh" build
 export SLIPWAY_RUN="$SLIPWAY_CACHE/run-bench" SLIPWAY_ETCD_PORT=32389 SLIPWAY_APISERVER_PORT=36453 SLIPWAY_PG_PORT=35442
 export SLIPWAY_NODE_SLOT=${SLIPWAY_BENCH_NODE_SLOT:-6}
-trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop' EXIT
+export SLIPWAY_PEBBLE_PORT=${SLIPWAY_BENCH_PEBBLE_PORT:-34400}
+trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop; "$HACK/pebble.sh" stop' EXIT
 "$HACK/node.sh" start
 eval "$("$HACK/node.sh" env)"
+# The edge benchmark's custom domain: Pebble issues its certificate, its test DNS answers verification.
+"$HACK/pebble.sh" start
+eval "$("$HACK/pebble.sh" env)"
 SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
 export SLIPWAY_TEST_DATABASE_URL SLIPWAY_KUBECONFIG="$KUBECONFIG"
 for bench in "${benches[@]}"; do

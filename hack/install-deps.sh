@@ -12,7 +12,8 @@ packages=(
   mmdebstrap rsync busybox-static               # the local images (hack/build-images.sh)
   postgresql postgresql-client                  # the platform database (hack/postgres.sh) and pg_dump in tests
   openssh-client gzip tar                       # the git transports' tests (ssh, ssh-keygen), code downloads
-  nginx-light wrk                               # the edge benchmark (its own nginx instance, never the service)
+  openssh-server                                # git mirrors' tests: an SSH git server (hack/git-peer.sh), never the service
+  nginx-light wrk nghttp2-client                # the edge benchmark (its own nginx instance, never the service; h2load)
 )
 missing=()
 for p in "${packages[@]}"; do

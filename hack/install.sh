@@ -5,7 +5,10 @@
 # the registry and BuildKit (the node's own). Git repositories and the bundled object-store backend's data live on
 # PersistentVolumes this script provides (host directories) for the chart's claims to bind; the backend runs from
 # the versitygw image hack/build-images.sh makes, pushed to the node's registry. The API, git over SSH and the edge
-# are NodePort Services on the node's address.
+# (HTTP and HTTPS) are NodePort Services on the node's address. HTTPS serves channel hostnames with a wildcard
+# certificate signed by a local CA made here (<state>/platform/tls/ca.pem, for clients to trust), kept in the
+# certificate namespace this script creates (tls.certificateNamespace, apart from slipway-system: the edge reads
+# Secrets there); no ACME CA is reachable from here, so custom domains get no certificate (domains.acme stays empty).
 #
 # usage: hack/install.sh install          build the image, install or upgrade the release, create the admin user,
 #                                         write the addresses to <state>/platform/env and print them
@@ -28,12 +31,15 @@ eval "$("$HACK/node.sh" env)"
 HELM=$("$HACK/build-helm.sh")
 RELEASE=slipway
 NAMESPACE=slipway-system
+CERT_NAMESPACE=slipway-certificates
 APP_DOMAIN=${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost}
 GIT_HOST=${SLIPWAY_GIT_HOST:-git.slipway.localhost}
 # Node ports of the API (REST and git over HTTP), git over SSH and the edge.
 API_NODE_PORT=30080
 SSH_NODE_PORT=30022
 EDGE_NODE_PORT=30000
+EDGE_TLS_NODE_PORT=30443
+WILDCARD_SECRET=slipway-wildcard-tls
 SLOT=${SLIPWAY_NODE_SLOT:-0}
 
 helm() { "$HELM" --kubeconfig "$KUBECONFIG" "$@"; }
@@ -100,6 +106,27 @@ push_backend_image() {
   echo "$SLIPWAY_REGISTRY/versity/versitygw:$VERSITYGW_VERSION"
 }
 
+# The certificate for *.$APP_DOMAIN the edge serves channel hostnames with, in the Secret tls.wildcardSecret names
+# (in the certificate namespace): signed by a CA made once per state directory, so clients trust ca.pem across
+# reinstalls.
+wildcard_certificate() {
+  local d="$DIR/tls" cert="$DIR/tls/$APP_DOMAIN.crt" key="$DIR/tls/$APP_DOMAIN.key"
+  mkdir -p "$d"
+  if [ ! -s "$d/ca.pem" ]; then
+    (umask 077 && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+      -subj "/CN=slipway local CA" -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null)
+  fi
+  if [ ! -s "$cert" ] || ! openssl x509 -checkend $((30 * 86400)) -noout -in "$cert" >/dev/null; then
+    (umask 077 && openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=*.$APP_DOMAIN" \
+      -keyout "$key" 2>/dev/null |
+      openssl x509 -req -CA "$d/ca.pem" -CAkey "$d/ca.key" -set_serial "0x$(openssl rand -hex 16)" -days 365 \
+        -extfile <(printf 'subjectAltName=DNS:*.%s\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+          "$APP_DOMAIN") -out "$cert" 2>/dev/null)
+  fi
+  kubectl -n "$CERT_NAMESPACE" create secret tls "$WILDCARD_SECRET" --cert="$cert" --key="$key" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+}
+
 values() { # image-ref backend-image-ref
   local image=$1 backend=$2
   cat <<EOT
@@ -122,10 +149,15 @@ api:
   persistence:
     storageClass: slipway-local
     size: 10Gi
+  # The node publishes no podCIDR (the controller manager allocates none), so a git mirror's sync learns the pod
+  # range from here; the Service range it reads from the cluster's ServiceCIDR.
+  mirror:
+    denyCidrs: [$SLIPWAY_POD_CIDR]
 edge:
   service:
     type: NodePort
     nodePort: $EDGE_NODE_PORT
+    httpsNodePort: $EDGE_TLS_NODE_PORT
 blob:
   # One gateway replica, and small CPU requests for it and the backend, leave the small node's CPU to the apps the
   # tests deploy (two versions of one side by side during a blue/green switch, while an upgrade surges); the chart's
@@ -145,6 +177,11 @@ blob:
     persistence:
       storageClass: slipway-local
       size: 10Gi
+tls:
+  certificateNamespace: $CERT_NAMESPACE
+  wildcardSecret: $WILDCARD_SECRET
+  # HTTPS answers on the node port, not on 443: a redirect to https://<host>/ would lead nowhere.
+  redirectHttps: false
 EOT
 }
 
@@ -164,9 +201,12 @@ write_env() {
   cat >"$DIR/env" <<EOT
 export SLIPWAY_PLATFORM_API=http://$SLIPWAY_NODE_IP:$API_NODE_PORT
 export SLIPWAY_PLATFORM_EDGE=http://$SLIPWAY_NODE_IP:$EDGE_NODE_PORT
+export SLIPWAY_PLATFORM_EDGE_HTTPS=https://$SLIPWAY_NODE_IP:$EDGE_TLS_NODE_PORT
+export SLIPWAY_PLATFORM_EDGE_CA=$DIR/tls/ca.pem
 export SLIPWAY_PLATFORM_SSH=$SLIPWAY_NODE_IP:$SSH_NODE_PORT
 export SLIPWAY_PLATFORM_APP_DOMAIN=$APP_DOMAIN
 export SLIPWAY_PLATFORM_NAMESPACE=$NAMESPACE
+export SLIPWAY_PLATFORM_CERTIFICATE_NAMESPACE=$CERT_NAMESPACE
 export SLIPWAY_PLATFORM_RELEASE=$RELEASE
 export SLIPWAY_PLATFORM_ADMIN_TOKEN=$(cat "$DIR/admin-token")
 EOT
@@ -179,10 +219,13 @@ install() {
   backend=$(push_backend_image)
   # Helm installs a chart's CRDs on first install only; applying them first keeps them current on upgrades too.
   kubectl apply --server-side --force-conflicts -f "$ROOT/charts/slipway/crds/" >/dev/null
-  kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  for ns in "$NAMESPACE" "$CERT_NAMESPACE"; do
+    kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  done
   kubectl -n "$NAMESPACE" create secret generic slipway-database --from-literal=url="$url" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   volumes
+  wildcard_certificate
   values "$image" "$backend" >"$DIR/values.yaml"
   log "helm upgrade --install $RELEASE ($image)"
   helm_or_explain upgrade --install "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" \

@@ -2,7 +2,8 @@
 # Runs every test tier, in order, and stops at the first that fails:
 #   1. lint     cargo fmt --check, clippy with -D warnings, helm lint --strict
 #   2. unit     every crate's unit tests and the CRD drift test (no cluster)
-#   3. cluster  tests/cluster_*.rs against a real control plane and a real Postgres started for this run and stopped after it
+#   3. cluster  tests/cluster_*.rs against a real control plane, a real Postgres and Pebble (ACME CA and test DNS, for
+#               custom domains) started for this run and stopped after it
 #   4. e2e      tests/e2e_*.rs against a real single-node cluster (hack/node.sh: kubelet, containerd, CNI,
 #               kube-proxy, CoreDNS, registry, BuildKit) started for this run and stopped after it
 # No tier is skipped: a part that cannot be built or started fails the run.
@@ -11,7 +12,8 @@
 #
 # The test clusters keep apart from `make up`: state under $SLIPWAY_TEST_RUN (default ~/.cache/slipway/run-test),
 # ports from $SLIPWAY_TEST_ETCD_PORT (22379; e2e uses +2) and $SLIPWAY_TEST_APISERVER_PORT (26443; e2e uses +1),
-# node slot $SLIPWAY_TEST_NODE_SLOT (1). Set them to run two test runs side by side.
+# node slot $SLIPWAY_TEST_NODE_SLOT (1), Pebble's ports from $SLIPWAY_TEST_PEBBLE_PORT (24400, see hack/pebble.sh). Set
+# them to run two test runs side by side.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
@@ -63,9 +65,12 @@ for tier in "${tiers[@]}"; do
       (
         export SLIPWAY_RUN="$TEST_RUN/cluster" SLIPWAY_ETCD_PORT=$ETCD_PORT SLIPWAY_APISERVER_PORT=$APISERVER_PORT
         export SLIPWAY_PG_PORT=${SLIPWAY_TEST_PG_PORT:-25432}
+        export SLIPWAY_PEBBLE_PORT=${SLIPWAY_TEST_PEBBLE_PORT:-24400}
         "$HACK/control-plane.sh" stop >/dev/null 2>&1 || true
-        trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop' EXIT
+        trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop; "$HACK/pebble.sh" stop' EXIT
         "$HACK/control-plane.sh" start
+        "$HACK/pebble.sh" start
+        eval "$("$HACK/pebble.sh" env)"
         SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
         export SLIPWAY_TEST_DATABASE_URL
         export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
@@ -92,7 +97,8 @@ for tier in "${tiers[@]}"; do
         "$HACK/install.sh" install
         eval "$("$HACK/install.sh" env)"
         cargo_test -p slipway --locked --test e2e_platform
-        cargo_test -p slipway --locked --test e2e_platform_upgrade
+        # --show-output: its count of requests answered during the upgrade belongs in the log.
+        cargo_test -p slipway --locked --test e2e_platform_upgrade -- --show-output
         "$HACK/install.sh" uninstall
         # 2. The components run in the test process, for the tests that reach inside them (stop an operator
         #    mid-deploy, read the edge's metrics, drive the build and run steps directly).

@@ -28,6 +28,7 @@ $SLIPWAY_REGISTRY (which also serves the warm bases node:22-slim, python:3.13-sl
   API:          $API   (OpenAPI document at $API/openapi.json)
   admin token:  $TOKEN
   edge:         $EDGE   (serves every channel host: <app>-admin.$SLIPWAY_PLATFORM_APP_DOMAIN)
+  edge HTTPS:   $SLIPWAY_PLATFORM_EDGE_HTTPS   (certificate for *.$SLIPWAY_PLATFORM_APP_DOMAIN from the CA $SLIPWAY_PLATFORM_EDGE_CA)
   git over SSH: $SLIPWAY_PLATFORM_SSH
 
   curl -s -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{"name":"blog"}' $API/apps

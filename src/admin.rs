@@ -73,8 +73,9 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             let rows = crate::env::store::reseal_all(&db, &ring).await?;
             let snapshots = crate::env::snapshot::reseal_all(&db, &ring).await?;
             let stores = crate::blob::store::reseal_all(&db, &ring).await?;
+            let mirror_keys = crate::mirror::keys::reseal_all(&db, &ring).await?;
             eprintln!(
-                "resealed {rows} env values, {snapshots} deploy snapshots and {stores} object-store keys with key {}",
+                "resealed {rows} env values, {snapshots} deploy snapshots, {stores} object-store keys and {mirror_keys} mirror deploy keys with key {}",
                 ring.active_id()
             );
             Ok(())

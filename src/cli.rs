@@ -57,6 +57,14 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+    /// The SSH command git runs while the API syncs a git mirror (not for people): relays git's bytes to the
+    /// connection the API opened. Its arguments are ignored.
+    #[command(hide = true)]
+    MirrorRelay {
+        /// What git passes to an SSH command (options, host, command), ignored.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        ignored: Vec<String>,
+    },
 }
 
 /// Runs the chosen subcommand.
@@ -73,6 +81,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Crds { dir: Some(dir) } => write_crds(&dir),
+        Command::MirrorRelay { .. } => crate::mirror::relay::run(),
     }
 }
 

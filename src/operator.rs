@@ -73,6 +73,35 @@ pub struct OperatorArgs {
     /// Object storage (the channels' buckets).
     #[command(flatten)]
     pub blob: crate::blob::settings::BlobOperatorArgs,
+    /// The DNS server custom-domain verification asks (host:port); the system's resolvers when unset.
+    #[arg(long, env = "SLIPWAY_DNS_RESOLVER")]
+    pub dns_resolver: Option<std::net::SocketAddr>,
+    /// The public addresses of the edge: the A records custom apex domains point at (repeat or comma-separate).
+    /// Unset: verification learns them from the channel hostname's own A records.
+    #[arg(
+        long = "edge-address",
+        env = "SLIPWAY_EDGE_ADDRESSES",
+        value_delimiter = ','
+    )]
+    pub edge_addresses: Vec<String>,
+    /// The namespace where domain certificates (kubernetes.io/tls Secrets) and the ACME account are kept; the edge
+    /// reads Secrets there, so it should hold nothing else. Default: the namespace the operator runs in
+    /// (POD_NAMESPACE).
+    #[arg(long, env = "SLIPWAY_CERTIFICATE_NAMESPACE")]
+    pub certificate_namespace: Option<String>,
+    /// ACME directory URL to issue custom domains' certificates from (HTTP-01). Unset: no certificates.
+    #[arg(long, env = "SLIPWAY_ACME_DIRECTORY")]
+    pub acme_directory: Option<String>,
+    /// Contact email registered with the ACME account.
+    #[arg(long, env = "SLIPWAY_ACME_EMAIL")]
+    pub acme_email: Option<String>,
+    /// PEM root certificate to trust for the ACME directory's HTTPS (a private or test CA); system roots otherwise.
+    #[arg(long, env = "SLIPWAY_ACME_ROOT_CA")]
+    pub acme_root_ca: Option<std::path::PathBuf>,
+    /// Milliseconds between publishing an HTTP-01 challenge and asking the CA to validate it (so every edge replica
+    /// has seen it).
+    #[arg(long, env = "SLIPWAY_ACME_CHALLENGE_GRACE_MS", default_value_t = 2000)]
+    pub acme_challenge_grace_ms: u64,
 }
 
 /// The readiness sidecar's image unless told otherwise.
@@ -100,6 +129,21 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         probe_image: args.probe_image,
         builder_image: args.builder_image,
         tenant_grants: args.tenant_grants,
+        domains: slipway_controllers::domain::DomainsConfig {
+            resolver: args.dns_resolver,
+            edge_addresses: args.edge_addresses,
+            certificate_namespace: args
+                .certificate_namespace
+                .or_else(|| std::env::var("POD_NAMESPACE").ok()),
+            acme: args.acme_directory.map(|directory_url| {
+                slipway_controllers::domain::acme::AcmeConfig {
+                    directory_url,
+                    email: args.acme_email,
+                    root_ca: args.acme_root_ca,
+                    challenge_grace: std::time::Duration::from_millis(args.acme_challenge_grace_ms),
+                }
+            }),
+        },
     };
     let mut ctx = Context::new(client, config, metrics);
     if let Some(blob) = args.blob.settings()? {

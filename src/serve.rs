@@ -6,12 +6,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use ipnet::IpNet;
 
 use slipway_internal::{CallerSpec, Callers, SourceKey};
 
 use crate::api::internal::guard::InternalAccess;
 use crate::api::state::{AppState, Limits, PublicNames};
 use crate::auth::rate::Budget;
+use crate::mirror::MirrorConfig;
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
 
@@ -30,6 +32,14 @@ pub struct ApiArgs {
     /// Host of the git transports ({git_host}).
     #[arg(long, env = "SLIPWAY_GIT_HOST")]
     pub git_host: String,
+    /// The public addresses of the edge, offered as the A records of custom apex domains (repeat the flag or
+    /// separate with commas); the operator's --edge-address must name the same ones.
+    #[arg(
+        long = "edge-address",
+        env = "SLIPWAY_EDGE_ADDRESSES",
+        value_delimiter = ','
+    )]
+    pub edge_addresses: Vec<String>,
     /// Keyring that seals env values: lines of `<key-id> <base64 32-byte key>`, the first one sealing (mounted from
     /// the Secret the chart creates). `slipway admin new-env-key` prints a line.
     #[arg(
@@ -99,6 +109,29 @@ pub struct ApiArgs {
     /// "pack exceeds maximum allowed size". Default 1 GiB.
     #[arg(long, env = "SLIPWAY_GIT_MAX_PUSH_BYTES", default_value_t = Limits::DEFAULT_GIT_MAX_PUSH_BYTES)]
     pub git_max_push_bytes: u64,
+    /// A network git mirrors may reach although it is private, loopback, link-local or the cluster's own (an
+    /// on-premises forge); narrow it to the forge's address. Repeat the flag or separate with commas.
+    #[arg(
+        long = "mirror-allow-cidr",
+        env = "SLIPWAY_MIRROR_ALLOW_CIDRS",
+        value_delimiter = ','
+    )]
+    pub mirror_allow_cidrs: Vec<IpNet>,
+    /// A network git mirrors may not reach, on top of the fixed private classes and the node addresses, pod
+    /// ranges and Service ranges read from the cluster (name the pod and Service ranges here when the cluster does
+    /// not publish them). Repeat the flag or separate with commas.
+    #[arg(
+        long = "mirror-deny-cidr",
+        env = "SLIPWAY_MIRROR_DENY_CIDRS",
+        value_delimiter = ','
+    )]
+    pub mirror_deny_cidrs: Vec<IpNet>,
+    /// DNS server (IP:PORT) that resolves git mirrors' hosts; default: the system's resolver configuration.
+    #[arg(long, env = "SLIPWAY_MIRROR_DNS_SERVER")]
+    pub mirror_dns_server: Option<SocketAddr>,
+    /// Longest one git mirror sync may take (connection and fetch), in seconds.
+    #[arg(long, env = "SLIPWAY_MIRROR_SYNC_TIMEOUT", default_value_t = MirrorConfig::DEFAULT_TIMEOUT.as_secs())]
+    pub mirror_sync_timeout: u64,
 }
 
 impl ApiArgs {
@@ -107,6 +140,17 @@ impl ApiArgs {
         Limits {
             rate: Budget::from_flags(self.rate_limit_per_minute, self.rate_limit_burst),
             git_max_push_bytes: self.git_max_push_bytes,
+        }
+    }
+
+    /// The mirror settings the flags set.
+    pub fn mirrors(&self) -> MirrorConfig {
+        MirrorConfig {
+            allow: self.mirror_allow_cidrs.clone(),
+            deny: self.mirror_deny_cidrs.clone(),
+            dns_server: self.mirror_dns_server,
+            timeout: std::time::Duration::from_secs(self.mirror_sync_timeout.max(1)),
+            ..MirrorConfig::default()
         }
     }
 }
@@ -137,6 +181,7 @@ pub async fn state(
     let names = PublicNames {
         app_domain: args.app_domain.clone(),
         git_host: args.git_host.clone(),
+        edge_addresses: args.edge_addresses.clone(),
     };
     Ok((
         AppState::new(
@@ -148,7 +193,8 @@ pub async fn state(
             keyring,
             internal,
         )
-        .with_limits(args.limits()),
+        .with_limits(args.limits())
+        .with_mirrors(args.mirrors()),
         tasks,
     ))
 }
@@ -251,9 +297,27 @@ pub async fn accept_until<F>(
     }
 }
 
-/// Longest wait for a request head on a connection [`serve_http1`] serves (slow clients cannot hold connections
-/// open for free).
-const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Longest wait for a request head on a connection [`serve_http1`] or [`serve_http`] serves (slow clients cannot
+/// hold connections open for free).
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Drives a hyper connection until it ends or, once `draining` starts, until the request it is in is answered.
+macro_rules! serve_until_drained {
+    ($conn:expr, $draining:expr, $peer:expr) => {{
+        let conn = $conn;
+        tokio::pin!(conn);
+        let served = tokio::select! {
+            served = conn.as_mut() => served,
+            () = $draining.started() => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = served {
+            tracing::debug!(error = %e, peer = %$peer, "connection ended with an error");
+        }
+    }};
+}
 
 /// Serves one connection [`accept_until`] accepted over HTTP/1.1 with `service` (keep-alive, upgrades allowed),
 /// until the client closes it or, once `draining` starts, until the request it is in is answered.
@@ -268,23 +332,45 @@ pub async fn serve_http1<S, B>(
     B: hyper::body::Body + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
+    serve_until_drained!(
+        hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .keep_alive(true)
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+            .with_upgrades(),
+        draining,
+        peer
+    );
+}
+
+/// Like [`serve_http1`], over any stream (a TLS session) and speaking HTTP/2 or HTTP/1.1, whichever the client
+/// starts with (ALPN's choice).
+pub async fn serve_http<I, S, B>(io: I, peer: SocketAddr, service: S, draining: Draining)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
-        .keep_alive(true)
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-        .with_upgrades();
-    tokio::pin!(conn);
-    let served = tokio::select! {
-        served = conn.as_mut() => served,
-        () = draining.started() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
-    if let Err(e) = served {
-        tracing::debug!(error = %e, %peer, "connection ended with an error");
-    }
+        .keep_alive(true);
+    builder.http2().timer(TokioTimer::new());
+    serve_until_drained!(
+        builder.serve_connection_with_upgrades(TokioIo::new(io), service),
+        draining,
+        peer
+    );
 }
 
 /// Tells a connection served by [`accept_until`] that the server is stopping: it should finish the request it is

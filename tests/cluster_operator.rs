@@ -33,6 +33,7 @@ fn start_operator(client: kube::Client, namespace: &str) -> tokio::task::JoinHan
         probe_image: "busybox".into(),
         builder_image: "127.0.0.1:9/slipway/builder:unused".into(),
         tenant_grants: Vec::new(),
+        domains: Default::default(),
     };
     let ctx = Arc::new(Context::new(client, config, metrics));
     tokio::spawn(async move {

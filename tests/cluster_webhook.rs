@@ -38,6 +38,8 @@ use tokio::sync::oneshot;
 const SELECTOR: &str = "slipway.dev/webhook-test";
 /// The webhook's name in every registration (what the apiserver quotes in a denial).
 const WEBHOOK: &str = "validate.slipway.dev";
+/// The platform domain the webhook is told (custom domains under it are refused).
+const APP_DOMAIN: &str = "apps.slipway.test";
 
 /// A short random hex string, for names that must not collide with other tests on the same control plane.
 fn random() -> String {
@@ -64,7 +66,7 @@ impl Webhook {
         let (cert, key) = pki.serving_cert(&["127.0.0.1"])?.write_to(dir.path())?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let caches = Caches::start(client.clone());
+        let caches = Caches::start(client.clone(), Some(APP_DOMAIN.into()));
         let (stop, stopped) = oneshot::channel::<()>();
         let served = slipway_webhooks::serve(
             listener,
@@ -522,6 +524,22 @@ async fn a_domain_is_attached_once_platform_wide() -> Result<()> {
             .message
     );
     assert_eq!(code, 409);
+
+    // The REST API's name rules hold for kubectl too: nothing under the platform's own domain.
+    let platform = format!("shop{}.{APP_DOMAIN}", random());
+    let (code, message) = denial(
+        create::<Domain>(
+            &client,
+            namespaces[1].name(),
+            domain("blog.prod", &platform),
+        )
+        .await,
+    )?;
+    assert_eq!(code, 400);
+    assert!(
+        message.starts_with("invalid domain: platform_domain_forbidden"),
+        "{message}"
+    );
     Ok(())
 }
 

@@ -77,7 +77,7 @@ impl Platform {
         tokio::spawn(slipway::edge::server::serve(
             edge,
             listener,
-            "http",
+            slipway::edge::server::Scheme::Http,
             std::future::pending(),
         ));
         let http = Client::builder(TokioExecutor::new()).build_http();

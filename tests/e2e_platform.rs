@@ -1,10 +1,12 @@
 //! The platform as it ships, end to end: slipway installed on the test node by its Helm chart from the locally built
 //! image (`hack/install.sh`, run by `hack/test.sh e2e` before these tests), used the way a user uses it. Every
 //! component runs as pods under the chart's ServiceAccounts and RBAC, so a missing verb or a wrong value fails here:
-//! git over HTTP and SSH, a static and an `app` deploy going live through the edge, admission through `kubectl
-//! apply`, the internal listener answering only the callers it knows, no component holding Secrets cluster-wide,
-//! and an app writing and reading its channel's bucket with the injected `S3_*` keys through the chart's S3 gateway
-//! and bundled backend.
+//! git over HTTP and SSH, a static and an `app` deploy going live through the edge (the static one also over HTTPS
+//! with the chart's wildcard certificate), admission through `kubectl apply`, the internal listener answering only
+//! the callers it knows, a git mirror's sync refusing the cluster's own networks, no component holding Secrets
+//! cluster-wide or in the release namespace (the edge reads certificates in a namespace of their own), and an app
+//! writing and reading its channel's bucket with the injected `S3_*` keys through the chart's S3 gateway and bundled
+//! backend.
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -101,7 +103,8 @@ async fn every_component_runs_from_the_locally_built_image() -> Result<()> {
 }
 
 #[tokio::test]
-async fn a_static_site_pushed_over_http_goes_live_through_the_edge() -> Result<()> {
+async fn a_static_site_pushed_over_http_goes_live_through_the_edge_over_http_and_https()
+-> Result<()> {
     let platform = Installed::from_env()?;
     let ann = platform.account("ann").await?;
     let (app, channel) = platform.create_app(&ann, "site", "static").await?;
@@ -125,6 +128,24 @@ async fn a_static_site_pushed_over_http_goes_live_through_the_edge() -> Result<(
     platform
         .wait_for_page(&host, "/", "shipped by the chart")
         .await?;
+    // HTTPS on the edge's node port: the chart's wildcard certificate for the app's hostname (a client trusting only
+    // its CA accepts it), over HTTP/2 and HTTP/1.1 as ALPN settles; a name that is not the platform's gets no handshake.
+    for (alpn, version) in [
+        (&b"h2"[..], http::Version::HTTP_2),
+        (&b"http/1.1"[..], http::Version::HTTP_11),
+    ] {
+        let page = platform.edge_get_https(&host, "/", &[alpn]).await?;
+        assert_eq!(page.status, 200, "{page:?}");
+        assert_eq!(page.version, version);
+        assert!(
+            String::from_utf8_lossy(&page.body).contains("shipped by the chart"),
+            "{page:?}"
+        );
+    }
+    let stranger = platform
+        .edge_get_https("not-ours.example", "/", &[b"h2"])
+        .await;
+    assert!(stranger.is_err(), "{stranger:?}");
     // A clone over HTTP gets the same commit back.
     ws.git(".", &["clone", "-q", &remote, "again"]).await?;
     assert_eq!(ws.git("again", &["rev-parse", "HEAD"]).await?.trim(), sha);
@@ -170,6 +191,47 @@ async fn an_app_pushed_over_ssh_builds_and_answers_through_the_edge() -> Result<
         .await?;
     assert!(page.contains("uid=10001"), "{page}");
     platform.delete_app(&bob, &app).await
+}
+
+#[tokio::test]
+async fn a_git_mirror_of_the_installed_api_refuses_the_cluster_s_own_networks() -> Result<()> {
+    let platform = Installed::from_env()?;
+    // The chart passes the pod range install.sh names (the node publishes none).
+    let pod_cidr = std::env::var("SLIPWAY_POD_CIDR")?;
+    let env = kubectl(&[
+        "-n",
+        &platform.namespace,
+        "get",
+        &format!("deployment/{}-api", platform.release),
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].env[?(@.name==\"SLIPWAY_MIRROR_DENY_CIDRS\")].value}",
+    ])
+    .await?;
+    assert_eq!(env.trim(), pod_cidr);
+    // A name the pod's resolver answers with a Service address: the sync resolves it, lists the cluster's
+    // networks under the chart's RBAC, and refuses before connecting.
+    let mia = platform.account("mia").await?;
+    let (app, _) = platform.create_app(&mia, "mirrored", "static").await?;
+    platform
+        .call(
+            "POST",
+            &format!("/apps/{app}/github/connect"),
+            &mia,
+            Some(json!({"remote_url": "ssh://git@kubernetes.default.svc.cluster.local/x.git"})),
+        )
+        .await?
+        .expect(200);
+    let status = platform
+        .call("POST", &format!("/apps/{app}/github/sync"), &mia, None)
+        .await?
+        .expect(200);
+    assert_eq!(status["last_sync_status"], "failed", "{status}");
+    let error = status["last_sync_error"].as_str().unwrap();
+    assert!(
+        error.contains("refused to connect") && error.contains("the cluster's Service range"),
+        "{error}"
+    );
+    platform.delete_app(&mia, &app).await
 }
 
 #[tokio::test]
@@ -314,8 +376,7 @@ async fn the_internal_listener_answers_only_the_callers_it_knows() -> Result<()>
 }
 
 #[tokio::test]
-async fn no_component_holds_secrets_cluster_wide_and_the_operator_gets_them_per_tenant()
--> Result<()> {
+async fn secrets_reach_the_operator_per_tenant_and_the_edge_only_as_certificates() -> Result<()> {
     let platform = Installed::from_env()?;
     let eve = platform.account("eve").await?;
     let ns = &platform.namespace;
@@ -348,8 +409,50 @@ async fn no_component_holds_secrets_cluster_wide_and_the_operator_gets_them_per_
     assert!(can(&platform, "get", "secrets", &tenant, &accounts[1]).await?);
     assert!(!can(&platform, "list", "secrets", &tenant, &accounts[1]).await?);
     assert!(!can(&platform, "get", "secrets", &tenant, &accounts[2]).await?);
-    // The grants reach tenant namespaces only, never the platform's own.
-    assert!(!can(&platform, "get", "secrets", &["-n", ns], &accounts[0]).await?);
+    // The release namespace holds the database URL and the env keyring, which reach only the pods they are mounted
+    // into: no component may read or write Secrets there through the apiserver, least of all the edge, which faces
+    // the internet. The tenant grants never reach there either (they would let the operator write Deployments).
+    let own = ["-n", ns.as_str()];
+    for account in &accounts {
+        for verb in ["get", "list", "watch", "create"] {
+            assert!(
+                !can(&platform, verb, "secrets", &own, account).await?,
+                "{account} can {verb} Secrets in the release namespace {ns}"
+            );
+        }
+    }
+    assert!(!can(&platform, "create", "deployments", &own, &accounts[0]).await?);
+    // Certificates live in a namespace of their own: the operator writes them there, the edge only reads them, the
+    // api and the webhook have no business there.
+    let certs_ns = &platform.certificate_namespace;
+    assert_ne!(certs_ns, ns, "certificates share the release namespace");
+    let certs = ["-n", certs_ns.as_str()];
+    for verb in ["get", "create", "patch", "delete"] {
+        assert!(
+            can(&platform, verb, "secrets", &certs, &accounts[0]).await?,
+            "the operator cannot {verb} Secrets in {certs_ns}"
+        );
+    }
+    for (verb, allowed) in [
+        ("get", true),
+        ("list", true),
+        ("watch", true),
+        ("create", false),
+        ("patch", false),
+        ("delete", false),
+    ] {
+        assert_eq!(
+            can(&platform, verb, "secrets", &certs, &accounts[2]).await?,
+            allowed,
+            "whether the edge may {verb} Secrets in {certs_ns}"
+        );
+    }
+    for account in [&accounts[1], &accounts[3]] {
+        assert!(
+            !can(&platform, "get", "secrets", &certs, account).await?,
+            "{account} can get Secrets in {certs_ns}"
+        );
+    }
     Ok(())
 }
 

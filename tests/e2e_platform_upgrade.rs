@@ -242,10 +242,13 @@ async fn an_upgrade_under_load_loses_nothing_and_an_uninstall_leaves_only_what_i
 }
 
 /// After `helm uninstall`: the release namespace holds only what the chart keeps (the env keyring, the data claim,
-/// the object-store backend's key pair and volume) beside what the installer made itself and what Kubernetes puts in every namespace; no cluster-wide object
-/// of the release remains, and the grants in tenant namespaces went with their ClusterRoles.
+/// the object-store backend's key pair and volume) and the certificate namespace only the certificates, each beside
+/// what the installer made itself and what Kubernetes puts in every namespace; no cluster-wide object of the release
+/// remains, and the grants in tenant namespaces went with their ClusterRoles.
 async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
     let release = &platform.release;
+    // Kubernetes' own, in every namespace.
+    let every = ["configmap/kube-root-ca.crt", "serviceaccount/default"];
     let kept: BTreeSet<String> = [
         format!("secret/{release}-env-keys"),
         format!("persistentvolumeclaim/{release}-api-data"),
@@ -255,11 +258,17 @@ async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
         format!("persistentvolumeclaim/data-{release}-s3-backend-0"),
         // hack/install.sh's own: the database URL it gives the chart (database.existingSecret).
         "secret/slipway-database".to_owned(),
-        // Kubernetes' own, in every namespace.
-        "configmap/kube-root-ca.crt".to_owned(),
-        "serviceaccount/default".to_owned(),
     ]
-    .into();
+    .into_iter()
+    .chain(every.map(String::from))
+    .collect();
+    // hack/install.sh's wildcard certificate of channel hostnames (tls.wildcardSecret); the chart's Roles there
+    // went with the release.
+    let certificates_kept: BTreeSet<String> = ["secret/slipway-wildcard-tls"]
+        .into_iter()
+        .chain(every)
+        .map(String::from)
+        .collect();
     let kinds = kubectl(&[
         "api-resources",
         "--verbs=list",
@@ -271,23 +280,8 @@ async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
     let kinds: Vec<&str> = kinds.lines().filter(|k| !k.starts_with("events")).collect();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let mut found = BTreeSet::new();
-        for chunk in kinds.chunks(20) {
-            let out = kubectl(&[
-                "-n",
-                &platform.namespace,
-                "get",
-                &chunk.join(","),
-                "-o",
-                "name",
-            ])
-            .await?;
-            for line in out.lines() {
-                let (kind, name) = line.split_once('/').context("kind/name")?;
-                let kind = kind.split('.').next().unwrap_or(kind);
-                found.insert(format!("{kind}/{name}"));
-            }
-        }
+        let found = objects(&platform.namespace, &kinds).await?;
+        let certificates = objects(&platform.certificate_namespace, &kinds).await?;
         let cluster = kubectl(&[
             "get",
             "clusterroles,clusterrolebindings,validatingwebhookconfigurations,ingressclasses",
@@ -309,19 +303,41 @@ async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
         ])
         .await?;
         let extra: Vec<&String> = found.difference(&kept).collect();
-        if extra.is_empty() && cluster.trim().is_empty() && grants.trim().is_empty() {
-            let json: Value = json!({"kept": found});
+        let extra_certificates: Vec<&String> =
+            certificates.difference(&certificates_kept).collect();
+        if extra.is_empty()
+            && extra_certificates.is_empty()
+            && cluster.trim().is_empty()
+            && grants.trim().is_empty()
+        {
+            let json: Value = json!({"kept": found, "certificates": certificates});
             println!("helm uninstall left: {json}");
             assert!(found.contains(&format!("secret/{release}-env-keys")));
             assert!(found.contains(&format!("persistentvolumeclaim/{release}-api-data")));
+            assert!(certificates.contains("secret/slipway-wildcard-tls"));
             return Ok(());
         }
         if tokio::time::Instant::now() > deadline {
             bail!(
-                "after helm uninstall, still there: {extra:?} in {}; cluster-wide: {cluster:?}; grants in {tenant}: {grants:?}",
-                platform.namespace
+                "after helm uninstall, still there: {extra:?} in {}, {extra_certificates:?} in {}; cluster-wide: {cluster:?}; grants in {tenant}: {grants:?}",
+                platform.namespace,
+                platform.certificate_namespace
             );
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Every object of `kinds` in `namespace`, as `kind/name`.
+async fn objects(namespace: &str, kinds: &[&str]) -> Result<BTreeSet<String>> {
+    let mut found = BTreeSet::new();
+    for chunk in kinds.chunks(20) {
+        let out = kubectl(&["-n", namespace, "get", &chunk.join(","), "-o", "name"]).await?;
+        for line in out.lines() {
+            let (kind, name) = line.split_once('/').context("kind/name")?;
+            let kind = kind.split('.').next().unwrap_or(kind);
+            found.insert(format!("{kind}/{name}"));
+        }
+    }
+    Ok(found)
 }

@@ -31,6 +31,8 @@ pub struct OperatorConfig {
     /// ClusterRoles bound to the platform's ServiceAccounts in every tenant namespace (empty: none are kept, as
     /// when the components run with cluster-wide rights).
     pub tenant_grants: Vec<crate::tenancy::TenantGrant>,
+    /// Custom domains: the verification resolver, the edge's addresses, ACME.
+    pub domains: crate::domain::DomainsConfig,
 }
 
 /// Shared state of the reconcilers.
@@ -47,6 +49,10 @@ pub struct Context {
     pub internal: InternalClient,
     /// Object storage; `None` runs channels without buckets (the cluster tests of other parts).
     pub blob: Option<crate::blob::BlobSettings>,
+    /// DNS lookups of domain verification.
+    pub dns: crate::domain::dns::HickoryLookups,
+    /// Issues domain certificates, when an ACME CA and the certificate namespace are configured.
+    pub issuer: Option<crate::domain::acme::Issuer>,
 }
 
 impl Context {
@@ -56,7 +62,17 @@ impl Context {
             controller: "slipway-operator".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let issuer = match (&config.domains.acme, &config.domains.certificate_namespace) {
+            (Some(acme), Some(ns)) => Some(crate::domain::acme::Issuer::new(
+                acme.clone(),
+                client.clone(),
+                ns,
+            )),
+            _ => None,
+        };
         Self {
+            dns: crate::domain::dns::HickoryLookups::new(config.domains.resolver),
+            issuer,
             internal: InternalClient::new(config.internal.clone()),
             recorder: Recorder::new(client.clone(), reporter),
             client,

@@ -4,13 +4,17 @@
 //! A `static` channel runs no pod: its Ingress names the Channel itself as a resource backend, and the edge serves
 //! the files of the channel's deployed commit. An `app` or `docker` channel points at its Service
 //! ([`names::workload_name`]) on the port named `http`. The Ingress is owned by the Channel, so it goes with it.
+//!
+//! Each verified custom domain of the channel is one more rule with the same backend; a domain that is not (or no
+//! longer) verified has none, so it has no route. The rules carry no `tls` entries: a domain's certificate lives in
+//! the platform's namespace, which an Ingress cannot name, and `slipway edge` finds it there by the host.
 
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use slipway_crds::app::Template;
-use slipway_crds::{App, Channel, labels, names};
+use slipway_crds::{App, Channel, Domain, DomainPhase, labels, names};
 
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
@@ -22,8 +26,14 @@ pub const INGRESS_CONTROLLER: &str = "slipway.dev/edge";
 /// Name of the Service port a dynamic channel's Ingress targets.
 pub const HTTP_PORT_NAME: &str = "http";
 
-/// The Ingress `channel` should have, for its App's template and its hostname. Pure, so it is tested from fixtures.
-pub fn build(channel: &Channel, app: &App, hostname: &str) -> Result<Ingress, Error> {
+/// The Ingress `channel` should have, for its App's template, its hostname and its verified custom domains. Pure,
+/// so it is tested from fixtures.
+pub fn build(
+    channel: &Channel,
+    app: &App,
+    hostname: &str,
+    domains: &[String],
+) -> Result<Ingress, Error> {
     let name = channel.name_any();
     let owner = channel
         .controller_owner_ref(&())
@@ -51,13 +61,36 @@ pub fn build(channel: &Channel, app: &App, hostname: &str) -> Result<Ingress, Er
         },
         "spec": {
             "ingressClassName": INGRESS_CLASS,
-            "rules": [{
-                "host": hostname,
-                "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]},
-            }],
+            "rules": std::iter::once(hostname)
+                .chain(domains.iter().map(String::as_str))
+                .map(|host| json!({
+                    "host": host,
+                    "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]},
+                }))
+                .collect::<Vec<_>>(),
         },
     });
     serde_json::from_value(ingress).map_err(|e| Error::InvalidSpec(format!("ingress: {e}")))
+}
+
+/// The verified custom domains of `channel`, sorted.
+pub async fn verified_domains(ctx: &Context, channel: &Channel) -> Result<Vec<String>, Error> {
+    let namespace = channel.namespace().ok_or(Error::Incomplete("namespace"))?;
+    let api: Api<Domain> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut hosts: Vec<String> = api
+        .list(&Default::default())
+        .await?
+        .into_iter()
+        .filter(|d| {
+            d.spec.channel == channel.name_any()
+                && d.metadata.deletion_timestamp.is_none()
+                && d.status.as_ref().map(|s| s.phase) == Some(DomainPhase::Verified)
+        })
+        .map(|d| d.spec.domain)
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    Ok(hosts)
 }
 
 /// Applies the channel's Ingress with server-side apply (idempotent; a no-op when nothing changed).
@@ -67,7 +100,8 @@ pub async fn apply(
     app: &App,
     hostname: &str,
 ) -> Result<(), Error> {
-    let ingress = build(channel, app, hostname)?;
+    let domains = verified_domains(ctx, channel).await?;
+    let ingress = build(channel, app, hostname, &domains)?;
     let namespace = channel.namespace().ok_or(Error::Incomplete("namespace"))?;
     let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), &namespace);
     api.patch(
@@ -113,7 +147,7 @@ spec: {{owner: alice, template: {template}}}
     #[test]
     fn a_static_channel_is_served_by_the_edge_from_the_channel_itself() {
         let channel: Channel = fixture(CHANNEL);
-        let ingress = build(&channel, &app("static"), "next-blog-alice.apps.test").unwrap();
+        let ingress = build(&channel, &app("static"), "next-blog-alice.apps.test", &[]).unwrap();
         let spec = ingress.spec.as_ref().unwrap();
         assert_eq!(spec.ingress_class_name.as_deref(), Some("slipway"));
         let rules = spec.rules.as_ref().unwrap();
@@ -128,7 +162,8 @@ spec: {{owner: alice, template: {template}}}
     fn a_dynamic_channel_points_at_its_service_port_named_http() {
         let channel: Channel = fixture(CHANNEL);
         for template in ["app", "docker"] {
-            let ingress = build(&channel, &app(template), "next-blog-alice.apps.test").unwrap();
+            let ingress =
+                build(&channel, &app(template), "next-blog-alice.apps.test", &[]).unwrap();
             assert_eq!(
                 rule_backend(&ingress),
                 json!({"service": {"name": "blog-next", "port": {"name": "http"}}})
@@ -137,9 +172,33 @@ spec: {{owner: alice, template: {template}}}
     }
 
     #[test]
+    fn verified_domains_are_rules_with_the_same_backend() {
+        let channel: Channel = fixture(CHANNEL);
+        let domains = vec!["shop.example".to_owned(), "www.shop.example".to_owned()];
+        let ingress = build(&channel, &app("app"), "next-blog-alice.apps.test", &domains).unwrap();
+        let value = serde_json::to_value(&ingress).unwrap();
+        let rules = value["spec"]["rules"].as_array().unwrap();
+        let hosts: Vec<&str> = rules.iter().map(|r| r["host"].as_str().unwrap()).collect();
+        assert_eq!(
+            hosts,
+            [
+                "next-blog-alice.apps.test",
+                "shop.example",
+                "www.shop.example"
+            ]
+        );
+        assert!(
+            rules
+                .iter()
+                .all(|r| r["http"]["paths"][0]["backend"] == rule_backend(&ingress))
+        );
+        assert!(value["spec"].get("tls").is_none());
+    }
+
+    #[test]
     fn the_ingress_belongs_to_the_channel_and_carries_its_labels() {
         let channel: Channel = fixture(CHANNEL);
-        let ingress = build(&channel, &app("static"), "h.apps.test").unwrap();
+        let ingress = build(&channel, &app("static"), "h.apps.test", &[]).unwrap();
         let owner = &ingress.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.name.as_str(), owner.controller),

@@ -7,6 +7,7 @@ pub mod build;
 pub mod channel;
 pub mod context;
 pub mod deploy;
+pub mod domain;
 pub mod error;
 pub mod ingress;
 pub mod leader;

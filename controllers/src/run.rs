@@ -15,7 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use slipway_crds::{App, Channel, Deploy};
+use slipway_crds::{App, Channel, Deploy, Domain};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -127,14 +127,16 @@ where
 /// Runs every controller until the process is told to stop. Fails fast when the CRDs are not installed.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
-    let (apps, channels, deploys): (Api<App>, Api<Channel>, Api<Deploy>) =
+    let (apps, channels, deploys, domains): (Api<App>, Api<Channel>, Api<Deploy>, Api<Domain>) =
         match &ctx.config.namespace {
             Some(ns) => (
                 Api::namespaced(client.clone(), ns),
                 Api::namespaced(client.clone(), ns),
                 Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
             ),
             None => (
+                Api::all(client.clone()),
                 Api::all(client.clone()),
                 Api::all(client.clone()),
                 Api::all(client.clone()),
@@ -144,6 +146,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         ("App", apps.list(&Default::default()).await.err()),
         ("Channel", channels.list(&Default::default()).await.err()),
         ("Deploy", deploys.list(&Default::default()).await.err()),
+        ("Domain", domains.list(&Default::default()).await.err()),
     ] {
         if let Some(e) = probe {
             anyhow::bail!(
@@ -166,9 +169,11 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
+    let channels_for_domains = channels.clone();
     let channel_controller = Controller::new(channels, watcher::Config::default())
         .owns(ingresses, watcher::Config::default());
     let channel_store = channel_controller.store();
+    // A Domain's verification adds its host to (or removes it from) its channel's Ingress.
     let channel_controller = channel_controller
         .watches(apps, watcher::Config::default(), move |app: App| {
             let (ns, name) = (app.namespace(), app.name_any());
@@ -179,6 +184,15 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                 .map(|c| ObjectRef::from_obj(c.as_ref()))
                 .collect::<Vec<_>>()
         })
+        .watches(
+            domains.clone(),
+            watcher::Config::default(),
+            |domain: Domain| {
+                domain
+                    .namespace()
+                    .map(|ns| ObjectRef::<Channel>::new(&domain.spec.channel).within(&ns))
+            },
+        )
         .shutdown_on_signal()
         .run(
             |o, c| timed("Channel", o, c, crate::channel::reconcile),
@@ -217,6 +231,31 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         )
         .for_each(|_| futures::future::ready(()));
 
+    // A channel that appears (or gets its hostname) lets its Domains work out their records.
+    let domain_controller = Controller::new(domains, watcher::Config::default());
+    let domain_store = domain_controller.store();
+    let domain_controller = domain_controller
+        .watches(
+            channels_for_domains,
+            watcher::Config::default(),
+            move |channel: Channel| {
+                let (ns, name) = (channel.namespace(), channel.name_any());
+                domain_store
+                    .state()
+                    .into_iter()
+                    .filter(|d| d.namespace() == ns && d.spec.channel == name)
+                    .map(|d| ObjectRef::from_obj(d.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .shutdown_on_signal()
+        .run(
+            |o, c| timed("Domain", o, c, crate::domain::reconcile),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()));
+
     // Grants in tenant namespaces, when the operator runs with them (the chart's least-privilege RBAC).
     let tenancy_controller = async {
         if ctx.config.tenant_grants.is_empty() || ctx.config.namespace.is_some() {
@@ -237,6 +276,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         app_controller,
         channel_controller,
         deploy_controller,
+        domain_controller,
         tenancy_controller
     );
     Ok(())

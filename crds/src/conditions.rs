@@ -9,6 +9,10 @@ pub const READY: &str = "Ready";
 pub const ACCEPTED: &str = "Accepted";
 /// A channel's bucket exists on the object-store backend with versioning on, and its store is recorded.
 pub const OBJECT_STORE_READY: &str = "ObjectStoreReady";
+/// A Domain's DNS records passed the last check that counted (its phase is `verified`).
+pub const VERIFIED: &str = "Verified";
+/// A Domain's certificate is issued and current.
+pub const CERTIFICATE_READY: &str = "CertificateReady";
 
 /// Reasons, `UpperCamelCase` as Kubernetes conventions ask.
 pub mod reasons {
@@ -26,6 +30,18 @@ pub mod reasons {
     pub const DEPLOY_FAILED: &str = "DeployFailed";
     /// The channel's bucket could not be made or checked (the message says why); retried.
     pub const OBJECT_STORE_FAILED: &str = "ObjectStoreFailed";
+    /// A Domain's TXT and routing records passed.
+    pub const DNS_VERIFIED: &str = "DnsVerified";
+    /// A Domain has not been checked yet.
+    pub const NOT_CHECKED: &str = "NotChecked";
+    /// A certificate was issued.
+    pub const ISSUED: &str = "Issued";
+    /// The last issuance failed; it is retried after a backoff.
+    pub const ISSUE_FAILED: &str = "IssueFailed";
+    /// No certificate is asked for yet (the domain is not verified).
+    pub const NOT_VERIFIED: &str = "NotVerified";
+    /// The platform has no ACME CA configured, so no certificate is issued.
+    pub const ACME_NOT_CONFIGURED: &str = "AcmeNotConfigured";
 }
 
 /// Sets `condition` in `conditions`, keyed by type. Returns whether anything changed; `lastTransitionTime` is kept

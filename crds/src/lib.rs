@@ -22,7 +22,10 @@ pub mod plans;
 pub use app::{App, AppSpec, AppStatus, Template};
 pub use channel::{Channel, ChannelPhase, ChannelSpec, ChannelStatus, PendingDeploy, ReadyBy};
 pub use deploy::{Deploy, DeployImage, DeployPhase, DeploySpec, DeployStatus};
-pub use domain::{DnsRecords, Domain, DomainPhase, DomainReason, DomainSpec, DomainStatus};
+pub use domain::{
+    CertificateStatus, DnsRecords, Domain, DomainPhase, DomainReason, DomainSpec, DomainStatus,
+    Http01Challenge,
+};
 pub use forward::{Forward, ForwardSpec, ForwardStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -1,5 +1,6 @@
-//! Which apps a caller can see, and with what role. An app the caller cannot see is answered exactly like one that
-//! does not exist: 404 `not_found`.
+//! Which apps a caller can see, with what role, and what each role may do there. An app the caller cannot see is
+//! answered exactly like one that does not exist: 404 `not_found`; a role that does not permit an action is 403
+//! `permission_denied`. [`Action::minimum_role`] is the one table of who may do what; every route asks it.
 
 use std::sync::Arc;
 
@@ -12,15 +13,15 @@ use super::error::ApiError;
 use super::state::AppState;
 use crate::auth::Caller;
 
-/// The caller's role on an app.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The caller's role on an app, weakest first (so roles compare by what they may do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
-    /// Owns the app.
-    Owner,
-    /// May administer it (sync a mirror, ...).
-    Admin,
-    /// May use it.
+    /// May use the app: read it, push and commit, deploy, set variables.
     Member,
+    /// May also administer it: settings, channels, custom domains, secret values, mirror syncs.
+    Admin,
+    /// Owns the app: may also delete it, share it, and connect or disconnect a mirror.
+    Owner,
 }
 
 impl Role {
@@ -33,12 +34,87 @@ impl Role {
         }
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    /// A role a membership can hold (`admin` or `member`; the owner is the App's `spec.owner`, never a membership).
+    pub fn parse_membership(s: &str) -> Option<Self> {
         match s {
             "admin" => Some(Role::Admin),
             "member" => Some(Role::Member),
             _ => None,
         }
+    }
+}
+
+/// What a route does to an app, as far as roles are concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Read the app and what it holds: channels, custom domains, files, logs, images, variables (secret values
+    /// null), deploy env snapshots, code downloads, mirror status, the member list, object-store status; fetch over
+    /// git.
+    Read,
+    /// Change code and bring it live: push, commit, deploy, set and delete variables.
+    Write,
+    /// Reveal a secret value.
+    RevealSecret,
+    /// Read a channel's object-store key pair (a secret: it opens the channel's bucket).
+    ReadStoreCredentials,
+    /// Create and delete channels.
+    ManageChannels,
+    /// Attach, verify and detach custom domains (they change routing and certificates, like channels).
+    ManageDomains,
+    /// Change the app's access toggles.
+    ChangeSettings,
+    /// Fetch from the connected external repository now.
+    SyncMirror,
+    /// Change the agent-access override.
+    ChangeAgentAccess,
+    /// Add, change and remove members.
+    ManageMembers,
+    /// Connect or disconnect an external repository.
+    ConnectMirror,
+    /// Delete the app.
+    DeleteApp,
+}
+
+impl Action {
+    /// The weakest role that may do it. The spec names three (connect and disconnect: owner; sync: admin; mirror
+    /// status: member); the rest are this platform's choices, listed in ARCHITECTURE.md.
+    pub fn minimum_role(self) -> Role {
+        match self {
+            Action::Read | Action::Write => Role::Member,
+            Action::RevealSecret
+            | Action::ReadStoreCredentials
+            | Action::ManageChannels
+            | Action::ManageDomains
+            | Action::ChangeSettings
+            | Action::SyncMirror => Role::Admin,
+            Action::ChangeAgentAccess
+            | Action::ManageMembers
+            | Action::ConnectMirror
+            | Action::DeleteApp => Role::Owner,
+        }
+    }
+
+    /// How a refusal names it.
+    fn describe(self) -> &'static str {
+        match self {
+            Action::Read => "reading the app",
+            Action::Write => "changing code, deploys or variables",
+            Action::RevealSecret => "revealing a secret value",
+            Action::ReadStoreCredentials => "reading object-store credentials",
+            Action::ManageChannels => "creating or deleting channels",
+            Action::ManageDomains => "attaching, verifying or detaching custom domains",
+            Action::ChangeSettings => "changing settings",
+            Action::SyncMirror => "syncing the mirror",
+            Action::ChangeAgentAccess => "changing agent access",
+            Action::ManageMembers => "changing members",
+            Action::ConnectMirror => "connecting or disconnecting a mirror",
+            Action::DeleteApp => "deleting the app",
+        }
+    }
+
+    /// Whether `role` may do it.
+    pub fn permitted_to(self, role: Role) -> bool {
+        role >= self.minimum_role()
     }
 }
 
@@ -83,14 +159,16 @@ impl VisibleApp {
             .channels_of(&self.namespace, self.name.as_str())
     }
 
-    /// 403 `permission_denied` unless the caller's role is one of `roles`.
-    pub fn require_role(&self, roles: &[Role], action: &str) -> Result<(), ApiError> {
-        if roles.contains(&self.role) {
+    /// 403 `permission_denied` unless the caller's role permits `action`.
+    pub fn require(&self, action: Action) -> Result<(), ApiError> {
+        if action.permitted_to(self.role) {
             Ok(())
         } else {
             Err(ApiError::PermissionDenied(format!(
-                "your role on this app ({}) does not permit {action}",
-                self.role.as_str()
+                "your role on this app ({}) does not permit {}; that needs {}",
+                self.role.as_str(),
+                action.describe(),
+                action.minimum_role().as_str()
             )))
         }
     }
@@ -119,7 +197,7 @@ pub async fn visible_apps(state: &AppState, caller: &Caller) -> Result<Vec<Visib
         .collect();
     for (app_id, role) in crate::db::members::apps_of(state.db(), caller.user_id).await? {
         let shared = state.cache().app_by_uid(&app_id.to_string());
-        if let (Some(app), Some(role)) = (shared, Role::parse(&role)) {
+        if let (Some(app), Some(role)) = (shared, Role::parse_membership(&role)) {
             apps.extend(VisibleApp::from_resource(app, role));
         }
     }
@@ -164,9 +242,49 @@ pub async fn visible_app_to(
         .await?
         .into_iter()
         .find(|(app_id, _)| *app_id == id)
-        .and_then(|(_, role)| Role::parse(&role))
+        .and_then(|(_, role)| Role::parse_membership(&role))
         .ok_or_else(not_found)?;
     VisibleApp::from_resource(app, role).ok_or_else(not_found)
+}
+
+/// The app `id` if the caller can see it (404 otherwise) and their role permits `action` (403 otherwise).
+pub async fn authorize(
+    state: &AppState,
+    caller: &Caller,
+    id: Uuid,
+    action: Action,
+) -> Result<VisibleApp, ApiError> {
+    let app = visible_app(state, caller, id).await?;
+    app.require(action)?;
+    Ok(app)
+}
+
+/// 403 `protected_action` for an agent credential unless agent access is on for `app`: its override when set, else
+/// the account default of the app's owner (who decides, whoever calls).
+pub async fn require_protected(
+    state: &AppState,
+    caller: &Caller,
+    app: &VisibleApp,
+    action: &str,
+) -> Result<(), ApiError> {
+    if !caller.is_agent {
+        return Ok(());
+    }
+    let owner_default = if app.owner.as_str() == caller.username {
+        caller.agent_protected_actions_default
+    } else {
+        crate::db::users::by_username(state.db(), app.owner.as_str())
+            .await?
+            .ok_or_else(|| {
+                anyhow::anyhow!("owner {} of app {} has no account", app.owner, app.name)
+            })?
+            .agent_protected_actions_default
+    };
+    Caller {
+        agent_protected_actions_default: owner_default,
+        ..caller.clone()
+    }
+    .require_protected_action(app.app.spec.agent_protected_actions_enabled, action)
 }
 
 /// The channel `id` of a visible app; 404 when the app has no such channel.

@@ -15,7 +15,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Role, VisibleApp};
+use super::access::{self, Action, VisibleApp};
 use super::claims;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
@@ -365,7 +365,7 @@ async fn get_app(
     caller: Caller,
     Path(app_id): Path<Uuid>,
 ) -> Result<Json<AppView>, ApiError> {
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     Ok(Json(view(&state, &caller, &app).await?))
 }
 
@@ -381,8 +381,7 @@ async fn update_app(
     Json(req): Json<UpdateApp>,
 ) -> Result<Json<AppView>, ApiError> {
     caller.require_scope(scopes::REPO)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
-    app.require_role(&[Role::Owner, Role::Admin], "changing settings")?;
+    let app = access::authorize(&state, &caller, app_id, Action::ChangeSettings).await?;
     let spec = &app.app.spec;
     let override_now = spec.agent_protected_actions_enabled;
     let toggles = [
@@ -404,7 +403,7 @@ async fn update_app(
     ];
     for (action, wanted, now) in toggles {
         if wanted.is_some_and(|w| w != now) {
-            caller.require_protected_action(override_now, action)?;
+            access::require_protected(&state, &caller, &app, action).await?;
         }
     }
     if req
@@ -414,7 +413,7 @@ async fn update_app(
         if caller.is_agent {
             return Err(ApiError::ProtectedAction("changing agent access".into()));
         }
-        app.require_role(&[Role::Owner], "changing agent access")?;
+        app.require(Action::ChangeAgentAccess)?;
     }
     let (plan, _) = owner_facts(&state, &caller, &app).await?;
     if req.port_forwarding_enabled == Some(true) && !plan.port_forwarding {
@@ -485,8 +484,7 @@ async fn delete_app(
     Path(app_id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     caller.require_scope(scopes::REPO)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
-    app.require_role(&[Role::Owner], "deleting the app")?;
+    let app = access::authorize(&state, &caller, app_id, Action::DeleteApp).await?;
     let apps: Api<App> = Api::namespaced(state.kube().clone(), &app.namespace);
     // Background propagation: the Channels (owned by the App) and their children go through garbage collection.
     match apps
@@ -500,6 +498,7 @@ async fn delete_app(
     state.repos().delete(&app.owner, &app.name).await?;
     claims::release_app(&state, &app.namespace, &app.name).await?;
     crate::db::members::remove_app(state.db(), app_id).await?;
+    crate::db::mirrors::remove(state.db(), app_id).await?;
     crate::env::store::delete_app(state.db(), app_id).await?;
     state.cache().app_gone(&app_id.to_string()).await?;
     Ok(StatusCode::NO_CONTENT)

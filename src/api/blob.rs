@@ -13,7 +13,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, VisibleApp};
+use super::access::{self, Action, VisibleApp};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::state::AppState;
@@ -122,7 +122,7 @@ async fn get_blob(
     caller: Caller,
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
 ) -> Result<Json<BlobStatus>, ApiError> {
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
     let blob = configured(&state)?;
     let label = host_label(&app, &channel)?;
@@ -153,7 +153,7 @@ async fn blob_credentials(
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
 ) -> Result<Json<BlobCredentials>, ApiError> {
     caller.require_scope(scopes::BLOB)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::ReadStoreCredentials).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
     let blob = configured(&state)?;
     let stored = store::by_channel(state.db(), channel_id).await?;

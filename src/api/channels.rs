@@ -13,7 +13,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access;
+use super::access::{self, Action};
 use super::apps::{check_new_channel, create_channel_resource};
 use super::claims;
 use super::error::{ApiError, ErrorEnvelope};
@@ -47,7 +47,7 @@ async fn list_channels(
     caller: Caller,
     Path(app_id): Path<Uuid>,
 ) -> Result<Json<Vec<ChannelView>>, ApiError> {
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     Ok(Json(
         app.channels(&state)
             .iter()
@@ -68,7 +68,7 @@ async fn create_channel(
     Json(req): Json<CreateChannel>,
 ) -> Result<Json<ChannelView>, ApiError> {
     caller.require_scope(scopes::CHANNEL)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::ManageChannels).await?;
     let name: ChannelName = req.name.parse()?;
     if name.is_prod() {
         return Err(ApiError::bad_request(
@@ -120,7 +120,7 @@ async fn get_channel(
     caller: Caller,
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
 ) -> Result<Json<ChannelView>, ApiError> {
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
     Ok(Json(ChannelView::build(&state, &app, &channel)))
 }
@@ -136,7 +136,7 @@ async fn delete_channel(
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
 ) -> Result<StatusCode, ApiError> {
     caller.require_scope(scopes::CHANNEL)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::ManageChannels).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
     let resource_name = channel.metadata.name.clone().unwrap_or_default();
     if resource_name.ends_with(".prod") {

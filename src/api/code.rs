@@ -10,7 +10,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access;
+use super::access::{self, Action};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Path, Query};
 use super::state::AppState;
@@ -42,7 +42,7 @@ async fn download_code(
     Query(query): Query<DownloadQuery>,
 ) -> Result<Response, ApiError> {
     caller.require_scope(scopes::REPO)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
     let channel_name = channel.channel_name().to_owned();
     if let Some(snapshot) = query.snapshot_id {

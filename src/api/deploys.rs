@@ -15,7 +15,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access;
+use super::access::{self, Action};
 use super::apps::admission_or;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path, Query};
@@ -93,7 +93,8 @@ fn deploy_resource_name(channel: &str) -> String {
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
     request_body = DeployRequest,
     responses((status = 200, body = DeployTriggered), (status = 400, body = ErrorEnvelope, description = "invalid sha, or neither sha nor ref"),
-              (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope)))]
+              (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+              (status = 409, body = ErrorEnvelope, description = "a git-mirrored app whose pre-deploy fetch failed; the message carries the sync error")))]
 async fn deploy(
     State(state): State<AppState>,
     caller: Caller,
@@ -101,9 +102,10 @@ async fn deploy(
     Json(req): Json<DeployRequest>,
 ) -> Result<Json<DeployTriggered>, ApiError> {
     caller.require_scope(scopes::DEPLOY)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Write).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
     let (sha, git_ref) = checked_request(req)?;
+    crate::mirror::service::fetch_before_deploy(&state, &app).await?;
     let channel_resource = channel.name_any();
     let mut resource = Deploy::new(
         &deploy_resource_name(&channel_resource),
@@ -239,7 +241,7 @@ async fn deploy_log(
     Query(query): Query<LogQuery>,
 ) -> Result<Json<DeployLog>, ApiError> {
     caller.require_scope(scopes::DEPLOY)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
     let deploy_id = query.deploy.as_deref().ok_or_else(|| {
         ApiError::bad_request("the deploy query parameter (a deploy id) is required")
@@ -353,7 +355,7 @@ async fn images(
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
 ) -> Result<Json<ImageInventory>, ApiError> {
     caller.require_scope(scopes::DEPLOY)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
     let owner = crate::db::users::by_username(state.db(), app.owner.as_str())
         .await?

@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, VisibleApp};
+use super::access::{self, Action, VisibleApp};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path, Query};
 use super::state::AppState;
@@ -139,7 +139,7 @@ async fn set_env(
     Json(req): Json<SetEnv>,
 ) -> Result<StatusCode, ApiError> {
     caller.require_scope(scopes::DEPLOY)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Write).await?;
     let key: EnvKey = req.key.parse().map_err(ApiError::bad_request)?;
     if req.value.len() > env::MAX_VALUE_BYTES {
         return Err(ApiError::bad_request(format!(
@@ -183,7 +183,7 @@ async fn list_env(
     Query(q): Query<ChannelParam>,
 ) -> Result<Json<EnvList>, ApiError> {
     caller.require_scope(scopes::DEPLOY)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     let env = match q.channel_id {
         Some(id) => {
             let channel = channel(&state, &app, id)?;
@@ -232,7 +232,7 @@ async fn delete_env(
     Query(q): Query<ChannelParam>,
 ) -> Result<StatusCode, ApiError> {
     caller.require_scope(scopes::DEPLOY)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Write).await?;
     let channel_id = match q.channel_id {
         Some(id) => Some(channel(&state, &app, id)?.0),
         None => None,
@@ -255,15 +255,12 @@ async fn reveal_env(
     Query(q): Query<ChannelParam>,
 ) -> Result<Json<Revealed>, ApiError> {
     caller.require_scope(scopes::DEPLOY)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::RevealSecret).await?;
     let channel = match q.channel_id {
         Some(id) => Some(channel(&state, &app, id)?),
         None => None,
     };
-    caller.require_protected_action(
-        app.app.spec.agent_protected_actions_enabled,
-        "revealing a secret value",
-    )?;
+    access::require_protected(&state, &caller, &app, "revealing a secret value").await?;
     let channel_id = channel.as_ref().map(|(id, _)| *id);
     let entry = resolved(&state, &app, channel)
         .await?
@@ -292,7 +289,7 @@ async fn deploy_env(
     Path((app_id, channel_id, deploy_id)): Path<(Uuid, Uuid, Uuid)>,
 ) -> Result<Json<SnapshotView>, ApiError> {
     caller.require_scope(scopes::DEPLOY)?;
-    let app = access::visible_app(&state, &caller, app_id).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     access::channel_of(&state, &app, channel_id)?;
     snapshot::view(state.db(), state.keyring(), deploy_id, channel_id)
         .await?

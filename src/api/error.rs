@@ -54,6 +54,9 @@ pub enum ApiError {
     /// 400 `domain_limit_reached`.
     #[error("{0}")]
     DomainLimit(String),
+    /// 400 with the code `invalid domain: <reason>`, as the hosting API names it.
+    #[error("{0}")]
+    InvalidDomain(slipway_crds::names::InvalidDomain),
     /// 429 `too_many_requests`: the token's request budget is spent; `Retry-After` says when the next one fits.
     #[error("this token sent more requests than its budget allows; retry in {} s", retry_after_secs(*.0))]
     TooManyRequests(std::time::Duration),
@@ -89,6 +92,7 @@ impl ApiError {
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::DomainTaken(_) => (StatusCode::CONFLICT, "domain_taken"),
             ApiError::DomainLimit(_) => (StatusCode::BAD_REQUEST, "domain_limit_reached"),
+            ApiError::InvalidDomain(e) => (StatusCode::BAD_REQUEST, e.code()),
             ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
             ApiError::BlobNotReady(_) => (StatusCode::CONFLICT, "blob_not_ready"),
@@ -168,6 +172,12 @@ impl From<anyhow::Error> for ApiError {
 impl From<slipway_crds::names::InvalidName> for ApiError {
     fn from(e: slipway_crds::names::InvalidName) -> Self {
         ApiError::BadRequest(e.0.to_owned())
+    }
+}
+
+impl From<slipway_crds::names::InvalidDomain> for ApiError {
+    fn from(e: slipway_crds::names::InvalidDomain) -> Self {
+        ApiError::InvalidDomain(e)
     }
 }
 

@@ -8,10 +8,13 @@ pub mod channels;
 pub mod claims;
 pub mod code;
 pub mod deploys;
+pub mod domains;
 pub mod env;
 pub mod error;
 pub mod extract;
 pub mod internal;
+pub mod members;
+pub mod mirror;
 pub mod plans;
 pub mod repo;
 pub mod ssh_keys;
@@ -77,8 +80,11 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(repo::routes())
         .merge(code::routes())
         .merge(deploys::routes())
+        .merge(domains::routes())
         .merge(ssh_keys::routes())
         .merge(blob::routes())
+        .merge(members::routes())
+        .merge(mirror::routes())
         .split_for_parts();
     document_request_budget(&mut doc);
     (routes, doc)

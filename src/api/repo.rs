@@ -13,7 +13,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, VisibleApp};
+use super::access::{self, Action, VisibleApp};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path, Query};
 use super::state::AppState;
@@ -21,7 +21,6 @@ use crate::auth::{Caller, scopes};
 use crate::git::changeset::{self, Changeset, ChangesetError, Identity};
 use crate::git::patch::Edit;
 use crate::git::paths::RepoPath;
-use crate::git::service;
 use crate::git::store::{self, FileKind};
 
 /// Largest changeset body: whole files travel in it.
@@ -117,9 +116,10 @@ async fn app_and_repo(
     state: &AppState,
     caller: &Caller,
     app_id: Uuid,
+    action: Action,
 ) -> Result<(VisibleApp, std::path::PathBuf), ApiError> {
     caller.require_scope(scopes::REPO)?;
-    let app = access::visible_app(state, caller, app_id).await?;
+    let app = access::authorize(state, caller, app_id, action).await?;
     let path = state.repos().path(&app.owner, &app.name);
     Ok((app, path))
 }
@@ -142,7 +142,7 @@ async fn get_tree(
     Path(app_id): Path<Uuid>,
     Query(query): Query<TreeQuery>,
 ) -> Result<Json<TreeView>, ApiError> {
-    let (_, path) = app_and_repo(&state, &caller, app_id).await?;
+    let (_, path) = app_and_repo(&state, &caller, app_id, Action::Read).await?;
     let reference = query.reference.unwrap_or_else(|| "master".into());
     let wanted = reference.clone();
     let listed = blocking(move || {
@@ -180,7 +180,7 @@ async fn get_blob(
     Path(app_id): Path<Uuid>,
     Query(query): Query<BlobQuery>,
 ) -> Result<Response, ApiError> {
-    let (_, path) = app_and_repo(&state, &caller, app_id).await?;
+    let (_, path) = app_and_repo(&state, &caller, app_id, Action::Read).await?;
     let file = query
         .path
         .as_deref()
@@ -217,8 +217,8 @@ async fn post_changeset(
     Path(app_id): Path<Uuid>,
     Json(req): Json<ChangesetRequest>,
 ) -> Result<Json<ChangesetResponse>, ApiError> {
-    let (app, path) = app_and_repo(&state, &caller, app_id).await?;
-    if let Some(reason) = service::commit_refused(&app) {
+    let (app, path) = app_and_repo(&state, &caller, app_id, Action::Write).await?;
+    if let Some(reason) = crate::mirror::commits_refused(&state, app.id).await? {
         return Err(ApiError::Conflict(reason));
     }
     let changeset = validate(req)?;

@@ -1,5 +1,5 @@
 //! What every handler shares: the platform database, the kube client, the resource cache, the repositories, the
-//! platform's public names, and what the internal listener checks its callers against.
+//! platform's public names, what the internal listener checks its callers against, and how mirrors sync.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -11,6 +11,7 @@ use sqlx::PgPool;
 use super::internal::guard::InternalAccess;
 use crate::auth::rate::{Budget, TokenLimiter};
 use crate::env::crypto::Keyring;
+use crate::mirror::{MirrorConfig, Mirrors};
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
 
@@ -21,6 +22,8 @@ pub struct PublicNames {
     pub app_domain: String,
     /// Host of the git transports ({git_host}).
     pub git_host: String,
+    /// The addresses the edge answers on: a custom apex domain's A records (`a_values`).
+    pub edge_addresses: Vec<String>,
 }
 
 impl PublicNames {
@@ -58,6 +61,7 @@ impl Default for Limits {
 pub struct AppState {
     inner: Arc<Inner>,
     guard: Arc<Guard>,
+    mirrors: Arc<Mirrors>,
 }
 
 /// The limits in force and the per-token buckets they fill.
@@ -111,7 +115,19 @@ impl AppState {
                 blob: std::sync::OnceLock::new(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
+            mirrors: Arc::new(Mirrors::default()),
         }
+    }
+
+    /// The same state with other mirror settings.
+    pub fn with_mirrors(mut self, config: MirrorConfig) -> Self {
+        self.mirrors = Arc::new(Mirrors::new(config));
+        self
+    }
+
+    /// The mirror settings and sync locks.
+    pub fn mirrors(&self) -> &Mirrors {
+        &self.mirrors
     }
 
     /// The same state under other limits (fresh buckets).

@@ -1,12 +1,13 @@
-//! The platform database (Postgres through sqlx): users, tokens, memberships, the audit journal, deploy logs,
-//! bandwidth and object stores. Cluster state (apps, channels, deploys) is not here; it lives in the custom
-//! resources.
+//! The platform database (Postgres through sqlx): users, tokens, memberships, git mirrors, the audit journal,
+//! deploy logs, bandwidth and object stores. Cluster state (apps, channels, deploys) is not here; it lives in the
+//! custom resources.
 
 pub mod audit;
 pub mod bandwidth;
 pub mod claims;
 pub mod deploy_logs;
 pub mod members;
+pub mod mirrors;
 pub mod ssh_keys;
 pub mod tokens;
 pub mod users;

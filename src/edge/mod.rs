@@ -14,10 +14,16 @@
 //! - `/svc-auth/*` on every channel host is the platform's (404 in the API's envelope until end-user sign-in is
 //!   served there), and an unknown host gets a small 404 page ([`pages`]).
 //!
+//! Over HTTPS ([`tls`]) the same answers are given on HTTP/2 or HTTP/1.1, with the certificate chosen by SNI
+//! ([`certs`]): the platform's wildcard for channel hostnames, a verified custom domain's own certificate (issued
+//! by the operator) for that domain, none for any other name. Plain HTTP then redirects to HTTPS every host it
+//! has a certificate for, except ACME's HTTP-01 challenges, which it answers from the Domains' status.
+//!
 //! Metrics per host ([`metrics`]) are served with `/healthz` and `/readyz` on the admin port; the bytes sent per
 //! account are reported to the API server for its monthly bandwidth ([`bandwidth`]).
 
 pub mod bandwidth;
+pub mod certs;
 mod content_type;
 pub mod files;
 pub mod metrics;
@@ -26,6 +32,7 @@ pub mod proxy;
 pub mod routes;
 pub mod server;
 pub mod site;
+pub mod tls;
 pub mod watch;
 
 use std::collections::HashSet;
@@ -103,6 +110,26 @@ pub struct EdgeArgs {
     /// access is on. Unset: no public S3 endpoint.
     #[arg(long, env = "SLIPWAY_S3_GATEWAY")]
     pub s3_gateway: Option<String>,
+    /// Addresses to serve HTTPS on (HTTP/2 and HTTP/1.1; repeat the flag or separate with commas). None: no HTTPS.
+    #[arg(long, env = "SLIPWAY_EDGE_TLS_LISTEN", value_delimiter = ',')]
+    pub tls_listen: Vec<SocketAddr>,
+    /// The domain of channel hostnames ({app_domain}), which the wildcard certificate covers.
+    #[arg(long, env = "SLIPWAY_APP_DOMAIN")]
+    pub app_domain: Option<String>,
+    /// The namespace of the certificate Secrets, the only one the edge reads Secrets in: give it a namespace of its
+    /// own, holding nothing but certificates. Default: the namespace the edge runs in (POD_NAMESPACE).
+    #[arg(long, env = "SLIPWAY_CERTIFICATE_NAMESPACE")]
+    pub certificate_namespace: Option<String>,
+    /// Name of the kubernetes.io/tls Secret (in the certificate namespace) holding the certificate for
+    /// `*.{app_domain}`.
+    #[arg(long, env = "SLIPWAY_TLS_WILDCARD_SECRET")]
+    pub tls_wildcard_secret: Option<String>,
+    /// Redirect plain HTTP to HTTPS for every host the edge has a certificate for (ACME challenges excepted).
+    #[arg(long, env = "SLIPWAY_EDGE_REDIRECT_HTTPS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub redirect_https: bool,
+    /// Seconds a handshake for a verified domain waits for its first certificate.
+    #[arg(long, env = "SLIPWAY_EDGE_ISSUANCE_WAIT", default_value_t = 20)]
+    pub issuance_wait: u64,
 }
 
 /// Settings of an edge.
@@ -120,6 +147,19 @@ pub struct EdgeConfig {
     pub proxy: ProxyConfig,
     /// The S3 gateway the public S3 endpoints go to; `None`: no public S3 endpoint.
     pub object_store: Option<SocketAddr>,
+    /// HTTPS: where certificates come from, and how plain HTTP behaves.
+    pub tls: TlsSettings,
+}
+
+/// HTTPS settings of an edge.
+#[derive(Debug, Clone, Default)]
+pub struct TlsSettings {
+    /// Where certificates come from.
+    pub sources: watch::CertificateSources,
+    /// Redirect plain HTTP to HTTPS for hosts with a certificate.
+    pub redirect_https: bool,
+    /// How long a handshake for a verified domain waits for its first certificate.
+    pub issuance_wait: Duration,
 }
 
 /// A running edge: the routing table and what answers requests.
@@ -135,6 +175,9 @@ pub struct Edge {
     access_log: bool,
     object_store: Option<SocketAddr>,
     bandwidth: Arc<bandwidth::Bandwidth>,
+    certs: Arc<certs::Certificates>,
+    tls_config: Arc<rustls::ServerConfig>,
+    tls: TlsSettings,
 }
 
 impl Edge {
@@ -147,7 +190,11 @@ impl Edge {
     ) -> anyhow::Result<(Arc<Self>, Vec<JoinHandle<()>>)> {
         let metrics = EdgeMetrics::register(registry);
         let internal = InternalClient::new(config.internal);
+        let certs = Arc::new(certs::Certificates::default());
         let edge = Arc::new(Self {
+            tls_config: tls::server_config(certs.clone())?,
+            certs: certs.clone(),
+            tls: config.tls.clone(),
             warm: std::sync::atomic::AtomicBool::new(false),
             table: ArcSwap::from_pointee(RouteTable::default()),
             sites: SiteCache::new(internal.clone(), config.max_site_bytes),
@@ -161,6 +208,15 @@ impl Edge {
         let changed = Arc::new(Notify::new());
         let (caches, mut tasks) =
             watch::Caches::start(&client, config.namespace.as_deref(), &changed).await?;
+        tasks.extend(
+            watch::start_certificates(
+                &client,
+                &config.tls.sources,
+                config.namespace.as_deref(),
+                certs,
+            )
+            .await?,
+        );
         // The first table before any listener, so every existing host is known when serving starts; the builder
         // then builds it again at once and starts loading the static sites it names.
         let first = edge.rebuild(&caches.objects());
@@ -263,19 +319,35 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
             ),
             None => None,
         },
+        tls: TlsSettings {
+            sources: watch::CertificateSources {
+                namespace: args
+                    .certificate_namespace
+                    .or_else(|| std::env::var("POD_NAMESPACE").ok()),
+                wildcard_secret: args.tls_wildcard_secret,
+                app_domain: args.app_domain,
+            },
+            redirect_https: args.redirect_https && !args.tls_listen.is_empty(),
+            issuance_wait: Duration::from_secs(args.issuance_wait),
+        },
     };
     let mut registry = Registry::default();
     let (edge, tasks) = Edge::start(client, config, &mut registry).await?;
     let mut servers = Vec::new();
-    for addr in &args.listen {
+    let listeners = args
+        .listen
+        .iter()
+        .map(|a| (a, server::Scheme::Http))
+        .chain(args.tls_listen.iter().map(|a| (a, server::Scheme::Https)));
+    for (addr, scheme) in listeners {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("listen on {addr}"))?;
-        tracing::info!(%addr, "edge serving HTTP");
+        tracing::info!(%addr, scheme = scheme.as_str(), "edge serving");
         servers.push(tokio::spawn(server::serve(
             edge.clone(),
             listener,
-            "http",
+            scheme,
             crate::serve::shutdown_signal(),
         )));
     }
@@ -287,16 +359,19 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
         let edge = edge.clone();
         move || edge.is_warm()
     };
-    // The admin server runs until the process ends: the HTTP servers decide when that is, once they have drained.
+    // The admin server runs until the process ends: the HTTP and HTTPS servers decide when that is, once every one
+    // of them has drained (a listener that finishes first must not cut the other's requests short).
     let admin = axum::serve(
         admin_listener,
         crate::operator::admin_router(Arc::new(registry), ready),
     );
     tracing::info!(%admin_addr, "admin endpoints on /healthz, /readyz, /metrics");
-    let servers = futures::future::select_all(servers);
+    let servers = futures::future::join_all(servers);
     let watch_tasks = futures::future::select_all(tasks);
     tokio::select! {
-        (served, _, _) = servers => served.context("edge server task")?.context("serve HTTP"),
+        served = servers => served.into_iter().try_for_each(|s| {
+            s.context("edge server task")?.context("serve HTTP")
+        }),
         admin = admin => admin.context("admin server"),
         (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a watch task stopped: {ended:?}")),
     }

@@ -147,6 +147,11 @@ impl RouteTable {
     }
 }
 
+/// A request's host as the tables key it: lowercase, without port or trailing dot.
+pub fn normalize_host(host: &str) -> String {
+    strip_port(host).to_ascii_lowercase()
+}
+
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         return host.split_once(']').map_or(host, |(h, _)| &h[1..]);

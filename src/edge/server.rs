@@ -1,14 +1,16 @@
-//! The edge's HTTP/1.1 server: accepts connections, finds each request's route by `Host`, and answers it from a
-//! static site, through the proxy, or with one of the edge's own pages. Every request is counted in the host's
-//! metrics and, when enabled, written to the access log (target `slipway::edge::access`, one structured event per
-//! request).
+//! The edge's server: accepts connections (plain HTTP/1.1, or TLS with HTTP/2 or HTTP/1.1 by ALPN), finds each
+//! request's route by `Host` (or HTTP/2's `:authority`), and answers it from a static site, through the proxy, or
+//! with one of the edge's own pages. Plain HTTP answers ACME HTTP-01 challenges and, when the edge serves HTTPS
+//! for the host, redirects everything else there. Every request is counted in the host's metrics and, when
+//! enabled, written to the access log (target `slipway::edge::access`, one structured event per request).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::header::HOST;
-use http::{Request, Response};
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HOST, LOCATION};
+use http::{Request, Response, StatusCode};
 use hyper::body::{Body, Incoming};
 use hyper::service::service_fn;
 use tokio::net::TcpListener;
@@ -24,13 +26,34 @@ const SVC_AUTH: &str = "/svc-auth";
 
 /// Longest wait, once told to stop, for open connections to finish the requests they are in.
 const DRAIN_LIMIT: Duration = Duration::from_secs(20);
+/// Where ACME's HTTP-01 challenges are fetched.
+const ACME_CHALLENGE: &str = "/.well-known/acme-challenge/";
+
+/// What a listener speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// Plain HTTP/1.1.
+    Http,
+    /// TLS, then HTTP/2 or HTTP/1.1 as ALPN chose.
+    Https,
+}
+
+impl Scheme {
+    /// `http` or `https`, as `X-Forwarded-Proto` says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
 
 /// Serves `listener` until `shutdown` resolves, then stops accepting and lets every open connection finish the
 /// request it is in (idle keep-alive connections close at once), for at most [`DRAIN_LIMIT`].
 pub async fn serve(
     edge: Arc<Edge>,
     listener: TcpListener,
-    scheme: &'static str,
+    scheme: Scheme,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     crate::serve::accept_until(listener, shutdown, DRAIN_LIMIT, |stream, peer, draining| {
@@ -49,7 +72,22 @@ pub async fn serve(
                     Ok::<_, std::convert::Infallible>(res.map(|body| Counted::new(body, bandwidth)))
                 }
             });
-            crate::serve::serve_http1(stream, peer, service, draining).await;
+            match scheme {
+                Scheme::Http => crate::serve::serve_http1(stream, peer, service, draining).await,
+                Scheme::Https => {
+                    let handshake = super::tls::accept(
+                        stream,
+                        edge.tls_config.clone(),
+                        &edge.certs,
+                        edge.tls.issuance_wait,
+                    );
+                    let limit = crate::serve::HEADER_READ_TIMEOUT + edge.tls.issuance_wait;
+                    let Ok(Some(tls)) = tokio::time::timeout(limit, handshake).await else {
+                        return;
+                    };
+                    crate::serve::serve_http(tls, peer, service, draining).await;
+                }
+            }
         }
     })
     .await;
@@ -70,13 +108,45 @@ fn is_svc_auth(path: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
+/// What plain HTTP answers before any route: an ACME HTTP-01 challenge, or the redirect to HTTPS for a host the
+/// edge has a certificate for.
+fn plain_http_answer(edge: &Edge, req: &Request<Incoming>) -> Option<Response<EdgeBody>> {
+    let host = super::routes::normalize_host(request_host(req));
+    if let Some(token) = req.uri().path().strip_prefix(ACME_CHALLENGE) {
+        let res = match edge.certs.challenge(&host, token) {
+            Some(answer) => Response::builder()
+                .status(StatusCode::OK)
+                .header(CONTENT_TYPE, "text/plain")
+                .body(super::full(Bytes::from(answer))),
+            None => Response::builder()
+                .status(StatusCode::NOT_FOUND)
+                .body(super::empty()),
+        };
+        return res.ok();
+    }
+    if !edge.tls.redirect_https || edge.certs.resolve(&host).is_none() {
+        return None;
+    }
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    Response::builder()
+        .status(StatusCode::PERMANENT_REDIRECT)
+        .header(LOCATION, format!("https://{host}{target}"))
+        .body(super::empty())
+        .ok()
+}
+
 /// Answers one request.
 pub async fn handle(
     edge: &Edge,
     req: Request<Incoming>,
     peer: SocketAddr,
-    scheme: &'static str,
+    scheme: Scheme,
 ) -> Response<EdgeBody> {
+    if scheme == Scheme::Http
+        && let Some(res) = plain_http_answer(edge, &req)
+    {
+        return res;
+    }
     let started = Instant::now();
     let table = edge.table.load();
     let route = table.get(request_host(&req)).cloned();
@@ -120,7 +190,7 @@ async fn answer(
     target: &Target,
     req: Request<Incoming>,
     peer: SocketAddr,
-    scheme: &'static str,
+    scheme: Scheme,
 ) -> (Response<EdgeBody>, Option<SocketAddr>) {
     if !matches!(target, Target::ObjectStore(_)) && is_svc_auth(req.uri().path()) {
         return (pages::svc_auth(), None);
@@ -149,7 +219,7 @@ async fn answer(
             };
             let origin = Origin {
                 client_ip: peer.ip(),
-                scheme,
+                scheme: scheme.as_str(),
             };
             let res = match edge.proxy.forward(req, upstream, origin).await {
                 Ok(res) => res,

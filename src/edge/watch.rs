@@ -2,6 +2,9 @@
 //! task that rebuilds the table after any of them changes (changes that arrive while it builds are folded into
 //! the next build). Static sites a new table needs are loaded in the background; when one is in, the table is
 //! built again and the host moves to it (see [`super::routes::settle`]).
+//!
+//! The certificate table ([`super::certs`]) is kept the same way from Domains and the certificate Secrets of the
+//! certificate namespace ([`start_certificates`]).
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -10,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
@@ -17,7 +21,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use slipway_crds::{App, Channel};
+use slipway_crds::{App, Channel, Domain};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -47,11 +51,11 @@ impl Caches {
     ) -> anyhow::Result<(Self, Vec<JoinHandle<()>>)> {
         let mut tasks = Vec::new();
         let caches = Self {
-            ingresses: reflect(api(client, namespace), changed, &mut tasks),
-            services: reflect(api(client, namespace), changed, &mut tasks),
-            slices: reflect(api(client, namespace), changed, &mut tasks),
-            channels: reflect(api(client, namespace), changed, &mut tasks),
-            apps: reflect(api(client, namespace), changed, &mut tasks),
+            ingresses: reflect(api(client, namespace), all(), changed, &mut tasks),
+            services: reflect(api(client, namespace), all(), changed, &mut tasks),
+            slices: reflect(api(client, namespace), all(), changed, &mut tasks),
+            channels: reflect(api(client, namespace), all(), changed, &mut tasks),
+            apps: reflect(api(client, namespace), all(), changed, &mut tasks),
         };
         for (kind, ready) in [
             ("Ingress", caches.ingresses.wait_until_ready().await),
@@ -90,14 +94,23 @@ where
     }
 }
 
-fn reflect<K>(api: Api<K>, changed: &Arc<Notify>, tasks: &mut Vec<JoinHandle<()>>) -> Store<K>
+fn all() -> watcher::Config {
+    watcher::Config::default()
+}
+
+fn reflect<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changed: &Arc<Notify>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     let (reader, writer) = reflector::store();
     let changed = changed.clone();
-    let stream = watcher(api, watcher::Config::default())
+    let stream = watcher(api, config)
         .default_backoff()
         .modify(|obj| obj.meta_mut().managed_fields = None);
     tasks.push(tokio::spawn(async move {
@@ -152,4 +165,84 @@ fn start_load(
             .remove(&key);
         changed.notify_one();
     });
+}
+
+/// Where the edge's certificates come from.
+#[derive(Debug, Clone, Default)]
+pub struct CertificateSources {
+    /// The certificate namespace, holding the certificate Secrets and nothing else (none are read without it).
+    pub namespace: Option<String>,
+    /// The Secret (in that namespace) of the platform's wildcard certificate for `*.{app_domain}`.
+    pub wildcard_secret: Option<String>,
+    /// The platform's domain ({app_domain}).
+    pub app_domain: Option<String>,
+}
+
+/// Keeps `certs` current from the Domains (in `namespace`, or everywhere) and the certificate Secrets named by
+/// `sources`; returns once each watch has listed once.
+pub async fn start_certificates(
+    client: &Client,
+    sources: &CertificateSources,
+    namespace: Option<&str>,
+    certs: Arc<super::certs::Certificates>,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let changed = Arc::new(Notify::new());
+    let mut tasks = Vec::new();
+    let domains: Store<Domain> = reflect(api(client, namespace), all(), &changed, &mut tasks);
+    let secrets = sources.namespace.as_deref().map(|ns| {
+        let labelled = watcher::Config::default().labels(&super::certs::certificate_selector());
+        let secrets: Store<Secret> = reflect(
+            Api::namespaced(client.clone(), ns),
+            labelled,
+            &changed,
+            &mut tasks,
+        );
+        let wildcard = sources.wildcard_secret.as_ref().map(|name| {
+            let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            reflect::<Secret>(
+                Api::namespaced(client.clone(), ns),
+                by_name,
+                &changed,
+                &mut tasks,
+            )
+        });
+        (secrets, wildcard)
+    });
+    domains
+        .wait_until_ready()
+        .await
+        .map_err(|e| anyhow::anyhow!("the Domain cache stopped before it was filled: {e}"))?;
+    if let Some((secrets, wildcard)) = &secrets {
+        for store in std::iter::once(secrets).chain(wildcard) {
+            store.wait_until_ready().await.map_err(|e| {
+                anyhow::anyhow!("the certificate Secret cache stopped before it was filled: {e}")
+            })?;
+        }
+    }
+    let provider = rustls::crypto::ring::default_provider();
+    let sources = sources.clone();
+    let build = move || {
+        let (custom, wildcard) = match &secrets {
+            Some((s, w)) => (
+                s.state(),
+                w.as_ref().and_then(|w| w.state().into_iter().next()),
+            ),
+            None => (Vec::new(), None),
+        };
+        super::certs::Table::build(
+            &custom,
+            &domains.state(),
+            wildcard.as_deref(),
+            sources.app_domain.as_deref(),
+            &provider,
+        )
+    };
+    certs.install(build());
+    tasks.push(tokio::spawn(async move {
+        loop {
+            changed.notified().await;
+            certs.install(build());
+        }
+    }));
+    Ok(tasks)
 }

@@ -9,7 +9,7 @@ use slipway_crds::labels;
 use slipway_crds::names::{AppName, Username};
 use uuid::Uuid;
 
-use crate::api::access::{self, VisibleApp};
+use crate::api::access::{self, Action, VisibleApp};
 use crate::api::error::ApiError;
 use crate::api::state::AppState;
 
@@ -82,7 +82,8 @@ pub struct Granted {
 }
 
 /// Finds `<owner>/<repo>` (`repo` with or without `.git`) for the account `user_id`/`username` and checks it may
-/// run `service` on it. Every role on the app may fetch and push.
+/// run `service` on it: fetching reads the app, pushing writes it (every role may do both), and an app that mirrors
+/// an external repository takes no push.
 pub async fn authorize(
     state: &AppState,
     user_id: Uuid,
@@ -111,8 +112,12 @@ pub async fn authorize(
         })
         .ok_or(Refusal::NotFound)?;
     let app = access::visible_app_to(state, user_id, username, uid).await?;
+    app.require(match service {
+        Service::UploadPack => Action::Read,
+        Service::ReceivePack => Action::Write,
+    })?;
     if service == Service::ReceivePack
-        && let Some(reason) = push_refused(&app)
+        && let Some(reason) = crate::mirror::commits_refused(state, app.id).await?
     {
         return Err(Refusal::Forbidden(reason));
     }
@@ -129,17 +134,6 @@ pub async fn authorize(
         path,
         max_push_bytes: state.limits().git_max_push_bytes,
     })
-}
-
-/// Why a push to `app` is refused, if it is: an app connected to an external repository takes its commits from
-/// there (the mirror state arrives with git mirroring; until then every app accepts pushes).
-pub fn push_refused(_app: &VisibleApp) -> Option<String> {
-    None
-}
-
-/// Why a changeset on `app` is refused (409), if it is: the same rule as [`push_refused`].
-pub fn commit_refused(app: &VisibleApp) -> Option<String> {
-    push_refused(app)
 }
 
 /// A `git upload-pack`/`receive-pack` process for the granted repository, with every stream piped. `stateless` is
@@ -182,7 +176,7 @@ pub fn command(
 }
 
 /// `GIT_PROTOCOL` values are `key=value` pairs joined by `:`; anything else is dropped.
-fn valid_protocol(p: &str) -> bool {
+pub fn valid_protocol(p: &str) -> bool {
     !p.is_empty()
         && p.len() <= 256
         && p.bytes()

@@ -1,4 +1,4 @@
-//! An in-memory cache of Apps, Channels and Deploys, kept current by reflectors, so reads never list the apiserver. Writes
+//! An in-memory cache of Apps, Channels, Deploys and Domains, kept current by reflectors, so reads never list the apiserver. Writes
 //! go to the apiserver and then wait until the cache has seen them, so a client reads its own writes.
 
 use std::sync::Arc;
@@ -9,18 +9,20 @@ use futures::StreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use slipway_crds::{App, Channel, Deploy};
+use slipway_crds::{App, Channel, Deploy, Domain};
 use tokio::task::JoinHandle;
 
 /// How long a write waits for the cache to see it.
 const READ_YOUR_WRITES: Duration = Duration::from_secs(10);
 
-/// Cached Apps, Channels and Deploys of every namespace. Objects being deleted are left out of every answer.
+/// Cached Apps, Channels, Deploys and Domains of every namespace. Objects being deleted are left out of every
+/// answer.
 #[derive(Clone)]
 pub struct Cache {
     apps: Store<App>,
     channels: Store<Channel>,
     deploys: Store<Deploy>,
+    domains: Store<Domain>,
 }
 
 fn live<K: kube::Resource>(o: &Arc<K>) -> bool {
@@ -32,24 +34,71 @@ impl Cache {
     pub async fn start(client: Client) -> anyhow::Result<(Self, Vec<JoinHandle<()>>)> {
         let (apps, app_task) = reflect::<App>(client.clone());
         let (channels, channel_task) = reflect::<Channel>(client.clone());
-        let (deploys, deploy_task) = reflect::<Deploy>(client);
+        let (deploys, deploy_task) = reflect::<Deploy>(client.clone());
+        let (domains, domain_task) = reflect::<Domain>(client);
         let ready = async {
             apps.wait_until_ready().await?;
             channels.wait_until_ready().await?;
-            deploys.wait_until_ready().await
+            deploys.wait_until_ready().await?;
+            domains.wait_until_ready().await
         };
         tokio::time::timeout(Duration::from_secs(60), ready)
             .await
-            .context("the App, Channel and Deploy caches did not sync within 60s; are the slipway CRDs installed?")?
+            .context("the App, Channel, Deploy and Domain caches did not sync within 60s; are the slipway CRDs installed?")?
             .context("cache writer dropped")?;
         Ok((
             Self {
                 apps,
                 channels,
                 deploys,
+                domains,
             },
-            vec![app_task, channel_task, deploy_task],
+            vec![app_task, channel_task, deploy_task, domain_task],
         ))
+    }
+
+    /// Every live Domain, in every namespace.
+    pub fn domains(&self) -> Vec<Arc<Domain>> {
+        self.domains.state().into_iter().filter(live).collect()
+    }
+
+    /// Domains of the Channel resource `channel` in `namespace`, oldest first.
+    pub fn domains_of(&self, namespace: &str, channel: &str) -> Vec<Arc<Domain>> {
+        let mut domains: Vec<_> = self
+            .domains()
+            .into_iter()
+            .filter(|d| d.namespace().as_deref() == Some(namespace) && d.spec.channel == channel)
+            .collect();
+        domains.sort_by_key(|d| (d.metadata.creation_timestamp.clone(), d.name_any()));
+        domains
+    }
+
+    /// Waits until the cached Domain with `uid` satisfies `ready` (and is live).
+    pub async fn domain_where(
+        &self,
+        uid: &str,
+        ready: impl Fn(&Domain) -> bool,
+    ) -> anyhow::Result<Arc<Domain>> {
+        poll(|| {
+            self.domains
+                .find(|d| d.metadata.uid.as_deref() == Some(uid))
+                .filter(|d| live(d) && ready(d))
+        })
+        .await
+        .context("the domain did not reach the cache in the state waited for")
+    }
+
+    /// Waits until no live Domain has `uid`.
+    pub async fn domain_gone(&self, uid: &str) -> anyhow::Result<()> {
+        let gone = || {
+            self.domains
+                .find(|d| d.metadata.uid.as_deref() == Some(uid))
+                .filter(live)
+                .is_none()
+        };
+        poll(|| gone().then_some(()))
+            .await
+            .context("the detached domain stayed in the cache")
     }
 
     /// Deploys of the Channel resource `channel` in `namespace`, newest first.
@@ -176,15 +225,23 @@ impl Cache {
     }
 }
 
-async fn poll<T>(mut probe: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
-    let deadline = tokio::time::Instant::now() + READ_YOUR_WRITES;
+async fn poll<T>(probe: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
+    poll_for(READ_YOUR_WRITES, probe).await
+}
+
+/// Polls `probe` until it answers or `limit` has passed.
+pub async fn poll_for<T>(
+    limit: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+) -> anyhow::Result<T> {
+    let deadline = tokio::time::Instant::now() + limit;
     loop {
         if let Some(found) = probe() {
             return Ok(found);
         }
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
-            "timed out after {READ_YOUR_WRITES:?}"
+            "timed out after {limit:?}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

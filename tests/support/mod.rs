@@ -9,7 +9,10 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod blob;
+pub mod dns;
 pub mod git;
+pub mod git_peer;
+pub mod https;
 pub mod platform;
 
 use std::path::PathBuf;
@@ -39,6 +42,9 @@ use tower::ServiceExt;
 pub const APP_DOMAIN: &str = "apps.slipway.test";
 /// The git host tests use.
 pub const GIT_HOST: &str = "git.slipway.test";
+/// The address custom domains are told to point at (`a_values`); tests bind edges on loopback addresses.
+pub const EDGE_ADDRESS: &str = "127.0.0.1";
+
 /// A running API and what it stands on.
 pub struct TestApi {
     pub state: AppState,
@@ -160,6 +166,7 @@ async fn api_state(
     let names = PublicNames {
         app_domain: APP_DOMAIN.into(),
         git_host: GIT_HOST.into(),
+        edge_addresses: vec![EDGE_ADDRESS.into()],
     };
     Ok(AppState::new(
         pool,
@@ -169,7 +176,21 @@ async fn api_state(
         names,
         Keyring::parse(keyring_line)?,
         internal_access(kube, callers_namespace)?,
-    ))
+    )
+    .with_mirrors(mirror_config(None)))
+}
+
+/// Mirror settings for tests: loopback is allowed (the SSH git server of the tests listens there), git's SSH
+/// command is the slipway binary built for these tests, and names are resolved by `dns` only. Without one, the
+/// resolver asks a closed port on loopback, so no test ever sends a query beyond this machine.
+pub fn mirror_config(dns: Option<std::net::SocketAddr>) -> slipway::mirror::MirrorConfig {
+    slipway::mirror::MirrorConfig {
+        allow: vec!["127.0.0.1/32".parse().expect("cidr")],
+        deny: Vec::new(),
+        dns_server: Some(dns.unwrap_or_else(|| "127.0.0.1:9".parse().expect("addr"))),
+        relay_program: env!("CARGO_BIN_EXE_slipway").into(),
+        timeout: std::time::Duration::from_secs(60),
+    }
 }
 
 /// The internal listener's checks: the `operator` and `edge` ServiceAccounts of `namespace` in their roles, and a
@@ -267,6 +288,13 @@ impl TestApi {
         self
     }
 
+    /// The same API with other mirror settings (a fresh router).
+    pub fn with_mirrors(mut self, config: slipway::mirror::MirrorConfig) -> Self {
+        self.state = self.state.clone().with_mirrors(config);
+        self.router = slipway::api::router(self.state.clone());
+        self
+    }
+
     /// Another API process on the same database and repositories, with a cache of its own: a second replica.
     pub async fn replica(&self) -> Result<axum::Router> {
         let state = api_state(
@@ -359,7 +387,7 @@ impl TestApi {
         token: Option<&str>,
         body: Option<Value>,
     ) -> Reply {
-        send_to(&self.internal_router, request(method, path, token, body)).await
+        call_on(&self.internal_router, method, path, token, body).await
     }
 
     /// Sends a prepared request to the public routes.
@@ -416,6 +444,7 @@ impl TestApi {
             max_site_bytes: 64 << 20,
             proxy: slipway::edge::proxy::ProxyConfig::default(),
             object_store: None,
+            tls: Default::default(),
         })
     }
 
@@ -440,6 +469,7 @@ impl TestApi {
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
             tenant_grants: Vec::new(),
+            domains: Default::default(),
         })
     }
 
@@ -464,13 +494,35 @@ impl TestApi {
         &self,
         namespace: &str,
     ) -> Result<tokio::task::JoinHandle<()>> {
-        self.start_operator_without_node_with(namespace, None).await
+        self.start_nodeless_operator(namespace, Default::default(), None)
+            .await
     }
 
     /// [`TestApi::start_operator_without_node`], with object storage when `blob` is given.
     pub async fn start_operator_without_node_with(
         &self,
         namespace: &str,
+        blob: Option<slipway_controllers::blob::BlobSettings>,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        self.start_nodeless_operator(namespace, Default::default(), blob)
+            .await
+    }
+
+    /// [`TestApi::start_operator_without_node`] with custom-domain settings (resolver, ACME).
+    pub async fn start_operator_with_domains(
+        &self,
+        namespace: &str,
+        domains: slipway_controllers::domain::DomainsConfig,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        self.start_nodeless_operator(namespace, domains, None).await
+    }
+
+    /// [`TestApi::start_operator_without_node`] with custom-domain settings and, when `blob` is given, object
+    /// storage.
+    pub async fn start_nodeless_operator(
+        &self,
+        namespace: &str,
+        domains: slipway_controllers::domain::DomainsConfig,
         blob: Option<slipway_controllers::blob::BlobSettings>,
     ) -> Result<tokio::task::JoinHandle<()>> {
         let url = self.serve_internal().await?;
@@ -484,6 +536,7 @@ impl TestApi {
             probe_image: "127.0.0.1:9/unused".into(),
             builder_image: "127.0.0.1:9/unused".into(),
             tenant_grants: Vec::new(),
+            domains,
         };
         Ok(self.run_operator_with(config, blob))
     }

@@ -58,10 +58,16 @@ pub struct Account {
 pub struct Installed {
     pub api: String,
     pub edge: String,
+    /// The edge's HTTPS address (`host:port`).
+    pub edge_https: std::net::SocketAddr,
+    /// The CA the edge's wildcard certificate chains to (PEM file).
+    pub edge_ca: PathBuf,
     pub ssh_host: String,
     pub ssh_port: u16,
     pub app_domain: String,
     pub namespace: String,
+    /// The namespace of the certificate Secrets (tls.certificateNamespace), apart from the release's.
+    pub certificate_namespace: String,
     pub release: String,
     http: Client<HttpConnector, Full<Bytes>>,
 }
@@ -114,10 +120,20 @@ impl Installed {
         Ok(Self {
             api: var("SLIPWAY_PLATFORM_API")?,
             edge: var("SLIPWAY_PLATFORM_EDGE")?,
+            edge_https: {
+                let url = var("SLIPWAY_PLATFORM_EDGE_HTTPS")?;
+                url.strip_prefix("https://")
+                    .with_context(|| {
+                        format!("SLIPWAY_PLATFORM_EDGE_HTTPS={url} is not https://host:port")
+                    })?
+                    .parse()?
+            },
+            edge_ca: var("SLIPWAY_PLATFORM_EDGE_CA")?.into(),
             ssh_host: ssh_host.to_owned(),
             ssh_port: ssh_port.parse()?,
             app_domain: var("SLIPWAY_PLATFORM_APP_DOMAIN")?,
             namespace: var("SLIPWAY_PLATFORM_NAMESPACE")?,
+            certificate_namespace: var("SLIPWAY_PLATFORM_CERTIFICATE_NAMESPACE")?,
             release: var("SLIPWAY_PLATFORM_RELEASE")?,
             // A connection per request, as a load balancer in front of the platform opens them: a pooled
             // connection to a replica that is shutting down can be closed by it just as a request is written,
@@ -225,6 +241,20 @@ impl Installed {
             None,
         )
         .await
+    }
+
+    /// GET `path` of `host` through the edge's HTTPS port, with `host` as SNI, offering `alpn` and trusting only
+    /// the CA of the platform's wildcard certificate.
+    pub async fn edge_get_https(
+        &self,
+        host: &str,
+        path: &str,
+        alpn: &[&[u8]],
+    ) -> Result<super::https::Fetched> {
+        let roots = std::fs::read_to_string(&self.edge_ca)
+            .with_context(|| format!("read {}", self.edge_ca.display()))?;
+        let config = super::https::client_config(&roots, alpn)?;
+        super::https::get(self.edge_https, host, config, path).await
     }
 
     /// The hostname of the prod channel of `account`'s app `app`.

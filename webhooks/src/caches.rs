@@ -35,6 +35,7 @@ struct Inner {
     apps: Store<App>,
     channels: Store<Channel>,
     domains: Store<Domain>,
+    app_domain: Option<String>,
     ready: AtomicBool,
     failed: watch::Receiver<Option<String>>,
     tasks: Vec<AbortHandle>,
@@ -102,7 +103,7 @@ where
 
 impl Caches {
     /// Starts the watches on the current runtime. They stop when the last clone is dropped.
-    pub fn start(client: Client) -> Self {
+    pub fn start(client: Client, app_domain: Option<String>) -> Self {
         let (namespaces, ns_writer) = reflector::store();
         let (apps, apps_writer) = reflector::store();
         let (channels, channels_writer) = reflector::store();
@@ -160,6 +161,7 @@ impl Caches {
             apps,
             channels,
             domains,
+            app_domain,
             ready: AtomicBool::new(false),
             failed,
             tasks,
@@ -273,5 +275,9 @@ impl Lookup for Caches {
 
     fn domains(&self) -> Vec<Arc<Domain>> {
         self.inner.domains.state()
+    }
+
+    fn app_domain(&self) -> Option<&str> {
+        self.inner.app_domain.as_deref()
     }
 }

@@ -55,6 +55,10 @@ pub struct WebhookArgs {
         default_value_t = 10
     )]
     pub cert_reload_seconds: u64,
+
+    /// The platform's domain of channel hostnames ({app_domain}): custom domains under it are refused.
+    #[arg(long, env = "SLIPWAY_APP_DOMAIN")]
+    pub app_domain: Option<String>,
 }
 
 /// Runs the webhook until SIGTERM or Ctrl-C: checks that the CRDs are installed, starts the caches, and serves.
@@ -71,7 +75,7 @@ pub async fn run(args: WebhookArgs) -> anyhow::Result<()> {
         cert: args.tls_cert,
         key: args.tls_key,
     };
-    let caches = Caches::start(client);
+    let caches = Caches::start(client, args.app_domain);
     serve(
         listener,
         tls,

@@ -74,6 +74,12 @@ pub trait Lookup: Send + Sync {
 
     /// Every Domain, in every namespace.
     fn domains(&self) -> Vec<Arc<Domain>>;
+
+    /// The platform's own domain ({app_domain}), under which no custom domain may be attached; `None` when the
+    /// webhook was not told it.
+    fn app_domain(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Whether an object counts: objects on their way out (a deletion timestamp is set) hold no names and use no quota.
@@ -97,6 +103,8 @@ pub struct Snapshot {
     pub channels: Vec<Arc<Channel>>,
     /// Domains, in any namespace.
     pub domains: Vec<Arc<Domain>>,
+    /// The platform's own domain.
+    pub app_domain: Option<String>,
 }
 
 fn find<K: ResourceExt>(objs: &[Arc<K>], ns: &str, name: &str) -> Option<Arc<K>> {
@@ -128,5 +136,9 @@ impl Lookup for Snapshot {
 
     fn domains(&self) -> Vec<Arc<Domain>> {
         self.domains.clone()
+    }
+
+    fn app_domain(&self) -> Option<&str> {
+        self.app_domain.as_deref()
     }
 }

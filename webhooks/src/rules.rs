@@ -40,6 +40,12 @@ impl Denial {
     }
 }
 
+impl From<names::InvalidDomain> for Denial {
+    fn from(e: names::InvalidDomain) -> Self {
+        Self::invalid(e.to_string())
+    }
+}
+
 impl From<names::InvalidName> for Denial {
     fn from(e: names::InvalidName) -> Self {
         Self::invalid(e.0)

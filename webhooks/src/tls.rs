@@ -148,25 +148,28 @@ fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
 
 /// Reads and checks one certificate/key pair.
 fn load_pair(files: &TlsFiles, provider: &CryptoProvider) -> anyhow::Result<Arc<CertifiedKey>> {
-    let cert_pem = read(&files.cert)?;
-    let certs = CertificateDer::pem_slice_iter(&cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("parse the certificates in {}", files.cert.display()))?;
-    anyhow::ensure!(
-        !certs.is_empty(),
-        "{} holds no certificate",
-        files.cert.display()
-    );
-    let key = PrivateKeyDer::from_pem_slice(&read(&files.key)?)
-        .with_context(|| format!("parse the private key in {}", files.key.display()))?;
-    let pair = CertifiedKey::from_der(certs, key, provider).with_context(|| {
+    certified_key(&read(&files.cert)?, &read(&files.key)?, provider).with_context(|| {
         format!(
             "{} and {} do not make a usable pair",
             files.cert.display(),
             files.key.display()
         )
-    })?;
-    Ok(Arc::new(pair))
+    })
+}
+
+/// A certificate chain (PEM, leaf first) and its private key (PEM: PKCS#8, PKCS#1 or SEC1) as a pair rustls serves,
+/// checked to belong together.
+pub fn certified_key(
+    chain_pem: &[u8],
+    key_pem: &[u8],
+    provider: &CryptoProvider,
+) -> anyhow::Result<Arc<CertifiedKey>> {
+    let certs = CertificateDer::pem_slice_iter(chain_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .context("parse the certificates")?;
+    anyhow::ensure!(!certs.is_empty(), "the chain holds no certificate");
+    let key = PrivateKeyDer::from_pem_slice(key_pem).context("parse the private key")?;
+    Ok(Arc::new(CertifiedKey::from_der(certs, key, provider)?))
 }
 
 /// The TLS configuration of the webhook: TLS 1.2 and 1.3 with the ring provider, HTTP/1.1 only (the apiserver

@@ -96,3 +96,15 @@ The platform's public names, required by the components that form hostnames and 
 {{- define "slipway.gitHost" -}}
 {{- required "gitHost is required by the api: the host of the git transports (for example --set gitHost=git.example.com)" .Values.gitHost }}
 {{- end }}
+
+{{/*
+The namespace of certificate Secrets and the ACME account. The edge may read every Secret there, so it must never be
+the release namespace, where the database URL and the env keyring are.
+*/}}
+{{- define "slipway.certificateNamespace" -}}
+{{- $ns := required "tls.certificateNamespace is required: a namespace of its own for certificate Secrets, created beforehand" .Values.tls.certificateNamespace }}
+{{- if eq $ns .Release.Namespace }}
+{{- fail "tls.certificateNamespace must not be the release namespace: the edge reads every Secret in it" }}
+{{- end }}
+{{- $ns }}
+{{- end }}

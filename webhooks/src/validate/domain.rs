@@ -1,5 +1,6 @@
-//! Domain admission: a valid hostname, attached to a channel that exists, held by no other Domain on the platform,
-//! and within the per-channel limit. A Domain's spec cannot change, so only creation is checked.
+//! Domain admission: a valid hostname outside the platform's own domain, attached to a channel that exists, held
+//! by no other Domain on the platform, and within the per-channel limit: the REST API's rules, so a Domain written
+//! with kubectl is held to them too. A Domain's spec cannot change, so only creation is checked.
 
 use slipway_crds::Domain;
 use slipway_crds::names::DomainName;
@@ -14,7 +15,10 @@ pub async fn validate<L: Lookup>(lookup: &L, review: &Review<Domain>) -> Result<
         return Ok(());
     }
     let ns = review.namespace.as_str();
-    let domain: DomainName = review.object.spec.domain.parse()?;
+    let domain = match lookup.app_domain() {
+        Some(app_domain) => DomainName::parse_attachable(&review.object.spec.domain, app_domain)?,
+        None => review.object.spec.domain.parse()?,
+    };
     let channel = review.object.spec.channel.as_str();
     require_channel(lookup, ns, channel).await?;
 
@@ -44,8 +48,6 @@ pub async fn validate<L: Lookup>(lookup: &L, review: &Review<Domain>) -> Result<
 mod tests {
     use std::sync::Arc;
 
-    use slipway_crds::names::messages;
-
     use super::*;
     use crate::rules::DenialKind;
     use crate::validate::fixtures::*;
@@ -67,7 +69,20 @@ mod tests {
             validate(&s, &create(domain("ns", "blog.prod", "localhost"))).await,
             DenialKind::Invalid,
         );
-        assert_eq!(msg, messages::DOMAIN);
+        assert!(msg.starts_with("invalid domain: needs_dot: "), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn the_platform_domain_is_refused_when_known() {
+        let mut s = cluster("ns", &[]);
+        let review = create(domain("ns", "blog.prod", "shop.apps.test"));
+        assert!(validate(&s, &review).await.is_ok());
+        s.app_domain = Some("apps.test".into());
+        let msg = denied(validate(&s, &review).await, DenialKind::Invalid);
+        assert!(
+            msg.starts_with("invalid domain: platform_domain_forbidden: "),
+            "{msg}"
+        );
     }
 
     #[tokio::test]

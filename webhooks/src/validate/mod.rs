@@ -63,6 +63,12 @@ impl From<LookupError> for Refusal {
     }
 }
 
+impl From<slipway_crds::names::InvalidDomain> for Refusal {
+    fn from(e: slipway_crds::names::InvalidDomain) -> Self {
+        Self::Denied(e.into())
+    }
+}
+
 impl From<InvalidName> for Refusal {
     fn from(e: InvalidName) -> Self {
         Self::Denied(e.into())

@@ -1,0 +1,109 @@
+//! Mirroring an external git repository into an app's own repository over SSH.
+//!
+//! The owner connects a repository by its SSH URL and gets the public half of a fresh Ed25519 deploy key to install
+//! there; the private half is sealed with the env keyring and never leaves the API. Each sync (the sync route, and
+//! every deploy of a connected app first) resolves the server's name, refuses the whole answer if any address is
+//! one a user must not make the platform reach ([`vet`]), connects to a checked address itself, pins the server's
+//! host key on first contact and refuses a changed one, and lets the real `git fetch` pull every branch and tag
+//! over that connection ([`transport`]). The external repository is authoritative: a force-push there rewrites the
+//! branch here, a deleted branch goes. While connected, pushes and changesets are refused, so the two cannot
+//! diverge.
+
+pub mod cluster;
+pub mod keys;
+pub mod relay;
+pub mod remote;
+pub mod resolve;
+pub mod service;
+pub mod transport;
+pub mod vet;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use uuid::Uuid;
+
+use crate::api::error::ApiError;
+use crate::api::state::AppState;
+
+/// How syncs reach external repositories (`slipway api --mirror-*` flags).
+#[derive(Debug, Clone)]
+pub struct MirrorConfig {
+    /// Networks a sync may reach whatever their class (on-premises forges).
+    pub allow: Vec<IpNet>,
+    /// Networks refused on top of the fixed classes and the ranges read from the cluster.
+    pub deny: Vec<IpNet>,
+    /// The DNS server names are resolved with; `None` uses the system's configuration.
+    pub dns_server: Option<SocketAddr>,
+    /// The program git runs as its SSH command: this binary, whose `mirror-relay` subcommand carries git's
+    /// bytes to the connection the API made.
+    pub relay_program: PathBuf,
+    /// Longest a sync may take, connection and fetch together.
+    pub timeout: Duration,
+}
+
+impl MirrorConfig {
+    /// Default time limit of one sync.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+}
+
+impl Default for MirrorConfig {
+    fn default() -> Self {
+        Self {
+            allow: Vec::new(),
+            deny: Vec::new(),
+            dns_server: None,
+            relay_program: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("slipway")),
+            timeout: Self::DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// The mirror settings and one lock per app, so a sync and a deploy's fetch of one app queue rather than race.
+#[derive(Debug, Default)]
+pub struct Mirrors {
+    config: MirrorConfig,
+    locks: std::sync::Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Mirrors {
+    /// Mirrors under `config`.
+    pub fn new(config: MirrorConfig) -> Self {
+        Self {
+            config,
+            locks: Default::default(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &MirrorConfig {
+        &self.config
+    }
+
+    /// The lock of `app`'s syncs.
+    pub fn lock(&self, app: Uuid) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if locks.len() > 1024 {
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        }
+        locks.entry(app).or_default().clone()
+    }
+}
+
+/// Why commits to `app` by push or changeset are refused, if they are: its commits come from the external
+/// repository it is connected to.
+pub async fn commits_refused(state: &AppState, app: Uuid) -> Result<Option<String>, ApiError> {
+    Ok(crate::db::mirrors::connected(state.db(), app)
+        .await?
+        .then(|| {
+            "this app mirrors an external repository: commit there and sync, or disconnect the mirror first"
+                .to_owned()
+        }))
+}
