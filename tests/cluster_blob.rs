@@ -721,7 +721,7 @@ async fn the_toggle_opens_and_closes_the_public_endpoint_through_the_edge() -> R
     tokio::spawn(slipway::edge::server::serve(
         edge,
         listener,
-        "http",
+        slipway::edge::server::Scheme::Http,
         std::future::pending(),
     ));
     let host = format!("{}.s3.{}", keys.bucket, support::APP_DOMAIN);

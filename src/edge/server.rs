@@ -59,17 +59,22 @@ pub async fn serve(
     crate::serve::accept_until(listener, shutdown, DRAIN_LIMIT, |stream, peer, draining| {
         let edge = edge.clone();
         async move {
-            let service = service_fn(move |req| {
+            let service = service_fn({
                 let edge = edge.clone();
-                async move {
-                    // The bytes sent count against the host's account, as they stream.
-                    let bandwidth = edge
-                        .table
-                        .load()
-                        .get(request_host(&req))
-                        .and_then(|r| r.bandwidth.clone());
-                    let res = handle(&edge, req, peer, scheme).await;
-                    Ok::<_, std::convert::Infallible>(res.map(|body| Counted::new(body, bandwidth)))
+                move |req| {
+                    let edge = edge.clone();
+                    async move {
+                        // The bytes sent count against the host's account, as they stream.
+                        let bandwidth = edge
+                            .table
+                            .load()
+                            .get(request_host(&req))
+                            .and_then(|r| r.bandwidth.clone());
+                        let res = handle(&edge, req, peer, scheme).await;
+                        Ok::<_, std::convert::Infallible>(
+                            res.map(|body| Counted::new(body, bandwidth)),
+                        )
+                    }
                 }
             });
             match scheme {
