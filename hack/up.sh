@@ -30,6 +30,7 @@ $SLIPWAY_REGISTRY (which also serves the warm bases node:22-slim, python:3.13-sl
   edge:         $EDGE   (serves every channel host: <app>-admin.$SLIPWAY_PLATFORM_APP_DOMAIN)
   edge HTTPS:   $SLIPWAY_PLATFORM_EDGE_HTTPS   (certificate for *.$SLIPWAY_PLATFORM_APP_DOMAIN from the CA $SLIPWAY_PLATFORM_EDGE_CA)
   git over SSH: $SLIPWAY_PLATFORM_SSH
+  TCP forwards: $SLIPWAY_PLATFORM_FORWARD_HOST, ports 31000-31019   (POST .../channels/<id>/forward on a builder plan)
 
   curl -s -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{"name":"blog"}' $API/apps
   curl -s -H "Authorization: Bearer $TOKEN" $API/apps

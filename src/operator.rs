@@ -102,6 +102,10 @@ pub struct OperatorArgs {
     /// has seen it).
     #[arg(long, env = "SLIPWAY_ACME_CHALLENGE_GRACE_MS", default_value_t = 2000)]
     pub acme_challenge_grace_ms: u64,
+    /// Raw TCP forwarding: the public host of the edge's forward listeners and the port range they use, as
+    /// `host:first-last` (e.g. `tcp.example.com:31000-31099`). Unset: channels cannot be exposed.
+    #[arg(long, env = "SLIPWAY_FORWARD_PORTS")]
+    pub forward_ports: Option<slipway_controllers::forward::ForwardPorts>,
 }
 
 /// The readiness sidecar's image unless told otherwise.
@@ -148,6 +152,9 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let mut ctx = Context::new(client, config, metrics);
     if let Some(blob) = args.blob.settings()? {
         ctx = ctx.with_blob(blob);
+    }
+    if let Some(ports) = args.forward_ports {
+        ctx = ctx.with_forwards(ports);
     }
     let ctx = Arc::new(ctx);
     let addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));

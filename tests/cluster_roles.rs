@@ -93,6 +93,17 @@ const ROUTES: &[(&str, &str, Who)] = &[
         "/apps/{app_id}/channels/{channel_id}/blob/credentials",
         Who::Admin,
     ),
+    (
+        "post",
+        "/apps/{app_id}/channels/{channel_id}/forward",
+        Who::Admin,
+    ),
+    (
+        "delete",
+        "/apps/{app_id}/channels/{channel_id}/forward",
+        Who::Admin,
+    ),
+    ("get", "/apps/{app_id}/forwards", Who::Member),
     ("get", "/apps/{app_id}/tree", Who::Member),
     ("get", "/apps/{app_id}/blob", Who::Member),
     ("post", "/apps/{app_id}/changeset", Who::Member),
@@ -254,6 +265,15 @@ impl Fixture {
                 path = format!("{}/{spare}", self.domains());
                 success = 200;
             }
+            // The shared app is static: a permitted expose passes the role check and is then refused for that.
+            ("post", "/apps/{app_id}/channels/{channel_id}/forward") => {
+                body = Some(json!({}));
+                success = 400;
+            }
+            // A Forward written with kubectl, for a permitted unexpose to remove.
+            ("delete", "/apps/{app_id}/channels/{channel_id}/forward") if permitted => {
+                self.forward_by_hand().await;
+            }
             ("put", "/apps/{app_id}/members/{username}") => body = Some(json!({"role": "member"})),
             ("delete", "/apps/{app_id}/members/{username}") if permitted => {
                 self.as_owner(Method::PUT, &path, Some(json!({"role": "member"})))
@@ -278,6 +298,47 @@ impl Fixture {
             _ => {}
         }
         (path, body, success)
+    }
+
+    /// A Forward of the prod channel, as `kubectl apply` would write it.
+    async fn forward_by_hand(&self) {
+        let forwards: kube::Api<slipway_crds::Forward> =
+            kube::Api::namespaced(self.api.kube.clone(), &self.owner.namespace);
+        let channel = self
+            .api
+            .state
+            .cache()
+            .channels_of(&self.owner.namespace, "shared")
+            .into_iter()
+            .find(|c| c.metadata.uid.as_deref() == Some(self.channel_id.as_str()))
+            .unwrap();
+        let name = channel.metadata.name.clone().unwrap();
+        forwards
+            .create(
+                &Default::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "slipway.dev/v1alpha1", "kind": "Forward",
+                    "metadata": {"name": name},
+                    "spec": {"channel": name, "allowCidrs": []},
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self
+            .api
+            .state
+            .cache()
+            .forward_of(&self.owner.namespace, &name)
+            .is_none()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the Forward never reached the cache"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Puts back what a permitted call changed that later calls rely on: no mirror connected.

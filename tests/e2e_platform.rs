@@ -6,7 +6,8 @@
 //! the callers it knows, a git mirror's sync refusing the cluster's own networks, no component holding Secrets
 //! cluster-wide or in the release namespace (the edge reads certificates in a namespace of their own), and an app
 //! writing and reading its channel's bucket with the injected `S3_*` keys through the chart's S3 gateway and bundled
-//! backend.
+//! backend, and raw TCP forwarded through the chart's forward Service from the allowlist only, an open session
+//! outliving its unexpose until a redeploy ends it.
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -37,6 +38,9 @@ http.server.HTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Handler).s
 /// An app's process that writes `from-app.txt` into its channel's bucket with the injected keys, reads it back,
 /// and only then serves what it read.
 const BUCKET_APP: &str = include_str!("s3/app_roundtrip.py");
+
+/// An app echoing raw TCP on `SVC_FORWARD_PORT` and answering its version over HTTP.
+const ECHO_APP: &str = include_str!("forward/echo_app.py");
 
 /// Where a pod finds its ServiceAccount token when one is mounted.
 const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -540,6 +544,115 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
 
     // Deleting the app takes the bucket along: the operator empties and removes it before the channel goes.
     platform.delete_app(&gus, &app).await
+}
+
+#[tokio::test]
+async fn raw_tcp_reaches_the_app_from_the_allowlist_and_an_open_session_lasts_until_a_redeploy() -> Result<()> {
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let platform = Installed::from_env()?;
+    let hal = platform.account("hal").await?;
+    let (app, channel) = platform.create_app(&hal, "echo", "app").await?;
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "echo"]).await?;
+    ws.write("echo/app.py", ECHO_APP)?;
+    ws.write("echo/launch.sh", "exec python3 app.py\n")?;
+    let mut shas = Vec::new();
+    for version in ["v1", "v2"] {
+        ws.write("echo/VERSION", &format!("{version}\n"))?;
+        ws.git("echo", &["add", "."]).await?;
+        ws.git("echo", &["commit", "-q", "-m", version]).await?;
+        shas.push(ws.git("echo", &["rev-parse", "HEAD"]).await?.trim().to_owned());
+    }
+    let remote = http_remote(&platform.api, &hal.token, &hal.username, "echo");
+    ws.git("echo", &["push", "-q", &remote, "HEAD:master"]).await?;
+    let (_, log) = platform.deploy(&hal, &app, &channel, &shas[0]).await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    platform
+        .call("PATCH", &format!("/apps/{app}"), &hal, Some(json!({"port_forwarding_enabled": true})))
+        .await?
+        .expect(200);
+
+    // The edge sees this machine's address on the node link (the Service keeps client addresses).
+    let me = std::env::var("SLIPWAY_NODE_HOST_IP")?;
+    let forward = format!("/apps/{app}/channels/{channel}/forward");
+    let exposed = platform
+        .call("POST", &forward, &hal, Some(json!({"allow_cidrs": [me]})))
+        .await?
+        .expect(201);
+    assert_eq!(exposed["host"], platform.forward_host.as_str(), "{exposed}");
+    let port = exposed["port"].as_u64().unwrap();
+    let addr = format!("{}:{port}", platform.forward_host);
+    let within = Duration::from_secs(60);
+    let echoes = |mut conn: tokio::net::TcpStream, message: &'static [u8]| async move {
+        conn.write_all(message).await?;
+        let mut back = vec![0; message.len()];
+        tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut back)).await??;
+        anyhow::ensure!(back == message, "echoed {back:?}");
+        Ok::<_, anyhow::Error>(conn)
+    };
+    // Until the edge has opened the listener, connections are refused.
+    let deadline = tokio::time::Instant::now() + within;
+    let session = loop {
+        if let Ok(conn) = tokio::net::TcpStream::connect(&addr).await
+            && let Ok(conn) = echoes(conn, b"hello\0raw").await
+        {
+            break conn;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{addr} never echoed");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+
+    // Another allowlist, same port: this machine is refused before anything reaches the app.
+    let again = platform
+        .call("POST", &forward, &hal, Some(json!({"allow_cidrs": ["203.0.113.0/24"]})))
+        .await?
+        .expect(200);
+    assert_eq!(again["port"], exposed["port"]);
+    let refused = || async {
+        let Ok(mut conn) = tokio::net::TcpStream::connect(&addr).await else {
+            return true;
+        };
+        let _ = conn.write_all(b"knock").await;
+        let mut buf = [0u8; 8];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
+    };
+    let deadline = tokio::time::Instant::now() + within;
+    while !refused().await {
+        assert!(tokio::time::Instant::now() < deadline, "still let in");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The session opened before goes on.
+    let session = echoes(session, b"still open").await?;
+
+    // Unexpose: no new connections; the open session keeps echoing until a redeploy replaces the container.
+    platform.call("DELETE", &forward, &hal, None).await?.expect(204);
+    let deadline = tokio::time::Instant::now() + within;
+    while !refused().await {
+        assert!(tokio::time::Instant::now() < deadline, "the unexposed port still answers");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut session = echoes(session, b"after unexpose").await?;
+    let (_, log) = platform.deploy(&hal, &app, &channel, &shas[1]).await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    let mut buf = [0u8; 8];
+    let ended = tokio::time::timeout(within, async {
+        loop {
+            if session.write_all(b"x").await.is_err() {
+                return;
+            }
+            match session.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the session outlived the redeploy");
+    platform.delete_app(&hal, &app).await
 }
 
 /// `kubectl auth can-i VERB RESOURCE SCOPE... --as` the platform's ServiceAccount `account`.

@@ -53,6 +53,8 @@ pub struct Context {
     pub dns: crate::domain::dns::HickoryLookups,
     /// Issues domain certificates, when an ACME CA and the certificate namespace are configured.
     pub issuer: Option<crate::domain::acme::Issuer>,
+    /// Allocates forward ports; `None`: no raw TCP forwarding on this platform.
+    pub forwards: Option<crate::forward::Allocator>,
 }
 
 impl Context {
@@ -79,7 +81,14 @@ impl Context {
             config,
             metrics,
             blob: None,
+            forwards: None,
         }
+    }
+
+    /// The same context with raw TCP forwarding on `ports`.
+    pub fn with_forwards(mut self, ports: crate::forward::ForwardPorts) -> Self {
+        self.forwards = Some(crate::forward::Allocator::new(ports));
+        self
     }
 
     /// The same context with object storage.

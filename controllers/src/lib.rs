@@ -9,6 +9,7 @@ pub mod context;
 pub mod deploy;
 pub mod domain;
 pub mod error;
+pub mod forward;
 pub mod ingress;
 pub mod leader;
 pub mod run;

@@ -15,7 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use slipway_crds::{App, Channel, Deploy, Domain};
+use slipway_crds::{App, Channel, Deploy, Domain, Forward};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -155,6 +155,17 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         }
     }
 
+    let forwards: Api<Forward> = match &ctx.config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    if let Err(e) = forwards.list(&Default::default()).await {
+        anyhow::bail!(
+            "cannot list Forward resources ({e}); install the CRDs first: `slipway crds | kubectl apply --server-side -f -`"
+        );
+    }
+    let apps_for_forwards = apps.clone();
+
     let app_controller = Controller::new(apps.clone(), watcher::Config::default())
         .owns(channels.clone(), watcher::Config::default())
         .shutdown_on_signal()
@@ -256,6 +267,31 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         )
         .for_each(|_| futures::future::ready(()));
 
+    // An app's toggle decides whether its channels' Forwards serve.
+    let forward_controller = Controller::new(forwards, watcher::Config::default());
+    let forward_store = forward_controller.store();
+    let forward_controller = forward_controller
+        .watches(
+            apps_for_forwards,
+            watcher::Config::default(),
+            move |app: App| {
+                let (ns, prefix) = (app.namespace(), format!("{}.", app.name_any()));
+                forward_store
+                    .state()
+                    .into_iter()
+                    .filter(|f| f.namespace() == ns && f.spec.channel.starts_with(&prefix))
+                    .map(|f| ObjectRef::from_obj(f.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .shutdown_on_signal()
+        .run(
+            |o, c| timed("Forward", o, c, crate::forward::reconcile),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()));
+
     // Grants in tenant namespaces, when the operator runs with them (the chart's least-privilege RBAC).
     let tenancy_controller = async {
         if ctx.config.tenant_grants.is_empty() || ctx.config.namespace.is_some() {
@@ -277,6 +313,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         channel_controller,
         deploy_controller,
         domain_controller,
+        forward_controller,
         tenancy_controller
     );
     Ok(())

@@ -42,6 +42,10 @@ pub mod reasons {
     pub const NOT_VERIFIED: &str = "NotVerified";
     /// The platform has no ACME CA configured, so no certificate is issued.
     pub const ACME_NOT_CONFIGURED: &str = "AcmeNotConfigured";
+    /// The platform lacks what the object needs (a Forward: no forward port range).
+    pub const NOT_CONFIGURED: &str = "NotConfigured";
+    /// A Forward keeps its address but does not serve (the app's toggle or the owner's plan is off).
+    pub const INACTIVE: &str = "Inactive";
 }
 
 /// Sets `condition` in `conditions`, keyed by type. Returns whether anything changed; `lastTransitionTime` is kept

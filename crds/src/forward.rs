@@ -7,6 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::cel;
 
+/// `SVC_FORWARD_PORT`: the container port a Forward reaches, fixed by the hosting API.
+pub const FORWARD_PORT: u16 = 7000;
+/// The name of that port on the app container and on the channel's Service (where the edge finds the pods).
+pub const FORWARD_PORT_NAME: &str = "forward";
+
 /// Most CIDRs an allowlist may hold.
 pub const MAX_ALLOW_CIDRS: usize = 16;
 

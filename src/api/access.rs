@@ -48,8 +48,8 @@ impl Role {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     /// Read the app and what it holds: channels, custom domains, files, logs, images, variables (secret values
-    /// null), deploy env snapshots, code downloads, mirror status, the member list, object-store status; fetch over
-    /// git.
+    /// null), deploy env snapshots, code downloads, mirror status, the member list, object-store status, exposed
+    /// raw-TCP endpoints; fetch over git.
     Read,
     /// Change code and bring it live: push, commit, deploy, set and delete variables.
     Write,
@@ -61,6 +61,8 @@ pub enum Action {
     ManageChannels,
     /// Attach, verify and detach custom domains (they change routing and certificates, like channels).
     ManageDomains,
+    /// Expose a channel as a public raw-TCP endpoint, change its allowlist, or unexpose it.
+    ManageForwards,
     /// Change the app's access toggles.
     ChangeSettings,
     /// Fetch from the connected external repository now.
@@ -85,6 +87,7 @@ impl Action {
             | Action::ReadStoreCredentials
             | Action::ManageChannels
             | Action::ManageDomains
+            | Action::ManageForwards
             | Action::ChangeSettings
             | Action::SyncMirror => Role::Admin,
             Action::ChangeAgentAccess
@@ -103,6 +106,7 @@ impl Action {
             Action::ReadStoreCredentials => "reading object-store credentials",
             Action::ManageChannels => "creating or deleting channels",
             Action::ManageDomains => "attaching, verifying or detaching custom domains",
+            Action::ManageForwards => "exposing or unexposing raw TCP endpoints",
             Action::ChangeSettings => "changing settings",
             Action::SyncMirror => "syncing the mirror",
             Action::ChangeAgentAccess => "changing agent access",

@@ -69,7 +69,7 @@ fn double_option<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option
 }
 
 /// The plan and agent-access default of an app's owner.
-async fn owner_facts(
+pub(crate) async fn owner_facts(
     state: &AppState,
     caller: &Caller,
     app: &VisibleApp,

@@ -12,6 +12,7 @@ pub mod domains;
 pub mod env;
 pub mod error;
 pub mod extract;
+pub mod forwards;
 pub mod internal;
 pub mod members;
 pub mod mirror;
@@ -81,6 +82,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(code::routes())
         .merge(deploys::routes())
         .merge(domains::routes())
+        .merge(forwards::routes())
         .merge(ssh_keys::routes())
         .merge(blob::routes())
         .merge(members::routes())

@@ -26,6 +26,7 @@ pub mod bandwidth;
 pub mod certs;
 mod content_type;
 pub mod files;
+pub mod forward;
 pub mod metrics;
 pub mod pages;
 pub mod proxy;
@@ -130,6 +131,10 @@ pub struct EdgeArgs {
     /// Seconds a handshake for a verified domain waits for its first certificate.
     #[arg(long, env = "SLIPWAY_EDGE_ISSUANCE_WAIT", default_value_t = 20)]
     pub issuance_wait: u64,
+    /// Raw TCP forwarding: the address to open each active Forward's listener on (its port is the one the operator
+    /// allocated). Unset: no forward listeners, and Forwards are not watched.
+    #[arg(long, env = "SLIPWAY_EDGE_FORWARD_LISTEN")]
+    pub forward_listen: Option<std::net::IpAddr>,
 }
 
 /// Settings of an edge.
@@ -149,6 +154,8 @@ pub struct EdgeConfig {
     pub object_store: Option<SocketAddr>,
     /// HTTPS: where certificates come from, and how plain HTTP behaves.
     pub tls: TlsSettings,
+    /// Where forward listeners are opened; `None`: no raw TCP forwarding.
+    pub forward_listen: Option<std::net::IpAddr>,
 }
 
 /// HTTPS settings of an edge.
@@ -178,6 +185,7 @@ pub struct Edge {
     certs: Arc<certs::Certificates>,
     tls_config: Arc<rustls::ServerConfig>,
     tls: TlsSettings,
+    forwarder: Option<forward::Forwarder>,
 }
 
 impl Edge {
@@ -204,10 +212,18 @@ impl Edge {
             access_log: config.access_log,
             object_store: config.object_store,
             bandwidth: Arc::default(),
+            forwarder: config
+                .forward_listen
+                .map(|host| forward::Forwarder::new(host, registry)),
         });
         let changed = Arc::new(Notify::new());
-        let (caches, mut tasks) =
-            watch::Caches::start(&client, config.namespace.as_deref(), &changed).await?;
+        let (caches, mut tasks) = watch::Caches::start(
+            &client,
+            config.namespace.as_deref(),
+            config.forward_listen.is_some(),
+            &changed,
+        )
+        .await?;
         tasks.extend(
             watch::start_certificates(
                 &client,
@@ -219,7 +235,9 @@ impl Edge {
         );
         // The first table before any listener, so every existing host is known when serving starts; the builder
         // then builds it again at once and starts loading the static sites it names.
-        let first = edge.rebuild(&caches.objects());
+        let objects = caches.objects();
+        let first = edge.rebuild(&objects);
+        edge.listen_for_forwards(&caches, &objects);
         changed.notify_one();
         tasks.push(watch::spawn_builder(edge.clone(), caches, changed));
         tokio::spawn(Self::warm_up(edge.clone(), first));
@@ -255,6 +273,21 @@ impl Edge {
         }
         edge.warm.store(true, std::sync::atomic::Ordering::Relaxed);
         tracing::info!("static sites loaded; ready");
+    }
+
+    /// Opens and closes forward listeners for the active Forwards (when forwarding is on).
+    pub fn listen_for_forwards(&self, caches: &watch::Caches, objects: &Objects) {
+        if let Some(forwarder) = &self.forwarder {
+            forwarder.apply(forward::entries(&caches.forwards(), objects));
+        }
+    }
+
+    /// The ports forward listeners are open on.
+    pub fn forward_ports(&self) -> Vec<u16> {
+        self.forwarder
+            .as_ref()
+            .map(forward::Forwarder::ports)
+            .unwrap_or_default()
     }
 
     /// Builds and installs the table for `objects`; returns the static sites it waits for.
@@ -330,6 +363,7 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
             redirect_https: args.redirect_https && !args.tls_listen.is_empty(),
             issuance_wait: Duration::from_secs(args.issuance_wait),
         },
+        forward_listen: args.forward_listen,
     };
     let mut registry = Registry::default();
     let (edge, tasks) = Edge::start(client, config, &mut registry).await?;

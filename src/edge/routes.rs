@@ -378,6 +378,16 @@ fn owning_channel<'a>(
         })
 }
 
+/// Ready endpoints of the port named `port_name` of the Service `service` in `namespace`.
+pub fn named_port_endpoints(
+    objects: &Objects,
+    namespace: &str,
+    service: &str,
+    port_name: &str,
+) -> Vec<SocketAddr> {
+    service_endpoints(objects, namespace, service, Some(port_name), None)
+}
+
 /// Ready endpoints of the Service port named `port_name` (or numbered `port_number`).
 fn service_endpoints(
     objects: &Objects,

@@ -21,7 +21,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use slipway_crds::{App, Channel, Domain};
+use slipway_crds::{App, Channel, Domain, Forward};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -39,14 +39,17 @@ pub struct Caches {
     slices: Store<EndpointSlice>,
     channels: Store<Channel>,
     apps: Store<App>,
+    /// Forwards, watched only when the edge forwards raw TCP.
+    forwards: Option<Store<Forward>>,
 }
 
 impl Caches {
-    /// Starts the reflectors (in `namespace`, or everywhere) and waits until each has listed once. Every change
-    /// wakes `changed`.
+    /// Starts the reflectors (in `namespace`, or everywhere; Forwards when `forwards`) and waits until each has
+    /// listed once. Every change wakes `changed`.
     pub async fn start(
         client: &Client,
         namespace: Option<&str>,
+        forwards: bool,
         changed: &Arc<Notify>,
     ) -> anyhow::Result<(Self, Vec<JoinHandle<()>>)> {
         let mut tasks = Vec::new();
@@ -56,7 +59,13 @@ impl Caches {
             slices: reflect(api(client, namespace), all(), changed, &mut tasks),
             channels: reflect(api(client, namespace), all(), changed, &mut tasks),
             apps: reflect(api(client, namespace), all(), changed, &mut tasks),
+            forwards: forwards.then(|| reflect(api(client, namespace), all(), changed, &mut tasks)),
         };
+        if let Some(forwards) = &caches.forwards {
+            forwards.wait_until_ready().await.map_err(|e| {
+                anyhow::anyhow!("the Forward cache stopped before it was filled: {e}")
+            })?;
+        }
         for (kind, ready) in [
             ("Ingress", caches.ingresses.wait_until_ready().await),
             ("Service", caches.services.wait_until_ready().await),
@@ -69,6 +78,11 @@ impl Caches {
             })?;
         }
         Ok((caches, tasks))
+    }
+
+    /// Every cached Forward (none when Forwards are not watched).
+    pub fn forwards(&self) -> Vec<Arc<Forward>> {
+        self.forwards.as_ref().map(Store::state).unwrap_or_default()
     }
 
     /// A snapshot of every cached object.
@@ -133,9 +147,11 @@ pub fn spawn_builder(edge: Arc<Edge>, caches: Caches, changed: Arc<Notify>) -> J
     tokio::spawn(async move {
         loop {
             changed.notified().await;
-            for key in edge.rebuild(&caches.objects()) {
+            let objects = caches.objects();
+            for key in edge.rebuild(&objects) {
                 start_load(&edge, key, &loading, &changed);
             }
+            edge.listen_for_forwards(&caches, &objects);
         }
     })
 }

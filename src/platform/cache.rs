@@ -1,4 +1,4 @@
-//! An in-memory cache of Apps, Channels, Deploys and Domains, kept current by reflectors, so reads never list the apiserver. Writes
+//! An in-memory cache of Apps, Channels, Deploys, Domains and Forwards, kept current by reflectors, so reads never list the apiserver. Writes
 //! go to the apiserver and then wait until the cache has seen them, so a client reads its own writes.
 
 use std::sync::Arc;
@@ -9,13 +9,13 @@ use futures::StreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use slipway_crds::{App, Channel, Deploy, Domain};
+use slipway_crds::{App, Channel, Deploy, Domain, Forward};
 use tokio::task::JoinHandle;
 
 /// How long a write waits for the cache to see it.
 const READ_YOUR_WRITES: Duration = Duration::from_secs(10);
 
-/// Cached Apps, Channels, Deploys and Domains of every namespace. Objects being deleted are left out of every
+/// Cached Apps, Channels, Deploys, Domains and Forwards of every namespace. Objects being deleted are left out of every
 /// answer.
 #[derive(Clone)]
 pub struct Cache {
@@ -23,6 +23,7 @@ pub struct Cache {
     channels: Store<Channel>,
     deploys: Store<Deploy>,
     domains: Store<Domain>,
+    forwards: Store<Forward>,
 }
 
 fn live<K: kube::Resource>(o: &Arc<K>) -> bool {
@@ -35,16 +36,18 @@ impl Cache {
         let (apps, app_task) = reflect::<App>(client.clone());
         let (channels, channel_task) = reflect::<Channel>(client.clone());
         let (deploys, deploy_task) = reflect::<Deploy>(client.clone());
-        let (domains, domain_task) = reflect::<Domain>(client);
+        let (domains, domain_task) = reflect::<Domain>(client.clone());
+        let (forwards, forward_task) = reflect::<Forward>(client);
         let ready = async {
             apps.wait_until_ready().await?;
             channels.wait_until_ready().await?;
             deploys.wait_until_ready().await?;
-            domains.wait_until_ready().await
+            domains.wait_until_ready().await?;
+            forwards.wait_until_ready().await
         };
         tokio::time::timeout(Duration::from_secs(60), ready)
             .await
-            .context("the App, Channel, Deploy and Domain caches did not sync within 60s; are the slipway CRDs installed?")?
+            .context("the App, Channel, Deploy, Domain and Forward caches did not sync within 60s; are the slipway CRDs installed?")?
             .context("cache writer dropped")?;
         Ok((
             Self {
@@ -52,8 +55,15 @@ impl Cache {
                 channels,
                 deploys,
                 domains,
+                forwards,
             },
-            vec![app_task, channel_task, deploy_task, domain_task],
+            vec![
+                app_task,
+                channel_task,
+                deploy_task,
+                domain_task,
+                forward_task,
+            ],
         ))
     }
 
@@ -99,6 +109,26 @@ impl Cache {
         poll(|| gone().then_some(()))
             .await
             .context("the detached domain stayed in the cache")
+    }
+
+    /// The live Forward of the Channel resource `channel` in `namespace` (named after it), if it is exposed.
+    pub fn forward_of(&self, namespace: &str, channel: &str) -> Option<Arc<Forward>> {
+        self.forwards
+            .find(|f| f.namespace().as_deref() == Some(namespace) && f.spec.channel == channel)
+            .filter(live)
+    }
+
+    /// Waits until no live Forward of `namespace` is named `name`.
+    pub async fn forward_gone(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
+        let gone = || {
+            self.forwards
+                .find(|f| f.namespace().as_deref() == Some(namespace) && f.name_any() == name)
+                .filter(live)
+                .is_none()
+        };
+        poll(|| gone().then_some(()))
+            .await
+            .context("the unexposed forward stayed in the cache")
     }
 
     /// Deploys of the Channel resource `channel` in `namespace`, newest first.

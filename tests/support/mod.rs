@@ -445,6 +445,7 @@ impl TestApi {
             proxy: slipway::edge::proxy::ProxyConfig::default(),
             object_store: None,
             tls: Default::default(),
+            forward_listen: None,
         })
     }
 
@@ -525,8 +526,18 @@ impl TestApi {
         domains: slipway_controllers::domain::DomainsConfig,
         blob: Option<slipway_controllers::blob::BlobSettings>,
     ) -> Result<tokio::task::JoinHandle<()>> {
+        let config = self.nodeless_config(namespace, domains).await?;
+        Ok(self.run_operator_with(config, blob))
+    }
+
+    /// The operator's settings on a control plane without a node: the addresses of builds lead nowhere.
+    async fn nodeless_config(
+        &self,
+        namespace: &str,
+        domains: slipway_controllers::domain::DomainsConfig,
+    ) -> Result<slipway_controllers::OperatorConfig> {
         let url = self.serve_internal().await?;
-        let config = slipway_controllers::OperatorConfig {
+        Ok(slipway_controllers::OperatorConfig {
             app_domain: APP_DOMAIN.into(),
             namespace: Some(namespace.into()),
             internal: self.operator_endpoint(&url),
@@ -537,8 +548,7 @@ impl TestApi {
             builder_image: "127.0.0.1:9/unused".into(),
             tenant_grants: Vec::new(),
             domains,
-        };
-        Ok(self.run_operator_with(config, blob))
+        })
     }
 
     /// Runs the operator against the test node for the rest of the test, scoped to `namespace`, with object
@@ -564,13 +574,21 @@ impl TestApi {
         config: slipway_controllers::OperatorConfig,
         blob: Option<slipway_controllers::blob::BlobSettings>,
     ) -> std::sync::Arc<slipway_controllers::Context> {
+        self.context_extended(config, |ctx| match blob {
+            Some(blob) => ctx.with_blob(blob),
+            None => ctx,
+        })
+    }
+
+    fn context_extended(
+        &self,
+        config: slipway_controllers::OperatorConfig,
+        extend: impl FnOnce(slipway_controllers::Context) -> slipway_controllers::Context,
+    ) -> std::sync::Arc<slipway_controllers::Context> {
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = slipway_controllers::run::Metrics::register(&mut registry);
-        let mut ctx = slipway_controllers::Context::new(self.kube.clone(), config, metrics);
-        if let Some(blob) = blob {
-            ctx = ctx.with_blob(blob);
-        }
-        std::sync::Arc::new(ctx)
+        let ctx = slipway_controllers::Context::new(self.kube.clone(), config, metrics);
+        std::sync::Arc::new(extend(ctx))
     }
 
     fn run_operator(
@@ -585,7 +603,25 @@ impl TestApi {
         config: slipway_controllers::OperatorConfig,
         blob: Option<slipway_controllers::blob::BlobSettings>,
     ) -> tokio::task::JoinHandle<()> {
-        let ctx = self.context_with(config, blob);
+        Self::spawn_operator(self.context_with(config, blob))
+    }
+
+    /// Runs the operator on a control plane without a node (as [`TestApi::start_operator_without_node`]), scoped to
+    /// `namespace`, allocating forward ports of `ports`.
+    pub async fn start_operator_with_forwards(
+        &self,
+        namespace: &str,
+        ports: slipway_controllers::forward::ForwardPorts,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        let config = self.nodeless_config(namespace, Default::default()).await?;
+        Ok(Self::spawn_operator(
+            self.context_extended(config, |ctx| ctx.with_forwards(ports)),
+        ))
+    }
+
+    fn spawn_operator(
+        ctx: std::sync::Arc<slipway_controllers::Context>,
+    ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             if let Err(e) = slipway_controllers::run::run(ctx).await {
                 panic!("operator stopped: {e:#}");

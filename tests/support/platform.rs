@@ -69,6 +69,8 @@ pub struct Installed {
     /// The namespace of the certificate Secrets (tls.certificateNamespace), apart from the release's.
     pub certificate_namespace: String,
     pub release: String,
+    /// Where raw TCP forwards are reached (`forward.host`).
+    pub forward_host: String,
     http: Client<HttpConnector, Full<Bytes>>,
 }
 
@@ -135,6 +137,7 @@ impl Installed {
             namespace: var("SLIPWAY_PLATFORM_NAMESPACE")?,
             certificate_namespace: var("SLIPWAY_PLATFORM_CERTIFICATE_NAMESPACE")?,
             release: var("SLIPWAY_PLATFORM_RELEASE")?,
+            forward_host: var("SLIPWAY_PLATFORM_FORWARD_HOST")?,
             // A connection per request, as a load balancer in front of the platform opens them: a pooled
             // connection to a replica that is shutting down can be closed by it just as a request is written,
             // which clients retry for idempotent requests and this client would count as a failure.

@@ -25,3 +25,11 @@ ServiceAccount the edge runs as: its own, with read access to what routing needs
 {{- required "edge.serviceAccount.name is required when edge.serviceAccount.create is false" .Values.edge.serviceAccount.name }}
 {{- end }}
 {{- end }}
+
+{{/*
+The forward range as the operator takes it: host:first-last.
+*/}}
+{{- define "slipway.forward.ports" -}}
+{{- $last := add .Values.forward.firstPort .Values.forward.ports -1 -}}
+{{- printf "%s:%d-%d" (required "forward.host is required when forward.enabled is true: the public host clients connect to" .Values.forward.host) (int .Values.forward.firstPort) (int $last) -}}
+{{- end }}

@@ -128,7 +128,7 @@ async fn route_points_at(ctx: &Context, deploy: &slipway_crds::Deploy) -> Result
 }
 
 /// The plan of the account that owns `namespace` (its `slipway.dev/plan` label).
-async fn owner_plan(ctx: &Context, namespace: &str) -> Result<&'static Plan, Error> {
+pub async fn owner_plan(ctx: &Context, namespace: &str) -> Result<&'static Plan, Error> {
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
     let tier = namespaces
         .get(namespace)

@@ -9,6 +9,7 @@
 //! the Service switch (`dynamic`). A failed deploy leaves the serving version untouched.
 
 mod dynamic;
+pub use dynamic::owner_plan;
 pub mod queue;
 
 use std::sync::Arc;

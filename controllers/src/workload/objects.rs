@@ -25,8 +25,7 @@ use crate::error::Error;
 
 /// The port the platform gives the app (`SVC_HTTP_PORT` and `PORT`).
 pub const HTTP_PORT: u16 = 8080;
-/// `SVC_FORWARD_PORT`: fixed by the hosting API.
-pub const FORWARD_PORT: u16 = 7000;
+pub use slipway_crds::forward::{FORWARD_PORT, FORWARD_PORT_NAME};
 /// The uid (and gid) apps run as, as the hosting API fixes for `app` and slipway applies to `docker` too.
 pub const APP_UID: i64 = 10001;
 /// Name of the container running the user's image.
@@ -273,12 +272,20 @@ fn app_container(release: &Release<'_>, names: &Names) -> Container {
             }),
             ..EnvFromSource::default()
         }]),
-        ports: Some(vec![ContainerPort {
-            name: Some(HTTP_PORT_NAME.to_owned()),
-            container_port: i32::from(HTTP_PORT),
-            protocol: Some("TCP".to_owned()),
-            ..ContainerPort::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some(HTTP_PORT_NAME.to_owned()),
+                container_port: i32::from(HTTP_PORT),
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some(FORWARD_PORT_NAME.to_owned()),
+                container_port: i32::from(FORWARD_PORT),
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            },
+        ]),
         resources: Some(app_resources(release.plan)),
         security_context: Some(restricted_container()),
         volume_mounts: Some(vec![tmp_mount(false)]),
@@ -373,7 +380,9 @@ pub fn deployment(
     })
 }
 
-/// The channel's Service: port 80 (`http`) to the app's `SVC_HTTP_PORT`, on the pods of the deploy that is live.
+/// The channel's Service: port 80 (`http`) to the app's `SVC_HTTP_PORT` and port 7000 (`forward`) to its
+/// `SVC_FORWARD_PORT`, on the pods of the deploy that is live. The edge reads the `forward` endpoints of an
+/// exposed channel from it (raw TCP forwarding).
 pub fn service(release: &Release<'_>, names: &Names) -> Result<Service, Error> {
     Ok(Service {
         metadata: ObjectMeta {
@@ -385,13 +394,22 @@ pub fn service(release: &Release<'_>, names: &Names) -> Result<Service, Error> {
         },
         spec: Some(ServiceSpec {
             selector: Some(deploy_selector(names)),
-            ports: Some(vec![ServicePort {
-                name: Some(HTTP_PORT_NAME.to_owned()),
-                port: 80,
-                target_port: Some(IntOrString::String(HTTP_PORT_NAME.to_owned())),
-                protocol: Some("TCP".to_owned()),
-                ..ServicePort::default()
-            }]),
+            ports: Some(vec![
+                ServicePort {
+                    name: Some(HTTP_PORT_NAME.to_owned()),
+                    port: 80,
+                    target_port: Some(IntOrString::String(HTTP_PORT_NAME.to_owned())),
+                    protocol: Some("TCP".to_owned()),
+                    ..ServicePort::default()
+                },
+                ServicePort {
+                    name: Some(FORWARD_PORT_NAME.to_owned()),
+                    port: i32::from(FORWARD_PORT),
+                    target_port: Some(IntOrString::String(FORWARD_PORT_NAME.to_owned())),
+                    protocol: Some("TCP".to_owned()),
+                    ..ServicePort::default()
+                },
+            ]),
             ..ServiceSpec::default()
         }),
         status: None,
