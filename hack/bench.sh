@@ -3,13 +3,13 @@
 # $SLIPWAY_BENCH_NODE_SLOT (default 6), stopped afterwards) and prints their figures. Benchmarks measure; they
 # assert nothing about time.
 #
-# usage: hack/bench.sh [get_apps|git_transport|edge|deploy_to_ready|blob]...   (default: all)
+# usage: hack/bench.sh [get_apps|git_transport|edge|deploy_to_ready|blob|forward]...   (default: all)
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
 source "$HACK/versions.sh"
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(get_apps git_transport edge deploy_to_ready blob)
+[ ${#benches[@]} -gt 0 ] || benches=(get_apps git_transport edge deploy_to_ready blob forward)
 
 "$HACK/install-deps.sh"
 # The blob benchmark starts its own versitygw from this build.

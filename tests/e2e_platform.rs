@@ -547,7 +547,8 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
 }
 
 #[tokio::test]
-async fn raw_tcp_reaches_the_app_from_the_allowlist_and_an_open_session_lasts_until_a_redeploy() -> Result<()> {
+async fn raw_tcp_reaches_the_app_from_the_allowlist_and_an_open_session_lasts_until_a_redeploy()
+-> Result<()> {
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let platform = Installed::from_env()?;
@@ -559,17 +560,28 @@ async fn raw_tcp_reaches_the_app_from_the_allowlist_and_an_open_session_lasts_un
     ws.write("echo/launch.sh", "exec python3 app.py\n")?;
     let mut shas = Vec::new();
     for version in ["v1", "v2"] {
-        ws.write("echo/VERSION", &format!("{version}\n"))?;
+        ws.write("echo/VERSION", format!("{version}\n"))?;
         ws.git("echo", &["add", "."]).await?;
         ws.git("echo", &["commit", "-q", "-m", version]).await?;
-        shas.push(ws.git("echo", &["rev-parse", "HEAD"]).await?.trim().to_owned());
+        shas.push(
+            ws.git("echo", &["rev-parse", "HEAD"])
+                .await?
+                .trim()
+                .to_owned(),
+        );
     }
     let remote = http_remote(&platform.api, &hal.token, &hal.username, "echo");
-    ws.git("echo", &["push", "-q", &remote, "HEAD:master"]).await?;
+    ws.git("echo", &["push", "-q", &remote, "HEAD:master"])
+        .await?;
     let (_, log) = platform.deploy(&hal, &app, &channel, &shas[0]).await?;
     assert_eq!(log["status"], "success", "{}", log["log"]);
     platform
-        .call("PATCH", &format!("/apps/{app}"), &hal, Some(json!({"port_forwarding_enabled": true})))
+        .call(
+            "PATCH",
+            &format!("/apps/{app}"),
+            &hal,
+            Some(json!({"port_forwarding_enabled": true})),
+        )
         .await?
         .expect(200);
 
@@ -599,13 +611,21 @@ async fn raw_tcp_reaches_the_app_from_the_allowlist_and_an_open_session_lasts_un
         {
             break conn;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{addr} never echoed");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{addr} never echoed"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
 
     // Another allowlist, same port: this machine is refused before anything reaches the app.
     let again = platform
-        .call("POST", &forward, &hal, Some(json!({"allow_cidrs": ["203.0.113.0/24"]})))
+        .call(
+            "POST",
+            &forward,
+            &hal,
+            Some(json!({"allow_cidrs": ["203.0.113.0/24"]})),
+        )
         .await?
         .expect(200);
     assert_eq!(again["port"], exposed["port"]);
@@ -629,10 +649,16 @@ async fn raw_tcp_reaches_the_app_from_the_allowlist_and_an_open_session_lasts_un
     let session = echoes(session, b"still open").await?;
 
     // Unexpose: no new connections; the open session keeps echoing until a redeploy replaces the container.
-    platform.call("DELETE", &forward, &hal, None).await?.expect(204);
+    platform
+        .call("DELETE", &forward, &hal, None)
+        .await?
+        .expect(204);
     let deadline = tokio::time::Instant::now() + within;
     while !refused().await {
-        assert!(tokio::time::Instant::now() < deadline, "the unexposed port still answers");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the unexposed port still answers"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let mut session = echoes(session, b"after unexpose").await?;

@@ -39,6 +39,15 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// An entry letting `allow` (empty: anyone) reach `pods`, logged as `name`.
+    pub fn new(allow: Vec<IpNet>, pods: Vec<SocketAddr>, name: String) -> Self {
+        Self {
+            allow,
+            upstreams: Upstreams::new(pods),
+            name,
+        }
+    }
+
     /// Whether `peer` may connect (an IPv4 peer seen as IPv4-mapped IPv6 is judged as IPv4).
     pub fn allows(&self, peer: IpAddr) -> bool {
         let peer = peer.to_canonical();
