@@ -182,7 +182,10 @@ fn the_deployment_runs_one_restricted_pod_labelled_with_user_and_sha() {
     assert!(app.get("env").is_none(), "no SVC_USER or SVC_SHA variables");
     assert_eq!(
         app["ports"],
-        json!([{"name": "http", "containerPort": 8080, "protocol": "TCP"}])
+        json!([
+            {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+            {"name": "forward", "containerPort": 7000, "protocol": "TCP"}
+        ])
     );
     assert_eq!(
         app["securityContext"],
@@ -255,7 +258,7 @@ fn resources_follow_the_plan() {
 }
 
 #[test]
-fn the_service_maps_port_80_to_the_app_port_on_the_deploys_pods() {
+fn the_service_maps_port_80_to_the_app_port_and_7000_to_the_forward_port_on_the_deploys_pods() {
     let f = fixture("app");
     let names = Names::of(&f.deploy).expect("names");
     let svc = to_json(&service(&release(&f), &names).expect("service"));
@@ -265,7 +268,10 @@ fn the_service_maps_port_80_to_the_app_port_on_the_deploys_pods() {
         svc["spec"],
         json!({
             "selector": {"slipway.dev/deploy": DEPLOY_UID},
-            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
+            "ports": [
+                {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"},
+                {"name": "forward", "port": 7000, "targetPort": "forward", "protocol": "TCP"}
+            ]
         })
     );
     assert_eq!(svc["apiVersion"], "v1", "ready for server-side apply");
