@@ -87,13 +87,21 @@ impl Allocator {
 
     /// Allocates a port for `forward` and records it in its status through `record`, which runs under the
     /// allocation lock, so no other Forward can take the same port meanwhile.
-    async fn allocate<F, Fut>(&self, all: &Api<Forward>, record: F) -> Result<u16, Error>
+    async fn allocate<F, Fut>(&self, all: &Api<Forward>, uid: &str, record: F) -> Result<u16, Error>
     where
         F: FnOnce(u16) -> Fut,
         Fut: std::future::Future<Output = Result<(), Error>>,
     {
         let mut next = self.next.lock().await;
         let forwards = all.list(&ListParams::default()).await?.items;
+        // A reconcile working from a cache that has not yet seen this Forward's allocation must not make another.
+        if let Some(port) = forwards
+            .iter()
+            .find(|f| f.metadata.uid.as_deref() == Some(uid))
+            .and_then(allocated_port)
+        {
+            return Ok(port);
+        }
         let used: HashSet<u16> = forwards.iter().filter_map(allocated_port).collect();
         let start = match *next {
             Some(port) => port,
@@ -217,7 +225,7 @@ pub async fn reconcile(forward: Arc<Forward>, ctx: Arc<Context>) -> Result<Actio
         };
         let (api, object) = (&forwards, forward.as_ref());
         let port = allocator
-            .allocate(&all, |port| {
+            .allocate(&all, &forward.uid().unwrap_or_default(), |port| {
                 let mut status = status.clone();
                 status.host = Some(allocator.host().to_owned());
                 status.port = Some(i32::from(port));
