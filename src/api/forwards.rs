@@ -209,13 +209,8 @@ async fn expose(
     let api: Api<Forward> = Api::namespaced(state.kube().clone(), &app.namespace);
     let status = match forward_of(&state, &app, &channel) {
         Some(existing) => {
-            let patch = serde_json::json!({"spec": {"allowCidrs": allow}});
-            api.patch(
-                &existing.metadata.name.clone().unwrap_or_default(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+            let existing = existing.metadata.name.clone().unwrap_or_default();
+            replace_allowlist(&api, &existing, &allow).await?;
             StatusCode::OK
         }
         None => {
@@ -231,9 +226,7 @@ async fn expose(
                 Ok(_) => StatusCode::CREATED,
                 // A racing expose of the same channel made it first: this one replaces the allowlist.
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    let patch = serde_json::json!({"spec": {"allowCidrs": allow}});
-                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await?;
+                    replace_allowlist(&api, &name, &allow).await?;
                     StatusCode::OK
                 }
                 Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => {
@@ -247,6 +240,14 @@ async fn expose(
     let view = ForwardView::build(&forward, &channel)
         .ok_or_else(|| anyhow::anyhow!("forward {name} has no address after allocation"))?;
     Ok((status, Json(view)))
+}
+
+/// Replaces the allowlist of the Forward `name` (its address stays).
+async fn replace_allowlist(api: &Api<Forward>, name: &str, allow: &[Cidr]) -> Result<(), ApiError> {
+    let patch = serde_json::json!({"spec": {"allowCidrs": allow}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
 }
 
 /// The owner reference that deletes a Forward with its Channel.
