@@ -12,9 +12,10 @@ up: ## Bring up the local cluster with slipway installed by its Helm chart, and 
 dev-up: ## Like up, but the components run as local processes from target/debug (quick to rebuild)
 	@hack/dev-up.sh
 
-down: ## Stop the local platform (the release, components, database, node and control plane)
+down: ## Stop the local platform (the release, components, databases, node and control plane)
 	@hack/platform.sh stop
 	@hack/postgres.sh stop
+	@hack/data-server.sh stop
 	@hack/node.sh stop
 
 test: ## Run every test tier (lint, unit, cluster, e2e); what CI runs
@@ -42,7 +43,7 @@ crds: ## Regenerate the committed CRD YAML from the Rust types
 	cargo run --quiet -- crds --dir crds/yaml
 	cargo run --quiet -- crds --dir charts/slipway/crds
 
-bench: ## Benchmarks that print figures (API, git, edge vs nginx, deploy to ready)
+bench: ## Benchmarks that print figures (API, git, edge vs nginx, deploy to ready, S3, forwarding, SQL snapshots)
 	@hack/bench.sh
 
 build: ## Build the slipway binary (release)

@@ -293,7 +293,8 @@ async fn h2load(
             &seconds.to_string(),
             "--warm-up-time=1",
             &format!("--connect-to={connect}"),
-            &format!("--alpn-list={protocol}"),
+            // `--npn-list` sets the ALPN list too (Debian's h2load 1.52 has no `--alpn-list`).
+            &format!("--npn-list={protocol}"),
             &format!("--log-file={}", log.display()),
             url,
         ],
@@ -321,7 +322,8 @@ async fn h2load(
     );
     let mut micros: Vec<u64> = std::fs::read_to_string(&log)?
         .lines()
-        .filter_map(|l| l.split('\t').nth(3)?.trim().parse().ok())
+        // Columns: start (µs since the epoch), status, duration (µs).
+        .filter_map(|l| l.split('\t').nth(2)?.trim().parse().ok())
         .collect();
     ensure!(!micros.is_empty(), "h2load logged no request");
     micros.sort_unstable();

@@ -11,6 +11,7 @@ packages=(
   containernetworking-plugins                   # CNI bridge, host-local, portmap, loopback (/usr/lib/cni)
   mmdebstrap rsync busybox-static               # the local images (hack/build-images.sh)
   postgresql postgresql-client                  # the platform database (hack/postgres.sh) and pg_dump in tests
+  postgresql-15-postgis-3 postgresql-15-pgextwlist  # the channels' data server: postgis for channel roles
   openssh-client gzip tar                       # the git transports' tests (ssh, ssh-keygen), code downloads
   openssh-server                                # git mirrors' tests: an SSH git server (hack/git-peer.sh), never the service
   nginx-light wrk nghttp2-client                # the edge benchmark (its own nginx instance, never the service; h2load)

@@ -2,7 +2,8 @@
 # Installs slipway on the local node the way a platform team installs it on theirs: the slipway image (built here,
 # pushed to the node's registry) and the Helm chart, with the parts a platform team brings itself given as values:
 # the platform database (Debian's Postgres on this machine, reached by pods on the host's end of the node's link),
-# the registry and BuildKit (the node's own). Git repositories and the bundled object-store backend's data live on
+# the channels' data server (a second Postgres there, hack/data-server.sh), the registry and BuildKit (the node's
+# own). Git repositories and the bundled object-store backend's data live on
 # PersistentVolumes this script provides (host directories) for the chart's claims to bind; the backend runs from
 # the versitygw image hack/build-images.sh makes, pushed to the node's registry. The API, git over SSH and the edge
 # (HTTP and HTTPS) are NodePort Services on the node's address. HTTPS serves channel hostnames with a wildcard
@@ -139,6 +140,8 @@ image:
   tag: ${image##*:}
 database:
   existingSecret: slipway-database
+dataServer:
+  existingSecret: slipway-data-server
 build:
   registry: $SLIPWAY_REGISTRY
   buildkitAddr: $SLIPWAY_BUILDKIT_ADDR
@@ -218,13 +221,15 @@ export SLIPWAY_PLATFORM_APP_DOMAIN=$APP_DOMAIN
 export SLIPWAY_PLATFORM_NAMESPACE=$NAMESPACE
 export SLIPWAY_PLATFORM_CERTIFICATE_NAMESPACE=$CERT_NAMESPACE
 export SLIPWAY_PLATFORM_RELEASE=$RELEASE
+export SLIPWAY_PLATFORM_DATA_SERVER_URL=$(cat "$DIR/data-server-url")
 export SLIPWAY_PLATFORM_ADMIN_TOKEN=$(cat "$DIR/admin-token")
 EOT
 }
 
 install() {
-  local url image backend
+  local url data_server image backend
   url=$(database_url)
+  data_server=$("$HACK/data-server.sh" start)
   image=$("$HACK/slipway-image.sh" "$SLIPWAY_REGISTRY")
   backend=$(push_backend_image)
   # Helm installs a chart's CRDs on first install only; applying them first keeps them current on upgrades too.
@@ -234,6 +239,10 @@ install() {
   done
   kubectl -n "$NAMESPACE" create secret generic slipway-database --from-literal=url="$url" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n "$NAMESPACE" create secret generic slipway-data-server --from-literal=url="$data_server" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # The same server as this machine reaches it (on loopback), for the addresses written below.
+  (umask 077 && echo "${data_server/@$SLIPWAY_NODE_HOST_IP:/@127.0.0.1:}" >"$DIR/data-server-url")
   volumes
   wildcard_certificate
   values "$image" "$backend" >"$DIR/values.yaml"

@@ -8,6 +8,13 @@
 # and SLIPWAY_PG_CLIENTS the networks allowed to connect there (comma-separated CIDRs), with a password
 # (scram-sha-256): the chart-installed platform keeps its database here.
 #
+# With SLIPWAY_PG_DATA_SERVER=1 the server is the channels' data server instead (run it on a port of its own, apart
+# from the platform database): pgextwlist is preloaded with `extwlist.extensions='postgis'`, so a channel's own
+# non-superuser role can create postgis and no other extension it could not create anyway, and the maintenance
+# databases are closed to PUBLIC, so a channel role reaches nothing but its own database. pgextwlist's custom script
+# for postgis (`extwlist.custom_path`) grants the database's owner (the channel's write role) the rows of
+# `spatial_ref_sys`, which the extension's superuser-run script makes: a restored dump loads them back as that role.
+#
 # Postgres refuses to run as root, so when run as root the server runs as the `postgres` user with its data under
 # /var/tmp (root's home is closed to other users). A start first stops whatever an earlier run left behind.
 set -euo pipefail
@@ -27,11 +34,22 @@ fi
 URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
 EXTRA_LISTEN=${SLIPWAY_PG_LISTEN:-}
 CLIENTS=${SLIPWAY_PG_CLIENTS:-}
+DATA_SERVER=${SLIPWAY_PG_DATA_SERVER:-}
 LISTEN="127.0.0.1${EXTRA_LISTEN:+,$EXTRA_LISTEN}"
 
 log() { printf '[postgres %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 ready() { [ -n "$PG_BIN" ] && "$PG_BIN/pg_isready" -q -h "${1:-127.0.0.1}" -p "$PG_PORT" 2>/dev/null; }
+
+# A data server trusts only its admin on loopback: channel roles sign in with their passwords there too.
+data_server_hba() {
+  [ -n "$DATA_SERVER" ] || return 0
+  cat >"$PG_DIR/data/pg_hba.conf" <<'EOT'
+local all postgres trust
+host all postgres 127.0.0.1/32 trust
+host all all 127.0.0.1/32 scram-sha-256
+EOT
+}
 
 # Lets the networks in $CLIENTS connect with a password; the loopback keeps trust.
 allow_clients() {
@@ -41,7 +59,29 @@ allow_clients() {
   done
 }
 
-pg_options() { echo "-h $LISTEN -p $PG_PORT -k $PG_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"; }
+pg_options() {
+  local extra=""
+  [ -z "$DATA_SERVER" ] || extra=" -c local_preload_libraries='\$libdir/plugins/pgextwlist' -c extwlist.extensions=postgis -c extwlist.custom_path=$PG_DIR/extwlist"
+  echo "-h $LISTEN -p $PG_PORT -k $PG_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300$extra"
+}
+
+# The script pgextwlist runs as the superuser after a channel role's CREATE EXTENSION postgis.
+extwlist_scripts() {
+  [ -n "$DATA_SERVER" ] || return 0
+  mkdir -p "$PG_DIR/extwlist/postgis"
+  echo 'GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.spatial_ref_sys TO @database_owner@;' \
+    >"$PG_DIR/extwlist/postgis/after-create.sql"
+  [ "$(id -u)" -ne 0 ] || chown -R postgres:postgres "$PG_DIR/extwlist"
+}
+
+# A data server keeps channel roles out of every database but their own.
+close_maintenance_databases() {
+  [ -n "$DATA_SERVER" ] || return 0
+  [ -f "$PG_BIN/../lib/plugins/pgextwlist.so" ] \
+    || { log "ERROR: pgextwlist is not installed (hack/install-deps.sh installs postgresql-15-pgextwlist)"; exit 1; }
+  "$PG_BIN/psql" -q -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
+    -c 'REVOKE CONNECT ON DATABASE postgres FROM PUBLIC' -c 'REVOKE CONNECT ON DATABASE template1 FROM PUBLIC' >/dev/null
+}
 
 stop() {
   if [ -n "$PG_BIN" ] && [ -f "$PG_DIR/data/postmaster.pid" ]; then
@@ -67,10 +107,13 @@ start() {
   log "initdb $($PG_BIN/postgres --version | awk '{print $3}') in $PG_DIR"
   as_pg "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 >"$PG_DIR/initdb.log" 2>&1 \
     || { cat "$PG_DIR/initdb.log" >&2; exit 1; }
+  data_server_hba
+  extwlist_scripts
   allow_clients
   as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 -o "$(pg_options)" \
     start >/dev/null || { tail -n 30 "$PG_DIR/server.log" >&2; log "ERROR: postgres failed to start"; exit 1; }
-  log "ready on $LISTEN:$PG_PORT"
+  close_maintenance_databases
+  log "ready on $LISTEN:$PG_PORT${DATA_SERVER:+ (data server: pgextwlist for postgis)}"
   echo "$URL"
 }
 
@@ -79,5 +122,5 @@ case "${1:-}" in
   stop) stop; log "stopped" ;;
   status) ready && log "running on 127.0.0.1:$PG_PORT" || { log "not running"; exit 1; } ;;
   url) echo "$URL" ;;
-  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

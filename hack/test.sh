@@ -12,8 +12,8 @@
 #
 # The test clusters keep apart from `make up`: state under $SLIPWAY_TEST_RUN (default ~/.cache/slipway/run-test),
 # ports from $SLIPWAY_TEST_ETCD_PORT (22379; e2e uses +2) and $SLIPWAY_TEST_APISERVER_PORT (26443; e2e uses +1),
-# node slot $SLIPWAY_TEST_NODE_SLOT (1), Pebble's ports from $SLIPWAY_TEST_PEBBLE_PORT (24400, see hack/pebble.sh). Set
-# them to run two test runs side by side.
+# node slot $SLIPWAY_TEST_NODE_SLOT (1), Pebble's ports from $SLIPWAY_TEST_PEBBLE_PORT (24400, see hack/pebble.sh), the
+# channels' data server's port from $SLIPWAY_TEST_DATA_PORT (25500; e2e uses +1). Set them to run two test runs side by side.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
@@ -66,13 +66,17 @@ for tier in "${tiers[@]}"; do
         export SLIPWAY_RUN="$TEST_RUN/cluster" SLIPWAY_ETCD_PORT=$ETCD_PORT SLIPWAY_APISERVER_PORT=$APISERVER_PORT
         export SLIPWAY_PG_PORT=${SLIPWAY_TEST_PG_PORT:-25432}
         export SLIPWAY_PEBBLE_PORT=${SLIPWAY_TEST_PEBBLE_PORT:-24400}
+        data_port=${SLIPWAY_TEST_DATA_PORT:-25500}
+        data_server() { SLIPWAY_PG_DATA_SERVER=1 SLIPWAY_PG_PORT=$data_port "$HACK/postgres.sh" "$@"; }
         "$HACK/control-plane.sh" stop >/dev/null 2>&1 || true
-        trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop; "$HACK/pebble.sh" stop' EXIT
+        trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop; data_server stop; "$HACK/pebble.sh" stop' EXIT
         "$HACK/control-plane.sh" start
         "$HACK/pebble.sh" start
         eval "$("$HACK/pebble.sh" env)"
         SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
-        export SLIPWAY_TEST_DATABASE_URL
+        # The channels' databases live on a server of their own, as they do in the chart.
+        SLIPWAY_TEST_DATA_SERVER_URL=$(data_server start)
+        export SLIPWAY_TEST_DATABASE_URL SLIPWAY_TEST_DATA_SERVER_URL
         export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
         cargo_test -p slipway --locked --test 'cluster_*'
       )
@@ -83,7 +87,8 @@ for tier in "${tiers[@]}"; do
         export SLIPWAY_RUN="$TEST_RUN/e2e" SLIPWAY_ETCD_PORT=$((ETCD_PORT + 2)) SLIPWAY_APISERVER_PORT=$((APISERVER_PORT + 1))
         export SLIPWAY_NODE_SLOT=${SLIPWAY_TEST_NODE_SLOT:-1}
         export SLIPWAY_PG_PORT=$((${SLIPWAY_TEST_PG_PORT:-25432} + 1))
-        trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop; rm -rf "$SLIPWAY_RUN/platform"' EXIT
+        export SLIPWAY_DATA_SERVER_PORT=$((${SLIPWAY_TEST_DATA_PORT:-25500} + 1))
+        trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop; "$HACK/data-server.sh" stop; rm -rf "$SLIPWAY_RUN/platform"' EXIT
         "$HACK/node.sh" start
         eval "$("$HACK/node.sh" env)"
         # Pods reach this Postgres too: the chart-installed platform keeps its database here.

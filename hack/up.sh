@@ -22,7 +22,8 @@ cat <<EOT
 
 slipway is up: a single-node Kubernetes $KUBE_VERSION cluster on this machine with slipway installed by its Helm
 chart (release slipway in namespace slipway-system) from the image $SLIPWAY_REGISTRY/slipway/slipway, built here.
-The platform database is this machine's Postgres; builds run on the node's BuildKit and push to its registry
+The platform database is this machine's Postgres, and a second one there holds the channels' SQL databases
+(hack/data-server.sh); builds run on the node's BuildKit and push to its registry
 $SLIPWAY_REGISTRY (which also serves the warm bases node:22-slim, python:3.13-slim and debian:trixie-slim).
 
   API:          $API   (OpenAPI document at $API/openapi.json)

@@ -74,8 +74,9 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             let snapshots = crate::env::snapshot::reseal_all(&db, &ring).await?;
             let stores = crate::blob::store::reseal_all(&db, &ring).await?;
             let mirror_keys = crate::mirror::keys::reseal_all(&db, &ring).await?;
+            let databases = crate::postgres::store::reseal_all(&db, &ring).await?;
             eprintln!(
-                "resealed {rows} env values, {snapshots} deploy snapshots, {stores} object-store keys and {mirror_keys} mirror deploy keys with key {}",
+                "resealed {rows} env values, {snapshots} deploy snapshots, {stores} object-store keys, {mirror_keys} mirror deploy keys and {databases} channel databases' passwords with key {}",
                 ring.active_id()
             );
             Ok(())
@@ -110,6 +111,7 @@ pub async fn create_user(database_url: &str, username: &str, plan: &str) -> anyh
         is_agent: false,
         expires_at: None,
         parent_id: None,
+        only_path: None,
     };
     crate::db::tokens::insert(&db, &new).await?;
     Ok(plaintext)

@@ -15,6 +15,7 @@ pub mod git;
 pub mod mirror;
 pub mod operator;
 pub mod platform;
+pub mod postgres;
 pub mod serve;
 pub mod sharing;
 pub mod telemetry;

@@ -73,6 +73,9 @@ pub struct OperatorArgs {
     /// Object storage (the channels' buckets).
     #[command(flatten)]
     pub blob: crate::blob::settings::BlobOperatorArgs,
+    /// The data server (the channels' SQL databases).
+    #[command(flatten)]
+    pub postgres: crate::postgres::settings::PostgresOperatorArgs,
     /// The DNS server custom-domain verification asks (host:port); the system's resolvers when unset.
     #[arg(long, env = "SLIPWAY_DNS_RESOLVER")]
     pub dns_resolver: Option<std::net::SocketAddr>,
@@ -152,6 +155,10 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let mut ctx = Context::new(client, config, metrics);
     if let Some(blob) = args.blob.settings()? {
         ctx = ctx.with_blob(blob);
+    }
+    if let Some(postgres) = args.postgres.settings()? {
+        crate::postgres::settings::check_at_start(&postgres.server).await;
+        ctx = ctx.with_postgres(postgres);
     }
     if let Some(ports) = args.forward_ports {
         ctx = ctx.with_forwards(ports);

@@ -80,6 +80,16 @@ pub struct ApiArgs {
     /// answer 503 blob_unavailable.
     #[arg(long, env = "SLIPWAY_S3_GATEWAY_URL")]
     pub s3_gateway_url: Option<String>,
+    /// The data server (the channels' SQL databases), measured by the database routes.
+    #[command(flatten)]
+    pub data_server: crate::postgres::settings::DataServerArgs,
+    /// The object-storage backend, where SQL snapshot files are kept (in `<prefix>system`). Unset: no
+    /// snapshots are taken.
+    #[command(flatten)]
+    pub snapshot_store: crate::blob::settings::S3BackendArgs,
+    /// Whether SQL snapshots may be downloaded; `false` answers 403 download_disabled.
+    #[arg(long, env = "SLIPWAY_SNAPSHOT_DOWNLOADS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub snapshot_downloads: bool,
     /// A ServiceAccount allowed on the internal listener, as ROLE=NAMESPACE/SERVICEACCOUNT: role `operator` may call
     /// every internal route, `edge` only reads static sites' archives and reports bandwidth; any other identity gets
     /// 403. Repeat the flag
@@ -140,6 +150,7 @@ impl ApiArgs {
         Limits {
             rate: Budget::from_flags(self.rate_limit_per_minute, self.rate_limit_burst),
             git_max_push_bytes: self.git_max_push_bytes,
+            snapshot_downloads: self.snapshot_downloads,
         }
     }
 
@@ -209,6 +220,23 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         state.set_blob_access(crate::blob::access::BlobAccess {
             gateway_url: gateway_url.clone(),
         });
+    }
+    if let Some(server) = args.data_server.server()? {
+        crate::postgres::settings::check_at_start(&server).await;
+        state.set_data_server(server);
+    }
+    if let Some(endpoint) = args.snapshot_store.endpoint()? {
+        let archive = crate::postgres::archive::Archive::new(
+            &endpoint,
+            crate::postgres::archive::system_bucket(&args.snapshot_store.s3_bucket_prefix),
+        );
+        if let Err(e) = archive.ensure_bucket().await {
+            tracing::error!(error = %e, "the snapshot bucket is not there yet; snapshots fail until it is");
+        }
+        state.set_snapshot_archive(archive);
+        if state.data_server().is_some() {
+            tokio::spawn(crate::postgres::nightly::run(state.clone()));
+        }
     }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

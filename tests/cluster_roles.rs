@@ -94,6 +94,41 @@ const ROUTES: &[(&str, &str, Who)] = &[
         Who::Admin,
     ),
     (
+        "get",
+        "/apps/{app_id}/channels/{channel_id}/postgres",
+        Who::Member,
+    ),
+    (
+        "post",
+        "/apps/{app_id}/channels/{channel_id}/postgres/reset",
+        Who::Admin,
+    ),
+    (
+        "get",
+        "/apps/{app_id}/channels/{channel_id}/postgres/dump",
+        Who::Admin,
+    ),
+    (
+        "get",
+        "/apps/{app_id}/channels/{channel_id}/postgres/snapshots",
+        Who::Member,
+    ),
+    (
+        "get",
+        "/apps/{app_id}/channels/{channel_id}/postgres/snapshots/{snapshot_id}/download",
+        Who::Admin,
+    ),
+    (
+        "post",
+        "/apps/{app_id}/channels/{channel_id}/postgres/snapshots/{snapshot_id}/download-token",
+        Who::Admin,
+    ),
+    (
+        "post",
+        "/apps/{app_id}/channels/{channel_id}/postgres/restore",
+        Who::Admin,
+    ),
+    (
         "post",
         "/apps/{app_id}/channels/{channel_id}/forward",
         Who::Admin,
@@ -140,6 +175,11 @@ struct Fixture {
     run: String,
     /// The object store the channels' buckets are on (kept running for the test).
     _store: support::blob::ObjectStore,
+    /// An `app` app shared the same way, for the SQL database routes (static channels have no database).
+    sql_app_id: String,
+    sql_channel_id: String,
+    /// A pre-deploy snapshot of its database.
+    snapshot_id: String,
 }
 
 impl Fixture {
@@ -201,10 +241,16 @@ impl Fixture {
         permitted: bool,
     ) -> (String, Option<Value>, u16) {
         let tag = format!("{who:?}").to_lowercase();
+        let (app_id, channel_id) = if route.contains("/postgres") {
+            (&self.sql_app_id, &self.sql_channel_id)
+        } else {
+            (&self.app_id, &self.channel_id)
+        };
         let mut path = route
-            .replace("{app_id}", &self.app_id)
-            .replace("{channel_id}", &self.channel_id)
+            .replace("{app_id}", app_id)
+            .replace("{channel_id}", channel_id)
             .replace("{deploy_id}", &self.deploy_id)
+            .replace("{snapshot_id}", &self.snapshot_id)
             .replace("{key}", "SHARED_KEY")
             .replace("{domain}", &self.domain)
             .replace("{username}", &self.newcomer.username);
@@ -264,6 +310,24 @@ impl Fixture {
                 .await;
                 path = format!("{}/{spare}", self.domains());
                 success = 200;
+            }
+            (
+                "post",
+                "/apps/{app_id}/channels/{channel_id}/postgres/snapshots/{snapshot_id}/download-token",
+            ) => {
+                body = Some(json!({}));
+                success = 201;
+            }
+            ("post", "/apps/{app_id}/channels/{channel_id}/postgres/restore") => {
+                body = Some(json!({
+                    "confirm_db_name": format!("sharedsql_{}", self.owner.username),
+                    "snapshot_id": self.snapshot_id,
+                }));
+            }
+            ("post", "/apps/{app_id}/channels/{channel_id}/postgres/reset") => {
+                body =
+                    Some(json!({"confirm_db_name": format!("sharedsql_{}", self.owner.username)}));
+                success = 204;
             }
             // The shared app is static: a permitted expose passes the role check and is then refused for that.
             ("post", "/apps/{app_id}/channels/{channel_id}/forward") => {
@@ -370,20 +434,26 @@ async fn fixture() -> Result<Fixture> {
     let app = api.create_app(&owner, "shared", "static").await;
     let app_id = app["id"].as_str().unwrap().to_owned();
     let channel_id = app["channels"][0]["id"].as_str().unwrap().to_owned();
-    for (user, role) in [(&admin, "admin"), (&member, "member")] {
-        let added = api
-            .call(
-                Method::PUT,
-                &format!("/apps/{app_id}/members/{}", user.username),
-                Some(&owner.token),
-                Some(json!({"role": role})),
-            )
-            .await
-            .expect(200, None);
-        assert_eq!(
-            added,
-            json!({"username": user.username, "role": role, "created_at": added["created_at"]})
-        );
+    let sql_app = api.create_app(&owner, "sharedsql", "app").await;
+    let sql_app_id = sql_app["id"].as_str().unwrap().to_owned();
+    let sql_channel_id = sql_app["channels"][0]["id"].as_str().unwrap().to_owned();
+    support::postgres::attach(&api)?;
+    for shared in [&app_id, &sql_app_id] {
+        for (user, role) in [(&admin, "admin"), (&member, "member")] {
+            let added = api
+                .call(
+                    Method::PUT,
+                    &format!("/apps/{shared}/members/{}", user.username),
+                    Some(&owner.token),
+                    Some(json!({"role": role})),
+                )
+                .await
+                .expect(200, None);
+            assert_eq!(
+                added,
+                json!({"username": user.username, "role": role, "created_at": added["created_at"]})
+            );
+        }
     }
     // Real values of the owner's for every parameter: a deployed commit, a variable, a deploy with its env.
     api.commit(&owner, &app_id, json!({"index.html": "<h1>shared</h1>"}))
@@ -398,10 +468,11 @@ async fn fixture() -> Result<Fixture> {
     // The operator checks domains against the test DNS, where nothing is set: a verify answers at once, pending;
     // and it makes each channel's bucket on an object store of the test's own.
     let store = support::blob::ObjectStore::start(&api, "127.0.0.1").await?;
-    api.start_nodeless_operator(
+    api.start_nodeless_operator_with_postgres(
         &owner.namespace,
         support::https::domains_config(&owner.namespace, false)?,
         Some(store.settings()),
+        support::postgres::settings()?,
     )
     .await?;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
@@ -426,6 +497,49 @@ async fn fixture() -> Result<Fixture> {
         )
         .await?;
     assert_eq!(log["status"], "success", "{log}");
+    let database = format!("/apps/{sql_app_id}/channels/{sql_channel_id}/postgres");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while api.get(&database, &owner).await.body["status"] != "ready" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the shared app's database never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Snapshots go to the object store's backend; the shared SQL app has one, and allows restoring its prod.
+    let archive = slipway::postgres::archive::Archive::new(
+        &slipway_controllers::blob::backend::S3Endpoint {
+            url: store.backend.url.clone(),
+            access_key_id: store.backend.access_key_id.clone(),
+            secret_access_key: store.backend.secret_access_key.clone(),
+        },
+        slipway::postgres::archive::system_bucket("slipway-"),
+    );
+    archive.ensure_bucket().await?;
+    api.state.set_snapshot_archive(archive);
+    let operator =
+        slipway_internal::InternalClient::new(api.operator_endpoint(&api.serve_internal().await?));
+    let snapshot_id = match operator
+        .pre_deploy_snapshot(
+            &uuid::Uuid::new_v4().to_string(),
+            &slipway_internal::protocol::PreDeploySnapshotRequest {
+                app_id: sql_app_id.clone(),
+                channel_id: sql_channel_id.clone(),
+                git_sha: None,
+            },
+        )
+        .await?
+    {
+        slipway_internal::protocol::PreDeploySnapshot::Taken { snapshot_id } => snapshot_id,
+        other => anyhow::bail!("the shared app's snapshot was not taken: {other:?}"),
+    };
+    api.post(
+        &format!("/apps/{sql_app_id}/env"),
+        &owner,
+        json!({"key": "SVC_ALLOW_PROD_RESTORE", "value": "1"}),
+    )
+    .await
+    .expect(204, None);
     let bucket = format!("/apps/{app_id}/channels/{channel_id}/blob");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while api.get(&bucket, &owner).await.body["status"] != "ready" {
@@ -458,6 +572,9 @@ async fn fixture() -> Result<Fixture> {
         domain,
         run,
         _store: store,
+        sql_app_id,
+        sql_channel_id,
+        snapshot_id,
     })
 }
 

@@ -6,8 +6,9 @@
 //! the callers it knows, a git mirror's sync refusing the cluster's own networks, no component holding Secrets
 //! cluster-wide or in the release namespace (the edge reads certificates in a namespace of their own), and an app
 //! writing and reading its channel's bucket with the injected `S3_*` keys through the chart's S3 gateway and bundled
-//! backend, and raw TCP forwarded through the chart's forward Service from the allowlist only, an open session
-//! outliving its unexpose until a redeploy ends it.
+//! backend, raw TCP forwarded through the chart's forward Service from the allowlist only, an open session
+//! outliving its unexpose until a redeploy ends it, and an app migrating its channel's database at start, whose
+//! pre-deploy snapshot brings the data of v1 back under v2's code.
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -38,6 +39,20 @@ http.server.HTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Handler).s
 /// An app's process that writes `from-app.txt` into its channel's bucket with the injected keys, reads it back,
 /// and only then serves what it read.
 const BUCKET_APP: &str = include_str!("s3/app_roundtrip.py");
+
+/// An app keeping notes in its channel's database (a Postgres client on the standard library), migrated at start.
+const NOTES_APP: &str = include_str!("sql/notes_app.py");
+
+/// The notes app's first migration: postgis made by the channel's own role, a table, a note.
+const NOTES_V1_MIGRATION: &str = "CREATE EXTENSION IF NOT EXISTS postgis;
+CREATE TABLE notes (id serial PRIMARY KEY, body text NOT NULL, place geometry(Point, 4326));
+INSERT INTO notes (body, place) VALUES ('written by v1', ST_SetSRID(ST_MakePoint(13.4, 52.5), 4326));
+";
+
+/// v2's migration: a column and a note of its own.
+const NOTES_V2_MIGRATION: &str = "ALTER TABLE notes ADD COLUMN stars int;
+INSERT INTO notes (body, stars) VALUES ('written by v2', 5);
+";
 
 /// An app echoing raw TCP on `SVC_FORWARD_PORT` and answering its version over HTTP.
 const ECHO_APP: &str = include_str!("forward/echo_app.py");
@@ -694,4 +709,163 @@ async fn can(
     args.extend_from_slice(scope);
     let out = kubectl_run(&args).await?;
     Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
+}
+
+/// Commits the files of `version` of the notes app and pushes them over HTTP; returns the commit.
+async fn push_notes(
+    platform: &Installed,
+    account: &support::platform::Account,
+    ws: &Workspace,
+    version: &str,
+    migrations: &[(&str, &str)],
+) -> Result<String> {
+    ws.write("notes/app.py", NOTES_APP)?;
+    ws.write("notes/VERSION", format!("{version}\n"))?;
+    ws.write(
+        "notes/launch.sh",
+        "python3 app.py migrate && exec python3 app.py serve\n",
+    )?;
+    for (name, sql) in migrations {
+        ws.write(&format!("notes/migrations/{name}"), sql)?;
+    }
+    ws.git("notes", &["add", "."]).await?;
+    ws.git("notes", &["commit", "-q", "-m", version]).await?;
+    let remote = http_remote(&platform.api, &account.token, &account.username, "notes");
+    ws.git("notes", &["push", "-q", &remote, "HEAD:master"])
+        .await?;
+    Ok(ws
+        .git("notes", &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned())
+}
+
+#[tokio::test]
+async fn an_app_migrates_its_database_and_a_pre_deploy_snapshot_brings_v1_s_data_back_under_v2()
+-> Result<()> {
+    let platform = Installed::from_env()?;
+    let admin_url = std::env::var("SLIPWAY_PLATFORM_DATA_SERVER_URL")?;
+    let hana = platform.account("hana").await?;
+    let (app, channel) = platform.create_app(&hana, "notes", "app").await?;
+    let host = platform.prod_host(&hana, "notes");
+    let postgres = format!("/apps/{app}/channels/{channel}/postgres");
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "notes"])
+        .await?;
+
+    // v1 migrates at start with the injected DATABASE_URL (postgis by the channel's own role); the read-only role
+    // reads the notes and may not write.
+    let v1 = push_notes(
+        &platform,
+        &hana,
+        &ws,
+        "v1",
+        &[("001_notes.sql", NOTES_V1_MIGRATION)],
+    )
+    .await?;
+    let (_, log) = platform.deploy(&hana, &app, &channel, &v1).await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    let page = platform.wait_for_page(&host, "/", "version=v1").await?;
+    assert!(
+        page.contains("note=written by v1 at POINT(13.4 52.5)"),
+        "{page}"
+    );
+    assert!(page.contains("readonly reads 1 notes"), "{page}");
+    assert!(page.contains("readonly write refused: 42501"), "{page}");
+    let status = platform
+        .call("GET", &postgres, &hana, None)
+        .await?
+        .expect(200);
+    assert_eq!(status["status"], "ready", "{status}");
+    assert!(status["storage_bytes"].as_i64().unwrap() > 0, "{status}");
+    let db_name = status["db_name"].as_str().unwrap().to_owned();
+
+    // v2's deploy snapshots the database before its container starts and migrates it.
+    let v2 = push_notes(
+        &platform,
+        &hana,
+        &ws,
+        "v2",
+        &[("002_stars.sql", NOTES_V2_MIGRATION)],
+    )
+    .await?;
+    let (deploy_v2, log) = platform.deploy(&hana, &app, &channel, &v2).await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    let page = platform.wait_for_page(&host, "/", "version=v2").await?;
+    assert!(
+        page.contains("migrations=001_notes.sql,002_stars.sql"),
+        "{page}"
+    );
+    assert!(page.contains("note=written by v2 at None"), "{page}");
+    let snapshots = platform
+        .call("GET", &format!("{postgres}/snapshots"), &hana, None)
+        .await?
+        .expect(200);
+    let before_v2 = snapshots
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["deploy_id"] == deploy_v2.as_str())
+        .unwrap_or_else(|| panic!("no snapshot of deploy {deploy_v2}: {snapshots}"));
+    assert_eq!(before_v2["kind"], "pre_deploy", "{before_v2}");
+    assert_eq!(before_v2["git_sha"], v1.as_str(), "{before_v2}");
+    assert_eq!(before_v2["recoverable"], true, "{before_v2}");
+
+    // Restoring it brings v1's data back under v2's code, which keeps running on the same DATABASE_URL. prod's
+    // data is replaced only where the app allows it.
+    let restore = json!({"snapshot_id": before_v2["snapshot_id"], "confirm_db_name": db_name});
+    let refused = platform
+        .call(
+            "POST",
+            &format!("{postgres}/restore"),
+            &hana,
+            Some(restore.clone()),
+        )
+        .await?
+        .expect(403);
+    assert_eq!(
+        refused["error"]["code"], "prod_restore_blocked",
+        "{refused}"
+    );
+    platform
+        .call(
+            "POST",
+            &format!("/apps/{app}/env"),
+            &hana,
+            Some(json!({"key": "SVC_ALLOW_PROD_RESTORE", "value": "1"})),
+        )
+        .await?
+        .expect(204);
+    let restored = platform
+        .call("POST", &format!("{postgres}/restore"), &hana, Some(restore))
+        .await?
+        .expect(200);
+    assert_eq!(restored["status"], "ready", "{restored}");
+    let page = platform
+        .wait_for_page(&host, "/", "migrations=001_notes.sql\n")
+        .await?;
+    assert!(page.contains("version=v2"), "{page}");
+    assert!(
+        page.contains("note=written by v1 at POINT(13.4 52.5)"),
+        "{page}"
+    );
+    assert!(!page.contains("written by v2"), "{page}");
+    assert!(page.contains("readonly reads 1 notes"), "{page}");
+
+    // Deleting the app drops its database on the data server.
+    platform.delete_app(&hana, &app).await?;
+    let left = tokio::process::Command::new("psql")
+        .args([
+            "-XtAc",
+            &format!("SELECT count(*) FROM pg_database WHERE datname = '{db_name}'"),
+            &admin_url,
+        ])
+        .output()
+        .await?;
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "0",
+        "{left:?}"
+    );
+    Ok(())
 }

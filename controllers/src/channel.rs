@@ -1,6 +1,6 @@
 //! The Channel reconciler: resolves the channel's App, adopts the channel under it (so deleting the App deletes
-//! its channels, also for channels written with kubectl), keeps its bucket ([`crate::blob`]), and reports the
-//! hostname, phase and conditions.
+//! its channels, also for channels written with kubectl), keeps its bucket ([`crate::blob`]) and, for non-static
+//! channels, its SQL database ([`crate::postgres`]), and reports the hostname, phase and conditions.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use slipway_crds::conditions::{self, reasons};
 use slipway_crds::names::{self, Username};
-use slipway_crds::{App, Channel, ChannelStatus};
+use slipway_crds::{App, Channel, ChannelPhase, ChannelStatus};
 
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
@@ -30,6 +30,8 @@ pub struct Observed {
     pub accepted: (bool, &'static str, String),
     /// `ObjectStoreReady` condition, when the operator runs with object storage.
     pub object_store: Option<crate::blob::StoreState>,
+    /// `DatabaseReady` condition, for a non-static channel when the operator runs with a data server.
+    pub database: Option<crate::postgres::DatabaseState>,
 }
 
 /// Works out the status facts of `channel` given its App (if found). Pure, so it is tested from fixtures.
@@ -40,6 +42,7 @@ pub fn observe(channel: &Channel, app: Option<&App>, app_domain: &str) -> Observ
             hostname: None,
             accepted: (false, reasons::REFERENCE_NOT_FOUND, message),
             object_store: None,
+            database: None,
         };
     };
     let name = channel.name_any();
@@ -53,11 +56,13 @@ pub fn observe(channel: &Channel, app: Option<&App>, app_domain: &str) -> Observ
             hostname: Some(hostname),
             accepted: (true, reasons::RECONCILED, String::new()),
             object_store: None,
+            database: None,
         },
         Err(e) => Observed {
             hostname: None,
             accepted: (false, reasons::INVALID_SPEC, e.0.to_owned()),
             object_store: None,
+            database: None,
         },
     }
 }
@@ -82,11 +87,14 @@ pub fn desired_status(channel: &Channel, observed: &Observed, now: Time) -> Chan
         ),
     );
     let ready = status.current_sha.is_some() && *ok;
+    let database_failed = observed.database.as_ref().filter(|d| !d.ready);
     let (ready_reason, ready_message) = if ready {
         (
             reasons::RECONCILED,
             "serving the deployed commit".to_owned(),
         )
+    } else if let (true, Some(database)) = (*ok, database_failed) {
+        (database.reason, database.message.clone())
     } else if *ok {
         (
             reasons::PROVISIONING,
@@ -108,6 +116,26 @@ pub fn desired_status(channel: &Channel, observed: &Observed, now: Time) -> Chan
             ),
         );
     }
+    if let Some(database) = &observed.database {
+        conditions::set_condition(
+            &mut status.conditions,
+            conditions::condition(
+                conditions::DATABASE_READY,
+                database.ready,
+                database.reason,
+                database.message.clone(),
+                generation,
+                now.clone(),
+            ),
+        );
+        // A channel whose database cannot be made has failed provisioning; it comes back when a retry works.
+        status.phase = match (status.phase, database.ready) {
+            (ChannelPhase::Provisioning, false) => ChannelPhase::Failed,
+            (ChannelPhase::Failed, true) if status.current_sha.is_some() => ChannelPhase::Running,
+            (ChannelPhase::Failed, true) => ChannelPhase::Provisioning,
+            (phase, _) => phase,
+        };
+    }
     conditions::set_condition(
         &mut status.conditions,
         conditions::condition(
@@ -126,13 +154,28 @@ pub fn desired_status(channel: &Channel, observed: &Observed, now: Time) -> Chan
 pub const IMAGES_FINALIZER: &str = "slipway.dev/images";
 /// How soon a channel whose bucket could not be made is tried again.
 const OBJECT_STORE_RETRY: Duration = Duration::from_secs(15);
+/// How soon a channel whose database could not be provisioned is tried again (any change of the channel, such as
+/// a new annotation, tries at once).
+const DATABASE_SWEEP: Duration = Duration::from_secs(3600);
 
 /// Reconciles one Channel.
 pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = channel.namespace().ok_or(Error::Incomplete("namespace"))?;
     if channel.metadata.deletion_timestamp.is_some() {
-        // Workloads, routes and deploys go with the channel through owner references; its images are not
-        // cluster objects, so they are removed here before the channel may go.
+        // Workloads, routes and deploys go with the channel through owner references; its database, images and
+        // bucket are not cluster objects, so they are removed here before the channel may go, the database first
+        // (it ends the channel's sessions, and needs no other part of the platform than the data server).
+        if has_finalizer(&channel, crate::postgres::FINALIZER) {
+            let settings = ctx.postgres.as_ref().ok_or_else(|| {
+                Error::Database(
+                    "the channel holds a database but this operator runs without a data server"
+                        .into(),
+                )
+            })?;
+            crate::postgres::remove(&ctx, settings, &channel).await?;
+            set_finalizer(&ctx, &channel, crate::postgres::FINALIZER, false).await?;
+            return Ok(Action::await_change());
+        }
         if has_finalizer(&channel, IMAGES_FINALIZER) {
             crate::build::remove_images(&ctx, &channel).await?;
             set_finalizer(&ctx, &channel, IMAGES_FINALIZER, false).await?;
@@ -147,6 +190,7 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
             })?;
             crate::blob::remove(&ctx, settings, &channel).await?;
             set_finalizer(&ctx, &channel, crate::blob::FINALIZER, false).await?;
+            return Ok(Action::await_change());
         }
         return Ok(Action::await_change());
     }
@@ -174,17 +218,34 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
                 observed.object_store =
                     Some(crate::blob::ensure(&ctx, settings, &channel, app).await);
             }
+            if let Some(settings) = ctx
+                .postgres
+                .as_ref()
+                .filter(|_| crate::postgres::wanted(app))
+            {
+                // As with the bucket: the finalizer first, so no database outlives its channel.
+                if !has_finalizer(&channel, crate::postgres::FINALIZER) {
+                    set_finalizer(&ctx, &channel, crate::postgres::FINALIZER, true).await?;
+                    return Ok(Action::await_change());
+                }
+                observed.database =
+                    Some(crate::postgres::ensure(&ctx, settings, &channel, app).await);
+            }
         }
     }
     let wanted = desired_status(&channel, &observed, Time(Timestamp::now()));
     if channel.status.as_ref() != Some(&wanted) {
         // Only the fields this reconciler owns: the deploy reconciler writes phase, currentSha, readyBy and
         // pendingDeploy, and a whole-status write from this (possibly older) copy would undo its moves.
-        let patch = serde_json::json!({"status": {
+        let mut patch = serde_json::json!({"status": {
             "observedGeneration": wanted.observed_generation,
             "hostname": wanted.hostname,
             "conditions": wanted.conditions,
         }});
+        // The phase only when the database moved it (between provisioning and failed).
+        if channel.status.as_ref().map(|s| s.phase) != Some(wanted.phase) {
+            patch["status"]["phase"] = serde_json::json!(wanted.phase);
+        }
         let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
@@ -217,6 +278,17 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
         )
         .await;
         return Ok(Action::requeue(OBJECT_STORE_RETRY));
+    }
+    if let Some(database) = observed.database.as_ref().filter(|d| !d.ready) {
+        publish(
+            &ctx,
+            channel.as_ref(),
+            EventType::Warning,
+            database.reason,
+            database.message.clone(),
+        )
+        .await;
+        return Ok(Action::requeue(DATABASE_SWEEP));
     }
     Ok(Action::requeue(RECHECK))
 }

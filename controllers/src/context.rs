@@ -49,6 +49,8 @@ pub struct Context {
     pub internal: InternalClient,
     /// Object storage; `None` runs channels without buckets (the cluster tests of other parts).
     pub blob: Option<crate::blob::BlobSettings>,
+    /// The data server; `None` runs channels without databases (the cluster tests of other parts).
+    pub postgres: Option<crate::postgres::PostgresSettings>,
     /// DNS lookups of domain verification.
     pub dns: crate::domain::dns::HickoryLookups,
     /// Issues domain certificates, when an ACME CA and the certificate namespace are configured.
@@ -81,6 +83,7 @@ impl Context {
             config,
             metrics,
             blob: None,
+            postgres: None,
             forwards: None,
         }
     }
@@ -94,6 +97,12 @@ impl Context {
     /// The same context with object storage.
     pub fn with_blob(mut self, blob: crate::blob::BlobSettings) -> Self {
         self.blob = Some(blob);
+        self
+    }
+
+    /// The same context with channel databases.
+    pub fn with_postgres(mut self, postgres: crate::postgres::PostgresSettings) -> Self {
+        self.postgres = Some(postgres);
         self
     }
 }

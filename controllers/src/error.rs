@@ -21,6 +21,9 @@ pub enum Error {
     /// The object-store backend refused or failed a request.
     #[error("object store: {0}")]
     ObjectStore(String),
+    /// The data server refused or failed a request.
+    #[error("{0}")]
+    Database(String),
 }
 
 impl Error {
@@ -33,6 +36,7 @@ impl Error {
             Error::Internal(_) => "InternalApi",
             Error::Registry(_) => "Registry",
             Error::ObjectStore(_) => "ObjectStore",
+            Error::Database(_) => "Database",
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod forward;
 pub mod ingress;
 pub mod leader;
+pub mod postgres;
 pub mod run;
 mod status;
 pub mod tenancy;

@@ -99,9 +99,11 @@ fn error_policy<K: Resource<DynamicType = ()>>(
 ) -> Action {
     tracing::warn!(kind = %K::kind(&()), name = %obj.meta().name.clone().unwrap_or_default(), category = error.category(), error = %error, "reconcile failed");
     match error {
-        Error::Kube(_) | Error::Internal(_) | Error::Registry(_) | Error::ObjectStore(_) => {
-            Action::requeue(Duration::from_secs(5))
-        }
+        Error::Kube(_)
+        | Error::Internal(_)
+        | Error::Registry(_)
+        | Error::ObjectStore(_)
+        | Error::Database(_) => Action::requeue(Duration::from_secs(5)),
         Error::InvalidSpec(_) | Error::Incomplete(_) => Action::requeue(Duration::from_secs(300)),
     }
 }

@@ -9,6 +9,8 @@ pub const READY: &str = "Ready";
 pub const ACCEPTED: &str = "Accepted";
 /// A channel's bucket exists on the object-store backend with versioning on, and its store is recorded.
 pub const OBJECT_STORE_READY: &str = "ObjectStoreReady";
+/// A channel's SQL database and its two roles exist on the data server, and the database is recorded.
+pub const DATABASE_READY: &str = "DatabaseReady";
 /// A Domain's DNS records passed the last check that counted (its phase is `verified`).
 pub const VERIFIED: &str = "Verified";
 /// A Domain's certificate is issued and current.
@@ -30,6 +32,8 @@ pub mod reasons {
     pub const DEPLOY_FAILED: &str = "DeployFailed";
     /// The channel's bucket could not be made or checked (the message says why); retried.
     pub const OBJECT_STORE_FAILED: &str = "ObjectStoreFailed";
+    /// The channel's SQL database could not be provisioned (the message says why); retried hourly.
+    pub const DATABASE_FAILED: &str = "DatabaseFailed";
     /// A Domain's TXT and routing records passed.
     pub const DNS_VERIFIED: &str = "DnsVerified";
     /// A Domain has not been checked yet.

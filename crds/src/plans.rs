@@ -139,11 +139,23 @@ impl Plan {
     pub fn by_tier(tier: &str) -> Option<&'static Plan> {
         PLANS.iter().find(|p| p.tier == tier)
     }
+
+    /// Connections each of a channel's database roles may hold at once: 5 on starter, doubling with each rank
+    /// up to 100 (the plan row of the hosting API does not carry it, so it is derived here).
+    pub fn database_connection_limit(&self) -> u32 {
+        5u32.saturating_mul(1 << self.rank.min(5)).min(100)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn database_connections_grow_with_the_plan() {
+        let limits: Vec<u32> = PLANS.iter().map(Plan::database_connection_limit).collect();
+        assert_eq!(limits, [5, 10, 20, 40, 80, 100]);
+    }
 
     #[test]
     fn starter_is_the_row_the_api_fixes() {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::protocol::{
     BandwidthReport, BlobCredentials, BlobStoreRequest, BlobStoreResponse, CommitResponse,
-    EnvRequest, EnvResponse, PREFIX, SourceUrlRequest, SourceUrlResponse,
+    DatabaseRecord, DatabaseRequest, EnvRequest, EnvResponse, PREFIX, PreDeploySnapshot,
+    PreDeploySnapshotRequest, SourceUrlRequest, SourceUrlResponse,
 };
 use crate::token::TokenSource;
 
@@ -28,6 +29,9 @@ impl InternalEndpoint {
         Ok(Self { url, token })
     }
 }
+
+/// Longest the operator waits for a pre-deploy snapshot (a large database's dump).
+pub const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// What went wrong calling the internal listener.
 #[derive(Debug, thiserror::Error)]
@@ -190,6 +194,52 @@ impl InternalClient {
         let req = self
             .http
             .get(self.url(&format!("/channels/{channel_id}/blob/credentials")));
+        self.json(req).await
+    }
+
+    /// Records the channel's database (once; later calls answer the same names and passwords).
+    pub async fn ensure_database(
+        &self,
+        channel_id: &str,
+        request: &DatabaseRequest,
+    ) -> Result<DatabaseRecord, CallError> {
+        let req = self
+            .http
+            .put(self.url(&format!("/channels/{channel_id}/postgres")))
+            .json(request);
+        self.json(req).await
+    }
+
+    /// The channel's recorded database, with its roles' passwords.
+    pub async fn database(&self, channel_id: &str) -> Result<DatabaseRecord, CallError> {
+        let req = self
+            .http
+            .get(self.url(&format!("/channels/{channel_id}/postgres")));
+        self.json(req).await
+    }
+
+    /// Forgets the channel's database (it is dropped); one that is not recorded is already forgotten.
+    pub async fn delete_database(&self, channel_id: &str) -> Result<(), CallError> {
+        let req = self
+            .http
+            .delete(self.url(&format!("/channels/{channel_id}/postgres")));
+        match self.send(req).await {
+            Ok(_) | Err(CallError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes the deploy's `pre_deploy` snapshot (once; later calls answer the same), waiting for the dump.
+    pub async fn pre_deploy_snapshot(
+        &self,
+        deploy_id: &str,
+        request: &PreDeploySnapshotRequest,
+    ) -> Result<PreDeploySnapshot, CallError> {
+        let req = self
+            .http
+            .put(self.url(&format!("/deploys/{deploy_id}/postgres-snapshot")))
+            .timeout(SNAPSHOT_TIMEOUT)
+            .json(request);
         self.json(req).await
     }
 

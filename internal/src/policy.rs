@@ -17,7 +17,7 @@ const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     /// The operator: resolves commits, reads sources, records env snapshots and deploy logs, asks for signed
-    /// source URLs, records channels' object stores and reads their key pairs.
+    /// source URLs, records channels' object stores and databases and reads their credentials.
     Operator,
     /// The edge: reads the files of static sites it serves, reports the bytes it sent.
     Edge,
@@ -76,6 +76,9 @@ pub enum RouteGroup {
     /// `PUT`/`DELETE .../channels/{id}/blob`, `GET .../channels/{id}/blob/credentials`: channels' object stores
     /// and their key pairs.
     BlobStores,
+    /// `PUT`/`GET`/`DELETE .../channels/{id}/postgres`: channels' databases and their roles' passwords;
+    /// `PUT .../deploys/{id}/postgres-snapshot`: a deploy's pre-deploy snapshot.
+    Databases,
     /// `POST .../usage/bandwidth`: the bytes an edge sent, per account.
     Bandwidth,
 }
@@ -91,6 +94,7 @@ impl RouteGroup {
             RouteGroup::Logs => "deploy logs",
             RouteGroup::SourceUrls => "source URLs",
             RouteGroup::BlobStores => "object stores",
+            RouteGroup::Databases => "channel databases",
             RouteGroup::Bandwidth => "bandwidth reports",
         }
     }
@@ -228,7 +232,7 @@ impl Callers {
 mod tests {
     use super::*;
 
-    const ALL: [RouteGroup; 8] = [
+    const ALL: [RouteGroup; 9] = [
         RouteGroup::Commits,
         RouteGroup::SiteArchives,
         RouteGroup::SourceArchives,
@@ -236,6 +240,7 @@ mod tests {
         RouteGroup::Logs,
         RouteGroup::SourceUrls,
         RouteGroup::BlobStores,
+        RouteGroup::Databases,
         RouteGroup::Bandwidth,
     ];
 

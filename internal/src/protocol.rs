@@ -89,3 +89,72 @@ pub struct BandwidthReport {
     /// Bytes sent per username since the last report.
     pub bytes: BTreeMap<String, u64>,
 }
+
+/// Body of `PUT /internal/v1/channels/{channel_id}/postgres`: the operator asks the API server, which owns the
+/// keyring, to record the channel's database (its names and sealed passwords) before it provisions it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DatabaseRequest {
+    /// The channel's app.
+    pub app_id: String,
+}
+
+/// Answer of `PUT` and `GET /internal/v1/channels/{channel_id}/postgres`: the channel's database, its two roles
+/// and their passwords (what provisioning sets and what a deploy's containers receive).
+#[derive(Serialize, Deserialize)]
+pub struct DatabaseRecord {
+    /// The database.
+    pub db_name: String,
+    /// The write role (owner of the database).
+    pub role_name: String,
+    /// The read-only role.
+    pub readonly_role_name: String,
+    /// The write role's password.
+    pub password: String,
+    /// The read-only role's password.
+    pub readonly_password: String,
+}
+
+/// Body of `PUT /internal/v1/deploys/{deploy_id}/postgres-snapshot`: the operator asks for the deploy's
+/// `pre_deploy` snapshot before it starts the deploy's new container (one per deploy; a repeated call answers the
+/// one taken).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PreDeploySnapshotRequest {
+    /// The channel's app.
+    pub app_id: String,
+    /// The channel.
+    pub channel_id: String,
+    /// The commit running now (the one before the deploy); `None` on a channel's first deploy.
+    pub git_sha: Option<String>,
+}
+
+/// Answer of `PUT /internal/v1/deploys/{deploy_id}/postgres-snapshot`.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum PreDeploySnapshot {
+    /// The snapshot is stored.
+    Taken {
+        /// Its id.
+        snapshot_id: String,
+    },
+    /// There is nothing to snapshot or nowhere to keep it (no database yet, no object storage): the deploy goes
+    /// on.
+    Skipped {
+        /// Why.
+        reason: String,
+    },
+    /// The dump failed: the deploy must not start a container that may migrate data nobody saved.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl std::fmt::Debug for DatabaseRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseRecord")
+            .field("db_name", &self.db_name)
+            .field("role_name", &self.role_name)
+            .field("readonly_role_name", &self.readonly_role_name)
+            .finish_non_exhaustive()
+    }
+}

@@ -57,6 +57,10 @@ pub enum Action {
     RevealSecret,
     /// Read a channel's object-store key pair (a secret: it opens the channel's bucket).
     ReadStoreCredentials,
+    /// Download a channel's SQL data (a dump: every row, whatever the app keeps from its members).
+    DumpDatabase,
+    /// Empty a channel's SQL database (destructive).
+    ResetDatabase,
     /// Create and delete channels.
     ManageChannels,
     /// Attach, verify and detach custom domains (they change routing and certificates, like channels).
@@ -85,6 +89,8 @@ impl Action {
             Action::Read | Action::Write => Role::Member,
             Action::RevealSecret
             | Action::ReadStoreCredentials
+            | Action::DumpDatabase
+            | Action::ResetDatabase
             | Action::ManageChannels
             | Action::ManageDomains
             | Action::ManageForwards
@@ -104,6 +110,8 @@ impl Action {
             Action::Write => "changing code, deploys or variables",
             Action::RevealSecret => "revealing a secret value",
             Action::ReadStoreCredentials => "reading object-store credentials",
+            Action::DumpDatabase => "downloading a channel's SQL data",
+            Action::ResetDatabase => "resetting a channel's SQL database",
             Action::ManageChannels => "creating or deleting channels",
             Action::ManageDomains => "attaching, verifying or detaching custom domains",
             Action::ManageForwards => "exposing or unexposing raw TCP endpoints",

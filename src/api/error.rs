@@ -25,6 +25,9 @@ pub enum ApiError {
     /// 403 `scope_denied`, naming the scope.
     #[error("this token lacks the {0} scope")]
     ScopeDenied(String),
+    /// 403 `scope_denied`: the token is good for one path only, and this is not it.
+    #[error("this token is good only for {0}")]
+    TokenLimited(String),
     /// 403 `permission_denied`.
     #[error("{0}")]
     PermissionDenied(String),
@@ -69,6 +72,21 @@ pub enum ApiError {
     /// 503 `blob_unavailable`.
     #[error("{0}")]
     BlobUnavailable(String),
+    /// 400 `invalid_confirmation`: the typed name is not the database's.
+    #[error("{0}")]
+    InvalidConfirmation(String),
+    /// 503 `postgres_unavailable`: no data server is configured, or it could not answer (measure, reset).
+    #[error("{0}")]
+    PostgresUnavailable(String),
+    /// 403 `prod_restore_blocked`: restoring prod needs `SVC_ALLOW_PROD_RESTORE=1` on the app.
+    #[error("{0}")]
+    ProdRestoreBlocked(String),
+    /// 403 `download_disabled`: the platform keeps snapshot downloads off.
+    #[error("{0}")]
+    DownloadDisabled(String),
+    /// 409 `channel_busy`: a deploy of the channel is queued or running.
+    #[error("{0}")]
+    ChannelBusy(String),
     /// 500 `internal_error`; the cause is logged.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -82,7 +100,9 @@ impl ApiError {
             ApiError::AuthRequired => (StatusCode::UNAUTHORIZED, "auth_required"),
             ApiError::TokenInvalid => (StatusCode::UNAUTHORIZED, "token_invalid"),
             ApiError::TokenRevoked => (StatusCode::UNAUTHORIZED, "token_revoked"),
-            ApiError::ScopeDenied(_) => (StatusCode::FORBIDDEN, "scope_denied"),
+            ApiError::ScopeDenied(_) | ApiError::TokenLimited(_) => {
+                (StatusCode::FORBIDDEN, "scope_denied")
+            }
             ApiError::PermissionDenied(_) => (StatusCode::FORBIDDEN, "permission_denied"),
             ApiError::ProtectedAction(_) => (StatusCode::FORBIDDEN, "protected_action"),
             ApiError::PlanLimit(_) => (StatusCode::FORBIDDEN, "plan_limit_exceeded"),
@@ -97,6 +117,13 @@ impl ApiError {
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
             ApiError::BlobNotReady(_) => (StatusCode::CONFLICT, "blob_not_ready"),
             ApiError::BlobUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "blob_unavailable"),
+            ApiError::InvalidConfirmation(_) => (StatusCode::BAD_REQUEST, "invalid_confirmation"),
+            ApiError::ProdRestoreBlocked(_) => (StatusCode::FORBIDDEN, "prod_restore_blocked"),
+            ApiError::DownloadDisabled(_) => (StatusCode::FORBIDDEN, "download_disabled"),
+            ApiError::ChannelBusy(_) => (StatusCode::CONFLICT, "channel_busy"),
+            ApiError::PostgresUnavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "postgres_unavailable")
+            }
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }

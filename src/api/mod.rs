@@ -17,7 +17,9 @@ pub mod internal;
 pub mod members;
 pub mod mirror;
 pub mod plans;
+pub mod postgres;
 pub mod repo;
+pub mod snapshots;
 pub mod ssh_keys;
 pub mod state;
 pub mod tokens;
@@ -85,6 +87,8 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(forwards::routes())
         .merge(ssh_keys::routes())
         .merge(blob::routes())
+        .merge(postgres::routes())
+        .merge(snapshots::routes())
         .merge(members::routes())
         .merge(mirror::routes())
         .split_for_parts();

@@ -55,10 +55,18 @@ async fn usage(State(state): State<AppState>, caller: Caller) -> Result<Json<Usa
         .ok_or_else(|| anyhow::anyhow!("unknown plan {}", caller.plan))?;
     let bandwidth_month_bytes =
         crate::db::bandwidth::this_month(state.db(), &caller.username).await?;
-    // Channel databases do not exist yet in this release of the platform, so they occupy no bytes.
+    // A platform without a data server holds no channel databases: they occupy no bytes.
+    let storage_bytes = match state.data_server() {
+        Some(server) => {
+            super::postgres::owned_databases(&state, server, &caller.username)
+                .await?
+                .0
+        }
+        None => 0,
+    };
     Ok(Json(Usage {
         plan: plan.tier.to_owned(),
-        storage_bytes: 0,
+        storage_bytes,
         storage_limit_mb: plan.storage_mb,
         bandwidth_month_bytes,
     }))

@@ -40,6 +40,8 @@ pub struct Limits {
     pub rate: Option<Budget>,
     /// Largest pack one git push may send, in bytes.
     pub git_max_push_bytes: u64,
+    /// Whether SQL snapshots may be downloaded (off: 403 download_disabled).
+    pub snapshot_downloads: bool,
 }
 
 impl Limits {
@@ -52,6 +54,7 @@ impl Default for Limits {
         Self {
             rate: Some(Budget::DEFAULT),
             git_max_push_bytes: Self::DEFAULT_GIT_MAX_PUSH_BYTES,
+            snapshot_downloads: true,
         }
     }
 }
@@ -89,6 +92,8 @@ struct Inner {
     keyring: Keyring,
     internal: InternalAccess,
     blob: std::sync::OnceLock<crate::blob::access::BlobAccess>,
+    data_server: std::sync::OnceLock<Arc<slipway_controllers::postgres::server::DataServer>>,
+    snapshot_archive: std::sync::OnceLock<crate::postgres::archive::Archive>,
 }
 
 impl AppState {
@@ -113,6 +118,8 @@ impl AppState {
                 keyring,
                 internal,
                 blob: std::sync::OnceLock::new(),
+                data_server: std::sync::OnceLock::new(),
+                snapshot_archive: std::sync::OnceLock::new(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
             mirrors: Arc::new(Mirrors::default()),
@@ -154,6 +161,26 @@ impl AppState {
     /// How object storage is reached; `None` when the platform runs without it (its routes answer 503).
     pub fn blob_access(&self) -> Option<&crate::blob::access::BlobAccess> {
         self.inner.blob.get()
+    }
+
+    /// Turns channel databases on: the routes measure them on `server`. Set once, at start.
+    pub fn set_data_server(&self, server: Arc<slipway_controllers::postgres::server::DataServer>) {
+        let _ = self.inner.data_server.set(server);
+    }
+
+    /// The data server; `None` when the platform runs without one (the database routes answer 503).
+    pub fn data_server(&self) -> Option<&slipway_controllers::postgres::server::DataServer> {
+        self.inner.data_server.get().map(|s| s.as_ref())
+    }
+
+    /// Turns SQL snapshots on: their files go to `archive`. Set once, at start.
+    pub fn set_snapshot_archive(&self, archive: crate::postgres::archive::Archive) {
+        let _ = self.inner.snapshot_archive.set(archive);
+    }
+
+    /// Where snapshot files go; `None` when the platform has no object storage (no snapshots are taken).
+    pub fn snapshot_archive(&self) -> Option<&crate::postgres::archive::Archive> {
+        self.inner.snapshot_archive.get()
     }
 
     /// The keys env values are sealed with.

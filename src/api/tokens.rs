@@ -112,6 +112,7 @@ async fn mint(
         is_agent: caller.is_agent,
         expires_at,
         parent_id: Some(caller.token_id),
+        only_path: None,
     };
     let id = crate::db::tokens::insert(state.db(), &new).await?;
     Ok((id, plaintext))

@@ -2,8 +2,9 @@
 //!
 //! A request carries `Authorization: Bearer svc_...`; the token's SHA-256 is looked up in the platform database.
 //! The [`Caller`] extractor answers 401 `auth_required` without a bearer, 401 `token_invalid` for an unknown or
-//! expired token and 401 `token_revoked` for a revoked one (or one minted from a revoked token). Each token has a
-//! request budget ([`rate`]); past it, 429 `too_many_requests`.
+//! expired token and 401 `token_revoked` for a revoked one (or one minted from a revoked token). A token minted
+//! for one path (a snapshot's download token) is refused everywhere else with 403 `scope_denied`, git and SSH
+//! included. Each token has a request budget ([`rate`]); past it, 429 `too_many_requests`.
 
 pub mod rate;
 pub mod scopes;
@@ -69,7 +70,7 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        authenticate(state, bearer(&parts.headers)?).await
+        authenticate_at(state, bearer(&parts.headers)?, Some(parts.uri.path())).await
     }
 }
 
@@ -86,9 +87,18 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> {
     Ok(token.trim())
 }
 
-/// Resolves a plaintext token to its caller (shared by the bearer extractor and git's basic auth), and spends one
-/// request of the token's budget.
+/// Resolves a plaintext token to its caller outside a route (git's basic auth), and spends one request of the
+/// token's budget. Tokens good for one path only are refused.
 pub async fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiError> {
+    authenticate_at(state, token, None).await
+}
+
+/// Resolves a plaintext token to its caller for a request to `path`, and spends one request of its budget.
+async fn authenticate_at(
+    state: &AppState,
+    token: &str,
+    path: Option<&str>,
+) -> Result<Caller, ApiError> {
     if !token::looks_like_token(token) {
         return Err(ApiError::TokenInvalid);
     }
@@ -100,6 +110,11 @@ pub async fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiEr
     }
     if row.expires_at.is_some_and(|at| at <= Utc::now()) {
         return Err(ApiError::TokenInvalid);
+    }
+    if let Some(only) = &row.only_path
+        && path != Some(only.as_str())
+    {
+        return Err(ApiError::TokenLimited(format!("GET {only}")));
     }
     state
         .spend_request(row.id)

@@ -11,7 +11,8 @@ const SECRET_LEN: usize = 40;
 /// Characters of access key ids (as AWS uses: uppercase letters and digits).
 const ACCESS_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 /// Characters of secrets: letters and digits, so no client quotes or escapes them.
-const SECRET_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+pub(crate) const SECRET_ALPHABET: &[u8] =
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
 /// A channel's key pair.
 pub struct KeyPair {
@@ -21,7 +22,7 @@ pub struct KeyPair {
     pub secret_access_key: String,
 }
 
-fn random_string(len: usize, alphabet: &[u8]) -> String {
+pub(crate) fn random_string(len: usize, alphabet: &[u8]) -> String {
     let mut rng = rand::rng();
     (0..len)
         .map(|_| char::from(alphabet[rng.random_range(0..alphabet.len())]))

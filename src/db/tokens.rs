@@ -30,6 +30,8 @@ pub struct TokenRow {
     pub expires_at: Option<DateTime<Utc>>,
     /// When it was revoked.
     pub revoked_at: Option<DateTime<Utc>>,
+    /// The one request path it is good for (a download token); `None`: every route its scopes allow.
+    pub only_path: Option<String>,
 }
 
 /// What a new token carries.
@@ -49,14 +51,16 @@ pub struct NewToken<'a> {
     pub expires_at: Option<DateTime<Utc>>,
     /// The token that minted it.
     pub parent_id: Option<Uuid>,
+    /// The one request path it is good for; `None`: every route its scopes allow.
+    pub only_path: Option<&'a str>,
 }
 
 /// Stores a token and returns its id.
 pub async fn insert(db: &PgPool, t: &NewToken<'_>) -> sqlx::Result<Uuid> {
     let id = Uuid::new_v4();
     sqlx::query(
-        "INSERT INTO tokens (id, user_id, token_hash, label, scopes, is_agent, expires_at, parent_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO tokens (id, user_id, token_hash, label, scopes, is_agent, expires_at, parent_id, only_path)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(id)
     .bind(t.user_id)
@@ -66,6 +70,7 @@ pub async fn insert(db: &PgPool, t: &NewToken<'_>) -> sqlx::Result<Uuid> {
     .bind(t.is_agent)
     .bind(t.expires_at)
     .bind(t.parent_id)
+    .bind(t.only_path)
     .execute(db)
     .await?;
     Ok(id)
@@ -83,7 +88,7 @@ pub async fn by_hash(db: &PgPool, hash: &[u8; 32]) -> sqlx::Result<Option<TokenR
              WHERE c.depth < 64
          )
          SELECT t.id, t.user_id, u.username, u.plan, u.agent_protected_actions_default, t.scopes, t.is_agent,
-                t.expires_at, (SELECT min(revoked_at) FROM chain) AS revoked_at
+                t.expires_at, (SELECT min(revoked_at) FROM chain) AS revoked_at, t.only_path
          FROM tokens t JOIN users u ON u.id = t.user_id
          WHERE t.token_hash = $1",
     )

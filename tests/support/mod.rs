@@ -14,6 +14,7 @@ pub mod git;
 pub mod git_peer;
 pub mod https;
 pub mod platform;
+pub mod postgres;
 
 use std::path::PathBuf;
 
@@ -363,6 +364,7 @@ impl TestApi {
             is_agent,
             expires_at,
             parent_id: None,
+            only_path: None,
         };
         slipway::db::tokens::insert(self.state.db(), &new).await?;
         Ok(plaintext)
@@ -528,6 +530,35 @@ impl TestApi {
     ) -> Result<tokio::task::JoinHandle<()>> {
         let config = self.nodeless_config(namespace, domains).await?;
         Ok(self.run_operator_with(config, blob))
+    }
+
+    /// [`TestApi::start_operator_without_node`] with channel databases on the data server of `postgres`.
+    pub async fn start_operator_with_postgres(
+        &self,
+        namespace: &str,
+        postgres: slipway_controllers::postgres::PostgresSettings,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        self.start_nodeless_operator_with_postgres(namespace, Default::default(), None, postgres)
+            .await
+    }
+
+    /// [`TestApi::start_nodeless_operator`] with channel databases on the data server of `postgres` too.
+    pub async fn start_nodeless_operator_with_postgres(
+        &self,
+        namespace: &str,
+        domains: slipway_controllers::domain::DomainsConfig,
+        blob: Option<slipway_controllers::blob::BlobSettings>,
+        postgres: slipway_controllers::postgres::PostgresSettings,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        let config = self.nodeless_config(namespace, domains).await?;
+        let ctx = self.context_extended(config, |ctx| {
+            let ctx = match blob {
+                Some(blob) => ctx.with_blob(blob),
+                None => ctx,
+            };
+            ctx.with_postgres(postgres)
+        });
+        Ok(Self::spawn_operator(ctx))
     }
 
     /// The operator's settings on a control plane without a node: the addresses of builds lead nowhere.

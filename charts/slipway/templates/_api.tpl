@@ -117,3 +117,26 @@ route, the edge only reads static sites' files and reports the bytes it sent.
 {{- end }}
 {{- join "," $callers }}
 {{- end }}
+
+{{/*
+The data server (channels' SQL databases): whether one is configured, the Secret with its admin URL, and that
+URL, the pods' address and the snapshot-download switch as container environment (operator and api only).
+*/}}
+{{- define "slipway.dataServer.enabled" -}}
+{{- if or .Values.dataServer.existingSecret .Values.dataServer.url }}true{{- end }}
+{{- end }}
+
+{{- define "slipway.dataServer.secretName" -}}
+{{- if and .Values.dataServer.existingSecret .Values.dataServer.url }}
+{{- fail "set dataServer.existingSecret or dataServer.url, not both" }}
+{{- end }}
+{{- default (printf "%s-data-server" (include "slipway.fullname" .) | trunc 63 | trimSuffix "-") .Values.dataServer.existingSecret }}
+{{- end }}
+
+{{- define "slipway.dataServer.env" -}}
+- name: SLIPWAY_DATA_SERVER_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "slipway.dataServer.secretName" . }}
+      key: {{ .Values.dataServer.secretKey | quote }}
+{{- end }}

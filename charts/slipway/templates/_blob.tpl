@@ -75,8 +75,8 @@ to), and as a URL (the S3_ENDPOINT apps get, and where the api probes stores).
 {{- end }}
 
 {{/*
-The backend and its root key pair as container environment: only the gateway and the operator get it (the bundled
-backend reads the same Secret as its root account).
+The backend and its root key pair as container environment: only the gateway, the operator and, with a data server,
+the api (for SQL snapshot files) get it (the bundled backend reads the same Secret as its root account).
 */}}
 {{- define "slipway.blob.backendEnv" -}}
 - name: SLIPWAY_S3_BACKEND_URL

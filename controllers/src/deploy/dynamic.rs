@@ -17,7 +17,7 @@ use crate::build::{self, BuildRequest, BuildState};
 use crate::context::Context;
 use crate::error::Error;
 use crate::workload::{self, Release, Rollout, SYSTEM_ENV_KEYS};
-use slipway_internal::protocol::EnvRequest;
+use slipway_internal::protocol::{EnvRequest, PreDeploySnapshot, PreDeploySnapshotRequest};
 
 /// Moves a running app or docker deploy of `sha` one step.
 pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<Action, Error> {
@@ -51,11 +51,16 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
             }
         }
     };
-    // The store's keys are system keys: injected at run time, recorded in the snapshot by name only.
+    // The store's and the database's keys are system keys: injected at run time, recorded in the snapshot by
+    // name only.
     let blob_keys = ctx
         .blob
         .as_ref()
         .map_or(&[][..], |_| &crate::blob::ENV_KEYS[..]);
+    let database_keys = ctx
+        .postgres
+        .as_ref()
+        .map_or(&[][..], |_| &crate::postgres::ENV_KEYS[..]);
     let mut env = ctx
         .internal
         .deploy_env(
@@ -66,6 +71,7 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
                 system_keys: SYSTEM_ENV_KEYS
                     .iter()
                     .chain(blob_keys)
+                    .chain(database_keys)
                     .map(|k| (*k).to_owned())
                     .collect(),
             },
@@ -73,6 +79,15 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
         .await?;
     if let Some(settings) = &ctx.blob {
         env.extend(crate::blob::container_env(ctx, settings, &scene.channel).await?);
+    }
+    if let Some(settings) = &ctx.postgres {
+        env.extend(crate::postgres::container_env(ctx, settings, &scene.channel).await?);
+    }
+    if ctx.postgres.is_some()
+        && let Some(reason) = pre_deploy_snapshot(ctx, scene).await?
+    {
+        fail(ctx, deploy, &reason).await?;
+        return Ok(Action::await_change());
     }
     let release = Release {
         deploy,
@@ -100,6 +115,32 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
             Ok(Action::await_change())
         }
     }
+}
+
+/// Takes the deploy's `pre_deploy` snapshot of the channel's database before its new container starts (the API
+/// server takes it once; later calls answer the same); why the deploy must fail when the dump failed.
+async fn pre_deploy_snapshot(ctx: &Context, scene: &Scene) -> Result<Option<String>, Error> {
+    let deploy = scene.deploy.as_ref();
+    let request = PreDeploySnapshotRequest {
+        app_id: scene.app.uid().ok_or(Error::Incomplete("uid"))?,
+        channel_id: scene.channel.uid().ok_or(Error::Incomplete("uid"))?,
+        git_sha: scene
+            .channel
+            .status
+            .as_ref()
+            .and_then(|s| s.current_sha.clone()),
+    };
+    let uid = deploy.uid().ok_or(Error::Incomplete("uid"))?;
+    Ok(
+        match ctx.internal.pre_deploy_snapshot(&uid, &request).await? {
+            PreDeploySnapshot::Taken { .. } => None,
+            PreDeploySnapshot::Skipped { reason } => {
+                tracing::debug!(deploy = %deploy.name_any(), %reason, "no pre-deploy snapshot");
+                None
+            }
+            PreDeploySnapshot::Failed { reason } => Some(reason),
+        },
+    )
 }
 
 /// Whether the channel's route serves only the new version: every ready endpoint of its Service is a pod of

@@ -8,7 +8,7 @@
 //! (the edge serves the commit's files); for app and docker channels it happens after the build, readiness and
 //! the Service switch (`dynamic`). A failed deploy leaves the serving version untouched.
 
-mod dynamic;
+pub(crate) mod dynamic;
 pub use dynamic::owner_plan;
 pub mod queue;
 

@@ -6,6 +6,7 @@
 
 pub mod blob;
 pub mod guard;
+pub mod postgres;
 pub mod usage;
 
 use std::collections::BTreeMap;
@@ -52,6 +53,7 @@ pub fn routes() -> Router<AppState> {
             post(append_log).layer(axum::extract::DefaultBodyLimit::max(LOG_CHUNK_LIMIT)),
         )
         .merge(blob::routes())
+        .merge(postgres::routes())
         .merge(usage::routes())
 }
 

@@ -1,0 +1,255 @@
+//! Where snapshot files live: one unversioned bucket of the object-storage backend that tenants never reach (the
+//! gateway serves only channel buckets, named by channel uid), `<prefix>system`, with each file at
+//! `postgres/<channel id>/<snapshot id>.dump`. Files are streamed in (multipart, a few parts in memory at a time) and
+//! out; a file is complete or absent, since a multipart upload shows nothing until it is completed and an
+//! abandoned one is aborted.
+
+use std::collections::VecDeque;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
+use slipway_controllers::blob::backend::{self, S3Endpoint};
+use uuid::Uuid;
+
+/// Size of an uploaded part (S3's minimum is 5 MiB for every part but the last).
+const PART_BYTES: usize = 8 * 1024 * 1024;
+/// Parts uploading at once while the next one is read.
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// Part uploads under way, oldest first; those left when it is dropped (an upload that failed) are cancelled.
+struct InFlight(VecDeque<tokio::task::JoinHandle<Result<CompletedPart, ArchiveError>>>);
+
+impl InFlight {
+    /// Waits for the oldest part.
+    async fn oldest(&mut self) -> Result<CompletedPart, ArchiveError> {
+        let Some(task) = self.0.pop_front() else {
+            return Err(ArchiveError("no part is uploading".into()));
+        };
+        task.await
+            .map_err(|e| ArchiveError(format!("a part upload stopped: {e}")))?
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// The snapshot bucket.
+#[derive(Clone)]
+pub struct Archive {
+    client: Client,
+    bucket: String,
+}
+
+impl std::fmt::Debug for Archive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Archive")
+            .field("bucket", &self.bucket)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The bucket of platform files beside the channels' buckets (a uid never spells `system`).
+pub fn system_bucket(prefix: &str) -> String {
+    format!("{prefix}system")
+}
+
+/// The key of a snapshot's file.
+pub fn object_key(channel_id: Uuid, snapshot_id: Uuid) -> String {
+    format!("postgres/{channel_id}/{snapshot_id}.dump")
+}
+
+/// A failure of the archive, described.
+#[derive(Debug, thiserror::Error)]
+#[error("snapshot archive: {0}")]
+pub struct ArchiveError(pub String);
+
+fn failed<E: ProvideErrorMetadata + std::error::Error>(what: &str, e: &E) -> ArchiveError {
+    ArchiveError(format!("{what}: {}", backend::describe(e)))
+}
+
+impl Archive {
+    /// The archive in `bucket` of the backend at `endpoint`.
+    pub fn new(endpoint: &S3Endpoint, bucket: String) -> Self {
+        Self {
+            client: backend::client(endpoint, None),
+            bucket,
+        }
+    }
+
+    /// Creates the bucket unless it exists.
+    pub async fn ensure_bucket(&self) -> Result<(), ArchiveError> {
+        match self
+            .client
+            .create_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(failed("create the snapshot bucket", &e)),
+        }
+    }
+
+    /// Streams `body` into `key`; the bytes written. A body that ends in an error leaves nothing behind.
+    pub async fn upload<S>(&self, key: &str, body: S) -> Result<u64, ArchiveError>
+    where
+        S: Stream<Item = std::io::Result<Bytes>> + Send,
+    {
+        let upload = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type("application/octet-stream")
+            .send()
+            .await
+            .map_err(|e| failed("start an upload", &e))?;
+        let upload_id = upload
+            .upload_id()
+            .ok_or_else(|| ArchiveError("the backend gave no upload id".into()))?
+            .to_owned();
+        match self.upload_parts(key, &upload_id, body).await {
+            Ok((parts, written)) => {
+                self.client
+                    .complete_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(&upload_id)
+                    .multipart_upload(
+                        CompletedMultipartUpload::builder()
+                            .set_parts(Some(parts))
+                            .build(),
+                    )
+                    .send()
+                    .await
+                    .map_err(|e| failed("complete the upload", &e))?;
+                Ok(written)
+            }
+            Err(e) => {
+                if let Err(abort) = self
+                    .client
+                    .abort_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(&upload_id)
+                    .send()
+                    .await
+                {
+                    tracing::warn!(key, error = %backend::describe(&abort), "could not abort a failed upload");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Uploads `body` as parts of [`PART_BYTES`], up to [`PARTS_IN_FLIGHT`] at once while the next is read (so the
+    /// dump never waits for the store); the parts in order and the bytes written.
+    async fn upload_parts<S>(
+        &self,
+        key: &str,
+        upload_id: &str,
+        body: S,
+    ) -> Result<(Vec<CompletedPart>, u64), ArchiveError>
+    where
+        S: Stream<Item = std::io::Result<Bytes>> + Send,
+    {
+        let mut in_flight = InFlight(VecDeque::new());
+        let mut body = std::pin::pin!(body);
+        let mut parts = Vec::new();
+        let mut buffer = BytesMut::with_capacity(PART_BYTES);
+        let mut written = 0u64;
+        let mut started = 0i32;
+        loop {
+            let chunk = body
+                .next()
+                .await
+                .transpose()
+                .map_err(|e| ArchiveError(e.to_string()))?;
+            if let Some(chunk) = &chunk {
+                buffer.extend_from_slice(chunk);
+            }
+            // Every part but the last is full; an empty dump is still one (empty) part.
+            let last = chunk.is_none();
+            if buffer.len() >= PART_BYTES || (last && (!buffer.is_empty() || started == 0)) {
+                if in_flight.0.len() >= PARTS_IN_FLIGHT {
+                    parts.push(in_flight.oldest().await?);
+                }
+                let part = buffer.split().freeze();
+                written += part.len() as u64;
+                started = started
+                    .checked_add(1)
+                    .ok_or_else(|| ArchiveError("too many parts".into()))?;
+                let (client, bucket) = (self.client.clone(), self.bucket.clone());
+                let (key, upload_id, number) = (key.to_owned(), upload_id.to_owned(), started);
+                in_flight.0.push_back(tokio::spawn(async move {
+                    let done = client
+                        .upload_part()
+                        .bucket(bucket)
+                        .key(key)
+                        .upload_id(upload_id)
+                        .part_number(number)
+                        .body(ByteStream::from(part))
+                        .send()
+                        .await
+                        .map_err(|e| failed("upload a part", &e))?;
+                    Ok(CompletedPart::builder()
+                        .part_number(number)
+                        .set_e_tag(done.e_tag().map(str::to_owned))
+                        .build())
+                }));
+            }
+            if last {
+                while !in_flight.0.is_empty() {
+                    parts.push(in_flight.oldest().await?);
+                }
+                return Ok((parts, written));
+            }
+        }
+    }
+
+    /// The file at `key`, streamed.
+    pub async fn download(
+        &self,
+        key: &str,
+    ) -> Result<impl Stream<Item = std::io::Result<Bytes>> + Send + 'static, ArchiveError> {
+        let object = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| failed("read a snapshot", &e))?;
+        let body = object.body.into_async_read();
+        Ok(tokio_util::io::ReaderStream::new(body))
+    }
+
+    /// Removes the file at `key` (gone already is fine).
+    pub async fn delete(&self, key: &str) -> Result<(), ArchiveError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| failed("delete a snapshot", &e))
+    }
+}

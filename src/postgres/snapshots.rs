@@ -1,0 +1,225 @@
+//! SQL snapshots of a channel's database: `pg_dump -Fc` streamed into the [`Archive`](super::archive::Archive),
+//! then a `postgres_snapshots` row. A row exists only for a complete file, so a dump that fails half-way leaves
+//! neither. `pre_deploy` snapshots are taken once per deploy (before its new container starts), `nightly` ones
+//! once per channel per UTC day; after each, the channel's older rows are pruned to its owner's plan.
+
+use chrono::{DateTime, Utc};
+use slipway_controllers::postgres::server::{DataServer, DumpFormat};
+use slipway_crds::plans::Plan;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::archive::{self, Archive};
+use super::store::Record;
+
+/// Why a snapshot was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Before a deploy's new container started.
+    PreDeploy,
+    /// Once a day.
+    Nightly,
+}
+
+impl Kind {
+    /// The name rows and the API use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::PreDeploy => "pre_deploy",
+            Kind::Nightly => "nightly",
+        }
+    }
+}
+
+/// A row of `postgres_snapshots`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Snapshot {
+    /// The snapshot's id.
+    pub id: Uuid,
+    /// The channel whose database it holds.
+    pub channel_id: Uuid,
+    /// That channel's app.
+    pub app_id: Uuid,
+    /// `pre_deploy` or `nightly`.
+    pub kind: String,
+    /// The deploy a `pre_deploy` snapshot was taken for.
+    pub deploy_id: Option<Uuid>,
+    /// The commit that ran when it was taken.
+    pub git_sha: Option<String>,
+    /// Its file in the archive.
+    pub object_key: Option<String>,
+    /// Size of that file.
+    pub size_bytes: Option<i64>,
+    /// When it was taken.
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a snapshot is taken for.
+#[derive(Debug, Clone)]
+pub struct Occasion {
+    /// Why.
+    pub kind: Kind,
+    /// The deploy, for `pre_deploy`.
+    pub deploy_id: Option<Uuid>,
+    /// The commit running now.
+    pub git_sha: Option<String>,
+}
+
+/// The parts a snapshot is made with.
+#[derive(Clone, Copy)]
+pub struct Parts<'a> {
+    /// The platform database (the rows).
+    pub db: &'a PgPool,
+    /// The data server (the dump).
+    pub server: &'a DataServer,
+    /// The archive (the file).
+    pub archive: &'a Archive,
+}
+
+/// The channel's snapshots, newest first.
+pub async fn list(db: &PgPool, channel_id: Uuid) -> sqlx::Result<Vec<Snapshot>> {
+    sqlx::query_as(
+        "SELECT * FROM postgres_snapshots WHERE channel_id = $1 ORDER BY created_at DESC, id",
+    )
+    .bind(channel_id)
+    .fetch_all(db)
+    .await
+}
+
+/// One snapshot of the channel.
+pub async fn by_id(db: &PgPool, channel_id: Uuid, id: Uuid) -> sqlx::Result<Option<Snapshot>> {
+    sqlx::query_as("SELECT * FROM postgres_snapshots WHERE channel_id = $1 AND id = $2")
+        .bind(channel_id)
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// The snapshot this occasion already has: the deploy's, or today's nightly.
+async fn existing(
+    db: &PgPool,
+    channel_id: Uuid,
+    occasion: &Occasion,
+) -> sqlx::Result<Option<Snapshot>> {
+    match (occasion.kind, occasion.deploy_id) {
+        (Kind::PreDeploy, Some(deploy_id)) => {
+            sqlx::query_as("SELECT * FROM postgres_snapshots WHERE deploy_id = $1")
+                .bind(deploy_id)
+                .fetch_optional(db)
+                .await
+        }
+        (Kind::PreDeploy, None) => Ok(None),
+        (Kind::Nightly, _) => {
+            sqlx::query_as(
+                "SELECT * FROM postgres_snapshots WHERE channel_id = $1 AND kind = 'nightly' \
+                 AND taken_on = (now() AT TIME ZONE 'UTC')::date",
+            )
+            .bind(channel_id)
+            .fetch_optional(db)
+            .await
+        }
+    }
+}
+
+/// Takes the occasion's snapshot of `record`'s database, unless it has one, then prunes the channel's rows to
+/// `plan`; the snapshot either way.
+pub async fn take(
+    parts: Parts<'_>,
+    record: &Record,
+    occasion: &Occasion,
+    plan: &Plan,
+) -> anyhow::Result<Snapshot> {
+    if let Some(snapshot) = existing(parts.db, record.channel_id, occasion).await? {
+        return Ok(snapshot);
+    }
+    let id = Uuid::new_v4();
+    let key = archive::object_key(record.channel_id, id);
+    let dump = parts
+        .server
+        .dump_command(&record.db_name, DumpFormat::Custom);
+    let body = super::stream::stdout_of(dump, "pg_dump")?;
+    let size = parts.archive.upload(&key, body).await?;
+    let inserted: Option<Snapshot> = sqlx::query_as(
+        "INSERT INTO postgres_snapshots (id, channel_id, app_id, kind, deploy_id, git_sha, object_key, size_bytes) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING *",
+    )
+    .bind(id)
+    .bind(record.channel_id)
+    .bind(record.app_id)
+    .bind(occasion.kind.as_str())
+    .bind(occasion.deploy_id)
+    .bind(&occasion.git_sha)
+    .bind(&key)
+    .bind(i64::try_from(size).unwrap_or(i64::MAX))
+    .fetch_optional(parts.db)
+    .await?;
+    let snapshot = match inserted {
+        Some(snapshot) => {
+            tracing::info!(channel_id = %record.channel_id, kind = occasion.kind.as_str(), size, "snapshot taken");
+            snapshot
+        }
+        // A concurrent call took this occasion's snapshot first: keep its row, drop this file.
+        None => {
+            parts.archive.delete(&key).await?;
+            existing(parts.db, record.channel_id, occasion)
+                .await?
+                .ok_or_else(|| {
+                    anyhow::anyhow!("the snapshot of channel {} vanished", record.channel_id)
+                })?
+        }
+    };
+    prune(parts, record.channel_id, plan).await?;
+    Ok(snapshot)
+}
+
+/// The channel's rows its plan no longer keeps: `pre_deploy` past the newest `deploy_snapshot_keep`, `nightly`
+/// older than `snapshot_retention_days` except the newest.
+async fn expired(db: &PgPool, channel_id: Uuid, plan: &Plan) -> sqlx::Result<Vec<Snapshot>> {
+    sqlx::query_as(
+        "(SELECT * FROM postgres_snapshots WHERE channel_id = $1 AND kind = 'pre_deploy' \
+           ORDER BY created_at DESC, id OFFSET $2) \
+         UNION ALL \
+         (SELECT * FROM postgres_snapshots WHERE channel_id = $1 AND kind = 'nightly' \
+           AND created_at < now() - make_interval(days => $3) \
+           AND id <> (SELECT id FROM postgres_snapshots WHERE channel_id = $1 AND kind = 'nightly' \
+                      ORDER BY created_at DESC, id LIMIT 1))",
+    )
+    .bind(channel_id)
+    .bind(i64::from(plan.deploy_snapshot_keep))
+    .bind(i32::try_from(plan.snapshot_retention_days).unwrap_or(i32::MAX))
+    .fetch_all(db)
+    .await
+}
+
+/// Removes the rows (and files) the plan no longer keeps; a file that cannot be removed keeps its row for the
+/// next pass.
+pub async fn prune(parts: Parts<'_>, channel_id: Uuid, plan: &Plan) -> anyhow::Result<()> {
+    for snapshot in expired(parts.db, channel_id, plan).await? {
+        forget(parts.db, parts.archive, &snapshot).await?;
+    }
+    Ok(())
+}
+
+/// Removes a snapshot's file, then its row.
+async fn forget(db: &PgPool, archive: &Archive, snapshot: &Snapshot) -> anyhow::Result<()> {
+    if let Some(key) = &snapshot.object_key {
+        archive.delete(key).await?;
+    }
+    sqlx::query("DELETE FROM postgres_snapshots WHERE id = $1")
+        .bind(snapshot.id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Removes every snapshot of a channel (its database is gone).
+pub async fn forget_channel(
+    db: &PgPool,
+    archive: &Archive,
+    channel_id: Uuid,
+) -> anyhow::Result<()> {
+    for snapshot in list(db, channel_id).await? {
+        forget(db, archive, &snapshot).await?;
+    }
+    Ok(())
+}
