@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway_controllers::run::Metrics;
 use slipway_controllers::{Context, OperatorConfig};
@@ -18,6 +18,16 @@ const APP_DOMAIN: &str = "apps.slipway.test";
 
 /// Runs the operator scoped to `namespace` for the rest of the test.
 fn start_operator(client: kube::Client, namespace: &str) -> tokio::task::JoinHandle<()> {
+    let ctx = context(client, namespace);
+    tokio::spawn(async move {
+        if let Err(e) = slipway_controllers::run::run(ctx).await {
+            panic!("operator stopped: {e:#}");
+        }
+    })
+}
+
+/// The operator's context scoped to `namespace`, for reconcilers called directly.
+fn context(client: kube::Client, namespace: &str) -> Arc<Context> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
     let config = OperatorConfig {
@@ -35,12 +45,7 @@ fn start_operator(client: kube::Client, namespace: &str) -> tokio::task::JoinHan
         tenant_grants: Vec::new(),
         domains: Default::default(),
     };
-    let ctx = Arc::new(Context::new(client, config, metrics));
-    tokio::spawn(async move {
-        if let Err(e) = slipway_controllers::run::run(ctx).await {
-            panic!("operator stopped: {e:#}");
-        }
-    })
+    Arc::new(Context::new(client, config, metrics))
 }
 
 fn ready_reason(channel: &Channel) -> Option<(String, String)> {
@@ -187,5 +192,51 @@ async fn a_channel_without_its_app_says_so() -> Result<()> {
         }
     })
     .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_channel_reconciled_from_a_copy_older_than_its_go_live_stays_running() -> Result<()> {
+    let (client, ns) = setup("stale").await?;
+    let ctx = context(client.clone(), ns.name());
+    let apps: Api<App> = Api::namespaced(client.clone(), ns.name());
+    let channels: Api<Channel> = Api::namespaced(client.clone(), ns.name());
+    let app: App =
+        serde_json::from_value(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+        "metadata": {"name": "blog"}, "spec": {"owner": "alice", "template": "static"}}))?;
+    apps.create(&PostParams::default(), &app).await?;
+    let channel: Channel = serde_json::from_value(
+        json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel",
+        "metadata": {"name": "blog.prod"}, "spec": {"app": "blog", "gitRefBinding": "branch:master"}}),
+    )?;
+    // The copy the channel reconciler is working from when the first deploy goes live.
+    let stale = channels.create(&PostParams::default(), &channel).await?;
+    let sha = "0123456789abcdef0123456789abcdef01234567";
+    channels
+        .patch_status(
+            "blog.prod",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"currentSha": sha, "phase": "Running"}})),
+        )
+        .await?;
+
+    slipway_controllers::channel::reconcile(Arc::new(stale), ctx.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let after = channels.get("blog.prod").await?;
+    let status = after.status.clone().unwrap();
+    assert_eq!(status.phase, ChannelPhase::Running, "{status:?}");
+    assert_eq!(status.current_sha.as_deref(), Some(sha));
+
+    // Reconciled from what is there now, the channel says it serves the deployed commit.
+    slipway_controllers::channel::reconcile(Arc::new(after), ctx)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let now = channels.get("blog.prod").await?;
+    assert_eq!(now.status.as_ref().unwrap().phase, ChannelPhase::Running);
+    assert_eq!(
+        ready_reason(&now),
+        Some(("True".into(), "Reconciled".into()))
+    );
     Ok(())
 }

@@ -237,13 +237,20 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
     if channel.status.as_ref() != Some(&wanted) {
         // Only the fields this reconciler owns: the deploy reconciler writes phase, currentSha, readyBy and
         // pendingDeploy, and a whole-status write from this (possibly older) copy would undo its moves.
-        let mut patch = serde_json::json!({"status": {
-            "observedGeneration": wanted.observed_generation,
-            "hostname": wanted.hostname,
-            "conditions": wanted.conditions,
-        }});
+        // The write names the version it was worked out from: the Ready condition and the phase follow
+        // currentSha, and a deploy that went live in the meantime must not be answered with "provisioning".
+        let mut patch = serde_json::json!({
+            "metadata": {"resourceVersion": channel.metadata.resource_version},
+            "status": {
+                "observedGeneration": wanted.observed_generation,
+                "hostname": wanted.hostname,
+                "conditions": wanted.conditions,
+            },
+        });
         // The phase only when the database moved it (between provisioning and failed).
-        if channel.status.as_ref().map(|s| s.phase) != Some(wanted.phase) {
+        if observed.database.is_some()
+            && channel.status.as_ref().map(|s| s.phase) != Some(wanted.phase)
+        {
             patch["status"]["phase"] = serde_json::json!(wanted.phase);
         }
         let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -251,9 +258,15 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        channels
+        match channels
             .patch_status(&channel.name_any(), &params, &Patch::Merge(&patch))
-            .await?;
+            .await
+        {
+            Ok(_) => {}
+            // A newer version exists; its watch event reconciles again from it.
+            Err(kube::Error::Api(s)) if s.code == 409 => return Ok(Action::await_change()),
+            Err(e) => return Err(e.into()),
+        }
     }
     if !observed.accepted.0 {
         let note = format!("{}: {}", observed.accepted.1, observed.accepted.2);
