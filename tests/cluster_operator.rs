@@ -216,7 +216,7 @@ async fn a_channel_reconciled_from_a_copy_older_than_its_go_live_stays_running()
         .patch_status(
             "blog.prod",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"currentSha": sha, "phase": "Running"}})),
+            &Patch::Merge(json!({"status": {"currentSha": sha, "phase": "running"}})),
         )
         .await?;
 
