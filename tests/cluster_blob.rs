@@ -17,7 +17,10 @@ use aws_sdk_s3::types::{
     BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier,
     VersioningConfiguration,
 };
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
+use slipway_crds::Channel;
 use support::blob::{Keys, ObjectStore, boto3};
 use support::{TestApi, User};
 
@@ -613,6 +616,38 @@ async fn a_stopped_backend_answers_503_and_recovers() -> Result<()> {
     f.ready(&f.user, &f.prod_id).await;
     let credentials = format!("{}/credentials", f.blob_path(&f.prod_id));
     f.store.backend.pause();
+    f.api
+        .get(&f.blob_path(&f.prod_id), &f.user)
+        .await
+        .expect(503, Some("blob_unavailable"));
+    f.api
+        .post(&credentials, &f.user, json!({}))
+        .await
+        .expect(503, Some("blob_unavailable"));
+
+    // Once the operator has also seen the backend go (a change of the channel makes it check at once), its
+    // condition says the bucket is not ready; that is still an unavailable store, not one being made.
+    let channels: Api<Channel> = Api::namespaced(f.api.kube.clone(), &f.user.namespace);
+    let name = "files.prod";
+    channels
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"test.slipway.dev/touch": "1"}}})),
+        )
+        .await?;
+    slipway_testkit::wait_until(WITHIN, || {
+        let channels = channels.clone();
+        async move {
+            let channel = channels.get(name).await?;
+            Ok(channel
+                .status
+                .iter()
+                .flat_map(|s| &s.conditions)
+                .any(|c| c.type_ == "ObjectStoreReady" && c.status == "False"))
+        }
+    })
+    .await?;
     f.api
         .get(&f.blob_path(&f.prod_id), &f.user)
         .await

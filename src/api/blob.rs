@@ -18,7 +18,7 @@ use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::state::AppState;
 use crate::auth::{Caller, scopes};
-use crate::blob::access::{BlobAccess, public_endpoint};
+use crate::blob::access::{BlobAccess, ProbeFailure, public_endpoint};
 use crate::blob::store::{self, Store};
 
 /// The routes of this module.
@@ -102,14 +102,26 @@ fn configured(state: &AppState) -> Result<&BlobAccess, ApiError> {
     })
 }
 
-/// Probes a ready store through the gateway: 503 `blob_unavailable` when it does not answer.
-async fn probe(state: &AppState, blob: &BlobAccess, store: &Store) -> Result<(), ApiError> {
-    blob.probe(state.keyring(), store).await.map_err(|e| {
-        tracing::warn!(channel_id = %store.channel_id, error = %e, "object store probe failed");
-        ApiError::BlobUnavailable(
-            "object storage cannot answer for this channel right now; try again".into(),
-        )
-    })
+/// Probes a recorded store through the gateway: 503 `blob_unavailable` when nothing answers for it, whatever the
+/// channel's condition says (the operator's last check may already have seen the backend go away, and an
+/// unreachable backend is unavailable, not a bucket being made). A missing bucket is 503 only for a channel that
+/// says its bucket is ready; otherwise the status tells why it is not.
+async fn probe(
+    state: &AppState,
+    blob: &BlobAccess,
+    store: &Store,
+    ready: bool,
+) -> Result<(), ApiError> {
+    match blob.probe(state.keyring(), store).await {
+        Ok(()) => Ok(()),
+        Err(ProbeFailure::NoBucket(_)) if !ready => Ok(()),
+        Err(ProbeFailure::NoBucket(e) | ProbeFailure::Unanswered(e)) => {
+            tracing::warn!(channel_id = %store.channel_id, error = %e, "object store probe failed");
+            Err(ApiError::BlobUnavailable(
+                "object storage cannot answer for this channel right now; try again".into(),
+            ))
+        }
+    }
 }
 
 /// Read a channel's object-store status.
@@ -128,8 +140,10 @@ async fn get_blob(
     let label = host_label(&app, &channel)?;
     let (status, last_error) = condition_state(&channel);
     let stored = store::by_channel(state.db(), channel_id).await?;
-    if let (Some(store), "ready") = (&stored, status) {
-        probe(&state, blob, store).await?;
+    // A bucket that was made once is probed whatever the condition says: the operator's last check may already
+    // have seen the backend go away, and an unreachable backend is 503, not a bucket still being made.
+    if let Some(store) = &stored {
+        probe(&state, blob, store, status == "ready").await?;
     }
     Ok(Json(BlobStatus {
         status: status.to_owned(),
@@ -157,16 +171,19 @@ async fn blob_credentials(
     let channel = access::channel_of(&state, &app, channel_id)?;
     let blob = configured(&state)?;
     let stored = store::by_channel(state.db(), channel_id).await?;
-    let store = match (stored, condition_state(&channel)) {
-        (Some(store), ("ready", _)) => store,
-        (_, (_, last_error)) => {
-            return Err(ApiError::BlobNotReady(match last_error {
-                Some(e) => format!("the channel's bucket is not ready: {e}"),
-                None => "the channel's bucket is still being made; try again shortly".into(),
-            }));
-        }
+    let (status, last_error) = condition_state(&channel);
+    let not_ready = || {
+        ApiError::BlobNotReady(match &last_error {
+            Some(e) => format!("the channel's bucket is not ready: {e}"),
+            None => "the channel's bucket is still being made; try again shortly".into(),
+        })
     };
-    probe(&state, blob, &store).await?;
+    let store = stored.ok_or_else(not_ready)?;
+    // As in the status route: an unreachable backend is 503 even when the condition already says so.
+    probe(&state, blob, &store, status == "ready").await?;
+    if status != "ready" {
+        return Err(not_ready());
+    }
     let secret_access_key = store.secret(state.keyring()).map_err(ApiError::Internal)?;
     crate::db::audit::record(
         state.db(),

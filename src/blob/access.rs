@@ -26,8 +26,10 @@ pub fn public_endpoint(host_label: &str, app_domain: &str) -> String {
 
 impl BlobAccess {
     /// Asks the gateway for the channel's bucket with the channel's own key pair; the failure, described.
-    pub async fn probe(&self, ring: &Keyring, store: &Store) -> Result<(), String> {
-        let secret = store.secret(ring).map_err(|e| e.to_string())?;
+    pub async fn probe(&self, ring: &Keyring, store: &Store) -> Result<(), ProbeFailure> {
+        let secret = store
+            .secret(ring)
+            .map_err(|e| ProbeFailure::Unanswered(e.to_string()))?;
         let client = backend::client(
             &S3Endpoint {
                 url: self.gateway_url.clone(),
@@ -42,6 +44,23 @@ impl BlobAccess {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| backend::describe(&e))
+            .map_err(|e| {
+                let status = e.raw_response().map(|r| r.status().as_u16());
+                let detail = backend::describe(&e);
+                if status == Some(404) {
+                    ProbeFailure::NoBucket(detail)
+                } else {
+                    ProbeFailure::Unanswered(detail)
+                }
+            })
     }
+}
+
+/// Why a probe failed.
+#[derive(Debug)]
+pub enum ProbeFailure {
+    /// The gateway and backend answered, and the channel's bucket is not there (yet).
+    NoBucket(String),
+    /// No answer for the channel: the gateway, the platform database or the backend is down or too slow.
+    Unanswered(String),
 }
