@@ -352,7 +352,11 @@ async fn service_to(
         .create(&PostParams::default(), &service)
         .await?;
     let slice: EndpointSlice = serde_json::from_value(json!({
-        "metadata": {"name": format!("{name}-bench"), "labels": {"kubernetes.io/service-name": name}},
+        // Labelled as the EndpointSlice controller labels its own: the edge trusts no other slice.
+        "metadata": {"name": format!("{name}-bench"), "labels": {
+            "kubernetes.io/service-name": name,
+            "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+        }},
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
         "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true}}]

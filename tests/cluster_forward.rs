@@ -19,8 +19,6 @@ use std::time::Duration;
 
 use anyhow::Result;
 use axum::http::Method;
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
@@ -41,7 +39,7 @@ struct Echo {
 
 impl Echo {
     async fn start() -> Result<Self> {
-        let listener = tokio::net::TcpListener::bind((own_address()?, 0)).await?;
+        let listener = tokio::net::TcpListener::bind((support::own_address()?, 0)).await?;
         let addr = listener.local_addr()?;
         let reached = Arc::new(AtomicUsize::new(0));
         let counter = reached.clone();
@@ -60,13 +58,6 @@ impl Echo {
     fn reached(&self) -> usize {
         self.reached.load(Ordering::SeqCst)
     }
-}
-
-/// This machine's address on the interface its default route leaves by (no packet is sent to find it).
-fn own_address() -> Result<IpAddr> {
-    let probe = std::net::UdpSocket::bind("0.0.0.0:0")?;
-    probe.connect("192.0.2.1:9")?;
-    Ok(probe.local_addr()?.ip())
 }
 
 struct Fixture {
@@ -98,7 +89,14 @@ async fn fixture(prefix: &str, first_port: u16) -> Result<Fixture> {
     .await
     .expect(200, None);
     let echo = Echo::start().await?;
-    pods_at(&api, &user.namespace, "tcp.prod", echo.addr).await?;
+    support::service_with_pod(
+        &api.kube,
+        &user.namespace,
+        &slipway_crds::names::workload_name("tcp.prod"),
+        "forward",
+        echo.addr,
+    )
+    .await?;
     let ports: ForwardPorts = format!("127.0.0.1:{first_port}-{}", first_port + 9)
         .parse()
         .unwrap();
@@ -122,34 +120,6 @@ async fn fixture(prefix: &str, first_port: u16) -> Result<Fixture> {
         operator,
         ports,
     })
-}
-
-/// The channel's Service with its `forward` port, and the EndpointSlice of one ready pod at `pod`.
-async fn pods_at(api: &TestApi, namespace: &str, channel: &str, pod: SocketAddr) -> Result<()> {
-    let service = slipway_crds::names::workload_name(channel);
-    let services: Api<Service> = Api::namespaced(api.kube.clone(), namespace);
-    services
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": service},
-                "spec": {"ports": [{"name": "forward", "port": 7000, "protocol": "TCP"}]},
-            }))?,
-        )
-        .await?;
-    let slices: Api<EndpointSlice> = Api::namespaced(api.kube.clone(), namespace);
-    slices
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": format!("{service}-pods"), "labels": {"kubernetes.io/service-name": service}},
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": [pod.ip().to_string()], "conditions": {"ready": true}}],
-                "ports": [{"name": "forward", "port": pod.port(), "protocol": "TCP"}],
-            }))?,
-        )
-        .await?;
-    Ok(())
 }
 
 impl Fixture {

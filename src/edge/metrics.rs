@@ -39,6 +39,7 @@ pub struct EdgeMetrics {
     duration: Family<HostLabels, Histogram>,
     bytes: Family<HostLabels, Counter>,
     hosts: Gauge,
+    ignored_rules: Gauge,
     handles: Mutex<HashMap<String, Arc<HostMetrics>>>,
 }
 
@@ -85,6 +86,7 @@ impl EdgeMetrics {
             duration: Family::new_with_constructor(latency_histogram),
             bytes: Family::default(),
             hosts: Gauge::default(),
+            ignored_rules: Gauge::default(),
             handles: Mutex::default(),
         };
         registry.register(
@@ -107,7 +109,26 @@ impl EdgeMetrics {
             "Hosts in the routing table",
             metrics.hosts.clone(),
         );
+        registry.register(
+            "slipway_edge_ignored_ingress_rules",
+            "Rules of class-slipway Ingresses not routed: not the operator's Ingress of a Channel, or a host or \
+             backend that is not the channel's",
+            metrics.ignored_rules.clone(),
+        );
         metrics
+    }
+
+    /// Sets the count of untrusted Ingress rules, and logs when it changes (once, not per rebuild).
+    pub fn set_ignored_rules(&self, count: usize) {
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
+        let before = self.ignored_rules.set(count);
+        if before != count {
+            tracing::warn!(
+                rules = count,
+                "Ingress rules of class slipway left unrouted: only the operator's Ingress of a Channel, for its \
+                 hostname or verified domains, is served"
+            );
+        }
     }
 
     /// The series of `host`, created on first use.

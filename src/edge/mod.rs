@@ -301,8 +301,10 @@ impl Edge {
             .unwrap_or_default();
         // A channel's own hostname wins over an S3 endpoint that happens to spell the same host.
         let mut wanted_routes = public_s3;
-        wanted_routes.extend(routes::targets(objects));
-        let owners = routes::host_owners(objects);
+        let routing = routes::routing(objects);
+        self.metrics.set_ignored_rules(routing.ignored);
+        wanted_routes.extend(routing.targets);
+        let owners = routing.owners;
         for (host, wanted) in wanted_routes {
             let serving = current.get(&host).map(|r| &r.target);
             let (target, load) =

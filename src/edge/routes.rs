@@ -5,6 +5,14 @@
 //! Rules: hosts are matched case-insensitively and without port; a host named by several Ingresses goes to the
 //! oldest one (then by namespace and name), as other controllers do; each host has one backend, the one of its
 //! rule's first path (slipway writes a single `/` prefix path per channel).
+//!
+//! Trust: the IngressClass is not a boundary (anyone who may write an Ingress may name it), so a rule is routed
+//! only when it is what slipway's operator writes for a Channel ([`slipway_controllers::ingress::build`]): the
+//! Ingress is named like the Channel and controlled by it (owner reference with the Channel's uid), its host is
+//! the channel's hostname or one of its verified Domains, and its backend is the Channel itself (static) or the
+//! channel's own Service. Anything else is left out and counted ([`Routing::ignored`]). Endpoints come only from
+//! EndpointSlices the cluster's EndpointSlice controller made from a Service's selector, so a hand-written slice
+//! cannot point the edge at an address of its author's choosing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -15,7 +23,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use kube::ResourceExt;
-use slipway_crds::{App, Channel, ReadyBy};
+use slipway_crds::{App, Channel, Domain, DomainPhase, ReadyBy, names};
 
 use super::metrics::HostMetrics;
 use super::site::SiteKey;
@@ -28,6 +36,9 @@ const CHANNEL_API_GROUP: &str = "slipway.dev";
 const CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
 /// The label EndpointSlices carry naming their Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The label naming who manages an EndpointSlice, and the value the cluster's EndpointSlice controller sets.
+const SLICE_MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+const SLICE_CONTROLLER: &str = "endpointslice-controller.k8s.io";
 
 /// How a host is served.
 #[derive(Debug)]
@@ -171,6 +182,8 @@ pub struct Objects {
     apps: HashMap<(String, String), Arc<App>>,
     services: HashMap<(String, String), Arc<Service>>,
     slices: HashMap<(String, String), Vec<Arc<EndpointSlice>>>,
+    /// Verified custom domains (lowercase) by the namespace and name of their Channel.
+    domains: HashMap<(String, String), Vec<String>>,
 }
 
 fn key<K: kube::Resource>(obj: &K) -> (String, String) {
@@ -178,7 +191,8 @@ fn key<K: kube::Resource>(obj: &K) -> (String, String) {
 }
 
 impl Objects {
-    /// Indexes the objects by namespace and name (slices by their Service).
+    /// Indexes the objects by namespace and name (slices by their Service, Domains by their Channel). Slices the
+    /// EndpointSlice controller did not make, and Domains that are not verified, are left out here.
     pub fn new(
         ingresses: Vec<Arc<Ingress>>,
         channels: Vec<Arc<Channel>>,
@@ -188,7 +202,11 @@ impl Objects {
     ) -> Self {
         let mut by_service: HashMap<(String, String), Vec<Arc<EndpointSlice>>> = HashMap::new();
         for slice in slices {
-            if let Some(service) = slice.labels().get(SERVICE_NAME_LABEL) {
+            let labels = slice.labels();
+            if labels.get(SLICE_MANAGED_BY_LABEL).map(String::as_str) != Some(SLICE_CONTROLLER) {
+                continue;
+            }
+            if let Some(service) = labels.get(SERVICE_NAME_LABEL) {
                 by_service
                     .entry((slice.namespace().unwrap_or_default(), service.clone()))
                     .or_default()
@@ -201,7 +219,32 @@ impl Objects {
             apps: apps.into_iter().map(|a| (key(a.as_ref()), a)).collect(),
             services: services.into_iter().map(|s| (key(s.as_ref()), s)).collect(),
             slices: by_service,
+            domains: HashMap::new(),
         }
+    }
+
+    /// These Domains: the verified ones are hosts their Channel's Ingress may route.
+    pub fn with_domains(mut self, domains: &[Arc<Domain>]) -> Self {
+        for domain in domains {
+            let verified = domain.metadata.deletion_timestamp.is_none()
+                && domain.status.as_ref().map(|s| s.phase) == Some(DomainPhase::Verified);
+            if verified {
+                self.domains
+                    .entry((
+                        domain.namespace().unwrap_or_default(),
+                        domain.spec.channel.clone(),
+                    ))
+                    .or_default()
+                    .push(
+                        domain
+                            .spec
+                            .domain
+                            .trim_end_matches('.')
+                            .to_ascii_lowercase(),
+                    );
+            }
+        }
+        self
     }
 }
 
@@ -218,8 +261,63 @@ pub fn is_ours(ingress: &Ingress) -> bool {
     by_field.or(by_annotation) == Some(INGRESS_CLASS)
 }
 
-/// How every host named by the edge's Ingresses is served, by host.
-pub fn targets(objects: &Objects) -> BTreeMap<String, Target> {
+/// A rule the edge routes: its host, the Channel whose Ingress names it, and its backend.
+struct TrustedRule<'a> {
+    host: String,
+    ingress: &'a Ingress,
+    channel: &'a Arc<Channel>,
+    backend: &'a IngressBackend,
+}
+
+/// What the Ingresses of class `slipway` route, and how many of their rules are left out as untrusted.
+pub struct Routing {
+    /// How each routed host is served.
+    pub targets: BTreeMap<String, Target>,
+    /// The account each routed host belongs to (the owner of its Ingress's user namespace).
+    pub owners: HashMap<String, String>,
+    /// Rules not routed: not the operator's Ingress of a Channel, a host that is not the channel's, or a backend
+    /// that is not the channel's.
+    pub ignored: usize,
+}
+
+/// How every host the edge trusts is served, by host (see the module docs for what is trusted).
+pub fn routing(objects: &Objects) -> Routing {
+    let (rules, ignored) = trusted_rules(objects);
+    let mut targets = BTreeMap::new();
+    let mut owners = HashMap::new();
+    for rule in rules {
+        if targets.contains_key(&rule.host) {
+            continue;
+        }
+        let namespace = rule.ingress.namespace().unwrap_or_default();
+        if let Some(owner) = namespace.strip_prefix(slipway_crds::labels::USER_NAMESPACE_PREFIX) {
+            owners.insert(rule.host.clone(), owner.to_owned());
+        }
+        let target = backend_target(objects, rule.channel, &namespace, rule.backend);
+        targets.insert(rule.host, target);
+    }
+    for ((namespace, _), channel) in &objects.channels {
+        let hostname = channel.status.as_ref().and_then(|s| s.hostname.as_deref());
+        if let (Some(owner), Some((label, domain))) = (
+            namespace.strip_prefix(slipway_crds::labels::USER_NAMESPACE_PREFIX),
+            hostname.and_then(|h| h.split_once('.')),
+        ) {
+            owners.insert(
+                format!("{label}.s3.{domain}").to_ascii_lowercase(),
+                owner.to_owned(),
+            );
+        }
+    }
+    Routing {
+        targets,
+        owners,
+        ignored,
+    }
+}
+
+/// The rules of the edge's Ingresses that slipway's operator wrote for a Channel, oldest Ingress first (then by
+/// namespace and name), and the count of the other rules.
+fn trusted_rules(objects: &Objects) -> (Vec<TrustedRule<'_>>, usize) {
     let mut ingresses: Vec<&Arc<Ingress>> =
         objects.ingresses.iter().filter(|i| is_ours(i)).collect();
     ingresses.sort_by_key(|i| {
@@ -229,9 +327,10 @@ pub fn targets(objects: &Objects) -> BTreeMap<String, Target> {
             i.name_any(),
         )
     });
-    let mut out = BTreeMap::new();
+    let mut trusted = Vec::new();
+    let mut ignored = 0;
     for ingress in ingresses {
-        let namespace = ingress.namespace().unwrap_or_default();
+        let channel = ingress_channel(objects, ingress);
         for rule in ingress.spec.iter().flat_map(|s| s.rules.iter().flatten()) {
             let (Some(host), Some(http)) = (&rule.host, &rule.http) else {
                 continue;
@@ -240,47 +339,77 @@ pub fn targets(objects: &Objects) -> BTreeMap<String, Target> {
             let Some(path) = http.paths.first() else {
                 continue;
             };
-            if out.contains_key(&host) {
-                continue;
+            match channel {
+                Some(channel)
+                    if channel_hosts(objects, channel).any(|h| h == host)
+                        && is_channels_backend(channel, &path.backend) =>
+                {
+                    trusted.push(TrustedRule {
+                        host,
+                        ingress,
+                        channel,
+                        backend: &path.backend,
+                    });
+                }
+                _ => ignored += 1,
             }
-            out.insert(
-                host,
-                backend_target(objects, ingress, &namespace, &path.backend),
-            );
         }
     }
-    out
+    (trusted, ignored)
 }
 
-/// The account each host belongs to: the owner of the user namespace its Ingress (or, for a public S3 endpoint,
-/// its Channel) lives in.
-pub fn host_owners(objects: &Objects) -> HashMap<String, String> {
-    let owner = |namespace: &str| {
-        namespace
-            .strip_prefix(slipway_crds::labels::USER_NAMESPACE_PREFIX)
-            .map(str::to_owned)
-    };
-    let mut out = HashMap::new();
-    for ingress in objects.ingresses.iter().filter(|i| is_ours(i)) {
-        let Some(owner) = owner(&ingress.namespace().unwrap_or_default()) else {
-            continue;
-        };
-        for rule in ingress.spec.iter().flat_map(|s| s.rules.iter().flatten()) {
-            if let Some(host) = &rule.host {
-                out.entry(host.trim_end_matches('.').to_ascii_lowercase())
-                    .or_insert_with(|| owner.clone());
-            }
-        }
+/// The Channel this Ingress is the operator's Ingress of: it is named like the Channel and controlled by it.
+fn ingress_channel<'a>(objects: &'a Objects, ingress: &Ingress) -> Option<&'a Arc<Channel>> {
+    let name = ingress.name_any();
+    let owner = ingress
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let is_channel = owner.kind == "Channel"
+        && owner
+            .api_version
+            .starts_with(&format!("{CHANNEL_API_GROUP}/"))
+        && owner.name == name;
+    if !is_channel {
+        return None;
     }
-    for ((namespace, _), channel) in &objects.channels {
-        let hostname = channel.status.as_ref().and_then(|s| s.hostname.as_deref());
-        if let (Some(owner), Some((label, domain))) =
-            (owner(namespace), hostname.and_then(|h| h.split_once('.')))
-        {
-            out.insert(format!("{label}.s3.{domain}").to_ascii_lowercase(), owner);
+    let channel = objects
+        .channels
+        .get(&(ingress.namespace().unwrap_or_default(), name))?;
+    (channel.metadata.uid.as_deref() == Some(owner.uid.as_str())).then_some(channel)
+}
+
+/// The hosts a channel may be reached at: its hostname and its verified custom domains (lowercase).
+fn channel_hosts<'a>(
+    objects: &'a Objects,
+    channel: &'a Channel,
+) -> impl Iterator<Item = String> + 'a {
+    let hostname = channel
+        .status
+        .as_ref()
+        .and_then(|s| s.hostname.as_deref())
+        .map(|h| h.trim_end_matches('.').to_ascii_lowercase());
+    let domains = objects
+        .domains
+        .get(&key(channel))
+        .into_iter()
+        .flatten()
+        .cloned();
+    hostname.into_iter().chain(domains)
+}
+
+/// Whether `backend` is what the operator points a channel's Ingress at: the Channel itself, or its Service.
+fn is_channels_backend(channel: &Channel, backend: &IngressBackend) -> bool {
+    let name = channel.name_any();
+    match (&backend.resource, &backend.service) {
+        (Some(resource), None) => {
+            resource.kind == "Channel"
+                && resource.api_group.as_deref() == Some(CHANNEL_API_GROUP)
+                && resource.name == name
         }
+        (None, Some(service)) => service.name == names::workload_name(&name),
+        _ => false,
     }
-    out
 }
 
 /// The public S3 endpoints, `<channel hostname label>.s3.<app domain>`, of every channel whose app has external
@@ -306,23 +435,14 @@ pub fn object_store_targets(objects: &Objects, gateway: SocketAddr) -> BTreeMap<
 
 fn backend_target(
     objects: &Objects,
-    ingress: &Ingress,
+    channel: &Channel,
     namespace: &str,
     backend: &IngressBackend,
 ) -> Target {
-    if let Some(resource) = &backend.resource {
-        let is_channel =
-            resource.kind == "Channel" && resource.api_group.as_deref() == Some(CHANNEL_API_GROUP);
-        if !is_channel {
-            return Target::NoEndpoints;
-        }
-        return static_target(objects, namespace, &resource.name);
+    if backend.resource.is_some() {
+        return static_target(objects, namespace, channel);
     }
-    if owning_channel(objects, ingress, namespace)
-        .and_then(|c| c.status.as_ref())
-        .and_then(|s| s.ready_by)
-        == Some(ReadyBy::File)
-    {
+    if channel.status.as_ref().and_then(|s| s.ready_by) == Some(ReadyBy::File) {
         return Target::ReadyFile;
     }
     let Some(service) = &backend.service else {
@@ -343,13 +463,7 @@ fn backend_target(
     }
 }
 
-fn static_target(objects: &Objects, namespace: &str, channel: &str) -> Target {
-    let Some(channel) = objects
-        .channels
-        .get(&(namespace.to_owned(), channel.to_owned()))
-    else {
-        return Target::NotDeployed;
-    };
+fn static_target(objects: &Objects, namespace: &str, channel: &Channel) -> Target {
     let app = objects
         .apps
         .get(&(namespace.to_owned(), channel.spec.app.clone()));
@@ -359,23 +473,6 @@ fn static_target(objects: &Objects, namespace: &str, channel: &str) -> Target {
         (Some(app_id), Some(sha)) => Target::Static(SiteKey { app_id, sha }),
         _ => Target::NotDeployed,
     }
-}
-
-/// The Channel an Ingress belongs to (its owner of kind Channel).
-fn owning_channel<'a>(
-    objects: &'a Objects,
-    ingress: &Ingress,
-    namespace: &str,
-) -> Option<&'a Arc<Channel>> {
-    ingress
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "Channel" && o.api_version.starts_with("slipway.dev/"))
-        .and_then(|o| {
-            objects
-                .channels
-                .get(&(namespace.to_owned(), o.name.clone()))
-        })
 }
 
 /// Ready endpoints of the port named `port_name` of the Service `service` in `namespace`.
@@ -489,7 +586,8 @@ mod tests {
     fn ingress(name: &str, host: &str, backend: serde_json::Value, created: &str) -> Arc<Ingress> {
         obj(json!({
             "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created,
-                "ownerReferences": [{"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel", "name": name, "uid": "c"}]},
+                "ownerReferences": [{"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel", "name": name,
+                    "uid": format!("uid-{name}"), "controller": true}]},
             "spec": {"ingressClassName": "slipway", "rules": [{"host": host, "http": {"paths": [
                 {"path": "/", "pathType": "Prefix", "backend": backend}]}}]}
         }))
@@ -499,7 +597,7 @@ mod tests {
         let app = name.split('.').next().unwrap();
         obj(
             json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel",
-            "metadata": {"name": name, "namespace": "ns"},
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
             "spec": {"app": app, "gitRefBinding": "branch:master"}, "status": status}),
         )
     }
@@ -518,7 +616,8 @@ mod tests {
     fn slice(service: &str, endpoints: serde_json::Value) -> Arc<EndpointSlice> {
         obj(
             json!({"metadata": {"name": format!("{service}-x"), "namespace": "ns",
-                "labels": {"kubernetes.io/service-name": service}},
+                "labels": {"kubernetes.io/service-name": service,
+                    "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
             "addressType": "IPv4",
             "ports": [{"name": "http", "port": 8080}],
             "endpoints": endpoints}),
@@ -554,14 +653,20 @@ mod tests {
                 ),
             ],
             vec![
-                channel("site.prod", json!({"currentSha": SHA})),
-                channel("site.next", json!({})),
+                channel(
+                    "site.prod",
+                    json!({"currentSha": SHA, "hostname": "site-alice.apps.test"}),
+                ),
+                channel(
+                    "site.next",
+                    json!({"hostname": "next-site-alice.apps.test"}),
+                ),
             ],
             vec![app("site", "uid-site")],
             vec![],
             vec![],
         );
-        let t = targets(&objects);
+        let t = routing(&objects).targets;
         assert_eq!(
             t["site-alice.apps.test"],
             Target::Static(SiteKey {
@@ -581,7 +686,10 @@ mod tests {
                 service_backend("web-prod"),
                 T0,
             )],
-            vec![channel("web.prod", json!({"readyBy": "http"}))],
+            vec![channel(
+                "web.prod",
+                json!({"readyBy": "http", "hostname": "web-alice.apps.test"}),
+            )],
             vec![app("web", "uid-web")],
             vec![service("web-prod")],
             vec![slice(
@@ -593,7 +701,7 @@ mod tests {
                 ]),
             )],
         );
-        let t = targets(&objects);
+        let t = routing(&objects).targets;
         let Target::Proxy(up) = &t["web-alice.apps.test"] else {
             panic!("{:?}", t);
         };
@@ -625,8 +733,12 @@ mod tests {
                 ),
             ],
             vec![
-                channel("worker.prod", json!({"readyBy": "file"})),
-                channel("web.prod", json!({})),
+                channel(
+                    "worker.prod",
+                    json!({"readyBy": "file", "hostname": "worker.apps.test"}),
+                ),
+                channel("web.prod", json!({"hostname": "web.apps.test"})),
+                channel("gone.prod", json!({"hostname": "gone.apps.test"})),
             ],
             vec![],
             vec![service("worker-prod"), service("web-prod")],
@@ -638,7 +750,7 @@ mod tests {
                 ),
             ],
         );
-        let t = targets(&objects);
+        let t = routing(&objects).targets;
         assert_eq!(t["worker.apps.test"], Target::ReadyFile);
         assert_eq!(t["web.apps.test"], Target::NoEndpoints);
         assert_eq!(t["gone.apps.test"], Target::NoEndpoints, "missing Service");
@@ -660,14 +772,17 @@ mod tests {
                 ingress("early.prod", "dup.apps.test", resource("early.prod"), T0),
             ],
             vec![
-                channel("early.prod", json!({"currentSha": SHA})),
-                channel("late.prod", json!({})),
+                channel(
+                    "early.prod",
+                    json!({"currentSha": SHA, "hostname": "dup.apps.test"}),
+                ),
+                channel("late.prod", json!({"hostname": "dup.apps.test"})),
             ],
             vec![app("early", "uid-early")],
             vec![],
             vec![],
         );
-        let t = targets(&objects);
+        let t = routing(&objects).targets;
         assert!(!t.contains_key("a.apps.test"));
         assert!(matches!(&t["dup.apps.test"], Target::Static(k) if k.app_id == "uid-early"));
     }
@@ -744,6 +859,168 @@ mod tests {
         assert_eq!(
             targets["blog-alice.s3.apps.test"],
             Target::ObjectStore(Upstreams::new(vec![gateway]))
+        );
+    }
+
+    fn domain(name: &str, channel: &str, host: &str, phase: &str) -> Arc<Domain> {
+        obj(
+            json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "Domain",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"domain": host, "channel": channel}, "status": {"phase": phase}}),
+        )
+    }
+
+    #[test]
+    fn only_the_operators_ingress_of_a_channel_for_its_own_hosts_and_backend_is_routed() {
+        let with_owner = |name: &str, owner: serde_json::Value, host: &str, backend| {
+            let mut value = serde_json::to_value(ingress(name, host, backend, T0)).unwrap();
+            value["metadata"]["ownerReferences"] = json!([owner]);
+            obj::<Ingress>(value)
+        };
+        let owner = |name: &str, uid: &str| {
+            json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel", "name": name, "uid": uid,
+                "controller": true})
+        };
+        // The channel's own Ingress, with one more rule for a host that is not the channel's.
+        let mut own = serde_json::to_value(ingress(
+            "web.prod",
+            "web-alice.apps.test",
+            service_backend("web-prod"),
+            T0,
+        ))
+        .unwrap();
+        let extra = json!({"host": "victim-bob.apps.test", "http": {"paths": [
+            {"path": "/", "pathType": "Prefix", "backend": service_backend("web-prod")}]}});
+        own["spec"]["rules"].as_array_mut().unwrap().push(extra);
+        let mut no_owner = serde_json::to_value(ingress(
+            "squat",
+            "site-alice.apps.test",
+            resource("site.prod"),
+            T0,
+        ))
+        .unwrap();
+        no_owner["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences");
+        let objects = Objects::new(
+            vec![
+                obj(own),
+                obj(no_owner),
+                // Owned by the channel in name only (another uid): a channel deleted and made again, or a forgery.
+                with_owner(
+                    "site.prod",
+                    owner("site.prod", "uid-other"),
+                    "site-alice.apps.test",
+                    resource("site.prod"),
+                ),
+                // Named otherwise than its Channel.
+                with_owner(
+                    "extra",
+                    owner("web.next", "uid-web.next"),
+                    "next-web-alice.apps.test",
+                    service_backend("web-next"),
+                ),
+                // The channel's Ingress pointing elsewhere: another channel's files, a Service not the channel's.
+                ingress(
+                    "blog.prod",
+                    "blog-alice.apps.test",
+                    resource("site.prod"),
+                    T0,
+                ),
+                ingress("api.prod", "api-alice.apps.test", service_backend("db"), T0),
+            ],
+            vec![
+                channel("web.prod", json!({"hostname": "web-alice.apps.test"})),
+                channel("web.next", json!({"hostname": "next-web-alice.apps.test"})),
+                channel(
+                    "site.prod",
+                    json!({"hostname": "site-alice.apps.test", "currentSha": SHA}),
+                ),
+                channel("blog.prod", json!({"hostname": "blog-alice.apps.test"})),
+                channel("api.prod", json!({"hostname": "api-alice.apps.test"})),
+            ],
+            vec![app("site", "uid-site")],
+            vec![service("web-prod"), service("db")],
+            vec![slice("db", json!([{"addresses": ["10.96.0.5"]}]))],
+        );
+        let routing = routing(&objects);
+        assert_eq!(
+            routing.targets.keys().collect::<Vec<_>>(),
+            ["web-alice.apps.test"]
+        );
+        assert_eq!(routing.targets["web-alice.apps.test"], Target::NoEndpoints);
+        assert_eq!(routing.ignored, 6, "every other rule is counted");
+    }
+
+    #[test]
+    fn verified_domains_of_the_channel_are_routed_and_no_other() {
+        let mut value = serde_json::to_value(ingress(
+            "web.prod",
+            "web-alice.apps.test",
+            service_backend("web-prod"),
+            T0,
+        ))
+        .unwrap();
+        for host in ["shop.example", "pending.example", "bob.example"] {
+            value["spec"]["rules"].as_array_mut().unwrap().push(
+                json!({"host": host, "http": {"paths": [
+                    {"path": "/", "pathType": "Prefix", "backend": service_backend("web-prod")}]}}),
+            );
+        }
+        let objects = Objects::new(
+            vec![obj(value)],
+            vec![
+                channel("web.prod", json!({"hostname": "web-alice.apps.test"})),
+                channel("other.prod", json!({"hostname": "other-alice.apps.test"})),
+            ],
+            vec![],
+            vec![service("web-prod")],
+            vec![],
+        )
+        .with_domains(&[
+            domain("shop", "web.prod", "Shop.Example", "verified"),
+            domain("pending", "web.prod", "pending.example", "pending"),
+            domain("bob", "other.prod", "bob.example", "verified"),
+        ]);
+        let routing = routing(&objects);
+        assert_eq!(
+            routing.targets.keys().collect::<Vec<_>>(),
+            ["shop.example", "web-alice.apps.test"]
+        );
+        assert_eq!(routing.ignored, 2);
+    }
+
+    #[test]
+    fn endpoints_come_only_from_slices_the_endpointslice_controller_made() {
+        let mut forged =
+            serde_json::to_value(slice("web-prod", json!([{"addresses": ["10.96.0.1"]}]))).unwrap();
+        forged["metadata"]["name"] = json!("web-prod-forged");
+        forged["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] = json!("alice");
+        let objects = Objects::new(
+            vec![ingress(
+                "web.prod",
+                "web-alice.apps.test",
+                service_backend("web-prod"),
+                T0,
+            )],
+            vec![channel(
+                "web.prod",
+                json!({"hostname": "web-alice.apps.test"}),
+            )],
+            vec![],
+            vec![service("web-prod")],
+            vec![
+                obj(forged),
+                slice("web-prod", json!([{"addresses": ["10.244.0.7"]}])),
+            ],
+        );
+        let Target::Proxy(up) = &routing(&objects).targets["web-alice.apps.test"] else {
+            panic!("no proxy target");
+        };
+        assert_eq!(
+            up.addrs(),
+            &["10.244.0.7:8080".parse::<SocketAddr>().unwrap()][..]
         );
     }
 }

@@ -1,6 +1,6 @@
-//! Keeps the routing table current: reflectors over Ingresses, Services, EndpointSlices, Channels and Apps, and a
-//! task that rebuilds the table after any of them changes (changes that arrive while it builds are folded into
-//! the next build). Static sites a new table needs are loaded in the background; when one is in, the table is
+//! Keeps the routing table current: reflectors over Ingresses, Services, EndpointSlices, Channels, Apps and Domains,
+//! and a task that rebuilds the table after any of them changes (changes that arrive while it builds are folded
+//! into the next build). Static sites a new table needs are loaded in the background; when one is in, the table is
 //! built again and the host moves to it (see [`super::routes::settle`]).
 //!
 //! The certificate table ([`super::certs`]) is kept the same way from Domains and the certificate Secrets of the
@@ -39,6 +39,7 @@ pub struct Caches {
     slices: Store<EndpointSlice>,
     channels: Store<Channel>,
     apps: Store<App>,
+    domains: Store<Domain>,
     /// Forwards, watched only when the edge forwards raw TCP.
     forwards: Option<Store<Forward>>,
 }
@@ -59,6 +60,7 @@ impl Caches {
             slices: reflect(api(client, namespace), all(), changed, &mut tasks),
             channels: reflect(api(client, namespace), all(), changed, &mut tasks),
             apps: reflect(api(client, namespace), all(), changed, &mut tasks),
+            domains: reflect(api(client, namespace), all(), changed, &mut tasks),
             forwards: forwards.then(|| reflect(api(client, namespace), all(), changed, &mut tasks)),
         };
         if let Some(forwards) = &caches.forwards {
@@ -72,6 +74,7 @@ impl Caches {
             ("EndpointSlice", caches.slices.wait_until_ready().await),
             ("Channel", caches.channels.wait_until_ready().await),
             ("App", caches.apps.wait_until_ready().await),
+            ("Domain", caches.domains.wait_until_ready().await),
         ] {
             ready.map_err(|e| {
                 anyhow::anyhow!("the {kind} cache stopped before it was filled: {e}")
@@ -94,6 +97,7 @@ impl Caches {
             self.services.state(),
             self.slices.state(),
         )
+        .with_domains(&self.domains.state())
     }
 }
 

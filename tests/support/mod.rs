@@ -785,3 +785,66 @@ async fn serve_on(router: &axum::Router, ip: &str) -> Result<String> {
     tokio::spawn(async move { axum::serve(listener, router).await });
     Ok(format!("http://{addr}"))
 }
+
+/// This machine's address on the interface its default route leaves by (no packet is sent to find it). Test
+/// servers standing in for pods listen there: an EndpointSlice may not name loopback.
+pub fn own_address() -> Result<std::net::IpAddr> {
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    probe.connect("192.0.2.1:9")?;
+    Ok(probe.local_addr()?.ip())
+}
+
+/// A Service `service` in `namespace` without selector, with one port named `port_name`, and the EndpointSlice of
+/// one ready "pod" at `pod`, labelled as the EndpointSlice controller labels the slices it makes (what it writes on
+/// a node; this tier has none).
+pub async fn service_with_pod(
+    kube: &kube::Client,
+    namespace: &str,
+    service: &str,
+    port_name: &str,
+    pod: std::net::SocketAddr,
+) -> Result<()> {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Api, PostParams};
+    let services: Api<Service> = Api::namespaced(kube.clone(), namespace);
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": service},
+                "spec": {"ports": [{"name": port_name, "port": 7000, "protocol": "TCP"}]},
+            }))?,
+        )
+        .await?;
+    add_pod_slice(kube, namespace, service, port_name, "pods", pod).await
+}
+
+/// One more EndpointSlice `<service>-<suffix>` of Service `service`, of one ready "pod" at `pod`, labelled as the
+/// EndpointSlice controller's.
+pub async fn add_pod_slice(
+    kube: &kube::Client,
+    namespace: &str,
+    service: &str,
+    port_name: &str,
+    suffix: &str,
+    pod: std::net::SocketAddr,
+) -> Result<()> {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::{Api, PostParams};
+    let slices: Api<EndpointSlice> = Api::namespaced(kube.clone(), namespace);
+    slices
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("{service}-{suffix}"), "labels": {
+                    "kubernetes.io/service-name": service,
+                    "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                }},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [pod.ip().to_string()], "conditions": {"ready": true}}],
+                "ports": [{"name": port_name, "port": pod.port(), "protocol": "TCP"}],
+            }))?,
+        )
+        .await?;
+    Ok(())
+}
