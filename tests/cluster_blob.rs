@@ -616,14 +616,17 @@ async fn a_stopped_backend_answers_503_and_recovers() -> Result<()> {
     f.ready(&f.user, &f.prod_id).await;
     let credentials = format!("{}/credentials", f.blob_path(&f.prod_id));
     f.store.backend.pause();
-    f.api
-        .get(&f.blob_path(&f.prod_id), &f.user)
-        .await
-        .expect(503, Some("blob_unavailable"));
-    f.api
-        .post(&credentials, &f.user, json!({}))
-        .await
-        .expect(503, Some("blob_unavailable"));
+    let both_unavailable = || async {
+        f.api
+            .get(&f.blob_path(&f.prod_id), &f.user)
+            .await
+            .expect(503, Some("blob_unavailable"));
+        f.api
+            .post(&credentials, &f.user, json!({}))
+            .await
+            .expect(503, Some("blob_unavailable"));
+    };
+    both_unavailable().await;
 
     // Once the operator has also seen the backend go (a change of the channel makes it check at once), its
     // condition says the bucket is not ready; that is still an unavailable store, not one being made.
@@ -648,14 +651,7 @@ async fn a_stopped_backend_answers_503_and_recovers() -> Result<()> {
         }
     })
     .await?;
-    f.api
-        .get(&f.blob_path(&f.prod_id), &f.user)
-        .await
-        .expect(503, Some("blob_unavailable"));
-    f.api
-        .post(&credentials, &f.user, json!({}))
-        .await
-        .expect(503, Some("blob_unavailable"));
+    both_unavailable().await;
     f.store.backend.resume().await?;
     f.ready(&f.user, &f.prod_id).await;
     f.api

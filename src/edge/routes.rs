@@ -290,22 +290,15 @@ pub fn routing(objects: &Objects) -> Routing {
             continue;
         }
         let namespace = rule.ingress.namespace().unwrap_or_default();
-        if let Some(owner) = namespace.strip_prefix(slipway_crds::labels::USER_NAMESPACE_PREFIX) {
+        if let Some(owner) = namespace_owner(&namespace) {
             owners.insert(rule.host.clone(), owner.to_owned());
         }
         let target = backend_target(objects, rule.channel, &namespace, rule.backend);
         targets.insert(rule.host, target);
     }
     for ((namespace, _), channel) in &objects.channels {
-        let hostname = channel.status.as_ref().and_then(|s| s.hostname.as_deref());
-        if let (Some(owner), Some((label, domain))) = (
-            namespace.strip_prefix(slipway_crds::labels::USER_NAMESPACE_PREFIX),
-            hostname.and_then(|h| h.split_once('.')),
-        ) {
-            owners.insert(
-                format!("{label}.s3.{domain}").to_ascii_lowercase(),
-                owner.to_owned(),
-            );
+        if let (Some(owner), Some(host)) = (namespace_owner(namespace), public_s3_host(channel)) {
+            owners.insert(host, owner.to_owned());
         }
     }
     Routing {
@@ -422,15 +415,23 @@ pub fn object_store_targets(objects: &Objects, gateway: SocketAddr) -> BTreeMap<
             .apps
             .get(&(namespace.clone(), channel.spec.app.clone()))
             .is_some_and(|app| app.spec.external_blob_access_enabled);
-        let hostname = channel.status.as_ref().and_then(|s| s.hostname.as_deref());
-        if let (true, Some((label, domain))) = (open, hostname.and_then(|h| h.split_once('.'))) {
-            out.insert(
-                format!("{label}.s3.{domain}").to_ascii_lowercase(),
-                Target::ObjectStore(Upstreams::new(vec![gateway])),
-            );
+        if let (true, Some(host)) = (open, public_s3_host(channel)) {
+            out.insert(host, Target::ObjectStore(Upstreams::new(vec![gateway])));
         }
     }
     out
+}
+
+/// A channel's public S3 endpoint host, `<hostname label>.s3.<app domain>` (lowercase), once it has a hostname.
+fn public_s3_host(channel: &Channel) -> Option<String> {
+    let hostname = channel.status.as_ref()?.hostname.as_deref()?;
+    let (label, domain) = hostname.split_once('.')?;
+    Some(format!("{label}.s3.{domain}").to_ascii_lowercase())
+}
+
+/// The account a user namespace belongs to.
+fn namespace_owner(namespace: &str) -> Option<&str> {
+    namespace.strip_prefix(slipway_crds::labels::USER_NAMESPACE_PREFIX)
 }
 
 fn backend_target(
