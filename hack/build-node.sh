@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds the node's programs that Debian does not ship (or ships too old) from the Go module proxy, once per
-# machine: containerd 2 with its runc shim and ctr, CoreDNS, the distribution registry, and BuildKit. Each lands
-# in $SLIPWAY_CACHE/<part>-<version>/bin and is not built again. runc and the CNI plugins come from Debian
-# (hack/install-deps.sh).
+# machine: containerd 2 with its runc shim and ctr, CoreDNS, the distribution registry, BuildKit, and kube-router
+# (the NetworkPolicy engine). Each lands in $SLIPWAY_CACHE/<part>-<version>/bin and is not built again. runc, the
+# CNI plugins and ipset come from Debian (hack/install-deps.sh).
 #
-# usage: hack/build-node.sh [containerd|coredns|registry|buildkit]...   (default: all)
+# usage: hack/build-node.sh [containerd|coredns|registry|buildkit|kube-router]...   (default: all)
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 source "$HACK/versions.sh"
@@ -12,7 +12,7 @@ source "$HACK/lib.sh"
 LOG_TAG=build-node
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(containerd coredns registry buildkit)
+[ ${#parts[@]} -gt 0 ] || parts=(containerd coredns registry buildkit kube-router)
 
 for part in "${parts[@]}"; do
   case "$part" in
@@ -33,6 +33,11 @@ for part in "${parts[@]}"; do
       GO_LDFLAGS="-X $m/version.Version=$BUILDKIT_VERSION" \
         go_build buildkit "$BUILDKIT_VERSION" "$m/cmd/buildkitd" "$m/cmd/buildctl"
       ;;
-    *) die "unknown part: $part (containerd, coredns, registry, buildkit)" ;;
+    kube-router)
+      m=github.com/cloudnativelabs/kube-router/v2
+      GO_REPLACES=$KUBE_ROUTER_PINS GO_LDFLAGS="-X $m/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+        go_build kube-router "$KUBE_ROUTER_VERSION" "$m/cmd/kube-router"
+      ;;
+    *) die "unknown part: $part (containerd, coredns, registry, buildkit, kube-router)" ;;
   esac
 done

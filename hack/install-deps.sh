@@ -9,6 +9,7 @@ packages=(
   openssl curl git iproute2 procps jq          # the control plane and the scripts
   util-linux iptables conntrack runc            # the node: nsenter, kube-proxy's rules, the OCI runtime
   containernetworking-plugins                   # CNI bridge, host-local, portmap, loopback (/usr/lib/cni)
+  ipset                                         # kube-router's NetworkPolicy sets
   mmdebstrap rsync busybox-static               # the local images (hack/build-images.sh)
   postgresql postgresql-client                  # the platform database (hack/postgres.sh) and pg_dump in tests
   postgresql-15-postgis-3 postgresql-15-pgextwlist  # the channels' data server: postgis for channel roles

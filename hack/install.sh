@@ -130,8 +130,9 @@ wildcard_certificate() {
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
 
-values() { # image-ref backend-image-ref
-  local image=$1 backend=$2
+values() { # image-ref backend-image-ref data-server-url
+  local image=$1 backend=$2 data_port=${3##*:} buildkit=${SLIPWAY_BUILDKIT_ADDR#tcp://}
+  data_port=${data_port%%/*}
   cat <<EOT
 appDomain: $APP_DOMAIN
 gitHost: $GIT_HOST
@@ -194,6 +195,11 @@ tls:
   wildcardSecret: $WILDCARD_SECRET
   # HTTPS answers on the node port, not on 443: a redirect to https://<host>/ would lead nowhere.
   redirectHttps: false
+# The data server and BuildKit run on this machine and the node, not as pods: tenant pods reach the data server's
+# port on the host (and not the platform database's beside it), build Jobs reach BuildKit on the node.
+isolation:
+  tenantEgress: [{cidr: $SLIPWAY_NODE_HOST_IP/32, port: $data_port}]
+  buildEgress: [{cidr: ${buildkit%:*}/32, port: ${buildkit##*:}}]
 EOT
 }
 
@@ -245,7 +251,7 @@ install() {
   (umask 077 && echo "${data_server/@$SLIPWAY_NODE_HOST_IP:/@127.0.0.1:}" >"$DIR/data-server-url")
   volumes
   wildcard_certificate
-  values "$image" "$backend" >"$DIR/values.yaml"
+  values "$image" "$backend" "$data_server" >"$DIR/values.yaml"
   log "helm upgrade --install $RELEASE ($image)"
   helm_or_explain upgrade --install "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" \
     --values "$DIR/values.yaml" --wait --timeout 5m >/dev/null

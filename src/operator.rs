@@ -70,6 +70,11 @@ pub struct OperatorArgs {
         value_delimiter = ','
     )]
     pub tenant_grants: Vec<slipway_controllers::tenancy::TenantGrant>,
+    /// A directory of YAML files whose NetworkPolicies are kept in every tenant namespace (the Helm chart mounts
+    /// its isolation policies here). Given, the operator keeps exactly those and removes slipway's others (an empty
+    /// directory removes them all); unset, it leaves tenant namespaces' policies alone.
+    #[arg(long, env = "SLIPWAY_TENANT_NETWORK_POLICIES")]
+    pub tenant_network_policies: Option<std::path::PathBuf>,
     /// Object storage (the channels' buckets).
     #[command(flatten)]
     pub blob: crate::blob::settings::BlobOperatorArgs,
@@ -136,6 +141,12 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         probe_image: args.probe_image,
         builder_image: args.builder_image,
         tenant_grants: args.tenant_grants,
+        tenant_network_policies: args
+            .tenant_network_policies
+            .map(|dir| slipway_controllers::network_policies::load_dir(&dir))
+            .transpose()
+            .map_err(anyhow::Error::msg)
+            .context("--tenant-network-policies")?,
         domains: slipway_controllers::domain::DomainsConfig {
             resolver: args.dns_resolver,
             edge_addresses: args.edge_addresses,

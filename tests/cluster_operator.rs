@@ -43,6 +43,7 @@ fn context(client: kube::Client, namespace: &str) -> Arc<Context> {
         probe_image: "busybox".into(),
         builder_image: "127.0.0.1:9/slipway/builder:unused".into(),
         tenant_grants: Vec::new(),
+        tenant_network_policies: None,
         domains: Default::default(),
     };
     Arc::new(Context::new(client, config, metrics))
@@ -238,5 +239,132 @@ async fn a_channel_reconciled_from_a_copy_older_than_its_go_live_stays_running()
         ready_reason(&now),
         Some(("True".into(), "Reconciled".into()))
     );
+    Ok(())
+}
+
+/// Two policies as an installation ships them: isolation for every pod, and more egress for build pods.
+const SHIPPED_POLICIES: &str = "
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: slipway-tenant-isolation}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress, Egress]
+  ingress:
+    - from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: slipway}}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: slipway-builds}
+spec:
+  podSelector: {matchLabels: {slipway.dev/build: image}}
+  policyTypes: [Egress]
+  egress:
+    - to: [{ipBlock: {cidr: 10.0.0.5/32}}]
+      ports: [{protocol: TCP, port: 1234}]
+";
+
+#[tokio::test]
+async fn a_tenant_namespace_keeps_exactly_the_network_policies_the_installation_ships() -> Result<()>
+{
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    use slipway_controllers::{network_policies, tenancy};
+
+    let (client, ns) = setup("tenancy").await?;
+    // The grant's ClusterRole owns what the operator keeps in tenant namespaces.
+    let role_name = format!("{}-tenant", ns.name());
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let role: ClusterRole = serde_json::from_value(json!({"metadata": {"name": role_name}}))?;
+    let role = roles.create(&PostParams::default(), &role).await?;
+    let shipped = network_policies::parse(SHIPPED_POLICIES).map_err(anyhow::Error::msg)?;
+    let with_policies = |policies: Vec<NetworkPolicy>| {
+        let mut ctx = context(client.clone(), ns.name());
+        let config = &mut Arc::get_mut(&mut ctx).unwrap().config;
+        config.tenant_grants = vec![
+            format!("{role_name}={}/default", ns.name())
+                .parse()
+                .unwrap(),
+        ];
+        config.tenant_network_policies = Some(policies);
+        ctx
+    };
+    let namespace = Arc::new(Api::<Namespace>::all(client.clone()).get(ns.name()).await?);
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns.name());
+    let names = || async {
+        let mut names: Vec<String> = policies
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|p| p.metadata.name.unwrap_or_default())
+            .collect();
+        names.sort();
+        anyhow::Ok(names)
+    };
+    // A policy of the cluster's admins, not slipway's: never touched.
+    let admins: NetworkPolicy = serde_json::from_value(json!({"metadata": {"name": "admins-own"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}))?;
+    policies.create(&PostParams::default(), &admins).await?;
+
+    tenancy::reconcile(namespace.clone(), with_policies(shipped.clone())).await?;
+    assert_eq!(
+        names().await?,
+        ["admins-own", "slipway-builds", "slipway-tenant-isolation"]
+    );
+    let isolation = policies.get("slipway-tenant-isolation").await?;
+    let owner = &isolation
+        .metadata
+        .owner_references
+        .clone()
+        .unwrap_or_default()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("ClusterRole", role.metadata.uid.as_deref().unwrap())
+    );
+    assert_eq!(
+        isolation.metadata.labels.unwrap_or_default()["app.kubernetes.io/managed-by"],
+        "slipway"
+    );
+
+    // Loosened and deleted by hand: both come back as shipped.
+    policies
+        .patch(
+            "slipway-tenant-isolation",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ingress": [{}]}})),
+        )
+        .await?;
+    policies
+        .delete("slipway-builds", &DeleteParams::default())
+        .await?;
+    tenancy::reconcile(namespace.clone(), with_policies(shipped.clone())).await?;
+    assert_eq!(
+        names().await?,
+        ["admins-own", "slipway-builds", "slipway-tenant-isolation"]
+    );
+    let from = policies
+        .get("slipway-tenant-isolation")
+        .await?
+        .spec
+        .unwrap()
+        .ingress
+        .unwrap()[0]
+        .from
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(
+        from.len(),
+        1,
+        "the ingress rule is the shipped one again: {from:?}"
+    );
+
+    // A policy the installation stops shipping goes; none shipped (isolation switched off) takes them all.
+    tenancy::reconcile(namespace.clone(), with_policies(shipped[..1].to_vec())).await?;
+    assert_eq!(names().await?, ["admins-own", "slipway-tenant-isolation"]);
+    tenancy::reconcile(namespace, with_policies(Vec::new())).await?;
+    assert_eq!(names().await?, ["admins-own"]);
+    roles.delete(&role_name, &DeleteParams::default()).await?;
     Ok(())
 }

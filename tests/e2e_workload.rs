@@ -121,6 +121,7 @@ impl Tenant {
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
             tenant_grants: Vec::new(),
+            tenant_network_policies: None,
             domains: Default::default(),
         };
         let mut metrics_registry = prometheus_client::registry::Registry::default();

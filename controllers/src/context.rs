@@ -31,6 +31,9 @@ pub struct OperatorConfig {
     /// ClusterRoles bound to the platform's ServiceAccounts in every tenant namespace (empty: none are kept, as
     /// when the components run with cluster-wide rights).
     pub tenant_grants: Vec<crate::tenancy::TenantGrant>,
+    /// NetworkPolicies kept in every tenant namespace: `Some` keeps exactly these (an empty list removes slipway's
+    /// policies there), `None` leaves tenant namespaces' policies alone.
+    pub tenant_network_policies: Option<Vec<k8s_openapi::api::networking::v1::NetworkPolicy>>,
     /// Custom domains: the verification resolver, the edge's addresses, ACME.
     pub domains: crate::domain::DomainsConfig,
 }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod forward;
 pub mod ingress;
 pub mod leader;
+pub mod network_policies;
 pub mod postgres;
 pub mod run;
 mod status;

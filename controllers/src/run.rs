@@ -294,9 +294,12 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         )
         .for_each(|_| futures::future::ready(()));
 
-    // Grants in tenant namespaces, when the operator runs with them (the chart's least-privilege RBAC).
+    // Grants and NetworkPolicies in tenant namespaces, when the operator runs with them (the chart's
+    // least-privilege RBAC and tenant isolation).
     let tenancy_controller = async {
-        if ctx.config.tenant_grants.is_empty() || ctx.config.namespace.is_some() {
+        let keeps_nothing =
+            ctx.config.tenant_grants.is_empty() && ctx.config.tenant_network_policies.is_none();
+        if keeps_nothing || ctx.config.namespace.is_some() {
             return;
         }
         crate::tenancy::controller(&client)

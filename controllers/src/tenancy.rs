@@ -1,6 +1,7 @@
 //! Grants in tenant namespaces: what the platform's components may do inside a user's namespace comes from
 //! RoleBindings this reconciler keeps there, not from cluster-wide rights. No component holds Secret access across
-//! the cluster; the operator and the API get it namespace by namespace, only where slipway's tenants live.
+//! the cluster; the operator and the API get it namespace by namespace, only where slipway's tenants live. The same
+//! reconciler keeps the tenant's NetworkPolicies there ([`crate::network_policies`]).
 //!
 //! Each grant binds one ClusterRole (shipped by the chart) to one ServiceAccount in every namespace labelled as a
 //! tenant's (`slipway.dev/owner`, managed by slipway). A RoleBinding is owned by its ClusterRole, so removing the
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -91,7 +93,7 @@ pub fn role_binding(grant: &TenantGrant, namespace: &str, role_uid: &str) -> Rol
     .unwrap_or_else(|e| unreachable!("a RoleBinding literal deserializes: {e}"))
 }
 
-/// Applies every grant's RoleBinding in the tenant namespace `ns`.
+/// Applies every grant's RoleBinding and the tenant NetworkPolicies in the tenant namespace `ns`.
 pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, Error> {
     if ns.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -99,9 +101,11 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
     let name = ns.name_any();
     let roles: Api<ClusterRole> = Api::all(ctx.client.clone());
     let bindings: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &name);
+    let mut policy_owner = None;
     for grant in &ctx.config.tenant_grants {
         let role = roles.get(&grant.cluster_role).await?;
         let uid = role.uid().unwrap_or_default();
+        policy_owner = policy_owner.or_else(|| role.controller_owner_ref(&()));
         bindings
             .patch(
                 &grant.cluster_role,
@@ -110,14 +114,18 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
             )
             .await?;
     }
+    if let Some(policies) = &ctx.config.tenant_network_policies {
+        crate::network_policies::keep(&ctx.client, &name, policies, policy_owner.as_ref()).await?;
+    }
     Ok(Action::requeue(Duration::from_secs(3600)))
 }
 
 /// The grant controller over tenant namespaces: a namespace is reconciled when it appears or changes, and when one
-/// of slipway's RoleBindings in it changes or goes away.
+/// of slipway's RoleBindings or NetworkPolicies in it changes or goes away.
 pub fn controller(client: &kube::Client) -> Controller<Namespace> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let bindings: Api<RoleBinding> = Api::all(client.clone());
+    let policies: Api<NetworkPolicy> = Api::all(client.clone());
     let managed = format!("{}={}", labels::MANAGED_BY, labels::MANAGER);
     Controller::new(
         namespaces,
@@ -127,6 +135,11 @@ pub fn controller(client: &kube::Client) -> Controller<Namespace> {
         bindings,
         watcher::Config::default().labels(&managed),
         |binding: RoleBinding| binding.namespace().map(|ns| ObjectRef::new(&ns)),
+    )
+    .watches(
+        policies,
+        watcher::Config::default().labels(&managed),
+        |policy: NetworkPolicy| policy.namespace().map(|ns| ObjectRef::new(&ns)),
     )
 }
 

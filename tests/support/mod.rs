@@ -472,6 +472,7 @@ impl TestApi {
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
             tenant_grants: Vec::new(),
+            tenant_network_policies: None,
             domains: Default::default(),
         })
     }
@@ -578,6 +579,7 @@ impl TestApi {
             probe_image: "127.0.0.1:9/unused".into(),
             builder_image: "127.0.0.1:9/unused".into(),
             tenant_grants: Vec::new(),
+            tenant_network_policies: None,
             domains,
         })
     }
