@@ -14,6 +14,7 @@
 # usage: hack/install.sh install          build the image, install or upgrade the release, create the admin user,
 #                                         write the addresses to <state>/platform/env and print them
 #        hack/install.sh upgrade TAG      rebuild the image under TAG and `helm upgrade` the release to it
+#        hack/install.sh isolation on|off `helm upgrade` the release with isolation.networkPolicies on or off
 #        hack/install.sh uninstall        `helm uninstall` the release (keeps what the chart README says it keeps)
 #        hack/install.sh env              print the exports of the addresses (after install)
 #
@@ -274,13 +275,22 @@ upgrade() { # tag
     --set "image.tag=${image##*:}" --wait --timeout 5m >/dev/null
 }
 
+isolation() { # on|off
+  local on
+  case "$1" in on) on=true ;; off) on=false ;; *) die "usage: hack/install.sh isolation on|off" ;; esac
+  log "helm upgrade $RELEASE with isolation.networkPolicies=$on"
+  helm_or_explain upgrade "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" --reuse-values \
+    --set "isolation.networkPolicies=$on" --wait --timeout 5m >/dev/null
+}
+
 case "${1:-}" in
   install) install ;;
   upgrade) upgrade "${2:?usage: hack/install.sh upgrade TAG}" ;;
+  isolation) isolation "${2:-}" ;;
   uninstall)
     helm uninstall "$RELEASE" --namespace "$NAMESPACE" --wait --ignore-not-found >/dev/null
     log "uninstalled $RELEASE"
     ;;
   env) cat "$DIR/env" ;;
-  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '14,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -5,7 +5,7 @@
 #   3. cluster  tests/cluster_*.rs against a real control plane, a real Postgres and Pebble (ACME CA and test DNS, for
 #               custom domains) started for this run and stopped after it
 #   4. e2e      tests/e2e_*.rs against a real single-node cluster (hack/node.sh: kubelet, containerd, CNI,
-#               kube-proxy, CoreDNS, registry, BuildKit) started for this run and stopped after it
+#               kube-proxy, kube-router, CoreDNS, registry, BuildKit) started for this run and stopped after it
 # No tier is skipped: a part that cannot be built or started fails the run.
 #
 # usage: hack/test.sh [lint|unit|cluster|e2e]...   (default: all four)
@@ -102,6 +102,8 @@ for tier in "${tiers[@]}"; do
         "$HACK/install.sh" install
         eval "$("$HACK/install.sh" env)"
         cargo_test -p slipway --locked --test e2e_platform
+        # --show-output: the hostile tenant's attempts and their outcomes, with isolation on and off.
+        cargo_test -p slipway --locked --test e2e_platform_isolation -- --show-output
         # --show-output: its count of requests answered during the upgrade belongs in the log.
         cargo_test -p slipway --locked --test e2e_platform_upgrade -- --show-output
         "$HACK/install.sh" uninstall

@@ -244,7 +244,7 @@ async fn an_upgrade_under_load_loses_nothing_and_an_uninstall_leaves_only_what_i
 /// After `helm uninstall`: the release namespace holds only what the chart keeps (the env keyring, the data claim,
 /// the object-store backend's key pair and volume) and the certificate namespace only the certificates, each beside
 /// what the installer made itself and what Kubernetes puts in every namespace; no cluster-wide object of the release
-/// remains, and the grants in tenant namespaces went with their ClusterRoles.
+/// remains, and the grants and NetworkPolicies in tenant namespaces went with their ClusterRoles.
 async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
     let release = &platform.release;
     // Kubernetes' own, in every namespace.
@@ -297,7 +297,7 @@ async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
             "-n",
             tenant,
             "get",
-            "rolebindings",
+            "rolebindings,networkpolicies",
             "-l",
             "app.kubernetes.io/managed-by=slipway",
             "-o",

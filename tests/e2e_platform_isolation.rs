@@ -1,0 +1,462 @@
+//! A hostile tenant on the installed platform (see `e2e_platform.rs`): tenant A runs an app whose code tries, from
+//! inside its pod, what an attacker's code would: tenant B's pod and Service, the registry's catalog, BuildKit, the
+//! api's internal listener, the operator's, webhook's and edge's admin ports, the kubelet, the apiserver and the
+//! platform database. With the chart's isolation (NetworkPolicies the operator keeps in every tenant namespace,
+//! enforced on the test node by kube-router) every attempt fails, while what an app needs (DNS, its data server,
+//! the S3 gateway, the edge reaching it) still works. Then the same attempts run with isolation switched off
+//! (`helm upgrade --set isolation.networkPolicies=false`) and succeed, so the suite shows the policies are what
+//! stops them. The list of attempts and their outcomes is printed (run with --show-output).
+
+// Fixture helpers panic on a malformed response: in a test that is the failure to report.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use support::git::{Workspace, http_remote};
+use support::platform::{Account, Installed, kubectl, root};
+
+/// The prober: answers what a connection or a GET from inside its pod came to.
+const PROBER: &str = include_str!("isolation/prober.py");
+
+/// What tenant B runs: anything that answers.
+const TARGET: &str = "import http.server, os
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header('Content-Length', '6'); self.end_headers(); self.wfile.write(b'target')
+http.server.HTTPServer(('0.0.0.0', int(os.environ['SVC_HTTP_PORT'])), H).serve_forever()
+";
+
+/// The policy the operator keeps in every tenant namespace for every pod.
+const ISOLATION_POLICY: &str = "slipway-tenant-isolation";
+
+/// One thing tenant A's code tries.
+struct Attempt {
+    /// What it is after, for the printed list.
+    what: &'static str,
+    /// The prober's path and query.
+    probe: String,
+}
+
+impl Attempt {
+    fn connect(what: &'static str, to: &str) -> Self {
+        Self {
+            what,
+            probe: format!("/connect?to={}", encoded(to)),
+        }
+    }
+
+    fn get(what: &'static str, url: &str) -> Self {
+        Self {
+            what,
+            probe: format!("/get?url={}", encoded(url)),
+        }
+    }
+}
+
+/// `text` as a query value: every byte but letters and digits percent-encoded.
+fn encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Whether a prober's answer means the attempt got through: a connection opened or an HTTP answer came back.
+fn got_through(outcome: &str) -> bool {
+    outcome == "open"
+        || outcome
+            .split(' ')
+            .next()
+            .is_some_and(|s| s.parse::<u16>().is_ok())
+}
+
+/// Pushes a one-file app and deploys it; returns its id once it answers through the edge.
+async fn run_app(
+    platform: &Installed,
+    account: &Account,
+    name: &str,
+    code: &str,
+) -> Result<String> {
+    let (app, channel) = platform.create_app(account, name, "app").await?;
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", name]).await?;
+    ws.write(&format!("{name}/app.py"), code)?;
+    ws.write(&format!("{name}/launch.sh"), "exec python3 app.py\n")?;
+    ws.git(name, &["add", "."]).await?;
+    ws.git(name, &["commit", "-q", "-m", name]).await?;
+    let remote = http_remote(&platform.api, &account.token, &account.username, name);
+    ws.git(name, &["push", "-q", &remote, "HEAD:master"])
+        .await?;
+    let sha = ws
+        .git(name, &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+    let (_, log) = platform.deploy(account, &app, &channel, &sha).await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    platform
+        .wait_for_page(&platform.prod_host(account, name), "/", "")
+        .await?;
+    Ok(app)
+}
+
+/// `jsonpath` of the first pod in `namespace` matching `selector`.
+async fn pod_field(namespace: &str, selector: &str, jsonpath: &str) -> Result<String> {
+    let out = kubectl(&[
+        "-n",
+        namespace,
+        "get",
+        "pods",
+        "-l",
+        selector,
+        "--field-selector=status.phase=Running",
+        "-o",
+        &format!("jsonpath={{.items[0]{jsonpath}}}"),
+    ])
+    .await?;
+    if out.trim().is_empty() {
+        bail!("no running pod in {namespace} matches {selector} (looking for {jsonpath})");
+    }
+    Ok(out.trim().to_owned())
+}
+
+/// `address:port` of a platform component's pod, the port being its container port named `port`.
+async fn component(platform: &Installed, component: &str, port: &str) -> Result<String> {
+    let selector = format!("app.kubernetes.io/component={component}");
+    let ip = pod_field(&platform.namespace, &selector, ".status.podIP").await?;
+    let port = pod_field(
+        &platform.namespace,
+        &selector,
+        &format!(".spec.containers[0].ports[?(@.name==\"{port}\")].containerPort"),
+    )
+    .await?;
+    Ok(format!("{ip}:{port}"))
+}
+
+/// `clusterIP:port` of a Service's first port.
+async fn service(namespace: &str, name: &str) -> Result<String> {
+    Ok(kubectl(&[
+        "-n",
+        namespace,
+        "get",
+        "service",
+        name,
+        "-o",
+        "jsonpath={.spec.clusterIP}:{.spec.ports[0].port}",
+    ])
+    .await?
+    .trim()
+    .to_owned())
+}
+
+/// `host:port` of a `scheme://user:password@host:port/...` URL.
+fn url_address(url: &str) -> Result<String> {
+    let rest = url.split_once("://").context("a URL")?.1;
+    let authority = rest.split('/').next().unwrap_or(rest);
+    Ok(authority.rsplit('@').next().unwrap_or(authority).to_owned())
+}
+
+fn var(name: &str) -> Result<String> {
+    std::env::var(name).with_context(|| format!("{name} is not set; run under `hack/test.sh e2e`"))
+}
+
+/// Asks the prober (through the edge) to try `attempt`; returns its outcome.
+async fn probe(platform: &Installed, prober: &str, attempt: &Attempt) -> Result<String> {
+    let answer = platform.edge_get(prober, &attempt.probe).await?;
+    if answer.status != 200 {
+        bail!(
+            "the prober answered {} to {}: {}",
+            answer.status,
+            attempt.probe,
+            answer.text()
+        );
+    }
+    Ok(answer.text())
+}
+
+/// Every attempt's outcome, printed as a table.
+async fn run_attempts(
+    platform: &Installed,
+    prober: &str,
+    attempts: &[Attempt],
+    label: &str,
+) -> Result<Vec<String>> {
+    let mut outcomes = Vec::new();
+    println!("{label}:");
+    for attempt in attempts {
+        let outcome = probe(platform, prober, attempt).await?;
+        let shown: String = outcome.chars().take(100).collect();
+        println!("  {:<58} {}", attempt.what, shown.replace('\n', " "));
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// Switches the chart's isolation on or off (`hack/install.sh isolation`) and waits until tenant namespaces
+/// show it: the isolation policy present in (or gone from) each of `namespaces`.
+async fn isolation(on: bool, namespaces: &[&str]) -> Result<()> {
+    let out = tokio::process::Command::new(root().join("hack/install.sh"))
+        .args(["isolation", if on { "on" } else { "off" }])
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    if !out.status.success() {
+        bail!(
+            "hack/install.sh isolation failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for ns in namespaces {
+        wait_for_policy(ns, on).await?;
+    }
+    Ok(())
+}
+
+/// Waits until the isolation policy is present in `namespace` (or gone from it).
+async fn wait_for_policy(namespace: &str, present: bool) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let found = kubectl(&["-n", namespace, "get", "networkpolicies", "-o", "name"]).await?;
+        if found.contains(ISOLATION_POLICY) == present {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "{namespace}: the isolation policy is {}present: {found:?}",
+                if present { "not " } else { "" }
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Repeats the attempts until every one came to what `wanted` says (the engine applies a policy change within
+/// seconds, not at once), or fails with the last outcomes.
+async fn attempts_until(
+    platform: &Installed,
+    prober: &str,
+    attempts: &[Attempt],
+    label: &str,
+    wanted: impl Fn(usize, &str) -> bool,
+) -> Result<Vec<String>> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let outcomes = run_attempts(platform, prober, attempts, label).await?;
+        if outcomes.iter().enumerate().all(|(i, o)| wanted(i, o)) {
+            return Ok(outcomes);
+        }
+        if tokio::time::Instant::now() > deadline {
+            let wrong: Vec<String> = outcomes
+                .iter()
+                .enumerate()
+                .filter(|(i, o)| !wanted(*i, o))
+                .map(|(i, o)| format!("{}: {o}", attempts[i].what))
+                .collect();
+            bail!("{label}: not as expected: {wrong:#?}");
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// What tenant A's code tries, addressed as they are now (pods of the platform move when it is upgraded): tenant B's
+/// pod by address and through its Service, then the platform's parts.
+async fn attempts(platform: &Installed, bea: &Account) -> Result<Vec<Attempt>> {
+    let b_app = format!("{}=target", slipway_crds::labels::APP);
+    let b_pod = format!(
+        "{}:{}",
+        pod_field(&bea.namespace, &b_app, ".status.podIP").await?,
+        pod_field(
+            &bea.namespace,
+            &b_app,
+            ".spec.containers[0].ports[0].containerPort"
+        )
+        .await?
+    );
+    let b_service = kubectl(&[
+        "-n",
+        &bea.namespace,
+        "get",
+        "services",
+        "-l",
+        &b_app,
+        "-o",
+        "jsonpath={.items[0].spec.clusterIP}:{.items[0].spec.ports[0].port}",
+    ])
+    .await?;
+    let registry = var("SLIPWAY_REGISTRY")?;
+    let buildkit = var("SLIPWAY_BUILDKIT_ADDR")?;
+    let node = var("SLIPWAY_NODE_IP")?;
+    // The platform database as the api's pods reach it (hack/install.sh gives the chart its URL in a Secret).
+    let database_url = kubectl(&[
+        "-n",
+        &platform.namespace,
+        "get",
+        "secret",
+        "slipway-database",
+        "-o",
+        "jsonpath={.data.url}",
+    ])
+    .await?;
+    let database_url = String::from_utf8(base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        database_url.trim(),
+    )?)?;
+    let platform_database = url_address(&database_url)?;
+    let internal = service(
+        &platform.namespace,
+        &format!("{}-api-internal", platform.release),
+    )
+    .await?;
+    Ok(vec![
+        Attempt::get("tenant B's pod", &format!("http://{b_pod}/")),
+        Attempt::get(
+            "tenant B's Service",
+            &format!("http://{}/", b_service.trim()),
+        ),
+        Attempt::get(
+            "the registry's catalog",
+            &format!("http://{registry}/v2/_catalog"),
+        ),
+        Attempt::connect("BuildKit", buildkit.trim_start_matches("tcp://")),
+        Attempt::get(
+            "the api's internal listener",
+            &format!("http://{internal}/internal/v1/"),
+        ),
+        Attempt::get(
+            "the operator's metrics",
+            &format!(
+                "http://{}/metrics",
+                component(platform, "operator", "http-metrics").await?
+            ),
+        ),
+        Attempt::connect(
+            "the webhook's port",
+            &component(platform, "webhook", "https").await?,
+        ),
+        Attempt::get(
+            "the edge's admin port",
+            &format!(
+                "http://{}/metrics",
+                component(platform, "edge", "http-metrics").await?
+            ),
+        ),
+        Attempt::get("the kubelet", &format!("https://{node}:10250/pods")),
+        Attempt::get(
+            "the apiserver, anonymously",
+            "https://kubernetes.default.svc/version",
+        ),
+        Attempt::connect("the platform database", &platform_database),
+    ])
+}
+
+#[tokio::test]
+async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_tenant() -> Result<()>
+{
+    let platform = Installed::from_env()?;
+    let ari = platform.account("ari").await?;
+    let bea = platform.account("bea").await?;
+    let target = run_app(&platform, &bea, "target", TARGET).await?;
+    let prober_app = run_app(&platform, &ari, "prober", PROBER).await?;
+    let prober = platform.prod_host(&ari, "prober");
+    wait_for_policy(&ari.namespace, true).await?;
+    wait_for_policy(&bea.namespace, true).await?;
+
+    let host = var("SLIPWAY_NODE_HOST_IP")?;
+    let data_server_port = url_address(&var("SLIPWAY_PLATFORM_DATA_SERVER_URL")?)?
+        .rsplit_once(':')
+        .context("data server port")?
+        .1
+        .to_owned();
+    // What an app needs keeps working under isolation: its own DNS, its data server, the S3 gateway.
+    let s3 = probe(
+        &platform,
+        &prober,
+        &Attempt {
+            what: "S3_ENDPOINT",
+            probe: "/env?name=S3_ENDPOINT".into(),
+        },
+    )
+    .await?;
+    let needed = [
+        Attempt {
+            what: "DNS",
+            probe: "/resolve?name=kubernetes.default.svc.cluster.local".into(),
+        },
+        Attempt::connect("the data server", &format!("{host}:{data_server_port}")),
+        Attempt::connect("the S3 gateway (S3_ENDPOINT)", &url_address(&s3)?),
+    ];
+
+    // Isolated: every attempt fails, every need is met.
+    let blocked = attempts_until(
+        &platform,
+        &prober,
+        &attempts(&platform, &bea).await?,
+        "isolation on",
+        |_, o| !got_through(o),
+    )
+    .await?;
+    attempts_until(
+        &platform,
+        &prober,
+        &needed,
+        "isolation on, what an app needs",
+        |i, o| {
+            if i == 0 {
+                o.parse::<std::net::Ipv4Addr>().is_ok()
+            } else {
+                o == "open"
+            }
+        },
+    )
+    .await?;
+    assert!(
+        blocked.iter().all(|o| o == "refused" || o == "timeout"),
+        "{blocked:?}"
+    );
+
+    // A policy deleted by hand comes back (the operator follows its policies).
+    kubectl(&[
+        "-n",
+        &ari.namespace,
+        "delete",
+        "networkpolicy",
+        ISOLATION_POLICY,
+    ])
+    .await?;
+    wait_for_policy(&ari.namespace, true).await?;
+
+    // Switched off, the same attempts get through: what stopped them was the isolation. The catalog then lists
+    // tenant B's image.
+    isolation(false, &[&ari.namespace, &bea.namespace]).await?;
+    let open = match attempts(&platform, &bea).await {
+        Ok(off) => {
+            attempts_until(&platform, &prober, &off, "isolation off", |_, o| {
+                got_through(o)
+            })
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    isolation(true, &[&ari.namespace, &bea.namespace]).await?;
+    let open = open?;
+    assert!(open[2].contains(&bea.namespace), "the catalog: {}", open[2]);
+    assert!(
+        open[0].contains("target") && open[1].contains("target"),
+        "{open:?}"
+    );
+    let again = attempts(&platform, &bea).await?;
+    attempts_until(&platform, &prober, &again, "isolation on again", |_, o| {
+        !got_through(o)
+    })
+    .await?;
+    platform.delete_app(&ari, &prober_app).await?;
+    platform.delete_app(&bea, &target).await
+}
