@@ -184,6 +184,71 @@ async fn attach_list_and_detach_follow_the_routes_rules() -> Result<()> {
     Ok(())
 }
 
+#[tokio::test]
+async fn parallel_attachments_never_share_a_domain_nor_pass_the_channel_s_limit() -> Result<()> {
+    let api = std::sync::Arc::new(TestApi::start().await?);
+    let carol = api.user("domc", "builder").await?;
+    let dave = api.user("domd", "builder").await?;
+    let (carol_app, carol_channel, _) = static_app(&api, &carol, "site").await;
+    let (dave_app, dave_channel, _) = static_app(&api, &dave, "site").await;
+    let attach = |user: &User, path: String, domain: String| {
+        let (api, user) = (api.clone(), user.clone());
+        tokio::spawn(async move { api.post(&path, &user, json!({"domain": domain})).await })
+    };
+    // Two tenants want one domain at once: one gets it.
+    let mut dave_holds = 0;
+    for round in 0..4 {
+        let domain = format!("both-{round}-{}.example", random());
+        let replies = [
+            attach(
+                &carol,
+                domains_path(&carol_app, &carol_channel),
+                domain.clone(),
+            ),
+            attach(
+                &dave,
+                domains_path(&dave_app, &dave_channel),
+                domain.clone(),
+            ),
+        ];
+        let mut statuses = Vec::new();
+        for reply in replies {
+            let reply = reply.await?;
+            statuses.push(reply.status);
+            if reply.status != 201 {
+                reply.expect(409, Some("domain_taken"));
+            }
+        }
+        if statuses[1] == 201 {
+            dave_holds += 1;
+        }
+        statuses.sort_unstable();
+        assert_eq!(statuses, [201, 409], "round {round}");
+    }
+    // Eight at once on one channel: five fit.
+    let path = domains_path(&dave_app, &dave_channel);
+    let r = random();
+    let replies: Vec<_> = (0..8)
+        .map(|i| attach(&dave, path.clone(), format!("many-{i}-{r}.example")))
+        .collect();
+    let mut attached = 0;
+    for reply in replies {
+        let reply = reply.await?;
+        if reply.status == 201 {
+            attached += 1;
+        } else {
+            reply.expect(400, Some("domain_limit_reached"));
+        }
+    }
+    let listed = api.get(&path, &dave).await.expect(200, None)["domains"]
+        .as_array()
+        .unwrap()
+        .len();
+    // Dave's channel already held the domains he won above.
+    assert_eq!((attached, listed), (5 - dave_holds, 5));
+    Ok(())
+}
+
 /// Verifies `domain` and returns the row.
 async fn verify(api: &TestApi, user: &User, path: &str, domain: &str) -> Value {
     api.post(&format!("{path}/{domain}/verify"), user, json!({}))

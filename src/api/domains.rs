@@ -9,6 +9,7 @@
 //!   so the records are answered at once, before the operator has written them.
 //! - Verify asks the operator for a check (an annotation) and answers once the check is recorded.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -28,6 +29,7 @@ use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::state::AppState;
 use crate::auth::{Caller, scopes};
+use crate::db::domain_claims::{self, DomainClaim, DomainCluster, DomainRefused};
 
 /// The longest a verify waits for the operator's check (two lookups, each retried once on a 3 s timeout, fit).
 const VERIFY_WAIT: Duration = Duration::from_secs(30);
@@ -226,6 +228,7 @@ async fn attach_domain(
         .collect();
     rules::domain_free(&domain, others.iter().map(String::as_str))?;
     rules::within_domain_limit(on_channel.len())?;
+    claim_domain(&state, &app, &channel_name, &domain).await?;
     let resource = Domain::new(
         domain.as_str(),
         DomainSpec {
@@ -234,7 +237,11 @@ async fn attach_domain(
         },
     );
     let api: Api<Domain> = Api::namespaced(state.kube().clone(), &app.namespace);
-    let created = match api.create(&PostParams::default(), &resource).await {
+    let created = api.create(&PostParams::default(), &resource).await;
+    if created.is_err() {
+        domain_claims::release(state.db(), &app.namespace, domain.as_str()).await?;
+    }
+    let created = match created {
         Ok(created) => created,
         // Another channel of this account holds a Domain of this name (the webhook's domain_taken, or the object
         // name): the domain is taken.
@@ -336,5 +343,58 @@ async fn detach_domain(
         .cache()
         .domain_gone(resource.metadata.uid.as_deref().unwrap_or_default())
         .await?;
+    domain_claims::release(state.db(), &app.namespace, &resource.spec.domain).await?;
     Ok(Json(Detached { ok: true }))
+}
+
+/// The cluster as the API's cache sees it, for domain claims.
+struct CachedDomains<'a>(&'a crate::platform::cache::Cache);
+
+impl DomainCluster for CachedDomains<'_> {
+    fn has_domain(&self, namespace: &str, channel: &str, domain: &str) -> bool {
+        self.0
+            .domains_of(namespace, channel)
+            .iter()
+            .any(|d| d.spec.domain == domain)
+    }
+
+    fn domains_on(&self, namespace: &str, channel: &str) -> BTreeSet<String> {
+        self.0
+            .domains_of(namespace, channel)
+            .iter()
+            .map(|d| d.spec.domain.clone())
+            .collect()
+    }
+}
+
+/// Claims `domain` for the channel in the platform database, the arbiter between parallel attachments (see
+/// [`crate::db::domain_claims`]): 409 `domain_taken` when another channel holds it, the limit's error when the
+/// channel holds the most it may.
+async fn claim_domain(
+    state: &AppState,
+    app: &VisibleApp,
+    channel: &str,
+    domain: &DomainName,
+) -> Result<(), ApiError> {
+    let owner = crate::db::users::by_username(state.db(), app.owner.as_str())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("owner {} has no account", app.owner))?;
+    let claim = DomainClaim {
+        user_id: owner.id,
+        namespace: &app.namespace,
+        channel,
+        domain: domain.as_str(),
+    };
+    let outcome = domain_claims::claim(
+        state.db(),
+        &claim,
+        rules::MAX_DOMAINS_PER_CHANNEL,
+        &CachedDomains(state.cache()),
+    )
+    .await?;
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(DomainRefused::Taken) => Err(rules::domain_taken(domain).into()),
+        Err(DomainRefused::LimitReached) => Err(rules::domain_limit_reached().into()),
+    }
 }

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod bandwidth;
 pub mod claims;
 pub mod deploy_logs;
+pub mod domain_claims;
 pub mod members;
 pub mod mirrors;
 pub mod ssh_keys;

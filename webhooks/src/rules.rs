@@ -150,25 +150,35 @@ pub fn domain_free<'a>(
     existing: impl IntoIterator<Item = &'a str>,
 ) -> Result<(), Denial> {
     if existing.into_iter().any(|d| d == domain.as_str()) {
-        return Err(Denial {
-            kind: DenialKind::Taken,
-            message: format!("the domain {domain} is already attached to another channel"),
-        });
+        return Err(domain_taken(domain));
     }
     Ok(())
+}
+
+/// The denial of a domain another channel holds.
+pub fn domain_taken(domain: &DomainName) -> Denial {
+    Denial {
+        kind: DenialKind::Taken,
+        message: format!("the domain {domain} is already attached to another channel"),
+    }
 }
 
 /// A channel has at most [`MAX_DOMAINS_PER_CHANNEL`] custom domains; `existing` counts the ones it has.
 pub fn within_domain_limit(existing: usize) -> Result<(), Denial> {
     if existing >= MAX_DOMAINS_PER_CHANNEL {
-        return Err(Denial {
-            kind: DenialKind::LimitReached,
-            message: format!(
-                "a channel has at most {MAX_DOMAINS_PER_CHANNEL} custom domains; detach one before adding another"
-            ),
-        });
+        return Err(domain_limit_reached());
     }
     Ok(())
+}
+
+/// The denial of one domain more than a channel may have.
+pub fn domain_limit_reached() -> Denial {
+    Denial {
+        kind: DenialKind::LimitReached,
+        message: format!(
+            "a channel has at most {MAX_DOMAINS_PER_CHANNEL} custom domains; detach one before adding another"
+        ),
+    }
 }
 
 /// How many channels count against the cap of the account whose namespace is `namespace`: live channels whose App
