@@ -130,6 +130,24 @@ EOF
 
   # Builds pull warm bases (docker.io/library/...) from the local registry, and push there over plain HTTP. Build
   # Jobs reach the daemon over TCP on the node's address (plain gRPC: nothing beyond this machine reaches it).
+  # The build steps' network: a bridge of its own with masquerade, so that on a connected node they reach outside
+  # package registries; hack/node.sh's build_steps_stay_out drops everything else they send.
+  cat >"$NODE/buildkit/cni.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "slipway-build",
+  "plugins": [
+    {
+      "type": "bridge", "bridge": "$BUILD_BRIDGE", "isGateway": true, "ipMasq": true,
+      "ipam": {
+        "type": "host-local", "dataDir": "$NODE/buildkit/ipam",
+        "ranges": [[{"subnet": "$BUILD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+EOF
+
   cat >"$NODE/buildkitd.toml" <<EOF
 root = "$NODE/buildkit"
 [grpc]
@@ -138,7 +156,10 @@ root = "$NODE/buildkit"
   enabled = true
   snapshotter = "overlayfs"
   binary = "$(command -v runc)"
-  networkMode = "host"
+  # Build steps (RUN) run in a network of their own (the bridge below), not the node's.
+  networkMode = "cni"
+  cniConfigPath = "$NODE/buildkit/cni.conflist"
+  cniBinaryPath = "/usr/lib/cni"
   defaultCgroupParent = "/$NAME/buildkit"
   gc = false
 [worker.containerd]

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes cluster on this machine, on top of hack/control-plane.sh: containerd 2 with
 # Debian's runc, the kubelet, kube-proxy (iptables mode), CNI bridge networking, kube-router enforcing
-# NetworkPolicies (its firewall only: iptables and ipset), CoreDNS, a local image registry and BuildKit. It runs pods from images built here (hack/build-images.sh) and never pulls from outside.
+# NetworkPolicies (its firewall only: iptables and ipset), CoreDNS, a local image registry and BuildKit, whose build
+# steps run on a bridge of their own that reaches nothing internal. It runs pods from images built here
+# (hack/build-images.sh) and never pulls from outside.
 #
 # usage: hack/node.sh start    build what is missing, start the control plane and the node (or reuse a healthy one)
 #        hack/node.sh stop     stop the node and the control plane and remove everything they left
 #        hack/node.sh status   exit 0 when the node is Ready
 #        hack/node.sh env      print the exports a shell or a test needs (KUBECONFIG, registry, BuildKit, builder image)
+#        hack/node.sh build-network open|isolated
+#                              drop or restore the rules that keep build steps from internal addresses
 #
 # The node lives in a network namespace of its own (slipway-node<slot>), linked to the host by a veth pair with
 # addresses we create: the host end carries the apiserver, the node end the kubelet and the registry. Pods get
@@ -36,6 +40,11 @@ HOST_IP=10.243.$SLOT.1
 NODE_IP=10.243.$SLOT.2
 POD_CIDR=10.$((244 + SLOT)).0.0/16
 SERVICE_CIDR=10.$((96 + SLOT)).0.0/16
+BUILD_BRIDGE=buildkit0              # build steps' network (inside the node's namespace)
+BUILD_CIDR=172.30.$SLOT.0/24
+# What build steps may not reach: private, shared and link-local ranges, which hold the cluster's pods, Services
+# and nodes, this machine and cloud metadata.
+INTERNAL_CIDRS=(10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 100.64.0.0/10 169.254.0.0/16)
 DNS_IP=10.$((96 + SLOT)).0.10
 NODE_NAME=slipway-node
 REGISTRY="$NODE_IP:5000"
@@ -134,11 +143,37 @@ net_up() {
   in_node ip route add "$SERVICE_CIDR" dev eth0
 }
 
-# Pods reach the host (the apiserver) and nothing else through the link. Inserted once kube-proxy has put its
-# chains in FORWARD, so that it stays the first rule.
+# Pods reach the host (the apiserver) and nothing else through the link. In the mangle table, which runs before
+# the filter table's FORWARD, where kube-router keeps its own chain first and accepts what policies allow.
 pods_stay_local() {
-  in_node iptables -I FORWARD 1 -i cni0 -o eth0 ! -d "$HOST_IP" \
+  in_node iptables -t mangle -I FORWARD 1 -i cni0 -o eth0 ! -d "$HOST_IP" \
     -m comment --comment "$NAME: pods reach nothing beyond this machine" -j DROP
+}
+
+# Build steps reach the outside and nothing of this machine or the cluster: not the node's own services (the
+# kubelet, the registry, BuildKit's port, node ports), not pods or Services, not the host, not each other. The
+# rules sit in the raw table, before kube-proxy rewrites Service addresses and before kube-router's FORWARD chain
+# accepts traffic to pods without policies. Only DNS to the resolvers build steps are given stays open.
+build_steps_stay_out() {
+  local cidr resolver proto
+  for cidr in "${INTERNAL_CIDRS[@]}"; do
+    in_node iptables -t raw -I PREROUTING 1 -i "$BUILD_BRIDGE" -d "$cidr" \
+      -m comment --comment "$NAME: build steps reach nothing internal" -j DROP
+  done
+  for resolver in $(awk '$1 == "nameserver" && $2 !~ /^127\./ && $2 !~ /:/ { print $2 }' /etc/resolv.conf); do
+    for proto in udp tcp; do
+      in_node iptables -t raw -I PREROUTING 1 -i "$BUILD_BRIDGE" -d "$resolver" -p "$proto" --dport 53 \
+        -m comment --comment "$NAME: build steps may ask the resolver" -j ACCEPT
+    done
+  done
+}
+
+# Removes build_steps_stay_out's rules (hack/node.sh build-network open: the hostile-tenant suite's control).
+build_steps_let_out() {
+  local n
+  for n in $(in_node iptables -t raw -L PREROUTING -n --line-numbers | awk -v tag="/* $NAME: build steps" 'index($0, tag) { print $1 }' | sort -rn); do
+    in_node iptables -t raw -D PREROUTING "$n"
+  done
 }
 
 net_down() {
@@ -261,6 +296,7 @@ start() {
   launch kube-proxy "$KUBE_DIR/bin/kube-proxy" --config="$NODE/kube-proxy.yaml"
   wait_for kube-proxy 30 in_node curl -sf http://127.0.0.1:10256/healthz
   pods_stay_local
+  build_steps_stay_out
 
   # Only the NetworkPolicy controller: pod networking is the bridge's and Services are kube-proxy's. Its chains and
   # ipsets live in the node's network namespace and go with it.
@@ -308,5 +344,12 @@ case "${1:-}" in
     if healthy; then log "node $NODE_NAME is Ready"; else log "not running"; exit 1; fi
     ;;
   env) print_env ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  build-network)
+    case "${2:-}" in
+      open) build_steps_let_out; log "build steps reach everything the node reaches" ;;
+      isolated) build_steps_let_out; build_steps_stay_out; log "build steps reach nothing internal" ;;
+      *) die "usage: hack/node.sh build-network open|isolated" ;;
+    esac
+    ;;
+  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

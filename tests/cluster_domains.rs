@@ -225,6 +225,31 @@ async fn parallel_attachments_never_share_a_domain_nor_pass_the_channel_s_limit(
         statuses.sort_unstable();
         assert_eq!(statuses, [201, 409], "round {round}");
     }
+    // One tenant attaching one domain twice at once: both answers are the one attachment.
+    let domain = format!("twice-{}.example", random());
+    let path = domains_path(&carol_app, &carol_channel);
+    let twice = [
+        attach(&carol, path.clone(), domain.clone()),
+        attach(&carol, path.clone(), domain.clone()),
+    ];
+    let mut tokens = Vec::new();
+    for reply in twice {
+        let reply = reply.await?.expect(201, None);
+        tokens.push(reply["dns_records"]["txt_value"].clone());
+    }
+    assert_eq!(tokens[0], tokens[1]);
+    let listed = api.get(&path, &carol).await.expect(200, None)["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["domain"] == domain.as_str())
+        .count();
+    assert_eq!(listed, 1);
+    // The claim outlived the race: another tenant still cannot take it.
+    attach(&dave, domains_path(&dave_app, &dave_channel), domain)
+        .await?
+        .expect(409, Some("domain_taken"));
+
     // Eight at once on one channel: five fit.
     let path = domains_path(&dave_app, &dave_channel);
     let r = random();

@@ -3,9 +3,11 @@
 //! api's internal listener, the operator's, webhook's and edge's admin ports, the kubelet, the apiserver and the
 //! platform database. With the chart's isolation (NetworkPolicies the operator keeps in every tenant namespace,
 //! enforced on the test node by kube-router) every attempt fails, while what an app needs (DNS, its data server,
-//! the S3 gateway, the edge reaching it) still works. Then the same attempts run with isolation switched off
-//! (`helm upgrade --set isolation.networkPolicies=false`) and succeed, so the suite shows the policies are what
-//! stops them. The list of attempts and their outcomes is printed (run with --show-output).
+//! the S3 gateway, the edge reaching it) still works. A RUN step of tenant A's Dockerfile makes the same attempts
+//! and fails at each: build steps run on BuildKit's own bridge, which reaches nothing internal. Then the same
+//! attempts run with isolation switched off (`helm upgrade --set isolation.networkPolicies=false`, and
+//! `hack/node.sh build-network open` for the build step) and succeed, so the suite shows the policies and the build
+//! network are what stop them. The list of attempts and their outcomes is printed (run with --show-output).
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use support::git::{Workspace, http_remote};
-use support::platform::{Account, Installed, kubectl, root};
+use support::platform::{Account, Installed, hack, kubectl};
 
 /// The prober: answers what a connection or a GET from inside its pod came to.
 const PROBER: &str = include_str!("isolation/prober.py");
@@ -38,6 +40,8 @@ struct Attempt {
     what: &'static str,
     /// The prober's path and query.
     probe: String,
+    /// The prober's argument when a build step runs it (`connect:HOST:PORT`, `get:URL`).
+    step: String,
 }
 
 impl Attempt {
@@ -45,6 +49,7 @@ impl Attempt {
         Self {
             what,
             probe: format!("/connect?to={}", encoded(to)),
+            step: format!("connect:{to}"),
         }
     }
 
@@ -52,6 +57,16 @@ impl Attempt {
         Self {
             what,
             probe: format!("/get?url={}", encoded(url)),
+            step: format!("get:{url}"),
+        }
+    }
+
+    /// A question for the prober's own routes (`/env`, `/resolve`), which a build step does not ask.
+    fn ask(what: &'static str, probe: &str) -> Self {
+        Self {
+            what,
+            probe: probe.into(),
+            step: String::new(),
         }
     }
 }
@@ -106,6 +121,108 @@ async fn run_app(
         .wait_for_page(&platform.prod_host(account, name), "/", "")
         .await?;
     Ok(app)
+}
+
+/// Tenant A's `docker` app whose Dockerfile runs the prober over the attempts in a RUN step.
+struct BuildStep {
+    app: String,
+    channel: String,
+    ws: Workspace,
+}
+
+impl BuildStep {
+    async fn create(platform: &Installed, account: &Account) -> Result<Self> {
+        let (app, channel) = platform.create_app(account, "stepper", "docker").await?;
+        let ws = Workspace::new()?;
+        ws.git(".", &["init", "-q", "-b", "master", "stepper"])
+            .await?;
+        Ok(Self { app, channel, ws })
+    }
+
+    /// The deploy's log once it holds every attempt's outcome (the build is done then; whether the app starts
+    /// does not matter here), or once the deploy finished.
+    async fn build_log(
+        &self,
+        platform: &Installed,
+        account: &Account,
+        id: &str,
+        attempts: &[Attempt],
+    ) -> Result<String> {
+        let path = format!(
+            "/apps/{}/channels/{}/logs?deploy={id}&max_bytes=262144",
+            self.app, self.channel
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+        loop {
+            let reply = platform
+                .call("GET", &path, account, None)
+                .await?
+                .expect(200);
+            let log = reply["log"].as_str().unwrap_or_default().to_owned();
+            let complete = attempts
+                .iter()
+                .all(|a| log.contains(&format!("probe {} => ", a.step)));
+            let finished = matches!(reply["status"].as_str(), Some("success" | "failed"));
+            if complete || finished || tokio::time::Instant::now() > deadline {
+                return Ok(log);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Builds and deploys a commit whose RUN step makes every attempt; returns their outcomes as the build log
+    /// printed them, and prints them as a table under `label`.
+    async fn attempts(
+        &self,
+        platform: &Installed,
+        account: &Account,
+        attempts: &[Attempt],
+        label: &str,
+    ) -> Result<Vec<String>> {
+        let mut run = vec!["python3".to_owned(), "/app/prober.py".to_owned()];
+        run.extend(attempts.iter().map(|a| a.step.clone()));
+        // A new ENV value each time, so the RUN step is never answered from the build cache.
+        let dockerfile = format!(
+            "FROM python:3.13-slim\nCOPY prober.py /app/prober.py\nENV PROBE_ROUND={}\nRUN {}\nCMD [\"python3\", \"/app/prober.py\"]\n",
+            uuid::Uuid::new_v4(),
+            serde_json::to_string(&run)?
+        );
+        self.ws.write("stepper/prober.py", PROBER)?;
+        self.ws.write("stepper/Dockerfile", dockerfile)?;
+        self.ws.git("stepper", &["add", "."]).await?;
+        self.ws
+            .git("stepper", &["commit", "-q", "-m", label])
+            .await?;
+        let remote = http_remote(&platform.api, &account.token, &account.username, "stepper");
+        self.ws
+            .git("stepper", &["push", "-q", &remote, "HEAD:master"])
+            .await?;
+        let sha = self
+            .ws
+            .git("stepper", &["rev-parse", "HEAD"])
+            .await?
+            .trim()
+            .to_owned();
+        let id = platform
+            .queue_deploy(account, &self.app, &self.channel, &sha)
+            .await?;
+        let log = self.build_log(platform, account, &id, attempts).await?;
+        println!("{label}:");
+        let mut outcomes = Vec::new();
+        for attempt in attempts {
+            let marker = format!("probe {} => ", attempt.step);
+            let outcome = log
+                .lines()
+                .find_map(|line| line.split_once(&marker).map(|(_, o)| o.trim().to_owned()))
+                .with_context(|| {
+                    format!("the build log has no outcome of {}:\n{log}", attempt.step)
+                })?;
+            let shown: String = outcome.chars().take(100).collect();
+            println!("  {:<58} {shown}", attempt.what);
+            outcomes.push(outcome);
+        }
+        Ok(outcomes)
+    }
 }
 
 /// `jsonpath` of the first pod in `namespace` matching `selector`.
@@ -203,21 +320,20 @@ async fn run_attempts(
 /// Switches the chart's isolation on or off (`hack/install.sh isolation`) and waits until tenant namespaces
 /// show it: the isolation policy present in (or gone from) each of `namespaces`.
 async fn isolation(on: bool, namespaces: &[&str]) -> Result<()> {
-    let out = tokio::process::Command::new(root().join("hack/install.sh"))
-        .args(["isolation", if on { "on" } else { "off" }])
-        .kill_on_drop(true)
-        .output()
-        .await?;
-    if !out.status.success() {
-        bail!(
-            "hack/install.sh isolation failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    hack("install.sh", &["isolation", if on { "on" } else { "off" }]).await?;
     for ns in namespaces {
         wait_for_policy(ns, on).await?;
     }
     Ok(())
+}
+
+/// Drops or restores the node's rules that keep build steps from internal addresses (`hack/node.sh build-network`).
+async fn build_network(isolated: bool) -> Result<()> {
+    hack(
+        "node.sh",
+        &["build-network", if isolated { "isolated" } else { "open" }],
+    )
+    .await
 }
 
 /// Waits until the isolation policy is present in `namespace` (or gone from it).
@@ -351,7 +467,10 @@ async fn attempts(platform: &Installed, bea: &Account) -> Result<Vec<Attempt>> {
         Attempt::get("the kubelet", &format!("https://{node}:10250/pods")),
         Attempt::get(
             "the apiserver, anonymously",
-            "https://kubernetes.default.svc/version",
+            &format!(
+                "https://{}/version",
+                service("default", "kubernetes").await?
+            ),
         ),
         Attempt::connect("the platform database", &platform_database),
     ])
@@ -379,17 +498,11 @@ async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_ten
     let s3 = probe(
         &platform,
         &prober,
-        &Attempt {
-            what: "S3_ENDPOINT",
-            probe: "/env?name=S3_ENDPOINT".into(),
-        },
+        &Attempt::ask("S3_ENDPOINT", "/env?name=S3_ENDPOINT"),
     )
     .await?;
     let needed = [
-        Attempt {
-            what: "DNS",
-            probe: "/resolve?name=kubernetes.default.svc.cluster.local".into(),
-        },
+        Attempt::ask("DNS", "/resolve?name=kubernetes.default.svc.cluster.local"),
         Attempt::connect("the data server", &format!("{host}:{data_server_port}")),
         Attempt::connect("the S3 gateway (S3_ENDPOINT)", &url_address(&s3)?),
     ];
@@ -420,6 +533,36 @@ async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_ten
     assert!(
         blocked.iter().all(|o| o == "refused" || o == "timeout"),
         "{blocked:?}"
+    );
+
+    // A build step of tenant A (RUN in its Dockerfile) fails at every attempt too: build steps run in BuildKit's
+    // own network, which reaches nothing internal.
+    let stepper = BuildStep::create(&platform, &ari).await?;
+    let from_build = stepper
+        .attempts(
+            &platform,
+            &ari,
+            &attempts(&platform, &bea).await?,
+            "a build step",
+        )
+        .await?;
+    assert!(from_build.iter().all(|o| !got_through(o)), "{from_build:?}");
+    // With the build network's rules dropped, the same step reaches the platform's internals and the node (tenant
+    // B's pod keeps its own policy): what stopped it was the build network.
+    build_network(false).await?;
+    let open_build = stepper
+        .attempts(
+            &platform,
+            &ari,
+            &attempts(&platform, &bea).await?,
+            "a build step, its network open",
+        )
+        .await;
+    build_network(true).await?;
+    let open_build = open_build?;
+    assert!(
+        open_build[2..].iter().all(|o| got_through(o)),
+        "{open_build:?}"
     );
 
     // A policy deleted by hand comes back (the operator follows its policies).
@@ -458,5 +601,6 @@ async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_ten
     })
     .await?;
     platform.delete_app(&ari, &prober_app).await?;
+    platform.delete_app(&ari, &stepper.app).await?;
     platform.delete_app(&bea, &target).await
 }

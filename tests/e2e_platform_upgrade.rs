@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use support::git::{Workspace, http_remote};
-use support::platform::{Installed, kubectl, root};
+use support::platform::{Installed, hack, kubectl};
 
 const SERVER: &str = r#"import os, http.server
 
@@ -100,18 +100,7 @@ async fn push(
 }
 
 async fn script(args: &[&str]) -> Result<()> {
-    let out = tokio::process::Command::new(root().join("hack/install.sh"))
-        .args(args)
-        .kill_on_drop(true)
-        .output()
-        .await?;
-    if !out.status.success() {
-        bail!(
-            "hack/install.sh {args:?} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
+    hack("install.sh", args).await
 }
 
 /// The slipway images the release's pods run, leaving out pods on their way out (the bundled object-store backend

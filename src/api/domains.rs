@@ -232,28 +232,32 @@ async fn attach_domain(
     let resource = Domain::new(
         domain.as_str(),
         DomainSpec {
-            channel: channel_name,
+            channel: channel_name.clone(),
             domain: domain.to_string(),
         },
     );
     let api: Api<Domain> = Api::namespaced(state.kube().clone(), &app.namespace);
-    let created = api.create(&PostParams::default(), &resource).await;
-    if created.is_err() {
-        domain_claims::release(state.db(), &app.namespace, domain.as_str()).await?;
-    }
-    let created = match created {
+    let created = match api.create(&PostParams::default(), &resource).await {
         Ok(created) => created,
-        // Another channel of this account holds a Domain of this name (the webhook's domain_taken, or the object
-        // name): the domain is taken.
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            return Err(ApiError::DomainTaken(format!(
-                "the domain {domain} is already attached to another channel"
-            )));
+        Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(domain.as_str()).await? {
+            // A parallel attachment of the same domain to this channel made it first: the answer of a re-attach,
+            // and the claim is that attachment's.
+            Some(existing) if existing.spec.channel == channel_name => existing,
+            // Another channel of this account holds a Domain of this name (made with kubectl): taken.
+            _ => {
+                domain_claims::release(state.db(), &app.namespace, domain.as_str()).await?;
+                return Err(rules::domain_taken(&domain).into());
+            }
+        },
+        Err(e) => {
+            domain_claims::release(state.db(), &app.namespace, domain.as_str()).await?;
+            return Err(match e {
+                kube::Error::Api(s) if s.code == 400 || s.code == 422 => {
+                    ApiError::bad_request(s.message)
+                }
+                e => e.into(),
+            });
         }
-        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => {
-            return Err(ApiError::bad_request(s.message));
-        }
-        Err(e) => return Err(e.into()),
     };
     let uid = created.metadata.uid.clone().unwrap_or_default();
     let cached = state.cache().domain_where(&uid, |_| true).await?;

@@ -59,8 +59,9 @@ impl Row {
 }
 
 /// Claims `new.domain` for its channel, which may hold at most `limit` domains (counting the cluster's and the
-/// claims in flight), or says why not. Claiming a domain the channel holds already succeeds. Nothing is claimed
-/// when it is refused.
+/// claims in flight), or says why not. Claiming a domain whose Domain the channel has already succeeds; a claim of
+/// the channel's own still in flight is made again (a fresh time, the limit counted). Nothing is claimed when it is
+/// refused.
 pub async fn claim(
     db: &PgPool,
     new: &DomainClaim<'_>,
@@ -82,8 +83,13 @@ pub async fn claim(
         .fetch_optional(&mut *tx)
         .await?;
     match holder {
-        Some(h) if h.holds(new) => return Ok(Ok(())),
-        Some(h) if !h.lapsed(cluster) => return Ok(Err(DomainRefused::Taken)),
+        // The channel has the Domain: nothing to claim.
+        Some(h) if h.holds(new) && cluster.has_domain(new.namespace, new.channel, new.domain) => {
+            return Ok(Ok(()));
+        }
+        Some(h) if !h.holds(new) && !h.lapsed(cluster) => return Ok(Err(DomainRefused::Taken)),
+        // A lapsed claim, or this channel's own in flight: claimed again below, with a fresh time, within the
+        // limit.
         Some(_) => {
             sqlx::query("DELETE FROM domain_claims WHERE domain = $1")
                 .bind(new.domain)

@@ -5,10 +5,13 @@
 #   GET /get?url=URL               "<status> <first 4000 bytes of the body>" or the connection's outcome as above
 #   GET /resolve?name=NAME         the first address NAME resolves to, or "error <reason>"
 #   GET /env?name=NAME             the value of an environment variable of the pod ("" when unset)
+# Run with arguments instead (a build step does), it tries each `connect:HOST:PORT` or `get:URL` and prints one line
+# `probe ARGUMENT => OUTCOME` for each.
 import http.server
 import os
 import socket
 import ssl
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -78,4 +81,10 @@ class Prober(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Prober).serve_forever()
+if len(sys.argv) > 1:
+    for arg in sys.argv[1:]:
+        kind, target = arg.split(":", 1)
+        result = connect(target) if kind == "connect" else get(target)
+        print("probe {} => {}".format(arg, result.replace("\n", " ")[:200]), flush=True)
+else:
+    http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Prober).serve_forever()

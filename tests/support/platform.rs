@@ -99,6 +99,22 @@ pub async fn kubectl(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Runs `hack/SCRIPT ARGS...` (the installer, the node's controls), failing with its stderr when it fails.
+pub async fn hack(script: &str, args: &[&str]) -> Result<()> {
+    let out = tokio::process::Command::new(root().join("hack").join(script))
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    if !out.status.success() {
+        bail!(
+            "hack/{script} {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
 /// Runs kubectl and returns its whole output, whatever the exit.
 pub async fn kubectl_run(args: &[&str]) -> Result<std::process::Output> {
     let kubectl = var("SLIPWAY_KUBECTL")?;
