@@ -6,6 +6,7 @@ pub mod blob;
 pub mod build;
 pub mod channel;
 pub mod context;
+mod deletion;
 pub mod deploy;
 pub mod domain;
 pub mod error;

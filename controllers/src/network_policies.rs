@@ -14,12 +14,13 @@ use std::path::Path;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde::Deserialize as _;
 use slipway_crds::labels;
 
 use crate::context::FIELD_MANAGER;
+use crate::deletion::delete_if_present;
 use crate::error::Error;
 
 /// Reads the policies of every `*.yaml` / `*.yml` file in `dir` (several documents per file allowed). Each must be
@@ -117,14 +118,7 @@ pub async fn keep(
         ListParams::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
     for stale in api.list(&managed).await? {
         if !wanted.contains(&stale.name_any()) {
-            match api
-                .delete(&stale.name_any(), &DeleteParams::default())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            delete_if_present(&api, &stale.name_any()).await?;
         }
     }
     Ok(())

@@ -1,18 +1,21 @@
-//! The platform database as the arbiter of plan caps and hostnames on the API path (see [`crate::db::claims`]).
-//! The cache answers first, for a clear message without a round trip; the claim decides, so parallel requests
-//! cannot beat the cap or share a hostname. A claim is released when the channel's write to the cluster fails and
-//! when the API deletes the channel or its app.
+//! The platform database as the arbiter of plan caps, hostnames and custom domains on the API path (see
+//! [`crate::db::claims`] and [`crate::db::domain_claims`]). The cache answers first, for a clear message without a
+//! round trip; the claim decides, so parallel requests cannot beat the cap or the domain limit, or share a hostname
+//! or a domain. A claim is released when the write to the cluster fails and when the API deletes the channel, its
+//! app or the domain.
 
 use std::collections::BTreeSet;
 
-use slipway_crds::names::{self, AppName, ChannelName, Username};
+use slipway_crds::names::{self, AppName, ChannelName, DomainName, Username};
 use slipway_crds::plans::Plan;
 use slipway_webhooks::rules;
 use uuid::Uuid;
 
+use super::access::VisibleApp;
 use super::error::ApiError;
 use super::state::AppState;
 use crate::db::claims::{self, Claim, Cluster, Refused};
+use crate::db::domain_claims::{self, DomainClaim, DomainCluster, DomainRefused};
 use crate::platform::cache::Cache;
 
 /// The cluster as the API's cache sees it.
@@ -37,6 +40,16 @@ impl Cluster for Cached<'_> {
         .into_iter()
         .filter_map(|c| c.metadata.name.clone())
         .collect()
+    }
+}
+
+impl DomainCluster for Cached<'_> {
+    fn domains_on(&self, namespace: &str, channel: &str) -> BTreeSet<String> {
+        self.0
+            .domains_of(namespace, channel)
+            .iter()
+            .map(|d| d.spec.domain.clone())
+            .collect()
     }
 }
 
@@ -104,4 +117,44 @@ pub async fn release(
 /// Releases the claims of every channel of an app.
 pub async fn release_app(state: &AppState, namespace: &str, app: &AppName) -> Result<(), ApiError> {
     Ok(claims::release_app(state.db(), namespace, app.as_str()).await?)
+}
+
+/// Claims `domain` for the Channel resource `channel` of `app`: 409 `domain_taken` when another channel holds it,
+/// 400 `domain_limit_reached` when the channel holds the most it may.
+pub async fn claim_domain(
+    state: &AppState,
+    app: &VisibleApp,
+    channel: &str,
+    domain: &DomainName,
+) -> Result<(), ApiError> {
+    let owner = crate::db::users::by_username(state.db(), app.owner.as_str())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("owner {} has no account", app.owner))?;
+    let claim = DomainClaim {
+        user_id: owner.id,
+        namespace: &app.namespace,
+        channel,
+        domain: domain.as_str(),
+    };
+    let outcome = domain_claims::claim(
+        state.db(),
+        &claim,
+        rules::MAX_DOMAINS_PER_CHANNEL,
+        &Cached(state.cache()),
+    )
+    .await?;
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(DomainRefused::Taken) => Err(rules::domain_taken(domain).into()),
+        Err(DomainRefused::LimitReached) => Err(rules::domain_limit_reached().into()),
+    }
+}
+
+/// Releases the claim of `domain` in `namespace` (its Domain's creation failed, or it was detached).
+pub async fn release_domain(
+    state: &AppState,
+    namespace: &str,
+    domain: &str,
+) -> Result<(), ApiError> {
+    Ok(domain_claims::release(state.db(), namespace, domain).await?)
 }

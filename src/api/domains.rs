@@ -9,7 +9,6 @@
 //!   so the records are answered at once, before the operator has written them.
 //! - Verify asks the operator for a check (an annotation) and answers once the check is recorded.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -25,11 +24,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::access::{self, Action, VisibleApp};
+use super::claims;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::state::AppState;
 use crate::auth::{Caller, scopes};
-use crate::db::domain_claims::{self, DomainClaim, DomainCluster, DomainRefused};
 
 /// The longest a verify waits for the operator's check (two lookups, each retried once on a 3 s timeout, fit).
 const VERIFY_WAIT: Duration = Duration::from_secs(30);
@@ -228,7 +227,7 @@ async fn attach_domain(
         .collect();
     rules::domain_free(&domain, others.iter().map(String::as_str))?;
     rules::within_domain_limit(on_channel.len())?;
-    claim_domain(&state, &app, &channel_name, &domain).await?;
+    claims::claim_domain(&state, &app, &channel_name, &domain).await?;
     let resource = Domain::new(
         domain.as_str(),
         DomainSpec {
@@ -245,12 +244,12 @@ async fn attach_domain(
             Some(existing) if existing.spec.channel == channel_name => existing,
             // Another channel of this account holds a Domain of this name (made with kubectl): taken.
             _ => {
-                domain_claims::release(state.db(), &app.namespace, domain.as_str()).await?;
+                claims::release_domain(&state, &app.namespace, domain.as_str()).await?;
                 return Err(rules::domain_taken(&domain).into());
             }
         },
         Err(e) => {
-            domain_claims::release(state.db(), &app.namespace, domain.as_str()).await?;
+            claims::release_domain(&state, &app.namespace, domain.as_str()).await?;
             return Err(match e {
                 kube::Error::Api(s) if s.code == 400 || s.code == 422 => {
                     ApiError::bad_request(s.message)
@@ -347,58 +346,6 @@ async fn detach_domain(
         .cache()
         .domain_gone(resource.metadata.uid.as_deref().unwrap_or_default())
         .await?;
-    domain_claims::release(state.db(), &app.namespace, &resource.spec.domain).await?;
+    claims::release_domain(&state, &app.namespace, &resource.spec.domain).await?;
     Ok(Json(Detached { ok: true }))
-}
-
-/// The cluster as the API's cache sees it, for domain claims.
-struct CachedDomains<'a>(&'a crate::platform::cache::Cache);
-
-impl DomainCluster for CachedDomains<'_> {
-    fn has_domain(&self, namespace: &str, channel: &str, domain: &str) -> bool {
-        self.0
-            .domains_of(namespace, channel)
-            .iter()
-            .any(|d| d.spec.domain == domain)
-    }
-
-    fn domains_on(&self, namespace: &str, channel: &str) -> BTreeSet<String> {
-        self.0
-            .domains_of(namespace, channel)
-            .iter()
-            .map(|d| d.spec.domain.clone())
-            .collect()
-    }
-}
-
-/// Claims `domain` for the channel in the platform database, the arbiter between parallel attachments (see
-/// [`crate::db::domain_claims`]): 409 `domain_taken` when another channel holds it, the limit's error when the
-/// channel holds the most it may.
-async fn claim_domain(
-    state: &AppState,
-    app: &VisibleApp,
-    channel: &str,
-    domain: &DomainName,
-) -> Result<(), ApiError> {
-    let owner = crate::db::users::by_username(state.db(), app.owner.as_str())
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("owner {} has no account", app.owner))?;
-    let claim = DomainClaim {
-        user_id: owner.id,
-        namespace: &app.namespace,
-        channel,
-        domain: domain.as_str(),
-    };
-    let outcome = domain_claims::claim(
-        state.db(),
-        &claim,
-        rules::MAX_DOMAINS_PER_CHANNEL,
-        &CachedDomains(state.cache()),
-    )
-    .await?;
-    match outcome {
-        Ok(()) => Ok(()),
-        Err(DomainRefused::Taken) => Err(rules::domain_taken(domain).into()),
-        Err(DomainRefused::LimitReached) => Err(rules::domain_limit_reached().into()),
-    }
 }

@@ -34,10 +34,13 @@ pub enum DomainRefused {
 
 /// What the caller knows from the cluster: which Domains exist.
 pub trait DomainCluster {
-    /// Whether a Domain of `domain` attached to `channel` exists in `namespace`.
-    fn has_domain(&self, namespace: &str, channel: &str, domain: &str) -> bool;
     /// The domains of the Channel resource `channel` in `namespace`.
     fn domains_on(&self, namespace: &str, channel: &str) -> BTreeSet<String>;
+
+    /// Whether the Channel resource `channel` in `namespace` has a Domain of `domain`.
+    fn has_domain(&self, namespace: &str, channel: &str, domain: &str) -> bool {
+        self.domains_on(namespace, channel).contains(domain)
+    }
 }
 
 #[derive(sqlx::FromRow)]

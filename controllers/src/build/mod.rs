@@ -309,14 +309,7 @@ async fn still_wanted(ctx: &Context, job: &Job) -> Result<bool, Error> {
     };
     if !wanted {
         let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
-        match jobs
-            .delete(&job.name_any(), &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        crate::deletion::delete_if_present(&jobs, &job.name_any()).await?;
     }
     Ok(wanted)
 }

@@ -16,12 +16,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use slipway_crds::{App, Channel, Deploy, ReadyBy, labels, plans::Plan};
 
 use crate::context::{Context, FIELD_MANAGER};
+use crate::deletion::delete_if_present;
 use crate::error::Error;
 
 pub use objects::{APP_CONTAINER, APP_UID, FORWARD_PORT, HTTP_PORT, Names};
@@ -165,18 +166,6 @@ where
     match api.create(&params, object).await {
         Ok(created) => Ok(created),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(api.get(&name).await?),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Deletes the object `name`; a missing one is fine. Its pods (for a Deployment) go with it in the background.
-async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<(), Error>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
