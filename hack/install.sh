@@ -2,7 +2,7 @@
 # Installs slipway on the local node the way a platform team installs it on theirs: the slipway image (built here,
 # pushed to the node's registry) and the Helm chart, with the parts a platform team brings itself given as values:
 # the platform database (Debian's Postgres on this machine, reached by pods on the host's end of the node's link),
-# the channels' data server (a second Postgres there, hack/data-server.sh), the registry and BuildKit (the node's
+# the channels' data server (a second Postgres there, hack/data-server.sh), the registries and BuildKit (the node's
 # own). Git repositories and the bundled object-store backend's data live on
 # PersistentVolumes this script provides (host directories) for the chart's claims to bind; the backend runs from
 # the versitygw image hack/build-images.sh makes, pushed to the node's registry. The API, git over SSH and the edge
@@ -37,7 +37,7 @@ CERT_NAMESPACE=slipway-certificates
 APP_DOMAIN=${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost}
 GIT_HOST=${SLIPWAY_GIT_HOST:-git.slipway.localhost}
 # Node ports of the API (REST and git over HTTP), git over SSH and the edge.
-API_NODE_PORT=30080
+API_NODE_PORT=$SLIPWAY_API_NODE_PORT   # the node's apps registry asks for tokens there (hack/node.sh)
 SSH_NODE_PORT=30022
 EDGE_NODE_PORT=30000
 EDGE_TLS_NODE_PORT=30443
@@ -145,7 +145,11 @@ database:
 dataServer:
   existingSecret: slipway-data-server
 build:
-  registry: $SLIPWAY_REGISTRY
+  # Apps' images go to the node's token-auth registry; the warm bases are in the open one (the Docker Hub mirror).
+  registry: $SLIPWAY_APPS_REGISTRY
+  basesRegistry: $SLIPWAY_REGISTRY
+  registryAuth:
+    existingSecret: slipway-registry-token
   buildkitAddr: $SLIPWAY_BUILDKIT_ADDR
   builderImage: $SLIPWAY_BUILDER_IMAGE
   probeImage: $SLIPWAY_PROBE_IMAGE
@@ -248,6 +252,9 @@ install() {
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n "$NAMESPACE" create secret generic slipway-data-server --from-literal=url="$data_server" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # The key the node's apps registry trusts tokens from (hack/node.sh made it and the registry's JWKS).
+  kubectl -n "$NAMESPACE" create secret generic slipway-registry-token \
+    --from-file=key.pem="$SLIPWAY_REGISTRY_TOKEN_KEY" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   # The same server as this machine reaches it (on loopback), for the addresses written below.
   (umask 077 && echo "${data_server/@$SLIPWAY_NODE_HOST_IP:/@127.0.0.1:}" >"$DIR/data-server-url")
   volumes

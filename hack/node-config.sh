@@ -22,6 +22,9 @@ write_configs() {
     printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve", "push"]\n' \
       "$REGISTRY" "$REGISTRY" >"$NODE/containerd/certs.d/$host/hosts.toml"
   done
+  mkdir -p "$NODE/containerd/certs.d/$APPS_REGISTRY"
+  printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n' \
+    "$APPS_REGISTRY" "$APPS_REGISTRY" >"$NODE/containerd/certs.d/$APPS_REGISTRY/hosts.toml"
 
   cat >"$NODE/containerd/config.toml" <<EOF
 version = 4
@@ -128,6 +131,34 @@ storage:
 http: {addr: "$REGISTRY"}
 EOF
 
+  # The apps' registry trusts one key, slipway's (kept across restarts: the installed chart holds it), named
+  # `slipway` in a JWKS made here from its public half. Nobody reaches it without a token slipway issued.
+  local key=$REGISTRY_TOKEN_KEY x y
+  if [ ! -s "$key" ]; then
+    mkdir -p "$(dirname "$key")"
+    (umask 077 && openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$key")
+  fi
+  openssl pkey -in "$key" -pubout -outform DER | tail -c 64 >"$NODE/pki/registry-token.point"
+  x=$(head -c 32 "$NODE/pki/registry-token.point" | basenc --base64url | tr -d '=\n')
+  y=$(tail -c 32 "$NODE/pki/registry-token.point" | basenc --base64url | tr -d '=\n')
+  printf '{"keys":[{"kty":"EC","crv":"P-256","kid":"slipway","use":"sig","alg":"ES256","x":"%s","y":"%s"}]}\n' \
+    "$x" "$y" >"$NODE/pki/registry-token.jwks"
+  cat >"$NODE/apps-registry.yaml" <<EOF
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage:
+  filesystem: {rootdirectory: $NODE/apps-registry}
+  delete: {enabled: true}
+http: {addr: "$APPS_REGISTRY"}
+auth:
+  token:
+    realm: http://$NODE_IP:$API_NODE_PORT/registry/token
+    service: slipway-registry
+    issuer: slipway
+    jwks: $NODE/pki/registry-token.jwks
+    signingalgorithms: [ES256]
+EOF
+
   # Builds pull warm bases (docker.io/library/...) from the local registry, and push there over plain HTTP. Build
   # Jobs reach the daemon over TCP on the node's address (plain gRPC: nothing beyond this machine reaches it).
   # The build steps' network: a bridge of its own with masquerade, so that on a connected node they reach outside
@@ -167,6 +198,8 @@ root = "$NODE/buildkit"
 [registry."docker.io"]
   mirrors = ["$REGISTRY"]
 [registry."$REGISTRY"]
+  http = true
+[registry."$APPS_REGISTRY"]
   http = true
 EOF
 }

@@ -47,14 +47,19 @@ BUILD_CIDR=172.30.$SLOT.0/24
 INTERNAL_CIDRS=(10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 100.64.0.0/10 169.254.0.0/16)
 DNS_IP=10.$((96 + SLOT)).0.10
 NODE_NAME=slipway-node
-REGISTRY="$NODE_IP:5000"
+REGISTRY="$NODE_IP:5000"          # public images: the platform's, CoreDNS, the Docker Hub mirror (open to pulls)
+# The apps' registry: token auth, with slipway's api as the token issuer (realm) on the node port hack/install.sh
+# gives it; hack/install.sh hands the signing key to the chart.
+APPS_REGISTRY="$NODE_IP:5001"
+API_NODE_PORT=30080
+REGISTRY_TOKEN_KEY="$SLIPWAY_RUN/node-keys/registry-token.pem"
 CP="$SLIPWAY_RUN/control-plane"
 PKI="$CP/pki"
 CONTAINERD_BIN="$SLIPWAY_CACHE/containerd-$CONTAINERD_VERSION/bin"
 BUILDKIT_BIN="$SLIPWAY_CACHE/buildkit-$BUILDKIT_VERSION/bin"
 KUBECTL="$KUBE_DIR/bin/kubectl"
 KUBE_ROUTER_BIN="$SLIPWAY_CACHE/kube-router-$KUBE_ROUTER_VERSION/bin/kube-router"
-DAEMONS=(kube-router kubelet kube-proxy buildkitd registry containerd)   # stop order
+DAEMONS=(kube-router kubelet kube-proxy buildkitd apps-registry registry containerd)   # stop order
 export SLIPWAY_APISERVER_ADDRESS=$HOST_IP SLIPWAY_SERVICE_CIDR=$SERVICE_CIDR
 # A proxy set for the outside must never see the node's traffic (containerd's pulls, the kubelet, our curls).
 export NO_PROXY="${NO_PROXY:+$NO_PROXY,}10.243.$SLOT.0/24,$POD_CIDR,$SERVICE_CIDR,.svc,.cluster.local"
@@ -235,6 +240,11 @@ node_ready() {
   [ "$(kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 
+# The apps' registry answers, and asks for a token from slipway.
+apps_registry_challenges() {
+  curl -s -o /dev/null -D - "http://$APPS_REGISTRY/v2/" | grep -qi '^www-authenticate: bearer realm='
+}
+
 healthy() {
   local d
   [ -f "$NODE/env" ] || return 1   # written when a start finished
@@ -282,6 +292,9 @@ start() {
   wait_for registry 30 curl -sf "http://$REGISTRY/v2/"
   log "pushing the local images"
   push_images
+  log "starting the apps' registry on http://$APPS_REGISTRY (token auth, issuer slipway)"
+  launch apps-registry "$SLIPWAY_CACHE/registry-$REGISTRY_VERSION/bin/registry" serve "$NODE/apps-registry.yaml"
+  wait_for apps-registry 30 apps_registry_challenges
 
   log "starting buildkitd $BUILDKIT_VERSION (OCI worker)"
   launch buildkitd buildkitd --config "$NODE/buildkitd.toml"
@@ -324,6 +337,9 @@ export KUBECONFIG=$CP/admin.kubeconfig
 export PATH=$KUBE_DIR/bin:$BUILDKIT_BIN:\$PATH
 export BUILDKIT_HOST=unix://$NODE/buildkit/buildkitd.sock
 export SLIPWAY_REGISTRY=$REGISTRY
+export SLIPWAY_APPS_REGISTRY=$APPS_REGISTRY
+export SLIPWAY_REGISTRY_TOKEN_KEY=$REGISTRY_TOKEN_KEY
+export SLIPWAY_API_NODE_PORT=$API_NODE_PORT
 export SLIPWAY_NODE_HOST_IP=$HOST_IP
 export SLIPWAY_NODE_IP=$NODE_IP
 export SLIPWAY_POD_CIDR=$POD_CIDR

@@ -16,6 +16,7 @@ pub mod mirror;
 pub mod operator;
 pub mod platform;
 pub mod postgres;
+pub mod registry_tokens;
 pub mod serve;
 pub mod sharing;
 pub mod telemetry;

@@ -52,6 +52,10 @@ pub struct OperatorArgs {
     /// The cluster's image registry (host:port) builds push to and nodes pull from.
     #[arg(long, env = "SLIPWAY_REGISTRY")]
     pub registry: String,
+    /// The registry that keeps the warm bases (host:port: the one BuildKit's Docker Hub mirror is), whose layers
+    /// an image's charged size leaves out. Default: --registry.
+    #[arg(long, env = "SLIPWAY_BASES_REGISTRY")]
+    pub bases_registry: Option<String>,
     /// The BuildKit daemon build pods use (tcp://host:port).
     #[arg(long, env = "SLIPWAY_BUILDKIT_ADDR")]
     pub buildkit_addr: String,
@@ -75,6 +79,9 @@ pub struct OperatorArgs {
     /// directory removes them all); unset, it leaves tenant namespaces' policies alone.
     #[arg(long, env = "SLIPWAY_TENANT_NETWORK_POLICIES")]
     pub tenant_network_policies: Option<std::path::PathBuf>,
+    /// Tokens of the cluster registry: builds push with one, and the operator reads and deletes images with its own.
+    #[command(flatten)]
+    pub registry_tokens: crate::registry_tokens::RegistryTokenArgs,
     /// Object storage (the channels' buckets).
     #[command(flatten)]
     pub blob: crate::blob::settings::BlobOperatorArgs,
@@ -137,6 +144,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| args.internal_url.clone()),
         internal: InternalEndpoint::with_token_file(args.internal_url, &args.internal_token_file)?,
         registry: args.registry,
+        bases_registry: args.bases_registry,
         buildkit_addr: args.buildkit_addr,
         probe_image: args.probe_image,
         builder_image: args.builder_image,
@@ -164,6 +172,9 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         },
     };
     let mut ctx = Context::new(client, config, metrics);
+    if let Some(tokens) = args.registry_tokens.tokens()? {
+        ctx = ctx.with_registry_tokens(tokens);
+    }
     if let Some(blob) = args.blob.settings()? {
         ctx = ctx.with_blob(blob);
     }

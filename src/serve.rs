@@ -87,6 +87,9 @@ pub struct ApiArgs {
     /// snapshots are taken.
     #[command(flatten)]
     pub snapshot_store: crate::blob::settings::S3BackendArgs,
+    /// The cluster registry's token endpoint (`/registry/token`).
+    #[command(flatten)]
+    pub registry_tokens: crate::registry_tokens::RegistryTokenArgs,
     /// Whether SQL snapshots may be downloaded; `false` answers 403 download_disabled.
     #[arg(long, env = "SLIPWAY_SNAPSHOT_DOWNLOADS", default_value_t = true, action = clap::ArgAction::Set)]
     pub snapshot_downloads: bool,
@@ -216,6 +219,9 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         .await
         .context("connect to Kubernetes")?;
     let (state, tasks) = state(&args, kube).await?;
+    if let Some(tokens) = args.registry_tokens.tokens()? {
+        state.set_registry_tokens(tokens);
+    }
     if let Some(gateway_url) = &args.s3_gateway_url {
         state.set_blob_access(crate::blob::access::BlobAccess {
             gateway_url: gateway_url.clone(),

@@ -39,6 +39,7 @@ fn context(client: kube::Client, namespace: &str) -> Arc<Context> {
         },
         pod_internal_url: "http://127.0.0.1:9".into(),
         registry: "127.0.0.1:9".into(),
+        bases_registry: None,
         buildkit_addr: "tcp://127.0.0.1:9".into(),
         probe_image: "busybox".into(),
         builder_image: "127.0.0.1:9/slipway/builder:unused".into(),

@@ -136,7 +136,7 @@ impl Fixture {
 
     async fn tags(&self, committed: &Committed) -> Result<Vec<String>> {
         let registry = self.ctx.config.registry.clone();
-        Ok(Registry::new(&registry)
+        Ok(Registry::new(&registry, None)
             .tags(&build::repository(&committed.channel)?)
             .await?)
     }

@@ -408,6 +408,7 @@ async fn attempts(platform: &Installed, bea: &Account) -> Result<Vec<Attempt>> {
     ])
     .await?;
     let registry = var("SLIPWAY_REGISTRY")?;
+    let apps_registry = var("SLIPWAY_APPS_REGISTRY")?;
     let buildkit = var("SLIPWAY_BUILDKIT_ADDR")?;
     let node = var("SLIPWAY_NODE_IP")?;
     // The platform database as the api's pods reach it (hack/install.sh gives the chart its URL in a Secret).
@@ -438,7 +439,11 @@ async fn attempts(platform: &Installed, bea: &Account) -> Result<Vec<Attempt>> {
             &format!("http://{}/", b_service.trim()),
         ),
         Attempt::get(
-            "the registry's catalog",
+            "the apps' registry's catalog",
+            &format!("http://{apps_registry}/v2/_catalog"),
+        ),
+        Attempt::get(
+            "the image mirror's catalog",
             &format!("http://{registry}/v2/_catalog"),
         ),
         Attempt::connect("BuildKit", buildkit.trim_start_matches("tcp://")),
@@ -576,8 +581,8 @@ async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_ten
     .await?;
     wait_for_policy(&ari.namespace, true).await?;
 
-    // Switched off, the same attempts get through: what stopped them was the isolation. The catalog then lists
-    // tenant B's image.
+    // Switched off, the same attempts get through: what stopped them was the isolation. The apps' registry then
+    // answers, and still refuses its catalog to a caller without a token (see the registry test below).
     isolation(false, &[&ari.namespace, &bea.namespace]).await?;
     let open = match attempts(&platform, &bea).await {
         Ok(off) => {
@@ -590,7 +595,7 @@ async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_ten
     };
     isolation(true, &[&ari.namespace, &bea.namespace]).await?;
     let open = open?;
-    assert!(open[2].contains(&bea.namespace), "the catalog: {}", open[2]);
+    assert!(open[2].starts_with("401 "), "the apps' catalog: {}", open[2]);
     assert!(
         open[0].contains("target") && open[1].contains("target"),
         "{open:?}"
@@ -603,4 +608,201 @@ async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_ten
     platform.delete_app(&ari, &prober_app).await?;
     platform.delete_app(&ari, &stepper.app).await?;
     platform.delete_app(&bea, &target).await
+}
+
+/// The image a tenant's running app was pulled as: (repository, digest) in the apps' registry.
+async fn running_image(account: &Account, app: &str) -> Result<(String, String)> {
+    let selector = format!("{}={app}", slipway_crds::labels::APP);
+    let image = pod_field(&account.namespace, &selector, ".spec.containers[0].image").await?;
+    let registry = var("SLIPWAY_APPS_REGISTRY")?;
+    let (repository, digest) = image
+        .strip_prefix(&format!("{registry}/"))
+        .and_then(|rest| rest.split_once('@'))
+        .with_context(|| format!("{image} is not an image of the apps' registry"))?;
+    Ok((repository.to_owned(), digest.to_owned()))
+}
+
+/// The registry credential in a tenant's namespace (the pull Secret the operator keeps for `app`'s channel).
+async fn pull_credential(account: &Account, app: &str) -> Result<(String, String)> {
+    let selector = format!(
+        "{}={app},{}={}",
+        slipway_crds::labels::APP,
+        slipway_crds::labels::COMPONENT,
+        slipway_crds::labels::COMPONENT_PULL
+    );
+    let config = kubectl(&[
+        "-n",
+        &account.namespace,
+        "get",
+        "secrets",
+        "-l",
+        &selector,
+        "-o",
+        "jsonpath={.items[0].data.\\.dockerconfigjson}",
+    ])
+    .await?;
+    let config: serde_json::Value = serde_json::from_slice(&base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        config.trim(),
+    )?)?;
+    let entry = &config["auths"][var("SLIPWAY_APPS_REGISTRY")?];
+    Ok((
+        entry["username"].as_str().context("username")?.to_owned(),
+        entry["password"].as_str().context("password")?.to_owned(),
+    ))
+}
+
+/// A client of the apps' registry as a node or a tenant would be one: it follows the registry's challenge to the
+/// realm it names.
+struct RegistryClient {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl RegistryClient {
+    fn new() -> Result<Self> {
+        Ok(Self {
+            http: reqwest::Client::builder().no_proxy().build()?,
+            base: format!("http://{}/v2", var("SLIPWAY_APPS_REGISTRY")?),
+        })
+    }
+
+    /// The status of `method` on `path` with `token` (none: anonymous), and the challenge of a 401.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+    ) -> Result<(u16, String)> {
+        let mut request = self
+            .http
+            .request(method, format!("{}/{path}", self.base))
+            .header(
+                "accept",
+                "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json",
+            );
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await?;
+        let challenge = response
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        Ok((response.status().as_u16(), challenge))
+    }
+
+    /// What the realm answers to a token request for `scope` with `credential` (status and body).
+    async fn token(
+        &self,
+        challenge: &str,
+        scope: &str,
+        credential: Option<(&str, &str)>,
+    ) -> Result<(u16, serde_json::Value)> {
+        let param = |name: &str| -> Result<String> {
+            let start = challenge
+                .find(&format!("{name}=\""))
+                .with_context(|| format!("no {name} in the challenge {challenge:?}"))?
+                + name.len()
+                + 2;
+            let len = challenge[start..].find('"').context("unterminated")?;
+            Ok(challenge[start..start + len].to_owned())
+        };
+        let query = form_urlencoded::Serializer::new(String::new())
+            .append_pair("service", &param("service")?)
+            .append_pair("scope", scope)
+            .finish();
+        let mut request = self.http.get(format!("{}?{query}", param("realm")?));
+        if let Some((username, password)) = credential {
+            request = request.basic_auth(username, Some(password));
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.json().await?))
+    }
+}
+
+#[tokio::test]
+async fn a_tenant_s_registry_credential_pulls_its_own_images_and_nothing_else() -> Result<()> {
+    let platform = Installed::from_env()?;
+    let cyd = platform.account("cyd").await?;
+    let dov = platform.account("dov").await?;
+    // Both apps run: the nodes pulled each image from the apps' registry with its channel's pull Secret.
+    let mine = run_app(&platform, &cyd, "mine", TARGET).await?;
+    let theirs = run_app(&platform, &dov, "theirs", TARGET).await?;
+    let (own_repo, own_digest) = running_image(&cyd, "mine").await?;
+    let (their_repo, their_digest) = running_image(&dov, "theirs").await?;
+    let (username, password) = pull_credential(&cyd, "mine").await?;
+    assert_eq!(username, own_repo, "the credential names its repository");
+    let registry = RegistryClient::new()?;
+    let own_manifest = format!("{own_repo}/manifests/{own_digest}");
+    let their_manifest = format!("{their_repo}/manifests/{their_digest}");
+    let refused = |status: u16| status == 401 || status == 403;
+
+    // Nobody gets in without a token: not to an image, not to the catalog.
+    let (status, challenge) = registry
+        .call(reqwest::Method::GET, &own_manifest, None)
+        .await?;
+    assert_eq!(status, 401);
+    assert!(challenge.to_ascii_lowercase().starts_with("bearer realm="), "{challenge}");
+    let (status, _) = registry.call(reqwest::Method::GET, "_catalog", None).await?;
+    assert_eq!(status, 401, "the catalog, anonymously");
+
+    // The realm wants a credential slipway issued.
+    let scope = format!("repository:{own_repo}:pull");
+    let (status, body) = registry.token(&challenge, &scope, None).await?;
+    assert_eq!((status, &body["error"]["code"]), (401, &serde_json::json!("auth_required")));
+    let (status, body) = registry
+        .token(&challenge, &scope, Some((&username, "00")))
+        .await?;
+    assert_eq!((status, &body["error"]["code"]), (401, &serde_json::json!("auth_required")));
+    // Tenant A's password under tenant B's repository name is not B's credential.
+    let (status, _) = registry
+        .token(&challenge, &format!("repository:{their_repo}:pull"), Some((&their_repo, &password)))
+        .await?;
+    assert_eq!(status, 401, "A's password as B's credential");
+
+    // With it: its own image, pulled.
+    let (status, body) = registry
+        .token(&challenge, &scope, Some((&username, &password)))
+        .await?;
+    assert_eq!(status, 200, "{body}");
+    let own = body["token"].as_str().context("token")?.to_owned();
+    let (status, _) = registry
+        .call(reqwest::Method::GET, &own_manifest, Some(&own))
+        .await?;
+    assert_eq!(status, 200, "A pulls its own image");
+
+    // Everything else it asks for comes back empty: B's image, push, delete, the catalog.
+    let asked = format!(
+        "repository:{their_repo}:pull repository:{own_repo}:pull,push,delete registry:catalog:*"
+    );
+    let (status, body) = registry
+        .token(&challenge, &asked, Some((&username, &password)))
+        .await?;
+    assert_eq!(status, 200, "{body}");
+    let wide = body["token"].as_str().context("token")?.to_owned();
+    let (status, _) = registry
+        .call(reqwest::Method::GET, &their_manifest, Some(&wide))
+        .await?;
+    assert!(refused(status), "A pulling B's image: {status}");
+    let (status, _) = registry
+        .call(reqwest::Method::DELETE, &own_manifest, Some(&wide))
+        .await?;
+    assert!(refused(status), "A deleting its own image: {status}");
+    let (status, _) = registry
+        .call(reqwest::Method::POST, &format!("{own_repo}/blobs/uploads/"), Some(&wide))
+        .await?;
+    assert!(refused(status), "A pushing: {status}");
+    let (status, _) = registry.call(reqwest::Method::GET, "_catalog", Some(&wide)).await?;
+    assert!(refused(status), "A reading the catalog: {status}");
+    let (status, _) = registry
+        .call(reqwest::Method::GET, &own_manifest, Some(&own))
+        .await?;
+    assert_eq!(status, 200, "the image is still there");
+
+    platform.delete_app(&cyd, &mine).await?;
+    platform.delete_app(&dov, &theirs).await
 }

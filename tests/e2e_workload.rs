@@ -117,6 +117,7 @@ impl Tenant {
             },
             pod_internal_url: "http://127.0.0.1:9".into(),
             registry: registry()?,
+            bases_registry: None,
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,

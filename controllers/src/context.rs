@@ -22,6 +22,9 @@ pub struct OperatorConfig {
     pub pod_internal_url: String,
     /// The cluster's image registry (`host:port`), where builds push and nodes pull.
     pub registry: String,
+    /// Where the warm bases are kept (`host:port`, the registry BuildKit's Docker Hub mirror is); `None`: the
+    /// registry above.
+    pub bases_registry: Option<String>,
     /// The BuildKit daemon build pods talk to (`tcp://host:port`).
     pub buildkit_addr: String,
     /// The image of the readiness sidecar beside every app container (needs busybox's `sh`, `nc` and `timeout`).
@@ -60,6 +63,8 @@ pub struct Context {
     pub issuer: Option<crate::domain::acme::Issuer>,
     /// Allocates forward ports; `None`: no raw TCP forwarding on this platform.
     pub forwards: Option<crate::forward::Allocator>,
+    /// Mints the registry's tokens; `None`: the registry takes none (it is open to whoever reaches it).
+    pub registry_tokens: Option<slipway_internal::registry_token::RegistryTokens>,
 }
 
 impl Context {
@@ -88,6 +93,7 @@ impl Context {
             blob: None,
             postgres: None,
             forwards: None,
+            registry_tokens: None,
         }
     }
 
@@ -100,6 +106,15 @@ impl Context {
     /// The same context with object storage.
     pub fn with_blob(mut self, blob: crate::blob::BlobSettings) -> Self {
         self.blob = Some(blob);
+        self
+    }
+
+    /// The same context with a registry that takes slipway's tokens.
+    pub fn with_registry_tokens(
+        mut self,
+        tokens: slipway_internal::registry_token::RegistryTokens,
+    ) -> Self {
+        self.registry_tokens = Some(tokens);
         self
     }
 

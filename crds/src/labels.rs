@@ -33,3 +33,5 @@ pub const COMPONENT: &str = "app.kubernetes.io/component";
 pub const COMPONENT_RUN: &str = "run";
 /// [`COMPONENT`] of a deploy's immutable env Secret.
 pub const COMPONENT_ENV: &str = "deploy-env";
+/// [`COMPONENT`] of a channel's registry pull credential.
+pub const COMPONENT_PULL: &str = "registry-pull";

@@ -8,13 +8,15 @@
 //! - [`client`]: [`InternalClient`], the callers' side, presenting a ServiceAccount token ([`token`]);
 //! - [`review`]: who a caller is, from its token (a Kubernetes TokenReview, briefly cached);
 //! - [`policy`]: which identity plays which role, and which routes each role may call;
-//! - [`source_url`]: the signed URLs build pods fetch their sources from without any token.
+//! - [`source_url`]: the signed URLs build pods fetch their sources from without any token;
+//! - [`registry_token`]: the tokens of the cluster registry, which slipway issues.
 //!
 //! The HTTP handlers themselves live with the API server (`slipway::api::internal`).
 
 pub mod client;
 pub mod policy;
 pub mod protocol;
+pub mod registry_token;
 pub mod review;
 pub mod source_url;
 pub mod token;

@@ -19,6 +19,9 @@ pub enum ApiError {
     /// 401 `token_invalid`.
     #[error("the token is not valid or has expired")]
     TokenInvalid,
+    /// 401 `auth_required` at the registry's token endpoint: no pull credential, or not one slipway made.
+    #[error("the registry token endpoint needs a pull credential slipway issued, as HTTP Basic auth")]
+    RegistryCredential,
     /// 401 `token_revoked`.
     #[error("the token has been revoked")]
     TokenRevoked,
@@ -97,7 +100,9 @@ impl ApiError {
     pub fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
-            ApiError::AuthRequired => (StatusCode::UNAUTHORIZED, "auth_required"),
+            ApiError::AuthRequired | ApiError::RegistryCredential => {
+                (StatusCode::UNAUTHORIZED, "auth_required")
+            }
             ApiError::TokenInvalid => (StatusCode::UNAUTHORIZED, "token_invalid"),
             ApiError::TokenRevoked => (StatusCode::UNAUTHORIZED, "token_revoked"),
             ApiError::ScopeDenied(_) | ApiError::TokenLimited(_) => {

@@ -18,6 +18,7 @@ pub mod members;
 pub mod mirror;
 pub mod plans;
 pub mod postgres;
+pub mod registry;
 pub mod repo;
 pub mod snapshots;
 pub mod ssh_keys;
@@ -91,6 +92,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(snapshots::routes())
         .merge(members::routes())
         .merge(mirror::routes())
+        .merge(registry::routes())
         .split_for_parts();
     document_request_budget(&mut doc);
     (routes, doc)

@@ -94,6 +94,7 @@ struct Inner {
     blob: std::sync::OnceLock<crate::blob::access::BlobAccess>,
     data_server: std::sync::OnceLock<Arc<slipway_controllers::postgres::server::DataServer>>,
     snapshot_archive: std::sync::OnceLock<crate::postgres::archive::Archive>,
+    registry_tokens: std::sync::OnceLock<slipway_internal::registry_token::RegistryTokens>,
 }
 
 impl AppState {
@@ -120,6 +121,7 @@ impl AppState {
                 blob: std::sync::OnceLock::new(),
                 data_server: std::sync::OnceLock::new(),
                 snapshot_archive: std::sync::OnceLock::new(),
+                registry_tokens: std::sync::OnceLock::new(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
             mirrors: Arc::new(Mirrors::default()),
@@ -161,6 +163,16 @@ impl AppState {
     /// How object storage is reached; `None` when the platform runs without it (its routes answer 503).
     pub fn blob_access(&self) -> Option<&crate::blob::access::BlobAccess> {
         self.inner.blob.get()
+    }
+
+    /// Makes the API the cluster registry's token endpoint, signing with `tokens`. Set once, at start.
+    pub fn set_registry_tokens(&self, tokens: slipway_internal::registry_token::RegistryTokens) {
+        let _ = self.inner.registry_tokens.set(tokens);
+    }
+
+    /// The registry's token issuer; `None` when the registry does not take slipway's tokens (the route is absent).
+    pub fn registry_tokens(&self) -> Option<&slipway_internal::registry_token::RegistryTokens> {
+        self.inner.registry_tokens.get()
     }
 
     /// Turns channel databases on: the routes measure them on `server`. Set once, at start.

@@ -16,7 +16,6 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use base64::Engine;
 use futures::{StreamExt, TryStreamExt};
 use tokio::io::{AsyncBufRead, BufReader};
 use tokio_util::io::{ReaderStream, StreamReader};
@@ -98,19 +97,12 @@ impl From<Refusal> for GitError {
 /// The token of a git request: the password of Basic auth (any username), or a Bearer token.
 fn token_of(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, rest) = value.split_once(' ')?;
-    if scheme.eq_ignore_ascii_case("bearer") {
+    if let Some((scheme, rest)) = value.split_once(' ')
+        && scheme.eq_ignore_ascii_case("bearer")
+    {
         return Some(rest.trim().to_owned());
     }
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(rest.trim())
-        .ok()?;
-    let decoded = String::from_utf8(decoded).ok()?;
-    let (_, password) = decoded.split_once(':')?;
-    Some(password.to_owned())
+    crate::auth::basic_credentials(headers).map(|(_, password)| password)
 }
 
 /// Authenticates and authorizes a request for `service` on `<owner>/<repo>`.
@@ -329,6 +321,7 @@ async fn rpc(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine;
 
     #[tokio::test]
     async fn git_paths_of_a_user_named_like_a_rest_route_still_reach_git() {

@@ -31,6 +31,10 @@ pub const RESULT: &str = "slipway.dev/build-result";
 /// while the build waits) and read by the pod through the downward API.
 pub const SOURCE_URL: &str = "slipway.dev/source-url";
 
+/// Pod annotation holding the build's registry token (push and pull on its deploy's repository), minted with the
+/// source URL when the build leaves the queue; absent when the registry takes no tokens.
+pub const REGISTRY_TOKEN: &str = "slipway.dev/registry-token";
+
 /// How long a build may run before it fails.
 pub const BUILD_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// Name of the build container.
@@ -51,6 +55,11 @@ rm src.tar
 # same size and second would be kept. Each file gets a time made from its content instead, so a changed file
 # always looks changed and an unchanged one keeps its cached layers.
 find src -type f -exec sh -c 'for f do h=$(sha256sum "$f" | cut -c1-14); s=$((1000000000 + 0x$(echo "$h" | cut -c1-7))); n=$(printf %09d $((0x$(echo "$h" | cut -c8-14)))); touch -m -d "@$s.$n" "$f"; done' sh {} +
+if [ -n "${SLIPWAY_REGISTRY_TOKEN:-}" ]; then
+  # buildctl hands BuildKit this token for the registry (the image reference's host) when it asks for credentials.
+  mkdir -p /work/.docker
+  printf '{"auths":{"%s":{"registrytoken":"%s"}}}' "${SLIPWAY_IMAGE%%/*}" "$SLIPWAY_REGISTRY_TOKEN" >/work/.docker/config.json
+fi
 dockerfile_dir=/work/src
 if [ -n "${SLIPWAY_DOCKERFILE:-}" ]; then
   printf '%s' "$SLIPWAY_DOCKERFILE" >dockerfile/Dockerfile
@@ -107,6 +116,7 @@ pub fn build_job(input: &JobInput<'_>) -> Result<Job, Error> {
     });
     let mut env = vec![
         json!({"name": "SLIPWAY_SOURCE_URL", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.annotations['{SOURCE_URL}']")}}}),
+        json!({"name": "SLIPWAY_REGISTRY_TOKEN", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.annotations['{REGISTRY_TOKEN}']")}}}),
         json!({"name": "SLIPWAY_BUILDKIT_ADDR", "value": input.buildkit_addr}),
         json!({"name": "SLIPWAY_IMAGE", "value": input.image}),
         json!({"name": "HOME", "value": "/work"}),

@@ -36,6 +36,10 @@ use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
 use job::JobPhase;
 use registry::Registry;
+use slipway_internal::registry_token::Access;
+
+/// How long a build's registry token outlives the build's time limit (the pod's start and the final push).
+const REGISTRY_TOKEN_SLACK: std::time::Duration = std::time::Duration::from_secs(300);
 use slipway_internal::CallError;
 
 /// Builds that may run at once, cluster-wide. One: `buildctl` sessions carry no shared key of their own, so
@@ -274,10 +278,20 @@ async fn wait_or_start(
         ctx.config.pod_internal_url.trim_end_matches('/'),
         signed.path
     );
-    // A suspended Job that never ran may change its pod template's annotations: the URL is minted now, so it
-    // cannot expire while the build waits.
+    // A suspended Job that never ran may change its pod template's annotations: the URL (and the registry token)
+    // are minted now, so they cannot expire while the build waits.
+    let mut annotations = json!({job::SOURCE_URL: url});
+    if let Some(tokens) = &ctx.registry_tokens {
+        let repository = repository(req.channel)?;
+        let token = tokens.mint(
+            &format!("build:{}/{}", this.namespace().unwrap_or_default(), this.name_any()),
+            &[Access::repository(&repository, &["pull", "push"])],
+            job::BUILD_TIMEOUT + REGISTRY_TOKEN_SLACK,
+        );
+        annotations[job::REGISTRY_TOKEN] = json!(token);
+    }
     let patch = json!({
-        "spec": {"suspend": false, "template": {"metadata": {"annotations": {job::SOURCE_URL: url}}}}
+        "spec": {"suspend": false, "template": {"metadata": {"annotations": annotations}}}
     });
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &this.namespace().unwrap_or_default());
     let started = jobs
@@ -379,7 +393,7 @@ async fn sized(
     reported: Option<String>,
     text: &mut String,
 ) -> Result<Recorded, Error> {
-    let registry = Registry::new(&ctx.config.registry);
+    let registry = Registry::of(ctx);
     let repository = repository(req.channel)?;
     let digest = match reported.filter(|d| d.starts_with("sha256:")) {
         Some(digest) => Some(digest),
@@ -398,7 +412,7 @@ async fn sized(
     if let Some(took) = job_duration(job) {
         text.push_str(&format!("[build] built in {}\n", human_duration(took)));
     }
-    let sizes = image::account(&image, &registry.warm_bases().await?);
+    let sizes = image::account(&image, &Registry::bases(ctx).warm_bases().await?);
     text.push_str(&image::size_line(&sizes, req.image_cap_bytes));
     text.push('\n');
     if sizes.charged > req.image_cap_bytes {
@@ -564,7 +578,7 @@ impl DeployLog<'_> {
 /// Deletes every image of the channel's repository from the registry (the channel or its app is gone). The
 /// registry frees the layers at its next garbage collection.
 pub async fn remove_images(ctx: &Context, channel: &Channel) -> Result<(), Error> {
-    let registry = Registry::new(&ctx.config.registry);
+    let registry = Registry::of(ctx);
     let repository = repository(channel)?;
     for tag in registry.tags(&repository).await? {
         if let Some(digest) = registry.digest(&repository, &tag).await? {

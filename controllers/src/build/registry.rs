@@ -1,5 +1,6 @@
 //! The operator's client of the cluster registry's HTTP API (distribution v2, plain HTTP inside the cluster):
-//! manifests for sizes and warm-base matching, tags and deletes for cleanup.
+//! manifests for sizes and warm-base matching, tags and deletes for cleanup. When the registry takes slipway's
+//! tokens, each request carries one the operator mints for just that repository and action.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -10,7 +11,12 @@ use serde::Deserialize;
 
 use super::dockerfile::WARM_BASES;
 use super::image::{Blob, Image, WarmBase};
+use crate::context::Context;
 use crate::error::Error;
+use slipway_internal::registry_token::{Access, RegistryTokens};
+
+/// How long the operator's own registry tokens last (one request each).
+const OPERATOR_TOKEN_LIFETIME: Duration = Duration::from_secs(60);
 
 /// Every manifest kind a push or a warm base may have.
 const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
@@ -21,6 +27,7 @@ const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
 /// The registry at `host` (host:port).
 pub struct Registry<'a> {
     host: &'a str,
+    tokens: Option<&'a RegistryTokens>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,13 +85,41 @@ fn hub_repository(base: &str) -> (String, &str) {
 }
 
 impl<'a> Registry<'a> {
-    /// The registry at `host`.
-    pub fn new(host: &'a str) -> Self {
-        Self { host }
+    /// The registry at `host`, with tokens from `tokens` when it takes them.
+    pub fn new(host: &'a str, tokens: Option<&'a RegistryTokens>) -> Self {
+        Self { host, tokens }
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("http://{}/v2/{path}", self.host)
+    /// The registry builds push to and nodes pull from.
+    pub fn of(ctx: &'a Context) -> Self {
+        Self::new(&ctx.config.registry, ctx.registry_tokens.as_ref())
+    }
+
+    /// The registry that keeps the warm bases.
+    pub fn bases(ctx: &'a Context) -> Self {
+        let host = ctx
+            .config
+            .bases_registry
+            .as_deref()
+            .unwrap_or(&ctx.config.registry);
+        Self::new(host, ctx.registry_tokens.as_ref())
+    }
+
+    /// A request to `path` of `repository`, carrying a token for `action` on it when the registry takes tokens.
+    fn request(
+        &self,
+        method: reqwest::Method,
+        repository: &str,
+        path: &str,
+        action: &str,
+    ) -> (String, reqwest::RequestBuilder) {
+        let url = format!("http://{}/v2/{repository}/{path}", self.host);
+        let mut request = http().request(method, &url);
+        if let Some(tokens) = self.tokens {
+            let access = [Access::repository(repository, &[action])];
+            request = request.bearer_auth(tokens.mint("slipway-operator", &access, OPERATOR_TOKEN_LIFETIME));
+        }
+        (url, request)
     }
 
     async fn get_manifest(
@@ -110,9 +145,8 @@ impl<'a> Registry<'a> {
         repository: &str,
         reference: &str,
     ) -> Result<Option<(String, reqwest::Response)>, Error> {
-        let url = self.url(&format!("{repository}/manifests/{reference}"));
-        let res = http()
-            .request(method, &url)
+        let (url, request) = self.request(method, repository, &format!("manifests/{reference}"), "pull");
+        let res = request
             .header(ACCEPT, MANIFEST_TYPES)
             .send()
             .await
@@ -180,8 +214,8 @@ impl<'a> Registry<'a> {
 
     /// The tags of `repository` (none when it does not exist).
     pub async fn tags(&self, repository: &str) -> Result<Vec<String>, Error> {
-        let url = self.url(&format!("{repository}/tags/list"));
-        let res = http().get(&url).send().await.map_err(|e| failed(&url, e))?;
+        let (url, request) = self.request(reqwest::Method::GET, repository, "tags/list", "pull");
+        let res = request.send().await.map_err(|e| failed(&url, e))?;
         if res.status() == StatusCode::NOT_FOUND {
             return Ok(Vec::new());
         }
@@ -207,9 +241,13 @@ impl<'a> Registry<'a> {
 
     /// Deletes the manifest `digest` and every tag on it (already gone is fine).
     pub async fn delete(&self, repository: &str, digest: &str) -> Result<(), Error> {
-        let url = self.url(&format!("{repository}/manifests/{digest}"));
-        let res = http()
-            .delete(&url)
+        let (url, request) = self.request(
+            reqwest::Method::DELETE,
+            repository,
+            &format!("manifests/{digest}"),
+            "delete",
+        );
+        let res = request
             .send()
             .await
             .map_err(|e| failed(&url, e))?;

@@ -71,8 +71,31 @@ pub enum Rollout {
 /// naming the checks that timed out, or earlier when the process keeps crashing, quoting its last output.
 pub async fn advance(ctx: &Context, release: &Release<'_>) -> Result<Rollout, Error> {
     let names = Names::of(release.deploy)?;
-    let deployment = objects::deployment(release, &names, &ctx.config.probe_image)?;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    if let Some(tokens) = &ctx.registry_tokens {
+        // Applied on every pass, so a new signing key reaches the credential.
+        let repository = crate::build::repository(release.channel)?;
+        let secret = objects::pull_secret(
+            release,
+            &names,
+            &ctx.config.registry,
+            &repository,
+            &tokens.pull_password(&repository),
+        )?;
+        secrets
+            .patch(
+                &names.pull_secret,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&secret),
+            )
+            .await?;
+    }
+    let deployment = objects::deployment(
+        release,
+        &names,
+        &ctx.config.probe_image,
+        ctx.registry_tokens.is_some(),
+    )?;
     create_if_missing(&secrets, &objects::env_secret(release, &names)?).await?;
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let deployment = create_if_missing(&deployments, &deployment).await?;

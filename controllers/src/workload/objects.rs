@@ -8,7 +8,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, Lifecycle,
-    LifecycleHandler, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
+    LifecycleHandler, LocalObjectReference, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
     SeccompProfile, Secret, SecretEnvSource, SecurityContext, Service, ServicePort, ServiceSpec,
     SleepAction, Volume, VolumeMount,
 };
@@ -49,6 +49,8 @@ pub struct Names {
     pub deployment: String,
     /// This deploy's env Secret.
     pub env_secret: String,
+    /// The channel's registry pull credential (a `kubernetes.io/dockerconfigjson` Secret).
+    pub pull_secret: String,
     /// `SVC_READY_FILE`: directly under `/tmp`, minted per deploy.
     pub ready_file: String,
 }
@@ -71,6 +73,7 @@ impl Names {
         let deployment = format!("{service}-{short}");
         Ok(Self {
             env_secret: format!("{deployment}-env"),
+            pull_secret: format!("{service}-registry"),
             ready_file: format!("/tmp/.svc-ready-{short}"),
             namespace,
             deploy_uid,
@@ -151,6 +154,40 @@ pub fn env_secret(release: &Release<'_>, names: &Names) -> Result<Secret, Error>
         immutable: Some(true),
         data: Some(data),
         type_: Some("Opaque".to_owned()),
+        ..Secret::default()
+    })
+}
+
+/// The channel's pull credential for the cluster registry: username the channel's `repository`, password what
+/// slipway's token endpoint recognises for it (`password`), so a node pulling this channel's images gets a token
+/// for that repository and no other. Owned by the channel.
+pub fn pull_secret(
+    release: &Release<'_>,
+    names: &Names,
+    registry: &str,
+    repository: &str,
+    password: &str,
+) -> Result<Secret, Error> {
+    use base64::Engine;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{repository}:{password}"));
+    let config = serde_json::json!({
+        "auths": {registry: {"username": repository, "password": password, "auth": auth}}
+    });
+    let mut labels = channel_labels(release.channel);
+    labels.insert(labels::COMPONENT.to_owned(), labels::COMPONENT_PULL.to_owned());
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(names.pull_secret.clone()),
+            namespace: Some(names.namespace.clone()),
+            labels: Some(labels),
+            owner_references: Some(owned_by_channel(release.channel)?),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            ".dockerconfigjson".to_owned(),
+            ByteString(config.to_string().into_bytes()),
+        )])),
+        type_: Some("kubernetes.io/dockerconfigjson".to_owned()),
         ..Secret::default()
     })
 }
@@ -313,6 +350,7 @@ pub fn deployment(
     release: &Release<'_>,
     names: &Names,
     probe_image: &str,
+    pulls_with_secret: bool,
 ) -> Result<Deployment, Error> {
     if !matches!(release.app.spec.template, Template::App | Template::Docker) {
         return Err(Error::InvalidSpec(format!(
@@ -333,6 +371,11 @@ pub fn deployment(
             probe::container(probe_image, names),
         ],
         volumes: Some(vec![tmp_volume(release.plan), probe::state_volume()]),
+        image_pull_secrets: pulls_with_secret.then(|| {
+            vec![LocalObjectReference {
+                name: names.pull_secret.clone(),
+            }]
+        }),
         automount_service_account_token: Some(false),
         // The app's environment is exactly what the deploy recorded: no variables for other Services.
         enable_service_links: Some(false),
