@@ -1124,3 +1124,102 @@ async fn a_token_past_its_budget_gets_429_with_retry_after() -> Result<()> {
     api.get("/apps", &alice).await.expect(200, None);
     Ok(())
 }
+
+/// The cluster registry's token endpoint (the registry's own checks are in `e2e_platform_isolation.rs`): absent
+/// without a signing key; with one, a pull credential gets `pull` on its repository only, anything else 401, and a
+/// malformed request 400.
+#[tokio::test]
+async fn the_registry_token_endpoint_grants_a_pull_credential_its_own_repository_only() -> Result<()>
+{
+    use slipway_internal::registry_token::{DEFAULT_SERVICE, RegistryTokens};
+    let api = TestApi::start().await?;
+    let get = |query: &str, credential: Option<(&str, &str)>| {
+        let mut request = Request::get(format!("/registry/token?{query}"));
+        if let Some((user, password)) = credential {
+            let basic = base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                format!("{user}:{password}"),
+            );
+            request = request.header("authorization", format!("Basic {basic}"));
+        }
+        request.body(Body::empty()).unwrap()
+    };
+    api.send(get("scope=repository:a/web:pull", None))
+        .await
+        .expect(404, Some("not_found"));
+
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?.serialize_pem();
+    let tokens = RegistryTokens::from_pem(key.as_bytes(), "k", "slipway", DEFAULT_SERVICE)?;
+    let password = tokens.pull_password("a/web");
+    api.state.set_registry_tokens(tokens);
+    let own = Some(("a/web", password.as_str()));
+
+    let granted = api
+        .send(get(
+            "service=slipway-registry&scope=repository:a/web:pull,push&scope=repository:b/web:pull",
+            own,
+        ))
+        .await
+        .expect(200, None);
+    assert_eq!(granted["expires_in"], 300);
+    assert_eq!(granted["token"], granted["access_token"]);
+    let payload = granted["token"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .nth(1)
+        .unwrap();
+    let claims: Value = serde_json::from_slice(&base64::Engine::decode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        payload,
+    )?)?;
+    assert_eq!(
+        claims["access"],
+        json!([{"type": "repository", "name": "a/web", "actions": ["pull"]}])
+    );
+    assert_eq!(claims["aud"], "slipway-registry");
+
+    api.send(get("scope=repository:a/web:pull", None))
+        .await
+        .expect(401, Some("auth_required"));
+    api.send(get(
+        "scope=repository:b/web:pull",
+        Some(("b/web", &password)),
+    ))
+    .await
+    .expect(401, Some("auth_required"));
+    api.send(get("service=elsewhere&scope=repository:a/web:pull", own))
+        .await
+        .expect(400, Some("bad_request"));
+    api.send(get("scope=nonsense", own))
+        .await
+        .expect(400, Some("bad_request"));
+
+    // The OAuth2 form containerd tries first: the same grant.
+    let form = |body: String| {
+        Request::post("/registry/token")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::from(body))
+            .unwrap()
+    };
+    let granted = api
+        .send(form(format!(
+            "grant_type=password&username=a%2Fweb&password={password}&service=slipway-registry&scope=repository%3Aa%2Fweb%3Apull"
+        )))
+        .await
+        .expect(200, None);
+    assert!(
+        granted["access_token"]
+            .as_str()
+            .is_some_and(|t| t.split('.').count() == 3)
+    );
+    api.send(form(format!(
+        "grant_type=password&username=b%2Fweb&password={password}"
+    )))
+    .await
+    .expect(401, Some("auth_required"));
+    api.send(form("grant_type=refresh_token&refresh_token=x".into()))
+        .await
+        .expect(400, Some("bad_request"));
+    Ok(())
+}

@@ -595,7 +595,11 @@ async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_ten
     };
     isolation(true, &[&ari.namespace, &bea.namespace]).await?;
     let open = open?;
-    assert!(open[2].starts_with("401 "), "the apps' catalog: {}", open[2]);
+    assert!(
+        open[2].starts_with("401 "),
+        "the apps' catalog: {}",
+        open[2]
+    );
     assert!(
         open[0].contains("target") && open[1].contains("target"),
         "{open:?}"
@@ -661,6 +665,7 @@ struct RegistryClient {
 
 impl RegistryClient {
     fn new() -> Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
         Ok(Self {
             http: reqwest::Client::builder().no_proxy().build()?,
             base: format!("http://{}/v2", var("SLIPWAY_APPS_REGISTRY")?),
@@ -746,21 +751,36 @@ async fn a_tenant_s_registry_credential_pulls_its_own_images_and_nothing_else() 
         .call(reqwest::Method::GET, &own_manifest, None)
         .await?;
     assert_eq!(status, 401);
-    assert!(challenge.to_ascii_lowercase().starts_with("bearer realm="), "{challenge}");
-    let (status, _) = registry.call(reqwest::Method::GET, "_catalog", None).await?;
+    assert!(
+        challenge.to_ascii_lowercase().starts_with("bearer realm="),
+        "{challenge}"
+    );
+    let (status, _) = registry
+        .call(reqwest::Method::GET, "_catalog", None)
+        .await?;
     assert_eq!(status, 401, "the catalog, anonymously");
 
     // The realm wants a credential slipway issued.
     let scope = format!("repository:{own_repo}:pull");
     let (status, body) = registry.token(&challenge, &scope, None).await?;
-    assert_eq!((status, &body["error"]["code"]), (401, &serde_json::json!("auth_required")));
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (401, &serde_json::json!("auth_required"))
+    );
     let (status, body) = registry
         .token(&challenge, &scope, Some((&username, "00")))
         .await?;
-    assert_eq!((status, &body["error"]["code"]), (401, &serde_json::json!("auth_required")));
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (401, &serde_json::json!("auth_required"))
+    );
     // Tenant A's password under tenant B's repository name is not B's credential.
     let (status, _) = registry
-        .token(&challenge, &format!("repository:{their_repo}:pull"), Some((&their_repo, &password)))
+        .token(
+            &challenge,
+            &format!("repository:{their_repo}:pull"),
+            Some((&their_repo, &password)),
+        )
         .await?;
     assert_eq!(status, 401, "A's password as B's credential");
 
@@ -793,10 +813,16 @@ async fn a_tenant_s_registry_credential_pulls_its_own_images_and_nothing_else() 
         .await?;
     assert!(refused(status), "A deleting its own image: {status}");
     let (status, _) = registry
-        .call(reqwest::Method::POST, &format!("{own_repo}/blobs/uploads/"), Some(&wide))
+        .call(
+            reqwest::Method::POST,
+            &format!("{own_repo}/blobs/uploads/"),
+            Some(&wide),
+        )
         .await?;
     assert!(refused(status), "A pushing: {status}");
-    let (status, _) = registry.call(reqwest::Method::GET, "_catalog", Some(&wide)).await?;
+    let (status, _) = registry
+        .call(reqwest::Method::GET, "_catalog", Some(&wide))
+        .await?;
     assert!(refused(status), "A reading the catalog: {status}");
     let (status, _) = registry
         .call(reqwest::Method::GET, &own_manifest, Some(&own))

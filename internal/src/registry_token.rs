@@ -204,7 +204,12 @@ impl RegistryTokens {
     /// What a token request with the credential `username`/`password` gets of `requested`: `pull` on the
     /// repository the credential is for, when asked, and nothing else. `None`: the credential is not one slipway
     /// made (compared in constant time).
-    pub fn grant(&self, username: &str, password: &str, requested: &[Access]) -> Option<Vec<Access>> {
+    pub fn grant(
+        &self,
+        username: &str,
+        password: &str,
+        requested: &[Access],
+    ) -> Option<Vec<Access>> {
         let given = hex::decode(password).ok()?;
         self.pull_mac(username).verify_slice(&given).ok()?;
         Some(
@@ -242,7 +247,10 @@ mod tests {
         let access = [Access::repository("ns/web", &["pull", "push"])];
         let token = tokens.mint("build:d1", &access, Duration::from_secs(60));
         let header = jsonwebtoken::decode_header(&token).unwrap();
-        assert_eq!((header.alg, header.kid.as_deref()), (Algorithm::ES256, Some("k1")));
+        assert_eq!(
+            (header.alg, header.kid.as_deref()),
+            (Algorithm::ES256, Some("k1"))
+        );
         let mut validation = Validation::new(Algorithm::ES256);
         validation.set_audience(&["registry"]);
         validation.set_issuer(&["slipway"]);
@@ -271,12 +279,24 @@ mod tests {
             tokens.grant("a/web", &password, &asked),
             Some(vec![Access::repository("a/web", &["pull"])])
         );
-        assert_eq!(tokens.grant("b/web", &password, &asked), None, "another repository's name");
-        assert_eq!(tokens.grant("a/web", "00", &asked), None, "a wrong password");
+        assert_eq!(
+            tokens.grant("b/web", &password, &asked),
+            None,
+            "another repository's name"
+        );
+        assert_eq!(
+            tokens.grant("a/web", "00", &asked),
+            None,
+            "a wrong password"
+        );
         assert_eq!(tokens.grant("a/web", "not hex", &asked), None);
         let (other, _) = key();
         let other = RegistryTokens::from_pem(&other, "k", "i", "s").unwrap();
-        assert_ne!(other.pull_password("a/web"), password, "the secret follows the key");
+        assert_ne!(
+            other.pull_password("a/web"),
+            password,
+            "the secret follows the key"
+        );
     }
 
     #[test]

@@ -20,7 +20,9 @@ pub enum ApiError {
     #[error("the token is not valid or has expired")]
     TokenInvalid,
     /// 401 `auth_required` at the registry's token endpoint: no pull credential, or not one slipway made.
-    #[error("the registry token endpoint needs a pull credential slipway issued, as HTTP Basic auth")]
+    #[error(
+        "the registry token endpoint needs a pull credential slipway issued, as HTTP Basic auth"
+    )]
     RegistryCredential,
     /// 401 `token_revoked`.
     #[error("the token has been revoked")]

@@ -53,9 +53,12 @@ impl TokenRequest {
         for (key, value) in form_urlencoded::parse(encoded) {
             match &*key {
                 "service" => request.service = Some(value.into_owned()),
-                "scope" => request
-                    .scopes
-                    .extend(value.split(' ').filter(|s| !s.is_empty()).map(str::to_owned)),
+                "scope" => request.scopes.extend(
+                    value
+                        .split(' ')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned),
+                ),
                 "username" => request.username = Some(value.into_owned()),
                 "password" => request.password = Some(value.into_owned()),
                 "grant_type" => request.grant_type = Some(value.into_owned()),
@@ -84,8 +87,9 @@ fn issue(
     let mut requested = Vec::with_capacity(request.scopes.len());
     for scope in &request.scopes {
         requested.push(
-            Access::parse_scope(scope)
-                .ok_or_else(|| ApiError::bad_request(format!("{scope:?} is not a registry scope")))?,
+            Access::parse_scope(scope).ok_or_else(|| {
+                ApiError::bad_request(format!("{scope:?} is not a registry scope"))
+            })?,
         );
     }
     let access = tokens
@@ -155,7 +159,11 @@ mod tests {
         assert_eq!(request.service.as_deref(), Some("reg"));
         assert_eq!(
             request.scopes,
-            ["repository:a/web:pull", "repository:b/x:pull", "registry:catalog:*"]
+            [
+                "repository:a/web:pull",
+                "repository:b/x:pull",
+                "registry:catalog:*"
+            ]
         );
     }
 }

@@ -131,6 +131,27 @@ async fn authenticate_at(
     })
 }
 
+/// The username and password of an `Authorization: Basic` header; `None` for any other header or none.
+pub fn basic_credentials(headers: &axum::http::HeaderMap) -> Option<(String, String)> {
+    use base64::Engine;
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, rest) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(rest.trim())
+        .ok()?;
+    let (username, password) = String::from_utf8(decoded)
+        .ok()?
+        .split_once(':')
+        .map(|(u, p)| (u.to_owned(), p.to_owned()))?;
+    Some((username, password))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,22 +195,4 @@ mod tests {
             "the app override wins"
         );
     }
-}
-
-/// The username and password of an `Authorization: Basic` header; `None` for any other header or none.
-pub fn basic_credentials(headers: &axum::http::HeaderMap) -> Option<(String, String)> {
-    use base64::Engine;
-    let value = headers
-        .get(axum::http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
-    let (scheme, rest) = value.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(rest.trim())
-        .ok()?;
-    let (username, password) = String::from_utf8(decoded).ok()?.split_once(':').map(|(u, p)| (u.to_owned(), p.to_owned()))?;
-    Some((username, password))
 }

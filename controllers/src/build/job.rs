@@ -297,12 +297,13 @@ mod tests {
             env,
             [
                 "SLIPWAY_SOURCE_URL",
+                "SLIPWAY_REGISTRY_TOKEN",
                 "SLIPWAY_BUILDKIT_ADDR",
                 "SLIPWAY_IMAGE",
                 "HOME",
                 "SLIPWAY_DOCKERFILE"
             ],
-            "the build gets no user env and no secret"
+            "the build gets no user env and no secret (its URL and registry token come when it leaves the queue)"
         );
         let labels = job.labels();
         assert_eq!(

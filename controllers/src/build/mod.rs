@@ -284,7 +284,11 @@ async fn wait_or_start(
     if let Some(tokens) = &ctx.registry_tokens {
         let repository = repository(req.channel)?;
         let token = tokens.mint(
-            &format!("build:{}/{}", this.namespace().unwrap_or_default(), this.name_any()),
+            &format!(
+                "build:{}/{}",
+                this.namespace().unwrap_or_default(),
+                this.name_any()
+            ),
             &[Access::repository(&repository, &["pull", "push"])],
             job::BUILD_TIMEOUT + REGISTRY_TOKEN_SLACK,
         );

@@ -117,7 +117,11 @@ impl<'a> Registry<'a> {
         let mut request = http().request(method, &url);
         if let Some(tokens) = self.tokens {
             let access = [Access::repository(repository, &[action])];
-            request = request.bearer_auth(tokens.mint("slipway-operator", &access, OPERATOR_TOKEN_LIFETIME));
+            request = request.bearer_auth(tokens.mint(
+                "slipway-operator",
+                &access,
+                OPERATOR_TOKEN_LIFETIME,
+            ));
         }
         (url, request)
     }
@@ -145,7 +149,12 @@ impl<'a> Registry<'a> {
         repository: &str,
         reference: &str,
     ) -> Result<Option<(String, reqwest::Response)>, Error> {
-        let (url, request) = self.request(method, repository, &format!("manifests/{reference}"), "pull");
+        let (url, request) = self.request(
+            method,
+            repository,
+            &format!("manifests/{reference}"),
+            "pull",
+        );
         let res = request
             .header(ACCEPT, MANIFEST_TYPES)
             .send()
@@ -247,10 +256,7 @@ impl<'a> Registry<'a> {
             &format!("manifests/{digest}"),
             "delete",
         );
-        let res = request
-            .send()
-            .await
-            .map_err(|e| failed(&url, e))?;
+        let res = request.send().await.map_err(|e| failed(&url, e))?;
         if res.status() == StatusCode::NOT_FOUND {
             return Ok(());
         }

@@ -8,9 +8,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, Lifecycle,
-    LifecycleHandler, LocalObjectReference, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
-    SeccompProfile, Secret, SecretEnvSource, SecurityContext, Service, ServicePort, ServiceSpec,
-    SleepAction, Volume, VolumeMount,
+    LifecycleHandler, LocalObjectReference, PodSecurityContext, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SeccompProfile, Secret, SecretEnvSource, SecurityContext, Service,
+    ServicePort, ServiceSpec, SleepAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -174,7 +174,10 @@ pub fn pull_secret(
         "auths": {registry: {"username": repository, "password": password, "auth": auth}}
     });
     let mut labels = channel_labels(release.channel);
-    labels.insert(labels::COMPONENT.to_owned(), labels::COMPONENT_PULL.to_owned());
+    labels.insert(
+        labels::COMPONENT.to_owned(),
+        labels::COMPONENT_PULL.to_owned(),
+    );
     Ok(Secret {
         metadata: ObjectMeta {
             name: Some(names.pull_secret.clone()),

@@ -136,7 +136,7 @@ fn the_deployment_runs_one_restricted_pod_labelled_with_user_and_sha() {
     let f = fixture("docker");
     let release = release(&f);
     let names = Names::of(&f.deploy).expect("names");
-    let d = to_json(&deployment(&release, &names, "busybox:test").expect("deployment"));
+    let d = to_json(&deployment(&release, &names, "busybox:test", false).expect("deployment"));
     assert_eq!(d["metadata"]["name"], "blog-next-1a2b3c4d");
     assert_eq!(d["metadata"]["ownerReferences"][0]["uid"], CHANNEL_UID);
     assert_eq!(d["metadata"]["ownerReferences"][0]["controller"], true);
@@ -228,7 +228,7 @@ fn both_runnable_templates_get_the_same_pod_and_static_gets_none() {
     let names = Names::of(&fixture("app").deploy).expect("names");
     let pod_of = |template: &str| {
         let f = fixture(template);
-        deployment(&release(&f), &names, "busybox").map(|d| to_json(&d.spec))
+        deployment(&release(&f), &names, "busybox", false).map(|d| to_json(&d.spec))
     };
     assert_eq!(
         pod_of("app").expect("app"),
@@ -288,4 +288,39 @@ fn superseded_objects_are_the_channels_others_of_one_component() {
              slipway.dev/deploy,slipway.dev/deploy!={DEPLOY_UID}"
         )
     );
+}
+
+#[test]
+fn a_registry_that_takes_tokens_gets_the_channel_s_pull_secret_named_in_the_pod() {
+    let f = fixture("docker");
+    let release = release(&f);
+    let names = Names::of(&f.deploy).expect("names");
+    let with = to_json(&deployment(&release, &names, "busybox", true).expect("deployment"));
+    assert_eq!(
+        with["spec"]["template"]["spec"]["imagePullSecrets"],
+        json!([{"name": "blog-next-registry"}])
+    );
+    let without = to_json(&deployment(&release, &names, "busybox", false).expect("deployment"));
+    assert!(without["spec"]["template"]["spec"]["imagePullSecrets"].is_null());
+
+    let secret = to_json(
+        &pull_secret(&release, &names, "reg:5001", "ns/blog-next", "f00d").expect("secret"),
+    );
+    assert_eq!(secret["type"], "kubernetes.io/dockerconfigjson");
+    assert_eq!(secret["metadata"]["name"], "blog-next-registry");
+    assert_eq!(secret["metadata"]["ownerReferences"][0]["uid"], CHANNEL_UID);
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let config: Value = serde_json::from_slice(
+        &engine
+            .decode(secret["data"][".dockerconfigjson"].as_str().expect("data"))
+            .expect("base64"),
+    )
+    .expect("json");
+    let entry = &config["auths"]["reg:5001"];
+    assert_eq!(
+        (entry["username"].as_str(), entry["password"].as_str()),
+        (Some("ns/blog-next"), Some("f00d"))
+    );
+    assert_eq!(entry["auth"], engine.encode("ns/blog-next:f00d"));
 }
