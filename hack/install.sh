@@ -150,6 +150,8 @@ build:
   basesRegistry: $SLIPWAY_REGISTRY
   registryAuth:
     existingSecret: slipway-registry-token
+  buildkitTls:
+    existingSecret: slipway-buildkit-ca
   buildkitAddr: $SLIPWAY_BUILDKIT_ADDR
   builderImage: $SLIPWAY_BUILDER_IMAGE
   probeImage: $SLIPWAY_PROBE_IMAGE
@@ -252,6 +254,9 @@ install() {
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n "$NAMESPACE" create secret generic slipway-data-server --from-literal=url="$data_server" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # The CA BuildKit's TCP listener trusts for clients (hack/node.sh made it): the operator signs builds' certificates.
+  kubectl -n "$NAMESPACE" create secret generic slipway-buildkit-ca --from-file=ca.crt="$SLIPWAY_BUILDKIT_CA_CERT_FILE" \
+    --from-file=ca.key="$SLIPWAY_BUILDKIT_CA_KEY_FILE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   # The key the node's apps registry trusts tokens from (hack/node.sh made it and the registry's JWKS).
   kubectl -n "$NAMESPACE" create secret generic slipway-registry-token \
     --from-file=key.pem="$SLIPWAY_REGISTRY_TOKEN_KEY" --dry-run=client -o yaml | kubectl apply -f - >/dev/null

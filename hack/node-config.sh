@@ -159,8 +159,8 @@ auth:
     signingalgorithms: [ES256]
 EOF
 
-  # Builds pull warm bases (docker.io/library/...) from the local registry, and push there over plain HTTP. Build
-  # Jobs reach the daemon over TCP on the node's address (plain gRPC: nothing beyond this machine reaches it).
+  # Builds pull warm bases (docker.io/library/...) from the local registry, and push to the apps' registry, over
+  # plain HTTP. Build Jobs reach the daemon over TCP on the node's address, with mutual TLS.
   # The build steps' network: a bridge of its own with masquerade, so that on a connected node they reach outside
   # package registries; hack/node.sh's build_steps_stay_out drops everything else they send.
   cat >"$NODE/buildkit/cni.conflist" <<EOF
@@ -179,10 +179,29 @@ EOF
 }
 EOF
 
+  # BuildKit's TCP listener takes only client certificates of its CA (kept across restarts: the installed chart
+  # gives the operator its key, and the operator a certificate to each build); its own certificate is for the
+  # node's address. The unix socket (this machine's tools and tests) takes no TLS.
+  local ca_dir=$BUILDKIT_CA_DIR
+  if [ ! -s "$ca_dir/ca.key" ]; then
+    mkdir -p "$ca_dir"
+    (umask 077 && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+      -subj "/CN=slipway BuildKit CA" -keyout "$ca_dir/ca.key" -out "$ca_dir/ca.crt" 2>/dev/null)
+  fi
+  (umask 077 && openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=buildkitd" \
+    -keyout "$NODE/pki/buildkitd.key" 2>/dev/null |
+    openssl x509 -req -CA "$ca_dir/ca.crt" -CAkey "$ca_dir/ca.key" -set_serial "0x$(openssl rand -hex 16)" \
+      -days 365 -out "$NODE/pki/buildkitd.crt" 2>/dev/null \
+      -extfile <(printf 'subjectAltName=IP:%s\nextendedKeyUsage=serverAuth\n' "$NODE_IP"))
+
   cat >"$NODE/buildkitd.toml" <<EOF
 root = "$NODE/buildkit"
 [grpc]
   address = ["unix://$NODE/buildkit/buildkitd.sock", "tcp://$NODE_IP:1234"]
+  [grpc.tls]
+    cert = "$NODE/pki/buildkitd.crt"
+    key = "$NODE/pki/buildkitd.key"
+    ca = "$ca_dir/ca.crt"
 [worker.oci]
   enabled = true
   snapshotter = "overlayfs"

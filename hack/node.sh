@@ -53,6 +53,7 @@ REGISTRY="$NODE_IP:5000"          # public images: the platform's, CoreDNS, the 
 APPS_REGISTRY="$NODE_IP:5001"
 API_NODE_PORT=30080
 REGISTRY_TOKEN_KEY="$SLIPWAY_RUN/node-keys/registry-token.pem"
+BUILDKIT_CA_DIR="$SLIPWAY_RUN/node-keys/buildkit"   # the CA BuildKit trusts for clients (and signs its own cert)
 CP="$SLIPWAY_RUN/control-plane"
 PKI="$CP/pki"
 CONTAINERD_BIN="$SLIPWAY_CACHE/containerd-$CONTAINERD_VERSION/bin"
@@ -344,6 +345,8 @@ export SLIPWAY_NODE_HOST_IP=$HOST_IP
 export SLIPWAY_NODE_IP=$NODE_IP
 export SLIPWAY_POD_CIDR=$POD_CIDR
 export SLIPWAY_BUILDKIT_ADDR=tcp://$NODE_IP:1234
+export SLIPWAY_BUILDKIT_CA_CERT_FILE=$BUILDKIT_CA_DIR/ca.crt
+export SLIPWAY_BUILDKIT_CA_KEY_FILE=$BUILDKIT_CA_DIR/ca.key
 export SLIPWAY_PROBE_IMAGE=busybox:$(busybox_version)
 export SLIPWAY_BUILDER_IMAGE=$REGISTRY/slipway/builder:$BUILDKIT_VERSION
 EOF

@@ -59,6 +59,22 @@ pub struct OperatorArgs {
     /// The BuildKit daemon build pods use (tcp://host:port).
     #[arg(long, env = "SLIPWAY_BUILDKIT_ADDR")]
     pub buildkit_addr: String,
+    /// The CA BuildKit's TCP listener trusts for clients (PEM certificate; it also signed BuildKit's server
+    /// certificate). With its key, every build Job gets a client certificate of its own; unset, build pods connect
+    /// in plain gRPC.
+    #[arg(
+        long,
+        env = "SLIPWAY_BUILDKIT_CA_CERT_FILE",
+        requires = "buildkit_ca_key_file"
+    )]
+    pub buildkit_ca_cert_file: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --buildkit-ca-cert-file.
+    #[arg(
+        long,
+        env = "SLIPWAY_BUILDKIT_CA_KEY_FILE",
+        requires = "buildkit_ca_cert_file"
+    )]
+    pub buildkit_ca_key_file: Option<std::path::PathBuf>,
     /// Image of the readiness sidecar that runs beside every app (busybox: `sh`, `nc`, `timeout`).
     #[arg(long, env = "SLIPWAY_PROBE_IMAGE", default_value = DEFAULT_PROBE_IMAGE)]
     pub probe_image: String,
@@ -146,6 +162,14 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         registry: args.registry,
         bases_registry: args.bases_registry,
         buildkit_addr: args.buildkit_addr,
+        buildkit_ca: match (&args.buildkit_ca_cert_file, &args.buildkit_ca_key_file) {
+            (Some(cert), Some(key)) => Some(
+                slipway_controllers::build::buildkit_tls::BuildkitCa::load(cert, key)
+                    .map_err(anyhow::Error::msg)
+                    .context("--buildkit-ca-cert-file")?,
+            ),
+            _ => None,
+        },
         probe_image: args.probe_image,
         builder_image: args.builder_image,
         tenant_grants: args.tenant_grants,

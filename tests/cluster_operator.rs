@@ -41,6 +41,7 @@ fn context(client: kube::Client, namespace: &str) -> Arc<Context> {
         registry: "127.0.0.1:9".into(),
         bases_registry: None,
         buildkit_addr: "tcp://127.0.0.1:9".into(),
+        buildkit_ca: None,
         probe_image: "busybox".into(),
         builder_image: "127.0.0.1:9/slipway/builder:unused".into(),
         tenant_grants: Vec::new(),

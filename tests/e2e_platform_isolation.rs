@@ -832,3 +832,92 @@ async fn a_tenant_s_registry_credential_pulls_its_own_images_and_nothing_else() 
     platform.delete_app(&cyd, &mine).await?;
     platform.delete_app(&dov, &theirs).await
 }
+
+/// Whether `buildctl debug workers` gets an answer from BuildKit's TCP listener with `tls` (buildctl's flags).
+async fn buildkit_answers(tls: &[String]) -> Result<bool> {
+    let mut command = tokio::process::Command::new("buildctl");
+    command
+        .arg("--addr")
+        .arg(var("SLIPWAY_BUILDKIT_ADDR")?)
+        .args(tls)
+        .args(["debug", "workers"])
+        .env_remove("BUILDKIT_HOST")
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(30), command.output())
+        .await
+        .context("buildctl did not finish in 30 s")??;
+    Ok(output.status.success())
+}
+
+/// BuildKit's TCP listener, which build pods use, opens only to a client certificate of its CA, as the operator
+/// gives each build: not to a plain connection, not to a client that only checks the server, not to a certificate
+/// of another CA.
+#[tokio::test]
+async fn buildkit_answers_only_the_client_certificates_the_operator_signs() -> Result<()> {
+    use slipway_controllers::build::buildkit_tls::BuildkitCa;
+    let ca = BuildkitCa::from_env()
+        .map_err(anyhow::Error::msg)?
+        .context("SLIPWAY_BUILDKIT_CA_CERT_FILE is not set; run under `hack/test.sh e2e`")?;
+    let dir = tempfile_dir()?;
+    let write = |name: &str, text: &str| -> Result<String> {
+        let path = dir.join(name);
+        std::fs::write(&path, text)?;
+        Ok(path.display().to_string())
+    };
+    let signed = ca
+        .client_certificate("build:test/attempt", Duration::from_secs(300))
+        .map_err(anyhow::Error::msg)?;
+    let ca_file = write("ca.crt", &signed.ca)?;
+    let tls = |cert: &str, key: &str| -> Vec<String> {
+        ["--tlscacert", &ca_file, "--tlscert", cert, "--tlskey", key]
+            .map(str::to_owned)
+            .to_vec()
+    };
+
+    // Another CA's certificate, made the same way.
+    let other_key = rcgen::KeyPair::generate()?;
+    let mut other = rcgen::CertificateParams::default();
+    other.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    other
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "slipway BuildKit CA");
+    let other_cert = other.self_signed(&other_key)?;
+    let stranger = BuildkitCa::from_pem(&other_cert.pem(), &other_key.serialize_pem())
+        .map_err(anyhow::Error::msg)?
+        .client_certificate("build:test/attempt", Duration::from_secs(300))
+        .map_err(anyhow::Error::msg)?;
+
+    let plain = buildkit_answers(&[]).await?;
+    let server_checked_only = buildkit_answers(&["--tlscacert".into(), ca_file.clone()]).await?;
+    let strangers = buildkit_answers(&tls(
+        &write("stranger.crt", &stranger.cert)?,
+        &write("stranger.key", &stranger.key)?,
+    ))
+    .await?;
+    let builds = buildkit_answers(&tls(
+        &write("build.crt", &signed.cert)?,
+        &write("build.key", &signed.key)?,
+    ))
+    .await?;
+    println!(
+        "BuildKit over TCP: plain {plain}, server-checked only {server_checked_only}, another CA's certificate \
+         {strangers}, a build's certificate {builds}"
+    );
+    assert!(
+        !plain && !server_checked_only && !strangers,
+        "BuildKit answered a client it must not"
+    );
+    assert!(builds, "BuildKit refused a certificate its CA signed");
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// A fresh private directory under the system's temporary directory.
+fn tempfile_dir() -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "slipway-buildkit-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir(&dir)?;
+    Ok(dir)
+}

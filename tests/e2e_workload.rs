@@ -119,6 +119,8 @@ impl Tenant {
             registry: registry()?,
             bases_registry: None,
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
+            buildkit_ca: slipway_controllers::build::buildkit_tls::BuildkitCa::from_env()
+                .map_err(anyhow::Error::msg)?,
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
             tenant_grants: Vec::new(),

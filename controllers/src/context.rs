@@ -27,6 +27,9 @@ pub struct OperatorConfig {
     pub bases_registry: Option<String>,
     /// The BuildKit daemon build pods talk to (`tcp://host:port`).
     pub buildkit_addr: String,
+    /// The CA BuildKit trusts for clients: each build gets a certificate of its own. `None`: BuildKit's listener
+    /// takes plain connections (it must then be kept from everything but build pods by the network).
+    pub buildkit_ca: Option<crate::build::buildkit_tls::BuildkitCa>,
     /// The image of the readiness sidecar beside every app container (needs busybox's `sh`, `nc` and `timeout`).
     pub probe_image: String,
     /// The image build Jobs run: curl and buildctl (see `hack/build-images.sh builder`).

@@ -470,6 +470,8 @@ impl TestApi {
             registry: var("SLIPWAY_REGISTRY")?,
             bases_registry: None,
             buildkit_addr: var("SLIPWAY_BUILDKIT_ADDR")?,
+            buildkit_ca: slipway_controllers::build::buildkit_tls::BuildkitCa::from_env()
+                .map_err(anyhow::Error::msg)?,
             probe_image: var("SLIPWAY_PROBE_IMAGE")?,
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
             tenant_grants: Vec::new(),
@@ -578,6 +580,7 @@ impl TestApi {
             registry: "127.0.0.1:9".into(),
             bases_registry: None,
             buildkit_addr: "tcp://127.0.0.1:9".into(),
+            buildkit_ca: None,
             probe_image: "127.0.0.1:9/unused".into(),
             builder_image: "127.0.0.1:9/unused".into(),
             tenant_grants: Vec::new(),

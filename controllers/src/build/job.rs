@@ -35,6 +35,15 @@ pub const SOURCE_URL: &str = "slipway.dev/source-url";
 /// source URL when the build leaves the queue; absent when the registry takes no tokens.
 pub const REGISTRY_TOKEN: &str = "slipway.dev/registry-token";
 
+/// The Secret holding a build's BuildKit client certificate (`ca.crt`, `tls.crt`, `tls.key`), created when the
+/// build leaves the queue and owned by its Job.
+pub fn tls_secret_name(job_name: &str) -> String {
+    format!("{job_name}-buildkit")
+}
+
+/// Where the build pod mounts [`tls_secret_name`].
+const TLS_DIR: &str = "/etc/buildkit-tls";
+
 /// How long a build may run before it fails.
 pub const BUILD_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// Name of the build container.
@@ -65,7 +74,12 @@ if [ -n "${SLIPWAY_DOCKERFILE:-}" ]; then
   printf '%s' "$SLIPWAY_DOCKERFILE" >dockerfile/Dockerfile
   dockerfile_dir=/work/dockerfile
 fi
-buildctl --addr "$SLIPWAY_BUILDKIT_ADDR" build --progress plain --frontend dockerfile.v0 \
+set -- --addr "$SLIPWAY_BUILDKIT_ADDR"
+if [ -f /etc/buildkit-tls/tls.crt ]; then
+  # BuildKit's listener takes only client certificates of its CA: this build's own, minted when it left the queue.
+  set -- "$@" --tlscacert /etc/buildkit-tls/ca.crt --tlscert /etc/buildkit-tls/tls.crt --tlskey /etc/buildkit-tls/tls.key
+fi
+buildctl "$@" build --progress plain --frontend dockerfile.v0 \
   --local context=/work/src --local dockerfile="$dockerfile_dir" \
   --output "type=image,name=$SLIPWAY_IMAGE,push=true,registry.insecure=true" \
   --metadata-file /work/metadata.json
@@ -101,6 +115,8 @@ pub struct JobInput<'a> {
     pub builder_image: &'a str,
     /// BuildKit's address.
     pub buildkit_addr: &'a str,
+    /// Whether BuildKit takes only client certificates (the pod then mounts [`tls_secret_name`]).
+    pub buildkit_tls: bool,
     /// [`ENQUEUED_AT`].
     pub enqueued_at: String,
 }
@@ -123,6 +139,15 @@ pub fn build_job(input: &JobInput<'_>) -> Result<Job, Error> {
     ];
     if let Some(dockerfile) = input.dockerfile {
         env.push(json!({"name": "SLIPWAY_DOCKERFILE", "value": dockerfile}));
+    }
+    let mut mounts = vec![json!({"name": "work", "mountPath": "/work"})];
+    let mut volumes = vec![json!({"name": "work", "emptyDir": {"sizeLimit": "2Gi"}})];
+    if input.buildkit_tls {
+        mounts.push(json!({"name": "buildkit-tls", "mountPath": TLS_DIR, "readOnly": true}));
+        volumes.push(json!({"name": "buildkit-tls", "secret": {
+            "secretName": tls_secret_name(&input.name),
+            "defaultMode": 0o440,
+        }}));
     }
     let job = json!({
         "apiVersion": "batch/v1",
@@ -151,6 +176,8 @@ pub fn build_job(input: &JobInput<'_>) -> Result<Job, Error> {
                         "runAsNonRoot": true,
                         "runAsUser": BUILDER_UID,
                         "runAsGroup": BUILDER_UID,
+                        // Lets the builder read its BuildKit certificate (mode 0440).
+                        "fsGroup": BUILDER_UID,
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "containers": [{
@@ -167,9 +194,9 @@ pub fn build_job(input: &JobInput<'_>) -> Result<Job, Error> {
                             "requests": {"cpu": "100m", "memory": "64Mi"},
                             "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "2Gi"},
                         },
-                        "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+                        "volumeMounts": mounts,
                     }],
-                    "volumes": [{"name": "work", "emptyDir": {"sizeLimit": "2Gi"}}],
+                    "volumes": volumes,
                 },
             },
         },
@@ -254,6 +281,7 @@ mod tests {
             notes,
             builder_image: "10.0.0.1:5000/slipway/builder:v1",
             buildkit_addr: "tcp://10.0.0.1:1234",
+            buildkit_tls: false,
             enqueued_at: "2026-01-01T00:00:00.000001Z".into(),
         }
     }

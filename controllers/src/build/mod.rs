@@ -13,6 +13,7 @@
 //! Each log write is followed by an annotation saying it happened; only a crash between the two can repeat a
 //! line. Build output lives in the deploy log, so it outlives the build pod.
 
+pub mod buildkit_tls;
 pub mod dockerfile;
 pub mod image;
 pub mod job;
@@ -38,8 +39,9 @@ use job::JobPhase;
 use registry::Registry;
 use slipway_internal::registry_token::Access;
 
-/// How long a build's registry token outlives the build's time limit (the pod's start and the final push).
-const REGISTRY_TOKEN_SLACK: std::time::Duration = std::time::Duration::from_secs(300);
+/// How long a build's registry token and BuildKit certificate outlive the build's time limit (the pod's start and
+/// the final push).
+const CREDENTIAL_SLACK: std::time::Duration = std::time::Duration::from_secs(300);
 use slipway_internal::CallError;
 
 /// Builds that may run at once, cluster-wide. One: `buildctl` sessions carry no shared key of their own, so
@@ -215,6 +217,7 @@ async fn enqueue(
         notes: &plan.notes,
         builder_image: &ctx.config.builder_image,
         buildkit_addr: &ctx.config.buildkit_addr,
+        buildkit_tls: ctx.config.buildkit_ca.is_some(),
         enqueued_at,
     })?;
     let params = PostParams {
@@ -290,9 +293,12 @@ async fn wait_or_start(
                 this.name_any()
             ),
             &[Access::repository(&repository, &["pull", "push"])],
-            job::BUILD_TIMEOUT + REGISTRY_TOKEN_SLACK,
+            job::BUILD_TIMEOUT + CREDENTIAL_SLACK,
         );
         annotations[job::REGISTRY_TOKEN] = json!(token);
+    }
+    if let Some(ca) = &ctx.config.buildkit_ca {
+        give_buildkit_certificate(ctx, this, ca).await?;
     }
     let patch = json!({
         "spec": {"suspend": false, "template": {"metadata": {"annotations": annotations}}}
@@ -307,6 +313,45 @@ async fn wait_or_start(
     );
     log.progress(&started, "started", line).await?;
     Ok(BuildState::Building)
+}
+
+/// Puts a client certificate for BuildKit, valid as long as the build may run, in the Secret the Job's pod mounts
+/// (owned by the Job). A Secret already there is replaced: the build is about to start, and its certificate with it.
+async fn give_buildkit_certificate(
+    ctx: &Context,
+    job: &Job,
+    ca: &buildkit_tls::BuildkitCa,
+) -> Result<(), Error> {
+    let namespace = job.namespace().unwrap_or_default();
+    let subject = format!("build:{namespace}/{}", job.name_any());
+    let certificate = ca
+        .client_certificate(&subject, job::BUILD_TIMEOUT + CREDENTIAL_SLACK)
+        .map_err(Error::InvalidSpec)?;
+    let owner = job
+        .controller_owner_ref(&())
+        .ok_or(Error::Incomplete("uid"))?;
+    let secret = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": job::tls_secret_name(&job.name_any()),
+            "namespace": namespace,
+            "labels": {slipway_crds::labels::MANAGED_BY: slipway_crds::labels::MANAGER, job::BUILD_LABEL: job::BUILD_LABEL_VALUE},
+            "ownerReferences": [owner],
+        },
+        "type": "Opaque",
+        "stringData": {"ca.crt": certificate.ca, "tls.crt": certificate.cert, "tls.key": certificate.key},
+    });
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(ctx.client.clone(), &namespace);
+    secrets
+        .patch(
+            &job::tls_secret_name(&job.name_any()),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await?;
+    Ok(())
 }
 
 /// Whether a queued Job's deploy still wants it; a Job whose deploy finished or is gone is removed from the queue.
