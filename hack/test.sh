@@ -102,8 +102,9 @@ for tier in "${tiers[@]}"; do
         "$HACK/install.sh" install
         eval "$("$HACK/install.sh" env)"
         cargo_test -p slipway --locked --test e2e_platform
-        # --show-output: the hostile tenant's attempts and their outcomes, with isolation on and off.
-        cargo_test -p slipway --locked --test e2e_platform_isolation -- --show-output
+        # --show-output: the hostile tenant's attempts and their outcomes, with isolation on and off. One test at a
+        # time: each runs two tenants' apps, and the node has CPU for two more than the platform.
+        cargo_test -p slipway --locked --test e2e_platform_isolation -- --show-output --test-threads=1
         # --show-output: its count of requests answered during the upgrade belongs in the log.
         cargo_test -p slipway --locked --test e2e_platform_upgrade -- --show-output
         "$HACK/install.sh" uninstall

@@ -342,6 +342,51 @@ mod tests {
         assert_eq!(job.owner_references()[0].kind, "Deploy");
     }
 
+    fn pod_spec(input: &JobInput<'_>) -> k8s_openapi::api::core::v1::PodSpec {
+        build_job(input)
+            .unwrap()
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+    }
+
+    #[test]
+    fn with_buildkit_tls_only_the_pod_mounts_the_build_s_own_certificate() {
+        let notes = Vec::new();
+        let mut tls = input(None, &notes);
+        tls.buildkit_tls = true;
+        let spec = pod_spec(&tls);
+        let volume = spec
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "buildkit-tls")
+            .expect("the certificate volume");
+        assert_eq!(
+            volume.secret.unwrap().secret_name.as_deref(),
+            Some(tls_secret_name(&tls.name).as_str())
+        );
+        assert!(
+            spec.containers[0]
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|m| m.mount_path == TLS_DIR && m.read_only == Some(true))
+        );
+        assert_eq!(spec.security_context.unwrap().fs_group, Some(BUILDER_UID));
+        let plain = pod_spec(&input(None, &notes));
+        assert!(
+            plain
+                .volumes
+                .unwrap()
+                .iter()
+                .all(|v| v.name != "buildkit-tls")
+        );
+    }
+
     #[test]
     fn the_repository_dockerfile_is_used_when_none_is_generated() {
         let notes = vec!["[build] note: a".to_owned(), "[build] note: b".to_owned()];
