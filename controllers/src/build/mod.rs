@@ -4,8 +4,10 @@
 //! 1. No build Job yet: the commit's root files are read through the API server ([`sources`]), the build is
 //!    planned or refused ([`dockerfile`]), and the Job is created suspended ([`job`]): the build is queued.
 //! 2. Queued: at most [`MAX_CONCURRENT_BUILDS`] Jobs run cluster-wide, in the order they were queued. When a slot
-//!    is free the Job is resumed with a freshly signed source URL; its pod fetches the files (no token), builds
-//!    them with the node's BuildKit and pushes `<registry>/<namespace>/<workload>:<sha>`.
+//!    is free the Job is resumed with a freshly signed source URL and, where the installation has them, a registry
+//!    token for its repository and a BuildKit client certificate ([`buildkit_tls`]), all minted then and good for
+//!    this build only; its pod fetches the files, builds them with the node's BuildKit and pushes
+//!    `<registry>/<namespace>/<workload>:<sha>`.
 //! 3. Finished: the pod's output and the `[build]` result lines go to the deploy log, sizes are read from the
 //!    registry and the charged size is held against the plan's cap ([`image`], [`registry`]); the outcome is
 //!    recorded on the Job, so later calls answer from it and the log gets every line once.
@@ -37,12 +39,12 @@ use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
 use job::JobPhase;
 use registry::Registry;
+use slipway_internal::CallError;
 use slipway_internal::registry_token::Access;
 
 /// How long a build's registry token and BuildKit certificate outlive the build's time limit (the pod's start and
 /// the final push).
 const CREDENTIAL_SLACK: std::time::Duration = std::time::Duration::from_secs(300);
-use slipway_internal::CallError;
 
 /// Builds that may run at once, cluster-wide. One: `buildctl` sessions carry no shared key of their own, so
 /// BuildKit keeps one synced copy per local source name (`context`, `dockerfile`) for all of them; one build after
@@ -285,14 +287,12 @@ async fn wait_or_start(
     // are minted now, so they cannot expire while the build waits.
     let mut annotations = json!({job::SOURCE_URL: url});
     if let Some(tokens) = &ctx.registry_tokens {
-        let repository = repository(req.channel)?;
         let token = tokens.mint(
-            &format!(
-                "build:{}/{}",
-                this.namespace().unwrap_or_default(),
-                this.name_any()
-            ),
-            &[Access::repository(&repository, &["pull", "push"])],
+            &build_subject(this),
+            &[Access::repository(
+                &repository(req.channel)?,
+                &["pull", "push"],
+            )],
             job::BUILD_TIMEOUT + CREDENTIAL_SLACK,
         );
         annotations[job::REGISTRY_TOKEN] = json!(token);
@@ -315,6 +315,15 @@ async fn wait_or_start(
     Ok(BuildState::Building)
 }
 
+/// Who a build's credentials name: `build:<namespace>/<job>`.
+fn build_subject(job: &Job) -> String {
+    format!(
+        "build:{}/{}",
+        job.namespace().unwrap_or_default(),
+        job.name_any()
+    )
+}
+
 /// Puts a client certificate for BuildKit, valid as long as the build may run, in the Secret the Job's pod mounts
 /// (owned by the Job). A Secret already there is replaced: the build is about to start, and its certificate with it.
 async fn give_buildkit_certificate(
@@ -323,9 +332,8 @@ async fn give_buildkit_certificate(
     ca: &buildkit_tls::BuildkitCa,
 ) -> Result<(), Error> {
     let namespace = job.namespace().unwrap_or_default();
-    let subject = format!("build:{namespace}/{}", job.name_any());
     let certificate = ca
-        .client_certificate(&subject, job::BUILD_TIMEOUT + CREDENTIAL_SLACK)
+        .client_certificate(&build_subject(job), job::BUILD_TIMEOUT + CREDENTIAL_SLACK)
         .map_err(Error::InvalidSpec)?;
     let owner = job
         .controller_owner_ref(&())
@@ -336,7 +344,7 @@ async fn give_buildkit_certificate(
         "metadata": {
             "name": job::tls_secret_name(&job.name_any()),
             "namespace": namespace,
-            "labels": {slipway_crds::labels::MANAGED_BY: slipway_crds::labels::MANAGER, job::BUILD_LABEL: job::BUILD_LABEL_VALUE},
+            "labels": {slipway_crds::labels::MANAGED_BY: slipway_crds::labels::MANAGER},
             "ownerReferences": [owner],
         },
         "type": "Opaque",
