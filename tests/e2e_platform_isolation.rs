@@ -1,13 +1,16 @@
 //! A hostile tenant on the installed platform (see `e2e_platform.rs`): tenant A runs an app whose code tries, from
-//! inside its pod, what an attacker's code would: tenant B's pod and Service, the registry's catalog, BuildKit, the
-//! api's internal listener, the operator's, webhook's and edge's admin ports, the kubelet, the apiserver and the
-//! platform database. With the chart's isolation (NetworkPolicies the operator keeps in every tenant namespace,
-//! enforced on the test node by kube-router) every attempt fails, while what an app needs (DNS, its data server,
-//! the S3 gateway, the edge reaching it) still works. A RUN step of tenant A's Dockerfile makes the same attempts
-//! and fails at each: build steps run on BuildKit's own bridge, which reaches nothing internal. Then the same
-//! attempts run with isolation switched off (`helm upgrade --set isolation.networkPolicies=false`, and
-//! `hack/node.sh build-network open` for the build step) and succeed, so the suite shows the policies and the build
-//! network are what stop them. The list of attempts and their outcomes is printed (run with --show-output).
+//! inside its pod, what an attacker's code would: tenant B's pod and Service, both registries' catalogs, BuildKit,
+//! the api's internal listener, the operator's, webhook's and edge's admin ports, the kubelet, the apiserver, the
+//! platform database and the node's loopback. With the chart's isolation (NetworkPolicies the operator keeps in
+//! every tenant namespace, enforced on the test node by kube-router) every attempt fails, while what an app needs
+//! (DNS, its data server, the S3 gateway, the edge reaching it) still works. A RUN step of tenant A's Dockerfile
+//! makes the same attempts and fails at each: build steps run on BuildKit's own bridge, which reaches nothing
+//! internal. Then the same attempts run with isolation switched off (`helm upgrade --set
+//! isolation.networkPolicies=false`, and `hack/node.sh build-network open` for the build step) and succeed, so the
+//! suite shows the policies and the build network are what stop them; the node's loopback alone stays out of reach,
+//! as no tenant pod shares the node's network. The list of attempts and their outcomes is printed (run with
+//! --show-output). Two more tests hold what no network rule decides: a tenant's registry credential pulls its own
+//! images and nothing else, and BuildKit answers only client certificates its CA signed.
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -382,6 +385,14 @@ async fn attempts_until(
     }
 }
 
+/// The node's loopback: kube-proxy's health port, which listens on 127.0.0.1 of the node only.
+fn node_loopback() -> Attempt {
+    Attempt::get(
+        "the node's loopback (kube-proxy's health port)",
+        "http://127.0.0.1:10256/healthz",
+    )
+}
+
 /// What tenant A's code tries, addressed as they are now (pods of the platform move when it is upgraded): tenant B's
 /// pod by address and through its Service, then the platform's parts.
 async fn attempts(platform: &Installed, bea: &Account) -> Result<Vec<Attempt>> {
@@ -513,13 +524,11 @@ async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_ten
     ];
 
     // Isolated: every attempt fails, every need is met.
-    let blocked = attempts_until(
-        &platform,
-        &prober,
-        &attempts(&platform, &bea).await?,
-        "isolation on",
-        |_, o| !got_through(o),
-    )
+    let mut isolated = attempts(&platform, &bea).await?;
+    isolated.push(node_loopback());
+    let blocked = attempts_until(&platform, &prober, &isolated, "isolation on", |_, o| {
+        !got_through(o)
+    })
     .await?;
     attempts_until(
         &platform,
@@ -543,13 +552,10 @@ async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_ten
     // A build step of tenant A (RUN in its Dockerfile) fails at every attempt too: build steps run in BuildKit's
     // own network, which reaches nothing internal.
     let stepper = BuildStep::create(&platform, &ari).await?;
+    let mut from_step = attempts(&platform, &bea).await?;
+    from_step.push(node_loopback());
     let from_build = stepper
-        .attempts(
-            &platform,
-            &ari,
-            &attempts(&platform, &bea).await?,
-            "a build step",
-        )
+        .attempts(&platform, &ari, &from_step, "a build step")
         .await?;
     assert!(from_build.iter().all(|o| !got_through(o)), "{from_build:?}");
     // With the build network's rules dropped, the same step reaches the platform's internals and the node (tenant
@@ -593,8 +599,18 @@ async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_ten
         }
         Err(e) => Err(e),
     };
+    // The node's loopback stays out of reach without the policies too: a pod's 127.0.0.1 is its own network
+    // namespace's (no pod of a tenant shares the node's network), so no policy is what keeps it out.
+    let loopback = run_attempts(
+        &platform,
+        &prober,
+        &[node_loopback()],
+        "isolation off, the node's loopback",
+    )
+    .await;
     isolation(true, &[&ari.namespace, &bea.namespace]).await?;
     let open = open?;
+    assert!(!got_through(&loopback?[0]), "the node's loopback");
     assert!(
         open[2].starts_with("401 "),
         "the apps' catalog: {}",
