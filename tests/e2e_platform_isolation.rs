@@ -874,9 +874,9 @@ async fn buildkit_answers_only_the_client_certificates_the_operator_signs() -> R
     let ca = BuildkitCa::from_env()
         .map_err(anyhow::Error::msg)?
         .context("SLIPWAY_BUILDKIT_CA_CERT_FILE is not set; run under `hack/test.sh e2e`")?;
-    let dir = tempfile_dir()?;
+    let dir = slipway_testkit::tls::TempDir::new("buildkit")?;
     let write = |name: &str, text: &str| -> Result<String> {
-        let path = dir.join(name);
+        let path = dir.path().join(name);
         std::fs::write(&path, text)?;
         Ok(path.display().to_string())
     };
@@ -924,16 +924,5 @@ async fn buildkit_answers_only_the_client_certificates_the_operator_signs() -> R
         "BuildKit answered a client it must not"
     );
     assert!(builds, "BuildKit refused a certificate its CA signed");
-    std::fs::remove_dir_all(&dir)?;
     Ok(())
-}
-
-/// A fresh private directory under the system's temporary directory.
-fn tempfile_dir() -> Result<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!(
-        "slipway-buildkit-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    std::fs::create_dir(&dir)?;
-    Ok(dir)
 }
