@@ -16,7 +16,6 @@ use slipway::postgres::store::{self, NewRecord};
 use slipway_controllers::blob::backend::S3Endpoint;
 use slipway_controllers::postgres::names;
 use slipway_controllers::postgres::server::{DataServer, DumpFormat, RoleSettings};
-use slipway_crds::plans::Plan;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
 
@@ -107,7 +106,6 @@ async fn main() -> Result<()> {
         server: &server,
         archive: &archive,
     };
-    let plan = Plan::by_tier("pro").context("the pro plan")?;
     let started = Instant::now();
     let snapshot = snapshots::take(
         parts,
@@ -117,7 +115,6 @@ async fn main() -> Result<()> {
             deploy_id: Some(uuid::Uuid::new_v4()),
             git_sha: None,
         },
-        plan,
     )
     .await?;
     let through = started.elapsed().as_secs_f64();

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod blob;
+pub mod checkpoints;
 pub mod cli;
 pub mod db;
 pub mod edge;

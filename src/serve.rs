@@ -11,7 +11,7 @@ use ipnet::IpNet;
 use slipway_internal::{CallerSpec, Callers, SourceKey};
 
 use crate::api::internal::guard::InternalAccess;
-use crate::api::state::{AppState, Limits, PublicNames};
+use crate::api::state::{AppState, BlobDownloadLimits, Limits, PublicNames};
 use crate::auth::rate::Budget;
 use crate::mirror::MirrorConfig;
 use crate::platform::cache::Cache;
@@ -90,9 +90,23 @@ pub struct ApiArgs {
     /// The cluster registry's token endpoint (`/registry/token`).
     #[command(flatten)]
     pub registry_tokens: crate::registry_tokens::RegistryTokenArgs,
-    /// Whether SQL snapshots may be downloaded; `false` answers 403 download_disabled.
-    #[arg(long, env = "SLIPWAY_SNAPSHOT_DOWNLOADS", default_value_t = true, action = clap::ArgAction::Set)]
-    pub snapshot_downloads: bool,
+    /// Whether code, SQL snapshots and bucket checkpoints may be downloaded; `false` answers 403
+    /// download_disabled on every download route and download-token route.
+    #[arg(long, env = "SLIPWAY_DOWNLOADS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub downloads: bool,
+    /// How long `git gc` keeps objects nothing references (a force-pushed commit, still a snapshot's code leg),
+    /// in git's `--prune` syntax; repositories are collected daily.
+    #[arg(long, env = "SLIPWAY_GIT_GC_PRUNE", default_value = "2.weeks.ago")]
+    pub git_gc_prune: String,
+    /// Oldest bucket checkpoint that may be downloaded, in days (older: 409 conflict).
+    #[arg(long, env = "SLIPWAY_BLOB_DOWNLOAD_MAX_AGE_DAYS", default_value_t = BlobDownloadLimits::default().max_age_days)]
+    pub blob_download_max_age_days: u32,
+    /// Most objects one bucket checkpoint download may hold (more: 409 conflict).
+    #[arg(long, env = "SLIPWAY_BLOB_DOWNLOAD_MAX_FILES", default_value_t = BlobDownloadLimits::default().max_files)]
+    pub blob_download_max_files: u64,
+    /// Most bytes one bucket checkpoint download may hold, before compression (more: 409 conflict).
+    #[arg(long, env = "SLIPWAY_BLOB_DOWNLOAD_MAX_BYTES", default_value_t = BlobDownloadLimits::default().max_bytes)]
+    pub blob_download_max_bytes: u64,
     /// A ServiceAccount allowed on the internal listener, as ROLE=NAMESPACE/SERVICEACCOUNT: role `operator` may call
     /// every internal route, `edge` only reads static sites' archives and reports bandwidth; any other identity gets
     /// 403. Repeat the flag
@@ -153,7 +167,12 @@ impl ApiArgs {
         Limits {
             rate: Budget::from_flags(self.rate_limit_per_minute, self.rate_limit_burst),
             git_max_push_bytes: self.git_max_push_bytes,
-            snapshot_downloads: self.snapshot_downloads,
+            downloads: self.downloads,
+            blob_download: BlobDownloadLimits {
+                max_age_days: self.blob_download_max_age_days,
+                max_files: self.blob_download_max_files,
+                max_bytes: self.blob_download_max_bytes,
+            },
         }
     }
 
@@ -244,6 +263,10 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
             tokio::spawn(crate::postgres::nightly::run(state.clone()));
         }
     }
+    tokio::spawn(crate::git::gc::run(
+        state.clone(),
+        args.git_gc_prune.clone(),
+    ));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen on {}", args.listen))?;

@@ -663,7 +663,7 @@ async fn a_download_token_downloads_its_snapshot_and_nothing_else() -> Result<()
 
     // The platform operator turns downloads off: both routes answer 403 download_disabled.
     let limits = slipway::api::state::Limits {
-        snapshot_downloads: false,
+        downloads: false,
         ..Default::default()
     };
     let api = s.f.api.with_limits(limits);

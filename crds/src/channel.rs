@@ -58,6 +58,15 @@ impl Channel {
             .and_then(|n| n.split_once('.'))
             .map_or("", |(_, c)| c)
     }
+
+    /// Whether the condition of type `type_` is `True` (e.g. [`crate::conditions::DATABASE_READY`]).
+    pub fn condition_is_true(&self, type_: &str) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == type_ && c.status == "True")
+        })
+    }
 }
 
 /// Lifecycle of a channel.

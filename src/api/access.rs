@@ -57,10 +57,11 @@ pub enum Action {
     RevealSecret,
     /// Read a channel's object-store key pair (a secret: it opens the channel's bucket).
     ReadStoreCredentials,
-    /// Download a channel's SQL data (a dump: every row, whatever the app keeps from its members).
-    DumpDatabase,
-    /// Empty a channel's SQL database (destructive).
-    ResetDatabase,
+    /// Download a channel's data: an SQL dump or snapshot, a bucket checkpoint (every row and object, whatever the
+    /// app keeps from its members).
+    DownloadData,
+    /// Replace a channel's data: reset its SQL database, restore it or its bucket to a checkpoint (destructive).
+    ReplaceData,
     /// Create and delete channels.
     ManageChannels,
     /// Attach, verify and detach custom domains (they change routing and certificates, like channels).
@@ -89,8 +90,8 @@ impl Action {
             Action::Read | Action::Write => Role::Member,
             Action::RevealSecret
             | Action::ReadStoreCredentials
-            | Action::DumpDatabase
-            | Action::ResetDatabase
+            | Action::DownloadData
+            | Action::ReplaceData
             | Action::ManageChannels
             | Action::ManageDomains
             | Action::ManageForwards
@@ -110,8 +111,8 @@ impl Action {
             Action::Write => "changing code, deploys or variables",
             Action::RevealSecret => "revealing a secret value",
             Action::ReadStoreCredentials => "reading object-store credentials",
-            Action::DumpDatabase => "downloading a channel's SQL data",
-            Action::ResetDatabase => "resetting a channel's SQL database",
+            Action::DownloadData => "downloading a channel's data",
+            Action::ReplaceData => "resetting or restoring a channel's data",
             Action::ManageChannels => "creating or deleting channels",
             Action::ManageDomains => "attaching, verifying or detaching custom domains",
             Action::ManageForwards => "exposing or unexposing raw TCP endpoints",

@@ -96,7 +96,7 @@ fn host_label(app: &VisibleApp, channel: &Channel) -> Result<String, ApiError> {
     )?)
 }
 
-fn configured(state: &AppState) -> Result<&BlobAccess, ApiError> {
+pub(super) fn configured(state: &AppState) -> Result<&BlobAccess, ApiError> {
     state.blob_access().ok_or_else(|| {
         ApiError::BlobUnavailable("object storage is not configured on this platform".into())
     })
@@ -106,7 +106,7 @@ fn configured(state: &AppState) -> Result<&BlobAccess, ApiError> {
 /// channel's condition says (the operator's last check may already have seen the backend go away, and an
 /// unreachable backend is unavailable, not a bucket being made). A missing bucket is 503 only for a channel that
 /// says its bucket is ready; otherwise the status tells why it is not.
-async fn probe(
+pub(super) async fn probe(
     state: &AppState,
     blob: &BlobAccess,
     store: &Store,
@@ -136,16 +136,26 @@ async fn get_blob(
 ) -> Result<Json<BlobStatus>, ApiError> {
     let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
-    let blob = configured(&state)?;
-    let label = host_label(&app, &channel)?;
-    let (status, last_error) = condition_state(&channel);
+    Ok(Json(status_of(&state, &app, &channel, channel_id).await?))
+}
+
+/// The channel's object-store status, its store probed.
+pub(super) async fn status_of(
+    state: &AppState,
+    app: &VisibleApp,
+    channel: &Channel,
+    channel_id: Uuid,
+) -> Result<BlobStatus, ApiError> {
+    let blob = configured(state)?;
+    let label = host_label(app, channel)?;
+    let (status, last_error) = condition_state(channel);
     let stored = store::by_channel(state.db(), channel_id).await?;
     // A bucket that was made once is probed whatever the condition says: the operator's last check may already
     // have seen the backend go away, and an unreachable backend is 503, not a bucket still being made.
     if let Some(store) = &stored {
-        probe(&state, blob, store, status == "ready").await?;
+        probe(state, blob, store, status == "ready").await?;
     }
-    Ok(Json(BlobStatus {
+    Ok(BlobStatus {
         status: status.to_owned(),
         last_error,
         usage_bytes: stored.as_ref().map_or(0, |s| s.usage_bytes),
@@ -153,7 +163,7 @@ async fn get_blob(
         virtual_endpoint: public_endpoint(&label, &state.names().app_domain),
         virtual_bucket: label,
         region: REGION.to_owned(),
-    }))
+    })
 }
 
 /// Read a channel's object-store credentials (audit-logged on every call).

@@ -1,6 +1,6 @@
-//! `GET /apps/{app_id}/channels/{channel_id}/code/download`: the files of the commit a channel serves, as a tar
-//! stream (`git::archive`). Every download is recorded in the audit journal before
-//! the first byte goes out.
+//! `GET /apps/{app_id}/channels/{channel_id}/code/download`: the files of the commit a channel serves (or the one
+//! a snapshot recorded, the code leg of a checkpoint), as a tar stream (`git::archive`). Every download is
+//! recorded in the audit journal before the first byte goes out.
 
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
@@ -11,6 +11,7 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::access::{self, Action};
+use super::downloads;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Path, Query};
 use super::state::AppState;
@@ -33,8 +34,8 @@ pub struct DownloadQuery {
 #[utoipa::path(get, path = "/apps/{app_id}/channels/{channel_id}/code/download", tag = "channels", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id"), DownloadQuery),
     responses((status = 200, content_type = "application/x-tar", body = Vec<u8>, description = "tar stream, sent as an attachment"),
-              (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope, description = "scope_denied"),
-              (status = 404, body = ErrorEnvelope, description = "not_found (app, channel, or no deployed commit yet); snapshot_not_found")))]
+              (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope, description = "scope_denied; download_disabled"),
+              (status = 404, body = ErrorEnvelope, description = "not_found (app, channel, or no deployed commit yet); snapshot_not_found; snapshot_sha_unknown (the snapshot recorded no commit); snapshot_code_gone (its commit was force-pushed away and garbage-collected)")))]
 async fn download_code(
     State(state): State<AppState>,
     caller: Caller,
@@ -45,23 +46,14 @@ async fn download_code(
     let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
     let channel_name = channel.channel_name().to_owned();
-    if let Some(snapshot) = query.snapshot_id {
-        // Snapshots are recorded once channel databases and object stores exist; none can be named yet.
-        return Err(ApiError::Missing(
-            "snapshot_not_found",
-            format!("snapshot {snapshot} not found for this channel"),
-        ));
-    }
-    let sha = channel
-        .status
-        .as_ref()
-        .and_then(|s| s.current_sha.clone())
-        .ok_or_else(|| {
-            ApiError::Missing(
-                "not_found",
-                format!("channel {channel_name} has not been deployed yet, so it has no current commit to download; use the tree route for a branch"),
-            )
-        })?;
+    downloads::require_enabled(&state, "code")?;
+    let (sha, gone_code) = match query.snapshot_id {
+        Some(snapshot_id) => (
+            snapshot_commit(&state, channel_id, snapshot_id).await?,
+            "snapshot_code_gone",
+        ),
+        None => (current_commit(&channel)?, "not_found"),
+    };
     let repo = state.repos().path(&app.owner, &app.name);
     let check = (repo.clone(), sha.clone());
     let present = tokio::task::spawn_blocking(move || -> anyhow::Result<bool> {
@@ -73,8 +65,11 @@ async fn download_code(
     .map_err(|e| ApiError::Internal(e.into()))??;
     if !present {
         return Err(ApiError::Missing(
-            "not_found",
-            format!("commit {sha} of channel {channel_name} is no longer in the repository"),
+            gone_code,
+            format!(
+                "commit {sha} of channel {channel_name} is no longer in the repository (a force-push replaced it and \
+                 it was garbage-collected)"
+            ),
         ));
     }
     crate::db::audit::record(
@@ -82,7 +77,7 @@ async fn download_code(
         &caller,
         Some(app_id),
         "code.download",
-        serde_json::json!({"channel_id": channel_id, "sha": sha}),
+        serde_json::json!({"channel_id": channel_id, "sha": sha, "snapshot_id": query.snapshot_id}),
     )
     .await?;
     let body = crate::git::archive::tar_body(&repo, &sha).map_err(ApiError::Internal)?;
@@ -99,4 +94,47 @@ async fn download_code(
             .map_err(|e| ApiError::Internal(e.into()))?,
     );
     Ok(res)
+}
+
+/// The commit the channel serves: 404 `not_found` when it has never been deployed.
+fn current_commit(channel: &slipway_crds::Channel) -> Result<String, ApiError> {
+    channel
+        .status
+        .as_ref()
+        .and_then(|s| s.current_sha.clone())
+        .ok_or_else(|| {
+            ApiError::Missing(
+                "not_found",
+                format!(
+                    "channel {} has not been deployed yet, so it has no current commit to download; use the tree \
+                     route for a branch",
+                    channel.channel_name()
+                ),
+            )
+        })
+}
+
+/// The commit snapshot `snapshot_id` of the channel recorded: 404 `snapshot_not_found` when the channel has no
+/// such snapshot, `snapshot_sha_unknown` when it recorded none (the channel had not run a commit yet).
+async fn snapshot_commit(
+    state: &AppState,
+    channel_id: Uuid,
+    snapshot_id: Uuid,
+) -> Result<String, ApiError> {
+    let snapshot = crate::postgres::snapshots::by_id(state.db(), channel_id, snapshot_id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::Missing(
+                "snapshot_not_found",
+                format!("snapshot {snapshot_id} not found for this channel"),
+            )
+        })?;
+    snapshot.git_sha.ok_or_else(|| {
+        ApiError::Missing(
+            "snapshot_sha_unknown",
+            format!(
+                "snapshot {snapshot_id} recorded no commit (the channel had not been deployed when it was taken)"
+            ),
+        )
+    })
 }

@@ -92,6 +92,9 @@ pub enum ApiError {
     /// 409 `channel_busy`: a deploy of the channel is queued or running.
     #[error("{0}")]
     ChannelBusy(String),
+    /// 409 `no_aligned_blob_snapshot`: the checkpoint has no object-store leg.
+    #[error("{0}")]
+    NoAlignedBlobSnapshot(String),
     /// 500 `internal_error`; the cause is logged.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -128,6 +131,9 @@ impl ApiError {
             ApiError::ProdRestoreBlocked(_) => (StatusCode::FORBIDDEN, "prod_restore_blocked"),
             ApiError::DownloadDisabled(_) => (StatusCode::FORBIDDEN, "download_disabled"),
             ApiError::ChannelBusy(_) => (StatusCode::CONFLICT, "channel_busy"),
+            ApiError::NoAlignedBlobSnapshot(_) => {
+                (StatusCode::CONFLICT, "no_aligned_blob_snapshot")
+            }
             ApiError::PostgresUnavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "postgres_unavailable")
             }

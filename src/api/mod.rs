@@ -4,11 +4,13 @@
 pub mod access;
 pub mod apps;
 pub mod blob;
+pub mod blob_snapshots;
 pub mod channels;
 pub mod claims;
 pub mod code;
 pub mod deploys;
 pub mod domains;
+pub mod downloads;
 pub mod env;
 pub mod error;
 pub mod extract;
@@ -88,6 +90,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(forwards::routes())
         .merge(ssh_keys::routes())
         .merge(blob::routes())
+        .merge(blob_snapshots::routes())
         .merge(postgres::routes())
         .merge(snapshots::routes())
         .merge(members::routes())

@@ -140,7 +140,7 @@ async fn reset_postgres(
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
     Json(confirmation): Json<Confirmation>,
 ) -> Result<axum::http::StatusCode, ApiError> {
-    let app = access::authorize(&state, &caller, app_id, Action::ResetDatabase).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::ReplaceData).await?;
     let channel = database_channel(&state, &app, channel_id)?;
     let server = configured(&state)?;
     let record = ready_record(&channel, channel_id, &state).await?;
@@ -182,7 +182,7 @@ async fn dump_postgres(
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::http::{HeaderValue, header};
-    let app = access::authorize(&state, &caller, app_id, Action::DumpDatabase).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::DownloadData).await?;
     let channel = database_channel(&state, &app, channel_id)?;
     let server = configured(&state)?;
     let record = ready_record(&channel, channel_id, &state).await?;

@@ -4,7 +4,7 @@
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use kube::Api;
 use kube::api::ListParams;
 use serde::{Deserialize, Serialize};
@@ -14,20 +14,19 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::access::{self, Action, VisibleApp};
+use super::downloads::{self, DownloadToken, Grant};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::postgres::{
     DatabaseStatus, configured, database_channel, ready_record, status_of, unavailable,
 };
 use super::state::AppState;
-use crate::auth::{Caller, token};
+use crate::auth::Caller;
 use crate::postgres::archive::Archive;
 use crate::postgres::snapshots::{self, Snapshot};
 
 /// The scope a snapshot download needs.
 pub const DOWNLOAD_SCOPE: &str = "snapshots:read";
-/// How long a download token lives at most.
-pub const DOWNLOAD_TOKEN_LIFE: Duration = Duration::hours(1);
 /// The app variable that allows restoring prod.
 pub const ALLOW_PROD_RESTORE: &str = "SVC_ALLOW_PROD_RESTORE";
 
@@ -55,7 +54,8 @@ pub struct SnapshotRow {
     pub created_at: DateTime<Utc>,
     /// Size of its dump file; null on a row with no file.
     pub size_bytes: Option<i64>,
-    /// Whether an object-store snapshot of the same checkpoint exists (none are taken yet: always false).
+    /// Whether an object-store marker of the same checkpoint exists (its bucket can be restored and downloaded
+    /// with this id).
     pub aligned_blob: bool,
     /// Whether a restore can reach it (its file is stored).
     pub recoverable: Option<bool>,
@@ -70,7 +70,7 @@ impl From<Snapshot> for SnapshotRow {
             git_sha: s.git_sha,
             created_at: s.created_at,
             size_bytes: s.size_bytes,
-            aligned_blob: false,
+            aligned_blob: s.aligned_blob,
             recoverable: Some(s.object_key.is_some()),
         }
     }
@@ -83,17 +83,6 @@ pub struct RestoreRequest {
     pub confirm_db_name: String,
     /// The snapshot to restore.
     pub snapshot_id: Uuid,
-}
-
-/// A download token, shown once.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct DownloadToken {
-    /// The token (a bearer for `download_url` only).
-    pub token: String,
-    /// Path of the snapshot's download route.
-    pub download_url: String,
-    /// When it stops working: in an hour, or when the caller's token does if sooner.
-    pub expires_at: DateTime<Utc>,
 }
 
 /// The archive, or 503 `postgres_unavailable` (snapshots need object storage).
@@ -126,13 +115,9 @@ async fn downloadable(
     caller: &Caller,
     (app_id, channel_id, snapshot_id): (Uuid, Uuid, Uuid),
 ) -> Result<(VisibleApp, Snapshot), ApiError> {
-    let app = access::authorize(state, caller, app_id, Action::DumpDatabase).await?;
+    let app = access::authorize(state, caller, app_id, Action::DownloadData).await?;
     caller.require_scope(DOWNLOAD_SCOPE)?;
-    if !state.limits().snapshot_downloads {
-        return Err(ApiError::DownloadDisabled(
-            "this platform keeps SQL snapshot downloads off".into(),
-        ));
-    }
+    downloads::require_enabled(state, "SQL snapshots")?;
     database_channel(state, &app, channel_id)?;
     let snapshot = snapshot_of(state, channel_id, snapshot_id).await?;
     Ok((app, snapshot))
@@ -219,49 +204,25 @@ async fn download_token(
 ) -> Result<(StatusCode, Json<DownloadToken>), ApiError> {
     let (app_id, channel_id, snapshot_id) = ids;
     let (app, snapshot) = downloadable(&state, &caller, ids).await?;
-    let download_url = download_path(app_id, channel_id, snapshot_id);
-    let mut expires_at = Utc::now() + DOWNLOAD_TOKEN_LIFE;
-    if let Some(caller_expiry) = caller.expires_at {
-        expires_at = expires_at.min(caller_expiry);
-    }
-    let plaintext = token::generate();
-    let label = format!("download of SQL snapshot {snapshot_id}");
-    let scopes = [DOWNLOAD_SCOPE.to_owned()];
-    crate::db::tokens::insert(
-        state.db(),
-        &crate::db::tokens::NewToken {
-            user_id: caller.user_id,
-            hash: token::hash(&plaintext),
-            label: Some(&label),
-            scopes: &scopes,
-            is_agent: caller.is_agent,
-            expires_at: Some(expires_at),
-            parent_id: Some(caller.token_id),
-            only_path: Some(&download_url),
+    let token = downloads::mint(
+        &state,
+        Grant {
+            app_id: app.id,
+            scope: DOWNLOAD_SCOPE,
+            path: download_path(app_id, channel_id, snapshot_id),
+            label: format!("download of SQL snapshot {snapshot_id}"),
+            audit_action: "postgres.snapshot.download_token",
+            audit_details: serde_json::json!({"channel_id": snapshot.channel_id, "snapshot_id": snapshot.id}),
+            caller: &caller,
         },
     )
     .await?;
-    crate::db::audit::record(
-        state.db(),
-        &caller,
-        Some(app.id),
-        "postgres.snapshot.download_token",
-        serde_json::json!({"channel_id": snapshot.channel_id, "snapshot_id": snapshot.id, "expires_at": expires_at}),
-    )
-    .await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(DownloadToken {
-            token: plaintext,
-            download_url,
-            expires_at,
-        }),
-    ))
+    Ok((StatusCode::CREATED, Json(token)))
 }
 
 /// 409 `channel_busy` while a deploy of the channel is queued or running (read from the cluster, not a cache:
 /// a deploy created a moment ago counts).
-async fn require_idle(
+pub(super) async fn require_idle(
     state: &AppState,
     app: &VisibleApp,
     channel: &slipway_crds::Channel,
@@ -288,7 +249,7 @@ async fn require_idle(
 }
 
 /// 403 `prod_restore_blocked` for prod unless the app (or its prod channel) sets `SVC_ALLOW_PROD_RESTORE=1`.
-async fn require_restorable(
+pub(super) async fn require_restorable(
     state: &AppState,
     app: &VisibleApp,
     channel: &slipway_crds::Channel,
@@ -340,7 +301,7 @@ async fn restore_snapshot(
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
     Json(request): Json<RestoreRequest>,
 ) -> Result<Json<DatabaseStatus>, ApiError> {
-    let app = access::authorize(&state, &caller, app_id, Action::ResetDatabase).await?;
+    let app = access::authorize(&state, &caller, app_id, Action::ReplaceData).await?;
     let channel = database_channel(&state, &app, channel_id)?;
     let server = configured(&state)?;
     let record = ready_record(&channel, channel_id, &state).await?;

@@ -40,8 +40,32 @@ pub struct Limits {
     pub rate: Option<Budget>,
     /// Largest pack one git push may send, in bytes.
     pub git_max_push_bytes: u64,
-    /// Whether SQL snapshots may be downloaded (off: 403 download_disabled).
-    pub snapshot_downloads: bool,
+    /// Whether code, SQL snapshots and bucket checkpoints may be downloaded (off: 403 download_disabled).
+    pub downloads: bool,
+    /// What one bucket checkpoint download may hold.
+    pub blob_download: BlobDownloadLimits,
+}
+
+/// What one bucket checkpoint download may hold; past any of these the route answers 409 `conflict` (the files
+/// are read with an S3 client instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlobDownloadLimits {
+    /// Oldest checkpoint, in days.
+    pub max_age_days: u32,
+    /// Most objects.
+    pub max_files: u64,
+    /// Most bytes (before compression).
+    pub max_bytes: u64,
+}
+
+impl Default for BlobDownloadLimits {
+    fn default() -> Self {
+        Self {
+            max_age_days: 30,
+            max_files: 10_000,
+            max_bytes: 1 << 30,
+        }
+    }
 }
 
 impl Limits {
@@ -54,7 +78,8 @@ impl Default for Limits {
         Self {
             rate: Some(Budget::DEFAULT),
             git_max_push_bytes: Self::DEFAULT_GIT_MAX_PUSH_BYTES,
-            snapshot_downloads: true,
+            downloads: true,
+            blob_download: BlobDownloadLimits::default(),
         }
     }
 }

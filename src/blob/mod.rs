@@ -6,6 +6,9 @@
 //! - [`store`] holds each channel's store in the platform database (the key pair, the secret sealed like env
 //!   secrets) and the usage counted against the quota; [`recount`] corrects it from the backend's listing.
 //! - [`keys`] mints key pairs.
+//! - [`bucket`] is a channel's bucket as the API server works on it (through the gateway, with the channel's key
+//!   pair); [`checkpoints`] records the object-store leg of checkpoints and prunes versions no checkpoint needs;
+//!   [`restore`] copies a bucket forward to a checkpoint and [`tarball`] streams one as a `tar.gz`.
 //! - [`access`] is what the API server needs: the status and credentials routes probe the store through the
 //!   gateway with the channel's own key pair, so a working answer means the whole path works.
 //!
@@ -13,9 +16,13 @@
 //! (`slipway_controllers::blob`), which asks the API server to record and forget stores.
 
 pub mod access;
+pub mod bucket;
+pub mod checkpoints;
 pub mod gateway;
 pub mod keys;
 pub mod recount;
+pub mod restore;
 pub mod serve;
 pub mod settings;
 pub mod store;
+pub mod tarball;

@@ -1,6 +1,7 @@
-//! Nightly snapshots: every few minutes one API server (whichever holds the advisory lock, so several replicas
+//! Nightly checkpoints: every few minutes one API server (whichever holds the advisory lock, so several replicas
 //! never dump the same database twice) looks for ready channel databases without a `nightly` snapshot of the
-//! current UTC day and takes one each, pruning the channel's rows to its owner's plan after each. A database that
+//! current UTC day and takes a checkpoint of each (the SQL snapshot and, when the channel's bucket is ready, its
+//! object-store marker), pruning the channel to its owner's plan after each. A database that
 //! fails is logged and tried again at the next pass; the others go on.
 
 use std::time::Duration;
@@ -8,9 +9,10 @@ use std::time::Duration;
 use slipway_crds::conditions;
 use slipway_crds::plans::Plan;
 
-use super::snapshots::{self, Kind, Occasion, Parts};
+use super::snapshots::{Kind, Occasion, Parts};
 use super::store::Record;
 use crate::api::state::AppState;
+use crate::checkpoints::{self, SqlLeg};
 
 /// How often the API server looks for databases due a nightly snapshot.
 pub const CHECK_EVERY: Duration = Duration::from_secs(600);
@@ -74,22 +76,30 @@ async fn take_due(state: &AppState, parts: Parts<'_>) -> anyhow::Result<usize> {
         else {
             continue;
         };
-        let status = channel.status.as_ref();
-        let ready = status.is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == conditions::DATABASE_READY && c.status == "True")
-        });
-        if !ready {
+        if !channel.condition_is_true(conditions::DATABASE_READY) {
             continue;
         }
         let occasion = Occasion {
             kind: Kind::Nightly,
             deploy_id: None,
-            git_sha: status.and_then(|s| s.current_sha.clone()),
+            git_sha: channel.status.as_ref().and_then(|s| s.current_sha.clone()),
         };
         let plan = owner_plan(parts.db, &record.owner).await?;
-        match snapshots::take(parts, &record, &occasion, plan).await {
+        let blob = checkpoints::blob_leg(state, channel, record.channel_id).await?;
+        let sql = SqlLeg {
+            parts,
+            record: &record,
+        };
+        match checkpoints::take(
+            parts.db,
+            record.channel_id,
+            Some(sql),
+            blob,
+            &occasion,
+            plan,
+        )
+        .await
+        {
             Ok(_) => taken += 1,
             Err(e) => {
                 tracing::warn!(db_name = %record.db_name, error = %e, "nightly snapshot failed; retried next pass");

@@ -1,7 +1,8 @@
 //! SQL snapshots of a channel's database: `pg_dump -Fc` streamed into the [`Archive`](super::archive::Archive),
 //! then a `postgres_snapshots` row. A row exists only for a complete file, so a dump that fails half-way leaves
 //! neither. `pre_deploy` snapshots are taken once per deploy (before its new container starts), `nightly` ones
-//! once per channel per UTC day; after each, the channel's older rows are pruned to its owner's plan.
+//! once per channel per UTC day, each as the SQL leg of a checkpoint ([`crate::checkpoints`]), after which the
+//! channel's older rows are pruned to its owner's plan ([`prune`]).
 
 use chrono::{DateTime, Utc};
 use slipway_controllers::postgres::server::{DataServer, DumpFormat};
@@ -52,7 +53,14 @@ pub struct Snapshot {
     pub size_bytes: Option<i64>,
     /// When it was taken.
     pub created_at: DateTime<Utc>,
+    /// Whether an object-store marker of the same checkpoint exists (read by [`list`] and [`by_id`]).
+    #[sqlx(default)]
+    pub aligned_blob: bool,
 }
+
+/// The columns of a row with its `aligned_blob`.
+const WITH_ALIGNMENT: &str = "s.*, EXISTS (SELECT 1 FROM blob_snapshots b WHERE b.pg_snapshot_id = s.id) \
+                              AS aligned_blob FROM postgres_snapshots s";
 
 /// What a snapshot is taken for.
 #[derive(Debug, Clone)]
@@ -78,17 +86,18 @@ pub struct Parts<'a> {
 
 /// The channel's snapshots, newest first.
 pub async fn list(db: &PgPool, channel_id: Uuid) -> sqlx::Result<Vec<Snapshot>> {
-    sqlx::query_as(
-        "SELECT * FROM postgres_snapshots WHERE channel_id = $1 ORDER BY created_at DESC, id",
-    )
-    .bind(channel_id)
-    .fetch_all(db)
-    .await
+    let query =
+        format!("SELECT {WITH_ALIGNMENT} WHERE s.channel_id = $1 ORDER BY s.created_at DESC, s.id");
+    sqlx::query_as(sqlx::AssertSqlSafe(query))
+        .bind(channel_id)
+        .fetch_all(db)
+        .await
 }
 
 /// One snapshot of the channel.
 pub async fn by_id(db: &PgPool, channel_id: Uuid, id: Uuid) -> sqlx::Result<Option<Snapshot>> {
-    sqlx::query_as("SELECT * FROM postgres_snapshots WHERE channel_id = $1 AND id = $2")
+    let query = format!("SELECT {WITH_ALIGNMENT} WHERE s.channel_id = $1 AND s.id = $2");
+    sqlx::query_as(sqlx::AssertSqlSafe(query))
         .bind(channel_id)
         .bind(id)
         .fetch_optional(db)
@@ -121,13 +130,12 @@ async fn existing(
     }
 }
 
-/// Takes the occasion's snapshot of `record`'s database, unless it has one, then prunes the channel's rows to
-/// `plan`; the snapshot either way.
+/// Takes the occasion's snapshot of `record`'s database, unless it has one; the snapshot either way. Pruning is
+/// the checkpoint's ([`crate::checkpoints`]).
 pub async fn take(
     parts: Parts<'_>,
     record: &Record,
     occasion: &Occasion,
-    plan: &Plan,
 ) -> anyhow::Result<Snapshot> {
     if let Some(snapshot) = existing(parts.db, record.channel_id, occasion).await? {
         return Ok(snapshot);
@@ -153,10 +161,10 @@ pub async fn take(
     .bind(i64::try_from(size).unwrap_or(i64::MAX))
     .fetch_optional(parts.db)
     .await?;
-    let snapshot = match inserted {
+    match inserted {
         Some(snapshot) => {
             tracing::info!(channel_id = %record.channel_id, kind = occasion.kind.as_str(), size, "snapshot taken");
-            snapshot
+            Ok(snapshot)
         }
         // A concurrent call took this occasion's snapshot first: keep its row, drop this file.
         None => {
@@ -165,37 +173,44 @@ pub async fn take(
                 .await?
                 .ok_or_else(|| {
                     anyhow::anyhow!("the snapshot of channel {} vanished", record.channel_id)
-                })?
+                })
         }
-    };
-    prune(parts, record.channel_id, plan).await?;
-    Ok(snapshot)
+    }
 }
 
-/// The channel's rows its plan no longer keeps: `pre_deploy` past the newest `deploy_snapshot_keep`, `nightly`
-/// older than `snapshot_retention_days` except the newest.
-async fn expired(db: &PgPool, channel_id: Uuid, plan: &Plan) -> sqlx::Result<Vec<Snapshot>> {
-    sqlx::query_as(
-        "(SELECT * FROM postgres_snapshots WHERE channel_id = $1 AND kind = 'pre_deploy' \
+/// The ids of `table`'s rows of a channel its plan no longer keeps: `pre_deploy` past the newest
+/// `deploy_snapshot_keep`, `nightly` older than `snapshot_retention_days` except the newest. SQL snapshots and
+/// object-store markers (`table`: `postgres_snapshots` or `blob_snapshots`) are kept by these same windows.
+pub async fn retention_expired(
+    table: &'static str,
+    db: &PgPool,
+    channel_id: Uuid,
+    plan: &Plan,
+) -> sqlx::Result<Vec<Uuid>> {
+    let query = format!(
+        "(SELECT id FROM {table} WHERE channel_id = $1 AND kind = 'pre_deploy' \
            ORDER BY created_at DESC, id OFFSET $2) \
          UNION ALL \
-         (SELECT * FROM postgres_snapshots WHERE channel_id = $1 AND kind = 'nightly' \
+         (SELECT id FROM {table} WHERE channel_id = $1 AND kind = 'nightly' \
            AND created_at < now() - make_interval(days => $3) \
-           AND id <> (SELECT id FROM postgres_snapshots WHERE channel_id = $1 AND kind = 'nightly' \
-                      ORDER BY created_at DESC, id LIMIT 1))",
-    )
-    .bind(channel_id)
-    .bind(i64::from(plan.deploy_snapshot_keep))
-    .bind(i32::try_from(plan.snapshot_retention_days).unwrap_or(i32::MAX))
-    .fetch_all(db)
-    .await
+           AND id <> (SELECT id FROM {table} WHERE channel_id = $1 AND kind = 'nightly' \
+                      ORDER BY created_at DESC, id LIMIT 1))"
+    );
+    sqlx::query_scalar(sqlx::AssertSqlSafe(query))
+        .bind(channel_id)
+        .bind(i64::from(plan.deploy_snapshot_keep))
+        .bind(i32::try_from(plan.snapshot_retention_days).unwrap_or(i32::MAX))
+        .fetch_all(db)
+        .await
 }
 
 /// Removes the rows (and files) the plan no longer keeps; a file that cannot be removed keeps its row for the
 /// next pass.
 pub async fn prune(parts: Parts<'_>, channel_id: Uuid, plan: &Plan) -> anyhow::Result<()> {
-    for snapshot in expired(parts.db, channel_id, plan).await? {
-        forget(parts.db, parts.archive, &snapshot).await?;
+    for id in retention_expired("postgres_snapshots", parts.db, channel_id, plan).await? {
+        if let Some(snapshot) = by_id(parts.db, channel_id, id).await? {
+            forget(parts.db, parts.archive, &snapshot).await?;
+        }
     }
     Ok(())
 }

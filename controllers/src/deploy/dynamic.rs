@@ -83,7 +83,7 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
     if let Some(settings) = &ctx.postgres {
         env.extend(crate::postgres::container_env(ctx, settings, &scene.channel).await?);
     }
-    if ctx.postgres.is_some()
+    if (ctx.postgres.is_some() || ctx.blob.is_some())
         && let Some(reason) = pre_deploy_snapshot(ctx, scene).await?
     {
         fail(ctx, deploy, &reason).await?;
@@ -117,8 +117,8 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
     }
 }
 
-/// Takes the deploy's `pre_deploy` snapshot of the channel's database before its new container starts (the API
-/// server takes it once; later calls answer the same); why the deploy must fail when the dump failed.
+/// Takes the deploy's `pre_deploy` checkpoint (the channel's database and bucket) before its new container starts
+/// (the API server takes it once; later calls answer the same); why the deploy must fail when the dump failed.
 async fn pre_deploy_snapshot(ctx: &Context, scene: &Scene) -> Result<Option<String>, Error> {
     let deploy = scene.deploy.as_ref();
     let request = PreDeploySnapshotRequest {

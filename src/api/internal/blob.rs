@@ -68,13 +68,15 @@ async fn ensure_store(
     }))
 }
 
-/// `DELETE /internal/v1/channels/{channel_id}/blob`: forgets the store (its bucket is gone); 204 either way.
+/// `DELETE /internal/v1/channels/{channel_id}/blob`: forgets the store and its checkpoint markers (its bucket is
+/// gone); 204 either way.
 async fn delete_store(
     State(state): State<AppState>,
     caller: InternalCaller,
     Path(channel_id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     caller.require(&state, RouteGroup::BlobStores)?;
+    crate::blob::checkpoints::forget_channel(state.db(), channel_id).await?;
     store::delete(state.db(), channel_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,8 +1,8 @@
 //! `/internal/v1/channels/{channel_id}/postgres`: what the operator needs from the platform database for a
 //! channel's SQL database. The API server names the database after the channel (once), mints and seals both
 //! roles' passwords (the operator never holds the keyring), and opens them for provisioning and for a deploy's
-//! containers. `/internal/v1/deploys/{deploy_id}/postgres-snapshot` takes a deploy's `pre_deploy` snapshot before
-//! the operator starts its new container. Open only to callers whose role permits [`RouteGroup::Databases`] (the
+//! containers. `/internal/v1/deploys/{deploy_id}/postgres-snapshot` takes a deploy's `pre_deploy` checkpoint (SQL
+//! snapshot and object-store marker) before the operator starts its new container. Open only to callers whose role permits [`RouteGroup::Databases`] (the
 //! operator).
 
 use axum::Router;
@@ -22,6 +22,7 @@ use crate::api::access;
 use crate::api::error::ApiError;
 use crate::api::extract::{Json, Path};
 use crate::api::state::AppState;
+use crate::checkpoints::{self, Checkpoint, SqlLeg};
 use crate::postgres::snapshots::{self, Kind, Occasion, Parts};
 use crate::postgres::store::{self, NewRecord, Record};
 
@@ -125,8 +126,9 @@ fn parse_id(what: &str, id: &str) -> Result<Uuid, ApiError> {
         .map_err(|_| ApiError::BadRequest(format!("{what} is not a uuid")))
 }
 
-/// `PUT /internal/v1/deploys/{deploy_id}/postgres-snapshot`: takes the deploy's `pre_deploy` snapshot (once per
-/// deploy), or says why there is none to take; a dump that fails is `failed`, and the deploy with it.
+/// `PUT /internal/v1/deploys/{deploy_id}/postgres-snapshot`: takes the deploy's `pre_deploy` checkpoint (once
+/// per deploy): the SQL snapshot when the channel's database is ready, the object-store marker when its bucket is;
+/// or says why there is nothing to take. A dump that fails is `failed`, and the deploy with it.
 async fn pre_deploy_snapshot(
     State(state): State<AppState>,
     caller: InternalCaller,
@@ -136,28 +138,40 @@ async fn pre_deploy_snapshot(
     caller.require(&state, RouteGroup::Databases)?;
     let app_id = parse_id("app_id", &request.app_id)?;
     let channel_id = parse_id("channel_id", &request.channel_id)?;
-    let skipped = |reason: &str| -> Result<Json<PreDeploySnapshot>, ApiError> {
-        Ok(Json(PreDeploySnapshot::Skipped {
-            reason: reason.to_owned(),
-        }))
-    };
-    let (Some(server), Some(archive)) = (state.data_server(), state.snapshot_archive()) else {
-        return skipped(
-            "this platform keeps no SQL snapshots (no data server or no object storage)",
-        );
-    };
     let app = super::app_by_id(&state, app_id)?;
     let channel = access::channel_of(&state, &app, channel_id)?;
-    let ready = channel.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == slipway_crds::conditions::DATABASE_READY && c.status == "True")
-    });
+    let blob = checkpoints::blob_leg(&state, &channel, channel_id)
+        .await
+        .map_err(ApiError::Internal)?;
     let record = match store::by_channel(state.db(), channel_id).await? {
-        Some(record) if ready && record.app_id == app_id => record,
-        _ => return skipped("the channel's database is not ready: nothing to keep yet"),
+        Some(record)
+            if record.app_id == app_id
+                && channel.condition_is_true(slipway_crds::conditions::DATABASE_READY) =>
+        {
+            Some(record)
+        }
+        _ => None,
     };
-    let plan = crate::postgres::nightly::owner_plan(state.db(), &record.owner)
+    let sql_parts = match (state.data_server(), state.snapshot_archive()) {
+        (Some(server), Some(archive)) => Some(Parts {
+            db: state.db(),
+            server,
+            archive,
+        }),
+        _ => None,
+    };
+    let sql = match (sql_parts, &record) {
+        (Some(parts), Some(record)) => Some(SqlLeg { parts, record }),
+        _ => None,
+    };
+    if sql.is_none() && blob.is_none() {
+        return Ok(Json(PreDeploySnapshot::Skipped {
+            reason: "nothing to keep: the channel has no ready database or bucket, or this platform keeps no \
+                     snapshots"
+                .to_owned(),
+        }));
+    }
+    let plan = crate::postgres::nightly::owner_plan(state.db(), app.owner.as_str())
         .await
         .map_err(ApiError::Internal)?;
     let occasion = Occasion {
@@ -165,18 +179,20 @@ async fn pre_deploy_snapshot(
         deploy_id: Some(deploy_id),
         git_sha: request.git_sha,
     };
-    let parts = Parts {
-        db: state.db(),
-        server,
-        archive,
-    };
     Ok(Json(
-        match snapshots::take(parts, &record, &occasion, plan).await {
-            Ok(snapshot) => PreDeploySnapshot::Taken {
+        match checkpoints::take(state.db(), channel_id, sql, blob, &occasion, plan).await {
+            Ok(Checkpoint {
+                sql: Some(snapshot),
+                ..
+            }) => PreDeploySnapshot::Taken {
                 snapshot_id: snapshot.id.to_string(),
             },
+            Ok(Checkpoint { sql: None, .. }) => PreDeploySnapshot::Skipped {
+                reason: "the channel's database is not ready: only its bucket was checkpointed"
+                    .to_owned(),
+            },
             Err(e) => {
-                tracing::warn!(%deploy_id, db_name = %record.db_name, error = %e, "pre-deploy snapshot failed");
+                tracing::warn!(%deploy_id, %channel_id, error = %e, "pre-deploy checkpoint failed");
                 PreDeploySnapshot::Failed {
                     reason: format!("the pre-deploy SQL snapshot failed: {e}"),
                 }

@@ -1,0 +1,182 @@
+//! A channel's bucket as the API server works on it for checkpoints: through the gateway, signed with the
+//! channel's own key pair, like an app. Listing, restoring and pruning therefore pass the gateway's checks and
+//! keep its byte count (a restore's copies count against the owner's quota, a pruned version frees its bytes),
+//! and the API server never holds the backend's keys.
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use chrono::{DateTime, Utc};
+use slipway_controllers::blob::backend::{self, S3Endpoint};
+
+use super::access::BlobAccess;
+use super::store::Store;
+use crate::env::crypto::Keyring;
+
+/// A channel's bucket, reached through the gateway.
+#[derive(Clone)]
+pub struct Bucket {
+    client: Client,
+    /// The bucket name clients use (the channel's hostname label).
+    pub name: String,
+}
+
+/// One entry of a bucket's version listing: an object version or a delete marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// The object key.
+    pub key: String,
+    /// The version id (`null` for an object written before versioning was on).
+    pub version_id: String,
+    /// Bytes (0 for a delete marker).
+    pub size: i64,
+    /// Whether it is the key's current version.
+    pub is_latest: bool,
+    /// Whether it is a delete marker.
+    pub delete_marker: bool,
+    /// When it was written.
+    pub last_modified: Option<DateTime<Utc>>,
+}
+
+/// The version id the S3 API uses for an object without one.
+const NULL_VERSION: &str = "null";
+
+fn time_of(t: Option<&aws_sdk_s3::primitives::DateTime>) -> Option<DateTime<Utc>> {
+    t.and_then(|t| DateTime::from_timestamp(t.secs(), t.subsec_nanos()))
+}
+
+impl BlobAccess {
+    /// The channel's bucket, signed with its key pair.
+    pub fn bucket(&self, ring: &Keyring, store: &Store) -> anyhow::Result<Bucket> {
+        let client = backend::client(
+            &S3Endpoint {
+                url: self.gateway_url.clone(),
+                access_key_id: store.access_key_id.clone(),
+                secret_access_key: store.secret(ring)?,
+            },
+            None,
+        );
+        Ok(Bucket {
+            client,
+            name: store.virtual_bucket.clone(),
+        })
+    }
+}
+
+impl Bucket {
+    /// Every version and delete marker in the bucket, a key's newest first.
+    pub async fn versions(&self) -> anyhow::Result<Vec<Version>> {
+        let mut all = Vec::new();
+        let (mut key_marker, mut version_marker) = (None::<String>, None::<String>);
+        loop {
+            let page = self
+                .client
+                .list_object_versions()
+                .bucket(&self.name)
+                .set_key_marker(key_marker.clone())
+                .set_version_id_marker(version_marker.clone())
+                .send()
+                .await
+                .map_err(|e| anyhow::anyhow!("list versions: {}", backend::describe(&e)))?;
+            for v in page.versions() {
+                all.push(Version {
+                    key: v.key().unwrap_or_default().to_owned(),
+                    version_id: v.version_id().unwrap_or(NULL_VERSION).to_owned(),
+                    size: v.size().unwrap_or(0),
+                    is_latest: v.is_latest().unwrap_or(false),
+                    delete_marker: false,
+                    last_modified: time_of(v.last_modified()),
+                });
+            }
+            for m in page.delete_markers() {
+                all.push(Version {
+                    key: m.key().unwrap_or_default().to_owned(),
+                    version_id: m.version_id().unwrap_or(NULL_VERSION).to_owned(),
+                    size: 0,
+                    is_latest: m.is_latest().unwrap_or(false),
+                    delete_marker: true,
+                    last_modified: time_of(m.last_modified()),
+                });
+            }
+            if !page.is_truncated().unwrap_or(false) {
+                break;
+            }
+            key_marker = page.next_key_marker().map(str::to_owned);
+            version_marker = page.next_version_id_marker().map(str::to_owned);
+            if key_marker.is_none() {
+                anyhow::bail!("the version listing was cut short without a marker to go on from");
+            }
+        }
+        Ok(all)
+    }
+
+    /// Writes `version_id` of `key` again as the key's current version (a server-side copy; the history stays).
+    pub async fn copy_forward(&self, key: &str, version_id: &str) -> anyhow::Result<()> {
+        let source = format!(
+            "{}/{}?versionId={}",
+            self.name,
+            percent_encoding::utf8_percent_encode(key, COPY_SOURCE),
+            percent_encoding::utf8_percent_encode(version_id, COPY_SOURCE)
+        );
+        self.client
+            .copy_object()
+            .bucket(&self.name)
+            .key(key)
+            .copy_source(source)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("copy {key} forward: {}", backend::describe(&e)))?;
+        Ok(())
+    }
+
+    /// Deletes `key` without a version: a delete marker goes on top, the history stays.
+    pub async fn hide(&self, key: &str) -> anyhow::Result<()> {
+        self.client
+            .delete_object()
+            .bucket(&self.name)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("delete {key}: {}", backend::describe(&e)))?;
+        Ok(())
+    }
+
+    /// Removes one version (or delete marker) for good.
+    pub async fn remove_version(&self, key: &str, version_id: &str) -> anyhow::Result<()> {
+        self.client
+            .delete_object()
+            .bucket(&self.name)
+            .key(key)
+            .version_id(version_id)
+            .send()
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "remove {key} version {version_id}: {}",
+                    backend::describe(&e)
+                )
+            })?;
+        Ok(())
+    }
+
+    /// The body of one version of `key`.
+    pub async fn read(&self, key: &str, version_id: &str) -> anyhow::Result<ByteStream> {
+        let object = self
+            .client
+            .get_object()
+            .bucket(&self.name)
+            .key(key)
+            .version_id(version_id)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("read {key}: {}", backend::describe(&e)))?;
+        Ok(object.body)
+    }
+}
+
+/// What `x-amz-copy-source` escapes: everything but unreserved characters and `/`.
+const COPY_SOURCE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');

@@ -1,0 +1,180 @@
+//! Copy-forward restore of a bucket to a checkpoint: each key goes back to the version its marker lists by writing
+//! that version again as the newest (a server-side copy), and each key the checkpoint did not have gets a delete
+//! marker. Nothing is rewound or removed, so every later version stays listed and the restore itself can be
+//! undone the same way. A key already at its checkpoint version is left alone, which also makes a restore that
+//! stopped half-way (the store went away) finish when it is asked again.
+
+use std::collections::HashMap;
+
+use super::bucket::{Bucket, Version};
+use super::checkpoints::Entry;
+
+/// One write of a restore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Write this version of the key again as its current one.
+    CopyForward {
+        /// The key.
+        key: String,
+        /// The checkpoint's version.
+        version_id: String,
+    },
+    /// Put a delete marker on a key the checkpoint did not have.
+    Hide {
+        /// The key.
+        key: String,
+    },
+}
+
+/// The writes that bring a bucket whose listing is `now` back to `manifest`, in key order.
+pub fn plan(manifest: &[Entry], now: &[Version]) -> Vec<Step> {
+    let current: HashMap<&str, &str> = now
+        .iter()
+        .filter(|v| v.is_latest && !v.delete_marker)
+        .map(|v| (v.key.as_str(), v.version_id.as_str()))
+        .collect();
+    let wanted: HashMap<&str, &str> = manifest
+        .iter()
+        .map(|e| (e.key.as_str(), e.version_id.as_str()))
+        .collect();
+    let mut steps: Vec<Step> = manifest
+        .iter()
+        .filter(|e| current.get(e.key.as_str()) != Some(&e.version_id.as_str()))
+        .map(|e| Step::CopyForward {
+            key: e.key.clone(),
+            version_id: e.version_id.clone(),
+        })
+        .chain(
+            current
+                .keys()
+                .filter(|key| !wanted.contains_key(*key))
+                .map(|key| Step::Hide {
+                    key: (*key).to_owned(),
+                }),
+        )
+        .collect();
+    steps.sort_by(|a, b| step_key(a).cmp(step_key(b)));
+    steps
+}
+
+fn step_key(step: &Step) -> &str {
+    match step {
+        Step::CopyForward { key, .. } | Step::Hide { key } => key,
+    }
+}
+
+/// What a restore did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// Keys written back.
+    pub copied: usize,
+    /// Keys hidden behind a delete marker.
+    pub hidden: usize,
+}
+
+/// A restore that stopped: how far it got and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{done} of {total} writes were made before {cause}")]
+pub struct Stopped {
+    /// Writes made.
+    pub done: usize,
+    /// Writes planned.
+    pub total: usize,
+    /// Why it stopped.
+    pub cause: anyhow::Error,
+}
+
+/// Restores `bucket` to `manifest`.
+pub async fn restore(bucket: &Bucket, manifest: &[Entry]) -> Result<Restored, Stopped> {
+    let now = bucket.versions().await.map_err(|cause| Stopped {
+        done: 0,
+        total: 0,
+        cause,
+    })?;
+    let steps = plan(manifest, &now);
+    let mut restored = Restored::default();
+    for (done, step) in steps.iter().enumerate() {
+        let written = match step {
+            Step::CopyForward { key, version_id } => {
+                restored.copied += 1;
+                bucket.copy_forward(key, version_id).await
+            }
+            Step::Hide { key } => {
+                restored.hidden += 1;
+                bucket.hide(key).await
+            }
+        };
+        written.map_err(|cause| Stopped {
+            done,
+            total: steps.len(),
+            cause,
+        })?;
+    }
+    Ok(restored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(key: &str, id: &str, latest: bool, marker: bool) -> Version {
+        Version {
+            key: key.into(),
+            version_id: id.into(),
+            size: 1,
+            is_latest: latest,
+            delete_marker: marker,
+            last_modified: None,
+        }
+    }
+
+    fn entry(key: &str, id: &str) -> Entry {
+        Entry {
+            key: key.into(),
+            version_id: id.into(),
+            size_bytes: 1,
+            last_modified: None,
+        }
+    }
+
+    #[test]
+    fn changed_and_deleted_keys_come_back_and_later_keys_are_hidden() {
+        let manifest = [
+            entry("changed", "c1"),
+            entry("deleted", "d1"),
+            entry("same", "s1"),
+        ];
+        let now = [
+            version("changed", "c2", true, false),
+            version("changed", "c1", false, false),
+            version("deleted", "m1", true, true),
+            version("deleted", "d1", false, false),
+            version("same", "s1", true, false),
+            version("later", "l1", true, false),
+            version("later-deleted", "m2", true, true),
+        ];
+        assert_eq!(
+            plan(&manifest, &now),
+            [
+                Step::CopyForward {
+                    key: "changed".into(),
+                    version_id: "c1".into()
+                },
+                Step::CopyForward {
+                    key: "deleted".into(),
+                    version_id: "d1".into()
+                },
+                Step::Hide {
+                    key: "later".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bucket_already_at_its_checkpoint_needs_no_write() {
+        let manifest = [entry("a", "a1")];
+        assert!(plan(&manifest, &[version("a", "a1", true, false)]).is_empty());
+        assert!(plan(&[], &[version("gone", "m", true, true)]).is_empty());
+    }
+}

@@ -1,0 +1,153 @@
+//! A checkpoint is one instant for a channel's three legs: its SQL database (a `pg_dump` snapshot), its bucket
+//! (a marker listing the version of every object, [`crate::blob::checkpoints`]) and its code (the commit the SQL
+//! row records). One is taken before every non-static deploy's new container starts and one nightly.
+//!
+//! The bucket is listed first, then the dump starts, moments apart; the marker records the SQL snapshot's id
+//! (`pg_snapshot_id`), which makes the SQL row's `aligned_blob` true. A leg that cannot be taken (no ready
+//! database, no ready bucket, a listing that failed) leaves the other unaligned, which is a state and not a
+//! fault; only a failed dump fails the checkpoint, since a deploy must not run a container that may migrate data
+//! nobody kept. After each checkpoint the channel's SQL snapshots, markers and object versions are pruned to the
+//! owner's plan, under a per-channel lock so a checkpoint being taken never loses a version to a concurrent prune.
+
+use slipway_crds::Channel;
+use slipway_crds::conditions;
+use slipway_crds::plans::Plan;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::api::state::AppState;
+use crate::blob::bucket::Bucket;
+use crate::blob::checkpoints::{self as markers, Marker, Owner};
+use crate::postgres::snapshots::{self, Occasion, Parts, Snapshot};
+use crate::postgres::store::Record;
+
+/// The SQL leg: where to dump, and which database.
+pub struct SqlLeg<'a> {
+    /// The data server, the archive and the platform database.
+    pub parts: Parts<'a>,
+    /// The channel's database.
+    pub record: &'a Record,
+}
+
+/// The bucket leg: the channel's bucket through the gateway.
+pub struct BlobLeg {
+    /// The bucket.
+    pub bucket: Bucket,
+    /// Its channel and app.
+    pub owner: Owner,
+}
+
+/// What a checkpoint holds.
+#[derive(Debug, Default)]
+pub struct Checkpoint {
+    /// The SQL snapshot, when the database was ready.
+    pub sql: Option<Snapshot>,
+    /// The object-store marker, when the bucket was ready and could be listed.
+    pub marker: Option<Marker>,
+}
+
+/// The bucket leg of `channel`, when object storage is configured and its bucket is ready.
+pub async fn blob_leg(
+    state: &AppState,
+    channel: &Channel,
+    channel_id: Uuid,
+) -> anyhow::Result<Option<BlobLeg>> {
+    let Some(access) = state.blob_access() else {
+        return Ok(None);
+    };
+    if !channel.condition_is_true(conditions::OBJECT_STORE_READY) {
+        return Ok(None);
+    }
+    let Some(store) = crate::blob::store::by_channel(state.db(), channel_id).await? else {
+        return Ok(None);
+    };
+    Ok(Some(BlobLeg {
+        bucket: access.bucket(state.keyring(), &store)?,
+        owner: Owner {
+            channel_id,
+            app_id: store.app_id,
+        },
+    }))
+}
+
+/// Takes the occasion's checkpoint of the legs given (a leg the occasion already has is not taken again), then
+/// prunes the channel to `plan`.
+pub async fn take(
+    db: &PgPool,
+    channel_id: Uuid,
+    sql: Option<SqlLeg<'_>>,
+    blob: Option<BlobLeg>,
+    occasion: &Occasion,
+    plan: &Plan,
+) -> anyhow::Result<Checkpoint> {
+    let mut lock = db.acquire().await?;
+    sqlx::query("SELECT pg_advisory_lock($1, hashtext($2))")
+        .bind(LOCK_SPACE)
+        .bind(channel_id.to_string())
+        .execute(&mut *lock)
+        .await?;
+    let taken = take_locked(db, channel_id, sql, blob, occasion, plan).await;
+    sqlx::query("SELECT pg_advisory_unlock($1, hashtext($2))")
+        .bind(LOCK_SPACE)
+        .bind(channel_id.to_string())
+        .execute(&mut *lock)
+        .await?;
+    taken
+}
+
+/// The first key of the per-channel advisory locks checkpoints take.
+const LOCK_SPACE: i32 = 0x636b_7074;
+
+async fn take_locked(
+    db: &PgPool,
+    channel_id: Uuid,
+    sql: Option<SqlLeg<'_>>,
+    blob: Option<BlobLeg>,
+    occasion: &Occasion,
+    plan: &Plan,
+) -> anyhow::Result<Checkpoint> {
+    let mut checkpoint = Checkpoint {
+        marker: markers::existing(db, channel_id, occasion).await?,
+        sql: None,
+    };
+    let listing = match (&blob, &checkpoint.marker) {
+        (Some(leg), None) => match markers::list_now(&leg.bucket).await {
+            Ok(listing) => Some(listing),
+            Err(e) => {
+                tracing::warn!(%channel_id, error = %e, "the bucket could not be listed; the checkpoint has no object-store leg");
+                None
+            }
+        },
+        _ => None,
+    };
+    if let Some(leg) = &sql {
+        checkpoint.sql = Some(snapshots::take(leg.parts, leg.record, occasion).await?);
+    }
+    if let (Some(listing), Some(leg)) = (&listing, &blob) {
+        let pg_snapshot_id = checkpoint.sql.as_ref().map(|s| s.id);
+        checkpoint.marker =
+            Some(markers::record(db, leg.owner, occasion, listing, pg_snapshot_id).await?);
+    }
+    if let Err(e) = prune(db, channel_id, sql.as_ref(), blob.as_ref(), plan).await {
+        tracing::warn!(%channel_id, error = %e, "pruning after a checkpoint failed; retried after the next");
+    }
+    Ok(checkpoint)
+}
+
+/// Prunes the channel's SQL snapshots and markers to `plan`, then the object versions no retained marker lists.
+async fn prune(
+    db: &PgPool,
+    channel_id: Uuid,
+    sql: Option<&SqlLeg<'_>>,
+    blob: Option<&BlobLeg>,
+    plan: &Plan,
+) -> anyhow::Result<()> {
+    if let Some(leg) = sql {
+        snapshots::prune(leg.parts, channel_id, plan).await?;
+    }
+    markers::prune_markers(db, channel_id, plan).await?;
+    if let Some(leg) = blob {
+        markers::prune_versions(db, &leg.bucket, channel_id).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! Garbage collection of the apps' repositories, once a day: `git gc` packs what pushes left loose and drops
+//! objects nothing references any more once they are older than the prune window (`--git-gc-prune`, git's own
+//! two weeks by default). A commit a force-push replaced therefore stays downloadable (a snapshot's code leg) for
+//! at least that window, then answers `snapshot_code_gone`. The window also keeps gc safe beside pushes in flight,
+//! whose objects are younger than it.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::api::access::{Role, VisibleApp};
+use crate::api::state::AppState;
+
+/// How often the repositories are collected.
+pub const EVERY: Duration = Duration::from_secs(24 * 3600);
+
+/// Runs `git gc --prune=<prune>` in the bare repository `repo`.
+pub async fn collect(repo: &Path, prune: &str) -> anyhow::Result<()> {
+    let out = tokio::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(["gc", "--quiet"])
+        .arg(format!("--prune={prune}"))
+        .env_remove("GIT_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| anyhow::anyhow!("start git gc: {e}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "git gc in {} failed: {}",
+        repo.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+/// Collects every app's repository; how many were collected. One that fails is logged and the rest go on.
+pub async fn pass(state: &AppState, prune: &str) -> usize {
+    let mut collected = 0;
+    for app in state.cache().apps() {
+        let Some(app) = VisibleApp::from_resource(app, Role::Owner) else {
+            continue;
+        };
+        let repo = state.repos().path(&app.owner, &app.name);
+        if !repo.exists() {
+            continue;
+        }
+        match collect(&repo, prune).await {
+            Ok(()) => collected += 1,
+            Err(e) => {
+                tracing::warn!(error = %e, "repository garbage collection failed; retried tomorrow")
+            }
+        }
+    }
+    collected
+}
+
+/// Collects every repository every [`EVERY`], for the life of the process.
+pub async fn run(state: AppState, prune: String) {
+    loop {
+        tokio::time::sleep(EVERY).await;
+        let collected = pass(&state, &prune).await;
+        tracing::info!(collected, "repositories garbage-collected");
+    }
+}
