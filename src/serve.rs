@@ -1,6 +1,6 @@
 //! `slipway api`: connects the parts the REST API needs and serves it until SIGTERM, with git's smart HTTP on the
-//! same port and, with `--ssh-listen`, git over SSH; the internal routes the operator, the edge and build pods
-//! call are served on a listener of their own (`--internal-listen`).
+//! same port, with `--ssh-listen`, git over SSH, and with `--sql-listen`, external SQL access; the internal routes
+//! the operator, the edge and build pods call are served on a listener of their own (`--internal-listen`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -80,6 +80,9 @@ pub struct ApiArgs {
     /// answer 503 blob_unavailable.
     #[arg(long, env = "SLIPWAY_S3_GATEWAY_URL")]
     pub s3_gateway_url: Option<String>,
+    /// External SQL access (a TLS Postgres listener).
+    #[command(flatten)]
+    pub sql_proxy: crate::sql_proxy::SqlProxyArgs,
     /// The data server (the channels' SQL databases), measured by the database routes.
     #[command(flatten)]
     pub data_server: crate::postgres::settings::DataServerArgs,
@@ -261,6 +264,16 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         }
         None => futures::future::Either::Right(std::future::pending()),
     };
+    let sql = match args.sql_proxy.sql_listen {
+        Some(addr) => {
+            let tls = args.sql_proxy.tls()?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listen for SQL on {addr}"))?;
+            futures::future::Either::Left(crate::sql_proxy::serve(state.clone(), listener, tls))
+        }
+        None => futures::future::Either::Right(std::future::pending()),
+    };
     let internal_listener = tokio::net::TcpListener::bind(args.internal_listen)
         .await
         .with_context(|| format!("listen on {}", args.internal_listen))?;
@@ -283,6 +296,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     tokio::select! {
         served = servers => served,
         ssh = ssh => ssh.and_then(|()| Err(anyhow::anyhow!("the SSH server stopped"))),
+        sql = sql => sql.and_then(|()| Err(anyhow::anyhow!("the SQL listener stopped"))),
         (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a cache task stopped: {ended:?}")),
     }
 }
