@@ -514,4 +514,18 @@ mod tests {
             "the shared token is gone"
         );
     }
+
+    #[test]
+    fn the_sql_listener_is_off_by_default_and_takes_its_certificate_as_a_pair() {
+        let args = api_args(&[]).unwrap();
+        assert!(args.sql_proxy.sql_listen.is_none());
+        let args = api_args(&["--sql-listen", "0.0.0.0:5432"]).unwrap();
+        assert_eq!(args.sql_proxy.sql_listen.unwrap().port(), 5432);
+        assert!(args.sql_proxy.sql_tls_cert.is_none(), "self-signed then");
+        assert!(
+            api_args(&["--sql-tls-cert", "/c.pem"]).is_err(),
+            "a key is needed too"
+        );
+        assert!(api_args(&["--sql-tls-cert", "/c.pem", "--sql-tls-key", "/k.pem"]).is_ok());
+    }
 }

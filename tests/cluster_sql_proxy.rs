@@ -101,7 +101,10 @@ async fn dies(conn: &mut PgConnection, what: &str) {
 
 /// The text psql prints for every refused login.
 fn refused_text(user: &User) -> String {
-    format!("password authentication failed for user \"{}\"", user.username)
+    format!(
+        "password authentication failed for user \"{}\"",
+        user.username
+    )
 }
 
 #[tokio::test]
@@ -142,7 +145,10 @@ async fn psql_and_sqlx_reach_the_channels_databases_only_while_the_toggle_is_on(
         sqlx::query_as("SELECT current_user::text, (SELECT v FROM notes)")
             .fetch_one(&mut conn)
             .await?;
-    assert_eq!((current_user.as_str(), note.as_str()), (prod_db.as_str(), "hello"));
+    assert_eq!(
+        (current_user.as_str(), note.as_str()),
+        (prod_db.as_str(), "hello")
+    );
     let bound: i64 = sqlx::query_scalar("SELECT $1::int8 * 2")
         .bind(21i64)
         .fetch_one(&mut conn)
@@ -178,9 +184,12 @@ async fn psql_and_sqlx_reach_the_channels_databases_only_while_the_toggle_is_on(
         .api
         .token(user.id, &["repo:*".to_owned()], false, None)
         .await?;
-    let refused = run_psql(&url(port, &user.username, &no_db, "shop", "require"), "SELECT 1")
-        .await
-        .unwrap_err();
+    let refused = run_psql(
+        &url(port, &user.username, &no_db, "shop", "require"),
+        "SELECT 1",
+    )
+    .await
+    .unwrap_err();
     assert!(refused.contains(&refused_text(user)), "{refused}");
     // So is an expired one.
     let expired = f
@@ -192,9 +201,12 @@ async fn psql_and_sqlx_reach_the_channels_databases_only_while_the_toggle_is_on(
             Some(chrono::Utc::now() - chrono::Duration::minutes(1)),
         )
         .await?;
-    let refused = run_psql(&url(port, &user.username, &expired, "shop", "require"), "SELECT 1")
-        .await
-        .unwrap_err();
+    let refused = run_psql(
+        &url(port, &user.username, &expired, "shop", "require"),
+        "SELECT 1",
+    )
+    .await
+    .unwrap_err();
     assert!(refused.contains(&refused_text(user)), "{refused}");
 
     // Plaintext is refused before any password is asked for.
@@ -234,7 +246,10 @@ async fn psql_and_sqlx_reach_the_channels_databases_only_while_the_toggle_is_on(
     assert!(refused.contains(&refused_text(user)), "{refused}");
     let deadline = tokio::time::Instant::now() + CUT_WITHIN;
     while !f.api.state.sql_sessions().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "cut sessions stay registered");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "cut sessions stay registered"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let metrics = f.api.state.sql_sessions().encode_metrics();
@@ -279,7 +294,10 @@ async fn revoking_a_token_ends_the_sessions_of_every_credential_minted_from_it()
     let mut idle = PgConnection::connect(&db_url).await?;
     let deadline = tokio::time::Instant::now() + CUT_WITHIN;
     while f.api.state.sql_sessions().len() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "psql never logged in");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "psql never logged in"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
@@ -318,7 +336,12 @@ async fn a_revocation_made_elsewhere_ends_sessions_at_the_periodic_check() -> Re
     let user = &f.user;
     let token = f
         .api
-        .token(user.id, &slipway::auth::scopes::default_scopes(), false, None)
+        .token(
+            user.id,
+            &slipway::auth::scopes::default_scopes(),
+            false,
+            None,
+        )
         .await?;
     let mut conn =
         PgConnection::connect(&url(port, &user.username, &token, "shop", "require")).await?;

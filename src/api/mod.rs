@@ -173,7 +173,9 @@ pub fn internal_router(state: AppState) -> Router {
 }
 
 /// The API process's Prometheus metrics.
-async fn metrics(axum::extract::State(state): axum::extract::State<AppState>) -> impl axum::response::IntoResponse {
+async fn metrics(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> impl axum::response::IntoResponse {
     (
         [(
             axum::http::header::CONTENT_TYPE,

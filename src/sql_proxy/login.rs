@@ -128,9 +128,12 @@ pub async fn check(
     let record = crate::api::postgres::ready_record(&target.channel, channel_id, state)
         .await
         .map_err(|e| (Refusal::NotReady, e.to_string()))?;
-    let (password, _) = record
-        .passwords(state.keyring())
-        .map_err(|e| (Refusal::NotReady, format!("the password does not open: {e}")))?;
+    let (password, _) = record.passwords(state.keyring()).map_err(|e| {
+        (
+            Refusal::NotReady,
+            format!("the password does not open: {e}"),
+        )
+    })?;
     Ok(Grant {
         token_id: caller.token_id,
         username: caller.username,

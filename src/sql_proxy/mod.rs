@@ -115,7 +115,7 @@ pub async fn serve(
 /// How the login phase ended.
 enum Login<C> {
     /// Relay `client` and the data server's session.
-    Relay(C, upstream::Upstream, login::Grant),
+    Relay(C, Box<(upstream::Upstream, login::Grant)>),
     /// The connection is done (refused, cancelled, or gone).
     Done,
 }
@@ -124,16 +124,21 @@ impl Proxy {
     async fn connection(self: Arc<Self>, stream: TcpStream) {
         let login = tokio::time::timeout(LOGIN_LIMIT, self.login(stream)).await;
         match login {
-            Ok(Ok(Login::Relay(client, upstream, grant))) => {
+            Ok(Ok(Login::Relay(client, session))) => {
+                let (upstream, grant) = *session;
                 self.relay(client, upstream, grant).await;
             }
             Ok(Ok(Login::Done)) => {}
             Ok(Err(e)) => {
-                self.state.sql_sessions().refused(Refusal::Protocol.as_str());
+                self.state
+                    .sql_sessions()
+                    .refused(Refusal::Protocol.as_str());
                 tracing::debug!(error = %e, "connection ended before login");
             }
             Err(_) => {
-                self.state.sql_sessions().refused(Refusal::Protocol.as_str());
+                self.state
+                    .sql_sessions()
+                    .refused(Refusal::Protocol.as_str());
                 tracing::debug!("login took too long; connection closed");
             }
         }
@@ -161,10 +166,8 @@ impl Proxy {
                     Startup::Message { .. } => {
                         self.state.sql_sessions().refused("plaintext");
                         tracing::info!("plaintext login refused: TLS is required");
-                        let refusal = wire::fatal(
-                            "28000",
-                            "TLS is required: connect with sslmode=require",
-                        );
+                        let refusal =
+                            wire::fatal("28000", "TLS is required: connect with sslmode=require");
                         wire::send(&mut tcp, &refusal).await?;
                         return Ok(Login::Done);
                     }
@@ -219,7 +222,8 @@ impl Proxy {
         let passed_on: Vec<(String, String)> = params
             .iter()
             .filter(|(k, _)| {
-                !matches!(k.as_str(), "user" | "database" | "replication") && !k.starts_with("_pq_.")
+                !matches!(k.as_str(), "user" | "database" | "replication")
+                    && !k.starts_with("_pq_.")
             })
             .cloned()
             .collect();
@@ -232,7 +236,7 @@ impl Proxy {
         )
         .await;
         match upstream {
-            Ok(upstream) => Ok(Login::Relay(client, upstream, grant)),
+            Ok(upstream) => Ok(Login::Relay(client, Box::new((upstream, grant)))),
             Err(upstream::UpstreamError::Refused(error)) => {
                 self.state.sql_sessions().refused("data_server");
                 tracing::info!(db = %grant.db_name, "the data server refused the session");

@@ -193,9 +193,11 @@ impl Sessions {
     /// Whether a session of this process got the backend key `(pid, key)`: only those cancel requests are passed
     /// on to the data server.
     pub fn knows_cancel_key(&self, pid: i32, key: &[u8]) -> bool {
-        self.lock()
-            .values()
-            .any(|e| e.cancel_key.as_ref().is_some_and(|(p, k)| *p == pid && k == key))
+        self.lock().values().any(|e| {
+            e.cancel_key
+                .as_ref()
+                .is_some_and(|(p, k)| *p == pid && k == key)
+        })
     }
 
     fn cut_where(&self, why: Cut, mut doomed: impl FnMut(&Entry) -> bool) -> usize {

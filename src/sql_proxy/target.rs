@@ -41,19 +41,21 @@ pub fn readings(database: &str) -> Vec<(&str, &str)> {
 pub fn resolve(cache: &Cache, owner: &Username, database: &str) -> Option<Target> {
     let namespace = labels::user_namespace(owner);
     let apps = cache.apps_in(&namespace);
-    readings(database).into_iter().find_map(|(app_name, channel_name)| {
-        let app = apps.iter().find(|a| {
-            a.metadata.name.as_deref() == Some(app_name) && a.spec.owner == owner.as_str()
-        })?;
-        let channel = cache
-            .channels_of(&namespace, app_name)
-            .into_iter()
-            .find(|c| c.channel_name() == channel_name)?;
-        Some(Target {
-            app: app.clone(),
-            channel,
+    readings(database)
+        .into_iter()
+        .find_map(|(app_name, channel_name)| {
+            let app = apps.iter().find(|a| {
+                a.metadata.name.as_deref() == Some(app_name) && a.spec.owner == owner.as_str()
+            })?;
+            let channel = cache
+                .channels_of(&namespace, app_name)
+                .into_iter()
+                .find(|c| c.channel_name() == channel_name)?;
+            Some(Target {
+                app: app.clone(),
+                channel,
+            })
         })
-    })
 }
 
 #[cfg(test)]
@@ -63,7 +65,10 @@ mod tests {
     #[test]
     fn the_whole_name_is_prod_then_the_longest_app_name_first() {
         assert_eq!(readings("shop"), [("shop", "prod")]);
-        assert_eq!(readings("shop-dev"), [("shop-dev", "prod"), ("shop", "dev")]);
+        assert_eq!(
+            readings("shop-dev"),
+            [("shop-dev", "prod"), ("shop", "dev")]
+        );
         assert_eq!(
             readings("a-b-c"),
             [("a-b-c", "prod"), ("a-b", "c"), ("a", "b-c")]
@@ -75,6 +80,9 @@ mod tests {
         assert_eq!(readings("shop-prod"), [("shop-prod", "prod")]);
         assert_eq!(readings("-x"), [("-x", "prod")]);
         assert_eq!(readings("x-"), [("x-", "prod")]);
-        assert_eq!(readings("a--b"), [("a--b", "prod"), ("a-", "b"), ("a", "-b")]);
+        assert_eq!(
+            readings("a--b"),
+            [("a--b", "prod"), ("a-", "b"), ("a", "-b")]
+        );
     }
 }

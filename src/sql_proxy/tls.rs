@@ -34,9 +34,8 @@ pub fn server_config(
         None => {
             let made = rcgen::generate_simple_self_signed(names.to_vec())
                 .context("make a self-signed certificate")?;
-            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
-                made.signing_key.serialize_der(),
-            ));
+            let key =
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()));
             tracing::info!(
                 ?names,
                 "the SQL listener serves a self-signed certificate (give --sql-tls-cert for verify-full clients)"

@@ -116,7 +116,9 @@ pub async fn connect(
         }
         let mut body = &whole[5..];
         if body.len() < 4 {
-            return Err(UpstreamError::Protocol("short authentication request".into()));
+            return Err(UpstreamError::Protocol(
+                "short authentication request".into(),
+            ));
         }
         let kind = body.get_i32();
         match kind {

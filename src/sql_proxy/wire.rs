@@ -281,7 +281,10 @@ mod tests {
     #[tokio::test]
     async fn a_password_message_yields_its_password() {
         let bytes = message(b'p', b"svc_abc\0");
-        assert_eq!(read_password(&mut bytes.as_slice()).await.unwrap(), "svc_abc");
+        assert_eq!(
+            read_password(&mut bytes.as_slice()).await.unwrap(),
+            "svc_abc"
+        );
         let wrong_type = message(b'Q', b"select 1\0");
         assert!(read_password(&mut wrong_type.as_slice()).await.is_err());
         let huge = [vec![b'p'], 100_000i32.to_be_bytes().to_vec()].concat();
