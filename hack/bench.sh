@@ -3,13 +3,13 @@
 # $SLIPWAY_BENCH_NODE_SLOT (default 6), stopped afterwards) and prints their figures. Benchmarks measure; they
 # assert nothing about time.
 #
-# usage: hack/bench.sh [get_apps|git_transport|edge|deploy_to_ready|blob|forward|postgres]...   (default: all)
+# usage: hack/bench.sh [get_apps|git_transport|edge|deploy_to_ready|blob|forward|postgres|sql_proxy]...   (default: all)
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
 source "$HACK/versions.sh"
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(get_apps git_transport edge deploy_to_ready blob forward postgres)
+[ ${#benches[@]} -gt 0 ] || benches=(get_apps git_transport edge deploy_to_ready blob forward postgres sql_proxy)
 
 "$HACK/install-deps.sh"
 # The blob benchmark starts its own versitygw from this build.
@@ -17,7 +17,7 @@ benches=("$@")
 export SLIPWAY_RUN="$SLIPWAY_CACHE/run-bench" SLIPWAY_ETCD_PORT=32389 SLIPWAY_APISERVER_PORT=36453 SLIPWAY_PG_PORT=35442
 export SLIPWAY_NODE_SLOT=${SLIPWAY_BENCH_NODE_SLOT:-6}
 export SLIPWAY_PEBBLE_PORT=${SLIPWAY_BENCH_PEBBLE_PORT:-34400}
-# The postgres benchmark's channel database lives on a data server of its own, as in the cluster tier.
+# The postgres and sql_proxy benchmarks' channel databases live on a data server of its own, as in the cluster tier.
 data_server() { SLIPWAY_PG_DATA_SERVER=1 SLIPWAY_PG_PORT=${SLIPWAY_BENCH_DATA_PORT:-35443} "$HACK/postgres.sh" "$@"; }
 trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop; data_server stop; "$HACK/pebble.sh" stop' EXIT
 "$HACK/node.sh" start

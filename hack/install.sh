@@ -39,6 +39,7 @@ GIT_HOST=${SLIPWAY_GIT_HOST:-git.slipway.localhost}
 # Node ports of the API (REST and git over HTTP), git over SSH and the edge.
 API_NODE_PORT=$SLIPWAY_API_NODE_PORT   # the node's apps registry asks for tokens there (hack/node.sh)
 SSH_NODE_PORT=30022
+SQL_NODE_PORT=30432
 EDGE_NODE_PORT=30000
 EDGE_TLS_NODE_PORT=30443
 # Raw TCP forwarding: node ports 31000-31019, one per exposed channel.
@@ -158,7 +159,7 @@ build:
 api:
   service:
     type: NodePort
-    nodePorts: {http: $API_NODE_PORT, ssh: $SSH_NODE_PORT}
+    nodePorts: {http: $API_NODE_PORT, ssh: $SSH_NODE_PORT, sql: $SQL_NODE_PORT}
   persistence:
     storageClass: slipway-local
     size: 10Gi
@@ -229,6 +230,7 @@ export SLIPWAY_PLATFORM_EDGE=http://$SLIPWAY_NODE_IP:$EDGE_NODE_PORT
 export SLIPWAY_PLATFORM_EDGE_HTTPS=https://$SLIPWAY_NODE_IP:$EDGE_TLS_NODE_PORT
 export SLIPWAY_PLATFORM_EDGE_CA=$DIR/tls/ca.pem
 export SLIPWAY_PLATFORM_SSH=$SLIPWAY_NODE_IP:$SSH_NODE_PORT
+export SLIPWAY_PLATFORM_SQL=$SLIPWAY_NODE_IP:$SQL_NODE_PORT
 export SLIPWAY_PLATFORM_FORWARD_HOST=$SLIPWAY_NODE_IP
 export SLIPWAY_PLATFORM_APP_DOMAIN=$APP_DOMAIN
 export SLIPWAY_PLATFORM_NAMESPACE=$NAMESPACE

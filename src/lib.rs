@@ -20,4 +20,5 @@ pub mod postgres;
 pub mod registry_tokens;
 pub mod serve;
 pub mod sharing;
+pub mod sql_proxy;
 pub mod telemetry;

@@ -1,6 +1,6 @@
 //! `slipway api`: connects the parts the REST API needs and serves it until SIGTERM, with git's smart HTTP on the
-//! same port and, with `--ssh-listen`, git over SSH; the internal routes the operator, the edge and build pods
-//! call are served on a listener of their own (`--internal-listen`).
+//! same port, with `--ssh-listen`, git over SSH, and with `--sql-listen`, external SQL access; the internal routes
+//! the operator, the edge and build pods call are served on a listener of their own (`--internal-listen`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -80,6 +80,9 @@ pub struct ApiArgs {
     /// answer 503 blob_unavailable.
     #[arg(long, env = "SLIPWAY_S3_GATEWAY_URL")]
     pub s3_gateway_url: Option<String>,
+    /// External SQL access (a TLS Postgres listener).
+    #[command(flatten)]
+    pub sql_proxy: crate::sql_proxy::SqlProxyArgs,
     /// The data server (the channels' SQL databases), measured by the database routes.
     #[command(flatten)]
     pub data_server: crate::postgres::settings::DataServerArgs,
@@ -284,6 +287,16 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         }
         None => futures::future::Either::Right(std::future::pending()),
     };
+    let sql = match args.sql_proxy.sql_listen {
+        Some(addr) => {
+            let tls = args.sql_proxy.tls()?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listen for SQL on {addr}"))?;
+            futures::future::Either::Left(crate::sql_proxy::serve(state.clone(), listener, tls))
+        }
+        None => futures::future::Either::Right(std::future::pending()),
+    };
     let internal_listener = tokio::net::TcpListener::bind(args.internal_listen)
         .await
         .with_context(|| format!("listen on {}", args.internal_listen))?;
@@ -306,6 +319,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     tokio::select! {
         served = servers => served,
         ssh = ssh => ssh.and_then(|()| Err(anyhow::anyhow!("the SSH server stopped"))),
+        sql = sql => sql.and_then(|()| Err(anyhow::anyhow!("the SQL listener stopped"))),
         (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a cache task stopped: {ended:?}")),
     }
 }
@@ -522,5 +536,19 @@ mod tests {
             api_args(&["--internal-token-file", "/x"]).is_err(),
             "the shared token is gone"
         );
+    }
+
+    #[test]
+    fn the_sql_listener_is_off_by_default_and_takes_its_certificate_as_a_pair() {
+        let args = api_args(&[]).unwrap();
+        assert!(args.sql_proxy.sql_listen.is_none());
+        let args = api_args(&["--sql-listen", "0.0.0.0:5432"]).unwrap();
+        assert_eq!(args.sql_proxy.sql_listen.unwrap().port(), 5432);
+        assert!(args.sql_proxy.sql_tls_cert.is_none(), "self-signed then");
+        assert!(
+            api_args(&["--sql-tls-cert", "/c.pem"]).is_err(),
+            "a key is needed too"
+        );
+        assert!(api_args(&["--sql-tls-cert", "/c.pem", "--sql-tls-key", "/k.pem"]).is_ok());
     }
 }

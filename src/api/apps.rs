@@ -462,6 +462,10 @@ async fn update_app(
         )
         .await
         .map_err(admission_or)?;
+    if req.external_db_access_enabled == Some(false) {
+        // Open external SQL sessions end now; other replicas' end at their next check.
+        state.sql_sessions().cut_app(app_id);
+    }
     state
         .cache()
         .app_at_generation(

@@ -166,12 +166,25 @@ pub fn router(state: AppState) -> Router {
     )
 }
 
-/// The internal listener's router: the `/internal/v1` routes the operator, the edge and build pods call, and
-/// `/healthz`, with the same layers as the public routes.
+/// The internal listener's router: the `/internal/v1` routes the operator, the edge and build pods call,
+/// `/healthz`, and `/metrics` (the external SQL listener's), with the same layers as the public routes.
 pub fn internal_router(state: AppState) -> Router {
-    guarded(
-        with_layers(internal::routes().route("/healthz", get(|| std::future::ready("ok"))))
-            .with_state(state),
+    let routes = internal::routes()
+        .route("/healthz", get(|| std::future::ready("ok")))
+        .route("/metrics", get(metrics));
+    guarded(with_layers(routes).with_state(state))
+}
+
+/// The API process's Prometheus metrics.
+async fn metrics(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.sql_sessions().encode_metrics(),
     )
 }
 

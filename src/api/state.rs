@@ -1,5 +1,6 @@
 //! What every handler shares: the platform database, the kube client, the resource cache, the repositories, the
-//! platform's public names, what the internal listener checks its callers against, and how mirrors sync.
+//! platform's public names, what the internal listener checks its callers against, how mirrors sync, and the open
+//! external SQL sessions.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -120,6 +121,7 @@ struct Inner {
     data_server: std::sync::OnceLock<Arc<slipway_controllers::postgres::server::DataServer>>,
     snapshot_archive: std::sync::OnceLock<crate::postgres::archive::Archive>,
     registry_tokens: std::sync::OnceLock<slipway_internal::registry_token::RegistryTokens>,
+    sql_sessions: Arc<crate::sql_proxy::sessions::Sessions>,
 }
 
 impl AppState {
@@ -147,6 +149,7 @@ impl AppState {
                 data_server: std::sync::OnceLock::new(),
                 snapshot_archive: std::sync::OnceLock::new(),
                 registry_tokens: std::sync::OnceLock::new(),
+                sql_sessions: Arc::default(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
             mirrors: Arc::new(Mirrors::default()),
@@ -218,6 +221,11 @@ impl AppState {
     /// Where snapshot files go; `None` when the platform has no object storage (no snapshots are taken).
     pub fn snapshot_archive(&self) -> Option<&crate::postgres::archive::Archive> {
         self.inner.snapshot_archive.get()
+    }
+
+    /// The open external SQL sessions (empty unless `--sql-listen` serves them).
+    pub fn sql_sessions(&self) -> &Arc<crate::sql_proxy::sessions::Sessions> {
+        &self.inner.sql_sessions
     }
 
     /// The keys env values are sealed with.

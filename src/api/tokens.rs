@@ -158,6 +158,8 @@ async fn revoke_token(
     Path(token_id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     if crate::db::tokens::revoke(state.db(), caller.user_id, token_id).await? {
+        // External SQL sessions on the revoked chain end now, not at the next periodic check.
+        state.sql_sessions().recheck_soon();
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound("token"))

@@ -119,3 +119,23 @@ pub async fn revoke(db: &PgPool, user: Uuid, token: Uuid) -> sqlx::Result<bool> 
     .await?;
     Ok(revoked)
 }
+
+/// Of `ids`, the tokens that still work: not expired, and no token up their chain revoked. A token that is gone
+/// (its account was deleted) is not among them. One query for all of them, however many.
+pub async fn live_among(db: &PgPool, ids: &[Uuid]) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "WITH RECURSIVE chain AS (
+             SELECT id AS start, parent_id, revoked_at, 0 AS depth FROM tokens WHERE id = ANY($1)
+             UNION ALL
+             SELECT c.start, p.parent_id, p.revoked_at, c.depth + 1
+             FROM tokens p JOIN chain c ON p.id = c.parent_id
+             WHERE c.depth < 64
+         )
+         SELECT t.id FROM tokens t
+         WHERE t.id = ANY($1) AND (t.expires_at IS NULL OR t.expires_at > now())
+           AND NOT EXISTS (SELECT 1 FROM chain c WHERE c.start = t.id AND c.revoked_at IS NOT NULL)",
+    )
+    .bind(ids)
+    .fetch_all(db)
+    .await
+}

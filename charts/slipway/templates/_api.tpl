@@ -126,6 +126,13 @@ URL, the pods' address and the snapshot-download switch as container environment
 {{- if or .Values.dataServer.existingSecret .Values.dataServer.url }}true{{- end }}
 {{- end }}
 
+{{/*
+"true" when the api serves external SQL access: asked for, and there is a data server to relay to.
+*/}}
+{{- define "slipway.api.sql.enabled" -}}
+{{- if and .Values.api.sql.enabled (include "slipway.dataServer.enabled" .) }}true{{- end }}
+{{- end }}
+
 {{- define "slipway.dataServer.secretName" -}}
 {{- if and .Values.dataServer.existingSecret .Values.dataServer.url }}
 {{- fail "set dataServer.existingSecret or dataServer.url, not both" }}
