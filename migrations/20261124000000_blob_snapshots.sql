@@ -29,6 +29,8 @@ CREATE TABLE blob_snapshot_objects (
     key text NOT NULL,
     version_id text NOT NULL,
     size_bytes bigint NOT NULL,
+    -- The version's ETag: a restore leaves a key alone whose current version has the same content.
+    etag text,
     last_modified timestamptz,
     PRIMARY KEY (snapshot_id, key)
 );

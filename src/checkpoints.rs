@@ -7,7 +7,8 @@
 //! database, no ready bucket, a listing that failed) leaves the other unaligned, which is a state and not a
 //! fault; only a failed dump fails the checkpoint, since a deploy must not run a container that may migrate data
 //! nobody kept. After each checkpoint the channel's SQL snapshots, markers and object versions are pruned to the
-//! owner's plan, under a per-channel lock so a checkpoint being taken never loses a version to a concurrent prune.
+//! owner's plan, under a per-channel lock ([`exclusively`]) that restores take too, so neither a checkpoint being
+//! taken nor a restore under way loses a version to a concurrent prune.
 
 use slipway_crds::Channel;
 use slipway_crds::conditions;
@@ -46,8 +47,19 @@ pub struct Checkpoint {
     pub marker: Option<Marker>,
 }
 
-/// The bucket leg of `channel`, when object storage is configured and its bucket is ready.
-pub async fn blob_leg(
+/// The bucket leg of `channel`, when object storage is configured and its bucket is ready. A store that cannot be
+/// read is logged and leaves the checkpoint without a bucket leg, like a bucket not ready.
+pub async fn blob_leg(state: &AppState, channel: &Channel, channel_id: Uuid) -> Option<BlobLeg> {
+    match try_blob_leg(state, channel, channel_id).await {
+        Ok(leg) => leg,
+        Err(e) => {
+            tracing::warn!(%channel_id, error = %e, "the channel's store cannot be read; the checkpoint has no bucket leg");
+            None
+        }
+    }
+}
+
+async fn try_blob_leg(
     state: &AppState,
     channel: &Channel,
     channel_id: Uuid,
@@ -80,20 +92,40 @@ pub async fn take(
     occasion: &Occasion,
     plan: &Plan,
 ) -> anyhow::Result<Checkpoint> {
+    exclusively(
+        db,
+        channel_id,
+        take_locked(db, channel_id, sql, blob, occasion, plan),
+    )
+    .await?
+}
+
+/// Runs `work` holding the channel's checkpoint lock (a Postgres advisory lock): checkpoints, prunes and restores
+/// of one channel never overlap, across API replicas too. The lock's connection is closed rather than pooled
+/// when `work` is dropped half-way (a request that timed out), so the lock never outlives it.
+pub async fn exclusively<T>(
+    db: &PgPool,
+    channel_id: Uuid,
+    work: impl std::future::Future<Output = T>,
+) -> sqlx::Result<T> {
     let mut lock = db.acquire().await?;
+    lock.close_on_drop();
     sqlx::query("SELECT pg_advisory_lock($1, hashtext($2))")
         .bind(LOCK_SPACE)
         .bind(channel_id.to_string())
         .execute(&mut *lock)
         .await?;
-    let taken = take_locked(db, channel_id, sql, blob, occasion, plan).await;
+    let done = work.await;
     sqlx::query("SELECT pg_advisory_unlock($1, hashtext($2))")
         .bind(LOCK_SPACE)
         .bind(channel_id.to_string())
         .execute(&mut *lock)
         .await?;
-    taken
+    Ok(done)
 }
+
+/// Longest a checkpoint waits for its bucket's listing before going on without the bucket leg.
+const LISTING_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The first key of the per-channel advisory locks checkpoints take.
 const LOCK_SPACE: i32 = 0x636b_7074;
@@ -111,13 +143,21 @@ async fn take_locked(
         sql: None,
     };
     let listing = match (&blob, &checkpoint.marker) {
-        (Some(leg), None) => match markers::list_now(&leg.bucket).await {
-            Ok(listing) => Some(listing),
-            Err(e) => {
-                tracing::warn!(%channel_id, error = %e, "the bucket could not be listed; the checkpoint has no object-store leg");
-                None
+        (Some(leg), None) => {
+            match tokio::time::timeout(LISTING_LIMIT, markers::list_now(&leg.bucket))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(anyhow::anyhow!(
+                        "the listing took longer than {LISTING_LIMIT:?}"
+                    ))
+                }) {
+                Ok(listing) => Some(listing),
+                Err(e) => {
+                    tracing::warn!(%channel_id, error = %e, "the bucket could not be listed; the checkpoint has no object-store leg");
+                    None
+                }
             }
-        },
+        }
         _ => None,
     };
     if let Some(leg) = &sql {

@@ -282,18 +282,23 @@ async fn restore_blob(
         )));
     }
     require_restorable(&state, &app, &channel, channel_id).await?;
-    let marker = marker_of(&state, channel_id, request.snapshot_id).await?;
+    marker_of(&state, channel_id, request.snapshot_id).await?;
     require_idle(&state, &app, &channel).await?;
     let bucket = bucket_of(&state, channel_id).await?;
-    let manifest = checkpoints::manifest(state.db(), marker.id).await?;
-    let restored = crate::blob::restore::restore(&bucket, &manifest)
-        .await
-        .map_err(|e| {
-            tracing::warn!(%channel_id, marker_id = %marker.id, error = %e.cause, "bucket restore stopped");
-            ApiError::BlobUnavailable(format!(
-                "the restore stopped: {e}; nothing was removed, and asking again finishes it"
-            ))
-        })?;
+    // Under the channel's checkpoint lock, so no prune removes a version this restore is about to copy; the
+    // marker is looked up again there, since a checkpoint may have pruned it meanwhile.
+    let outcome = crate::checkpoints::exclusively(state.db(), channel_id, async {
+        let marker = marker_of(&state, channel_id, request.snapshot_id).await?;
+        let manifest = checkpoints::manifest(state.db(), marker.id).await?;
+        let restored = crate::blob::restore::restore(&bucket, &manifest).await;
+        Ok::<_, ApiError>((marker, restored))
+    })
+    .await?;
+    let (marker, restored) = outcome?;
+    let (copied, hidden, stopped) = match &restored {
+        Ok(r) => (r.copied, r.hidden, None),
+        Err(e) => (e.done, 0, Some(e.to_string())),
+    };
     crate::db::audit::record(
         state.db(),
         &caller,
@@ -301,9 +306,15 @@ async fn restore_blob(
         "blob.restore",
         serde_json::json!({
             "channel_id": channel_id, "snapshot_id": request.snapshot_id, "marker_id": marker.id,
-            "copied": restored.copied, "hidden": restored.hidden,
+            "copied": copied, "hidden": hidden, "stopped": stopped,
         }),
     )
     .await?;
+    if let Err(e) = restored {
+        tracing::warn!(%channel_id, marker_id = %marker.id, error = %e.cause, "bucket restore stopped");
+        return Err(ApiError::BlobUnavailable(format!(
+            "the restore stopped: {e}; no version was removed, and asking again finishes it"
+        )));
+    }
     Ok(Json(status_of(&state, &app, &channel, channel_id).await?))
 }

@@ -33,9 +33,15 @@ pub struct Version {
     pub is_latest: bool,
     /// Whether it is a delete marker.
     pub delete_marker: bool,
+    /// The content's ETag (none on a delete marker).
+    pub etag: Option<String>,
     /// When it was written.
     pub last_modified: Option<DateTime<Utc>>,
 }
+
+/// Most versions and delete markers a bucket may hold for checkpoints to cover it: the listing is held in memory
+/// and written as a manifest, so a bucket past this (zero-byte keys cost no quota) gets no bucket leg.
+pub const MAX_VERSIONS: usize = 100_000;
 
 /// The version id the S3 API uses for an object without one.
 const NULL_VERSION: &str = "null";
@@ -63,7 +69,7 @@ impl BlobAccess {
 }
 
 impl Bucket {
-    /// Every version and delete marker in the bucket, a key's newest first.
+    /// Every version and delete marker in the bucket, a key's newest first; an error past [`MAX_VERSIONS`].
     pub async fn versions(&self) -> anyhow::Result<Vec<Version>> {
         let mut all = Vec::new();
         let (mut key_marker, mut version_marker) = (None::<String>, None::<String>);
@@ -84,6 +90,7 @@ impl Bucket {
                     size: v.size().unwrap_or(0),
                     is_latest: v.is_latest().unwrap_or(false),
                     delete_marker: false,
+                    etag: v.e_tag().map(str::to_owned),
                     last_modified: time_of(v.last_modified()),
                 });
             }
@@ -94,9 +101,14 @@ impl Bucket {
                     size: 0,
                     is_latest: m.is_latest().unwrap_or(false),
                     delete_marker: true,
+                    etag: None,
                     last_modified: time_of(m.last_modified()),
                 });
             }
+            anyhow::ensure!(
+                all.len() <= MAX_VERSIONS,
+                "the bucket holds more than {MAX_VERSIONS} versions, more than checkpoints cover"
+            );
             if !page.is_truncated().unwrap_or(false) {
                 break;
             }

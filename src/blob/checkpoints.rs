@@ -50,6 +50,8 @@ pub struct Entry {
     pub version_id: String,
     /// Its bytes.
     pub size_bytes: i64,
+    /// Its ETag.
+    pub etag: Option<String>,
     /// When that version was written.
     pub last_modified: Option<DateTime<Utc>>,
 }
@@ -72,6 +74,7 @@ pub fn current_entries(versions: &[Version]) -> Vec<Entry> {
             key: v.key.clone(),
             version_id: v.version_id.clone(),
             size_bytes: v.size,
+            etag: v.etag.clone(),
             last_modified: v.last_modified,
         })
         .collect();
@@ -141,7 +144,7 @@ pub async fn existing(
 /// The manifest of a marker, by key.
 pub async fn manifest(db: &PgPool, marker_id: Uuid) -> sqlx::Result<Vec<Entry>> {
     sqlx::query_as(
-        "SELECT key, version_id, size_bytes, last_modified FROM blob_snapshot_objects \
+        "SELECT key, version_id, size_bytes, etag, last_modified FROM blob_snapshot_objects \
          WHERE snapshot_id = $1 ORDER BY key",
     )
     .bind(marker_id)
@@ -197,15 +200,17 @@ pub async fn record(
         let keys: Vec<&str> = chunk.iter().map(|e| e.key.as_str()).collect();
         let versions: Vec<&str> = chunk.iter().map(|e| e.version_id.as_str()).collect();
         let sizes: Vec<i64> = chunk.iter().map(|e| e.size_bytes).collect();
+        let etags: Vec<Option<&str>> = chunk.iter().map(|e| e.etag.as_deref()).collect();
         let times: Vec<Option<DateTime<Utc>>> = chunk.iter().map(|e| e.last_modified).collect();
         sqlx::query(
-            "INSERT INTO blob_snapshot_objects (snapshot_id, key, version_id, size_bytes, last_modified) \
-             SELECT $1, * FROM UNNEST($2::text[], $3::text[], $4::bigint[], $5::timestamptz[])",
+            "INSERT INTO blob_snapshot_objects (snapshot_id, key, version_id, size_bytes, etag, last_modified) \
+             SELECT $1, * FROM UNNEST($2::text[], $3::text[], $4::bigint[], $5::text[], $6::timestamptz[])",
         )
         .bind(marker.id)
         .bind(&keys)
         .bind(&versions)
         .bind(&sizes)
+        .bind(&etags)
         .bind(&times)
         .execute(&mut *tx)
         .await?;
@@ -286,6 +291,7 @@ mod tests {
             size: if marker { 0 } else { 3 },
             is_latest: latest,
             delete_marker: marker,
+            etag: None,
             last_modified: None,
         }
     }

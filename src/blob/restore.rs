@@ -1,8 +1,9 @@
 //! Copy-forward restore of a bucket to a checkpoint: each key goes back to the version its marker lists by writing
 //! that version again as the newest (a server-side copy), and each key the checkpoint did not have gets a delete
-//! marker. Nothing is rewound or removed, so every later version stays listed and the restore itself can be
-//! undone the same way. A key already at its checkpoint version is left alone, which also makes a restore that
-//! stopped half-way (the store went away) finish when it is asked again.
+//! marker. Nothing is rewound or removed, so every later version stays listed (until a later checkpoint's prune
+//! finds that no retained checkpoint needs it). A key whose current version is the checkpoint's, or has the same content (size and ETag:
+//! an earlier restore's copy), is left alone, which also makes a restore that stopped half-way (the store went
+//! away) finish when it is asked again.
 
 use std::collections::HashMap;
 
@@ -28,10 +29,10 @@ pub enum Step {
 
 /// The writes that bring a bucket whose listing is `now` back to `manifest`, in key order.
 pub fn plan(manifest: &[Entry], now: &[Version]) -> Vec<Step> {
-    let current: HashMap<&str, &str> = now
+    let current: HashMap<&str, &Version> = now
         .iter()
         .filter(|v| v.is_latest && !v.delete_marker)
-        .map(|v| (v.key.as_str(), v.version_id.as_str()))
+        .map(|v| (v.key.as_str(), v))
         .collect();
     let wanted: HashMap<&str, &str> = manifest
         .iter()
@@ -39,7 +40,7 @@ pub fn plan(manifest: &[Entry], now: &[Version]) -> Vec<Step> {
         .collect();
     let mut steps: Vec<Step> = manifest
         .iter()
-        .filter(|e| current.get(e.key.as_str()) != Some(&e.version_id.as_str()))
+        .filter(|e| !current.get(e.key.as_str()).is_some_and(|now| holds(now, e)))
         .map(|e| Step::CopyForward {
             key: e.key.clone(),
             version_id: e.version_id.clone(),
@@ -55,6 +56,12 @@ pub fn plan(manifest: &[Entry], now: &[Version]) -> Vec<Step> {
         .collect();
     steps.sort_by(|a, b| step_key(a).cmp(step_key(b)));
     steps
+}
+
+/// Whether the version `now` holds the checkpoint's content of `entry`: the same version, or a copy of it.
+fn holds(now: &Version, entry: &Entry) -> bool {
+    now.version_id == entry.version_id
+        || (now.size == entry.size_bytes && now.etag.is_some() && now.etag == entry.etag)
 }
 
 fn step_key(step: &Step) -> &str {
@@ -124,6 +131,7 @@ mod tests {
             size: 1,
             is_latest: latest,
             delete_marker: marker,
+            etag: (!marker).then(|| format!("\"{id}\"")),
             last_modified: None,
         }
     }
@@ -133,6 +141,7 @@ mod tests {
             key: key.into(),
             version_id: id.into(),
             size_bytes: 1,
+            etag: Some(format!("\"{id}\"")),
             last_modified: None,
         }
     }
@@ -175,6 +184,14 @@ mod tests {
     fn a_bucket_already_at_its_checkpoint_needs_no_write() {
         let manifest = [entry("a", "a1")];
         assert!(plan(&manifest, &[version("a", "a1", true, false)]).is_empty());
+        // An earlier restore's copy: a new version id with the checkpoint's content.
+        let copy = Version {
+            etag: Some("\"a1\"".into()),
+            ..version("a", "a9", true, false)
+        };
+        assert!(plan(&manifest, std::slice::from_ref(&copy)).is_empty());
+        let other_size = Version { size: 2, ..copy };
+        assert_eq!(plan(&manifest, &[other_size]).len(), 1);
         assert!(plan(&[], &[version("gone", "m", true, true)]).is_empty());
     }
 }

@@ -1,8 +1,9 @@
 //! Garbage collection of the apps' repositories, once a day: `git gc` packs what pushes left loose and drops
 //! objects nothing references any more once they are older than the prune window (`--git-gc-prune`, git's own
-//! two weeks by default). A commit a force-push replaced therefore stays downloadable (a snapshot's code leg) for
-//! at least that window, then answers `snapshot_code_gone`. The window also keeps gc safe beside pushes in flight,
-//! whose objects are younger than it.
+//! two weeks by default). Git ages an object by when it was written to the repository (its file's or pack's
+//! time), not by when a force-push left it unreferenced, so a replaced commit older than the window goes at the
+//! next collection and a snapshot naming it answers `snapshot_code_gone`. The window keeps gc safe beside pushes in
+//! flight, whose objects are younger than it.
 
 use std::path::Path;
 use std::process::Stdio;

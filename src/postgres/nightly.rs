@@ -85,7 +85,7 @@ async fn take_due(state: &AppState, parts: Parts<'_>) -> anyhow::Result<usize> {
             git_sha: channel.status.as_ref().and_then(|s| s.current_sha.clone()),
         };
         let plan = owner_plan(parts.db, &record.owner).await?;
-        let blob = checkpoints::blob_leg(state, channel, record.channel_id).await?;
+        let blob = checkpoints::blob_leg(state, channel, record.channel_id).await;
         let sql = SqlLeg {
             parts,
             record: &record,

@@ -262,6 +262,20 @@ pub async fn watch(state: AppState) {
 }
 
 async fn recheck(state: &AppState, sessions: &Sessions) -> sqlx::Result<()> {
+    // The toggle and owner come from the cache: checked first, so a platform database that cannot answer never
+    // keeps a session open past its app's toggle.
+    let cache = state.cache();
+    let n = sessions.cut_where(Cut::Access, |e| {
+        !cache
+            .app_by_uid(&e.app_id.to_string())
+            .is_some_and(|app| app.spec.external_db_access_enabled && app.spec.owner == e.username)
+    });
+    if n > 0 {
+        tracing::info!(
+            sessions = n,
+            "external SQL access off or the app gone; SQL sessions cut"
+        );
+    }
     let tokens: Vec<Uuid> = {
         let open = sessions.lock();
         let unique: HashSet<Uuid> = open.values().map(|e| e.token_id).collect();
@@ -274,18 +288,6 @@ async fn recheck(state: &AppState, sessions: &Sessions) -> sqlx::Result<()> {
     let n = sessions.cut_where(Cut::Token, |e| !live.contains(&e.token_id));
     if n > 0 {
         tracing::info!(sessions = n, "tokens revoked or expired; SQL sessions cut");
-    }
-    let cache = state.cache();
-    let n = sessions.cut_where(Cut::Access, |e| {
-        !cache
-            .app_by_uid(&e.app_id.to_string())
-            .is_some_and(|app| app.spec.external_db_access_enabled && app.spec.owner == e.username)
-    });
-    if n > 0 {
-        tracing::info!(
-            sessions = n,
-            "external SQL access off or the app gone; SQL sessions cut"
-        );
     }
     Ok(())
 }

@@ -25,6 +25,14 @@ impl ObjectStore {
     /// Starts a backend on loopback and a gateway on `gateway_host` (`127.0.0.1`, or the node host address when
     /// pods must reach it), and points `api` at the gateway.
     pub async fn start(api: &TestApi, gateway_host: &str) -> Result<Self> {
+        let store = Self::start_unannounced(api, gateway_host).await?;
+        store.announce(api);
+        Ok(store)
+    }
+
+    /// [`ObjectStore::start`] without telling `api` (its object-storage routes answer 503 and its checkpoints have
+    /// no bucket leg until [`ObjectStore::announce`]).
+    pub async fn start_unannounced(api: &TestApi, gateway_host: &str) -> Result<Self> {
         let backend = TestS3::start().await?;
         let db = slipway::db::connect(api.db_url()).await?;
         let ring = slipway::env::crypto::Keyring::parse(&api.keyring_line)?;
@@ -36,16 +44,19 @@ impl ObjectStore {
             listener,
             std::future::pending(),
         ));
-        let gateway_url = format!("http://{gateway}");
-        api.state
-            .set_blob_access(slipway::blob::access::BlobAccess {
-                gateway_url: gateway_url.clone(),
-            });
         Ok(Self {
             backend,
             gateway,
-            gateway_url,
+            gateway_url: format!("http://{gateway}"),
         })
+    }
+
+    /// Points `api` at the gateway.
+    pub fn announce(&self, api: &TestApi) {
+        api.state
+            .set_blob_access(slipway::blob::access::BlobAccess {
+                gateway_url: self.gateway_url.clone(),
+            });
     }
 
     fn root(backend: &TestS3) -> S3Endpoint {

@@ -140,9 +140,7 @@ async fn pre_deploy_snapshot(
     let channel_id = parse_id("channel_id", &request.channel_id)?;
     let app = super::app_by_id(&state, app_id)?;
     let channel = access::channel_of(&state, &app, channel_id)?;
-    let blob = checkpoints::blob_leg(&state, &channel, channel_id)
-        .await
-        .map_err(ApiError::Internal)?;
+    let blob = checkpoints::blob_leg(&state, &channel, channel_id).await;
     let record = match store::by_channel(state.db(), channel_id).await? {
         Some(record)
             if record.app_id == app_id
