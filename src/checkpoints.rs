@@ -110,17 +110,16 @@ pub async fn exclusively<T>(
 ) -> sqlx::Result<T> {
     let mut lock = db.acquire().await?;
     lock.close_on_drop();
-    sqlx::query("SELECT pg_advisory_lock($1, hashtext($2))")
+    let advisory = |function: &'static str| {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {function}($1, hashtext($2))"
+        )))
         .bind(LOCK_SPACE)
         .bind(channel_id.to_string())
-        .execute(&mut *lock)
-        .await?;
+    };
+    advisory("pg_advisory_lock").execute(&mut *lock).await?;
     let done = work.await;
-    sqlx::query("SELECT pg_advisory_unlock($1, hashtext($2))")
-        .bind(LOCK_SPACE)
-        .bind(channel_id.to_string())
-        .execute(&mut *lock)
-        .await?;
+    advisory("pg_advisory_unlock").execute(&mut *lock).await?;
     Ok(done)
 }
 

@@ -257,7 +257,8 @@ async fn objects(s3: &aws_sdk_s3::Client, bucket: &str) -> BTreeMap<String, Stri
     all
 }
 
-/// Each key's history, newest first: a version's id, or `marker` for a delete marker.
+/// Each key's history: its current entry first (a version's id, or `marker` for a delete marker), then the rest
+/// in id order.
 async fn histories(s3: &aws_sdk_s3::Client, bucket: &str) -> BTreeMap<String, Vec<String>> {
     let listed = s3
         .list_object_versions()
@@ -265,30 +266,43 @@ async fn histories(s3: &aws_sdk_s3::Client, bucket: &str) -> BTreeMap<String, Ve
         .send()
         .await
         .unwrap();
-    let mut entries: Vec<(String, aws_sdk_s3::primitives::DateTime, String)> = listed
+    let entries = listed
         .versions()
         .iter()
         .map(|v| {
             (
                 v.key().unwrap().to_owned(),
-                *v.last_modified().unwrap(),
+                v.is_latest().unwrap(),
                 v.version_id().unwrap().to_owned(),
             )
         })
         .chain(listed.delete_markers().iter().map(|m| {
             (
                 m.key().unwrap().to_owned(),
-                *m.last_modified().unwrap(),
-                "marker".to_owned(),
+                m.is_latest().unwrap(),
+                format!("marker {}", m.version_id().unwrap()),
             )
-        }))
-        .collect();
-    entries.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-    let mut all: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (key, _, id) in entries {
-        all.entry(key).or_default().push(id);
+        }));
+    let mut all: BTreeMap<String, Vec<(bool, String)>> = BTreeMap::new();
+    for (key, latest, id) in entries {
+        all.entry(key).or_default().push((!latest, id));
     }
-    all
+    all.into_iter()
+        .map(|(key, mut history)| {
+            history.sort();
+            let ids = history
+                .into_iter()
+                .map(|(_, id)| {
+                    if id.starts_with("marker ") {
+                        "marker".to_owned()
+                    } else {
+                        id
+                    }
+                })
+                .collect();
+            (key, ids)
+        })
+        .collect()
 }
 
 async fn notes(conn: &mut PgConnection) -> Vec<String> {

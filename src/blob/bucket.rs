@@ -192,3 +192,21 @@ const COPY_SOURCE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUM
     .remove(b'.')
     .remove(b'~')
     .remove(b'/');
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::Version;
+
+    /// A version of `key` (one byte, its ETag its id), or a delete marker.
+    pub(crate) fn version(key: &str, id: &str, latest: bool, marker: bool) -> Version {
+        Version {
+            key: key.into(),
+            version_id: id.into(),
+            size: if marker { 0 } else { 1 },
+            is_latest: latest,
+            delete_marker: marker,
+            etag: (!marker).then(|| format!("\"{id}\"")),
+            last_modified: None,
+        }
+    }
+}

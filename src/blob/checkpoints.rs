@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::bucket::{Bucket, Version};
-use crate::postgres::snapshots::{Kind, Occasion, retention_expired};
+use crate::postgres::snapshots::{Occasion, occasion_row, retention_expired};
 
 /// A row of `blob_snapshots`.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -121,24 +121,7 @@ pub async fn existing(
     channel_id: Uuid,
     occasion: &Occasion,
 ) -> sqlx::Result<Option<Marker>> {
-    match (occasion.kind, occasion.deploy_id) {
-        (Kind::PreDeploy, Some(deploy_id)) => {
-            sqlx::query_as("SELECT * FROM blob_snapshots WHERE deploy_id = $1")
-                .bind(deploy_id)
-                .fetch_optional(db)
-                .await
-        }
-        (Kind::PreDeploy, None) => Ok(None),
-        (Kind::Nightly, _) => {
-            sqlx::query_as(
-                "SELECT * FROM blob_snapshots WHERE channel_id = $1 AND kind = 'nightly' \
-                 AND taken_on = (now() AT TIME ZONE 'UTC')::date",
-            )
-            .bind(channel_id)
-            .fetch_optional(db)
-            .await
-        }
-    }
+    occasion_row("blob_snapshots", db, channel_id, occasion).await
 }
 
 /// The manifest of a marker, by key.
@@ -284,17 +267,7 @@ pub async fn forget_channel(db: &PgPool, channel_id: Uuid) -> sqlx::Result<()> {
 mod tests {
     use super::*;
 
-    fn version(key: &str, id: &str, latest: bool, marker: bool) -> Version {
-        Version {
-            key: key.into(),
-            version_id: id.into(),
-            size: if marker { 0 } else { 3 },
-            is_latest: latest,
-            delete_marker: marker,
-            etag: None,
-            last_modified: None,
-        }
-    }
+    use crate::blob::bucket::tests::version;
 
     #[test]
     fn a_manifest_holds_each_key_s_current_object_and_not_its_deleted_keys() {

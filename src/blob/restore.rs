@@ -124,17 +124,7 @@ pub async fn restore(bucket: &Bucket, manifest: &[Entry]) -> Result<Restored, St
 mod tests {
     use super::*;
 
-    fn version(key: &str, id: &str, latest: bool, marker: bool) -> Version {
-        Version {
-            key: key.into(),
-            version_id: id.into(),
-            size: 1,
-            is_latest: latest,
-            delete_marker: marker,
-            etag: (!marker).then(|| format!("\"{id}\"")),
-            last_modified: None,
-        }
-    }
+    use crate::blob::bucket::tests::version;
 
     fn entry(key: &str, id: &str) -> Entry {
         Entry {

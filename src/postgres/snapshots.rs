@@ -110,22 +110,38 @@ async fn existing(
     channel_id: Uuid,
     occasion: &Occasion,
 ) -> sqlx::Result<Option<Snapshot>> {
+    occasion_row("postgres_snapshots", db, channel_id, occasion).await
+}
+
+/// The row of `table` this occasion already has: the deploy's, or today's nightly. SQL snapshots and object-store
+/// markers (`table`: `postgres_snapshots` or `blob_snapshots`) are taken once per occasion alike.
+pub async fn occasion_row<T>(
+    table: &'static str,
+    db: &PgPool,
+    channel_id: Uuid,
+    occasion: &Occasion,
+) -> sqlx::Result<Option<T>>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
     match (occasion.kind, occasion.deploy_id) {
         (Kind::PreDeploy, Some(deploy_id)) => {
-            sqlx::query_as("SELECT * FROM postgres_snapshots WHERE deploy_id = $1")
+            let query = format!("SELECT * FROM {table} WHERE deploy_id = $1");
+            sqlx::query_as(sqlx::AssertSqlSafe(query))
                 .bind(deploy_id)
                 .fetch_optional(db)
                 .await
         }
         (Kind::PreDeploy, None) => Ok(None),
         (Kind::Nightly, _) => {
-            sqlx::query_as(
-                "SELECT * FROM postgres_snapshots WHERE channel_id = $1 AND kind = 'nightly' \
-                 AND taken_on = (now() AT TIME ZONE 'UTC')::date",
-            )
-            .bind(channel_id)
-            .fetch_optional(db)
-            .await
+            let query = format!(
+                "SELECT * FROM {table} WHERE channel_id = $1 AND kind = 'nightly' \
+                 AND taken_on = (now() AT TIME ZONE 'UTC')::date"
+            );
+            sqlx::query_as(sqlx::AssertSqlSafe(query))
+                .bind(channel_id)
+                .fetch_optional(db)
+                .await
         }
     }
 }
