@@ -129,6 +129,26 @@ const ROUTES: &[(&str, &str, Who)] = &[
         Who::Admin,
     ),
     (
+        "get",
+        "/apps/{app_id}/channels/{channel_id}/blob/snapshots",
+        Who::Member,
+    ),
+    (
+        "get",
+        "/apps/{app_id}/channels/{channel_id}/blob/snapshots/{snapshot_id}/download",
+        Who::Admin,
+    ),
+    (
+        "post",
+        "/apps/{app_id}/channels/{channel_id}/blob/snapshots/{snapshot_id}/download-token",
+        Who::Admin,
+    ),
+    (
+        "post",
+        "/apps/{app_id}/channels/{channel_id}/blob/restore",
+        Who::Admin,
+    ),
+    (
         "post",
         "/apps/{app_id}/channels/{channel_id}/forward",
         Who::Admin,
@@ -241,7 +261,11 @@ impl Fixture {
         permitted: bool,
     ) -> (String, Option<Value>, u16) {
         let tag = format!("{who:?}").to_lowercase();
-        let (app_id, channel_id) = if route.contains("/postgres") {
+        // SQL routes and checkpoint routes go to the app with a database (its checkpoint has both legs).
+        let (app_id, channel_id) = if route.contains("/postgres")
+            || route.contains("/blob/snapshots")
+            || route.contains("/blob/restore")
+        {
             (&self.sql_app_id, &self.sql_channel_id)
         } else {
             (&self.app_id, &self.channel_id)
@@ -314,9 +338,17 @@ impl Fixture {
             (
                 "post",
                 "/apps/{app_id}/channels/{channel_id}/postgres/snapshots/{snapshot_id}/download-token",
+            )
+            | (
+                "post",
+                "/apps/{app_id}/channels/{channel_id}/blob/snapshots/{snapshot_id}/download-token",
             ) => {
                 body = Some(json!({}));
                 success = 201;
+            }
+            ("post", "/apps/{app_id}/channels/{channel_id}/blob/restore") => {
+                body =
+                    Some(json!({"confirm_channel_name": "prod", "snapshot_id": self.snapshot_id}));
             }
             ("post", "/apps/{app_id}/channels/{channel_id}/postgres/restore") => {
                 body = Some(json!({
@@ -503,6 +535,15 @@ async fn fixture() -> Result<Fixture> {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the shared app's database never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The checkpoint below has a bucket leg once the shared SQL app's bucket is ready.
+    let sql_bucket = format!("/apps/{sql_app_id}/channels/{sql_channel_id}/blob");
+    while api.get(&sql_bucket, &owner).await.body["status"] != "ready" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the shared SQL app's bucket never became ready"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
