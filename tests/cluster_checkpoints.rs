@@ -11,7 +11,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -25,7 +24,7 @@ use sqlx::PgConnection;
 use support::blob::{Keys, ObjectStore};
 use support::git::{Workspace, http_remote};
 use support::postgres::{self, execute};
-use support::{TestApi, User};
+use support::{TestApi, User, untar};
 use uuid::Uuid;
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -310,28 +309,6 @@ async fn notes(conn: &mut PgConnection) -> Vec<String> {
         .fetch_all(conn)
         .await
         .unwrap()
-}
-
-/// The files of a tar archive (gzipped when `gzip`), by path.
-fn untar(bytes: &[u8], gzip: bool) -> BTreeMap<String, String> {
-    let reader: Box<dyn Read> = if gzip {
-        Box::new(flate2::read::GzDecoder::new(bytes))
-    } else {
-        Box::new(bytes)
-    };
-    let mut archive = tar::Archive::new(reader);
-    let mut files = BTreeMap::new();
-    for entry in archive.entries().unwrap() {
-        let mut entry = entry.unwrap();
-        if entry.header().entry_type() != tar::EntryType::Regular {
-            continue;
-        }
-        let path = entry.path().unwrap().display().to_string();
-        let mut body = String::new();
-        entry.read_to_string(&mut body).unwrap();
-        files.insert(path, body);
-    }
-    files
 }
 
 fn files(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

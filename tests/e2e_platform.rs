@@ -511,51 +511,11 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
 
     // From outside, the object is read with the credentials route's key pair through the edge's public endpoint,
     // which opens with the app's toggle.
-    let keys = Keys::from_credentials(
-        &platform
-            .call(
-                "POST",
-                &format!("{blob}/credentials"),
-                &gus,
-                Some(json!({})),
-            )
-            .await?
-            .expect(200),
+    let bucket = PublicBucket::open(&platform, &gus, &app, &channel).await?;
+    assert_eq!(
+        bucket.run(&["read", "from-app.txt"]).await?,
+        format!("ok {written}")
     );
-    let host = format!("{}.s3.{}", keys.bucket, platform.app_domain);
-    let edge = platform
-        .edge
-        .strip_prefix("http://")
-        .unwrap_or(&platform.edge);
-    let (edge_ip, edge_port) = edge.rsplit_once(':').unwrap();
-    let endpoint = format!("http://{host}:{edge_port}");
-    platform
-        .call(
-            "PATCH",
-            &format!("/apps/{app}"),
-            &gus,
-            Some(json!({"external_blob_access_enabled": true})),
-        )
-        .await?
-        .expect(200);
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let read = boto3(
-            &["read", "from-app.txt"],
-            &endpoint,
-            Some((&host, edge_ip)),
-            &keys,
-        )
-        .await?;
-        if read == format!("ok {written}") {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "through the edge: {read}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
 
     // Deleting the app takes the bucket along: the operator empties and removes it before the channel goes.
     platform.delete_app(&gus, &app).await
@@ -711,6 +671,81 @@ async fn can(
     Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
 }
 
+/// A channel's bucket reached from outside as a tenant's S3 client reaches it: boto3 with the credentials route's
+/// key pair, through the edge's public endpoint `<label>.s3.<app domain>` (opened with the app's toggle).
+struct PublicBucket {
+    endpoint: String,
+    host: String,
+    edge_ip: String,
+    keys: Keys,
+}
+
+impl PublicBucket {
+    /// Turns the app's external object-store access on and waits until the endpoint answers.
+    async fn open(
+        platform: &Installed,
+        account: &support::platform::Account,
+        app: &str,
+        channel: &str,
+    ) -> Result<Self> {
+        let keys = Keys::from_credentials(
+            &platform
+                .call(
+                    "POST",
+                    &format!("/apps/{app}/channels/{channel}/blob/credentials"),
+                    account,
+                    Some(json!({})),
+                )
+                .await?
+                .expect(200),
+        );
+        let host = format!("{}.s3.{}", keys.bucket, platform.app_domain);
+        let edge = platform
+            .edge
+            .strip_prefix("http://")
+            .unwrap_or(&platform.edge);
+        let (edge_ip, edge_port) = edge.rsplit_once(':').unwrap();
+        let bucket = Self {
+            endpoint: format!("http://{host}:{edge_port}"),
+            host,
+            edge_ip: edge_ip.to_owned(),
+            keys,
+        };
+        platform
+            .call(
+                "PATCH",
+                &format!("/apps/{app}"),
+                account,
+                Some(json!({"external_blob_access_enabled": true})),
+            )
+            .await?
+            .expect(200);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let probe = bucket.run(&["probe"]).await?;
+            if probe == "ok" {
+                return Ok(bucket);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "through the edge: {probe}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    }
+
+    /// `tests/s3/boto3_client.py ARGS` against the bucket; its one line.
+    async fn run(&self, args: &[&str]) -> Result<String> {
+        boto3(
+            args,
+            &self.endpoint,
+            Some((&self.host, &self.edge_ip)),
+            &self.keys,
+        )
+        .await
+    }
+}
+
 /// Commits the files of `version` of the notes app and pushes them over HTTP; returns the commit.
 async fn push_notes(
     platform: &Installed,
@@ -779,8 +814,17 @@ async fn an_app_migrates_its_database_and_a_pre_deploy_snapshot_brings_v1_s_data
     assert_eq!(status["status"], "ready", "{status}");
     assert!(status["storage_bytes"].as_i64().unwrap() > 0, "{status}");
     let db_name = status["db_name"].as_str().unwrap().to_owned();
+    // v1's objects, written from outside with the channel's key pair through the edge's public endpoint.
+    let bucket = PublicBucket::open(&platform, &hana, &app, &channel).await?;
+    for (key, body) in [
+        ("keep.txt", "kept"),
+        ("changed.txt", "v1"),
+        ("deleted.txt", "v1"),
+    ] {
+        assert_eq!(bucket.run(&["write", key, body]).await?, "ok");
+    }
 
-    // v2's deploy snapshots the database before its container starts and migrates it.
+    // v2's deploy checkpoints the database and the bucket before its container starts, then migrates.
     let v2 = push_notes(
         &platform,
         &hana,
@@ -810,6 +854,62 @@ async fn an_app_migrates_its_database_and_a_pre_deploy_snapshot_brings_v1_s_data
     assert_eq!(before_v2["kind"], "pre_deploy", "{before_v2}");
     assert_eq!(before_v2["git_sha"], v1.as_str(), "{before_v2}");
     assert_eq!(before_v2["recoverable"], true, "{before_v2}");
+    assert_eq!(before_v2["aligned_blob"], true, "{before_v2}");
+    let checkpoint = before_v2["snapshot_id"].as_str().unwrap().to_owned();
+    let blob = format!("/apps/{app}/channels/{channel}/blob");
+    let markers = platform
+        .call("GET", &format!("{blob}/snapshots"), &hana, None)
+        .await?
+        .expect(200);
+    assert!(
+        markers
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["pg_snapshot_id"] == checkpoint.as_str()
+                && m["deploy_id"] == deploy_v2.as_str()),
+        "{markers}"
+    );
+    // v2 changes the bucket too.
+    assert_eq!(bucket.run(&["write", "changed.txt", "v2"]).await?, "ok");
+    assert_eq!(bucket.run(&["write", "later.txt", "v2"]).await?, "ok");
+    assert_eq!(bucket.run(&["delete", "deleted.txt"]).await?, "ok");
+
+    // The checkpoint's bucket and code download as v1 had them.
+    let v1_objects = [
+        ("changed.txt", "v1"),
+        ("deleted.txt", "v1"),
+        ("keep.txt", "kept"),
+        ("probe.txt", "through the edge"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect::<std::collections::BTreeMap<_, _>>();
+    let tarball = platform
+        .call(
+            "GET",
+            &format!("{blob}/snapshots/{checkpoint}/download"),
+            &hana,
+            None,
+        )
+        .await?;
+    assert_eq!(tarball.status, 200, "{}", tarball.text());
+    assert_eq!(support::untar(&tarball.body, true), v1_objects);
+    let code = platform
+        .call(
+            "GET",
+            &format!("/apps/{app}/channels/{channel}/code/download?snapshot_id={checkpoint}"),
+            &hana,
+            None,
+        )
+        .await?;
+    assert_eq!(code.status, 200, "{}", code.text());
+    assert_eq!(
+        support::untar(&code.body, false)
+            .get("VERSION")
+            .map(String::as_str),
+        Some("v1\n")
+    );
 
     // Restoring it brings v1's data back under v2's code, which keeps running on the same DATABASE_URL. prod's
     // data is replaced only where the app allows it.
@@ -851,6 +951,25 @@ async fn an_app_migrates_its_database_and_a_pre_deploy_snapshot_brings_v1_s_data
     );
     assert!(!page.contains("written by v2"), "{page}");
     assert!(page.contains("readonly reads 1 notes"), "{page}");
+
+    // The bucket goes back to the checkpoint by copying forward: v1's objects are current again, the key made
+    // later reads as deleted.
+    platform
+        .call(
+            "POST",
+            &format!("{blob}/restore"),
+            &hana,
+            Some(json!({"confirm_channel_name": "prod", "snapshot_id": checkpoint})),
+        )
+        .await?
+        .expect(200);
+    for (key, body) in &v1_objects {
+        assert_eq!(bucket.run(&["read", key]).await?, format!("ok {body}"));
+    }
+    assert_eq!(
+        bucket.run(&["read", "later.txt"]).await?,
+        "error 404 NoSuchKey"
+    );
 
     // Deleting the app drops its database on the data server.
     platform.delete_app(&hana, &app).await?;

@@ -1,6 +1,6 @@
 """Drives a channel's bucket through slipway's S3 gateway with boto3, as a tenant's Python code would.
 
-Usage: boto3_client.py full|probe|read KEY, with S3_ENDPOINT, S3_BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY in
+Usage: boto3_client.py full|probe|read KEY|write KEY BODY|delete KEY, with S3_ENDPOINT, S3_BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY in
 the environment. With SLIPWAY_RESOLVE=<host>=<ip> the endpoint's host name is resolved to <ip> (the public
 endpoint's name exists only in the test). Prints one line: "ok" (`read`: "ok " and the object's body), or
 "error <status> <code>" for an S3 error. Any other failure raises, so the test sees the traceback.
@@ -87,24 +87,35 @@ def full():
     print("ok")
 
 
-def probe():
+def answer(call):
+    """Runs call(): prints "ok" (and what it returns, if anything), or "error <status> <code>" for an S3 error."""
     try:
+        out = call()
+        print("ok" if out is None else "ok " + out)
+    except ClientError as e:
+        print(json.dumps(e.response.get("Error", {})), file=sys.stderr)
+        print(f"error {e.response['ResponseMetadata']['HTTPStatusCode']} {e.response['Error'].get('Code', '')}")
+
+
+def probe():
+    def round_trip():
         s3.put_object(Bucket=BUCKET, Key="probe.txt", Body=b"through the edge")
         body = s3.get_object(Bucket=BUCKET, Key="probe.txt")["Body"].read()
         expect(body == b"through the edge", "probe round trip")
-        print("ok")
-    except ClientError as e:
-        print(json.dumps(e.response.get("Error", {})), file=sys.stderr)
-        print(f"error {e.response['ResponseMetadata']['HTTPStatusCode']} {e.response['Error'].get('Code', '')}")
+
+    answer(round_trip)
 
 
 def read():
-    try:
-        body = s3.get_object(Bucket=BUCKET, Key=sys.argv[2])["Body"].read()
-        print("ok " + body.decode())
-    except ClientError as e:
-        print(json.dumps(e.response.get("Error", {})), file=sys.stderr)
-        print(f"error {e.response['ResponseMetadata']['HTTPStatusCode']} {e.response['Error'].get('Code', '')}")
+    answer(lambda: s3.get_object(Bucket=BUCKET, Key=sys.argv[2])["Body"].read().decode())
 
 
-{"full": full, "probe": probe, "read": read}[sys.argv[1]]()
+def write():
+    answer(lambda: s3.put_object(Bucket=BUCKET, Key=sys.argv[2], Body=sys.argv[3].encode()) and None)
+
+
+def delete():
+    answer(lambda: s3.delete_object(Bucket=BUCKET, Key=sys.argv[2]) and None)
+
+
+{"full": full, "probe": probe, "read": read, "write": write, "delete": delete}[sys.argv[1]]()

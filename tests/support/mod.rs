@@ -855,3 +855,26 @@ pub async fn add_pod_slice(
         .await?;
     Ok(())
 }
+
+/// The regular files of a tar archive (gzipped when `gzip`), by path: what a code or bucket download holds.
+pub fn untar(bytes: &[u8], gzip: bool) -> std::collections::BTreeMap<String, String> {
+    use std::io::Read;
+    let reader: Box<dyn Read> = if gzip {
+        Box::new(flate2::read::GzDecoder::new(bytes))
+    } else {
+        Box::new(bytes)
+    };
+    let mut archive = tar::Archive::new(reader);
+    let mut files = std::collections::BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            continue;
+        }
+        let path = entry.path().unwrap().display().to_string();
+        let mut body = String::new();
+        entry.read_to_string(&mut body).unwrap();
+        files.insert(path, body);
+    }
+    files
+}
