@@ -814,6 +814,56 @@ async fn an_app_migrates_its_database_and_a_pre_deploy_snapshot_brings_v1_s_data
     assert_eq!(status["status"], "ready", "{status}");
     assert!(status["storage_bytes"].as_i64().unwrap() > 0, "{status}");
     let db_name = status["db_name"].as_str().unwrap().to_owned();
+    // From outside, psql reaches the database through the installed SQL endpoint with the account's token, once the
+    // app's external access is on.
+    let sql_address = std::env::var("SLIPWAY_PLATFORM_SQL")?;
+    let external_psql = || {
+        tokio::process::Command::new("psql")
+            .args([
+                "-XtAc",
+                "SELECT count(*) FROM notes",
+                &format!(
+                    "postgresql://{}:{}@{sql_address}/notes?sslmode=require&connect_timeout=10",
+                    hana.username, hana.token
+                ),
+            ])
+            .output()
+    };
+    let refused = external_psql().await?;
+    assert!(
+        !refused.status.success(),
+        "{}",
+        String::from_utf8_lossy(&refused.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("password authentication failed"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    platform
+        .call(
+            "PATCH",
+            &format!("/apps/{app}"),
+            &hana,
+            Some(json!({"external_db_access_enabled": true})),
+        )
+        .await?
+        .expect(200);
+    // The API sees the toggle with its next cache event, moments after the App changes.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let counted = loop {
+        let out = external_psql().await?;
+        if out.status.success() || tokio::time::Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    assert!(
+        counted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&counted.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&counted.stdout).trim(), "1");
     // v1's objects, written from outside with the channel's key pair through the edge's public endpoint.
     let bucket = PublicBucket::open(&platform, &hana, &app, &channel).await?;
     for (key, body) in [
