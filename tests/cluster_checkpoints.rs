@@ -153,22 +153,12 @@ impl Fixture {
         )
     }
 
-    async fn sql_rows(&self) -> Vec<Value> {
+    /// The snapshot list of `leg` (`postgres` or `blob`), newest first.
+    async fn rows(&self, leg: &str) -> Vec<Value> {
         let reply = self
             .api
             .get(
-                &format!("{}/postgres/snapshots", self.channel_path()),
-                &self.user,
-            )
-            .await;
-        reply.expect(200, None).as_array().unwrap().clone()
-    }
-
-    async fn blob_rows(&self) -> Vec<Value> {
-        let reply = self
-            .api
-            .get(
-                &format!("{}/blob/snapshots", self.channel_path()),
+                &format!("{}/{leg}/snapshots", self.channel_path()),
                 &self.user,
             )
             .await;
@@ -356,13 +346,13 @@ async fn a_checkpoint_brings_back_the_rows_objects_and_code_of_its_instant() -> 
         .commit(&f.user, &f.app_id, json!({"app.txt": "v2 code\n"}))
         .await;
     let checkpoint = f.checkpoint(Some(&v1)).await?;
-    let sql_rows = f.sql_rows().await;
+    let sql_rows = f.rows("postgres").await;
     // basic keeps the newest pre_deploy only: the first checkpoint went with its marker.
     assert_eq!(sql_rows.len(), 1, "{sql_rows:?}");
     assert_eq!(sql_rows[0]["snapshot_id"], checkpoint.as_str());
     assert_eq!(sql_rows[0]["aligned_blob"], true);
     assert_eq!(sql_rows[0]["git_sha"], v1.as_str());
-    let blob_rows = f.blob_rows().await;
+    let blob_rows = f.rows("blob").await;
     assert_eq!(blob_rows.len(), 1, "{blob_rows:?}");
     assert_eq!(blob_rows[0]["kind"], "pre_deploy");
     assert_eq!(blob_rows[0]["pg_snapshot_id"], checkpoint.as_str());
@@ -514,10 +504,10 @@ async fn checkpoint_routes_refuse_what_the_spec_refuses() -> Result<()> {
     let (s3, bucket) = f.bucket().await;
     put(&s3, &bucket, "a.txt", "a").await;
     put(&s3, &bucket, "b.txt", "b").await;
-    let rows = f.sql_rows().await;
+    let rows = f.rows("postgres").await;
     assert_eq!(rows[0]["snapshot_id"], unaligned.as_str());
     assert_eq!(rows[0]["aligned_blob"], false);
-    assert!(f.blob_rows().await.is_empty());
+    assert!(f.rows("blob").await.is_empty());
     f.api
         .get(&f.blob_download_path(&unaligned), &f.user)
         .await
