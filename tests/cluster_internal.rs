@@ -12,6 +12,7 @@ mod support;
 
 use anyhow::Result;
 use axum::http::Method;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 use kube::api::DeleteParams;
@@ -303,6 +304,28 @@ async fn callers_without_a_role_or_a_valid_token_get_nothing() -> Result<()> {
     Api::<ServiceAccount>::namespaced(kube.clone(), &ns)
         .delete("ghost", &DeleteParams::default())
         .await?;
+    // The apiserver's token authenticator learns of the deletion from its own cache, moments later; the API is
+    // asked once the apiserver refuses the token (an answer it accepted would be trusted for a minute).
+    let reviews: Api<TokenReview> = Api::all(kube.clone());
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: Some(ghost.clone()),
+            audiences: Some(vec![DEFAULT_AUDIENCE.to_owned()]),
+        },
+        ..Default::default()
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let reviewed = reviews.create(&Default::default(), &review).await?;
+        if reviewed.status.and_then(|s| s.authenticated) != Some(true) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the apiserver still accepts the deleted ServiceAccount's token"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     f.refused_everywhere(Some(&ghost), 401, "token_invalid")
         .await;
     Ok(())
