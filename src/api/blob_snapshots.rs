@@ -4,7 +4,7 @@
 //! ([`crate::blob::checkpoints`]).
 
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -208,22 +208,11 @@ async fn download_blob_snapshot(
         marker.kind,
         marker.snapshot_ts.format("%Y%m%dT%H%M%SZ")
     );
-    let mut res = Response::new(crate::blob::tarball::tar_gz(
-        bucket,
-        manifest,
-        marker.snapshot_ts,
-    ));
-    let headers = res.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/gzip"),
-    );
-    headers.insert(
-        header::CONTENT_DISPOSITION,
-        HeaderValue::from_str(&format!("attachment; filename=\"{filename}\""))
-            .map_err(|e| ApiError::Internal(e.into()))?,
-    );
-    Ok(res)
+    downloads::attachment(
+        crate::blob::tarball::tar_gz(bucket, manifest, marker.snapshot_ts),
+        "application/gzip",
+        &filename,
+    )
 }
 
 /// Mint a token that downloads this one bucket checkpoint: `blobs:read` only, good for an hour (or until the

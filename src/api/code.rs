@@ -3,7 +3,6 @@
 //! recorded in the audit journal before the first byte goes out.
 
 use axum::extract::State;
-use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
@@ -82,18 +81,7 @@ async fn download_code(
     .await?;
     let body = crate::git::archive::tar_body(&repo, &sha).map_err(ApiError::Internal)?;
     let filename = format!("{}-{channel_name}-{}.tar", app.name, &sha[..7]);
-    let mut res = Response::new(body);
-    let headers = res.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-tar"),
-    );
-    headers.insert(
-        header::CONTENT_DISPOSITION,
-        HeaderValue::from_str(&format!("attachment; filename=\"{filename}\""))
-            .map_err(|e| ApiError::Internal(e.into()))?,
-    );
-    Ok(res)
+    downloads::attachment(body, "application/x-tar", &filename)
 }
 
 /// The commit the channel serves: 404 `not_found` when it has never been deployed.

@@ -1,8 +1,11 @@
-//! What every download route shares: the platform's one switch for downloads (code, SQL snapshots and bucket
+//! What every download route shares: the attachment answer, the platform's one switch for downloads (code, SQL snapshots and bucket
 //! checkpoints alike), and the short-lived tokens that download one thing. A download token is a token of the
 //! caller's, minted from the caller's token (revoking that revokes it), with one scope, good for one path only,
 //! living an hour or until the caller's token expires if sooner; the plaintext is shown once.
 
+use axum::body::Body;
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 use uuid::Uuid;
@@ -23,6 +26,23 @@ pub struct DownloadToken {
     pub download_url: String,
     /// When it stops working: in an hour, or when the caller's token does if sooner.
     pub expires_at: DateTime<Utc>,
+}
+
+/// A download's answer: `body` as an attachment named `filename`, of `content_type`.
+pub fn attachment(
+    body: Body,
+    content_type: &'static str,
+    filename: &str,
+) -> Result<Response, ApiError> {
+    let mut res = Response::new(body);
+    let headers = res.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_str(&format!("attachment; filename=\"{filename}\""))
+            .map_err(|e| ApiError::Internal(e.into()))?,
+    );
+    Ok(res)
 }
 
 /// 403 `download_disabled` when the platform keeps downloads off; `what` names the download.

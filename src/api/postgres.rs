@@ -181,7 +181,6 @@ async fn dump_postgres(
     caller: Caller,
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
 ) -> Result<axum::response::Response, ApiError> {
-    use axum::http::{HeaderValue, header};
     let app = access::authorize(&state, &caller, app_id, Action::DownloadData).await?;
     let channel = database_channel(&state, &app, channel_id)?;
     let server = configured(&state)?;
@@ -198,17 +197,11 @@ async fn dump_postgres(
         serde_json::json!({"channel_id": channel_id, "db_name": record.db_name}),
     )
     .await?;
-    let mut res = axum::response::Response::new(axum::body::Body::from_stream(body));
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/sql"),
-    );
-    let disposition = format!("attachment; filename=\"{}.sql\"", record.db_name);
-    res.headers_mut().insert(
-        header::CONTENT_DISPOSITION,
-        HeaderValue::from_str(&disposition).map_err(|e| ApiError::Internal(e.into()))?,
-    );
-    Ok(res)
+    super::downloads::attachment(
+        axum::body::Body::from_stream(body),
+        "application/sql",
+        &format!("{}.sql", record.db_name),
+    )
 }
 
 /// Read a channel's SQL database status.

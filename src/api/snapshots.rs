@@ -167,25 +167,21 @@ async fn download_snapshot(
         serde_json::json!({"channel_id": snapshot.channel_id, "snapshot_id": snapshot.id}),
     )
     .await?;
-    let mut res = axum::response::Response::new(axum::body::Body::from_stream(body));
-    let headers = res.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    if let Some(size) = snapshot.size_bytes {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
-    }
-    let disposition = format!(
-        "attachment; filename=\"{}-{}-{}.dump\"",
+    let filename = format!(
+        "{}-{}-{}.dump",
         app.name,
         snapshot.kind,
         snapshot.created_at.format("%Y%m%dT%H%M%SZ")
     );
-    headers.insert(
-        header::CONTENT_DISPOSITION,
-        HeaderValue::from_str(&disposition).map_err(|e| ApiError::Internal(e.into()))?,
-    );
+    let mut res = downloads::attachment(
+        axum::body::Body::from_stream(body),
+        "application/octet-stream",
+        &filename,
+    )?;
+    if let Some(size) = snapshot.size_bytes {
+        res.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+    }
     Ok(res)
 }
 
