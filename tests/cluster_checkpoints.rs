@@ -36,6 +36,8 @@ struct Fixture {
     user: User,
     app_id: String,
     prod_id: String,
+    /// The operator's task (a test may stop it).
+    operator: tokio::task::JoinHandle<()>,
 }
 
 async fn fixture(prefix: &str, plan: &str) -> Result<Fixture> {
@@ -64,19 +66,21 @@ async fn unannounced_fixture(prefix: &str, plan: &str) -> Result<Fixture> {
     let app = api.create_app(&user, "shop", "app").await;
     let app_id = app["id"].as_str().unwrap().to_owned();
     let prod_id = app["channels"][0]["id"].as_str().unwrap().to_owned();
-    api.start_nodeless_operator_with_postgres(
-        &user.namespace,
-        Default::default(),
-        Some(store.settings()),
-        postgres::settings()?,
-    )
-    .await?;
+    let operator = api
+        .start_nodeless_operator_with_postgres(
+            &user.namespace,
+            Default::default(),
+            Some(store.settings()),
+            postgres::settings()?,
+        )
+        .await?;
     Ok(Fixture {
         api,
         store,
         user,
         app_id,
         prod_id,
+        operator,
     })
 }
 
@@ -611,5 +615,61 @@ async fn checkpoint_routes_refuse_what_the_spec_refuses() -> Result<()> {
     off.get(&code, &user)
         .await
         .expect(403, Some("download_disabled"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bucket_restore_waits_for_an_idle_channel_and_both_routes_for_a_reachable_store()
+-> Result<()> {
+    let mut f = fixture("ckptbusy", "basic").await?;
+    let (s3, bucket) = f.bucket().await;
+    put(&s3, &bucket, "a.txt", "a").await;
+    let checkpoint = f.checkpoint(None).await?;
+    f.allow_prod_restore().await;
+    let restore_path = format!("{}/blob/restore", f.channel_path());
+    let body = json!({"confirm_channel_name": "prod", "snapshot_id": checkpoint});
+
+    // The backend is down: 503 blob_unavailable before a byte of the download or a write of the restore.
+    f.store.backend.pause();
+    f.api
+        .get(&f.blob_download_path(&checkpoint), &f.user)
+        .await
+        .expect(503, Some("blob_unavailable"));
+    f.api
+        .post(&restore_path, &f.user, body.clone())
+        .await
+        .expect(503, Some("blob_unavailable"));
+    f.store.backend.resume().await?;
+    f.api
+        .post(&restore_path, &f.user, body.clone())
+        .await
+        .expect(200, None);
+
+    // A deploy queued on the channel: 409 channel_busy. (The operator is stopped first, so it stays queued.)
+    f.operator.abort();
+    let deploys: kube::Api<slipway_crds::Deploy> =
+        kube::Api::namespaced(f.api.kube.clone(), &f.user.namespace);
+    let channel = f
+        .api
+        .state
+        .cache()
+        .channels_in(&f.user.namespace)
+        .into_iter()
+        .find(|c| c.metadata.uid.as_deref() == Some(f.prod_id.as_str()))
+        .unwrap();
+    let queued: slipway_crds::Deploy = serde_json::from_value(json!({
+        "apiVersion": "slipway.dev/v1alpha1",
+        "kind": "Deploy",
+        "metadata": {"name": "queued-blob-restore-test"},
+        "spec": {"channel": kube::ResourceExt::name_any(channel.as_ref()), "sha": "b".repeat(40)}
+    }))?;
+    deploys.create(&Default::default(), &queued).await?;
+    f.api
+        .post(&restore_path, &f.user, body)
+        .await
+        .expect(409, Some("channel_busy"));
+    deploys
+        .delete("queued-blob-restore-test", &Default::default())
+        .await?;
     Ok(())
 }

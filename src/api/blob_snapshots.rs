@@ -13,7 +13,7 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::access::{self, Action, VisibleApp};
-use super::blob::{BlobStatus, configured, status_of};
+use super::blob::{BlobStatus, configured, probe, status_of};
 use super::downloads::{self, DownloadToken, Grant};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
@@ -101,12 +101,14 @@ async fn marker_of(
     }
 }
 
-/// The channel's bucket through the gateway (503 `blob_unavailable` without object storage or a store).
+/// The channel's bucket through the gateway, probed like the status route: 503 `blob_unavailable` without object
+/// storage, a store, or an answer for it, before a download sends its first byte or a restore writes.
 async fn bucket_of(state: &AppState, channel_id: Uuid) -> Result<Bucket, ApiError> {
     let access = configured(state)?;
     let store = crate::blob::store::by_channel(state.db(), channel_id)
         .await?
         .ok_or_else(|| ApiError::BlobUnavailable("the channel's bucket is not recorded".into()))?;
+    probe(state, access, &store, true).await?;
     access
         .bucket(state.keyring(), &store)
         .map_err(ApiError::Internal)
