@@ -73,7 +73,8 @@ struct Fixture {
 
 /// A builder-plan user (port forwarding included) with an `app` app, its toggle on, and its prod channel's
 /// Service and endpoints pointing at an echo server; the operator allocating from a range of its own; an edge
-/// with forward listeners on loopback.
+/// with forward listeners on loopback. Each test's range sits below the kernel's ephemeral ports (32768 and up), so
+/// no outgoing connection of the machine can be holding one when the edge binds it.
 async fn fixture(prefix: &str, first_port: u16) -> Result<Fixture> {
     let api = TestApi::start().await?;
     let user = api.user(prefix, "builder").await?;
@@ -195,7 +196,7 @@ async fn refused_from(source: Ipv4Addr, port: u16) -> bool {
 #[tokio::test]
 async fn the_allowlist_decides_who_reaches_the_channel_and_an_exposed_port_stays_put() -> Result<()>
 {
-    let fx = fixture("fwd", 46100).await?;
+    let fx = fixture("fwd", 29100).await?;
     let exposed = fx
         .expose(json!(["127.0.0.1", "2001:db8::/32"]))
         .await
@@ -281,7 +282,7 @@ async fn the_allowlist_decides_who_reaches_the_channel_and_an_exposed_port_stays
 #[tokio::test]
 async fn the_toggle_turns_serving_off_and_on_and_the_operator_restarts_without_moving_it()
 -> Result<()> {
-    let fx = fixture("fwdtoggle", 46200).await?;
+    let fx = fixture("fwdtoggle", 29200).await?;
     let exposed = fx.expose(json!([])).await.expect(201, None);
     let port = u16::try_from(exposed["port"].as_u64().unwrap())?;
     fx.listening(port, true).await;
