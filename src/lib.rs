@@ -20,5 +20,6 @@ pub mod postgres;
 pub mod registry_tokens;
 pub mod serve;
 pub mod sharing;
+pub mod sign_in;
 pub mod sql_proxy;
 pub mod telemetry;

@@ -106,6 +106,7 @@ async fn fixture(prefix: &str, first_port: u16) -> Result<Fixture> {
         .await?;
     let config = slipway::edge::EdgeConfig {
         forward_listen: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        sign_in: None,
         ..api.edge_config(&user.namespace, false).await?
     };
     let mut registry = prometheus_client::registry::Registry::default();

@@ -32,6 +32,7 @@ pub mod pages;
 pub mod proxy;
 pub mod routes;
 pub mod server;
+pub mod sign_in;
 pub mod site;
 pub mod tls;
 pub mod watch;
@@ -135,6 +136,73 @@ pub struct EdgeArgs {
     /// allocated). Unset: no forward listeners, and Forwards are not watched.
     #[arg(long, env = "SLIPWAY_EDGE_FORWARD_LISTEN")]
     pub forward_listen: Option<std::net::IpAddr>,
+    /// End-user sign-in's issuer ({auth_url}): an https origin whose host this edge serves as the identity
+    /// provider (`/svc-auth/jwks`, the discovery document, the sign-in's steps). Unset: no sign-in, and
+    /// `/svc-auth/*` answers 404 on every channel host.
+    #[arg(long, env = "SLIPWAY_AUTH_URL", requires_all = ["sign_in_key", "sign_in_secret"])]
+    pub auth_url: Option<openidconnect::url::Url>,
+    /// PEM file of the RSA key that signs identity cookies (PKCS#1 or PKCS#8).
+    #[arg(long, env = "SLIPWAY_SIGN_IN_KEY")]
+    pub sign_in_key: Option<PathBuf>,
+    /// PEM files of RSA keys published beside the signing key (the next one before a rotation, the previous one
+    /// for 12 hours after); repeat the flag or separate with commas.
+    #[arg(long, env = "SLIPWAY_SIGN_IN_PUBLISHED_KEYS", value_delimiter = ',')]
+    pub sign_in_published_keys: Vec<PathBuf>,
+    /// File of the secret (32 bytes or more) people's `sub` and the sign-in's sealed values derive from. Keep it:
+    /// a new one gives everybody a new `sub`.
+    #[arg(long, env = "SLIPWAY_SIGN_IN_SECRET")]
+    pub sign_in_secret: Option<PathBuf>,
+    /// Issuer URL of the upstream OpenID Connect provider people sign in at. Unset: sign-in answers 503.
+    #[arg(long, env = "SLIPWAY_SIGN_IN_ISSUER", requires_all = ["sign_in_client_id", "sign_in_client_secret_file"])]
+    pub sign_in_issuer: Option<String>,
+    /// The platform's client id at the upstream provider (redirect URI `{auth_url}/svc-auth/callback`).
+    #[arg(long, env = "SLIPWAY_SIGN_IN_CLIENT_ID")]
+    pub sign_in_client_id: Option<String>,
+    /// File holding the platform's client secret at the upstream provider.
+    #[arg(long, env = "SLIPWAY_SIGN_IN_CLIENT_SECRET_FILE")]
+    pub sign_in_client_secret_file: Option<PathBuf>,
+}
+
+impl EdgeArgs {
+    /// Sign-in as the flags configure it.
+    fn sign_in(&self) -> anyhow::Result<Option<Arc<crate::sign_in::SignIn>>> {
+        let (Some(auth_url), Some(key), Some(secret)) =
+            (&self.auth_url, &self.sign_in_key, &self.sign_in_secret)
+        else {
+            return Ok(None);
+        };
+        let upstream = match (
+            &self.sign_in_issuer,
+            &self.sign_in_client_id,
+            &self.sign_in_client_secret_file,
+        ) {
+            (Some(issuer), Some(client_id), Some(secret_file)) => {
+                let client_secret = std::fs::read_to_string(secret_file).with_context(|| {
+                    format!("read the sign-in client secret {}", secret_file.display())
+                })?;
+                Some(crate::sign_in::UpstreamConfig {
+                    issuer: issuer.clone(),
+                    client_id: client_id.clone(),
+                    client_secret: client_secret.trim().to_owned(),
+                })
+            }
+            _ => None,
+        };
+        let sign_in = crate::sign_in::SignIn::load(crate::sign_in::SignInConfig {
+            auth_url: auth_url.clone(),
+            signing_key: key.clone(),
+            published_keys: self.sign_in_published_keys.clone(),
+            secret: secret.clone(),
+            upstream,
+        })?;
+        tracing::info!(
+            issuer = %sign_in.issuer,
+            kid = sign_in.keys.signing_kid(),
+            upstream = sign_in.upstream.is_some(),
+            "end-user sign-in on"
+        );
+        Ok(Some(Arc::new(sign_in)))
+    }
 }
 
 /// Settings of an edge.
@@ -156,6 +224,8 @@ pub struct EdgeConfig {
     pub tls: TlsSettings,
     /// Where forward listeners are opened; `None`: no raw TCP forwarding.
     pub forward_listen: Option<std::net::IpAddr>,
+    /// End-user sign-in; `None`: `/svc-auth/*` answers 404.
+    pub sign_in: Option<Arc<crate::sign_in::SignIn>>,
 }
 
 /// HTTPS settings of an edge.
@@ -186,6 +256,9 @@ pub struct Edge {
     tls_config: Arc<rustls::ServerConfig>,
     tls: TlsSettings,
     forwarder: Option<forward::Forwarder>,
+    sign_in: Option<Arc<crate::sign_in::SignIn>>,
+    /// The auth host's metrics (when sign-in is on).
+    auth_host: Option<Arc<HostMetrics>>,
 }
 
 impl Edge {
@@ -197,6 +270,7 @@ impl Edge {
         registry: &mut Registry,
     ) -> anyhow::Result<(Arc<Self>, Vec<JoinHandle<()>>)> {
         let metrics = EdgeMetrics::register(registry);
+        let auth_host = config.sign_in.as_ref().map(|s| metrics.host(&s.auth_host));
         let internal = InternalClient::new(config.internal);
         let certs = Arc::new(certs::Certificates::default());
         let edge = Arc::new(Self {
@@ -215,6 +289,8 @@ impl Edge {
             forwarder: config
                 .forward_listen
                 .map(|host| forward::Forwarder::new(host, registry)),
+            auth_host,
+            sign_in: config.sign_in,
         });
         let changed = Arc::new(Notify::new());
         let (caches, mut tasks) = watch::Caches::start(
@@ -322,8 +398,11 @@ impl Edge {
             Target::Static(key) => Some(key.clone()),
             _ => None,
         }));
-        self.metrics
-            .retain(&routes.iter().map(|r| r.host.as_str()).collect());
+        let mut hosts: HashSet<&str> = routes.iter().map(|r| r.host.as_str()).collect();
+        if let Some(sign_in) = &self.sign_in {
+            hosts.insert(&sign_in.auth_host);
+        }
+        self.metrics.retain(&hosts);
         self.sites.retain(&keep);
         self.table.store(Arc::new(RouteTable::new(routes)));
         loads
@@ -335,6 +414,7 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connect to Kubernetes")?;
+    let sign_in = args.sign_in()?;
     let config = EdgeConfig {
         namespace: args.namespace,
         internal: InternalEndpoint::with_token_file(args.internal_url, &args.internal_token_file)?,
@@ -366,6 +446,7 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
             issuance_wait: Duration::from_secs(args.issuance_wait),
         },
         forward_listen: args.forward_listen,
+        sign_in,
     };
     let mut registry = Registry::default();
     let (edge, tasks) = Edge::start(client, config, &mut registry).await?;

@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use super::bandwidth::Counted;
 use super::metrics::UNKNOWN_HOST;
 use super::proxy::{Origin, ProxyError};
-use super::routes::Target;
+use super::routes::{Route, Target};
 use super::{Edge, EdgeBody, files, pages};
 
 /// The path prefix the platform answers on every channel host.
@@ -154,6 +154,22 @@ pub async fn handle(
     }
     let started = Instant::now();
     let table = edge.table.load();
+    if let (Some(sign_in), Some(metrics)) = (&edge.sign_in, &edge.auth_host)
+        && sign_in.is_auth_host(&super::routes::normalize_host(request_host(&req)))
+    {
+        let serves = |host: &str| {
+            table
+                .get(host)
+                .is_some_and(|r| !matches!(r.target, Target::ObjectStore(_)))
+        };
+        let res = super::sign_in::on_auth_host(sign_in, serves, &req).await;
+        metrics.record(
+            res.status(),
+            started.elapsed(),
+            res.body().size_hint().exact(),
+        );
+        return res;
+    }
     let route = table.get(request_host(&req)).cloned();
     let log = edge.access_log.then(|| {
         (
@@ -164,7 +180,7 @@ pub async fn handle(
     });
     let (res, upstream) = match &route {
         None => (pages::unknown_host(), None),
-        Some(route) => answer(edge, &route.target, req, peer, scheme).await,
+        Some(route) => answer(edge, route, req, peer, scheme).await,
     };
     let elapsed = started.elapsed();
     let bytes = res.body().size_hint().exact();
@@ -192,13 +208,20 @@ pub async fn handle(
 
 async fn answer(
     edge: &Edge,
-    target: &Target,
+    route: &Route,
     req: Request<Incoming>,
     peer: SocketAddr,
     scheme: Scheme,
 ) -> (Response<EdgeBody>, Option<SocketAddr>) {
+    let target = &route.target;
     if !matches!(target, Target::ObjectStore(_)) && is_svc_auth(req.uri().path()) {
-        return (pages::svc_auth(), None);
+        let res = match &edge.sign_in {
+            Some(sign_in) => {
+                super::sign_in::on_channel_host(sign_in, &route.host, &req, scheme).await
+            }
+            None => pages::svc_auth(),
+        };
+        return (res, None);
     }
     match target {
         Target::Static(key) => {

@@ -448,6 +448,7 @@ impl TestApi {
             object_store: None,
             tls: Default::default(),
             forward_listen: None,
+            sign_in: None,
         })
     }
 

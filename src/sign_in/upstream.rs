@@ -1,0 +1,242 @@
+//! The upstream OpenID Connect provider people sign in at: slipway is its relying party (the `openidconnect`
+//! crate: discovery, authorization code with PKCE S256, CSRF state, nonce, ID token signature and claims). The
+//! provider is the platform operator's choice, named in the chart's values; its discovery document is fetched on
+//! the first sign-in and again after a failure, so an edge starts while the provider is down.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreProviderMetadata};
+use openidconnect::{
+    AsyncHttpClient, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet,
+    EndpointNotSet, EndpointSet, HttpClientError, HttpRequest, HttpResponse, IssuerUrl, Nonce,
+    OAuth2TokenResponse as _, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope,
+    TokenResponse as _,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+use super::{SubjectKey, https_picture};
+
+/// Longest wait for one call to the provider.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The provider, as the platform operator names it.
+#[derive(Clone)]
+pub struct UpstreamConfig {
+    /// Its issuer URL (discovery is at `<issuer>/.well-known/openid-configuration`).
+    pub issuer: String,
+    /// slipway's client id there.
+    pub client_id: String,
+    /// slipway's client secret there.
+    pub client_secret: String,
+}
+
+impl std::fmt::Debug for UpstreamConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamConfig")
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the auth host keeps (sealed, in its flow cookie) between sending someone to the provider and their return.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    /// The CSRF token sent as `state` to the provider.
+    pub csrf: String,
+    /// The PKCE verifier.
+    pub verifier: String,
+    /// The nonce the ID token must carry.
+    pub nonce: String,
+}
+
+/// The person the provider vouched for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstreamed {
+    /// The provider's issuer (as the ID token states it).
+    pub issuer: String,
+    /// The provider's subject.
+    pub subject: String,
+    /// Email, when the provider gives one.
+    pub email: Option<String>,
+    /// Name, when the provider gives one.
+    pub name: Option<String>,
+    /// Picture URL, when https.
+    pub picture: Option<String>,
+}
+
+impl Upstreamed {
+    /// The person as the platform vouches for them.
+    pub fn person(self, subjects: &SubjectKey) -> super::Person {
+        super::Person {
+            sub: subjects.sub(&self.issuer, &self.subject),
+            email: self.email,
+            name: self.name,
+            picture: https_picture(self.picture),
+        }
+    }
+}
+
+type Client = CoreClient<
+    EndpointSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointMaybeSet,
+    EndpointMaybeSet,
+>;
+
+/// The relying party. Discovery is cached once it succeeds.
+pub struct Upstream {
+    config: UpstreamConfig,
+    redirect: String,
+    http: Http,
+    client: Mutex<Option<Client>>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// A relying party returning people to `redirect` (`{auth_url}/svc-auth/callback`).
+    pub fn new(config: UpstreamConfig, redirect: String) -> Self {
+        Self {
+            config,
+            redirect,
+            http: Http::new(),
+            client: Mutex::new(None),
+        }
+    }
+
+    async fn client(&self) -> anyhow::Result<Client> {
+        let mut cached = self.client.lock().await;
+        if let Some(client) = &*cached {
+            return Ok(client.clone());
+        }
+        let issuer = IssuerUrl::new(self.config.issuer.clone()).context("the issuer URL")?;
+        let metadata = CoreProviderMetadata::discover_async(issuer, &self.http)
+            .await
+            .with_context(|| format!("discover the provider {}", self.config.issuer))?;
+        let client = CoreClient::from_provider_metadata(
+            metadata,
+            ClientId::new(self.config.client_id.clone()),
+            Some(ClientSecret::new(self.config.client_secret.clone())),
+        )
+        .set_redirect_uri(RedirectUrl::new(self.redirect.clone()).context("the redirect URL")?);
+        *cached = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Where to send someone to sign in, and what to keep until they return.
+    pub async fn start(&self) -> anyhow::Result<(String, Pending)> {
+        let client = self.client().await?;
+        let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+        let (url, csrf, nonce) = client
+            .authorize_url(
+                CoreAuthenticationFlow::AuthorizationCode,
+                CsrfToken::new_random,
+                Nonce::new_random,
+            )
+            .add_scope(Scope::new("email".into()))
+            .add_scope(Scope::new("profile".into()))
+            .set_pkce_challenge(challenge)
+            .url();
+        Ok((
+            url.to_string(),
+            Pending {
+                csrf: csrf.into_secret(),
+                verifier: verifier.into_secret(),
+                nonce: nonce.secret().clone(),
+            },
+        ))
+    }
+
+    /// Exchanges the provider's `code` and verifies the ID token (signature, issuer, audience, expiry, nonce).
+    pub async fn finish(&self, pending: Pending, code: &str) -> anyhow::Result<Upstreamed> {
+        let client = self.client().await?;
+        let response = client
+            .exchange_code(AuthorizationCode::new(code.to_owned()))
+            .context("the provider has no token endpoint")?
+            .set_pkce_verifier(PkceCodeVerifier::new(pending.verifier))
+            .request_async(&self.http)
+            .await
+            .map_err(|e| anyhow::anyhow!("exchange the code: {}", describe(&e)))?;
+        let _ = response.access_token();
+        let id_token = response
+            .id_token()
+            .context("the provider's token response has no ID token")?;
+        let claims = id_token
+            .claims(&client.id_token_verifier(), &Nonce::new(pending.nonce))
+            .context("the ID token does not verify")?;
+        Ok(Upstreamed {
+            issuer: claims.issuer().to_string(),
+            subject: claims.subject().to_string(),
+            email: claims.email().map(|e| e.to_string()),
+            name: claims
+                .name()
+                .and_then(|n| n.get(None))
+                .map(|n| n.to_string()),
+            picture: claims
+                .picture()
+                .and_then(|p| p.get(None))
+                .map(|p| p.to_string()),
+        })
+    }
+}
+
+/// An error and its sources, on one line.
+fn describe(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// The HTTP client the relying party calls the provider with: no redirects followed (the token endpoint must
+/// answer itself), a timeout per call.
+struct Http(reqwest::Client);
+
+impl Http {
+    fn new() -> Self {
+        Self(
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(CALL_TIMEOUT)
+                .build()
+                .unwrap_or_else(|e| unreachable!("a plain reqwest client builds: {e}")),
+        )
+    }
+}
+
+impl<'c> AsyncHttpClient<'c> for Http {
+    type Error = HttpClientError<reqwest::Error>;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<HttpResponse, Self::Error>> + Send + Sync + 'c>>;
+
+    fn call(&'c self, request: HttpRequest) -> Self::Future {
+        Box::pin(async move {
+            let request = reqwest::Request::try_from(request).map_err(Box::new)?;
+            let response = self.0.execute(request).await.map_err(Box::new)?;
+            let mut builder = http::Response::builder().status(response.status());
+            for (name, value) in response.headers() {
+                builder = builder.header(name, value);
+            }
+            builder
+                .body(response.bytes().await.map_err(Box::new)?.to_vec())
+                .map_err(HttpClientError::Http)
+        })
+    }
+}
