@@ -26,3 +26,6 @@ BASES_SUITE=trixie
 busybox_version() { dpkg-query -W -f='${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/-.*//'; }
 # The object-store backend (hack/s3.sh): versitygw, whose posix backend keeps object versions.
 VERSITYGW_VERSION=v1.8.0
+# The upstream OpenID Connect provider the sign-in tests sign people in through (hack/oidc.sh): oidc-provider-mock
+# from PyPI, in a virtualenv of its own. 0.4 needs Python 3.12; python3 here is 3.11.
+OIDC_MOCK_VERSION=0.3.4

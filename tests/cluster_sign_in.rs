@@ -1,0 +1,754 @@
+//! End-user sign-in against a real upstream OpenID Connect provider (hack/oidc.sh): an edge in this process serving
+//! two channel hosts and the auth host over HTTPS, a client following every redirect of the flow by hand (so each
+//! cookie and each step is seen), and the identity cookie checked the way the spec tells app authors to: the JWKS
+//! fetched, RS256 pinned, the key picked by `kid`, `iss`, `aud` and `exp` required.
+
+mod support;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail, ensure};
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use serde_json::{Value, json};
+use support::{APP_DOMAIN, EDGE_ADDRESS, TestApi};
+
+/// The wildcard certificate's Secret the edge serves channel hosts and the auth host with.
+const WILDCARD: &str = "platform-wildcard";
+
+/// The upstream provider, from `hack/oidc.sh env`.
+fn upstream_issuer() -> Result<String> {
+    std::env::var("SLIPWAY_TEST_OIDC_ISSUER")
+        .context("SLIPWAY_TEST_OIDC_ISSUER is not set: start hack/oidc.sh (hack/test.sh does)")
+}
+
+/// The platform: two static apps' hosts, the auth host, the edge's HTTPS address, its signing key, and a PKI whose
+/// CA the clients trust.
+struct Platform {
+    _api: TestApi,
+    hosts: [String; 2],
+    auth_url: String,
+    https: SocketAddr,
+    ca_pem: String,
+    signing_pem: Vec<u8>,
+}
+
+impl Platform {
+    async fn start() -> Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let api = TestApi::start().await?;
+        let user = api.user("signin", "builder").await?;
+        let ns = user.namespace.clone();
+        let pki = slipway_testkit::tls::TestPki::new()?;
+        let wildcard = pki.serving_cert(&[&format!("*.{APP_DOMAIN}")])?;
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": WILDCARD}, "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": wildcard.cert_pem(), "tls.key": wildcard.key_pem()}}))?;
+        Api::<Secret>::namespaced(api.kube.clone(), &ns)
+            .create(&Default::default(), &secret)
+            .await?;
+        api.start_operator_without_node(&ns).await?;
+        let mut hosts = Vec::new();
+        for name in ["one", "two"] {
+            let app = api.create_app(&user, name, "static").await;
+            hosts.push(
+                app["channels"][0]["hostname"]
+                    .as_str()
+                    .context("hostname")?
+                    .to_owned(),
+            );
+        }
+
+        // The listener first: the auth URL names its port, as a platform on a non-standard port would.
+        let listener = tokio::net::TcpListener::bind((EDGE_ADDRESS, 0)).await?;
+        let https = listener.local_addr()?;
+        let auth_url = format!("https://auth.{APP_DOMAIN}:{}", https.port());
+        let dir = tempfile_dir()?;
+        let signing_pem = rsa_pem()?;
+        std::fs::write(dir.join("signing.pem"), &signing_pem)?;
+        std::fs::write(dir.join("secret"), "a-platform-secret-of-at-least-32-bytes")?;
+        std::fs::write(dir.join("client-secret"), "slipway-secret")?;
+        let sign_in = slipway::sign_in::SignIn::load(slipway::sign_in::SignInConfig {
+            auth_url: auth_url.parse()?,
+            signing_key: dir.join("signing.pem"),
+            published_keys: vec![],
+            secret: dir.join("secret"),
+            upstream: Some(slipway::sign_in::UpstreamConfig {
+                issuer: upstream_issuer()?,
+                client_id: "slipway".into(),
+                client_secret: std::fs::read_to_string(dir.join("client-secret"))?,
+            }),
+        })?;
+        let config = slipway::edge::EdgeConfig {
+            tls: slipway::edge::TlsSettings {
+                sources: slipway::edge::watch::CertificateSources {
+                    namespace: Some(ns.clone()),
+                    wildcard_secret: Some(WILDCARD.into()),
+                    app_domain: Some(APP_DOMAIN.into()),
+                },
+                redirect_https: true,
+                issuance_wait: std::time::Duration::from_secs(5),
+            },
+            sign_in: Some(Arc::new(sign_in)),
+            ..api.edge_config(&ns, false).await?
+        };
+        let mut registry = prometheus_client::registry::Registry::default();
+        let (edge, _tasks) =
+            slipway::edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
+        tokio::spawn(slipway::edge::server::serve(
+            edge,
+            listener,
+            slipway::edge::server::Scheme::Https,
+            std::future::pending(),
+        ));
+        let platform = Self {
+            _api: api,
+            hosts: [hosts[0].clone(), hosts[1].clone()],
+            auth_url,
+            https,
+            ca_pem: pki.ca_pem().to_owned(),
+            signing_pem,
+        };
+        // The channel hosts are served once the operator has written their Ingresses and the edge has read them.
+        let browser = platform.browser()?;
+        for host in &platform.hosts {
+            slipway_testkit::wait_until(std::time::Duration::from_secs(60), || {
+                let (browser, url) = (browser.clone(), platform.url(host, "/"));
+                async move {
+                    Ok(browser
+                        .get(&url)
+                        .await?
+                        .text
+                        .contains("Nothing has been deployed"))
+                }
+            })
+            .await
+            .with_context(|| format!("{host} is not served"))?;
+        }
+        Ok(platform)
+    }
+
+    fn url(&self, host: &str, path: &str) -> String {
+        format!("https://{host}:{}{path}", self.https.port())
+    }
+
+    /// A new browser: no cookies, trusting the platform's CA, every platform host resolving to the edge.
+    fn browser(&self) -> Result<Browser> {
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .tls_certs_only([reqwest::Certificate::from_pem(self.ca_pem.as_bytes())?])
+            .resolve(&format!("auth.{APP_DOMAIN}"), self.https);
+        for host in &self.hosts {
+            builder = builder.resolve(host, self.https);
+        }
+        Ok(Browser {
+            http: builder.build()?,
+            jar: Default::default(),
+        })
+    }
+
+    /// The identity cookie's claims when it passes an app's check on `host`: the JWKS from the discovery
+    /// document's `jwks_uri`, RS256 only, the key by `kid`, `iss` = the auth URL, `aud` = `host`, `exp` ahead.
+    async fn app_check(&self, browser: &Browser, token: &str, host: &str) -> Result<Value> {
+        let discovery = browser
+            .get(&format!(
+                "{}/.well-known/openid-configuration",
+                self.auth_url
+            ))
+            .await?
+            .json()?;
+        let jwks: JwkSet = serde_json::from_str(
+            &browser
+                .get(discovery["jwks_uri"].as_str().context("jwks_uri")?)
+                .await?
+                .text,
+        )?;
+        let kid = jsonwebtoken::decode_header(token)?
+            .kid
+            .context("the token names no kid")?;
+        let jwk = jwks
+            .find(&kid)
+            .context("no published key has the token's kid")?;
+        let mut validation = Validation::new(Algorithm::RS256);
+        validation.set_issuer(&[&self.auth_url]);
+        validation.set_audience(&[host]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        Ok(jsonwebtoken::decode::<Value>(token, &DecodingKey::from_jwk(jwk)?, &validation)?.claims)
+    }
+}
+
+/// A directory of its own under the system's temporary directory.
+fn tempfile_dir() -> Result<std::path::PathBuf> {
+    let dir =
+        std::env::temp_dir().join(format!("slipway-sign-in-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// A fresh 2048-bit RSA key in PEM, as a platform operator makes one.
+fn rsa_pem() -> Result<Vec<u8>> {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+        ])
+        .output()?;
+    ensure!(out.status.success(), "openssl genpkey failed");
+    Ok(out.stdout)
+}
+
+/// An answer.
+struct Page {
+    status: u16,
+    location: Option<String>,
+    set_cookies: Vec<String>,
+    headers: http::HeaderMap,
+    text: String,
+}
+
+impl Page {
+    fn json(&self) -> Result<Value> {
+        serde_json::from_str(&self.text).with_context(|| format!("not JSON: {}", self.text))
+    }
+}
+
+/// A client keeping cookies per host as a browser does for host-only cookies.
+#[derive(Clone)]
+struct Browser {
+    http: reqwest::Client,
+    jar: Arc<std::sync::Mutex<HashMap<String, HashMap<String, String>>>>,
+}
+
+impl Browser {
+    fn cookie_header(&self, url: &reqwest::Url) -> Option<String> {
+        let jar = self.jar.lock().unwrap();
+        let cookies = jar.get(url.host_str()?)?;
+        (!cookies.is_empty()).then(|| {
+            cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
+
+    fn cookie(&self, host: &str, name: &str) -> Option<String> {
+        self.jar.lock().unwrap().get(host)?.get(name).cloned()
+    }
+
+    fn set(&self, host: &str, name: &str, value: &str) {
+        self.jar
+            .lock()
+            .unwrap()
+            .entry(host.into())
+            .or_default()
+            .insert(name.into(), value.into());
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder, url: &reqwest::Url) -> Result<Page> {
+        let req = match self.cookie_header(url) {
+            Some(cookies) => req.header("cookie", cookies),
+            None => req,
+        };
+        let res = req.send().await?;
+        let headers = res.headers().clone();
+        let set_cookies: Vec<String> = headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_owned))
+            .collect();
+        let host = url.host_str().unwrap_or_default().to_owned();
+        for c in &set_cookies {
+            let (pair, attrs) = c.split_once(';').unwrap_or((c, ""));
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let mut jar = self.jar.lock().unwrap();
+            let cookies = jar.entry(host.clone()).or_default();
+            if attrs.contains("Max-Age=0") {
+                cookies.remove(name);
+            } else {
+                cookies.insert(name.to_owned(), value.to_owned());
+            }
+        }
+        Ok(Page {
+            status: res.status().as_u16(),
+            location: headers
+                .get("location")
+                .and_then(|l| l.to_str().ok())
+                .map(|l| url.join(l).map(|u| u.to_string()).unwrap_or(l.to_owned())),
+            set_cookies,
+            headers,
+            text: res.text().await?,
+        })
+    }
+
+    async fn get(&self, url: &str) -> Result<Page> {
+        let url: reqwest::Url = url.parse()?;
+        self.send(self.http.get(url.clone()), &url).await
+    }
+
+    async fn post_form(&self, url: &str, form: &[(&str, &str)]) -> Result<Page> {
+        let url: reqwest::Url = url.parse()?;
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form)
+            .finish();
+        let req = self
+            .http
+            .post(url.clone())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        self.send(req, &url).await
+    }
+
+    /// Follows redirects from `url` until a page that is not one (at most 10).
+    async fn follow(&self, url: &str) -> Result<(Page, Vec<String>)> {
+        let mut url = url.to_owned();
+        let mut visited = vec![];
+        for _ in 0..10 {
+            let page = self.get(&url).await?;
+            visited.push(url.clone());
+            match (&page.status, &page.location) {
+                (300..=399, Some(next)) => url = next.clone(),
+                _ => return Ok((page, visited)),
+            }
+        }
+        bail!("more than 10 redirects from {url}")
+    }
+
+    /// Signs in as the upstream's `sub` from `host`'s login with `return_to`: login, the auth host, the
+    /// provider's authorization form (submitted as a person would), back through the auth host to `host`.
+    /// Returns the last answer (the redirect to `return_to`) and every address passed.
+    async fn sign_in(
+        &self,
+        platform: &Platform,
+        host: &str,
+        sub: &str,
+    ) -> Result<(Page, Vec<String>)> {
+        let login = platform.url(host, "/svc-auth/login?return_to=%2Fafter%3Fx%3D1");
+        let (form, mut visited) = self.follow(&login).await?;
+        ensure!(
+            form.status == 200,
+            "the provider's form: {} {}",
+            form.status,
+            form.text
+        );
+        let form_url = visited.last().cloned().context("no page")?;
+        let submitted = self.post_form(&form_url, &[("sub", sub)]).await?;
+        ensure!(
+            submitted.status == 302,
+            "the provider's answer to the form: {} {}",
+            submitted.status,
+            submitted.text
+        );
+        let mut url = submitted
+            .location
+            .clone()
+            .context("no redirect from the provider")?;
+        // Back at the auth host, then the channel host, which sets the cookie and sends the browser on.
+        loop {
+            let page = self.get(&url).await?;
+            visited.push(url.clone());
+            match &page.location {
+                Some(next) if next.contains("/svc-auth/") => url = next.clone(),
+                _ => return Ok((page, visited)),
+            }
+        }
+    }
+}
+
+/// Sets the upstream's claims for `sub` (the provider's own API).
+async fn upstream_user(sub: &str, claims: Value) -> Result<()> {
+    let res = reqwest::Client::new()
+        .put(format!("{}/users/{sub}", upstream_issuer()?))
+        .json(&claims)
+        .send()
+        .await?;
+    ensure!(
+        res.status().is_success(),
+        "set the upstream user: {}",
+        res.status()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_person_signs_in_through_the_upstream_and_every_app_can_verify_the_cookie() -> Result<()>
+{
+    let p = Platform::start().await?;
+    let [one, two] = &p.hosts;
+    let alice = format!("alice-{}", uuid::Uuid::new_v4().simple());
+    upstream_user(
+        &alice,
+        json!({"email": "alice@example.test", "name": "Alice Liddell",
+               "picture": "http://img.example/alice.png"}),
+    )
+    .await?;
+    let browser = p.browser()?;
+
+    // Before: whoami says nobody, with where to sign in.
+    let nobody = browser.get(&p.url(one, "/svc-auth/whoami")).await?.json()?;
+    assert_eq!(nobody["logged_in"], false);
+    assert_eq!(
+        nobody["login_url"],
+        p.url(one, "/svc-auth/login?return_to=%2F"),
+        "{nobody}"
+    );
+
+    let (back, visited) = browser.sign_in(&p, one, &alice).await?;
+    println!("sign-in passed: {visited:#?}");
+    assert_eq!(
+        (back.status, back.location.clone()),
+        (302, Some(p.url(one, "/after?x=1")))
+    );
+    let set = back
+        .set_cookies
+        .iter()
+        .find(|c| c.starts_with("__Host-svc_id="))
+        .context("no identity cookie")?;
+    for attribute in ["Path=/", "Secure", "HttpOnly"] {
+        assert!(
+            set.split("; ").any(|a| a == attribute),
+            "{attribute} missing: {set}"
+        );
+    }
+    assert!(!set.contains("Domain"), "{set}");
+    // The flow passed the auth host and the provider, with PKCE and a nonce.
+    assert!(
+        visited
+            .iter()
+            .any(|u| u.starts_with(&format!("{}/svc-auth/authorize?", p.auth_url)))
+    );
+    let at_provider = visited
+        .iter()
+        .find(|u| u.starts_with(&upstream_issuer().unwrap()))
+        .context("the provider was not visited")?;
+    for param in [
+        "code_challenge_method=S256",
+        "nonce=",
+        "state=",
+        "code_challenge=",
+    ] {
+        assert!(
+            at_provider.contains(param),
+            "{param} missing: {at_provider}"
+        );
+    }
+    // The state and flow cookies are gone once used.
+    assert_eq!(browser.cookie(one, "__Host-svc_state"), None);
+    assert_eq!(
+        browser.cookie(&format!("auth.{APP_DOMAIN}"), "__Host-svc_flow"),
+        None
+    );
+
+    let token = browser
+        .cookie(one, "__Host-svc_id")
+        .context("cookie kept")?;
+    let claims = p.app_check(&browser, &token, one).await?;
+    assert_eq!(claims["iss"], p.auth_url);
+    assert_eq!(claims["aud"], one.as_str());
+    assert_eq!(claims["email"], "alice@example.test");
+    assert_eq!(claims["name"], "Alice Liddell");
+    assert!(
+        claims.get("picture").is_none(),
+        "an http picture is dropped: {claims}"
+    );
+    let sub = claims["sub"].as_str().context("sub")?.to_owned();
+    assert_ne!(sub, alice, "sub is the platform's, not the upstream's");
+    let lifetime = claims["exp"].as_u64().unwrap() - claims["iat"].as_u64().unwrap();
+    assert_eq!(lifetime, 12 * 3600);
+
+    let me = browser.get(&p.url(one, "/svc-auth/whoami")).await?;
+    assert_eq!(me.headers["cache-control"], "no-store");
+    assert_eq!(
+        me.json()?,
+        json!({"logged_in": true, "email": "alice@example.test", "name": "Alice Liddell", "sub": sub})
+    );
+
+    // The cookie copied to another host fails there, for whoami and for an app's check.
+    browser.set(two, "__Host-svc_id", &token);
+    assert_eq!(
+        browser.get(&p.url(two, "/svc-auth/whoami")).await?.json()?["logged_in"],
+        false
+    );
+    assert!(p.app_check(&browser, &token, two).await.is_err());
+
+    // Signing in on the second app (the provider remembers nobody: the person signs in again) gives the same sub.
+    let (_, _) = browser.sign_in(&p, two, &alice).await?;
+    let token_two = browser
+        .cookie(two, "__Host-svc_id")
+        .context("second cookie")?;
+    assert_eq!(
+        p.app_check(&browser, &token_two, two).await?["sub"],
+        sub.as_str()
+    );
+    // Another person gets another sub.
+    let bob_browser = p.browser()?;
+    let bob = format!("bob-{}", uuid::Uuid::new_v4().simple());
+    upstream_user(
+        &bob,
+        json!({"email": "bob@example.test", "picture": "https://img.example/b.png"}),
+    )
+    .await?;
+    bob_browser.sign_in(&p, one, &bob).await?;
+    let bob_token = bob_browser
+        .cookie(one, "__Host-svc_id")
+        .context("bob's cookie")?;
+    let bob_claims = p.app_check(&bob_browser, &bob_token, one).await?;
+    assert_ne!(bob_claims["sub"], sub.as_str());
+    assert_eq!(bob_claims["picture"], "https://img.example/b.png");
+
+    // Logout clears the cookie and goes where it is told, on this host.
+    let out = browser
+        .get(&p.url(one, "/svc-auth/logout?return_to=/bye"))
+        .await?;
+    assert_eq!(
+        (out.status, out.location.clone()),
+        (302, Some(p.url(one, "/bye")))
+    );
+    assert!(
+        out.set_cookies
+            .iter()
+            .any(|c| c.starts_with("__Host-svc_id=;") && c.contains("Max-Age=0"))
+    );
+    assert_eq!(
+        browser.get(&p.url(one, "/svc-auth/whoami")).await?.json()?["logged_in"],
+        false
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn forged_expired_and_misdirected_sign_ins_are_refused() -> Result<()> {
+    let p = Platform::start().await?;
+    let [one, two] = &p.hosts;
+    let browser = p.browser()?;
+
+    // return_to that would leave the host, on login and logout, and on the auth host itself.
+    for bad in [
+        "//evil.example/",
+        "https://evil.example/",
+        "/\\evil.example",
+        "evil",
+    ] {
+        let enc: String = form_urlencoded::byte_serialize(bad.as_bytes()).collect();
+        for route in ["login", "logout"] {
+            let page = browser
+                .get(&p.url(one, &format!("/svc-auth/{route}?return_to={enc}")))
+                .await?;
+            assert_eq!(page.status, 400, "{route} {bad}: {}", page.text);
+            assert_eq!(page.json()?["error"]["code"], "bad_request");
+            assert!(page.location.is_none());
+        }
+        let page = browser
+            .get(&format!(
+                "{}/svc-auth/authorize?host={one}&state=abc&return_to={enc}",
+                p.auth_url
+            ))
+            .await?;
+        assert_eq!(page.status, 400, "authorize {bad}");
+    }
+    // The auth host hands sign-ins only to hosts the platform serves.
+    for host in [
+        "evil.example",
+        &format!("auth.{APP_DOMAIN}"),
+        &format!("nobody.{APP_DOMAIN}"),
+    ] {
+        let page = browser
+            .get(&format!(
+                "{}/svc-auth/authorize?host={host}&state=abc",
+                p.auth_url
+            ))
+            .await?;
+        assert_eq!(page.status, 400, "{host}: {}", page.text);
+        assert_eq!(page.json()?["error"]["code"], "bad_request");
+    }
+
+    // A handoff is good only for its host and for the browser that started the sign-in.
+    let mallory = format!("mallory-{}", uuid::Uuid::new_v4().simple());
+    let (form, visited) = browser
+        .follow(&p.url(one, "/svc-auth/login?return_to=/"))
+        .await?;
+    assert_eq!(form.status, 200);
+    let submitted = browser
+        .post_form(visited.last().unwrap(), &[("sub", &mallory)])
+        .await?;
+    let to_channel = browser
+        .get(&submitted.location.context("provider redirect")?)
+        .await?
+        .location
+        .context("auth host redirect")?;
+    assert!(
+        to_channel.starts_with(&p.url(one, "/svc-auth/callback?code=")),
+        "{to_channel}"
+    );
+    // Another browser (no state cookie): refused. The same code on the other host: refused.
+    let victim = p.browser()?;
+    let stolen = victim.get(&to_channel).await?;
+    assert_eq!(stolen.status, 400, "{}", stolen.text);
+    assert!(
+        stolen
+            .set_cookies
+            .iter()
+            .all(|c| !c.starts_with("__Host-svc_id="))
+    );
+    let moved = to_channel.replace(one.as_str(), two.as_str());
+    browser.set(
+        two,
+        "__Host-svc_state",
+        &browser.cookie(one, "__Host-svc_state").unwrap(),
+    );
+    assert_eq!(browser.get(&moved).await?.status, 400);
+    // A tampered code: refused. The real one in the right browser: accepted.
+    let tampered = format!("{to_channel}x");
+    assert_eq!(browser.get(&tampered).await?.status, 400);
+    assert_eq!(browser.get(&to_channel).await?.status, 302);
+    assert!(browser.cookie(one, "__Host-svc_id").is_some());
+
+    // The provider's answer without the flow cookie, or with another state: refused.
+    let fresh = p.browser()?;
+    let page = fresh
+        .get(&format!("{}/svc-auth/callback?code=x&state=y", p.auth_url))
+        .await?;
+    assert_eq!(page.status, 400);
+
+    // Tokens the platform did not sign, or that expired, or for another issuer: whoami says nobody.
+    let now = slipway_internal::source_url::unix_now();
+    let kid = jsonwebtoken::decode_header(&browser.cookie(one, "__Host-svc_id").unwrap())?
+        .kid
+        .unwrap();
+    let mint = |pem: &[u8], claims: Value| -> Result<String> {
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some(kid.clone());
+        Ok(jsonwebtoken::encode(
+            &header,
+            &claims,
+            &EncodingKey::from_rsa_pem(pem)?,
+        )?)
+    };
+    let good = json!({"iss": p.auth_url, "aud": one, "sub": "x", "iat": now, "exp": now + 600});
+    let cases = [
+        ("signed by another key", mint(&rsa_pem()?, good.clone())?),
+        (
+            "expired",
+            mint(
+                &p.signing_pem,
+                json!({"iss": p.auth_url, "aud": one, "sub": "x", "iat": now - 7200, "exp": now - 3600}),
+            )?,
+        ),
+        (
+            "another issuer",
+            mint(
+                &p.signing_pem,
+                json!({"iss": "https://evil.example", "aud": one, "sub": "x", "iat": now, "exp": now + 600}),
+            )?,
+        ),
+        ("not a JWT", "garbage".to_owned()),
+    ];
+    // The control: the platform's key and the right claims pass, so the refusals below are about what changed.
+    let control = mint(&p.signing_pem, good)?;
+    let checker = p.browser()?;
+    checker.set(one, "__Host-svc_id", &control);
+    assert_eq!(
+        checker.get(&p.url(one, "/svc-auth/whoami")).await?.json()?["logged_in"],
+        true
+    );
+    for (what, token) in cases {
+        checker.set(one, "__Host-svc_id", &token);
+        let me = checker.get(&p.url(one, "/svc-auth/whoami")).await?.json()?;
+        assert_eq!(me["logged_in"], false, "{what}: {me}");
+        assert!(p.app_check(&checker, &token, one).await.is_err(), "{what}");
+    }
+
+    // The provider refusing: the auth host says so.
+    let denied = p.browser()?;
+    let (form, visited) = denied
+        .follow(&p.url(one, "/svc-auth/login?return_to=/"))
+        .await?;
+    assert_eq!(form.status, 200);
+    let refused = denied
+        .post_form(visited.last().unwrap(), &[("action", "deny")])
+        .await?;
+    let back = denied
+        .get(&refused.location.context("deny redirect")?)
+        .await?;
+    assert_eq!(back.status, 400, "{}", back.text);
+    assert!(
+        back.json()?["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not sign you in")
+    );
+
+    // Only GET, and only the sign-in routes.
+    let post = browser
+        .http
+        .post(p.url(one, "/svc-auth/whoami"))
+        .send()
+        .await?;
+    assert_eq!(post.status(), 405);
+    let other = browser.get(&p.url(one, "/svc-auth/other")).await?;
+    assert_eq!(
+        (other.status, other.json()?["error"]["code"].clone()),
+        (404, json!("not_found"))
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_auth_host_publishes_keys_and_a_discovery_document_an_oidc_library_accepts()
+-> Result<()> {
+    let p = Platform::start().await?;
+    let browser = p.browser()?;
+    let jwks = browser
+        .get(&format!("{}/svc-auth/jwks", p.auth_url))
+        .await?;
+    assert_eq!(jwks.status, 200);
+    assert_eq!(jwks.headers["cache-control"], "public, max-age=300");
+    let keys = jwks.json()?;
+    assert_eq!(keys["keys"].as_array().map(Vec::len), Some(1), "{keys}");
+    let key = &keys["keys"][0];
+    assert_eq!(
+        (&key["kty"], &key["alg"], &key["use"]),
+        (&json!("RSA"), &json!("RS256"), &json!("sig"))
+    );
+    assert!(key["kid"].is_string() && key["d"].is_null(), "{key}");
+
+    // openidconnect's discovery (issuer match, required fields, the JWKS fetched and parsed).
+    let http = browser.http.clone();
+    let client = move |req: openidconnect::HttpRequest| {
+        let http = http.clone();
+        async move {
+            let res = http
+                .execute(reqwest::Request::try_from(req).map_err(Box::new)?)
+                .await
+                .map_err(Box::new)?;
+            let mut out = http::Response::builder().status(res.status());
+            for (k, v) in res.headers() {
+                out = out.header(k, v);
+            }
+            out.body(res.bytes().await.map_err(Box::new)?.to_vec())
+                .map_err(openidconnect::HttpClientError::<reqwest::Error>::Http)
+        }
+    };
+    let metadata = openidconnect::core::CoreProviderMetadata::discover_async(
+        openidconnect::IssuerUrl::new(p.auth_url.clone())?,
+        &client,
+    )
+    .await
+    .context("openidconnect's discovery")?;
+    assert_eq!(metadata.issuer().as_str(), p.auth_url);
+    assert_eq!(metadata.jwks().keys().len(), 1);
+    assert_eq!(
+        metadata.authorization_endpoint().as_str(),
+        format!("{}/svc-auth/authorize", p.auth_url)
+    );
+    // Anything else on the auth host is not found.
+    assert_eq!(browser.get(&format!("{}/", p.auth_url)).await?.status, 404);
+    Ok(())
+}
