@@ -42,6 +42,10 @@ SSH_NODE_PORT=30022
 SQL_NODE_PORT=30432
 EDGE_NODE_PORT=30000
 EDGE_TLS_NODE_PORT=30443
+# End-user sign-in: the auth host on the edge's HTTPS node port, and a local upstream identity provider
+# (hack/oidc.sh, which signs anyone in: for trying the platform out) on the host's end of the node's link, where the
+# edge's pods reach it for the token exchange.
+OIDC_PORT=$((9400 + ${SLIPWAY_NODE_SLOT:-0}))
 # Raw TCP forwarding: node ports 31000-31019, one per exposed channel.
 FORWARD_FIRST_PORT=31000
 WILDCARD_SECRET=slipway-wildcard-tls
@@ -198,6 +202,12 @@ forward:
   ports: 20
   service:
     type: NodePort
+signIn:
+  authUrl: https://auth.$APP_DOMAIN:$EDGE_TLS_NODE_PORT
+  upstream:
+    issuer: $SLIPWAY_TEST_OIDC_ISSUER
+    clientId: slipway
+    clientSecret: $(cat "$DIR/oidc-client-secret")
 tls:
   certificateNamespace: $CERT_NAMESPACE
   wildcardSecret: $WILDCARD_SECRET
@@ -209,6 +219,13 @@ isolation:
   tenantEgress: [{cidr: $SLIPWAY_NODE_HOST_IP/32, port: $data_port}]
   buildEgress: [{cidr: ${buildkit%:*}/32, port: ${buildkit##*:}}]
 EOT
+}
+
+# The upstream identity provider of end-user sign-in, and the platform's client secret there.
+oidc() {
+  SLIPWAY_OIDC_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_OIDC_PORT=$OIDC_PORT "$HACK/oidc.sh" start
+  eval "$(SLIPWAY_OIDC_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_OIDC_PORT=$OIDC_PORT "$HACK/oidc.sh" env)"
+  [ -s "$DIR/oidc-client-secret" ] || (umask 077 && openssl rand -hex 24 >"$DIR/oidc-client-secret")
 }
 
 # Runs helm and, when the release does not become ready, says which pod held it up and why.
@@ -238,6 +255,8 @@ export SLIPWAY_PLATFORM_CERTIFICATE_NAMESPACE=$CERT_NAMESPACE
 export SLIPWAY_PLATFORM_RELEASE=$RELEASE
 export SLIPWAY_PLATFORM_DATA_SERVER_URL=$(cat "$DIR/data-server-url")
 export SLIPWAY_PLATFORM_ADMIN_TOKEN=$(cat "$DIR/admin-token")
+export SLIPWAY_PLATFORM_AUTH_URL=https://auth.$APP_DOMAIN:$EDGE_TLS_NODE_PORT
+export SLIPWAY_PLATFORM_OIDC_ISSUER=$SLIPWAY_TEST_OIDC_ISSUER
 EOT
 }
 
@@ -266,6 +285,7 @@ install() {
   (umask 077 && echo "${data_server/@$SLIPWAY_NODE_HOST_IP:/@127.0.0.1:}" >"$DIR/data-server-url")
   volumes
   wildcard_certificate
+  oidc
   values "$image" "$backend" "$data_server" >"$DIR/values.yaml"
   log "helm upgrade --install $RELEASE ($image)"
   helm_or_explain upgrade --install "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" \
@@ -303,6 +323,7 @@ case "${1:-}" in
   isolation) isolation "${2:-}" ;;
   uninstall)
     helm uninstall "$RELEASE" --namespace "$NAMESPACE" --wait --ignore-not-found >/dev/null
+    "$HACK/oidc.sh" stop >/dev/null
     log "uninstalled $RELEASE"
     ;;
   env) cat "$DIR/env" ;;

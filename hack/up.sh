@@ -32,6 +32,8 @@ $SLIPWAY_REGISTRY (which also serves the warm bases node:22-slim, python:3.13-sl
   edge HTTPS:   $SLIPWAY_PLATFORM_EDGE_HTTPS   (certificate for *.$SLIPWAY_PLATFORM_APP_DOMAIN from the CA $SLIPWAY_PLATFORM_EDGE_CA)
   git over SSH: $SLIPWAY_PLATFORM_SSH
   TCP forwards: $SLIPWAY_PLATFORM_FORWARD_HOST, ports 31000-31019   (POST .../channels/<id>/forward on a builder plan)
+  sign-in:      $SLIPWAY_PLATFORM_AUTH_URL   (the apps' identity provider; people sign in at the local test
+                provider $SLIPWAY_PLATFORM_OIDC_ISSUER, which lets anyone in under any name)
 
   curl -s -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{"name":"blog"}' $API/apps
   curl -s -H "Authorization: Bearer $TOKEN" $API/apps

@@ -240,6 +240,8 @@ async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
     let every = ["configmap/kube-root-ca.crt", "serviceaccount/default"];
     let kept: BTreeSet<String> = [
         format!("secret/{release}-env-keys"),
+        // End-user sign-in's signing key and the secret people's `sub` derive from (kept, like the keyring).
+        format!("secret/{release}-sign-in"),
         format!("persistentvolumeclaim/{release}-api-data"),
         // The bundled object-store backend's root key pair (kept, like the keyring) and its StatefulSet's claim
         // (Kubernetes leaves those), every object and version in it.

@@ -130,17 +130,26 @@ pub(crate) mod tests {
 
     /// A fresh 2048-bit RSA key in PEM (PKCS#8), made by openssl.
     pub(crate) fn rsa_pem() -> Vec<u8> {
+        openssl(&[
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+        ])
+    }
+
+    /// A fresh RSA key in PEM as PKCS#1 (`BEGIN RSA PRIVATE KEY`), the form the chart's `genPrivateKey` makes.
+    fn rsa_pkcs1_pem() -> Vec<u8> {
+        openssl(&["genrsa", "-traditional", "2048"])
+    }
+
+    fn openssl(args: &[&str]) -> Vec<u8> {
         let out = std::process::Command::new("openssl")
-            .args([
-                "genpkey",
-                "-algorithm",
-                "RSA",
-                "-pkeyopt",
-                "rsa_keygen_bits:2048",
-            ])
+            .args(args)
             .output()
             .expect("run openssl");
-        assert!(out.status.success(), "openssl genpkey failed");
+        assert!(out.status.success(), "openssl {args:?} failed");
         out.stdout
     }
 
@@ -190,7 +199,8 @@ pub(crate) mod tests {
 
     #[test]
     fn published_keys_verify_and_are_listed_by_thumbprint() {
-        let (old, new) = (rsa_pem(), rsa_pem());
+        let (old, new) = (rsa_pkcs1_pem(), rsa_pem());
+        assert!(String::from_utf8_lossy(&old).contains("BEGIN RSA PRIVATE KEY"));
         let before = SigningKeys::from_pems(&old, &[]).unwrap();
         let after = SigningKeys::from_pems(&new, &[old.clone(), new.clone()]).unwrap();
         assert_eq!(after.jwks().keys.len(), 2);

@@ -33,3 +33,18 @@ The forward range as the operator takes it: host:first-last.
 {{- $last := add .Values.forward.firstPort .Values.forward.ports -1 -}}
 {{- printf "%s:%d-%d" (required "forward.host is required when forward.enabled is true: the public host clients connect to" .Values.forward.host) (int .Values.forward.firstPort) (int $last) -}}
 {{- end }}
+
+{{/*
+{auth_url}: the issuer of identity cookies, served by the edge.
+*/}}
+{{- define "slipway.authUrl" -}}
+{{- default (printf "https://auth.%s" (include "slipway.appDomain" .)) .Values.signIn.authUrl }}
+{{- end }}
+
+{{- define "slipway.signInSecretName" -}}
+{{- default (printf "%s-sign-in" (include "slipway.fullname" .)) .Values.signIn.existingSecret }}
+{{- end }}
+
+{{- define "slipway.signInClientSecretName" -}}
+{{- default (printf "%s-sign-in-client" (include "slipway.fullname" .)) .Values.signIn.upstream.existingSecret }}
+{{- end }}
