@@ -3,6 +3,9 @@
 //! cookie and each step is seen), and the identity cookie checked the way the spec tells app authors to: the JWKS
 //! fetched, RS256 pinned, the key picked by `kid`, `iss`, `aud` and `exp` required.
 
+// Fixture helpers panic on a malformed response or a poisoned jar: in a test that is the failure to report.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::collections::HashMap;
@@ -619,7 +622,7 @@ async fn forged_expired_and_misdirected_sign_ins_are_refused() -> Result<()> {
 
     // Tokens the platform did not sign, or that expired, or for another issuer: whoami says nobody.
     let now = slipway_internal::source_url::unix_now();
-    let kid = jsonwebtoken::decode_header(&browser.cookie(one, "__Host-svc_id").unwrap())?
+    let kid = jsonwebtoken::decode_header(browser.cookie(one, "__Host-svc_id").unwrap())?
         .kid
         .unwrap();
     let mint = |pem: &[u8], claims: Value| -> Result<String> {
