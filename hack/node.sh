@@ -322,6 +322,7 @@ start() {
 
   log "deploying CoreDNS $COREDNS_VERSION for cluster.local on $DNS_IP"
   sed -e "s|\${DNS_IP}|$DNS_IP|g" -e "s|\${COREDNS_IMAGE}|registry.k8s.io/coredns/coredns:$COREDNS_VERSION|g" \
+    -e "s|\${APP_DOMAIN}|${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost}|g" -e "s|\${NODE_IP}|$NODE_IP|g" \
     "$HACK/manifests/coredns.yaml" | kubectl apply -f - >/dev/null
   if ! kubectl -n kube-system rollout status deployment/coredns --timeout=120s >&2; then
     kubectl -n kube-system describe pods -l k8s-app=kube-dns >&2 || true

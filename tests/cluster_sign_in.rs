@@ -8,16 +8,16 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use serde_json::{Value, json};
+use support::browser::{self, Browser};
 use support::{APP_DOMAIN, EDGE_ADDRESS, TestApi};
 
 /// The wildcard certificate's Secret the edge serves channel hosts and the auth host with.
@@ -141,17 +141,13 @@ impl Platform {
 
     /// A new browser: no cookies, trusting the platform's CA, every platform host resolving to the edge.
     fn browser(&self) -> Result<Browser> {
-        let mut builder = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .tls_certs_only([reqwest::Certificate::from_pem(self.ca_pem.as_bytes())?])
-            .resolve(&format!("auth.{APP_DOMAIN}"), self.https);
-        for host in &self.hosts {
-            builder = builder.resolve(host, self.https);
-        }
-        Ok(Browser {
-            http: builder.build()?,
-            jar: Default::default(),
-        })
+        let auth = format!("auth.{APP_DOMAIN}");
+        let hosts = [
+            auth.as_str(),
+            self.hosts[0].as_str(),
+            self.hosts[1].as_str(),
+        ];
+        Browser::new(&self.ca_pem, &hosts, self.https)
     }
 
     /// The identity cookie's claims when it passes an app's check on `host`: the JWKS from the discovery
@@ -207,177 +203,9 @@ fn rsa_pem() -> Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-/// An answer.
-struct Page {
-    status: u16,
-    location: Option<String>,
-    set_cookies: Vec<String>,
-    headers: http::HeaderMap,
-    text: String,
-}
-
-impl Page {
-    fn json(&self) -> Result<Value> {
-        serde_json::from_str(&self.text).with_context(|| format!("not JSON: {}", self.text))
-    }
-}
-
-/// A client keeping cookies per host as a browser does for host-only cookies.
-#[derive(Clone)]
-struct Browser {
-    http: reqwest::Client,
-    jar: Arc<std::sync::Mutex<HashMap<String, HashMap<String, String>>>>,
-}
-
-impl Browser {
-    fn cookie_header(&self, url: &reqwest::Url) -> Option<String> {
-        let jar = self.jar.lock().unwrap();
-        let cookies = jar.get(url.host_str()?)?;
-        (!cookies.is_empty()).then(|| {
-            cookies
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
-    }
-
-    fn cookie(&self, host: &str, name: &str) -> Option<String> {
-        self.jar.lock().unwrap().get(host)?.get(name).cloned()
-    }
-
-    fn set(&self, host: &str, name: &str, value: &str) {
-        self.jar
-            .lock()
-            .unwrap()
-            .entry(host.into())
-            .or_default()
-            .insert(name.into(), value.into());
-    }
-
-    async fn send(&self, req: reqwest::RequestBuilder, url: &reqwest::Url) -> Result<Page> {
-        let req = match self.cookie_header(url) {
-            Some(cookies) => req.header("cookie", cookies),
-            None => req,
-        };
-        let res = req.send().await?;
-        let headers = res.headers().clone();
-        let set_cookies: Vec<String> = headers
-            .get_all("set-cookie")
-            .iter()
-            .filter_map(|v| v.to_str().ok().map(str::to_owned))
-            .collect();
-        let host = url.host_str().unwrap_or_default().to_owned();
-        for c in &set_cookies {
-            let (pair, attrs) = c.split_once(';').unwrap_or((c, ""));
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let mut jar = self.jar.lock().unwrap();
-            let cookies = jar.entry(host.clone()).or_default();
-            if attrs.contains("Max-Age=0") {
-                cookies.remove(name);
-            } else {
-                cookies.insert(name.to_owned(), value.to_owned());
-            }
-        }
-        Ok(Page {
-            status: res.status().as_u16(),
-            location: headers
-                .get("location")
-                .and_then(|l| l.to_str().ok())
-                .map(|l| url.join(l).map(|u| u.to_string()).unwrap_or(l.to_owned())),
-            set_cookies,
-            headers,
-            text: res.text().await?,
-        })
-    }
-
-    async fn get(&self, url: &str) -> Result<Page> {
-        let url: reqwest::Url = url.parse()?;
-        self.send(self.http.get(url.clone()), &url).await
-    }
-
-    async fn post_form(&self, url: &str, form: &[(&str, &str)]) -> Result<Page> {
-        let url: reqwest::Url = url.parse()?;
-        let body = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(form)
-            .finish();
-        let req = self
-            .http
-            .post(url.clone())
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(body);
-        self.send(req, &url).await
-    }
-
-    /// Follows redirects from `url` until a page that is not one (at most 10).
-    async fn follow(&self, url: &str) -> Result<(Page, Vec<String>)> {
-        let mut url = url.to_owned();
-        let mut visited = vec![];
-        for _ in 0..10 {
-            let page = self.get(&url).await?;
-            visited.push(url.clone());
-            match (&page.status, &page.location) {
-                (300..=399, Some(next)) => url = next.clone(),
-                _ => return Ok((page, visited)),
-            }
-        }
-        bail!("more than 10 redirects from {url}")
-    }
-
-    /// Signs in as the upstream's `sub` from `host`'s login with `return_to`: login, the auth host, the
-    /// provider's authorization form (submitted as a person would), back through the auth host to `host`.
-    /// Returns the last answer (the redirect to `return_to`) and every address passed.
-    async fn sign_in(
-        &self,
-        platform: &Platform,
-        host: &str,
-        sub: &str,
-    ) -> Result<(Page, Vec<String>)> {
-        let login = platform.url(host, "/svc-auth/login?return_to=%2Fafter%3Fx%3D1");
-        let (form, mut visited) = self.follow(&login).await?;
-        ensure!(
-            form.status == 200,
-            "the provider's form: {} {}",
-            form.status,
-            form.text
-        );
-        let form_url = visited.last().cloned().context("no page")?;
-        let submitted = self.post_form(&form_url, &[("sub", sub)]).await?;
-        ensure!(
-            submitted.status == 302,
-            "the provider's answer to the form: {} {}",
-            submitted.status,
-            submitted.text
-        );
-        let mut url = submitted
-            .location
-            .clone()
-            .context("no redirect from the provider")?;
-        // Back at the auth host, then the channel host, which sets the cookie and sends the browser on.
-        loop {
-            let page = self.get(&url).await?;
-            visited.push(url.clone());
-            match &page.location {
-                Some(next) if next.contains("/svc-auth/") => url = next.clone(),
-                _ => return Ok((page, visited)),
-            }
-        }
-    }
-}
-
-/// Sets the upstream's claims for `sub` (the provider's own API).
+/// Sets the upstream's claims for `sub`.
 async fn upstream_user(sub: &str, claims: Value) -> Result<()> {
-    let res = reqwest::Client::new()
-        .put(format!("{}/users/{sub}", upstream_issuer()?))
-        .json(&claims)
-        .send()
-        .await?;
-    ensure!(
-        res.status().is_success(),
-        "set the upstream user: {}",
-        res.status()
-    );
-    Ok(())
+    browser::upstream_user(&upstream_issuer()?, sub, claims).await
 }
 
 #[tokio::test]
@@ -403,7 +231,7 @@ async fn a_person_signs_in_through_the_upstream_and_every_app_can_verify_the_coo
         "{nobody}"
     );
 
-    let (back, visited) = browser.sign_in(&p, one, &alice).await?;
+    let (back, visited) = browser.sign_in(&p.url(one, ""), &alice).await?;
     println!("sign-in passed: {visited:#?}");
     assert_eq!(
         (back.status, back.location.clone()),
@@ -482,7 +310,7 @@ async fn a_person_signs_in_through_the_upstream_and_every_app_can_verify_the_coo
     assert!(p.app_check(&browser, &token, two).await.is_err());
 
     // Signing in on the second app (the provider remembers nobody: the person signs in again) gives the same sub.
-    let (_, _) = browser.sign_in(&p, two, &alice).await?;
+    let (_, _) = browser.sign_in(&p.url(two, ""), &alice).await?;
     let token_two = browser
         .cookie(two, "__Host-svc_id")
         .context("second cookie")?;
@@ -498,7 +326,7 @@ async fn a_person_signs_in_through_the_upstream_and_every_app_can_verify_the_coo
         json!({"email": "bob@example.test", "picture": "https://img.example/b.png"}),
     )
     .await?;
-    bob_browser.sign_in(&p, one, &bob).await?;
+    bob_browser.sign_in(&p.url(one, ""), &bob).await?;
     let bob_token = bob_browser
         .cookie(one, "__Host-svc_id")
         .context("bob's cookie")?;

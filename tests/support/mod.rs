@@ -9,6 +9,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod blob;
+pub mod browser;
 pub mod dns;
 pub mod git;
 pub mod git_peer;
