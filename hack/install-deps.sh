@@ -2,6 +2,7 @@
 # Installs the system packages the scripts and tests need, from Debian, when they are missing. Go and Rust come
 # with the machine; everything else slipway runs is built by hack/build-*.sh.
 set -euo pipefail
+source "$(dirname "$0")/versions.sh"
 source "$(dirname "$0")/lib.sh"
 LOG_TAG=deps
 
@@ -43,3 +44,11 @@ log "system packages present"
 # (A satisfied pin is a quick no-op that asks no index.)
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r "$(dirname "$0")/../tests/requirements.txt"
 log "python test packages present"
+
+# JavaScript packages the tests' apps carry in their repositories, packed from npm once (apps' pods reach no registry).
+if [ ! -s "$SLIPWAY_CACHE/npm/jose-$JOSE_VERSION.tgz" ]; then
+  command -v npm >/dev/null 2>&1 || die "npm is not installed; the sign-in test's app needs jose from npm"
+  mkdir -p "$SLIPWAY_CACHE/npm"
+  (cd "$SLIPWAY_CACHE/npm" && npm pack --silent "jose@$JOSE_VERSION" >/dev/null) || die "npm pack jose@$JOSE_VERSION failed"
+fi
+log "npm test packages present"

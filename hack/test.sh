@@ -44,6 +44,8 @@ HELM=$("$HACK/build-helm.sh")
 # Object storage: the blob tests start a versitygw of their own per test (testkit::s3) from this build.
 "$HACK/s3.sh" build
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+# The JWT library the sign-in test's app carries (hack/install-deps.sh packed it).
+export SLIPWAY_TEST_JOSE_TGZ="$SLIPWAY_CACHE/npm/jose-$JOSE_VERSION.tgz"
 
 timings=("setup (parts built or found) $((SECONDS - started))s")
 for tier in "${tiers[@]}"; do

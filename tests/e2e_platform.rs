@@ -16,10 +16,13 @@
 mod support;
 
 use anyhow::Result;
+use fantoccini::Locator;
 use serde_json::{Value, json};
 use support::blob::{Keys, boto3};
+use support::browser::{Browser, upstream_user};
+use support::chromium::Chromium;
 use support::git::{Workspace, http_remote};
-use support::platform::{Installed, kubectl, kubectl_run, service_account_token};
+use support::platform::{Account, Installed, kubectl, kubectl_run, service_account_token};
 
 /// A web server that answers GET / with its version and the uid it runs as.
 const SERVER: &str = r#"import os, http.server
@@ -1037,4 +1040,243 @@ async fn an_app_migrates_its_database_and_a_pre_deploy_snapshot_brings_v1_s_data
         "{left:?}"
     );
     Ok(())
+}
+
+/// The sign-in test's app: verifies the identity cookie itself with jose (tests/signin/app.mjs).
+const SIGN_IN_APP: &str = include_str!("signin/app.mjs");
+
+/// Pushes the sign-in app as `name` (jose vendored from npm into its `node_modules`, the platform's CA beside it
+/// for fetching the JWKS over HTTPS) and deploys it; returns its id and prod host.
+async fn deploy_sign_in_app(
+    platform: &Installed,
+    account: &Account,
+    name: &str,
+) -> Result<(String, String)> {
+    let (app, channel) = platform.create_app(account, name, "app").await?;
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", name]).await?;
+    ws.write(
+        &format!("{name}/package.json"),
+        r#"{"name":"signin","private":true,"type":"module"}"#,
+    )?;
+    ws.write(&format!("{name}/app.mjs"), SIGN_IN_APP)?;
+    ws.write(&format!("{name}/ca.pem"), std::fs::read(&platform.edge_ca)?)?;
+    ws.write(
+        &format!("{name}/launch.sh"),
+        format!(
+            "export AUTH_URL={}\nexport NODE_EXTRA_CA_CERTS=/app/ca.pem\nexec node app.mjs\n",
+            platform.auth_url
+        ),
+    )?;
+    let jose = ws.path(&format!("{name}/node_modules/jose"));
+    std::fs::create_dir_all(&jose)?;
+    let tgz = std::env::var("SLIPWAY_TEST_JOSE_TGZ")
+        .map_err(|_| anyhow::anyhow!("SLIPWAY_TEST_JOSE_TGZ is not set: run under hack/test.sh"))?;
+    let untar = tokio::process::Command::new("tar")
+        .args(["-xzf", &tgz, "--strip-components=1", "-C"])
+        .arg(&jose)
+        .status()
+        .await?;
+    anyhow::ensure!(untar.success(), "unpack {tgz}");
+    ws.git(name, &["add", "."]).await?;
+    ws.git(name, &["commit", "-q", "-m", "sign-in"]).await?;
+    let remote = http_remote(&platform.api, &account.token, &account.username, name);
+    ws.git(name, &["push", "-q", &remote, "HEAD:master"])
+        .await?;
+    let sha = ws
+        .git(name, &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+    let (_, log) = platform.deploy(account, &app, &channel, &sha).await?;
+    anyhow::ensure!(log["status"] == "success", "{}", log["log"]);
+    let host = platform.prod_host(account, name);
+    platform.wait_for_page(&host, "/", "\"user\":null").await?;
+    Ok((app, host))
+}
+
+#[tokio::test]
+async fn people_sign_in_to_deployed_apps_that_verify_the_cookie_themselves_in_a_client_and_in_chromium()
+-> Result<()> {
+    use anyhow::Context as _;
+    let platform = Installed::from_env()?;
+    // Two apps at once: on the basic plan they need the CPU of one builder app beside the other tests' apps.
+    let ida = platform.account_on("ida", "basic").await?;
+    let ((app_one, one), (app_two, two)) = tokio::try_join!(
+        deploy_sign_in_app(&platform, &ida, "idone"),
+        deploy_sign_in_app(&platform, &ida, "idtwo"),
+    )?;
+    let port = platform.edge_https.port();
+    let origin = |host: &str| format!("https://{host}:{port}");
+    let auth_host = format!("auth.{}", platform.app_domain);
+    let ca = std::fs::read_to_string(&platform.edge_ca)?;
+    let browser = Browser::new(&ca, &[&auth_host, &one, &two], platform.edge_https)?;
+    let person = format!("ida-{}", uuid::Uuid::new_v4().simple());
+    upstream_user(
+        &platform.oidc_issuer,
+        &person,
+        json!({"email": "ida@example.test", "name": "Ida"}),
+    )
+    .await?;
+
+    // Signed in through the installed edge and the upstream provider; the app's own check passes.
+    let (back, _) = browser.sign_in(&origin(&one), &person).await?;
+    assert_eq!(back.location, Some(format!("{}/after?x=1", origin(&one))));
+    let seen = browser.get(&format!("{}/", origin(&one))).await?.json()?;
+    assert_eq!(seen["error"], Value::Null, "{seen}");
+    assert_eq!(seen["user"]["email"], "ida@example.test", "{seen}");
+    assert_eq!(seen["user"]["iss"], platform.auth_url);
+    assert_eq!(seen["user"]["aud"], one.as_str());
+    let sub = seen["user"]["sub"].as_str().context("sub")?.to_owned();
+
+    // An inbound X-Svc-User never reaches the app.
+    let url: reqwest::Url = format!("{}/", origin(&one)).parse()?;
+    let forged = browser
+        .send(
+            browser
+                .http
+                .get(url.clone())
+                .header("x-svc-user", "mallory"),
+            &url,
+        )
+        .await?
+        .json()?;
+    assert_eq!(forged["x_svc_user"], Value::Null, "{forged}");
+    assert_eq!(forged["user"]["sub"], sub.as_str());
+
+    // The second app sees the same person under the same sub.
+    browser.sign_in(&origin(&two), &person).await?;
+    let seen_two = browser.get(&format!("{}/", origin(&two))).await?.json()?;
+    assert_eq!(seen_two["user"]["sub"], sub.as_str(), "{seen_two}");
+
+    // The first app's cookie copied to the second fails the second app's check.
+    let token_one = browser.cookie(&one, "__Host-svc_id").context("cookie")?;
+    let copier = Browser::new(&ca, &[&one, &two], platform.edge_https)?;
+    copier.set(&two, "__Host-svc_id", &token_one);
+    let copied = copier.get(&format!("{}/", origin(&two))).await?.json()?;
+    assert_eq!(copied["user"], Value::Null, "{copied}");
+    assert_eq!(
+        copied["error"], "ERR_JWT_CLAIM_VALIDATION_FAILED",
+        "{copied}"
+    );
+
+    // Forged and expired tokens fail it too: one signed by another key under the platform's kid, one signed by the
+    // platform's own key (from the chart's Secret) that expired.
+    let pem = kubectl(&[
+        "-n",
+        &platform.namespace,
+        "get",
+        "secret",
+        &format!("{}-sign-in", platform.release),
+        "-o",
+        "jsonpath={.data.signing\\.pem}",
+    ])
+    .await?;
+    let pem = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, pem.trim())?;
+    let kid = jsonwebtoken::decode_header(&token_one)?
+        .kid
+        .context("kid")?;
+    let now = slipway_internal::source_url::unix_now();
+    let mint = |key: &[u8], iat: u64, exp: u64| -> Result<String> {
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+        header.kid = Some(kid.clone());
+        let claims =
+            json!({"iss": platform.auth_url, "aud": one, "sub": "forged", "iat": iat, "exp": exp});
+        Ok(jsonwebtoken::encode(
+            &header,
+            &claims,
+            &jsonwebtoken::EncodingKey::from_rsa_pem(key)?,
+        )?)
+    };
+    let other_key = tokio::process::Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+        ])
+        .output()
+        .await?
+        .stdout;
+    for (what, token, code) in [
+        (
+            "the platform's key, valid (the control)",
+            mint(&pem, now, now + 600)?,
+            Value::Null,
+        ),
+        (
+            "another key",
+            mint(&other_key, now, now + 600)?,
+            json!("ERR_JWS_SIGNATURE_VERIFICATION_FAILED"),
+        ),
+        (
+            "expired",
+            mint(&pem, now - 7200, now - 3600)?,
+            json!("ERR_JWT_EXPIRED"),
+        ),
+    ] {
+        copier.set(&one, "__Host-svc_id", &token);
+        let seen = copier.get(&format!("{}/", origin(&one))).await?.json()?;
+        assert_eq!(seen["error"], code, "{what}: {seen}");
+    }
+
+    // Logout clears it: the app sees nobody.
+    browser
+        .get(&format!("{}/svc-auth/logout?return_to=/", origin(&one)))
+        .await?;
+    let after = browser.get(&format!("{}/", origin(&one))).await?.json()?;
+    assert_eq!(after["user"], Value::Null, "{after}");
+
+    // A real browser: headless Chromium signs in on the deployed page, typing the name into the provider's form.
+    let carol = format!("carol-{}", uuid::Uuid::new_v4().simple());
+    upstream_user(
+        &platform.oidc_issuer,
+        &carol,
+        json!({"email": "carol@example.test"}),
+    )
+    .await?;
+    let rules = format!("MAP *.{} {}", platform.app_domain, platform.edge_https.ip());
+    let chromium = Chromium::start(&rules).await?;
+    let c = &chromium.client;
+    c.goto(&format!("{}/page", origin(&two))).await?;
+    let before = c.find(Locator::Css("#who")).await?.text().await?;
+    assert_eq!(before, "Not signed in");
+    c.goto(&format!("{}/svc-auth/login?return_to=/page", origin(&two)))
+        .await?;
+    c.wait()
+        .for_element(Locator::Css("input[name=sub]"))
+        .await?
+        .send_keys(&carol)
+        .await?;
+    c.find(Locator::Css("button:not([name=action])"))
+        .await?
+        .click()
+        .await?;
+    let who = c
+        .wait()
+        .for_element(Locator::XPath(
+            "//p[@id='who' and starts-with(., 'Signed in')]",
+        ))
+        .await?
+        .text()
+        .await?;
+    assert!(
+        who.starts_with("Signed in as carol@example.test ("),
+        "{who}"
+    );
+    assert_eq!(
+        c.current_url().await?.as_str(),
+        format!("{}/page", origin(&two))
+    );
+    // Host-only (WebDriver names the exact host, without a leading dot), Secure and HttpOnly.
+    let cookie = c.get_named_cookie("__Host-svc_id").await?;
+    assert_eq!(
+        (cookie.secure(), cookie.http_only(), cookie.domain()),
+        (Some(true), Some(true), Some(two.as_str()))
+    );
+    println!("headless Chromium on {}/page: {who}", origin(&two));
+    chromium.close().await?;
+    platform.delete_app(&ida, &app_one).await?;
+    platform.delete_app(&ida, &app_two).await
 }

@@ -72,7 +72,7 @@ impl Browser {
             .insert(name.into(), value.into());
     }
 
-    async fn send(&self, req: reqwest::RequestBuilder, url: &reqwest::Url) -> Result<Page> {
+    pub async fn send(&self, req: reqwest::RequestBuilder, url: &reqwest::Url) -> Result<Page> {
         let req = match self.cookie_header(url) {
             Some(cookies) => req.header("cookie", cookies),
             None => req,

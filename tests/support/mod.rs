@@ -10,6 +10,7 @@
 
 pub mod blob;
 pub mod browser;
+pub mod chromium;
 pub mod dns;
 pub mod git;
 pub mod git_peer;

@@ -71,6 +71,10 @@ pub struct Installed {
     pub release: String,
     /// Where raw TCP forwards are reached (`forward.host`).
     pub forward_host: String,
+    /// End-user sign-in's issuer, {auth_url} (`signIn.authUrl`).
+    pub auth_url: String,
+    /// The upstream provider people sign in at (hack/oidc.sh).
+    pub oidc_issuer: String,
     http: Client<HttpConnector, Full<Bytes>>,
 }
 
@@ -154,6 +158,8 @@ impl Installed {
             certificate_namespace: var("SLIPWAY_PLATFORM_CERTIFICATE_NAMESPACE")?,
             release: var("SLIPWAY_PLATFORM_RELEASE")?,
             forward_host: var("SLIPWAY_PLATFORM_FORWARD_HOST")?,
+            auth_url: var("SLIPWAY_PLATFORM_AUTH_URL")?,
+            oidc_issuer: var("SLIPWAY_PLATFORM_OIDC_ISSUER")?,
             // A connection per request, as a load balancer in front of the platform opens them: a pooled
             // connection to a replica that is shutting down can be closed by it just as a request is written,
             // which clients retry for idempotent requests and this client would count as a failure.
@@ -166,6 +172,12 @@ impl Installed {
     /// Creates a user the way the chart's notes say (`slipway admin create-user` in the api pod) on the builder
     /// plan, whose apps fit the test node.
     pub async fn account(&self, prefix: &str) -> Result<Account> {
+        self.account_on(prefix, "builder").await
+    }
+
+    /// [`Installed::account`] on `plan`: `basic` apps request a quarter core, so a test can run two of them in the
+    /// room of one builder app.
+    pub async fn account_on(&self, prefix: &str, plan: &str) -> Result<Account> {
         let username = format!(
             "{prefix}{}",
             &uuid::Uuid::new_v4().simple().to_string()[..6]
@@ -183,7 +195,7 @@ impl Installed {
             "--username",
             &username,
             "--plan",
-            "builder",
+            plan,
         ])
         .await?
         .trim()
