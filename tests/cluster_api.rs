@@ -818,6 +818,21 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
             );
         }
     }
+    // End-user sign-in's routes, which the edge serves: on channel hosts and on the auth host, no bearer.
+    for (path, server) in [
+        ("/svc-auth/login", "https://{host}"),
+        ("/svc-auth/logout", "https://{host}"),
+        ("/svc-auth/whoami", "https://{host}"),
+        ("/svc-auth/callback", "https://{host}"),
+        ("/svc-auth/authorize", "{auth_url}"),
+        ("/svc-auth/jwks", "{auth_url}"),
+        ("/.well-known/openid-configuration", "{auth_url}"),
+    ] {
+        let item = &doc["paths"][path];
+        assert!(item["get"].is_object(), "GET {path} is missing: {item}");
+        assert_eq!(item["servers"][0]["url"], server, "{path}");
+        assert!(item["get"]["security"].is_null(), "{path} takes no bearer");
+    }
     Ok(())
 }
 

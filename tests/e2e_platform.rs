@@ -7,8 +7,9 @@
 //! cluster-wide or in the release namespace (the edge reads certificates in a namespace of their own), and an app
 //! writing and reading its channel's bucket with the injected `S3_*` keys through the chart's S3 gateway and bundled
 //! backend, raw TCP forwarded through the chart's forward Service from the allowlist only, an open session
-//! outliving its unexpose until a redeploy ends it, and an app migrating its channel's database at start, whose
-//! pre-deploy snapshot brings the data of v1 back under v2's code.
+//! outliving its unexpose until a redeploy ends it, an app migrating its channel's database at start, whose
+//! pre-deploy snapshot brings the data of v1 back under v2's code, and end-user sign-in: two deployed apps verifying
+//! the identity cookie themselves with a standard JWT library, and headless Chromium signing in on a deployed page.
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]

@@ -22,6 +22,7 @@ pub mod plans;
 pub mod postgres;
 pub mod registry;
 pub mod repo;
+mod sign_in_doc;
 pub mod snapshots;
 pub mod ssh_keys;
 pub mod state;
@@ -98,6 +99,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(registry::routes())
         .split_for_parts();
     document_request_budget(&mut doc);
+    sign_in_doc::document(&mut doc);
     (routes, doc)
 }
 
