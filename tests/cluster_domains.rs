@@ -470,6 +470,7 @@ async fn a_verified_domain_is_served_over_https_with_its_acme_certificate() -> R
             wildcard_secret: WILDCARD,
             access_log: true,
             redirect_https: true,
+            sign_in: None,
         },
     )
     .await?;

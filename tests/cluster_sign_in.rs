@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use serde_json::{Value, json};
 use support::browser::{self, Browser};
+use support::https::{self, TestDns};
 use support::{APP_DOMAIN, EDGE_ADDRESS, TestApi};
 
 /// The wildcard certificate's Secret the edge serves channel hosts and the auth host with.
@@ -46,14 +47,7 @@ impl Platform {
         let api = TestApi::start().await?;
         let user = api.user("signin", "builder").await?;
         let ns = user.namespace.clone();
-        let pki = slipway_testkit::tls::TestPki::new()?;
-        let wildcard = pki.serving_cert(&[&format!("*.{APP_DOMAIN}")])?;
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": WILDCARD}, "type": "kubernetes.io/tls",
-            "stringData": {"tls.crt": wildcard.cert_pem(), "tls.key": wildcard.key_pem()}}))?;
-        Api::<Secret>::namespaced(api.kube.clone(), &ns)
-            .create(&Default::default(), &secret)
-            .await?;
+        let pki = wildcard_certificate(&api, &ns).await?;
         api.start_operator_without_node(&ns).await?;
         let mut hosts = Vec::new();
         for name in ["one", "two"] {
@@ -69,23 +63,8 @@ impl Platform {
         // The listener first: the auth URL names its port, as a platform on a non-standard port would.
         let listener = tokio::net::TcpListener::bind((EDGE_ADDRESS, 0)).await?;
         let https = listener.local_addr()?;
-        let auth_url = format!("https://auth.{APP_DOMAIN}:{}", https.port());
-        let dir = tempfile_dir()?;
-        let signing_pem = rsa_pem()?;
-        std::fs::write(dir.join("signing.pem"), &signing_pem)?;
-        std::fs::write(dir.join("secret"), "a-platform-secret-of-at-least-32-bytes")?;
-        std::fs::write(dir.join("client-secret"), "slipway-secret")?;
-        let sign_in = slipway::sign_in::SignIn::load(slipway::sign_in::SignInConfig {
-            auth_url: auth_url.parse()?,
-            signing_key: dir.join("signing.pem"),
-            published_keys: vec![],
-            secret: dir.join("secret"),
-            upstream: Some(slipway::sign_in::UpstreamConfig {
-                issuer: upstream_issuer()?,
-                client_id: "slipway".into(),
-                client_secret: std::fs::read_to_string(dir.join("client-secret"))?,
-            }),
-        })?;
+        let keys = Keys::new()?;
+        let (sign_in, auth_url) = keys.sign_in(https.port())?;
         let config = slipway::edge::EdgeConfig {
             tls: slipway::edge::TlsSettings {
                 sources: slipway::edge::watch::CertificateSources {
@@ -96,7 +75,7 @@ impl Platform {
                 redirect_https: true,
                 issuance_wait: std::time::Duration::from_secs(5),
             },
-            sign_in: Some(Arc::new(sign_in)),
+            sign_in: Some(sign_in),
             ..api.edge_config(&ns, false).await?
         };
         let mut registry = prometheus_client::registry::Registry::default();
@@ -114,7 +93,7 @@ impl Platform {
             auth_url,
             https,
             ca_pem: pki.ca_pem().to_owned(),
-            signing_pem,
+            signing_pem: keys.signing_pem,
         };
         // The channel hosts are served once the operator has written their Ingresses and the edge has read them.
         let browser = platform.browser()?;
@@ -150,33 +129,86 @@ impl Platform {
         Browser::new(&self.ca_pem, &hosts, self.https)
     }
 
-    /// The identity cookie's claims when it passes an app's check on `host`: the JWKS from the discovery
-    /// document's `jwks_uri`, RS256 only, the key by `kid`, `iss` = the auth URL, `aud` = `host`, `exp` ahead.
+    /// The identity cookie's claims when it passes an app's check on `host` (see [`app_check`]).
     async fn app_check(&self, browser: &Browser, token: &str, host: &str) -> Result<Value> {
-        let discovery = browser
-            .get(&format!(
-                "{}/.well-known/openid-configuration",
-                self.auth_url
-            ))
+        app_check(browser, &self.auth_url, token, host).await
+    }
+}
+
+/// The identity cookie's claims when it passes an app's check on `host`: the JWKS from the discovery
+/// document's `jwks_uri`, RS256 only, the key by `kid`, `iss` = the auth URL, `aud` = `host`, `exp` ahead.
+async fn app_check(browser: &Browser, auth_url: &str, token: &str, host: &str) -> Result<Value> {
+    let discovery = browser
+        .get(&format!("{}/.well-known/openid-configuration", auth_url))
+        .await?
+        .json()?;
+    let jwks: JwkSet = serde_json::from_str(
+        &browser
+            .get(discovery["jwks_uri"].as_str().context("jwks_uri")?)
             .await?
-            .json()?;
-        let jwks: JwkSet = serde_json::from_str(
-            &browser
-                .get(discovery["jwks_uri"].as_str().context("jwks_uri")?)
-                .await?
-                .text,
-        )?;
-        let kid = jsonwebtoken::decode_header(token)?
-            .kid
-            .context("the token names no kid")?;
-        let jwk = jwks
-            .find(&kid)
-            .context("no published key has the token's kid")?;
-        let mut validation = Validation::new(Algorithm::RS256);
-        validation.set_issuer(&[&self.auth_url]);
-        validation.set_audience(&[host]);
-        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        Ok(jsonwebtoken::decode::<Value>(token, &DecodingKey::from_jwk(jwk)?, &validation)?.claims)
+            .text,
+    )?;
+    let kid = jsonwebtoken::decode_header(token)?
+        .kid
+        .context("the token names no kid")?;
+    let jwk = jwks
+        .find(&kid)
+        .context("no published key has the token's kid")?;
+    let mut validation = Validation::new(Algorithm::RS256);
+    validation.set_issuer(&[auth_url]);
+    validation.set_audience(&[host]);
+    validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+    Ok(jsonwebtoken::decode::<Value>(token, &DecodingKey::from_jwk(jwk)?, &validation)?.claims)
+}
+
+/// The wildcard certificate of channel hostnames (and the auth host), from a CA of the platform operator's, in
+/// `namespace`; returns the PKI, whose CA clients trust.
+async fn wildcard_certificate(
+    api: &TestApi,
+    namespace: &str,
+) -> Result<slipway_testkit::tls::TestPki> {
+    let pki = slipway_testkit::tls::TestPki::new()?;
+    let wildcard = pki.serving_cert(&[&format!("*.{APP_DOMAIN}")])?;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": WILDCARD}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": wildcard.cert_pem(), "tls.key": wildcard.key_pem()}}))?;
+    Api::<Secret>::namespaced(api.kube.clone(), namespace)
+        .create(&Default::default(), &secret)
+        .await?;
+    Ok(pki)
+}
+
+/// Sign-in's files as a platform operator keeps them: the signing key, the secret, the upstream client's secret.
+struct Keys {
+    dir: std::path::PathBuf,
+    signing_pem: Vec<u8>,
+}
+
+impl Keys {
+    fn new() -> Result<Self> {
+        let dir = tempfile_dir()?;
+        let signing_pem = rsa_pem()?;
+        std::fs::write(dir.join("signing.pem"), &signing_pem)?;
+        std::fs::write(dir.join("secret"), "a-platform-secret-of-at-least-32-bytes")?;
+        std::fs::write(dir.join("client-secret"), "slipway-secret")?;
+        Ok(Self { dir, signing_pem })
+    }
+
+    /// Sign-in with the auth host on `port`, and its auth URL.
+    fn sign_in(&self, port: u16) -> Result<(Arc<slipway::sign_in::SignIn>, String)> {
+        let auth_url = format!("https://auth.{APP_DOMAIN}:{port}");
+        let sign_in = slipway::sign_in::SignIn::load(slipway::sign_in::SignInConfig {
+            auth_url: auth_url.parse()?,
+            signing_key: self.dir.join("signing.pem"),
+            published_keys: vec![],
+            secret: self.dir.join("secret"),
+            upstream: Some(slipway::sign_in::UpstreamConfig {
+                issuer: upstream_issuer()?,
+                client_id: "slipway".into(),
+                client_secret: std::fs::read_to_string(self.dir.join("client-secret"))?,
+            }),
+        })?;
+        Ok((Arc::new(sign_in), auth_url))
     }
 }
 
@@ -581,5 +613,88 @@ async fn the_auth_host_publishes_keys_and_a_discovery_document_an_oidc_library_a
     );
     // Anything else on the auth host is not found.
     assert_eq!(browser.get(&format!("{}/", p.auth_url)).await?.status, 404);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_verified_custom_domain_signs_people_in_with_the_domain_as_audience() -> Result<()> {
+    let dns = TestDns::from_env()?;
+    let pebble_root = https::acme_root().await?;
+    let api = TestApi::start().await?;
+    let user = api.user("signdom", "builder").await?;
+    let ns = user.namespace.clone();
+    let pki = wildcard_certificate(&api, &ns).await?;
+    api.start_operator_with_domains(&ns, https::domains_config(&ns, true)?)
+        .await?;
+    let keys = Keys::new()?;
+    let (_, https_addr) = https::start_edge(
+        &api,
+        &ns,
+        https::EdgeOptions {
+            wildcard_secret: WILDCARD,
+            access_log: false,
+            redirect_https: true,
+            sign_in: Some(Box::new(|port| Ok(keys.sign_in(port)?.0))),
+        },
+    )
+    .await?;
+    let auth_url = format!("https://auth.{APP_DOMAIN}:{}", https_addr.port());
+    let app = api.create_app(&user, "shop", "static").await;
+    let path = format!(
+        "/apps/{}/channels/{}/domains",
+        app["id"].as_str().context("app id")?,
+        app["channels"][0]["id"].as_str().context("channel id")?
+    );
+    let domain = format!(
+        "shop-{}.example",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let row = api
+        .post(&path, &user, json!({"domain": domain}))
+        .await
+        .expect(201, None);
+    let token = row["dns_records"]["txt_value"].as_str().context("txt")?;
+    dns.txt(&format!("_svc.{domain}"), token).await?;
+    dns.a(&domain, &[EDGE_ADDRESS]).await?;
+    let verified = api
+        .post(&format!("{path}/{domain}/verify"), &user, json!({}))
+        .await
+        .expect(200, None);
+    assert_eq!(verified["status"], "verified", "{verified}");
+
+    // The domain's own certificate (Pebble's) and the auth host's (the wildcard) are both trusted here.
+    let auth_host = format!("auth.{APP_DOMAIN}");
+    let roots = format!("{}{pebble_root}", pki.ca_pem());
+    let browser = Browser::new(&roots, &[&auth_host, &domain], https_addr)?;
+    let origin = format!("https://{domain}:{}", https_addr.port());
+    slipway_testkit::wait_until(std::time::Duration::from_secs(120), || {
+        let (browser, url) = (browser.clone(), format!("{origin}/"));
+        async move { Ok(browser.get(&url).await.is_ok_and(|p| p.status == 404)) }
+    })
+    .await
+    .context("the domain is not served over HTTPS")?;
+
+    let person = format!("dora-{}", uuid::Uuid::new_v4().simple());
+    upstream_user(&person, json!({"email": "dora@example.test"})).await?;
+    let (back, visited) = browser.sign_in(&origin, &person).await?;
+    assert_eq!(
+        back.location,
+        Some(format!("{origin}/after?x=1")),
+        "{visited:#?}"
+    );
+    let cookie = browser
+        .cookie(&domain, "__Host-svc_id")
+        .context("no identity cookie on the domain")?;
+    let claims = app_check(&browser, &auth_url, &cookie, &domain).await?;
+    assert_eq!(claims["aud"], domain.as_str());
+    assert_eq!(claims["email"], "dora@example.test");
+    let me = browser
+        .get(&format!("{origin}/svc-auth/whoami"))
+        .await?
+        .json()?;
+    assert_eq!(
+        (&me["logged_in"], &me["sub"]),
+        (&json!(true), &claims["sub"])
+    );
     Ok(())
 }

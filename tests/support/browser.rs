@@ -32,12 +32,12 @@ pub struct Browser {
 }
 
 impl Browser {
-    /// A browser with no cookies, trusting only `ca_pem`, reaching each of `hosts` at `addr`.
-    pub fn new(ca_pem: &str, hosts: &[&str], addr: SocketAddr) -> Result<Self> {
+    /// A browser with no cookies, trusting only the roots in `roots_pem`, reaching each of `hosts` at `addr`.
+    pub fn new(roots_pem: &str, hosts: &[&str], addr: SocketAddr) -> Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .tls_certs_only([reqwest::Certificate::from_pem(ca_pem.as_bytes())?]);
+            .tls_certs_only(reqwest::Certificate::from_pem_bundle(roots_pem.as_bytes())?);
         for host in hosts {
             builder = builder.resolve(host, addr);
         }

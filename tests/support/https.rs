@@ -190,6 +190,9 @@ pub fn domains_config(
     })
 }
 
+/// Sign-in for a test edge, made once its HTTPS port is known (the auth URL names it).
+pub type SignInFor<'a> = Box<dyn FnOnce(u16) -> Result<Arc<slipway::sign_in::SignIn>> + Send + 'a>;
+
 /// How a test edge runs.
 pub struct EdgeOptions<'a> {
     /// The wildcard certificate's Secret (in the namespace).
@@ -198,6 +201,8 @@ pub struct EdgeOptions<'a> {
     pub access_log: bool,
     /// Redirect plain HTTP to HTTPS.
     pub redirect_https: bool,
+    /// End-user sign-in; `None`: off.
+    pub sign_in: Option<SignInFor<'a>>,
 }
 
 /// An edge for `namespace` in this process: plain HTTP on [`super::EDGE_ADDRESS`] at the port Pebble validates
@@ -208,7 +213,13 @@ pub async fn start_edge(
     options: EdgeOptions<'_>,
 ) -> Result<(SocketAddr, SocketAddr)> {
     use slipway::edge::server::Scheme;
+    let https = tokio::net::TcpListener::bind((super::EDGE_ADDRESS, 0)).await?;
+    let sign_in = match options.sign_in {
+        Some(make) => Some(make(https.local_addr()?.port())?),
+        None => None,
+    };
     let config = slipway::edge::EdgeConfig {
+        sign_in,
         tls: slipway::edge::TlsSettings {
             sources: slipway::edge::watch::CertificateSources {
                 namespace: Some(namespace.into()),
@@ -227,7 +238,6 @@ pub async fn start_edge(
     let http = tokio::net::TcpListener::bind((super::EDGE_ADDRESS, http_port))
         .await
         .context("bind the HTTP-01 port (is another run going on?)")?;
-    let https = tokio::net::TcpListener::bind((super::EDGE_ADDRESS, 0)).await?;
     let addrs = (http.local_addr()?, https.local_addr()?);
     for (listener, scheme) in [(http, Scheme::Http), (https, Scheme::Https)] {
         tokio::spawn(slipway::edge::server::serve(
