@@ -116,6 +116,7 @@ async fn main() -> Result<()> {
             wildcard_secret: WILDCARD,
             access_log: false,
             redirect_https: false,
+            sign_in: None,
         },
     )
     .await?;

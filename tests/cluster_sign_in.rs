@@ -11,7 +11,7 @@ mod support;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result};
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use k8s_openapi::api::core::v1::Secret;
@@ -220,19 +220,9 @@ fn tempfile_dir() -> Result<std::path::PathBuf> {
     Ok(dir)
 }
 
-/// A fresh 2048-bit RSA key in PEM, as a platform operator makes one.
+/// A fresh RSA key in PEM, as a platform operator makes one.
 fn rsa_pem() -> Result<Vec<u8>> {
-    let out = std::process::Command::new("openssl")
-        .args([
-            "genpkey",
-            "-algorithm",
-            "RSA",
-            "-pkeyopt",
-            "rsa_keygen_bits:2048",
-        ])
-        .output()?;
-    ensure!(out.status.success(), "openssl genpkey failed");
-    Ok(out.stdout)
+    slipway_testkit::tls::rsa_key_pem(false)
 }
 
 /// Sets the upstream's claims for `sub`.

@@ -1079,16 +1079,8 @@ async fn deploy_sign_in_app(
         .status()
         .await?;
     anyhow::ensure!(untar.success(), "unpack {tgz}");
-    ws.git(name, &["add", "."]).await?;
-    ws.git(name, &["commit", "-q", "-m", "sign-in"]).await?;
     let remote = http_remote(&platform.api, &account.token, &account.username, name);
-    ws.git(name, &["push", "-q", &remote, "HEAD:master"])
-        .await?;
-    let sha = ws
-        .git(name, &["rev-parse", "HEAD"])
-        .await?
-        .trim()
-        .to_owned();
+    let sha = ws.commit_and_push(name, "sign-in", &remote).await?;
     let (_, log) = platform.deploy(account, &app, &channel, &sha).await?;
     anyhow::ensure!(log["status"] == "success", "{}", log["log"]);
     let host = platform.prod_host(account, name);
@@ -1189,17 +1181,7 @@ async fn people_sign_in_to_deployed_apps_that_verify_the_cookie_themselves_in_a_
             &jsonwebtoken::EncodingKey::from_rsa_pem(key)?,
         )?)
     };
-    let other_key = tokio::process::Command::new("openssl")
-        .args([
-            "genpkey",
-            "-algorithm",
-            "RSA",
-            "-pkeyopt",
-            "rsa_keygen_bits:2048",
-        ])
-        .output()
-        .await?
-        .stdout;
+    let other_key = slipway_testkit::tls::rsa_key_pem(false)?;
     for (what, token, code) in [
         (
             "the platform's key, valid (the control)",

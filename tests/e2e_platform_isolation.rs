@@ -108,16 +108,8 @@ async fn run_app(
     ws.git(".", &["init", "-q", "-b", "master", name]).await?;
     ws.write(&format!("{name}/app.py"), code)?;
     ws.write(&format!("{name}/launch.sh"), "exec python3 app.py\n")?;
-    ws.git(name, &["add", "."]).await?;
-    ws.git(name, &["commit", "-q", "-m", name]).await?;
     let remote = http_remote(&platform.api, &account.token, &account.username, name);
-    ws.git(name, &["push", "-q", &remote, "HEAD:master"])
-        .await?;
-    let sha = ws
-        .git(name, &["rev-parse", "HEAD"])
-        .await?
-        .trim()
-        .to_owned();
+    let sha = ws.commit_and_push(name, name, &remote).await?;
     let (_, log) = platform.deploy(account, &app, &channel, &sha).await?;
     assert_eq!(log["status"], "success", "{}", log["log"]);
     platform

@@ -128,29 +128,12 @@ pub(crate) mod tests {
     use super::*;
     use crate::sign_in::Person;
 
-    /// A fresh 2048-bit RSA key in PEM (PKCS#8), made by openssl.
-    pub(crate) fn rsa_pem() -> Vec<u8> {
-        openssl(&[
-            "genpkey",
-            "-algorithm",
-            "RSA",
-            "-pkeyopt",
-            "rsa_keygen_bits:2048",
-        ])
+    fn rsa_pem() -> Vec<u8> {
+        slipway_testkit::tls::rsa_key_pem(false).unwrap()
     }
 
-    /// A fresh RSA key in PEM as PKCS#1 (`BEGIN RSA PRIVATE KEY`), the form the chart's `genPrivateKey` makes.
     fn rsa_pkcs1_pem() -> Vec<u8> {
-        openssl(&["genrsa", "-traditional", "2048"])
-    }
-
-    fn openssl(args: &[&str]) -> Vec<u8> {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .output()
-            .expect("run openssl");
-        assert!(out.status.success(), "openssl {args:?} failed");
-        out.stdout
+        slipway_testkit::tls::rsa_key_pem(true).unwrap()
     }
 
     fn claims(aud: &str, exp: u64) -> IdentityClaims {

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
+use aes_gcm::KeyInit as _;
 use aes_gcm::aead::{Aead, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{KeyInit as _, Mac};
 use rand::RngExt as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -53,10 +53,7 @@ impl std::fmt::Debug for Sealer {
 impl Sealer {
     /// A sealer whose key is derived from `secret`.
     pub fn derive(secret: &[u8]) -> Self {
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret)
-            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-        mac.update(b"slipway sign-in sealing key");
-        let key = mac.finalize().into_bytes();
+        let key = super::hmac_sha256(secret, &[b"slipway sign-in sealing key"]);
         Self {
             cipher: Aes256Gcm::new_from_slice(&key)
                 .unwrap_or_else(|_| unreachable!("HMAC-SHA256 gives 32 bytes")),

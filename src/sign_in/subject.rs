@@ -4,7 +4,6 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{KeyInit as _, Mac};
 
 /// Characters of `sub` (22 base64url characters: 132 bits).
 const SUB_LEN: usize = 22;
@@ -23,22 +22,15 @@ impl std::fmt::Debug for SubjectKey {
 impl SubjectKey {
     /// The key derived from `secret`.
     pub fn derive(secret: &[u8]) -> Self {
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret)
-            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-        mac.update(b"slipway sign-in subject key");
         Self {
-            key: mac.finalize().into_bytes().into(),
+            key: super::hmac_sha256(secret, &[b"slipway sign-in subject key"]),
         }
     }
 
     /// The `sub` of the person the upstream `issuer` calls `subject`.
     pub fn sub(&self, issuer: &str, subject: &str) -> String {
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key)
-            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-        mac.update(issuer.as_bytes());
-        mac.update(&[0]);
-        mac.update(subject.as_bytes());
-        let mut sub = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+        let mac = super::hmac_sha256(&self.key, &[issuer.as_bytes(), &[0], subject.as_bytes()]);
+        let mut sub = URL_SAFE_NO_PAD.encode(mac);
         sub.truncate(SUB_LEN);
         sub
     }

@@ -169,7 +169,7 @@ impl Upstream {
             .set_pkce_verifier(PkceCodeVerifier::new(pending.verifier))
             .request_async(&self.http)
             .await
-            .map_err(|e| anyhow::anyhow!("exchange the code: {}", describe(&e)))?;
+            .map_err(|e| anyhow::Error::new(e).context("exchange the code"))?;
         let _ = response.access_token();
         let id_token = response
             .id_token()
@@ -191,18 +191,6 @@ impl Upstream {
                 .map(|p| p.to_string()),
         })
     }
-}
-
-/// An error and its sources, on one line.
-fn describe(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// The HTTP client the relying party calls the provider with: no redirects followed (the token endpoint must

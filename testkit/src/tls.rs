@@ -230,3 +230,28 @@ fn dechunk(mut raw: &[u8]) -> Result<Vec<u8>> {
         raw = raw.get(size + 2..).context("truncated chunk")?;
     }
 }
+
+/// A fresh 2048-bit RSA private key in PEM, made by openssl the way a platform operator makes one: PKCS#8
+/// (`BEGIN PRIVATE KEY`), or PKCS#1 (`BEGIN RSA PRIVATE KEY`, what Helm's `genPrivateKey` gives) when
+/// `traditional`. rcgen's ring backend cannot generate RSA keys.
+pub fn rsa_key_pem(traditional: bool) -> Result<Vec<u8>> {
+    let args: &[&str] = if traditional {
+        &["genrsa", "-traditional", "2048"]
+    } else {
+        &[
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+        ]
+    };
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .output()
+        .context("run openssl")?;
+    if !out.status.success() {
+        bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(out.stdout)
+}

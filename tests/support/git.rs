@@ -70,6 +70,20 @@ impl Workspace {
         Ok(run.stdout)
     }
 
+    /// Commits everything in the repository `cwd` with `message` and pushes it to `remote`'s master; returns the
+    /// commit.
+    pub async fn commit_and_push(&self, cwd: &str, message: &str, remote: &str) -> Result<String> {
+        self.git(cwd, &["add", "."]).await?;
+        self.git(cwd, &["commit", "-q", "-m", message]).await?;
+        self.git(cwd, &["push", "-q", remote, "HEAD:master"])
+            .await?;
+        Ok(self
+            .git(cwd, &["rev-parse", "HEAD"])
+            .await?
+            .trim()
+            .to_owned())
+    }
+
     /// Writes a file below the workspace.
     pub fn write(&self, path: &str, content: impl AsRef<[u8]>) -> Result<()> {
         let path = self.dir.join(path);
