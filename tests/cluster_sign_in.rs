@@ -39,6 +39,7 @@ struct Platform {
     https: SocketAddr,
     ca_pem: String,
     signing_pem: Vec<u8>,
+    registry: prometheus_client::registry::Registry,
 }
 
 impl Platform {
@@ -94,6 +95,7 @@ impl Platform {
             https,
             ca_pem: pki.ca_pem().to_owned(),
             signing_pem: keys.signing_pem,
+            registry,
         };
         // The channel hosts are served once the operator has written their Ingresses and the edge has read them.
         let browser = platform.browser()?;
@@ -127,6 +129,19 @@ impl Platform {
             self.hosts[1].as_str(),
         ];
         Browser::new(&self.ca_pem, &hosts, self.https)
+    }
+
+    /// The edge's count of sign-in steps that ended with `outcome` (`slipway_edge_sign_ins`).
+    fn sign_ins(&self, outcome: &str) -> Result<u64> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        let series = format!("slipway_edge_sign_ins_total{{outcome=\"{outcome}\"}} ");
+        Ok(text
+            .lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .map(str::parse)
+            .transpose()?
+            .unwrap_or(0))
     }
 
     /// The identity cookie's claims when it passes an app's check on `host` (see [`app_check`]).
@@ -373,6 +388,8 @@ async fn a_person_signs_in_through_the_upstream_and_every_app_can_verify_the_coo
         browser.get(&p.url(one, "/svc-auth/whoami")).await?.json()?["logged_in"],
         false
     );
+    // Three sign-ins completed, none refused.
+    assert_eq!((p.sign_ins("signed_in")?, p.sign_ins("refused")?), (3, 0));
     Ok(())
 }
 
@@ -549,6 +566,16 @@ async fn forged_expired_and_misdirected_sign_ins_are_refused() -> Result<()> {
     assert_eq!(
         (other.status, other.json()?["error"]["code"].clone()),
         (404, json!("not_found"))
+    );
+    // The edge counted it all: one sign-in completed (the right browser's), the stolen, moved and tampered handoffs
+    // and the stray callback refused, and the provider's refusal.
+    assert_eq!(
+        (
+            p.sign_ins("signed_in")?,
+            p.sign_ins("refused")?,
+            p.sign_ins("provider_refused")?
+        ),
+        (1, 4, 1)
     );
     Ok(())
 }

@@ -33,9 +33,39 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.5, 14))
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// How one end-user sign-in step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignInOutcome {
+    /// The identity cookie was set on a channel host.
+    SignedIn,
+    /// A step was refused: expired, from another browser, for another host, tampered, or bad input.
+    Refused,
+    /// The upstream provider did not sign the person in (they denied, or it answered an error).
+    ProviderRefused,
+    /// The upstream provider's answer could not be had or did not verify.
+    ProviderFailed,
+}
+
+impl SignInOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            SignInOutcome::SignedIn => "signed_in",
+            SignInOutcome::Refused => "refused",
+            SignInOutcome::ProviderRefused => "provider_refused",
+            SignInOutcome::ProviderFailed => "provider_failed",
+        }
+    }
+}
+
 /// The edge's metric families.
 pub struct EdgeMetrics {
     requests: Family<RequestLabels, Counter>,
+    sign_ins: Family<OutcomeLabels, Counter>,
     duration: Family<HostLabels, Histogram>,
     bytes: Family<HostLabels, Counter>,
     hosts: Gauge,
@@ -83,6 +113,7 @@ impl EdgeMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
             requests: Family::default(),
+            sign_ins: Family::default(),
             duration: Family::new_with_constructor(latency_histogram),
             bytes: Family::default(),
             hosts: Gauge::default(),
@@ -103,6 +134,11 @@ impl EdgeMetrics {
             "slipway_edge_response_bytes",
             "Response body bytes of known length, by host",
             metrics.bytes.clone(),
+        );
+        registry.register(
+            "slipway_edge_sign_ins",
+            "End-user sign-in steps by outcome: signed_in, refused, provider_refused, provider_failed",
+            metrics.sign_ins.clone(),
         );
         registry.register(
             "slipway_edge_hosts",
@@ -129,6 +165,24 @@ impl EdgeMetrics {
                  hostname or verified domains, is served"
             );
         }
+    }
+
+    /// Counts one sign-in step's outcome.
+    pub fn sign_in(&self, outcome: SignInOutcome) {
+        self.sign_ins
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.label(),
+            })
+            .inc();
+    }
+
+    /// The count of sign-in steps that ended with `outcome`.
+    pub fn sign_ins(&self, outcome: SignInOutcome) -> u64 {
+        self.sign_ins
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.label(),
+            })
+            .get()
     }
 
     /// The series of `host`, created on first use.

@@ -162,7 +162,7 @@ pub async fn handle(
                 .get(host)
                 .is_some_and(|r| !matches!(r.target, Target::ObjectStore(_)))
         };
-        let res = super::sign_in::on_auth_host(sign_in, serves, &req).await;
+        let res = super::sign_in::on_auth_host(sign_in, &edge.metrics, serves, &req).await;
         metrics.record(
             res.status(),
             started.elapsed(),
@@ -217,7 +217,8 @@ async fn answer(
     if !matches!(target, Target::ObjectStore(_)) && is_svc_auth(req.uri().path()) {
         let res = match &edge.sign_in {
             Some(sign_in) => {
-                super::sign_in::on_channel_host(sign_in, &route.host, &req, scheme).await
+                super::sign_in::on_channel_host(sign_in, &edge.metrics, &route.host, &req, scheme)
+                    .await
             }
             None => pages::svc_auth(),
         };

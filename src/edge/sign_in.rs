@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use rand::RngExt as _;
 use serde::{Deserialize, Serialize};
 
+use super::metrics::{EdgeMetrics, SignInOutcome};
 use super::server::Scheme;
 use super::{EdgeBody, pages};
 use crate::sign_in::seal::Purpose;
@@ -49,6 +50,7 @@ struct Handoff {
 /// Answers `/svc-auth/*` on the channel host `host` (a routing table host: lowercase, no port).
 pub async fn on_channel_host(
     sign_in: &SignIn,
+    metrics: &EdgeMetrics,
     host: &str,
     req: &Request<Incoming>,
     scheme: Scheme,
@@ -76,7 +78,15 @@ pub async fn on_channel_host(
     let query = Query::of(req);
     match route {
         "login" => login(sign_in, host, &query),
-        "callback" => channel_callback(sign_in, host, req, &query),
+        "callback" => {
+            let res = channel_callback(sign_in, host, req, &query);
+            metrics.sign_in(if res.status() == StatusCode::FOUND {
+                SignInOutcome::SignedIn
+            } else {
+                SignInOutcome::Refused
+            });
+            res
+        }
         _ => logout(&query),
     }
 }
@@ -84,6 +94,7 @@ pub async fn on_channel_host(
 /// Answers a request for the auth host.
 pub async fn on_auth_host(
     sign_in: &SignIn,
+    metrics: &EdgeMetrics,
     serves: impl Fn(&str) -> bool,
     req: &Request<Incoming>,
 ) -> Response<EdgeBody> {
@@ -95,7 +106,13 @@ pub async fn on_auth_host(
         "/svc-auth/jwks" => public_json(&sign_in.keys.jwks()),
         "/.well-known/openid-configuration" => public_json(&sign_in.discovery()),
         "/svc-auth/authorize" => authorize(sign_in, serves, &query).await,
-        "/svc-auth/callback" => auth_callback(sign_in, req, &query).await,
+        "/svc-auth/callback" => {
+            let (res, outcome) = auth_callback(sign_in, req, &query).await;
+            if let Some(outcome) = outcome {
+                metrics.sign_in(outcome);
+            }
+            res
+        }
         _ => not_found(),
     }
 }
@@ -165,41 +182,41 @@ async fn authorize(
 }
 
 /// `{auth_url}/svc-auth/callback` (the upstream's redirect): the person verified and handed to the channel host.
+/// Also says how the step ended when it did not go on to the channel host.
 async fn auth_callback(
     sign_in: &SignIn,
     req: &Request<Incoming>,
     query: &Query,
-) -> Response<EdgeBody> {
+) -> (Response<EdgeBody>, Option<SignInOutcome>) {
+    let refused = |message: &str| (bad_request(message), Some(SignInOutcome::Refused));
     let Some(flow) = cookie(req, FLOW_COOKIE)
         .and_then(|sealed| sign_in.sealer.open::<Flow>(Purpose::Flow, sealed))
     else {
-        return bad_request(
-            "this sign-in has expired or was started in another browser; start again",
-        );
+        return refused("this sign-in has expired or was started in another browser; start again");
     };
     if let Some(error) = query.get("error") {
-        return bad_request(&format!(
-            "the identity provider did not sign you in: {error}"
-        ));
+        let message = format!("the identity provider did not sign you in: {error}");
+        return (bad_request(&message), Some(SignInOutcome::ProviderRefused));
     }
     if query.get("state") != Some(flow.pending.csrf.as_str()) {
-        return bad_request("the identity provider's answer does not belong to this sign-in");
+        return refused("the identity provider's answer does not belong to this sign-in");
     }
     let Some(code) = query.get("code") else {
-        return bad_request("the identity provider's answer has no code");
+        return refused("the identity provider's answer has no code");
     };
     let Some(upstream) = &sign_in.upstream else {
-        return unavailable();
+        return (unavailable(), None);
     };
     let person = match upstream.finish(flow.pending, code).await {
         Ok(upstreamed) => upstreamed.person(&sign_in.subjects),
         Err(e) => {
             tracing::warn!(error = %format!("{e:#}"), "a sign-in failed at the identity provider");
-            return pages::envelope(
+            let res = pages::envelope(
                 StatusCode::BAD_GATEWAY,
                 "sign_in_failed",
                 "the identity provider's sign-in could not be verified; start again",
             );
+            return (res, Some(SignInOutcome::ProviderFailed));
         }
     };
     let handoff = Handoff {
@@ -218,7 +235,7 @@ async fn auth_callback(
             .append_pair("code", &code)
             .finish()
     );
-    redirect(&back, &[clear_cookie(FLOW_COOKIE)])
+    (redirect(&back, &[clear_cookie(FLOW_COOKIE)]), None)
 }
 
 /// `/svc-auth/callback?code=` on the channel host: the identity cookie, when the handoff is for this host and
