@@ -360,7 +360,8 @@ async fn a_person_signs_in_through_the_upstream_and_every_app_can_verify_the_coo
     let bob = format!("bob-{}", uuid::Uuid::new_v4().simple());
     upstream_user(
         &bob,
-        json!({"email": "bob@example.test", "picture": "https://img.example/b.png"}),
+        json!({"email": "bob@example.test", "email_verified": false, "name": "Bob",
+               "picture": "https://img.example/b.png"}),
     )
     .await?;
     bob_browser.sign_in(&p.url(one, ""), &bob).await?;
@@ -370,6 +371,9 @@ async fn a_person_signs_in_through_the_upstream_and_every_app_can_verify_the_coo
     let bob_claims = p.app_check(&bob_browser, &bob_token, one).await?;
     assert_ne!(bob_claims["sub"], sub.as_str());
     assert_eq!(bob_claims["picture"], "https://img.example/b.png");
+    // The provider says it did not verify Bob's address: the platform does not vouch for it.
+    assert!(bob_claims.get("email").is_none(), "{bob_claims}");
+    assert_eq!(bob_claims["name"], "Bob");
 
     // Logout clears the cookie and goes where it is told, on this host.
     let out = browser
@@ -423,15 +427,22 @@ async fn forged_expired_and_misdirected_sign_ins_are_refused() -> Result<()> {
             .await?;
         assert_eq!(page.status, 400, "authorize {bad}");
     }
-    // The auth host hands sign-ins only to hosts the platform serves.
+    // The auth host hands sign-ins only to hosts the platform serves, spelled exactly as it serves them: a served
+    // host in brackets, with a port or a trailing dot would read as that host to the routing table and as another
+    // (evil.example) or none to a browser.
     for host in [
-        "evil.example",
-        &format!("auth.{APP_DOMAIN}"),
-        &format!("nobody.{APP_DOMAIN}"),
+        "evil.example".to_owned(),
+        format!("auth.{APP_DOMAIN}"),
+        format!("nobody.{APP_DOMAIN}"),
+        format!("[{one}]@evil.example"),
+        format!("{one}:443"),
+        format!("{one}."),
+        one.to_uppercase(),
     ] {
+        let enc: String = form_urlencoded::byte_serialize(host.as_bytes()).collect();
         let page = browser
             .get(&format!(
-                "{}/svc-auth/authorize?host={host}&state=abc",
+                "{}/svc-auth/authorize?host={enc}&state=abc",
                 p.auth_url
             ))
             .await?;
@@ -535,25 +546,47 @@ async fn forged_expired_and_misdirected_sign_ins_are_refused() -> Result<()> {
         assert!(p.app_check(&checker, &token, one).await.is_err(), "{what}");
     }
 
-    // The provider refusing: the auth host says so.
+    // The provider refusing. This provider leaves `state` out of its refusal, so the auth host cannot tell it from
+    // a link anyone could send, and refuses it as foreign; with the sign-in's state (as RFC 6749 has providers
+    // send it), the refusal is the provider's and the auth host says so.
     let denied = p.browser()?;
     let (form, visited) = denied
         .follow(&p.url(one, "/svc-auth/login?return_to=/"))
         .await?;
     assert_eq!(form.status, 200);
+    let at_provider: reqwest::Url = visited.last().unwrap().parse()?;
+    let csrf = at_provider
+        .query_pairs()
+        .find(|(k, _)| k == "state")
+        .map(|(_, v)| v.into_owned())
+        .context("the provider was sent no state")?;
     let refused = denied
-        .post_form(visited.last().unwrap(), &[("action", "deny")])
+        .post_form(at_provider.as_str(), &[("action", "deny")])
         .await?;
-    let back = denied
-        .get(&refused.location.context("deny redirect")?)
-        .await?;
-    assert_eq!(back.status, 400, "{}", back.text);
+    let without_state = refused.location.context("deny redirect")?;
     assert!(
-        back.json()?["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("did not sign you in")
+        without_state.contains("error=access_denied"),
+        "{without_state}"
     );
+    let back = denied.get(&without_state).await?;
+    assert_eq!(back.status, 400, "{}", back.text);
+    let message = back.json()?["error"]["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("does not belong"),
+        "{message}"
+    );
+    let with_state = format!(
+        "{}/svc-auth/callback?error=access_denied&state={csrf}",
+        p.auth_url
+    );
+    let back = denied.get(&with_state).await?;
+    assert_eq!(back.status, 400, "{}", back.text);
+    let message = back.json()?["error"]["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("did not sign you in"),
+        "{message}"
+    );
+    assert!(denied.cookie(one, "__Host-svc_id").is_none());
 
     // Only GET, and only the sign-in routes.
     let post = browser
@@ -567,15 +600,16 @@ async fn forged_expired_and_misdirected_sign_ins_are_refused() -> Result<()> {
         (other.status, other.json()?["error"]["code"].clone()),
         (404, json!("not_found"))
     );
-    // The edge counted it all: one sign-in completed (the right browser's), the stolen, moved and tampered handoffs
-    // and the stray callback refused, and the provider's refusal.
+    // The edge counted it: one sign-in completed (the right browser's); the moved and tampered handoffs and the
+    // refusal without state refused (the other browser's and the stray callback started no sign-in, so they are
+    // not counted); and the provider's refusal.
     assert_eq!(
         (
             p.sign_ins("signed_in")?,
             p.sign_ins("refused")?,
             p.sign_ins("provider_refused")?
         ),
-        (1, 4, 1)
+        (1, 3, 1)
     );
     Ok(())
 }

@@ -11,8 +11,9 @@
 //! - a **dynamic** channel (Service backend) through a pooled HTTP/1.1 proxy to its ready endpoints ([`proxy`]),
 //!   path and query unchanged, inbound `X-Svc-*` dropped, WebSocket and other upgrades joined; a channel that
 //!   passed readiness on the ready file answers 502;
-//! - `/svc-auth/*` on every channel host is the platform's (404 in the API's envelope until end-user sign-in is
-//!   served there), and an unknown host gets a small 404 page ([`pages`]).
+//! - `/svc-auth/*` on every channel host is the platform's: end-user sign-in ([`sign_in`], also the auth host
+//!   `{auth_url}`), or 404 in the API's envelope when sign-in is off; an unknown host gets a small 404 page
+//!   ([`pages`]).
 //!
 //! Over HTTPS ([`tls`]) the same answers are given on HTTP/2 or HTTP/1.1, with the certificate chosen by SNI
 //! ([`certs`]): the platform's wildcard for channel hostnames, a verified custom domain's own certificate (issued

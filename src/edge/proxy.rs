@@ -1,6 +1,7 @@
 //! Proxying a request to a dynamic channel's endpoint: path and query exactly as sent, the client's `Host`, the
 //! platform's `X-Forwarded-*` headers in place of any the client sent, every inbound `X-Svc-*` header dropped (the
-//! platform alone speaks those), hop-by-hop headers removed, and upgrades (WebSocket) joined end to end.
+//! platform alone speaks those), hop-by-hop headers removed, an app's `Set-Cookie` of the platform's reserved
+//! cookie names (`__Host-svc_*`, end-user sign-in's) dropped, and upgrades (WebSocket) joined end to end.
 //! Connections to endpoints are kept alive in a pool; connecting and waiting for the response head have
 //! timeouts, a streaming body has none.
 
@@ -150,10 +151,12 @@ impl Proxy {
                     Err(e) => tracing::debug!(error = %e, "upgrade failed"),
                 }
             });
-            let (parts, _) = res.into_parts();
+            let (mut parts, _) = res.into_parts();
+            drop_reserved_cookies(&mut parts.headers);
             return Ok(Response::from_parts(parts, super::empty()));
         }
         remove_hop_by_hop(res.headers_mut());
+        drop_reserved_cookies(res.headers_mut());
         Ok(res.map(http_body_util::Either::Right))
     }
 }
@@ -178,6 +181,36 @@ pub fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
         .flat_map(|v| v.split(','))
         .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
     asks.then(|| headers.get(UPGRADE).cloned()).flatten()
+}
+
+/// Prefix of the cookie names the platform reserves (end-user sign-in's identity, state and flow cookies).
+pub const RESERVED_COOKIE_PREFIX: &str = "__Host-svc_";
+
+/// Drops every `Set-Cookie` naming a reserved cookie: only the platform sets those.
+fn drop_reserved_cookies(headers: &mut HeaderMap) {
+    let reserved = |value: &HeaderValue| {
+        value
+            .as_bytes()
+            .trim_ascii_start()
+            .starts_with(RESERVED_COOKIE_PREFIX.as_bytes())
+    };
+    if !headers
+        .get_all(http::header::SET_COOKIE)
+        .iter()
+        .any(reserved)
+    {
+        return;
+    }
+    let kept: Vec<HeaderValue> = headers
+        .get_all(http::header::SET_COOKIE)
+        .iter()
+        .filter(|v| !reserved(v))
+        .cloned()
+        .collect();
+    headers.remove(http::header::SET_COOKIE);
+    for value in kept {
+        headers.append(http::header::SET_COOKIE, value);
+    }
 }
 
 fn remove_hop_by_hop(headers: &mut HeaderMap) {
@@ -250,6 +283,32 @@ mod tests {
         client_ip: IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 9)),
         scheme: "http",
     };
+
+    #[test]
+    fn an_app_cannot_set_the_platform_s_cookies() {
+        let mut headers = HeaderMap::new();
+        for cookie in [
+            "session=1; Path=/",
+            "__Host-svc_id=forged; Path=/; Secure",
+            " __Host-svc_state=x",
+            "__host-svc_id=other-case-is-another-name",
+        ] {
+            headers.append(http::header::SET_COOKIE, HeaderValue::from_static(cookie));
+        }
+        drop_reserved_cookies(&mut headers);
+        let left: Vec<_> = headers
+            .get_all(http::header::SET_COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(
+            left,
+            [
+                "session=1; Path=/",
+                "__host-svc_id=other-case-is-another-name"
+            ]
+        );
+    }
 
     #[test]
     fn platform_headers_from_clients_never_pass() {

@@ -157,12 +157,13 @@ pub async fn handle(
     if let (Some(sign_in), Some(metrics)) = (&edge.sign_in, &edge.auth_host)
         && sign_in.is_auth_host(&super::routes::normalize_host(request_host(&req)))
     {
-        let serves = |host: &str| {
+        let served = |host: &str| {
             table
                 .get(host)
-                .is_some_and(|r| !matches!(r.target, Target::ObjectStore(_)))
+                .filter(|r| !matches!(r.target, Target::ObjectStore(_)))
+                .map(|r| r.host.clone())
         };
-        let res = super::sign_in::on_auth_host(sign_in, &edge.metrics, serves, &req).await;
+        let res = super::sign_in::on_auth_host(sign_in, &edge.metrics, served, &req, scheme).await;
         metrics.record(
             res.status(),
             started.elapsed(),

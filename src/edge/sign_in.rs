@@ -69,22 +69,19 @@ pub async fn on_channel_host(
         return whoami(sign_in, host, req);
     }
     if scheme == Scheme::Http {
-        return bad_request(&format!(
-            "sign-in needs HTTPS: use {}{}",
-            sign_in.origin_of(host),
-            req.uri().path_and_query().map_or("", |p| p.as_str())
-        ));
+        return needs_https(&sign_in.origin_of(host), req);
     }
     let query = Query::of(req);
     match route {
         "login" => login(sign_in, host, &query),
         "callback" => {
             let res = channel_callback(sign_in, host, req, &query);
-            metrics.sign_in(if res.status() == StatusCode::FOUND {
-                SignInOutcome::SignedIn
-            } else {
-                SignInOutcome::Refused
-            });
+            // A bare request (no sign-in started in this browser) is not a refused sign-in.
+            if res.status() == StatusCode::FOUND {
+                metrics.sign_in(SignInOutcome::SignedIn);
+            } else if cookie(req, STATE_COOKIE).is_some() {
+                metrics.sign_in(SignInOutcome::Refused);
+            }
             res
         }
         _ => logout(&query),
@@ -95,17 +92,22 @@ pub async fn on_channel_host(
 pub async fn on_auth_host(
     sign_in: &SignIn,
     metrics: &EdgeMetrics,
-    serves: impl Fn(&str) -> bool,
+    served: impl Fn(&str) -> Option<String>,
     req: &Request<Incoming>,
+    scheme: Scheme,
 ) -> Response<EdgeBody> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return method_not_allowed();
     }
     let query = Query::of(req);
-    match req.uri().path() {
+    let path = req.uri().path();
+    if scheme == Scheme::Http && matches!(path, "/svc-auth/authorize" | "/svc-auth/callback") {
+        return needs_https(&sign_in.issuer, req);
+    }
+    match path {
         "/svc-auth/jwks" => public_json(&sign_in.keys.jwks()),
         "/.well-known/openid-configuration" => public_json(&sign_in.discovery()),
-        "/svc-auth/authorize" => authorize(sign_in, serves, &query).await,
+        "/svc-auth/authorize" => authorize(sign_in, served, &query).await,
         "/svc-auth/callback" => {
             let (res, outcome) = auth_callback(sign_in, req, &query).await;
             if let Some(outcome) = outcome {
@@ -144,13 +146,15 @@ fn login(sign_in: &SignIn, host: &str, query: &Query) -> Response<EdgeBody> {
 /// `{auth_url}/svc-auth/authorize`: the flow sealed into the auth host's cookie, then the upstream provider.
 async fn authorize(
     sign_in: &SignIn,
-    serves: impl Fn(&str) -> bool,
+    served: impl Fn(&str) -> Option<String>,
     query: &Query,
 ) -> Response<EdgeBody> {
-    let host = query.get("host").unwrap_or_default().to_ascii_lowercase();
-    if host.is_empty() || sign_in.is_auth_host(&host) || !serves(&host) {
+    // Exactly a host of the routing table, as it keys hosts: anything the table would read as that host after
+    // dropping a port or brackets (`[a.example]@evil.example`) could send the browser elsewhere.
+    let asked = query.get("host").unwrap_or_default();
+    let Some(host) = served(asked).filter(|h| h == asked && !sign_in.is_auth_host(h)) else {
         return bad_request("host is not a site this platform serves");
-    }
+    };
     let state = query.get("state").unwrap_or_default();
     if state.is_empty() || state.len() > MAX_STATE || !state.bytes().all(is_token_byte) {
         return bad_request("state is missing or malformed");
@@ -189,17 +193,21 @@ async fn auth_callback(
     query: &Query,
 ) -> (Response<EdgeBody>, Option<SignInOutcome>) {
     let refused = |message: &str| (bad_request(message), Some(SignInOutcome::Refused));
-    let Some(flow) = cookie(req, FLOW_COOKIE)
-        .and_then(|sealed| sign_in.sealer.open::<Flow>(Purpose::Flow, sealed))
-    else {
-        return refused("this sign-in has expired or was started in another browser; start again");
+    let expired = "this sign-in has expired or was started in another browser; start again";
+    let Some(sealed) = cookie(req, FLOW_COOKIE) else {
+        // No sign-in was started in this browser: nothing to count.
+        return (bad_request(expired), None);
     };
+    let Some(flow) = sign_in.sealer.open::<Flow>(Purpose::Flow, sealed) else {
+        return refused(expired);
+    };
+    // The state first: only the provider's answer to this sign-in may end it, a refusal included.
+    if query.get("state") != Some(flow.pending.csrf.as_str()) {
+        return refused("the identity provider's answer does not belong to this sign-in");
+    }
     if let Some(error) = query.get("error") {
         let message = format!("the identity provider did not sign you in: {error}");
         return (bad_request(&message), Some(SignInOutcome::ProviderRefused));
-    }
-    if query.get("state") != Some(flow.pending.csrf.as_str()) {
-        return refused("the identity provider's answer does not belong to this sign-in");
     }
     let Some(code) = query.get("code") else {
         return refused("the identity provider's answer has no code");
@@ -325,15 +333,23 @@ impl Query {
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers.
+/// Read as bytes: a cookie with a non-ASCII value (which a sibling host may plant for the whole app domain) must
+/// not hide the others in the same header.
 fn cookie<'r>(req: &'r Request<Incoming>, name: &str) -> Option<&'r str> {
-    req.headers()
+    cookie_in(req.headers(), name)
+}
+
+fn cookie_in<'r>(headers: &'r http::HeaderMap, name: &str) -> Option<&'r str> {
+    headers
         .get_all(COOKIE)
         .iter()
-        .filter_map(|h| h.to_str().ok())
-        .flat_map(|h| h.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
+        .flat_map(|h| h.as_bytes().split(|b| *b == b';'))
+        .filter_map(|pair| {
+            let pair = pair.trim_ascii();
+            let at = pair.iter().position(|b| *b == b'=')?;
+            (&pair[..at] == name.as_bytes()).then(|| std::str::from_utf8(&pair[at + 1..]).ok())?
+        })
+        .find(|value| value.is_ascii())
 }
 
 /// A `__Host-` cookie: Secure, Path=/, no Domain, HttpOnly, SameSite=Lax.
@@ -366,9 +382,17 @@ fn redirect(location: &str, cookies: &[String]) -> Response<EdgeBody> {
     };
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     for cookie in cookies {
-        if let Ok(value) = HeaderValue::try_from(cookie.as_str()) {
-            headers.append(SET_COOKIE, value);
-        }
+        match HeaderValue::try_from(cookie.as_str()) {
+            Ok(value) => headers.append(SET_COOKIE, value),
+            Err(e) => {
+                tracing::error!(error = %e, "a sign-in cookie cannot be sent");
+                return pages::envelope(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "the sign-in cookie cannot be sent",
+                );
+            }
+        };
     }
     res
 }
@@ -389,6 +413,14 @@ fn public_json(body: &impl Serialize) -> Response<EdgeBody> {
     res.headers_mut()
         .insert(ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
     res
+}
+
+/// Sign-in over plain HTTP: its cookies are Secure, so a browser would drop them.
+fn needs_https(origin: &str, req: &Request<Incoming>) -> Response<EdgeBody> {
+    bad_request(&format!(
+        "sign-in needs HTTPS: use {origin}{}",
+        req.uri().path_and_query().map_or("", |p| p.as_str())
+    ))
 }
 
 fn bad_request(message: &str) -> Response<EdgeBody> {
@@ -432,6 +464,20 @@ mod tests {
         );
         assert!(!c.contains("Domain"));
         assert!(clear_cookie(ID_COOKIE).ends_with("Max-Age=0"));
+    }
+
+    #[test]
+    fn a_planted_non_ascii_cookie_hides_no_other() {
+        let mut headers = http::HeaderMap::new();
+        headers.append(
+            COOKIE,
+            HeaderValue::from_bytes("junk=caf\u{e9}; __Host-svc_id=a.b.c".as_bytes()).unwrap(),
+        );
+        headers.append(COOKIE, HeaderValue::from_static("__Host-svc_state=s1"));
+        assert_eq!(cookie_in(&headers, ID_COOKIE), Some("a.b.c"));
+        assert_eq!(cookie_in(&headers, STATE_COOKIE), Some("s1"));
+        assert_eq!(cookie_in(&headers, "junk"), None);
+        assert_eq!(cookie_in(&headers, "__Host-svc"), None);
     }
 
     #[test]

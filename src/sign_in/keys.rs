@@ -171,9 +171,11 @@ pub(crate) mod tests {
             keys.verify(&expired, "https://auth.example", "a.example")
                 .is_none()
         );
-        // Another key's token with the same kid does not pass.
-        let other = SigningKeys::from_pems(&rsa_pem(), &[]).unwrap();
-        let forged = other.mint(&claims("a.example", later));
+        // Another key's token naming the signing key's kid fails on the signature.
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some(keys.signing_kid().to_owned());
+        let other = EncodingKey::from_rsa_pem(&rsa_pem()).unwrap();
+        let forged = jsonwebtoken::encode(&header, &claims("a.example", later), &other).unwrap();
         assert!(
             keys.verify(&forged, "https://auth.example", "a.example")
                 .is_none()

@@ -98,15 +98,16 @@ pub(crate) fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
-/// `return_to` when it is a path on the same host: it starts with one `/`, and holds no backslash, control
-/// character or space (`//evil`, `/\evil` and `https://evil` would leave the host in a browser). `None` otherwise.
+/// `return_to` when it is a path on the same host: it starts with one `/`, and holds only printable ASCII without
+/// a backslash (`//evil`, `/\evil` and `https://evil` would leave the host in a browser; anything else non-ASCII
+/// arrives percent-encoded). `None` otherwise.
 pub fn same_host_path(return_to: &str) -> Option<&str> {
     let rest = return_to.strip_prefix('/')?;
     let leaves_host = rest.starts_with('/')
         || return_to.len() > MAX_RETURN_TO
         || return_to
-            .chars()
-            .any(|c| c == '\\' || c.is_control() || c.is_whitespace());
+            .bytes()
+            .any(|b| b == b'\\' || !b.is_ascii_graphic());
     (!leaves_host).then_some(return_to)
 }
 
@@ -264,6 +265,7 @@ mod tests {
             "/\tevil",
             "/ evil",
             "/\r\nSet-Cookie: x=1",
+            "/caf\u{e9}",
             "http:/evil",
         ] {
             assert_eq!(same_host_path(bad), None, "{bad:?}");

@@ -48,8 +48,7 @@ mod tests {
         assert_eq!(a.len(), SUB_LEN);
         assert_ne!(a, key.sub("https://idp.example", "bob"));
         assert_ne!(a, key.sub("https://other.example", "alice"));
-        // The separator keeps (iss "a", sub "b\0c") and (iss "a\0b", sub "c") apart only if ids hold no NUL;
-        // upstream ids are printable, so the boundary is unambiguous.
+        // The issuer is the verified ID token's own (one per platform), so a subject cannot borrow part of it.
         assert_ne!(key.sub("https://idp.example/", "alice"), a);
         let other = SubjectKey::derive(b"another secret of thirty-two bytes!!");
         assert_ne!(a, other.sub("https://idp.example", "alice"));

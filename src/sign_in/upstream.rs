@@ -1,19 +1,22 @@
 //! The upstream OpenID Connect provider people sign in at: slipway is its relying party (the `openidconnect`
 //! crate: discovery, authorization code with PKCE S256, CSRF state, nonce, ID token signature and claims). The
-//! provider is the platform operator's choice, named in the chart's values; its discovery document is fetched on
-//! the first sign-in and again after a failure, so an edge starts while the provider is down.
+//! provider is the platform operator's choice, named in the chart's values.
+//!
+//! Its discovery document and keys are fetched on the first sign-in (so an edge starts while the provider is
+//! down), one fetch at a time, kept for an hour and fetched again at once when an ID token does not verify (the
+//! provider rotated its keys). After a failed fetch, sign-ins answer 503 for [`RETRY_AFTER`] without calling the
+//! provider, so requests cannot pile up behind an unreachable one.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreProviderMetadata};
 use openidconnect::{
     AsyncHttpClient, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet,
     EndpointNotSet, EndpointSet, HttpClientError, HttpRequest, HttpResponse, IssuerUrl, Nonce,
-    OAuth2TokenResponse as _, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope,
-    TokenResponse as _,
+    PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, TokenResponse as _,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
@@ -22,6 +25,13 @@ use super::{SubjectKey, https_picture};
 
 /// Longest wait for one call to the provider.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a discovery document and its keys are used before they are fetched again.
+const DISCOVERY_LIFETIME: Duration = Duration::from_secs(3600);
+/// How long after a failed discovery sign-ins fail at once.
+pub const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// Longest `email` and `name` kept (longer ones are left out), and longest `picture` URL.
+const MAX_CLAIM: usize = 320;
+const MAX_PICTURE: usize = 2048;
 
 /// The provider, as the platform operator names it.
 #[derive(Clone)]
@@ -95,7 +105,14 @@ pub struct Upstream {
     config: UpstreamConfig,
     redirect: String,
     http: Http,
-    client: Mutex<Option<Client>>,
+    discovery: Mutex<Discovery>,
+}
+
+/// The provider's discovery, as last fetched.
+#[derive(Default)]
+struct Discovery {
+    client: Option<(Client, Instant)>,
+    failed_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -113,27 +130,61 @@ impl Upstream {
             config,
             redirect,
             http: Http::new(),
-            client: Mutex::new(None),
+            discovery: Mutex::default(),
         }
     }
 
+    /// The client for the provider's current discovery: the kept one while it is fresh, else one fetch (callers
+    /// wait for the fetch in flight rather than start their own); a failure is answered for [`RETRY_AFTER`] without
+    /// another fetch.
     async fn client(&self) -> anyhow::Result<Client> {
-        let mut cached = self.client.lock().await;
-        if let Some(client) = &*cached {
+        let mut discovery = self.discovery.lock().await;
+        if let Some((client, fetched)) = &discovery.client
+            && fetched.elapsed() < DISCOVERY_LIFETIME
+        {
             return Ok(client.clone());
         }
+        if let Some(failed) = discovery.failed_at
+            && failed.elapsed() < RETRY_AFTER
+        {
+            anyhow::bail!(
+                "the provider {} could not be discovered {}s ago; retrying after {}s",
+                self.config.issuer,
+                failed.elapsed().as_secs(),
+                RETRY_AFTER.as_secs()
+            );
+        }
+        match self.discover().await {
+            Ok(client) => {
+                *discovery = Discovery {
+                    client: Some((client.clone(), Instant::now())),
+                    failed_at: None,
+                };
+                Ok(client)
+            }
+            Err(e) => {
+                discovery.failed_at = Some(Instant::now());
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets the kept discovery, so the next sign-in fetches the provider's keys again.
+    async fn forget(&self) {
+        self.discovery.lock().await.client = None;
+    }
+
+    async fn discover(&self) -> anyhow::Result<Client> {
         let issuer = IssuerUrl::new(self.config.issuer.clone()).context("the issuer URL")?;
         let metadata = CoreProviderMetadata::discover_async(issuer, &self.http)
             .await
             .with_context(|| format!("discover the provider {}", self.config.issuer))?;
-        let client = CoreClient::from_provider_metadata(
+        Ok(CoreClient::from_provider_metadata(
             metadata,
             ClientId::new(self.config.client_id.clone()),
             Some(ClientSecret::new(self.config.client_secret.clone())),
         )
-        .set_redirect_uri(RedirectUrl::new(self.redirect.clone()).context("the redirect URL")?);
-        *cached = Some(client.clone());
-        Ok(client)
+        .set_redirect_uri(RedirectUrl::new(self.redirect.clone()).context("the redirect URL")?))
     }
 
     /// Where to send someone to sign in, and what to keep until they return.
@@ -170,25 +221,35 @@ impl Upstream {
             .request_async(&self.http)
             .await
             .map_err(|e| anyhow::Error::new(e).context("exchange the code"))?;
-        let _ = response.access_token();
         let id_token = response
             .id_token()
             .context("the provider's token response has no ID token")?;
-        let claims = id_token
-            .claims(&client.id_token_verifier(), &Nonce::new(pending.nonce))
-            .context("the ID token does not verify")?;
+        let claims = match id_token.claims(&client.id_token_verifier(), &Nonce::new(pending.nonce))
+        {
+            Ok(claims) => claims,
+            Err(e) => {
+                // Perhaps signed with a key published after the kept discovery: the next sign-in fetches again.
+                self.forget().await;
+                return Err(anyhow::Error::new(e).context("the ID token does not verify"));
+            }
+        };
+        let bounded = |value: String, limit: usize| (value.len() <= limit).then_some(value);
         Ok(Upstreamed {
             issuer: claims.issuer().to_string(),
             subject: claims.subject().to_string(),
-            email: claims.email().map(|e| e.to_string()),
+            // An address the provider says it did not verify is not vouched for.
+            email: claims
+                .email()
+                .filter(|_| claims.email_verified() != Some(false))
+                .and_then(|e| bounded(e.to_string(), MAX_CLAIM)),
             name: claims
                 .name()
                 .and_then(|n| n.get(None))
-                .map(|n| n.to_string()),
+                .and_then(|n| bounded(n.to_string(), MAX_CLAIM)),
             picture: claims
                 .picture()
                 .and_then(|p| p.get(None))
-                .map(|p| p.to_string()),
+                .and_then(|p| bounded(p.to_string(), MAX_PICTURE)),
         })
     }
 }
