@@ -109,13 +109,18 @@ async fn main() -> Result<()> {
     .await?;
 
     // Access logs off (nginx runs without them too); no redirect, as wrk measures plain HTTP.
-    let (edge_addr, edge_tls) = support::https::start_edge(
+    let support::https::StartedEdge {
+        http: edge_addr,
+        https: edge_tls,
+        ..
+    } = support::https::start_edge(
         &api,
         &user.namespace,
         support::https::EdgeOptions {
             wildcard_secret: WILDCARD,
             access_log: false,
             redirect_https: false,
+            acme_http: true,
             sign_in: None,
         },
     )

@@ -463,13 +463,18 @@ async fn a_verified_domain_is_served_over_https_with_its_acme_certificate() -> R
 
     api.start_operator_with_domains(&ns, https::domains_config(&ns, true)?)
         .await?;
-    let (http, https_addr) = https::start_edge(
+    let https::StartedEdge {
+        http,
+        https: https_addr,
+        ..
+    } = https::start_edge(
         &api,
         &ns,
         https::EdgeOptions {
             wildcard_secret: WILDCARD,
             access_log: true,
             redirect_https: true,
+            acme_http: true,
             sign_in: None,
         },
     )

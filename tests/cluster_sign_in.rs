@@ -61,37 +61,26 @@ impl Platform {
             );
         }
 
-        // The listener first: the auth URL names its port, as a platform on a non-standard port would.
-        let listener = tokio::net::TcpListener::bind((EDGE_ADDRESS, 0)).await?;
-        let https = listener.local_addr()?;
+        // Sign-in is made once the HTTPS port is known: the auth URL names it, as on a platform on a
+        // non-standard port.
         let keys = Keys::new()?;
-        let (sign_in, auth_url) = keys.sign_in(https.port())?;
-        let config = slipway::edge::EdgeConfig {
-            tls: slipway::edge::TlsSettings {
-                sources: slipway::edge::watch::CertificateSources {
-                    namespace: Some(ns.clone()),
-                    wildcard_secret: Some(WILDCARD.into()),
-                    app_domain: Some(APP_DOMAIN.into()),
-                },
+        let edge = https::start_edge(
+            &api,
+            &ns,
+            https::EdgeOptions {
+                wildcard_secret: WILDCARD,
+                access_log: false,
                 redirect_https: true,
-                issuance_wait: std::time::Duration::from_secs(5),
+                acme_http: false,
+                sign_in: Some(Box::new(|port| keys.sign_in(port))),
             },
-            sign_in: Some(sign_in),
-            ..api.edge_config(&ns, false).await?
-        };
-        let mut registry = prometheus_client::registry::Registry::default();
-        let (edge, _tasks) =
-            slipway::edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
-        tokio::spawn(slipway::edge::server::serve(
-            edge,
-            listener,
-            slipway::edge::server::Scheme::Https,
-            std::future::pending(),
-        ));
+        )
+        .await?;
+        let (https, registry) = (edge.https, edge.registry);
         let platform = Self {
             _api: api,
             hosts: [hosts[0].clone(), hosts[1].clone()],
-            auth_url,
+            auth_url: auth_url(https.port()),
             https,
             ca_pem: pki.ca_pem().to_owned(),
             signing_pem: keys.signing_pem,
@@ -209,11 +198,10 @@ impl Keys {
         Ok(Self { dir, signing_pem })
     }
 
-    /// Sign-in with the auth host on `port`, and its auth URL.
-    fn sign_in(&self, port: u16) -> Result<(Arc<slipway::sign_in::SignIn>, String)> {
-        let auth_url = format!("https://auth.{APP_DOMAIN}:{port}");
+    /// Sign-in with the auth host on `port`.
+    fn sign_in(&self, port: u16) -> Result<Arc<slipway::sign_in::SignIn>> {
         let sign_in = slipway::sign_in::SignIn::load(slipway::sign_in::SignInConfig {
-            auth_url: auth_url.parse()?,
+            auth_url: auth_url(port).parse()?,
             signing_key: self.dir.join("signing.pem"),
             published_keys: vec![],
             secret: self.dir.join("secret"),
@@ -223,8 +211,13 @@ impl Keys {
                 client_secret: std::fs::read_to_string(self.dir.join("client-secret"))?,
             }),
         })?;
-        Ok((Arc::new(sign_in), auth_url))
+        Ok(Arc::new(sign_in))
     }
+}
+
+/// The auth URL of an edge whose HTTPS listener is on `port`.
+fn auth_url(port: u16) -> String {
+    format!("https://auth.{APP_DOMAIN}:{port}")
 }
 
 /// A directory of its own under the system's temporary directory.
@@ -678,18 +671,20 @@ async fn a_verified_custom_domain_signs_people_in_with_the_domain_as_audience() 
     api.start_operator_with_domains(&ns, https::domains_config(&ns, true)?)
         .await?;
     let keys = Keys::new()?;
-    let (_, https_addr) = https::start_edge(
+    let https_addr = https::start_edge(
         &api,
         &ns,
         https::EdgeOptions {
             wildcard_secret: WILDCARD,
             access_log: false,
             redirect_https: true,
-            sign_in: Some(Box::new(|port| Ok(keys.sign_in(port)?.0))),
+            acme_http: true,
+            sign_in: Some(Box::new(|port| keys.sign_in(port))),
         },
     )
-    .await?;
-    let auth_url = format!("https://auth.{APP_DOMAIN}:{}", https_addr.port());
+    .await?
+    .https;
+    let auth_url = auth_url(https_addr.port());
     let app = api.create_app(&user, "shop", "static").await;
     let path = format!(
         "/apps/{}/channels/{}/domains",

@@ -163,7 +163,8 @@ pub fn normalize_host(host: &str) -> String {
     strip_port(host).to_ascii_lowercase()
 }
 
-fn strip_port(host: &str) -> &str {
+/// `host` without a port (and brackets of an IPv6 literal) or a trailing dot; case is left as sent.
+pub fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         return host.split_once(']').map_or(host, |(h, _)| &h[1..]);
     }

@@ -155,7 +155,7 @@ pub async fn handle(
     let started = Instant::now();
     let table = edge.table.load();
     if let (Some(sign_in), Some(metrics)) = (&edge.sign_in, &edge.auth_host)
-        && sign_in.is_auth_host(&super::routes::normalize_host(request_host(&req)))
+        && super::routes::strip_port(request_host(&req)).eq_ignore_ascii_case(&sign_in.auth_host)
     {
         let served = |host: &str| {
             table

@@ -201,17 +201,26 @@ pub struct EdgeOptions<'a> {
     pub access_log: bool,
     /// Redirect plain HTTP to HTTPS.
     pub redirect_https: bool,
+    /// Serve plain HTTP on the port Pebble validates HTTP-01 on (one edge at a time can); false: on a free port.
+    pub acme_http: bool,
     /// End-user sign-in; `None`: off.
     pub sign_in: Option<SignInFor<'a>>,
 }
 
-/// An edge for `namespace` in this process: plain HTTP on [`super::EDGE_ADDRESS`] at the port Pebble validates
-/// HTTP-01 on, and HTTPS on a free port there; certificates from `namespace`. Returns (HTTP, HTTPS) addresses.
+/// A test edge's addresses and its metrics.
+pub struct StartedEdge {
+    pub http: SocketAddr,
+    pub https: SocketAddr,
+    pub registry: prometheus_client::registry::Registry,
+}
+
+/// An edge for `namespace` in this process: plain HTTP on [`super::EDGE_ADDRESS`] (at the port Pebble validates
+/// HTTP-01 on, with `acme_http`), and HTTPS on a free port there; certificates from `namespace`.
 pub async fn start_edge(
     api: &super::TestApi,
     namespace: &str,
     options: EdgeOptions<'_>,
-) -> Result<(SocketAddr, SocketAddr)> {
+) -> Result<StartedEdge> {
     use slipway::edge::server::Scheme;
     let https = tokio::net::TcpListener::bind((super::EDGE_ADDRESS, 0)).await?;
     let sign_in = match options.sign_in {
@@ -234,11 +243,14 @@ pub async fn start_edge(
     let mut registry = prometheus_client::registry::Registry::default();
     let (edge, _tasks) =
         slipway::edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
-    let http_port: u16 = pebble_var("SLIPWAY_TEST_ACME_HTTP_PORT")?.parse()?;
+    let http_port: u16 = match options.acme_http {
+        true => pebble_var("SLIPWAY_TEST_ACME_HTTP_PORT")?.parse()?,
+        false => 0,
+    };
     let http = tokio::net::TcpListener::bind((super::EDGE_ADDRESS, http_port))
         .await
         .context("bind the HTTP-01 port (is another run going on?)")?;
-    let addrs = (http.local_addr()?, https.local_addr()?);
+    let (http_addr, https_addr) = (http.local_addr()?, https.local_addr()?);
     for (listener, scheme) in [(http, Scheme::Http), (https, Scheme::Https)] {
         tokio::spawn(slipway::edge::server::serve(
             edge.clone(),
@@ -247,5 +259,9 @@ pub async fn start_edge(
             std::future::pending(),
         ));
     }
-    Ok(addrs)
+    Ok(StartedEdge {
+        http: http_addr,
+        https: https_addr,
+        registry,
+    })
 }
