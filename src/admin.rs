@@ -22,6 +22,29 @@ pub enum AdminCommand {
         #[arg(long, env = "SLIPWAY_DATABASE_URL")]
         database_url: String,
     },
+    /// Move a user to another plan. The new limits reach their running apps in the background (the operator
+    /// resizes them); channel caps and quotas follow at once.
+    SetPlan {
+        /// The user.
+        #[arg(long)]
+        username: String,
+        /// Plan tier (see GET /plans).
+        #[arg(long)]
+        plan: String,
+        /// Postgres URL of the platform database.
+        #[arg(long, env = "SLIPWAY_DATABASE_URL")]
+        database_url: String,
+    },
+    /// Deactivate a user: their SSH keys are removed and every token of theirs is revoked at once (external SQL
+    /// sessions end with them). Their apps are left as they are.
+    DeactivateUser {
+        /// The user.
+        #[arg(long)]
+        username: String,
+        /// Postgres URL of the platform database.
+        #[arg(long, env = "SLIPWAY_DATABASE_URL")]
+        database_url: String,
+    },
     /// Print a new line for the env keyring: `<id> <base64 of 32 random bytes>`.
     NewEnvKey {
         /// Id of the key (for example the date it was made).
@@ -54,6 +77,44 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             let token = create_user(&database_url, &username, &plan).await?;
             eprintln!("created user {username} on the {plan} plan; their token (shown once):");
             println!("{token}");
+            Ok(())
+        }
+        AdminCommand::SetPlan {
+            username,
+            plan,
+            database_url,
+        } => {
+            let Some(plan) = Plan::by_tier(&plan) else {
+                bail!(
+                    "unknown plan {plan}; one of {}",
+                    slipway_crds::plans::PLANS.map(|p| p.tier).join(", ")
+                );
+            };
+            let db = crate::db::connect(&database_url).await?;
+            let kube = kube::Client::try_default()
+                .await
+                .context("connect to Kubernetes")?;
+            let name: Username = username.parse()?;
+            crate::db::users::set_plan(&db, &name, plan.tier)
+                .await?
+                .then_some(())
+                .with_context(|| format!("there is no user named {username}"))?;
+            crate::platform::tenancy::ensure_user_namespace(&kube, &name, plan.tier).await?;
+            eprintln!(
+                "{username} is on the {} plan; their running apps are being resized",
+                plan.tier
+            );
+            Ok(())
+        }
+        AdminCommand::DeactivateUser {
+            username,
+            database_url,
+        } => {
+            let db = crate::db::connect(&database_url).await?;
+            if !crate::db::registrations::deactivate(&db, &username).await? {
+                bail!("there is no active user named {username}");
+            }
+            eprintln!("deactivated {username}: SSH keys removed, tokens revoked");
             Ok(())
         }
         AdminCommand::NewEnvKey { id } => {

@@ -17,6 +17,7 @@ pub mod mirror;
 pub mod operator;
 pub mod platform;
 pub mod postgres;
+pub mod registration;
 pub mod registry_tokens;
 pub mod serve;
 pub mod sharing;

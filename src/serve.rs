@@ -16,6 +16,7 @@ use crate::auth::rate::Budget;
 use crate::mirror::MirrorConfig;
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
+use crate::registration::budget::RegistrationLimits;
 
 /// Options of `slipway api`.
 #[derive(Debug, clap::Args)]
@@ -162,6 +163,28 @@ pub struct ApiArgs {
     /// Longest one git mirror sync may take (connection and fetch), in seconds.
     #[arg(long, env = "SLIPWAY_MIRROR_SYNC_TIMEOUT", default_value_t = MirrorConfig::DEFAULT_TIMEOUT.as_secs())]
     pub mirror_sync_timeout: u64,
+    /// Whether agents may register themselves (`POST /registrations`); `false` answers 503 service_unavailable.
+    #[arg(long, env = "SLIPWAY_REGISTRATION_OPEN", default_value_t = RegistrationLimits::default().open, action = clap::ArgAction::Set)]
+    pub registration_open: bool,
+    /// Registrations one source address may make per hour (429 past it; IPv6 counted per /64); 0 is unlimited.
+    /// Counted per API process, by the TCP peer address (put no proxy that hides it in front of the API).
+    #[arg(long, env = "SLIPWAY_REGISTRATION_PER_SOURCE_PER_HOUR", default_value_t = RegistrationLimits::default().per_source_per_hour)]
+    pub registration_per_source_per_hour: u32,
+    /// Registrations the platform takes per hour from everyone together (429 past it); 0 is unlimited. Counted
+    /// in the platform database, across replicas.
+    #[arg(long, env = "SLIPWAY_REGISTRATION_GLOBAL_PER_HOUR", default_value_t = RegistrationLimits::default().global_per_hour)]
+    pub registration_global_per_hour: u32,
+    /// The SMTP relay email verification codes go out through: `smtp://host:25` (plain), `smtp://host:587?tls=required`
+    /// (STARTTLS), `smtps://host:465`; a user and password go in the userinfo. Unset: the email routes answer 503.
+    #[arg(long, env = "SLIPWAY_SMTP_URL", hide_env_values = true)]
+    pub smtp_url: Option<String>,
+    /// The sender of those mails.
+    #[arg(
+        long,
+        env = "SLIPWAY_MAIL_FROM",
+        default_value = "slipway <noreply@localhost>"
+    )]
+    pub mail_from: String,
 }
 
 impl ApiArgs {
@@ -175,6 +198,11 @@ impl ApiArgs {
                 max_age_days: self.blob_download_max_age_days,
                 max_files: self.blob_download_max_files,
                 max_bytes: self.blob_download_max_bytes,
+            },
+            registration: RegistrationLimits {
+                open: self.registration_open,
+                per_source_per_hour: self.registration_per_source_per_hour,
+                global_per_hour: self.registration_global_per_hour,
             },
         }
     }
@@ -244,6 +272,12 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     if let Some(tokens) = args.registry_tokens.tokens()? {
         state.set_registry_tokens(tokens);
     }
+    if let Some(url) = &args.smtp_url {
+        state.set_mailer(crate::registration::mailer::Mailer::new(
+            url,
+            &args.mail_from,
+        )?);
+    }
     if let Some(gateway_url) = &args.s3_gateway_url {
         state.set_blob_access(crate::blob::access::BlobAccess {
             gateway_url: gateway_url.clone(),
@@ -306,8 +340,12 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         crate::api::internal_router(state.clone()),
     )
     .with_graceful_shutdown(shutdown_signal());
-    let server =
-        axum::serve(listener, crate::api::router(state)).with_graceful_shutdown(shutdown_signal());
+    // The peer address reaches the handlers: registration budgets are per source address.
+    let server = axum::serve(
+        listener,
+        crate::api::router(state).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal());
     // Both listeners drain on the signal; either failing ends the process.
     let servers = async {
         tokio::try_join!(async { server.await.context("serve the API") }, async {

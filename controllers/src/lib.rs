@@ -14,6 +14,7 @@ pub mod forward;
 pub mod ingress;
 pub mod leader;
 pub mod network_policies;
+pub mod plan;
 pub mod postgres;
 pub mod run;
 mod status;

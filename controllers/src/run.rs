@@ -313,13 +313,24 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             .await;
     };
 
+    // Plan changes resize the running apps of the namespace whose plan label moved.
+    let plan_controller = crate::plan::controller(&client, ctx.config.namespace.as_deref())
+        .shutdown_on_signal()
+        .run(
+            |o, c| timed("Plan", o, c, crate::plan::reconcile),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()));
+
     tokio::join!(
         app_controller,
         channel_controller,
         deploy_controller,
         domain_controller,
         forward_controller,
-        tenancy_controller
+        tenancy_controller,
+        plan_controller
     );
     Ok(())
 }

@@ -68,6 +68,10 @@ pub enum ApiError {
     /// 429 `too_many_requests`: the token's request budget is spent; `Retry-After` says when the next one fits.
     #[error("this token sent more requests than its budget allows; retry in {} s", retry_after_secs(*.0))]
     TooManyRequests(std::time::Duration),
+    /// 429 `too_many_requests` with its own message (a registration budget, an email window); `Retry-After` says
+    /// when the next one fits.
+    #[error("{}; retry in {} s", .0, retry_after_secs(*.1))]
+    Throttled(String, std::time::Duration),
     /// 503 `service_unavailable`.
     #[error("{0}")]
     Unavailable(String),
@@ -95,6 +99,13 @@ pub enum ApiError {
     /// 409 `no_aligned_blob_snapshot`: the checkpoint has no object-store leg.
     #[error("{0}")]
     NoAlignedBlobSnapshot(String),
+    /// 410 `gone`: no challenge, or it expired.
+    #[error("{0}")]
+    Gone(String),
+    /// 422 `validation_failed`: the body's fields are not the route's (unknown, missing, of the wrong type or
+    /// size); each problem is listed in the envelope's `fields`.
+    #[error("the request body does not have the fields this route takes: {}", describe(.0))]
+    Validation(Vec<FieldProblem>),
     /// 500 `internal_error`; the cause is logged.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -123,7 +134,9 @@ impl ApiError {
             ApiError::DomainTaken(_) => (StatusCode::CONFLICT, "domain_taken"),
             ApiError::DomainLimit(_) => (StatusCode::BAD_REQUEST, "domain_limit_reached"),
             ApiError::InvalidDomain(e) => (StatusCode::BAD_REQUEST, e.code()),
-            ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
+            ApiError::TooManyRequests(_) | ApiError::Throttled(..) => {
+                (StatusCode::TOO_MANY_REQUESTS, "too_many_requests")
+            }
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
             ApiError::BlobNotReady(_) => (StatusCode::CONFLICT, "blob_not_ready"),
             ApiError::BlobUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "blob_unavailable"),
@@ -137,6 +150,8 @@ impl ApiError {
             ApiError::PostgresUnavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "postgres_unavailable")
             }
+            ApiError::Gone(_) => (StatusCode::GONE, "gone"),
+            ApiError::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }
@@ -145,6 +160,33 @@ impl ApiError {
     pub fn bad_request(message: impl std::fmt::Display) -> Self {
         ApiError::BadRequest(message.to_string())
     }
+}
+
+/// One field's problem in a 422 answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct FieldProblem {
+    /// The body field.
+    pub field: String,
+    /// What is wrong with it: `unknown field`, `required`, `must be a string`, ...
+    pub problem: String,
+}
+
+impl FieldProblem {
+    /// A problem of `field`.
+    pub fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+fn describe(problems: &[FieldProblem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("{} ({})", p.field, p.problem))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Whole seconds to wait, rounded up and at least one (the unit of `Retry-After`).
@@ -166,6 +208,9 @@ pub struct ErrorBody {
     pub code: &'static str,
     /// What went wrong, for a person.
     pub message: String,
+    /// With `validation_failed` (422) only: each field that is wrong, and how.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<FieldProblem>>,
 }
 
 impl IntoResponse for ApiError {
@@ -178,10 +223,14 @@ impl IntoResponse for ApiError {
             error: ErrorBody {
                 code,
                 message: self.to_string(),
+                fields: match &self {
+                    ApiError::Validation(problems) => Some(problems.clone()),
+                    _ => None,
+                },
             },
         };
         let mut response = (status, Json(body)).into_response();
-        if let ApiError::TooManyRequests(wait) = &self {
+        if let ApiError::TooManyRequests(wait) | ApiError::Throttled(_, wait) = &self {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from(retry_after_secs(*wait)),

@@ -11,6 +11,7 @@ pub mod code;
 pub mod deploys;
 pub mod domains;
 pub mod downloads;
+pub mod email;
 pub mod env;
 pub mod error;
 pub mod extract;
@@ -20,12 +21,14 @@ pub mod members;
 pub mod mirror;
 pub mod plans;
 pub mod postgres;
+pub mod registrations;
 pub mod registry;
 pub mod repo;
 mod sign_in_doc;
 pub mod snapshots;
 pub mod ssh_keys;
 pub mod state;
+pub mod stats;
 pub mod tokens;
 pub mod views;
 
@@ -84,6 +87,9 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(env::routes())
         .merge(tokens::routes())
         .merge(plans::routes())
+        .merge(registrations::routes())
+        .merge(email::routes())
+        .merge(stats::routes())
         .merge(repo::routes())
         .merge(code::routes())
         .merge(deploys::routes())

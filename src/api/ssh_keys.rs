@@ -138,11 +138,11 @@ async fn add_key(
         let all_defaults = scopes::DEFAULT
             .iter()
             .all(|s| caller.scopes.iter().any(|c| c == s));
-        // No account has a verified address yet (email verification comes later), so the token must carry email:bind.
-        let bound = caller.scopes.iter().any(|s| s == scopes::EMAIL_BIND);
+        let bound = caller.scopes.iter().any(|s| s == scopes::EMAIL_BIND)
+            || crate::db::users::has_verified_email(state.db(), caller.user_id).await?;
         if !all_defaults || !bound {
             return Err(ApiError::Conflict(
-                "api_login keys need a token with the nine default scopes and email:bind (or a verified email address)".into(),
+                "api_login keys need a token with the nine default scopes, and either email:bind or a verified email address on the account".into(),
             ));
         }
     }

@@ -45,6 +45,8 @@ pub struct Limits {
     pub downloads: bool,
     /// What one bucket checkpoint download may hold.
     pub blob_download: BlobDownloadLimits,
+    /// Whether registration is open, and its budgets.
+    pub registration: crate::registration::budget::RegistrationLimits,
 }
 
 /// What one bucket checkpoint download may hold; past any of these the route answers 409 `conflict` (the files
@@ -81,6 +83,7 @@ impl Default for Limits {
             git_max_push_bytes: Self::DEFAULT_GIT_MAX_PUSH_BYTES,
             downloads: true,
             blob_download: BlobDownloadLimits::default(),
+            registration: Default::default(),
         }
     }
 }
@@ -97,12 +100,16 @@ pub struct AppState {
 struct Guard {
     limits: Limits,
     limiter: TokenLimiter,
+    registrations: crate::registration::budget::SourceBudget,
 }
 
 impl Guard {
     fn new(limits: Limits) -> Self {
         Self {
             limiter: TokenLimiter::new(limits.rate),
+            registrations: crate::registration::budget::SourceBudget::new(
+                limits.registration.per_source_per_hour,
+            ),
             limits,
         }
     }
@@ -122,6 +129,7 @@ struct Inner {
     snapshot_archive: std::sync::OnceLock<crate::postgres::archive::Archive>,
     registry_tokens: std::sync::OnceLock<slipway_internal::registry_token::RegistryTokens>,
     sql_sessions: Arc<crate::sql_proxy::sessions::Sessions>,
+    mailer: std::sync::OnceLock<crate::registration::mailer::Mailer>,
 }
 
 impl AppState {
@@ -150,6 +158,7 @@ impl AppState {
                 snapshot_archive: std::sync::OnceLock::new(),
                 registry_tokens: std::sync::OnceLock::new(),
                 sql_sessions: Arc::default(),
+                mailer: std::sync::OnceLock::new(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
             mirrors: Arc::new(Mirrors::default()),
@@ -181,6 +190,21 @@ impl AppState {
     /// Takes one request from `token`'s budget; `Err` says how long until the next fits.
     pub fn spend_request(&self, token: uuid::Uuid) -> Result<(), std::time::Duration> {
         self.guard.limiter.check(token)
+    }
+
+    /// Takes one registration from `source`'s hourly budget; `Err` says how long until the next fits.
+    pub fn spend_registration(&self, source: std::net::IpAddr) -> Result<(), std::time::Duration> {
+        self.guard.registrations.spend(source)
+    }
+
+    /// Turns email verification on: codes go out through `mailer`. Set once, at start.
+    pub fn set_mailer(&self, mailer: crate::registration::mailer::Mailer) {
+        let _ = self.inner.mailer.set(mailer);
+    }
+
+    /// The mail relay; `None` when none is configured (email verification answers 503).
+    pub fn mailer(&self) -> Option<&crate::registration::mailer::Mailer> {
+        self.inner.mailer.get()
     }
 
     /// Turns object storage on: the routes reach the gateway at `access`. Set once, at start.

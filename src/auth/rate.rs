@@ -6,11 +6,12 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+pub use governor::Quota;
 use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::{DefaultKeyedRateLimiter, RateLimiter};
 use uuid::Uuid;
 
-/// How many idle tokens the limiter remembers before it forgets the ones whose bucket is full again.
+/// How many idle keys a limiter remembers before it forgets the ones whose bucket is full again.
 const REMEMBERED_TOKENS: usize = 10_000;
 
 /// What one token may send.
@@ -47,21 +48,28 @@ const fn non_zero(n: u32) -> NonZeroU32 {
 }
 
 /// The buckets of every token that sent a request lately.
-pub struct TokenLimiter {
-    limiter: Option<DefaultKeyedRateLimiter<Uuid>>,
+pub type TokenLimiter = KeyedLimiter<Uuid>;
+
+/// A bucket per key (a token, a source address) that sent lately; idle keys are forgotten once many are held.
+pub struct KeyedLimiter<K: Clone + Eq + std::hash::Hash> {
+    limiter: Option<DefaultKeyedRateLimiter<K>>,
 }
 
-impl TokenLimiter {
-    /// A limiter with `budget` per token; `None` lets every request through.
+impl<K: Clone + Eq + std::hash::Hash> KeyedLimiter<K> {
+    /// A limiter with `budget` per key; `None` lets every request through.
     pub fn new(budget: Option<Budget>) -> Self {
+        Self::with_quota(budget.map(|b| Quota::per_minute(b.per_minute).allow_burst(b.burst)))
+    }
+
+    /// A limiter with `quota` per key; `None` lets every request through.
+    pub fn with_quota(quota: Option<Quota>) -> Self {
         Self {
-            limiter: budget
-                .map(|b| RateLimiter::keyed(Quota::per_minute(b.per_minute).allow_burst(b.burst))),
+            limiter: quota.map(RateLimiter::keyed),
         }
     }
 
-    /// Takes one request from `token`'s bucket; when it is empty, how long until the next request fits.
-    pub fn check(&self, token: Uuid) -> Result<(), Duration> {
+    /// Takes one request from `key`'s bucket; when it is empty, how long until the next request fits.
+    pub fn check(&self, key: K) -> Result<(), Duration> {
         let Some(limiter) = &self.limiter else {
             return Ok(());
         };
@@ -70,14 +78,14 @@ impl TokenLimiter {
             limiter.shrink_to_fit();
         }
         limiter
-            .check_key(&token)
+            .check_key(&key)
             .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
     }
 }
 
-impl std::fmt::Debug for TokenLimiter {
+impl<K: Clone + Eq + std::hash::Hash> std::fmt::Debug for KeyedLimiter<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenLimiter")
+        f.debug_struct("KeyedLimiter")
             .field("enabled", &self.limiter.is_some())
             .finish()
     }

@@ -1,5 +1,5 @@
 //! The platform database (Postgres through sqlx): users, tokens, memberships, git mirrors, the audit journal,
-//! deploy logs, bandwidth and object stores. Cluster state (apps, channels, deploys) is not here; it lives in the
+//! deploy logs, bandwidth, object stores, and what registration and email verification keep. Cluster state (apps, channels, deploys) is not here; it lives in the
 //! custom resources.
 
 pub mod audit;
@@ -7,8 +7,10 @@ pub mod bandwidth;
 pub mod claims;
 pub mod deploy_logs;
 pub mod domain_claims;
+pub mod email_challenges;
 pub mod members;
 pub mod mirrors;
+pub mod registrations;
 pub mod ssh_keys;
 pub mod tokens;
 pub mod users;

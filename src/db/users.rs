@@ -40,3 +40,23 @@ pub async fn by_username(db: &PgPool, username: &str) -> sqlx::Result<Option<Use
         .fetch_optional(db)
         .await
 }
+
+/// Whether the account has a verified email address.
+pub async fn has_verified_email(db: &PgPool, user: Uuid) -> sqlx::Result<bool> {
+    let (verified,): (bool,) = sqlx::query_as("SELECT email IS NOT NULL FROM users WHERE id = $1")
+        .bind(user)
+        .fetch_optional(db)
+        .await?
+        .unwrap_or((false,));
+    Ok(verified)
+}
+
+/// Moves the account to `plan`; false when there is no such account.
+pub async fn set_plan(db: &PgPool, username: &Username, plan: &str) -> sqlx::Result<bool> {
+    let done = sqlx::query("UPDATE users SET plan = $2 WHERE username = $1")
+        .bind(username.as_str())
+        .bind(plan)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}

@@ -19,6 +19,8 @@ const NONCE_LEN: usize = 12;
 #[derive(Clone)]
 pub struct Keyring {
     keys: Vec<(String, Aes256Gcm)>,
+    /// The sealing key's bytes, from which [`Keyring::derived_key`] derives keys for other purposes.
+    active: [u8; 32],
 }
 
 impl std::fmt::Debug for Keyring {
@@ -26,6 +28,17 @@ impl std::fmt::Debug for Keyring {
         let ids: Vec<&str> = self.keys.iter().map(|(id, _)| id.as_str()).collect();
         f.debug_struct("Keyring").field("key_ids", &ids).finish()
     }
+}
+
+/// HMAC-SHA256 of `parts` (concatenated) under `key`.
+pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    use hmac::{KeyInit as _, Mac as _};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().into()
 }
 
 /// A sealed value and the key that sealed it.
@@ -41,6 +54,7 @@ impl Keyring {
     /// Parses keyring text: one `<key-id> <base64 key>` per line, blank lines and `#` comments ignored.
     pub fn parse(text: &str) -> anyhow::Result<Self> {
         let mut keys = Vec::new();
+        let mut active = None;
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -66,11 +80,14 @@ impl Keyring {
                 n + 1
             );
             keys.push((id.to_owned(), cipher));
+            if active.is_none() {
+                active = <[u8; 32]>::try_from(key.as_slice()).ok();
+            }
         }
-        if keys.is_empty() {
+        let Some(active) = active else {
             bail!("the keyring holds no key");
-        }
-        Ok(Self { keys })
+        };
+        Ok(Self { keys, active })
     }
 
     /// Reads a keyring file.
@@ -84,6 +101,15 @@ impl Keyring {
     pub fn generate_line(id: &str) -> String {
         let key: [u8; 32] = rand::rng().random();
         format!("{id} {}", STANDARD.encode(key))
+    }
+
+    /// A key for `purpose` derived from the sealing key (HMAC-SHA256 of the purpose): for keyed hashes the
+    /// database stores, such as email codes. It changes when the keyring's first key does.
+    pub fn derived_key(&self, purpose: &str) -> [u8; 32] {
+        hmac_sha256(
+            &self.active,
+            &[b"slipway derived key\0", purpose.as_bytes()],
+        )
     }
 
     /// The id of the sealing key.

@@ -87,16 +87,8 @@ pub struct IdentityClaims {
     pub exp: u64,
 }
 
-/// HMAC-SHA256 of `parts` under `key`: how sign-in derives its keys from the secret (one label per key) and `sub`.
-pub(crate) fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    use hmac::{KeyInit as _, Mac as _};
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-    for part in parts {
-        mac.update(part);
-    }
-    mac.finalize().into_bytes().into()
-}
+/// How sign-in derives its keys from the secret (one label per key) and `sub`.
+pub(crate) use crate::env::crypto::hmac_sha256;
 
 /// `return_to` when it is a path on the same host: it starts with one `/`, and holds only printable ASCII without
 /// a backslash (`//evil`, `/\evil` and `https://evil` would leave the host in a browser; anything else non-ASCII

@@ -792,7 +792,13 @@ async fn serve_on(router: &axum::Router, ip: &str) -> Result<String> {
     let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
     let addr = listener.local_addr()?;
     let router = router.clone();
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await
+    });
     Ok(format!("http://{addr}"))
 }
 

@@ -25,7 +25,9 @@ use crate::context::{Context, FIELD_MANAGER};
 use crate::deletion::delete_if_present;
 use crate::error::Error;
 
-pub use objects::{APP_CONTAINER, APP_UID, FORWARD_PORT, HTTP_PORT, Names};
+pub use objects::{
+    APP_CONTAINER, APP_UID, FORWARD_PORT, HTTP_PORT, Names, app_resources, tmp_volume,
+};
 pub use probe::CONTAINER as READINESS_CONTAINER;
 pub use readiness::WINDOW as READINESS_WINDOW;
 

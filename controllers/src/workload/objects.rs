@@ -289,7 +289,7 @@ pub fn empty_dir(name: &str, medium: Medium, size_limit: &str) -> Volume {
 }
 
 /// The app's `/tmp`: on disk, at most [`ephemeral_storage_mib`].
-fn tmp_volume(plan: &slipway_crds::plans::Plan) -> Volume {
+pub fn tmp_volume(plan: &slipway_crds::plans::Plan) -> Volume {
     empty_dir(
         TMP_VOLUME,
         Medium::Disk,
