@@ -14,7 +14,7 @@
 # ports from $SLIPWAY_TEST_ETCD_PORT (22379; e2e uses +2) and $SLIPWAY_TEST_APISERVER_PORT (26443; e2e uses +1),
 # node slot $SLIPWAY_TEST_NODE_SLOT (1), Pebble's ports from $SLIPWAY_TEST_PEBBLE_PORT (24400, see hack/pebble.sh), the
 # channels' data server's port from $SLIPWAY_TEST_DATA_PORT (25500; e2e uses +1), the upstream OIDC provider's from
-# $SLIPWAY_TEST_OIDC_PORT (29400). Set them to run two test runs side by side.
+# $SLIPWAY_TEST_OIDC_PORT (29400), the SMTP server's from $SLIPWAY_TEST_SMTP_PORT (29525). Set them to run two test runs side by side.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
@@ -73,13 +73,17 @@ for tier in "${tiers[@]}"; do
         data_server() { SLIPWAY_PG_DATA_SERVER=1 SLIPWAY_PG_PORT=$data_port "$HACK/postgres.sh" "$@"; }
         "$HACK/control-plane.sh" stop >/dev/null 2>&1 || true
         export SLIPWAY_OIDC_PORT=${SLIPWAY_TEST_OIDC_PORT:-29400}
-        trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop; data_server stop; "$HACK/pebble.sh" stop; "$HACK/oidc.sh" stop' EXIT
+        export SLIPWAY_SMTP_PORT=${SLIPWAY_TEST_SMTP_PORT:-29525}
+        trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop; data_server stop; "$HACK/pebble.sh" stop; "$HACK/oidc.sh" stop; "$HACK/smtp.sh" stop' EXIT
         "$HACK/control-plane.sh" start
         "$HACK/pebble.sh" start
         eval "$("$HACK/pebble.sh" env)"
         # End-user sign-in's upstream identity provider.
         "$HACK/oidc.sh" start
         eval "$("$HACK/oidc.sh" env)"
+        # The mail relay email verification codes go through; tests read them from its Maildir.
+        "$HACK/smtp.sh" start
+        eval "$("$HACK/smtp.sh" env)"
         SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
         # The channels' databases live on a server of their own, as they do in the chart.
         SLIPWAY_TEST_DATA_SERVER_URL=$(data_server start)

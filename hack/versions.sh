@@ -29,6 +29,9 @@ VERSITYGW_VERSION=v1.8.0
 # The upstream OpenID Connect provider the sign-in tests sign people in through (hack/oidc.sh): oidc-provider-mock
 # from PyPI, in a virtualenv of its own. 0.4 needs Python 3.12; python3 here is 3.11.
 OIDC_MOCK_VERSION=0.3.4
+# The SMTP server that receives email verification codes in tests and `make up` (hack/smtp.sh): aiosmtpd from PyPI,
+# writing every message into a Maildir.
+AIOSMTPD_VERSION=1.4.6
 # A JavaScript JWT library the sign-in test's app carries in its own repository (pods reach no registry): jose, from
 # npm (hack/install-deps.sh packs it into $SLIPWAY_CACHE/npm).
 JOSE_VERSION=6.2.18

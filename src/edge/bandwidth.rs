@@ -55,15 +55,20 @@ impl Bandwidth {
 pub async fn report(bandwidth: Arc<Bandwidth>, internal: InternalClient) {
     loop {
         tokio::time::sleep(REPORT_EVERY).await;
-        let bytes = bandwidth.take();
-        if bytes.is_empty() {
-            continue;
-        }
-        let report = BandwidthReport { bytes };
-        if let Err(e) = internal.report_bandwidth(&report).await {
-            tracing::warn!(error = %e, "could not report bandwidth; it goes with the next report");
-            bandwidth.give_back(report.bytes);
-        }
+        report_once(&bandwidth, &internal).await;
+    }
+}
+
+/// Reports what was counted since the last report; what cannot be reported is kept for the next one.
+pub async fn report_once(bandwidth: &Bandwidth, internal: &InternalClient) {
+    let bytes = bandwidth.take();
+    if bytes.is_empty() {
+        return;
+    }
+    let report = BandwidthReport { bytes };
+    if let Err(e) = internal.report_bandwidth(&report).await {
+        tracing::warn!(error = %e, "could not report bandwidth; it goes with the next report");
+        bandwidth.give_back(report.bytes);
     }
 }
 

@@ -253,6 +253,8 @@ pub struct Edge {
     access_log: bool,
     object_store: Option<SocketAddr>,
     bandwidth: Arc<bandwidth::Bandwidth>,
+    /// The API server's internal listener, where bandwidth is reported.
+    internal: InternalClient,
     certs: Arc<certs::Certificates>,
     tls_config: Arc<rustls::ServerConfig>,
     tls: TlsSettings,
@@ -287,6 +289,7 @@ impl Edge {
             access_log: config.access_log,
             object_store: config.object_store,
             bandwidth: Arc::default(),
+            internal,
             forwarder: config
                 .forward_listen
                 .map(|host| forward::Forwarder::new(host, registry)),
@@ -320,9 +323,15 @@ impl Edge {
         tokio::spawn(Self::warm_up(edge.clone(), first));
         tasks.push(tokio::spawn(bandwidth::report(
             edge.bandwidth.clone(),
-            internal,
+            edge.internal.clone(),
         )));
         Ok((edge, tasks))
+    }
+
+    /// Reports the bandwidth counted since the last report now (at shutdown, once every connection has drained, so
+    /// a restart loses none of it).
+    pub async fn report_bandwidth(&self) {
+        bandwidth::report_once(&self.bandwidth, &self.internal).await;
     }
 
     /// Whether the edge is ready for traffic: its first table's static sites are loaded.
@@ -487,9 +496,12 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
     let servers = futures::future::join_all(servers);
     let watch_tasks = futures::future::select_all(tasks);
     tokio::select! {
-        served = servers => served.into_iter().try_for_each(|s| {
-            s.context("edge server task")?.context("serve HTTP")
-        }),
+        served = servers => {
+            edge.report_bandwidth().await;
+            served.into_iter().try_for_each(|s| {
+                s.context("edge server task")?.context("serve HTTP")
+            })
+        }
         admin = admin => admin.context("admin server"),
         (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a watch task stopped: {ended:?}")),
     }

@@ -8,6 +8,7 @@
 // Test support: a panic is the right answer to a broken fixture, and not every test uses every helper.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod agent;
 pub mod blob;
 pub mod browser;
 pub mod chromium;
