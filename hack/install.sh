@@ -46,6 +46,9 @@ EDGE_TLS_NODE_PORT=30443
 # (hack/oidc.sh, which signs anyone in: for trying the platform out) on the host's end of the node's link, where the
 # edge's pods reach it for the token exchange.
 OIDC_PORT=$((9400 + ${SLIPWAY_NODE_SLOT:-0}))
+# Email verification: a local SMTP server (hack/smtp.sh, which keeps every message in a Maildir and relays none) on
+# the host's end of the node's link, where the api pod sends codes.
+SMTP_PORT=$((9525 + ${SLIPWAY_NODE_SLOT:-0}))
 # Raw TCP forwarding: node ports 31000-31019, one per exposed channel.
 FORWARD_FIRST_PORT=31000
 WILDCARD_SECRET=slipway-wildcard-tls
@@ -171,6 +174,10 @@ api:
   # range from here; the Service range it reads from the cluster's ServiceCIDR.
   mirror:
     denyCidrs: [$SLIPWAY_POD_CIDR]
+  # Verification codes go to the local SMTP server, which keeps them in its Maildir.
+  mail:
+    smtpUrl: $SLIPWAY_TEST_SMTP_URL
+    from: "slipway <noreply@$APP_DOMAIN>"
 edge:
   service:
     type: NodePort
@@ -228,6 +235,12 @@ oidc() {
   [ -s "$DIR/oidc-client-secret" ] || (umask 077 && openssl rand -hex 24 >"$DIR/oidc-client-secret")
 }
 
+# The mail relay email verification codes go out through.
+smtp() {
+  SLIPWAY_SMTP_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_SMTP_PORT=$SMTP_PORT "$HACK/smtp.sh" start
+  eval "$(SLIPWAY_SMTP_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_SMTP_PORT=$SMTP_PORT "$HACK/smtp.sh" env)"
+}
+
 # Runs helm and, when the release does not become ready, says which pod held it up and why.
 helm_or_explain() {
   if ! helm "$@"; then
@@ -257,6 +270,7 @@ export SLIPWAY_PLATFORM_DATA_SERVER_URL=$(cat "$DIR/data-server-url")
 export SLIPWAY_PLATFORM_ADMIN_TOKEN=$(cat "$DIR/admin-token")
 export SLIPWAY_PLATFORM_AUTH_URL=https://auth.$APP_DOMAIN:$EDGE_TLS_NODE_PORT
 export SLIPWAY_PLATFORM_OIDC_ISSUER=$SLIPWAY_TEST_OIDC_ISSUER
+export SLIPWAY_PLATFORM_MAILDIR=$SLIPWAY_TEST_MAILDIR
 EOT
 }
 
@@ -286,6 +300,7 @@ install() {
   volumes
   wildcard_certificate
   oidc
+  smtp
   values "$image" "$backend" "$data_server" >"$DIR/values.yaml"
   log "helm upgrade --install $RELEASE ($image)"
   helm_or_explain upgrade --install "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" \
@@ -324,6 +339,7 @@ case "${1:-}" in
   uninstall)
     helm uninstall "$RELEASE" --namespace "$NAMESPACE" --wait --ignore-not-found >/dev/null
     "$HACK/oidc.sh" stop >/dev/null
+    "$HACK/smtp.sh" stop >/dev/null
     log "uninstalled $RELEASE"
     ;;
   env) cat "$DIR/env" ;;

@@ -99,7 +99,7 @@ for tier in "${tiers[@]}"; do
         export SLIPWAY_NODE_SLOT=${SLIPWAY_TEST_NODE_SLOT:-1}
         export SLIPWAY_PG_PORT=$((${SLIPWAY_TEST_PG_PORT:-25432} + 1))
         export SLIPWAY_DATA_SERVER_PORT=$((${SLIPWAY_TEST_DATA_PORT:-25500} + 1))
-        trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop; "$HACK/data-server.sh" stop; "$HACK/oidc.sh" stop; rm -rf "$SLIPWAY_RUN/platform"' EXIT
+        trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop; "$HACK/data-server.sh" stop; "$HACK/oidc.sh" stop; "$HACK/smtp.sh" stop; rm -rf "$SLIPWAY_RUN/platform"' EXIT
         "$HACK/node.sh" start
         eval "$("$HACK/node.sh" env)"
         # Pods reach this Postgres too: the chart-installed platform keeps its database here.

@@ -34,12 +34,18 @@ $SLIPWAY_REGISTRY (which also serves the warm bases node:22-slim, python:3.13-sl
   TCP forwards: $SLIPWAY_PLATFORM_FORWARD_HOST, ports 31000-31019   (POST .../channels/<id>/forward on a builder plan)
   sign-in:      $SLIPWAY_PLATFORM_AUTH_URL   (the apps' identity provider; people sign in at the local test
                 provider $SLIPWAY_PLATFORM_OIDC_ISSUER, which lets anyone in under any name)
+  mail:         verification codes (POST /me/email-verifications) land in $SLIPWAY_PLATFORM_MAILDIR/new
+                (a local SMTP server that delivers nothing further)
 
   curl -s -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{"name":"blog"}' $API/apps
   curl -s -H "Authorization: Bearer $TOKEN" $API/apps
 
   # after a deploy (POST $API/apps/<id>/channels/<id>/deploy), the prod channel answers on the edge:
   curl -s -H 'Host: blog-admin.$SLIPWAY_PLATFORM_APP_DOMAIN' $EDGE/
+
+  # an agent registers itself with an SSH key (POST /registrations, see the OpenAPI document):
+  ssh-keygen -t ed25519 -N '' -f agent && printf 'svc-register\n\n%s\n' "\$(date +%s)" >msg
+  ssh-keygen -Y sign -n svc-register -f agent msg   # writes msg.sig; send the key, time and signature as JSON
 
   git clone http://admin:$TOKEN@${API#http://}/admin/blog.git     # the token is the password
   git clone ssh://git@$SSH_HOST:$SSH_PORT/admin/blog.git   # after POST /ssh-keys with your public key

@@ -8,8 +8,10 @@
 //! writing and reading its channel's bucket with the injected `S3_*` keys through the chart's S3 gateway and bundled
 //! backend, raw TCP forwarded through the chart's forward Service from the allowlist only, an open session
 //! outliving its unexpose until a redeploy ends it, an app migrating its channel's database at start, whose
-//! pre-deploy snapshot brings the data of v1 back under v2's code, and end-user sign-in: two deployed apps verifying
-//! the identity cookie themselves with a standard JWT library, and headless Chromium signing in on a deployed page.
+//! pre-deploy snapshot brings the data of v1 back under v2's code, end-user sign-in: two deployed apps verifying
+//! the identity cookie themselves with a standard JWT library, and headless Chromium signing in on a deployed page,
+//! and an agent registering itself with an SSH key, whose running app grows to the basic plan once the code the
+//! chart's mail relay delivered verifies its address.
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -1262,4 +1264,146 @@ async fn people_sign_in_to_deployed_apps_that_verify_the_cookie_themselves_in_a_
     chromium.close().await?;
     platform.delete_app(&ida, &app_one).await?;
     platform.delete_app(&ida, &app_two).await
+}
+
+/// The memory limit of the app container of each Ready pod of `namespace`'s app `app`.
+async fn ready_app_memory(namespace: &str, app: &str) -> Result<Vec<String>> {
+    let out = kubectl(&[
+        "-n",
+        namespace,
+        "get",
+        "pods",
+        "-l",
+        &format!("slipway.dev/app={app},app.kubernetes.io/component=run"),
+        "-o",
+        "json",
+    ])
+    .await?;
+    let pods: Value = serde_json::from_str(&out)?;
+    let mut limits = Vec::new();
+    for pod in pods["items"].as_array().into_iter().flatten() {
+        let ready = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        if ready && pod["metadata"]["deletionTimestamp"].is_null() {
+            for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
+                if c["name"] == "app" {
+                    limits.push(
+                        c["resources"]["limits"]["memory"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_owned(),
+                    );
+                }
+            }
+        }
+    }
+    Ok(limits)
+}
+
+#[tokio::test]
+async fn an_agent_registers_with_its_ssh_key_and_a_mailed_code_grows_its_running_app_to_basic()
+-> Result<()> {
+    let platform = Installed::from_env()?;
+    let maildir: std::path::PathBuf = std::env::var("SLIPWAY_PLATFORM_MAILDIR")?.into();
+    // The agent signs its registration with ssh-keygen and sends it to the installed API: no admin involved.
+    let key = support::agent::AgentKey::new("ed25519")?;
+    let registered = platform
+        .request(
+            "POST",
+            &format!("{}/registrations", platform.api),
+            None,
+            None,
+            Some(key.registration(None, support::agent::now())?),
+        )
+        .await?
+        .expect(200);
+    assert_eq!(registered["plan"], "starter");
+    let username = registered["username"].as_str().unwrap().to_owned();
+    let agent = Account {
+        namespace: format!("slipway-user-{username}"),
+        token: registered["token"].as_str().unwrap().to_owned(),
+        username,
+    };
+    let (app, channel) = platform.create_app(&agent, "grow", "app").await?;
+    let sha = platform
+        .call(
+            "POST",
+            &format!("/apps/{app}/changeset"),
+            &agent,
+            Some(json!({"message": "v1", "changes": {
+                "server.py": SERVER, "VERSION": "v1\n", "launch.sh": "exec python3 server.py\n"}})),
+        )
+        .await?
+        .expect(200)["sha"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, log) = platform.deploy(&agent, &app, &channel, &sha).await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    let host = platform.prod_host(&agent, "grow");
+    platform.wait_for_page(&host, "/", "version=v1").await?;
+    assert_eq!(
+        ready_app_memory(&agent.namespace, "grow").await?,
+        ["128Mi"],
+        "starter"
+    );
+
+    // The address is proven by the code the installed API mailed through the chart's SMTP relay.
+    let address = format!("{}@example.test", agent.username);
+    platform
+        .call(
+            "POST",
+            "/me/email-verifications",
+            &agent,
+            Some(json!({"email": address})),
+        )
+        .await?
+        .expect(200);
+    let code = support::agent::code_mailed_to(&maildir, &address)?;
+    let verified = platform
+        .call(
+            "POST",
+            "/me/email-verifications/complete",
+            &agent,
+            Some(json!({"code": code})),
+        )
+        .await?
+        .expect(200);
+    assert_eq!(
+        verified,
+        json!({"status": "verified", "plan": "basic", "apply_queued": true})
+    );
+
+    // The operator resizes the running app to basic's 256 MiB; the page answers throughout the rollover.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(180);
+    let mut answers = 0;
+    loop {
+        let page = platform.edge_get(&host, "/").await?;
+        assert_eq!(
+            (page.status, page.text().contains("version=v1")),
+            (200, true),
+            "{}",
+            page.text()
+        );
+        answers += 1;
+        if ready_app_memory(&agent.namespace, "grow").await? == ["256Mi"] {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not resized: {:?}",
+            ready_app_memory(&agent.namespace, "grow").await?
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    println!("resized to basic with the page answering all {answers} requests during the rollover");
+    let usage = platform
+        .call("GET", "/me/usage", &agent, None)
+        .await?
+        .expect(200);
+    assert_eq!(usage["plan"], "basic");
+    platform.delete_app(&agent, &app).await
 }
