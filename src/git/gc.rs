@@ -57,11 +57,16 @@ pub async fn pass(state: &AppState, prune: &str) -> usize {
     collected
 }
 
-/// Collects every repository every [`EVERY`], for the life of the process.
+/// How long after the start the first pass runs: soon, so an API restarted more often than [`EVERY`] still
+/// collects, but not while a rollout is starting it.
+pub const FIRST_PASS_AFTER: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+
+/// Collects every repository [`FIRST_PASS_AFTER`] the start and then every [`EVERY`], for the life of the process.
 pub async fn run(state: AppState, prune: String) {
+    tokio::time::sleep(FIRST_PASS_AFTER).await;
     loop {
-        tokio::time::sleep(EVERY).await;
         let collected = pass(&state, &prune).await;
         tracing::info!(collected, "repositories garbage-collected");
+        tokio::time::sleep(EVERY).await;
     }
 }
