@@ -81,12 +81,12 @@ for tier in "${tiers[@]}"; do
         # End-user sign-in's upstream identity provider.
         "$HACK/oidc.sh" start
         eval "$("$HACK/oidc.sh" env)"
-        # The mail relay email verification codes go through; tests read them from its Maildir.
-        "$HACK/smtp.sh" start
-        eval "$("$HACK/smtp.sh" env)"
         SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
         # The channels' databases live on a server of their own, as they do in the chart.
         SLIPWAY_TEST_DATA_SERVER_URL=$(data_server start)
+        # The mail relay email verification codes go through; tests read them from its Maildir.
+        "$HACK/smtp.sh" start
+        eval "$("$HACK/smtp.sh" env)"
         export SLIPWAY_TEST_DATABASE_URL SLIPWAY_TEST_DATA_SERVER_URL
         export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
         cargo_test -p slipway --locked --test 'cluster_*'

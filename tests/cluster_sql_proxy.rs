@@ -159,16 +159,43 @@ async fn psql_and_sqlx_reach_the_channels_databases_only_while_the_toggle_is_on(
     let other = f.api.user("sqlother", "basic").await?;
     let wrong_token = slipway::auth::token::generate();
     let cases = [
-        url(port, &user.username, &wrong_token, "shop", "require"),
-        url(port, &user.username, &user.token, "nope", "require"),
-        url(port, &user.username, &user.token, "shop-nope", "require"),
-        url(port, &user.username, &other.token, "shop", "require"),
-        url(port, &other.username, &other.token, "shop", "require"),
-        url(port, &other.username, &user.token, "shop", "require"),
+        (
+            url(port, &user.username, &wrong_token, "shop", "require"),
+            user,
+        ),
+        (
+            url(port, &user.username, &user.token, "nope", "require"),
+            user,
+        ),
+        (
+            url(port, &user.username, &user.token, "shop-nope", "require"),
+            user,
+        ),
+        (
+            url(port, &user.username, &other.token, "shop", "require"),
+            user,
+        ),
+        (
+            url(port, &other.username, &other.token, "shop", "require"),
+            &other,
+        ),
+        (
+            url(port, &other.username, &user.token, "shop", "require"),
+            &other,
+        ),
+        // The server's own name of the first account's database, asked for by the other account and by its owner
+        // (only app names reach a database).
+        (
+            url(port, &other.username, &other.token, &prod_db, "require"),
+            &other,
+        ),
+        (
+            url(port, &user.username, &user.token, &prod_db, "require"),
+            user,
+        ),
     ];
-    for (i, case) in cases.iter().enumerate() {
+    for (i, (case, user_named)) in cases.iter().enumerate() {
         let refused = run_psql(case, "SELECT 1").await.unwrap_err();
-        let user_named = if i >= 4 { &other } else { user };
         assert!(
             refused.contains(&refused_text(user_named)),
             "case {i}: {refused}"
