@@ -3,7 +3,8 @@
 //!
 //! This tier has no node, so the channel's "pod" is an HTTP server of the test's own on this machine's address,
 //! named by the channel's Service and an EndpointSlice labelled as the EndpointSlice controller's. A second server
-//! ("loot") stands for an address an attacker wants the edge to reach; the test counts what reaches it.
+//! ("loot") stands for an address an attacker wants the edge to reach; the test counts what reaches it. The same
+//! setup shows what the edge sends counted exactly as the owner's bandwidth of the month.
 
 // A test fails loudly on a reply of the wrong shape.
 #![allow(clippy::unwrap_used)]
@@ -94,18 +95,15 @@ fn ingress(name: &str, host: &str, backend_service: &str, owners: serde_json::Va
     .unwrap()
 }
 
-#[tokio::test]
-async fn the_edge_routes_only_the_operators_ingress_of_a_channel() -> Result<()> {
-    let api = TestApi::start().await?;
-    let user = api.user("edgetrust", "builder").await?;
-    api.create_app(&user, "web", "app").await;
-    let _operator = api.start_operator_without_node(&user.namespace).await?;
-    let pod = Pod::start("pod").await?;
-    let loot = Pod::start("loot").await?;
+/// The prod channel of `user`'s app `web` (template `app`) with `pod` behind its Service, once the operator has
+/// written its hostname and Ingress: the channel and its hostname.
+async fn served_web_channel(
+    api: &TestApi,
+    user: &support::User,
+    pod: &Pod,
+) -> Result<(Channel, String)> {
+    api.create_app(user, "web", "app").await;
     support::service_with_pod(&api.kube, &user.namespace, "web-prod", "http", pod.addr).await?;
-    support::service_with_pod(&api.kube, &user.namespace, "loot", "http", loot.addr).await?;
-
-    // The channel's hostname, once the operator has written it with the channel's Ingress.
     let channels: Api<Channel> = Api::namespaced(api.kube.clone(), &user.namespace);
     let ingresses: Api<Ingress> = Api::namespaced(api.kube.clone(), &user.namespace);
     slipway_testkit::wait_until(WITHIN, || {
@@ -119,19 +117,41 @@ async fn the_edge_routes_only_the_operators_ingress_of_a_channel() -> Result<()>
     .await?;
     let channel = channels.get("web.prod").await?;
     let hostname = channel.status.as_ref().unwrap().hostname.clone().unwrap();
+    Ok((channel, hostname))
+}
 
-    let mut registry = prometheus_client::registry::Registry::default();
+/// An edge of `user`'s namespace in this process, serving plain HTTP on loopback: the edge and its address.
+async fn start_edge(
+    api: &TestApi,
+    user: &support::User,
+    registry: &mut prometheus_client::registry::Registry,
+) -> Result<(Arc<slipway::edge::Edge>, SocketAddr)> {
     let config = api.edge_config(&user.namespace, false).await?;
-    let (edge, _tasks) =
-        slipway::edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
+    let (edge, _tasks) = slipway::edge::Edge::start(api.kube.clone(), config, registry).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let at = listener.local_addr()?;
     tokio::spawn(slipway::edge::server::serve(
-        edge,
+        edge.clone(),
         listener,
         slipway::edge::server::Scheme::Http,
         std::future::pending(),
     ));
+    Ok((edge, at))
+}
+
+#[tokio::test]
+async fn the_edge_routes_only_the_operators_ingress_of_a_channel() -> Result<()> {
+    let api = TestApi::start().await?;
+    let user = api.user("edgetrust", "builder").await?;
+    let _operator = api.start_operator_without_node(&user.namespace).await?;
+    let pod = Pod::start("pod").await?;
+    let loot = Pod::start("loot").await?;
+    support::service_with_pod(&api.kube, &user.namespace, "loot", "http", loot.addr).await?;
+    let (channel, hostname) = served_web_channel(&api, &user, &pod).await?;
+    let ingresses: Api<Ingress> = Api::namespaced(api.kube.clone(), &user.namespace);
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    let (_edge, at) = start_edge(&api, &user, &mut registry).await?;
     // The operator's Ingress reaches the channel's pod: the path the attempts below take works.
     assert_eq!(get(at, &hostname).await?, (200, "pod".to_owned()));
     assert_eq!(ignored_rules(&registry), Some(0));
@@ -202,5 +222,73 @@ async fn the_edge_routes_only_the_operators_ingress_of_a_channel() -> Result<()>
         assert_eq!(get(at, &hostname).await?, (200, "pod".to_owned()));
     }
     assert_eq!(loot.reached(), 0, "nothing reached the attacker's address");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_bytes_the_edge_sends_are_the_owner_s_bandwidth_this_month_exactly_and_outlive_a_restart()
+-> Result<()> {
+    let api = TestApi::start().await?;
+    let user = api.user("edgebytes", "builder").await?;
+    let _operator = api.start_operator_without_node(&user.namespace).await?;
+    let body = "fifteen bytes!\n";
+    let pod = Pod::start(body).await?;
+    let (_, hostname) = served_web_channel(&api, &user, &pod).await?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let (edge, at) = start_edge(&api, &user, &mut registry).await?;
+
+    // Last month's bytes are not this month's.
+    sqlx::query(
+        "INSERT INTO bandwidth_usage (owner, month, bytes)
+         VALUES ($1, (date_trunc('month', now() AT TIME ZONE 'UTC') - interval '1 month')::date, 999)",
+    )
+    .bind(&user.username)
+    .execute(api.state.db())
+    .await?;
+    let mut sent = 0;
+    for _ in 0..10 {
+        let (status, text) = get(at, &hostname).await?;
+        assert_eq!((status, text.as_str()), (200, body));
+        sent += text.len();
+    }
+    // A host nobody owns is nobody's bandwidth.
+    assert_eq!(get(at, "nobody.example").await?.0, 404);
+
+    // What a stopping edge reports once it has drained; the periodic report may carry part of it instead, never
+    // twice.
+    edge.report_bandwidth().await;
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let usage = api.get("/me/usage", &user).await.expect(200, None);
+        let bytes = usage["bandwidth_month_bytes"].as_u64().unwrap();
+        assert!(
+            bytes <= sent as u64,
+            "counted more than was sent: {bytes} > {sent}"
+        );
+        if bytes == sent as u64 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{bytes} of {sent} bytes reported"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(sent, 150);
+    // Another API process (a restart) reads the same month from the platform database; another account has none.
+    let restarted = api.replica().await?;
+    let usage = support::call_on(
+        &restarted,
+        axum::http::Method::GET,
+        "/me/usage",
+        Some(&user.token),
+        None,
+    )
+    .await
+    .expect(200, None);
+    assert_eq!(usage["bandwidth_month_bytes"], 150);
+    let stranger = api.user("edgenobody", "basic").await?;
+    let usage = api.get("/me/usage", &stranger).await.expect(200, None);
+    assert_eq!(usage["bandwidth_month_bytes"], 0);
     Ok(())
 }
