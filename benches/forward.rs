@@ -1,7 +1,10 @@
-//! Raw TCP forwarding through the edge's forward listener against a direct connection to the same server: bulk
-//! throughput (MiB/s one way, into a sink) and round-trip latency of 64-byte messages (p50, p99), with the
-//! forward's ratio and the latency it adds. The listener is the edge's own (`slipway::edge::forward`), with an
-//! allowlist to check on every accept; the server stands in for the channel's pod, on this machine's address.
+//! Raw TCP forwarding through the edge's forward listener against a direct connection to the same server, and
+//! against nginx's TCP proxy (the `stream` module, one worker) in front of the same server in the same run: bulk
+//! throughput (MiB/s one way, into a sink) and round-trip latency of 64-byte messages (p50, p99), with each
+//! proxy's ratio to the direct connection and the latency it adds. The listener is the edge's own
+//! (`slipway::edge::forward`), with an allowlist to check on every accept; the server stands in for the channel's
+//! pod, on this machine's address. Client, proxy and server share this machine's cores, so a proxy's ratio here
+//! is its CPU cost beside the kernel's, not what a network-bound forward would see.
 //!
 //! Prints one line per figure; it asserts nothing about time.
 
@@ -37,26 +40,107 @@ async fn main() -> Result<()> {
         ),
     ]));
     let via = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let dir = std::env::temp_dir().join(format!("slipway-bench-forward-{}", std::process::id()));
+    let _nginx = start_nginx(&dir, PORT + 2, sink, echo).await?;
 
     let direct = throughput(sink).await?;
     let forwarded = throughput(via(PORT)).await?;
+    let nginx = throughput(via(PORT + 2)).await?;
     println!(
-        "forward throughput: direct {direct:.0} MiB/s, through the forward {forwarded:.0} MiB/s, ratio {:.2}x",
-        forwarded / direct
+        "forward throughput: direct {direct:.0} MiB/s, through the forward {forwarded:.0} MiB/s (ratio {:.2}x), \
+         through nginx's stream proxy {nginx:.0} MiB/s (ratio {:.2}x); forward / nginx {:.2}x",
+        forwarded / direct,
+        nginx / direct,
+        forwarded / nginx
     );
 
-    let (direct50, direct99) = latency(echo).await?;
-    let (fwd50, fwd99) = latency(via(PORT + 1)).await?;
-    println!(
-        "forward round trip ({MESSAGE} B): direct p50 {} us p99 {} us, through the forward p50 {} us p99 {} us, added p50 {} us p99 {} us",
-        direct50.as_micros(),
-        direct99.as_micros(),
-        fwd50.as_micros(),
-        fwd99.as_micros(),
-        fwd50.saturating_sub(direct50).as_micros(),
-        fwd99.saturating_sub(direct99).as_micros()
-    );
+    let direct = latency(echo).await?;
+    for (name, at) in [("the forward", via(PORT + 1)), ("nginx's stream proxy", via(PORT + 3))] {
+        let through = latency(at).await?;
+        println!(
+            "forward round trip ({MESSAGE} B): direct p50 {} us p99 {} us, through {name} p50 {} us p99 {} us, added p50 {} us p99 {} us",
+            direct.0.as_micros(),
+            direct.1.as_micros(),
+            through.0.as_micros(),
+            through.1.as_micros(),
+            through.0.saturating_sub(direct.0).as_micros(),
+            through.1.saturating_sub(direct.1).as_micros()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// A running nginx, stopped (master and worker) when dropped.
+struct Nginx {
+    dir: std::path::PathBuf,
+    _child: tokio::process::Child,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let d = self.dir.display().to_string();
+        let _ = std::process::Command::new("nginx")
+            .args(["-p", &d, "-c", &format!("{d}/nginx.conf"), "-s", "stop"])
+            .stderr(std::process::Stdio::null())
+            .status();
+        // The master stops its worker and removes its pid file; only then may it be killed (a worker whose master
+        // was killed keeps the ports).
+        let pid_file = self.dir.join("nginx.pid");
+        for _ in 0..100 {
+            if !pid_file.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// nginx proxying TCP from 127.0.0.1:`port` to `sink` and from `port + 1` to `echo`, with one worker (the forward
+/// is one process too) and its stream module (Debian's libnginx-mod-stream, from hack/install-deps.sh).
+async fn start_nginx(
+    dir: &std::path::Path,
+    port: u16,
+    sink: SocketAddr,
+    echo: SocketAddr,
+) -> Result<Nginx> {
+    use anyhow::Context as _;
+    std::fs::create_dir_all(dir)?;
+    let d = dir.display();
+    let conf = format!(
+        r#"load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+daemon off;
+events {{ worker_connections 1024; }}
+stream {{
+  tcp_nodelay on;
+  proxy_half_close on;
+  server {{ listen 127.0.0.1:{port}; proxy_pass {sink}; proxy_buffer_size 64k; }}
+  server {{ listen 127.0.0.1:{}; proxy_pass {echo}; }}
+}}
+"#,
+        port + 1
+    );
+    std::fs::write(dir.join("nginx.conf"), conf)?;
+    let child = tokio::process::Command::new("nginx")
+        .args(["-p", &format!("{d}"), "-c", &format!("{d}/nginx.conf")])
+        .kill_on_drop(true)
+        .spawn()
+        .context("start nginx (hack/install-deps.sh installs nginx-light and libnginx-mod-stream)")?;
+    let ready = SocketAddr::from(([127, 0, 0, 1], port + 1));
+    let nginx = Nginx {
+        dir: dir.to_owned(),
+        _child: child,
+    };
+    for _ in 0..100 {
+        if TcpStream::connect(ready).await.is_ok() {
+            return Ok(nginx);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("nginx did not listen on {ready} (see {d}/error.log)")
 }
 
 #[derive(Clone, Copy)]

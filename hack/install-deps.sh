@@ -17,6 +17,7 @@ packages=(
   openssh-client gzip tar                       # the git transports' tests (ssh, ssh-keygen), code downloads
   openssh-server                                # git mirrors' tests: an SSH git server (hack/git-peer.sh), never the service
   nginx-light wrk nghttp2-client                # the edge benchmark (its own nginx instance, never the service; h2load)
+  libnginx-mod-stream                           # the forward benchmark: nginx's TCP proxy beside the edge's forwards
   chromium chromium-driver                      # end-user sign-in tests in a real browser (headless, driven over WebDriver)
 )
 missing=()

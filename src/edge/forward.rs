@@ -27,10 +27,6 @@ use super::routes::{Objects, Upstreams};
 /// Longest wait for a pod to accept a forwarded connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Bytes each direction of a session moves per read: 64 KiB (tokio's default 8 KiB costs eight times the system
-/// calls on a bulk transfer; 128 KiB per session stays small next to the pod's own buffers).
-const COPY_BUFFER: usize = 64 * 1024;
-
 /// Who may connect to one forward, and where its connections go.
 #[derive(Debug)]
 pub struct Entry {
@@ -239,10 +235,7 @@ async fn session(mut client: TcpStream, upstream: SocketAddr, name: String) {
     };
     let _ = client.set_nodelay(true);
     let _ = pod.set_nodelay(true);
-    if let Err(e) =
-        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut pod, COPY_BUFFER, COPY_BUFFER)
-            .await
-    {
+    if let Err(e) = tokio_splice::zero_copy_bidirectional(&mut client, &mut pod).await {
         tracing::debug!(forward = %name, %upstream, error = %e, "forward session ended with an error");
     }
 }
