@@ -55,7 +55,10 @@ async fn main() -> Result<()> {
     );
 
     let direct = latency(echo).await?;
-    for (name, at) in [("the forward", via(PORT + 1)), ("nginx's stream proxy", via(PORT + 3))] {
+    for (name, at) in [
+        ("the forward", via(PORT + 1)),
+        ("nginx's stream proxy", via(PORT + 3)),
+    ] {
         let through = latency(at).await?;
         println!(
             "forward round trip ({MESSAGE} B): direct p50 {} us p99 {} us, through {name} p50 {} us p99 {} us, added p50 {} us p99 {} us",
@@ -128,7 +131,9 @@ stream {{
         .args(["-p", &format!("{d}"), "-c", &format!("{d}/nginx.conf")])
         .kill_on_drop(true)
         .spawn()
-        .context("start nginx (hack/install-deps.sh installs nginx-light and libnginx-mod-stream)")?;
+        .context(
+            "start nginx (hack/install-deps.sh installs nginx-light and libnginx-mod-stream)",
+        )?;
     let ready = SocketAddr::from(([127, 0, 0, 1], port + 1));
     let nginx = Nginx {
         dir: dir.to_owned(),

@@ -304,6 +304,10 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         state.clone(),
         args.git_gc_prune.clone(),
     ));
+    tokio::spawn(crate::platform::tenancy::sync_plan_labels(
+        state.kube().clone(),
+        state.db().clone(),
+    ));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen on {}", args.listen))?;

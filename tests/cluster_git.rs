@@ -504,7 +504,7 @@ async fn ssh_key_routes_follow_the_rules() -> Result<()> {
     )
     .await
     .expect(403, Some("scope_denied"));
-    // api_login needs email:bind (no account has a verified address yet).
+    // api_login needs email:bind or a verified address (alice has neither).
     api.post(
         "/ssh-keys",
         &alice,

@@ -432,6 +432,26 @@ async fn an_account_holds_at_most_twenty_tokens_from_ssh_login() -> Result<()> {
     get(&api, "/apps", made["token"].as_str().unwrap())
         .await
         .expect(200, None);
+
+    // Logins at the same moment do not get past the cap either: each counts what the others committed.
+    let mut bodies = Vec::new();
+    for i in 21..31 {
+        bodies.push(key.login(start - i)?);
+    }
+    let replies = futures::future::join_all(
+        bodies
+            .into_iter()
+            .map(|body| post(&api, "/auth/ssh-key", None, body)),
+    )
+    .await;
+    assert!(replies.iter().all(|r| r.status == 200), "{replies:?}");
+    let live: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM tokens WHERE user_id = $1::uuid AND origin = 'ssh_login' AND revoked_at IS NULL",
+    )
+    .bind(made["user_id"].as_str().unwrap())
+    .fetch_one(api.state.db())
+    .await?;
+    assert_eq!(live, 20);
     Ok(())
 }
 
@@ -633,14 +653,27 @@ async fn a_mailed_code_verifies_the_address_moves_the_account_to_basic_and_resiz
     )
     .await
     .expect(409, Some("conflict"));
-    post(
-        &api,
-        "/ssh-keys",
-        Some(&minted),
-        json!({"public_key": second_key.public, "label": "ci", "api_login": true}),
-    )
-    .await
-    .expect(200, None);
+    // An api_login key is taken only with its holder's signature: none, or another key's, is refused.
+    let add = |proof: Value| {
+        let mut body = proof;
+        body["label"] = json!("ci");
+        body["api_login"] = json!(true);
+        body["public_key"] = json!(second_key.public);
+        body
+    };
+    post(&api, "/ssh-keys", Some(&minted), add(json!({})))
+        .await
+        .expect(400, Some("bad_request"));
+    let mut not_its_holder = key.login(now() - 1)?;
+    not_its_holder.as_object_mut().unwrap().remove("public_key");
+    let reply = post(&api, "/ssh-keys", Some(&minted), add(not_its_holder)).await;
+    assert!(reply.message().contains("another key"), "{}", reply.body);
+    reply.expect(400, Some("bad_request"));
+    let mut proof = second_key.login(now() - 1)?;
+    proof.as_object_mut().unwrap().remove("public_key");
+    post(&api, "/ssh-keys", Some(&minted), add(proof))
+        .await
+        .expect(200, None);
     post(&api, "/auth/ssh-key", None, second_key.login(now())?)
         .await
         .expect(200, None);

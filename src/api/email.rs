@@ -53,7 +53,8 @@ pub struct Verified {
     pub status: &'static str,
     /// The account's plan now.
     pub plan: String,
-    /// Whether new limits are being applied to the account's workloads now (false when the plan did not change).
+    /// Whether new limits are being applied to the account's workloads now: true when the plan moved (slipway has
+    /// no account moves that would hold it back), false when it did not change.
     pub apply_queued: bool,
 }
 
@@ -80,9 +81,15 @@ async fn request_code(
     let to = mailer::plain_address(&req.email).ok_or_else(|| {
         ApiError::bad_request("email must be one plain address, like ada@example.com")
     })?;
-    let mailer = state.mailer().ok_or_else(|| {
+    let mailer = state.mailer().cloned().ok_or_else(|| {
         ApiError::Unavailable(
             "email verification is not configured on this platform (no mail relay)".into(),
+        )
+    })?;
+    state.spend_mail_to(to.email.as_ref()).map_err(|wait| {
+        ApiError::Throttled(
+            "this address has been sent as many codes as it may this hour".into(),
+            wait,
         )
     })?;
     let mut tx = state.db().begin().await?;
@@ -117,18 +124,29 @@ async fn request_code(
         wrong_codes: 0,
     };
     email_challenges::replace(&mut tx, &challenge).await?;
-    // The challenge is kept only once the relay took the mail: a failed send leaves the earlier state.
-    mailer
-        .send_code(&to, &caller.username, &code, codes::LIFE_MINUTES)
-        .await
-        .map_err(|e| {
-            tracing::warn!(
-                error = format!("{e:#}"),
-                "the mail relay did not take a verification mail"
-            );
-            ApiError::Unavailable("the mail relay did not take the message; try again later".into())
-        })?;
     tx.commit().await?;
+    // The challenge (and with it the 60 s spacing) is committed before the mail goes out, and the sending runs as
+    // a task of its own: a client that hangs up cannot undo the spacing nor hold the account's row while the relay
+    // answers. A mail the relay refused takes its challenge back out, so the code that never arrived is no
+    // obstacle to asking again.
+    let username = caller.username.clone();
+    let sent = tokio::spawn(async move {
+        mailer
+            .send_code(&to, &username, &code, codes::LIFE_MINUTES)
+            .await
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("the mail task failed: {e}"))?;
+    if let Err(e) = sent {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "a verification mail could not be sent"
+        );
+        email_challenges::withdraw(state.db(), caller.user_id, &challenge.code_hash).await?;
+        return Err(ApiError::Unavailable(
+            "the mail relay did not take the message; try again later".into(),
+        ));
+    }
     Ok(Json(CodeSent {
         status: "sent",
         expires_at: challenge.expires_at,
@@ -206,8 +224,11 @@ async fn complete(
     .await
     {
         Ok(plan) => plan,
-        // Another account verified the same address in the same instant.
+        // Another account verified the same address in the same instant: the transaction is spent, so the
+        // challenge is cleared on its own.
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+            drop(tx);
+            email_challenges::clear(&mut *state.db().acquire().await?, caller.user_id).await?;
             return Err(ApiError::Conflict(format!(
                 "{} is verified on another account",
                 challenge.email
@@ -215,14 +236,18 @@ async fn complete(
         }
         Err(e) => return Err(e.into()),
     };
+    tx.commit().await?;
+    // The namespace's plan label is what the operator sizes workloads and the webhook counts channels by. It
+    // follows the database, never leads it: moved after the commit, by a task a hung-up client cannot stop, and
+    // put right by the API's periodic pass if this process dies first.
     let moved = plan != caller.plan;
     if moved {
-        // The namespace's plan label is what the operator sizes workloads and the webhook counts channels by;
-        // it changes in the same step, so the account is never on one plan here and another there.
-        let username = caller.username.parse()?;
-        crate::platform::tenancy::ensure_user_namespace(state.kube(), &username, &plan).await?;
+        crate::platform::tenancy::relabel_soon(
+            state.kube().clone(),
+            caller.username.parse()?,
+            plan.clone(),
+        );
     }
-    tx.commit().await?;
     crate::db::audit::record(
         state.db(),
         &caller,

@@ -289,13 +289,8 @@ fn bound_scopes() -> Vec<String> {
     scopes
 }
 
-/// When a signature made at `timestamp` can no longer pass the time check.
-fn signature_expiry(timestamp: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp(timestamp.saturating_add(proof::WINDOW_SECONDS), 0)
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
-
-fn replayed() -> ApiError {
+/// 400: the signature was used before.
+pub fn replayed() -> ApiError {
     ApiError::bad_request(
         "this signature was used before; sign a new message with the current time",
     )
@@ -376,21 +371,15 @@ async fn register(
             fingerprint: &key.fingerprint,
             label,
             signature_hash: &verified.signature_hash,
-            signature_expires_at: signature_expiry(timestamp),
+            signature_expires_at: proof::remembered_until(timestamp),
             token_hash: &token_hash,
             scopes: &scopes,
             token_expires_at,
             global_per_hour: limits.global_per_hour,
+            source,
         };
         match registrations::register(state.db(), &new).await? {
             Ok(made) => {
-                crate::db::audit::record_for_account(
-                    state.db(),
-                    made.user.id,
-                    "account.register",
-                    serde_json::json!({"fingerprint": key.fingerprint, "source": source.to_string()}),
-                )
-                .await?;
                 return Ok(Json(Registration {
                     user_id: made.user.id,
                     username: made.user.username,
@@ -440,7 +429,8 @@ async fn register(
     responses((status = 200, body = Renewal),
               (status = 400, body = ErrorEnvelope, description = "the key is not ssh-ed25519, the timestamp is outside 300 s, or the signature does not verify over the message in namespace svc-login (or was used before)"),
               (status = 404, body = ErrorEnvelope, description = "no key with API login has this fingerprint"),
-              (status = 422, body = ErrorEnvelope, description = "validation_failed: unknown, missing or mistyped fields, listed in error.fields")))]
+              (status = 422, body = ErrorEnvelope, description = "validation_failed: unknown, missing or mistyped fields, listed in error.fields"),
+              (status = 429, body = ErrorEnvelope, description = "too_many_requests: the key signed in 60 times this hour (Retry-After)")))]
 async fn ssh_login(
     State(state): State<AppState>,
     Json(body): Json<Map<String, Value>>,
@@ -458,6 +448,15 @@ async fn ssh_login(
             Utc::now().timestamp(),
         )
         .map_err(ApiError::bad_request)?;
+    state.spend_login(&key.fingerprint).map_err(|wait| {
+        ApiError::Throttled(
+            format!(
+                "this key has signed in {} times this hour, as many as it may",
+                crate::registration::LOGINS_PER_KEY_PER_HOUR
+            ),
+            wait,
+        )
+    })?;
     let (stored, user) = registrations::login_key(state.db(), &key.fingerprint)
         .await?
         .ok_or(ApiError::Missing(
@@ -484,7 +483,7 @@ async fn ssh_login(
     registrations::login(
         state.db(),
         &verified.signature_hash,
-        signature_expiry(timestamp),
+        proof::remembered_until(timestamp),
         &new,
         MAX_LOGIN_TOKENS,
     )

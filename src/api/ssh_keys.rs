@@ -3,7 +3,6 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use russh::keys::{Algorithm, HashAlg, PublicKey};
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -14,6 +13,7 @@ use super::extract::{Json, Path};
 use super::state::AppState;
 use crate::auth::{Caller, scopes};
 use crate::db::ssh_keys::{self, NewKey, SshKey};
+use crate::registration::proof::{self, Ed25519Key, Purpose};
 
 /// Longest label.
 pub const LABEL_MAX_CHARS: usize = 64;
@@ -33,9 +33,16 @@ pub struct AddKey {
     /// A name for the key, at most 64 characters; default: the key's comment, else `ssh key`.
     pub label: Option<String>,
     /// Whether the key may also sign in to the API (`POST /auth/ssh-key`); needs the nine default scopes and an
-    /// `email:bind` token (or a verified address).
+    /// `email:bind` token (or a verified address), and proof that the caller holds the key: `timestamp` and
+    /// `signature` as for `POST /auth/ssh-key`.
     #[serde(default)]
     pub api_login: bool,
+    /// With `api_login`: Unix seconds, within 300 s of the server's clock.
+    pub timestamp: Option<i64>,
+    /// With `api_login`: the armored signature (`ssh-keygen -Y sign -n svc-login`) over
+    /// `svc-login\n<SHA256:fingerprint>\n<timestamp>\n`, made with this key. Without it anyone could put
+    /// somebody else's public key on their account and have its holder sign in there.
+    pub signature: Option<String>,
 }
 
 /// A registered key.
@@ -77,40 +84,11 @@ impl From<SshKey> for KeyView {
     }
 }
 
-/// A parsed key line: (key without comment, fingerprint, comment).
-pub fn parse_key(line: &str) -> Result<(String, String, String), ApiError> {
-    let line = line.trim();
-    if line.is_empty() || line.contains('\n') {
-        return Err(ApiError::bad_request(
-            "public_key must be one OpenSSH public key line",
-        ));
-    }
-    let key = PublicKey::from_openssh(line).map_err(|_| {
-        ApiError::bad_request("public_key is not an OpenSSH public key line (ssh-ed25519 AAAA...)")
-    })?;
-    if key.algorithm() != Algorithm::Ed25519 {
-        return Err(ApiError::bad_request(format!(
-            "only ssh-ed25519 keys are accepted, not {}",
-            key.algorithm()
-        )));
-    }
-    let comment = key.comment().to_string();
-    let mut bare = key.clone();
-    bare.set_comment("");
-    let text = bare
-        .to_openssh()
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("encode a public key: {e}")))?;
-    Ok((
-        text.trim().to_owned(),
-        key.fingerprint(HashAlg::Sha256).to_string(),
-        comment,
-    ))
-}
-
 /// Register an SSH public key on the caller's account (git over SSH).
 #[utoipa::path(post, path = "/ssh-keys", tag = "ssh-keys", security(("bearer" = [])), request_body = AddKey,
-    responses((status = 200, body = KeyView), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
+    responses((status = 200, body = KeyView), (status = 401, body = ErrorEnvelope),
               (status = 403, body = ErrorEnvelope, description = "scope_denied (repo:*)"),
+              (status = 400, body = ErrorEnvelope, description = "not one ssh-ed25519 line, a bad label, or api_login without a valid svc-login signature of the key"),
               (status = 409, body = ErrorEnvelope, description = "the key is already registered, or api_login without the scopes it needs")))]
 async fn add_key(
     State(state): State<AppState>,
@@ -118,7 +96,8 @@ async fn add_key(
     Json(req): Json<AddKey>,
 ) -> Result<Json<KeyView>, ApiError> {
     caller.require_scope(scopes::REPO)?;
-    let (public_key, fingerprint, comment) = parse_key(&req.public_key)?;
+    let key = Ed25519Key::parse(&req.public_key).map_err(ApiError::bad_request)?;
+    let (public_key, fingerprint, comment) = (&key.line, &key.fingerprint, &key.comment);
     let label = match req.label {
         Some(label) => label.trim().to_owned(),
         None if !comment.trim().is_empty() => {
@@ -145,11 +124,32 @@ async fn add_key(
                 "api_login keys need a token with the nine default scopes, and either email:bind or a verified email address on the account".into(),
             ));
         }
+        let (Some(timestamp), Some(signature)) = (req.timestamp, req.signature.as_deref()) else {
+            return Err(ApiError::bad_request(
+                "an api_login key needs timestamp and signature: sign svc-login\\n<fingerprint>\\n<time>\\n with the key (ssh-keygen -Y sign -n svc-login), as for POST /auth/ssh-key",
+            ));
+        };
+        let verified = key
+            .verify(
+                Purpose::Login,
+                fingerprint,
+                timestamp,
+                signature,
+                chrono::Utc::now().timestamp(),
+            )
+            .map_err(ApiError::bad_request)?;
+        let mut conn = state.db().acquire().await?;
+        let until = proof::remembered_until(timestamp);
+        if !crate::db::registrations::spend_signature(&mut conn, &verified.signature_hash, until)
+            .await?
+        {
+            return Err(super::registrations::replayed());
+        }
     }
     let new = NewKey {
         user_id: caller.user_id,
-        public_key: &public_key,
-        fingerprint_sha256: &fingerprint,
+        public_key,
+        fingerprint_sha256: fingerprint,
         label: &label,
         api_login: req.api_login,
     };
@@ -187,31 +187,5 @@ async fn delete_key(
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound("ssh key"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ed25519_lines_parse_and_others_are_refused() {
-        let line = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";
-        let (bare, fingerprint, comment) = parse_key(line).unwrap();
-        assert_eq!(
-            bare,
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
-        );
-        assert!(fingerprint.starts_with("SHA256:"), "{fingerprint}");
-        assert_eq!(comment, "alice@laptop");
-        assert!(parse_key("ssh-ed25519 notbase64").is_err());
-        assert!(parse_key("").is_err());
-        assert!(parse_key(&format!("{line}\n{line}")).is_err());
-        let ecdsa = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBEmKSENjQEezOmxkZMy7opKgwFB9nkt5YRrYMjNuG5N87uRgg6CLrbo5wAdT/y6v0mKV0U2w0WZ2YB/++Tpockg=";
-        let err = parse_key(ecdsa).unwrap_err();
-        assert!(
-            err.to_string().contains("ssh-ed25519") || err.to_string().contains("OpenSSH"),
-            "{err}"
-        );
     }
 }

@@ -101,6 +101,10 @@ struct Guard {
     limits: Limits,
     limiter: TokenLimiter,
     registrations: crate::registration::budget::SourceBudget,
+    /// Verification codes each address may be sent in an hour.
+    mail_recipients: crate::auth::rate::KeyedLimiter<String>,
+    /// SSH logins each key may make in an hour.
+    logins: crate::auth::rate::KeyedLimiter<String>,
 }
 
 impl Guard {
@@ -110,6 +114,14 @@ impl Guard {
             registrations: crate::registration::budget::SourceBudget::new(
                 limits.registration.per_source_per_hour,
             ),
+            mail_recipients: crate::auth::rate::KeyedLimiter::with_quota(Some(
+                crate::registration::budget::per_hour(
+                    crate::registration::codes::PER_ADDRESS_PER_HOUR,
+                ),
+            )),
+            logins: crate::auth::rate::KeyedLimiter::with_quota(Some(
+                crate::registration::budget::per_hour(crate::registration::LOGINS_PER_KEY_PER_HOUR),
+            )),
             limits,
         }
     }
@@ -195,6 +207,16 @@ impl AppState {
     /// Takes one registration from `source`'s hourly budget; `Err` says how long until the next fits.
     pub fn spend_registration(&self, source: std::net::IpAddr) -> Result<(), std::time::Duration> {
         self.guard.registrations.spend(source)
+    }
+
+    /// Takes one code from the hourly budget of the address `to`; `Err` says how long until the next fits.
+    pub fn spend_mail_to(&self, to: &str) -> Result<(), std::time::Duration> {
+        self.guard.mail_recipients.check(to.to_owned())
+    }
+
+    /// Takes one SSH login from the hourly budget of the key `fingerprint`; `Err` says how long until the next fits.
+    pub fn spend_login(&self, fingerprint: &str) -> Result<(), std::time::Duration> {
+        self.guard.logins.check(fingerprint.to_owned())
     }
 
     /// Turns email verification on: codes go out through `mailer`. Set once, at start.

@@ -23,19 +23,3 @@ pub async fn record(
         .await?;
     Ok(())
 }
-
-/// Records `action` on an account that no token stands for (registration, SSH login).
-pub async fn record_for_account(
-    db: &PgPool,
-    user: Uuid,
-    action: &str,
-    detail: serde_json::Value,
-) -> sqlx::Result<()> {
-    sqlx::query("INSERT INTO audit_events (user_id, action, detail) VALUES ($1, $2, $3)")
-        .bind(user)
-        .bind(action)
-        .bind(detail)
-        .execute(db)
-        .await?;
-    Ok(())
-}

@@ -119,3 +119,14 @@ pub async fn verify(
     .await?;
     Ok(plan)
 }
+
+/// Removes the account's challenge if it is still the one whose code hashes to `code_hash` (a mail that could not be
+/// sent takes back only its own challenge).
+pub async fn withdraw(db: &sqlx::PgPool, user: Uuid, code_hash: &[u8]) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM email_challenges WHERE user_id = $1 AND code_hash = $2")
+        .bind(user)
+        .bind(code_hash)
+        .execute(db)
+        .await?;
+    Ok(())
+}

@@ -66,6 +66,8 @@ pub struct NewRegistration<'a> {
     pub token_expires_at: DateTime<Utc>,
     /// At most this many registrations in the last hour, platform-wide; 0 is unlimited.
     pub global_per_hour: u32,
+    /// Where the request came from (for the audit journal).
+    pub source: std::net::IpAddr,
 }
 
 /// What a registration made.
@@ -148,6 +150,13 @@ pub async fn register(
         Origin::Registration,
     )
     .await?;
+    sqlx::query(
+        "INSERT INTO audit_events (user_id, action, detail) VALUES ($1, 'account.register', $2)",
+    )
+    .bind(user.id)
+    .bind(serde_json::json!({"fingerprint": new.fingerprint, "source": new.source.to_string()}))
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(Ok(Registered { user, key }))
 }
@@ -202,6 +211,11 @@ pub async fn login(
     keep: i64,
 ) -> sqlx::Result<Option<Uuid>> {
     let mut tx = db.begin().await?;
+    // One login of an account at a time: the cap below counts what the others committed.
+    sqlx::query("SELECT 1 FROM users WHERE id = $1 FOR UPDATE")
+        .bind(token.user_id)
+        .execute(&mut *tx)
+        .await?;
     if !spend_signature(&mut tx, signature_hash, signature_expires_at).await? {
         return Ok(None);
     }

@@ -29,10 +29,16 @@ impl Default for RegistrationLimits {
     }
 }
 
-/// The per-source buckets. IPv6 sources are bucketed by their /64, which one host usually holds whole.
+/// The per-source buckets. IPv6 sources are bucketed by their /48, the block a site is usually given, so one
+/// allocation cannot fill the limiter with addresses of its own.
 #[derive(Debug)]
 pub struct SourceBudget {
     limiter: KeyedLimiter<IpAddr>,
+}
+
+/// A quota of `n` an hour, all of which may come at once (`n` of 0 counts as 1).
+pub fn per_hour(n: u32) -> Quota {
+    Quota::per_hour(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN))
 }
 
 impl SourceBudget {
@@ -49,14 +55,14 @@ impl SourceBudget {
     }
 }
 
-/// The address a source is counted under: IPv4 (and IPv4-mapped IPv6) as is, other IPv6 by its /64.
+/// The address a source is counted under: IPv4 (and IPv4-mapped IPv6) as is, other IPv6 by its /48.
 fn bucket_of(source: IpAddr) -> IpAddr {
     match source {
         IpAddr::V4(v4) => IpAddr::V4(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
             None => {
-                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                let prefix = u128::from(v6) & !((1u128 << 80) - 1);
                 IpAddr::V6(prefix.into())
             }
         },
@@ -78,11 +84,11 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_sources_share_their_64_and_mapped_ipv4_is_ipv4() {
+    fn ipv6_sources_share_their_48_and_mapped_ipv4_is_ipv4() {
         let budget = SourceBudget::new(1);
         assert!(budget.spend("2001:db8::1".parse().unwrap()).is_ok());
-        assert!(budget.spend("2001:db8::2".parse().unwrap()).is_err());
-        assert!(budget.spend("2001:db8:0:1::1".parse().unwrap()).is_ok());
+        assert!(budget.spend("2001:db8:0:ffff::2".parse().unwrap()).is_err());
+        assert!(budget.spend("2001:db8:1::1".parse().unwrap()).is_ok());
         assert!(budget.spend("192.0.2.7".parse().unwrap()).is_ok());
         assert!(budget.spend("::ffff:192.0.2.7".parse().unwrap()).is_err());
     }

@@ -14,6 +14,9 @@ pub const LIFE_MINUTES: i64 = 15;
 pub const SPACING_SECONDS: i64 = 60;
 /// Wrong codes after which the challenge is locked.
 pub const MAX_WRONG: i32 = 5;
+/// Codes one address may be sent in an hour, whichever accounts ask (so no one floods an inbox through many
+/// accounts).
+pub const PER_ADDRESS_PER_HOUR: u32 = 5;
 
 /// A fresh random code.
 pub fn generate() -> String {

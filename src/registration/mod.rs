@@ -13,6 +13,8 @@ pub mod proof;
 pub const TOKEN_DAYS: i64 = 30;
 /// Live SSH-login tokens an account holds at most; minting one more revokes the oldest.
 pub const MAX_LOGIN_TOKENS: i64 = 20;
+/// SSH logins one key may make in an hour (each keeps a token row).
+pub const LOGINS_PER_KEY_PER_HOUR: u32 = 60;
 /// The plan registration creates.
 pub const STARTER: &str = "starter";
 /// The plan a verified email address moves a `starter` account to.

@@ -30,6 +30,14 @@ impl Purpose {
     }
 }
 
+/// Until when a used signature made at `timestamp` is remembered: well after its time can no longer pass the check,
+/// so neither the check's whole seconds nor a clock that differs between an API process and the database opens a
+/// gap for a replay.
+pub fn remembered_until(timestamp: i64) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(timestamp.saturating_add(2 * WINDOW_SECONDS), 0)
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
+}
+
 /// The exact bytes that are signed.
 pub fn message(purpose: Purpose, subject: &str, timestamp: i64) -> String {
     format!("{}\n{subject}\n{timestamp}\n", purpose.namespace())
