@@ -53,6 +53,22 @@ go_build() {
   log "$name $version: done in $((SECONDS - started))s"
 }
 
+# pypi_venv VENV MODULE REQUIREMENT: a virtualenv at VENV with REQUIREMENT (a pinned PyPI package) installed, made
+# once. It is complete once its marker is there; a half-made one (an interrupted install) is made anew.
+pypi_venv() {
+  local venv=$1 module=$2 requirement=$3
+  if [ -f "$venv/.complete" ] && "$venv/bin/python" -c "import $module" 2>/dev/null; then
+    log "$requirement cached in $venv"
+    return
+  fi
+  log "$requirement: installing into $venv (first run only)"
+  rm -rf "$venv"
+  python3 -m venv "$venv" || die "python3 -m venv failed (is python3-venv installed?)"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    "$requirement" >&2 || { rm -rf "$venv"; die "installing $requirement failed"; }
+  touch "$venv/.complete"
+}
+
 # Process ids whose command line mentions PATH (a state directory only our processes name), this shell excluded.
 pids_naming() {
   local path=$1 p cmd

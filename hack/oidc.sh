@@ -31,19 +31,7 @@ env_lines() {
   echo "export SLIPWAY_TEST_OIDC_ISSUER=$ISSUER"
 }
 
-# The virtualenv is complete once its marker is there; a half-made one (an interrupted install) is made anew.
-install() {
-  if [ -f "$VENV/.complete" ] && "$VENV/bin/python" -c 'import oidc_provider_mock' 2>/dev/null; then
-    log "oidc-provider-mock $OIDC_MOCK_VERSION cached in $VENV"
-    return
-  fi
-  log "oidc-provider-mock $OIDC_MOCK_VERSION: installing into $VENV (first run only)"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV" || die "python3 -m venv failed (is python3-venv installed?)"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-    "oidc-provider-mock==$OIDC_MOCK_VERSION" >&2 || { rm -rf "$VENV"; die "installing oidc-provider-mock failed"; }
-  touch "$VENV/.complete"
-}
+install() { pypi_venv "$VENV" oidc_provider_mock "oidc-provider-mock==$OIDC_MOCK_VERSION"; }
 
 stop() {
   kill_pidfiles "$DIR" oidc

@@ -30,19 +30,7 @@ env_lines() {
   echo "export SLIPWAY_TEST_MAILDIR=$DIR/maildir"
 }
 
-# The virtualenv is complete once its marker is there; a half-made one (an interrupted install) is made anew.
-install() {
-  if [ -f "$VENV/.complete" ] && "$VENV/bin/python" -c 'import aiosmtpd' 2>/dev/null; then
-    log "aiosmtpd $AIOSMTPD_VERSION cached in $VENV"
-    return
-  fi
-  log "aiosmtpd $AIOSMTPD_VERSION: installing into $VENV (first run only)"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV" || die "python3 -m venv failed (is python3-venv installed?)"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-    "aiosmtpd==$AIOSMTPD_VERSION" >&2 || { rm -rf "$VENV"; die "installing aiosmtpd failed"; }
-  touch "$VENV/.complete"
-}
+install() { pypi_venv "$VENV" aiosmtpd "aiosmtpd==$AIOSMTPD_VERSION"; }
 
 stop() {
   kill_pidfiles "$DIR" smtp

@@ -158,7 +158,8 @@ const fn field(name: &'static str, kind: Kind, required: bool) -> FieldRule {
     }
 }
 
-const REGISTRATION_FIELDS: [FieldRule; 5] = [
+/// The fields of a proof: the key, the time and the signature (the whole body of an SSH login).
+const PROOF_FIELDS: [FieldRule; 3] = [
     field(
         "public_key",
         Kind::String {
@@ -174,6 +175,10 @@ const REGISTRATION_FIELDS: [FieldRule; 5] = [
         },
         true,
     ),
+];
+
+/// What a registration takes besides its proof.
+const REGISTRATION_EXTRA_FIELDS: [FieldRule; 2] = [
     field(
         "username",
         Kind::String {
@@ -190,36 +195,22 @@ const REGISTRATION_FIELDS: [FieldRule; 5] = [
     ),
 ];
 
-const LOGIN_FIELDS: [FieldRule; 3] = [
-    field(
-        "public_key",
-        Kind::String {
-            max_chars: Some(16_384),
-        },
-        true,
-    ),
-    field("timestamp", Kind::Integer, true),
-    field(
-        "signature",
-        Kind::String {
-            max_chars: Some(16_384),
-        },
-        true,
-    ),
-];
+const REGISTRATION_FIELDS: [&[FieldRule]; 2] = [&PROOF_FIELDS, &REGISTRATION_EXTRA_FIELDS];
+const LOGIN_FIELDS: [&[FieldRule]; 1] = [&PROOF_FIELDS];
 
 /// A body read against `rules`: every problem at once, as a 422.
 struct Checked(Map<String, Value>);
 
 impl Checked {
-    fn new(body: Map<String, Value>, rules: &[FieldRule]) -> Result<Self, ApiError> {
+    fn new(body: Map<String, Value>, rule_sets: &[&[FieldRule]]) -> Result<Self, ApiError> {
+        let rules = || rule_sets.iter().flat_map(|set| set.iter());
         let mut problems = Vec::new();
         for name in body.keys() {
-            if !rules.iter().any(|r| r.name == name) {
+            if !rules().any(|r| r.name == name) {
                 problems.push(FieldProblem::new(name, "unknown field"));
             }
         }
-        for rule in rules {
+        for rule in rules() {
             match (body.get(rule.name), rule.kind) {
                 (None | Some(Value::Null), _) => {
                     if rule.required {

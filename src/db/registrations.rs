@@ -240,24 +240,7 @@ async fn insert_token(
     t: &NewToken<'_>,
     origin: Origin,
 ) -> sqlx::Result<Uuid> {
-    let id = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO tokens (id, user_id, token_hash, label, scopes, is_agent, expires_at, parent_id, only_path, origin)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-    )
-    .bind(id)
-    .bind(t.user_id)
-    .bind(&t.hash[..])
-    .bind(t.label)
-    .bind(t.scopes)
-    .bind(t.is_agent)
-    .bind(t.expires_at)
-    .bind(t.parent_id)
-    .bind(t.only_path)
-    .bind(origin.as_str())
-    .execute(&mut *conn)
-    .await?;
-    Ok(id)
+    super::tokens::insert_on(conn, t, Some(origin.as_str())).await
 }
 
 /// Deactivates an account: its SSH keys are removed, every token of it is revoked (and so stops at once, with

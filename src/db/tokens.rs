@@ -57,10 +57,20 @@ pub struct NewToken<'a> {
 
 /// Stores a token and returns its id.
 pub async fn insert(db: &PgPool, t: &NewToken<'_>) -> sqlx::Result<Uuid> {
+    insert_on(&mut *db.acquire().await?, t, None).await
+}
+
+/// Stores a token on `conn` (a transaction's, say) with where it came from (`registration`, `ssh_login`; `None`
+/// for the others) and returns its id.
+pub async fn insert_on(
+    conn: &mut sqlx::PgConnection,
+    t: &NewToken<'_>,
+    origin: Option<&str>,
+) -> sqlx::Result<Uuid> {
     let id = Uuid::new_v4();
     sqlx::query(
-        "INSERT INTO tokens (id, user_id, token_hash, label, scopes, is_agent, expires_at, parent_id, only_path)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "INSERT INTO tokens (id, user_id, token_hash, label, scopes, is_agent, expires_at, parent_id, only_path, origin)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(id)
     .bind(t.user_id)
@@ -71,7 +81,8 @@ pub async fn insert(db: &PgPool, t: &NewToken<'_>) -> sqlx::Result<Uuid> {
     .bind(t.expires_at)
     .bind(t.parent_id)
     .bind(t.only_path)
-    .execute(db)
+    .bind(origin)
+    .execute(conn)
     .await?;
     Ok(id)
 }
