@@ -610,10 +610,16 @@ async fn a_mailed_code_verifies_the_address_moves_the_account_to_basic_and_resiz
         (usage["plan"].as_str(), usage["storage_limit_mb"].as_i64()),
         (Some("basic"), Some(1024))
     );
-    let ns = Api::<Namespace>::all(api.kube.clone())
-        .get(&namespace)
-        .await?;
-    assert_eq!(ns.metadata.labels.unwrap()["slipway.dev/plan"], "basic");
+    // The namespace's plan label follows the database in the background.
+    let namespaces = Api::<Namespace>::all(api.kube.clone());
+    slipway_testkit::wait_until(Duration::from_secs(60), || {
+        let (namespaces, namespace) = (namespaces.clone(), namespace.clone());
+        async move {
+            let ns = namespaces.get(&namespace).await?;
+            Ok(ns.metadata.labels.unwrap_or_default()["slipway.dev/plan"] == "basic")
+        }
+    })
+    .await?;
 
     // The running app is resized to basic's limits by the operator, rolling over without a gap.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
