@@ -70,11 +70,10 @@ async fn main() -> Result<()> {
             through.1.saturating_sub(direct.1).as_micros()
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
-/// A running nginx, stopped (master and worker) when dropped.
+/// A running nginx, stopped (master and worker) and its directory removed when dropped.
 struct Nginx {
     dir: std::path::PathBuf,
     _child: tokio::process::Child,
@@ -96,6 +95,7 @@ impl Drop for Nginx {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
