@@ -6,12 +6,14 @@
 # BuildKit's buildctl, named slipway.local/slipway/builder), the base of the slipway image itself (what the
 # components need at run time besides the binary: git, the Postgres client tools, CA certificates; named
 # slipway.local/slipway/base; hack/slipway-image.sh adds the binary), and the bundled object-store backend the chart
-# runs (the versitygw binary hack/s3.sh builds, alone in its image, named like the upstream docker.io/versity/versitygw).
+# runs (the versitygw binary hack/s3.sh builds, alone in its image, named like the upstream docker.io/versity/versitygw),
+# and the runtime-log sandbox (the python stand-in with the node one's Node.js: the userland the hosting spec names
+# for runtime-log commands; named slipway.local/slipway/log-sandbox).
 # Each image is an OCI layout in
 # $SLIPWAY_CACHE/image-<name>-<version>, built once per machine; hack/node.sh pushes them into the node's registry
 # under their usual names (a reference's registry host dropped).
 #
-# usage: hack/build-images.sh [pause|coredns|busybox|debian|python|node|builder|base|versitygw]...   (default: all)
+# usage: hack/build-images.sh [pause|coredns|busybox|debian|python|node|builder|base|versitygw|sandbox]...   (default: all)
 #        Prints the layout directory of each image on stdout.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
@@ -21,7 +23,7 @@ source "$HACK/oci.sh"
 LOG_TAG=build-images
 
 images=("$@")
-[ ${#images[@]} -gt 0 ] || images=(pause coredns busybox debian python node builder base versitygw)
+[ ${#images[@]} -gt 0 ] || images=(pause coredns busybox debian python node builder base versitygw sandbox)
 
 # Bump when a recipe below changes, so cached images are rebuilt.
 RECIPE=r1
@@ -40,7 +42,8 @@ layout_of() {
     builder) echo "$SLIPWAY_CACHE/image-builder-$BUILDKIT_VERSION-$BASES_SUITE-$RECIPE" ;;
     base) echo "$SLIPWAY_CACHE/image-slipway-base-$BASES_SUITE-$RECIPE" ;;
     versitygw) echo "$SLIPWAY_CACHE/image-versitygw-$VERSITYGW_VERSION-$RECIPE" ;;
-    *) die "unknown image: $1 (pause, coredns, busybox, debian, python, node, builder, base, versitygw)" ;;
+    sandbox) echo "$SLIPWAY_CACHE/image-log-sandbox-$NODEJS_VERSION-$BASES_SUITE-$RECIPE" ;;
+    *) die "unknown image: $1 (pause, coredns, busybox, debian, python, node, builder, base, versitygw, sandbox)" ;;
   esac
 }
 
@@ -218,6 +221,21 @@ build_versitygw() {
   oci_image "$layout" "docker.io/versity/versitygw:$VERSITYGW_VERSION" \
     '{"Entrypoint": ["/usr/local/bin/versitygw"], "User": "65532:65532", "ExposedPorts": {"7070/tcp": {}}}' \
     "$(oci_layer "$layout" "$work/layer.tar")"
+}
+
+# The runtime-log sandbox: python:3.13-slim's layers (Debian with bash, coreutils, grep, sed, mawk, findutils,
+# perl-base and python3) plus node:22-slim's own layer (Node.js under /usr/local). The API's entry point for it is
+# a Python script, so nothing of slipway's is in the image. images/log-sandbox/Dockerfile is the same on a
+# connected machine.
+build_sandbox() {
+  local work=$1 layout=$2 layers
+  build_one python >/dev/null
+  build_one node >/dev/null
+  log "log-sandbox: python:$PYTHON_VERSION-slim with Node.js $NODEJS_VERSION"
+  layers="$(oci_base_layers "$layout" "$(layout_of python)")"$'\n'"$(oci_base_layers "$layout" "$(layout_of node)" | tail -n 1)"
+  oci_image "$layout" "slipway.local/slipway/log-sandbox:$BASES_SUITE" \
+    '{"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"], "WorkingDir": "/work"}' \
+    "$layers"
 }
 
 # Builds IMAGE unless its layout is complete; prints the layout directory.

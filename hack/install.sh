@@ -111,11 +111,14 @@ volumes() {
   host_volume "slipway-s3-slot$SLOT" "data-$RELEASE-s3-backend-0" "$DIR/s3" objects versions iam
 }
 
-# The bundled backend's image, in the node's registry (hack/node.sh pushes every local image when it starts; this
-# also covers a node started before the image existed).
+# The bundled backend's and the runtime-log sandbox's images, in the node's registry (hack/node.sh pushes every
+# local image when it starts; this also covers a node started before the images existed).
 push_backend_image() {
   oci_push "$("$HACK/build-images.sh" versitygw)" "$SLIPWAY_REGISTRY" >/dev/null
   echo "$SLIPWAY_REGISTRY/versity/versitygw:$VERSITYGW_VERSION"
+}
+push_sandbox_image() {
+  oci_push "$("$HACK/build-images.sh" sandbox)" "$SLIPWAY_REGISTRY" >/dev/null
 }
 
 # The certificate for *.$APP_DOMAIN the edge serves channel hostnames with, in the Secret tls.wildcardSecret names
@@ -178,6 +181,8 @@ api:
   mail:
     smtpUrl: $SLIPWAY_TEST_SMTP_URL
     from: "slipway <noreply@$APP_DOMAIN>"
+  logSandbox:
+    image: $SLIPWAY_REGISTRY/slipway/log-sandbox:$BASES_SUITE
 edge:
   service:
     type: NodePort
@@ -280,6 +285,7 @@ install() {
   data_server=$("$HACK/data-server.sh" start)
   image=$("$HACK/slipway-image.sh" "$SLIPWAY_REGISTRY")
   backend=$(push_backend_image)
+  push_sandbox_image
   # Helm installs a chart's CRDs on first install only; applying them first keeps them current on upgrades too.
   kubectl apply --server-side --force-conflicts -f "$ROOT/charts/slipway/crds/" >/dev/null
   for ns in "$NAMESPACE" "$CERT_NAMESPACE"; do

@@ -19,6 +19,7 @@ pub mod platform;
 pub mod postgres;
 pub mod registration;
 pub mod registry_tokens;
+pub mod runtime_logs;
 pub mod serve;
 pub mod sharing;
 pub mod sign_in;

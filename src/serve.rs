@@ -185,6 +185,19 @@ pub struct ApiArgs {
         default_value = "slipway <noreply@localhost>"
     )]
     pub mail_from: String,
+    /// Namespace runtime-log commands run in, one throwaway pod each. Unset: a runtime-log call with a command
+    /// answers 503 (the status facts still work).
+    #[arg(long, env = "SLIPWAY_LOG_SANDBOX_NAMESPACE")]
+    pub log_sandbox_namespace: Option<String>,
+    /// Image of those pods: Debian with bash, coreutils, grep, sed, awk, findutils, python3, node and perl.
+    #[arg(long, env = "SLIPWAY_LOG_SANDBOX_IMAGE")]
+    pub log_sandbox_image: Option<String>,
+    /// RuntimeClass of those pods (optional).
+    #[arg(long, env = "SLIPWAY_LOG_SANDBOX_RUNTIME_CLASS")]
+    pub log_sandbox_runtime_class: Option<String>,
+    /// Runtime-log commands one API process runs at once; more wait up to 10 s, then answer 503.
+    #[arg(long, env = "SLIPWAY_LOG_SANDBOX_CONCURRENCY", default_value_t = 4)]
+    pub log_sandbox_concurrency: usize,
 }
 
 impl ApiArgs {
@@ -205,6 +218,16 @@ impl ApiArgs {
                 global_per_hour: self.registration_global_per_hour,
             },
         }
+    }
+
+    /// The runtime-log sandbox the flags set, if any.
+    pub fn log_sandbox(&self) -> Option<crate::runtime_logs::sandbox::SandboxConfig> {
+        Some(crate::runtime_logs::sandbox::SandboxConfig {
+            namespace: self.log_sandbox_namespace.clone()?,
+            image: self.log_sandbox_image.clone()?,
+            runtime_class: self.log_sandbox_runtime_class.clone(),
+            concurrency: self.log_sandbox_concurrency,
+        })
     }
 
     /// The mirror settings the flags set.
@@ -278,6 +301,17 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
             &args.mail_from,
         )?);
     }
+    if let Some(config) = args.log_sandbox() {
+        tokio::spawn(crate::runtime_logs::sandbox::sweep(
+            state.kube().clone(),
+            config.namespace.clone(),
+        ));
+        state.set_log_sandbox(crate::runtime_logs::sandbox::Sandbox::new(
+            config,
+            state.kube().clone(),
+        ));
+    }
+    tokio::spawn(crate::runtime_logs::prune_every_hour(state.db().clone()));
     if let Some(gateway_url) = &args.s3_gateway_url {
         state.set_blob_access(crate::blob::access::BlobAccess {
             gateway_url: gateway_url.clone(),

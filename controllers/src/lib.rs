@@ -13,6 +13,7 @@ pub mod error;
 pub mod forward;
 pub mod ingress;
 pub mod leader;
+pub mod log_archive;
 pub mod network_policies;
 pub mod plan;
 pub mod postgres;

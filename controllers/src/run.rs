@@ -323,14 +323,21 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         )
         .for_each(|_| futures::future::ready(()));
 
-    tokio::join!(
-        app_controller,
-        channel_controller,
-        deploy_controller,
-        domain_controller,
-        forward_controller,
-        tenancy_controller,
-        plan_controller
-    );
+    let controllers = async {
+        tokio::join!(
+            app_controller,
+            channel_controller,
+            deploy_controller,
+            domain_controller,
+            forward_controller,
+            tenancy_controller,
+            plan_controller
+        )
+    };
+    // The runtime log archive has no shutdown of its own: it stops with the controllers.
+    tokio::select! {
+        _ = controllers => {}
+        () = crate::log_archive::run(ctx.clone()) => {}
+    }
     Ok(())
 }

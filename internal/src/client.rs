@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::protocol::{
     BandwidthReport, BlobCredentials, BlobStoreRequest, BlobStoreResponse, CommitResponse,
     DatabaseRecord, DatabaseRequest, EnvRequest, EnvResponse, PREFIX, PreDeploySnapshot,
-    PreDeploySnapshotRequest, SourceUrlRequest, SourceUrlResponse,
+    PreDeploySnapshotRequest, RuntimeContainer, RuntimeContainerRecord, SourceUrlRequest,
+    SourceUrlResponse,
 };
 use crate::token::TokenSource;
 
@@ -241,6 +242,36 @@ impl InternalClient {
             .timeout(SNAPSHOT_TIMEOUT)
             .json(request);
         self.json(req).await
+    }
+
+    /// Records a container generation of a channel (or its new state); `NotFound` when the app is gone.
+    pub async fn runtime_container(
+        &self,
+        container_id: &str,
+        facts: &RuntimeContainer,
+    ) -> Result<RuntimeContainerRecord, CallError> {
+        let req = self
+            .http
+            .put(self.url(&format!("/runtime/containers/{container_id}")))
+            .json(facts);
+        self.json(req).await
+    }
+
+    /// Appends whole output lines, each starting with its RFC 3339 timestamp, to a recorded generation;
+    /// `NotFound` when the generation is not (or no longer) recorded.
+    pub async fn append_runtime_log(
+        &self,
+        container_id: &str,
+        lines: Vec<u8>,
+    ) -> Result<(), CallError> {
+        self.send(
+            self.http
+                .post(self.url(&format!("/runtime/containers/{container_id}/log")))
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                .body(lines),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Adds an edge's report to the accounts' monthly bandwidth.

@@ -81,6 +81,9 @@ pub enum RouteGroup {
     Databases,
     /// `POST .../usage/bandwidth`: the bytes an edge sent, per account.
     Bandwidth,
+    /// `PUT .../runtime/containers/{id}`, `POST .../runtime/containers/{id}/log`: apps' container generations and
+    /// their output.
+    RuntimeLogs,
 }
 
 impl RouteGroup {
@@ -96,6 +99,7 @@ impl RouteGroup {
             RouteGroup::BlobStores => "object stores",
             RouteGroup::Databases => "channel databases",
             RouteGroup::Bandwidth => "bandwidth reports",
+            RouteGroup::RuntimeLogs => "runtime logs",
         }
     }
 }
@@ -232,7 +236,7 @@ impl Callers {
 mod tests {
     use super::*;
 
-    const ALL: [RouteGroup; 9] = [
+    const ALL: [RouteGroup; 10] = [
         RouteGroup::Commits,
         RouteGroup::SiteArchives,
         RouteGroup::SourceArchives,
@@ -242,6 +246,7 @@ mod tests {
         RouteGroup::BlobStores,
         RouteGroup::Databases,
         RouteGroup::Bandwidth,
+        RouteGroup::RuntimeLogs,
     ];
 
     fn callers() -> Callers {

@@ -149,6 +149,44 @@ pub enum PreDeploySnapshot {
     },
 }
 
+/// Body of `PUT /internal/v1/runtime/containers/{container_id}`: the operator's log archive records a generation of
+/// a channel's app container (an instance: a restart or a new deploy's pod is a new one) and its state as its pod
+/// reports it. Repeated whenever the pod changes; a generation that ended stays ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeContainer {
+    /// The channel's app.
+    pub app_id: String,
+    /// The channel.
+    pub channel_id: String,
+    /// The pod the instance runs (ran) in.
+    pub pod_name: String,
+    /// The deploy whose pod it is.
+    pub deploy_id: Option<String>,
+    /// Whether it is running.
+    pub running: bool,
+    /// `running`, `waiting` or `exited`.
+    pub status: String,
+    /// The process's exit code, once it ended.
+    pub exit_code: Option<i32>,
+    /// Whether the kernel killed it for passing its memory limit.
+    pub oom_killed: bool,
+    /// When it started.
+    pub started_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// When it ended.
+    pub finished_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// Answer of `PUT /internal/v1/runtime/containers/{container_id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeContainerRecord {
+    /// The generation's number in its channel.
+    pub container_index: i32,
+    /// Whether the generation ended (its output is complete once the follower drained it).
+    pub finished: bool,
+    /// The RFC 3339 timestamp of the last line kept: a follower resuming skips lines up to it.
+    pub last_timestamp: Option<String>,
+}
+
 impl std::fmt::Debug for DatabaseRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatabaseRecord")

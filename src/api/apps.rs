@@ -505,5 +505,7 @@ async fn delete_app(
     crate::db::mirrors::remove(state.db(), app_id).await?;
     crate::env::store::delete_app(state.db(), app_id).await?;
     state.cache().app_gone(&app_id.to_string()).await?;
+    // After the app left the cache, so the log archive can no longer record a generation of it.
+    crate::db::runtime_logs::remove_app(state.db(), app_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

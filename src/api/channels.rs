@@ -157,5 +157,7 @@ async fn delete_channel(
     claims::release(&state, &app.namespace, &app.name, &channel_name).await?;
     crate::env::store::delete_channel(state.db(), app_id, channel_id).await?;
     state.cache().channel_gone(&channel_id.to_string()).await?;
+    // After the channel left the cache, so the log archive can no longer record a generation of it.
+    crate::db::runtime_logs::remove_channel(state.db(), channel_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -142,6 +142,7 @@ struct Inner {
     registry_tokens: std::sync::OnceLock<slipway_internal::registry_token::RegistryTokens>,
     sql_sessions: Arc<crate::sql_proxy::sessions::Sessions>,
     mailer: std::sync::OnceLock<crate::registration::mailer::Mailer>,
+    log_sandbox: std::sync::OnceLock<crate::runtime_logs::sandbox::Sandbox>,
 }
 
 impl AppState {
@@ -171,6 +172,7 @@ impl AppState {
                 registry_tokens: std::sync::OnceLock::new(),
                 sql_sessions: Arc::default(),
                 mailer: std::sync::OnceLock::new(),
+                log_sandbox: std::sync::OnceLock::new(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
             mirrors: Arc::new(Mirrors::default()),
@@ -227,6 +229,16 @@ impl AppState {
     /// The mail relay; `None` when none is configured (email verification answers 503).
     pub fn mailer(&self) -> Option<&crate::registration::mailer::Mailer> {
         self.inner.mailer.get()
+    }
+
+    /// Turns runtime-log commands on: they run in `sandbox`. Set once, at start.
+    pub fn set_log_sandbox(&self, sandbox: crate::runtime_logs::sandbox::Sandbox) {
+        let _ = self.inner.log_sandbox.set(sandbox);
+    }
+
+    /// Where runtime-log commands run; `None` when no sandbox is configured (a command answers 503).
+    pub fn log_sandbox(&self) -> Option<&crate::runtime_logs::sandbox::Sandbox> {
+        self.inner.log_sandbox.get()
     }
 
     /// Turns object storage on: the routes reach the gateway at `access`. Set once, at start.

@@ -11,6 +11,7 @@ pub mod email_challenges;
 pub mod members;
 pub mod mirrors;
 pub mod registrations;
+pub mod runtime_logs;
 pub mod ssh_keys;
 pub mod tokens;
 pub mod users;

@@ -7,6 +7,7 @@
 pub mod blob;
 pub mod guard;
 pub mod postgres;
+pub mod runtime_logs;
 pub mod usage;
 
 use std::collections::BTreeMap;
@@ -55,9 +56,10 @@ pub fn routes() -> Router<AppState> {
         .merge(blob::routes())
         .merge(postgres::routes())
         .merge(usage::routes())
+        .merge(runtime_logs::routes())
 }
 
-fn app_by_id(state: &AppState, app_id: Uuid) -> Result<VisibleApp, ApiError> {
+pub(super) fn app_by_id(state: &AppState, app_id: Uuid) -> Result<VisibleApp, ApiError> {
     let app = state
         .cache()
         .app_by_uid(&app_id.to_string())
