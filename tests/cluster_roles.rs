@@ -59,6 +59,11 @@ const ROUTES: &[(&str, &str, Who)] = &[
         Who::Member,
     ),
     (
+        "post",
+        "/apps/{app_id}/channels/{channel_id}/runtime/log",
+        Who::Member,
+    ),
+    (
         "get",
         "/apps/{app_id}/channels/{channel_id}/deploys/{deploy_id}/env",
         Who::Member,
@@ -229,6 +234,26 @@ impl Fixture {
         reply.body
     }
 
+    /// Records a running container generation of the prod channel, as the operator's log archive would.
+    async fn record_generation(&self) {
+        let facts = slipway::db::runtime_logs::Facts {
+            app_id: self.app_id.parse().unwrap(),
+            channel_id: self.channel_id.parse().unwrap(),
+            container_id: format!("c-{}", self.channel_id),
+            pod_name: "web-prod-1".into(),
+            deploy_id: None,
+            running: true,
+            status: "running".into(),
+            exit_code: None,
+            oom_killed: false,
+            started_at: None,
+            finished_at: None,
+        };
+        slipway::db::runtime_logs::upsert(self.api.state.db(), &facts)
+            .await
+            .unwrap();
+    }
+
     /// A channel of the app to delete.
     /// The prod channel's domains path.
     fn domains(&self) -> String {
@@ -303,6 +328,11 @@ impl Fixture {
             ("get", "/apps/{app_id}/blob") => path.push_str("?path=index.html"),
             ("post", "/apps/{app_id}/channels/{channel_id}/deploy") => {
                 body = Some(json!({"ref": "master"}))
+            }
+            ("post", "/apps/{app_id}/channels/{channel_id}/runtime/log") => {
+                // The status facts of a generation the log archive recorded.
+                body = Some(json!({}));
+                self.record_generation().await;
             }
             ("post", "/apps/{app_id}/changeset") => {
                 body = Some(

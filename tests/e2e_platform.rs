@@ -63,6 +63,8 @@ INSERT INTO notes (body, stars) VALUES ('written by v2', 5);
 /// An app echoing raw TCP on `SVC_FORWARD_PORT` and answering its version over HTTP.
 const ECHO_APP: &str = include_str!("forward/echo_app.py");
 
+const LOG_APP: &str = include_str!("logs/log_app.py");
+
 /// Where a pod finds its ServiceAccount token when one is mounted.
 const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
@@ -1406,4 +1408,277 @@ async fn an_agent_registers_with_its_ssh_key_and_a_mailed_code_grows_its_running
         .expect(200);
     assert_eq!(usage["plan"], "basic");
     platform.delete_app(&agent, &app).await
+}
+
+/// Calls the runtime-log route of `app`'s channel until `done` holds for its answer (the archive follows the
+/// container's output and state as they happen, moments behind).
+async fn runtime_log_until(
+    platform: &Installed,
+    account: &Account,
+    path: &str,
+    body: Value,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Result<Value> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let answer = platform
+            .call("POST", path, account, Some(body.clone()))
+            .await?;
+        if answer.status == 200 && done(&answer.json()) {
+            return Ok(answer.json());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the runtime log never showed {what}: {} {}",
+            answer.status,
+            answer.text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// Runs `command` on generation `index` of the channel's runtime log.
+async fn run_on_log(
+    platform: &Installed,
+    account: &Account,
+    path: &str,
+    index: u64,
+    command: &str,
+) -> Result<Value> {
+    let answer = platform
+        .call(
+            "POST",
+            path,
+            account,
+            Some(json!({"container_index": index, "command": command})),
+        )
+        .await?;
+    Ok(answer.expect(200))
+}
+
+#[tokio::test]
+async fn runtime_logs_outlive_crashes_oom_kills_and_pod_deletion_and_commands_run_on_them_without_network()
+-> Result<()> {
+    let platform = Installed::from_env()?;
+    let kim = platform.account("kim").await?;
+    let (app, channel) = platform.create_app(&kim, "logs", "app").await?;
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "logs"]).await?;
+    ws.write("logs/app.py", LOG_APP)?;
+    ws.write("logs/launch.sh", "exec python3 app.py\n")?;
+    ws.git("logs", &["add", "."]).await?;
+    ws.git("logs", &["commit", "-q", "-m", "v1"]).await?;
+    let remote = http_remote(&platform.api, &kim.token, &kim.username, "logs");
+    ws.git("logs", &["push", "-q", &remote, "HEAD:master"])
+        .await?;
+    let sha = ws
+        .git("logs", &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+    let (_, log) = platform.deploy(&kim, &app, &channel, &sha).await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    let host = platform.prod_host(&kim, "logs");
+    let path = format!("/apps/{app}/channels/{channel}/runtime/log");
+
+    // Generation 0 runs; its four boot lines (stdout and stderr) are kept.
+    let boot_bytes = 3 * "2026-11-24T10:00:00.000000000Z boot line 1\n".len()
+        + "2026-11-24T10:00:00.000000000Z warming up on stderr\n".len();
+    let live = runtime_log_until(&platform, &kim, &path, json!({}), "the boot lines", |v| {
+        v["log_bytes"].as_u64().unwrap_or(0) >= boot_bytes as u64
+    })
+    .await?;
+    assert_eq!(live["container_index"], 0, "{live}");
+    assert_eq!(live["running"], true);
+    assert_eq!(live["source"], "live");
+    assert_eq!(live["status"], "running");
+    assert_eq!(live["restart_count"], 0);
+    assert_eq!(live["available_indices"], json!([0]));
+    assert_eq!(live["output"], "");
+    assert_eq!(live["command_exit_code"], Value::Null);
+
+    // It crashes with exit code 3: generation 0 is archived with it, generation 1 runs in the same pod.
+    assert_eq!(
+        platform.edge_get(&host, "/crash").await?.text(),
+        "crashing\n"
+    );
+    let crashed = runtime_log_until(
+        &platform,
+        &kim,
+        &path,
+        json!({"container_index": 0}),
+        "the crash",
+        |v| v["status"] == "exited",
+    )
+    .await?;
+    assert_eq!(crashed["exit_code"], 3, "{crashed}");
+    assert_eq!(crashed["running"], false);
+    assert_eq!(crashed["source"], "archived");
+    assert_eq!(crashed["oom_killed"], false);
+    assert!(crashed["finished_at"].is_string());
+    let restarted = runtime_log_until(
+        &platform,
+        &kim,
+        &path,
+        json!({}),
+        "generation 1 live",
+        |v| {
+            v["container_index"] == 1
+                && v["running"] == true
+                && v["log_bytes"].as_u64().unwrap_or(0) >= boot_bytes as u64
+        },
+    )
+    .await?;
+    assert_eq!(restarted["restart_count"], 1, "{restarted}");
+    assert_eq!(restarted["source"], "live");
+    assert_eq!(restarted["available_indices"], json!([0, 1]));
+
+    // Pipelines on the archived generation's app.log, with the spec's userland.
+    let counted = run_on_log(
+        &platform,
+        &kim,
+        &path,
+        0,
+        "grep -c 'boot line' app.log; tail -n 1 app.log | cut -d' ' -f2-; \
+         awk '{print $2}' app.log | sort | uniq -c | sort -rn | head -n 1 | awk '{print $1, $2}'; \
+         python3 -c \"import re; print(all(re.match(r'\\d{4}-\\d\\d-\\d\\dT[0-9:.]+Z ', l) for l in open('app.log')))\"; \
+         perl -ne 'print if /crash/' app.log | wc -l; node -e 'console.log(require(\"fs\").existsSync(\"app.log\"))'",
+    )
+    .await?;
+    assert_eq!(
+        counted["output"], "3\nabout to crash\n3 boot\nTrue\n1\ntrue\n",
+        "{counted}"
+    );
+    assert_eq!(counted["command_exit_code"], 0);
+    assert_eq!(counted["timed_out"], false);
+    assert_eq!(counted["truncated"], false);
+    assert_eq!(counted["container_index"], 0);
+    assert_eq!(counted["log_bytes"], crashed["log_bytes"]);
+
+    // No network at all: not the apiserver's Service, not the node.
+    let kubernetes = kubectl(&[
+        "-n",
+        "default",
+        "get",
+        "service",
+        "kubernetes",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ])
+    .await?;
+    let offline = run_on_log(
+        &platform,
+        &kim,
+        &path,
+        1,
+        &format!(
+            "python3 -c \"import socket; socket.create_connection(('{kubernetes}', 443), 3)\""
+        ),
+    )
+    .await?;
+    assert_ne!(offline["command_exit_code"], 0, "{offline}");
+    assert!(
+        offline["output"]
+            .as_str()
+            .unwrap()
+            .contains("Network is unreachable"),
+        "{offline}"
+    );
+
+    // 30 seconds, then what was printed so far; 256 KiB, then cut.
+    let slow = run_on_log(
+        &platform,
+        &kim,
+        &path,
+        1,
+        "echo before; sleep 60; echo after",
+    )
+    .await?;
+    assert_eq!(slow["timed_out"], true, "{slow}");
+    assert_eq!(slow["command_exit_code"], Value::Null);
+    assert_eq!(slow["output"], "before\n");
+    let loud = run_on_log(&platform, &kim, &path, 1, "yes 0123456789 | head -c 300000").await?;
+    assert_eq!(loud["truncated"], true);
+    assert_eq!(loud["output"].as_str().unwrap().len(), 256 * 1024);
+    assert_eq!(loud["command_exit_code"], 0);
+
+    // The error rows: a command too long, a generation that never was.
+    let long = platform
+        .call(
+            "POST",
+            &path,
+            &kim,
+            Some(json!({"command": "x".repeat(4097)})),
+        )
+        .await?;
+    assert_eq!(long.status, 400, "{}", long.text());
+    let never = platform
+        .call("POST", &path, &kim, Some(json!({"container_index": 9})))
+        .await?;
+    assert_eq!(never.status, 404, "{}", never.text());
+
+    // Past the plan's memory limit: the kernel kills it, and the generation says so.
+    assert_eq!(platform.edge_get(&host, "/oom").await?.text(), "eating\n");
+    let killed = runtime_log_until(
+        &platform,
+        &kim,
+        &path,
+        json!({"container_index": 1}),
+        "the OOM kill",
+        |v| v["status"] == "exited",
+    )
+    .await?;
+    assert_eq!(killed["oom_killed"], true, "{killed}");
+    assert_eq!(killed["exit_code"], 137);
+
+    // The pod is deleted: its last generation is kept and readable; the new pod's count starts again.
+    let third = runtime_log_until(
+        &platform,
+        &kim,
+        &path,
+        json!({}),
+        "generation 2 live",
+        |v| {
+            v["container_index"] == 2
+                && v["running"] == true
+                && v["log_bytes"].as_u64().unwrap_or(0) >= boot_bytes as u64
+        },
+    )
+    .await?;
+    assert_eq!(third["restart_count"], 2, "{third}");
+    kubectl(&[
+        "-n",
+        &kim.namespace,
+        "delete",
+        "pod",
+        "-l",
+        "slipway.dev/app=logs,app.kubernetes.io/component=run",
+        "--wait=false",
+    ])
+    .await?;
+    let fresh = runtime_log_until(
+        &platform,
+        &kim,
+        &path,
+        json!({}),
+        "a generation in a new pod",
+        |v| v["container_index"] == 3 && v["running"] == true,
+    )
+    .await?;
+    assert_eq!(fresh["restart_count"], 0, "{fresh}");
+    assert_ne!(fresh["container_name"], third["container_name"]);
+    let deleted = runtime_log_until(
+        &platform,
+        &kim,
+        &path,
+        json!({"container_index": 2}),
+        "the deleted pod's end",
+        |v| v["running"] == false,
+    )
+    .await?;
+    assert_eq!(deleted["source"], "archived", "{deleted}");
+    let kept = run_on_log(&platform, &kim, &path, 2, "grep -c 'boot line' app.log").await?;
+    assert_eq!(kept["output"], "3\n", "{kept}");
+    platform.delete_app(&kim, &app).await
 }

@@ -160,21 +160,31 @@ impl Batch {
         self.bytes.is_empty()
     }
 
-    /// Adds a line unless it was recorded before.
+    /// Adds a line unless it was recorded before. A line with no timestamp of its own (the rest of a line cut at
+    /// [`LINE_LIMIT`]) gets the previous line's.
     fn push(&mut self, line: &[u8]) {
-        let Some((stamp, _)) = split_stamp(line) else {
+        let stamped = split_stamp(line)
+            .and_then(|(stamp, _)| Some((stamp.parse::<Timestamp>().ok()?, stamp)));
+        let Some((at, stamp)) = stamped else {
+            if let Some(last) = self.last.clone() {
+                let mut continued = format!("{last} ").into_bytes();
+                continued.extend_from_slice(line);
+                self.append(&continued, last);
+            }
             return;
         };
-        if let (Some(until), Ok(at)) = (self.recorded_until, stamp.parse::<Timestamp>())
-            && at <= until
-        {
+        if self.recorded_until.is_some_and(|until| at <= until) {
             return;
         }
+        self.append(line, stamp.to_owned());
+    }
+
+    fn append(&mut self, line: &[u8], stamp: String) {
         self.bytes.extend_from_slice(line);
         if !line.ends_with(b"\n") {
             self.bytes.push(b'\n');
         }
-        self.last = Some(stamp.to_owned());
+        self.last = Some(stamp);
         if self.bytes.len() > BACKLOG_LIMIT {
             let cut = self.bytes.len() - BACKLOG_LIMIT;
             let start = self.bytes[cut..]
@@ -226,10 +236,11 @@ mod tests {
         batch.push(b"2026-11-24T10:00:01.500000000Z same instant\n");
         batch.push(b"2026-11-24T10:00:02.000000000Z new\n");
         batch.push(b"2026-11-24T10:00:03.000000000Z no newline");
-        batch.push(b"not a log line\n");
+        batch.push(b"rest of a long line\n");
         assert_eq!(
             String::from_utf8(batch.bytes.clone()).unwrap(),
-            "2026-11-24T10:00:02.000000000Z new\n2026-11-24T10:00:03.000000000Z no newline\n"
+            "2026-11-24T10:00:02.000000000Z new\n2026-11-24T10:00:03.000000000Z no newline\n\
+             2026-11-24T10:00:03.000000000Z rest of a long line\n"
         );
         assert_eq!(
             batch.last.as_deref(),
