@@ -79,6 +79,10 @@ async fn follow_into(target: &Target, internal: &InternalClient, batch: &mut Bat
             return Outcome::Interrupted;
         }
     };
+    if !target.previous && !still_current(target).await {
+        // The instance ended and the pod started another before the stream opened: that stream is the new one's.
+        return Outcome::Interrupted;
+    }
     let mut lines = Box::pin(stream);
     // A read cut short by the flush timer leaves its part of a line here; the next read completes it.
     let mut line = Vec::new();
@@ -125,6 +129,17 @@ async fn follow_into(target: &Target, internal: &InternalClient, batch: &mut Bat
                 return Outcome::Interrupted;
             }
         }
+    }
+}
+
+/// Whether the pod's current instance is still the one followed (the log API names no instance, only the pod's
+/// current or previous one).
+async fn still_current(target: &Target) -> bool {
+    match target.pods.get_opt(&target.pod).await {
+        Ok(Some(pod)) => super::instances::of_pod(&pod)
+            .iter()
+            .any(|i| i.current && i.container_id == target.container_id),
+        _ => false,
     }
 }
 
