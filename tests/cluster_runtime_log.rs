@@ -244,7 +244,8 @@ async fn the_route_s_error_rows() -> Result<()> {
 }
 
 #[tokio::test]
-async fn the_archive_is_bounded_per_channel_and_goes_with_its_app() -> Result<()> {
+async fn the_archive_is_bounded_per_channel_in_bytes_and_generations_and_goes_with_its_app()
+-> Result<()> {
     let f = fixture("rtbounds").await?;
     f.operator
         .runtime_container("c-chatty", &f.running("web-prod-1", "2026-11-24T10:00:00Z"))
@@ -279,6 +280,28 @@ async fn the_archive_is_bounded_per_channel_and_goes_with_its_app() -> Result<()
         String::from_utf8_lossy(&output[output.len() - 1100..]).contains("10:00:11.000000989Z")
     );
 
+    // At most 50 generations: a crash-looping container's oldest go first.
+    for n in 0..51 {
+        f.operator
+            .runtime_container(
+                &format!("c-loop-{n}"),
+                &f.running("web-prod-2", "2026-11-24T11:00:00Z"),
+            )
+            .await?;
+    }
+    let looped = f.runtime_log(json!({})).await.expect(200, None);
+    let indices: Vec<i64> = looped["available_indices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_i64().unwrap())
+        .collect();
+    assert_eq!(indices, (2..=51).collect::<Vec<_>>());
+    assert_eq!(looped["restart_count"], 50);
+    f.runtime_log(json!({"container_index": 0}))
+        .await
+        .expect(404, Some("not_found"));
+
     // Malformed appends and appends to a generation never recorded are refused.
     let malformed = f
         .operator
@@ -287,7 +310,7 @@ async fn the_archive_is_bounded_per_channel_and_goes_with_its_app() -> Result<()
     assert!(matches!(malformed, Err(CallError::Unavailable(m)) if m.contains("400")));
     let unknown = f
         .operator
-        .append_runtime_log("c-unknown", b"2026-11-24T10:00:00Z x\n".to_vec())
+        .append_runtime_log("c-chatty", b"2026-11-24T10:00:00Z x\n".to_vec())
         .await;
     assert!(
         matches!(unknown, Err(CallError::NotFound(_))),

@@ -87,48 +87,17 @@ pub async fn upsert(db: &PgPool, facts: &Facts) -> sqlx::Result<Generation> {
         .bind(facts.channel_id)
         .execute(&mut *tx)
         .await?;
-    let existing: Option<Generation> =
-        sqlx::query_as("SELECT * FROM runtime_containers WHERE container_id = $1")
-            .bind(&facts.container_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let row = match existing {
-        Some(old) if old.finished_at.is_some() => old,
-        Some(old) => update(&mut tx, old.id, facts).await?,
-        None => insert(&mut tx, facts).await?,
-    };
-    tx.commit().await?;
-    Ok(row)
-}
-
-async fn update(
-    tx: &mut Transaction<'_, Postgres>,
-    id: i64,
-    facts: &Facts,
-) -> sqlx::Result<Generation> {
-    sqlx::query_as(
-        "UPDATE runtime_containers SET running = $2, status = $3, exit_code = $4, oom_killed = $5,
-             started_at = COALESCE(started_at, $6), finished_at = $7
-         WHERE id = $1 RETURNING *",
-    )
-    .bind(id)
-    .bind(facts.running)
-    .bind(&facts.status)
-    .bind(facts.exit_code)
-    .bind(facts.oom_killed)
-    .bind(facts.started_at)
-    .bind(facts.finished_at)
-    .fetch_one(&mut **tx)
-    .await
-}
-
-async fn insert(tx: &mut Transaction<'_, Postgres>, facts: &Facts) -> sqlx::Result<Generation> {
-    let row: Generation = sqlx::query_as(
+    let written: Option<Generation> = sqlx::query_as(
         "INSERT INTO runtime_containers (app_id, channel_id, container_index, container_id, pod_name, deploy_id,
              running, status, exit_code, oom_killed, restart_count, started_at, finished_at)
          SELECT $1, $2, COALESCE(MAX(container_index) + 1, 0), $3, $4, $5, $6, $7, $8, $9,
              COUNT(*) FILTER (WHERE pod_name = $4), $10, $11
          FROM runtime_containers WHERE channel_id = $2
+         ON CONFLICT (container_id) DO UPDATE SET running = EXCLUDED.running, status = EXCLUDED.status,
+             exit_code = EXCLUDED.exit_code, oom_killed = EXCLUDED.oom_killed,
+             started_at = COALESCE(runtime_containers.started_at, EXCLUDED.started_at),
+             finished_at = EXCLUDED.finished_at
+         WHERE runtime_containers.finished_at IS NULL
          RETURNING *",
     )
     .bind(facts.app_id)
@@ -142,14 +111,25 @@ async fn insert(tx: &mut Transaction<'_, Postgres>, facts: &Facts) -> sqlx::Resu
     .bind(facts.oom_killed)
     .bind(facts.started_at)
     .bind(facts.finished_at)
-    .fetch_one(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?;
+    let row = match written {
+        Some(row) => row,
+        // It ended before: left as it was.
+        None => {
+            sqlx::query_as("SELECT * FROM runtime_containers WHERE container_id = $1")
+                .bind(&facts.container_id)
+                .fetch_one(&mut *tx)
+                .await?
+        }
+    };
     // The oldest generations beyond the count go, output and all.
     sqlx::query("DELETE FROM runtime_containers WHERE channel_id = $1 AND container_index <= $2")
         .bind(facts.channel_id)
         .bind(row.container_index - CHANNEL_GENERATIONS)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(row)
 }
 
