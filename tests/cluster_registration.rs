@@ -828,3 +828,87 @@ async fn a_deactivated_account_loses_its_keys_and_tokens_at_once() -> Result<()>
     assert_eq!(keys, 0);
     Ok(())
 }
+
+#[tokio::test]
+async fn logins_are_budgeted_per_key_codes_per_address_and_a_refusing_relay_leaves_no_challenge()
+-> Result<()> {
+    // 60 SSH logins per key an hour; the 61st waits.
+    let logins = api().await?;
+    let (key, _) = register(&logins).await?;
+    let start = now();
+    for i in 0..60 {
+        post(&logins, "/auth/ssh-key", None, key.login(start - i)?)
+            .await
+            .expect(200, None);
+    }
+    let over = post(&logins, "/auth/ssh-key", None, key.login(start - 60)?).await;
+    assert!(
+        over.headers.contains_key("retry-after"),
+        "{:?}",
+        over.headers
+    );
+    over.expect(429, Some("too_many_requests"));
+    // Another key is not held up by it.
+    let (other, _) = register(&logins).await?;
+    post(&logins, "/auth/ssh-key", None, other.login(start)?)
+        .await
+        .expect(200, None);
+
+    // Five codes to one address an hour, however far apart; the sixth is refused before anything is mailed.
+    let (mailing, maildir) = api_with_mail().await?;
+    let (_, made) = register(&mailing).await?;
+    let token = made["token"].as_str().unwrap();
+    let user = made["user_id"].as_str().unwrap();
+    let address = format!("{}@example.test", made["username"].as_str().unwrap());
+    let ask = || {
+        post(
+            &mailing,
+            "/me/email-verifications",
+            Some(token),
+            json!({"email": address}),
+        )
+    };
+    for _ in 0..5 {
+        ask().await.expect(200, None);
+        // The 60 s spacing between two requests of one account has passed.
+        sqlx::query("UPDATE email_challenges SET sent_at = sent_at - interval '61 seconds' WHERE user_id = $1::uuid")
+            .bind(user)
+            .execute(mailing.state.db())
+            .await?;
+    }
+    ask().await.expect(429, Some("too_many_requests"));
+    assert_eq!(mails_to(&maildir, &address)?, 5);
+
+    // A relay that refuses the mail: 503, and no challenge is left behind to block the next request.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = closed.local_addr()?.port();
+    drop(closed);
+    let refusing = api().await?;
+    refusing.state.set_mailer(Mailer::new(
+        &format!("smtp://127.0.0.1:{port}"),
+        "slipway <noreply@slipway.test>",
+    )?);
+    let (_, made) = register(&refusing).await?;
+    let refused = post(
+        &refusing,
+        "/me/email-verifications",
+        made["token"].as_str(),
+        json!({"email": "ada@example.test"}),
+    )
+    .await
+    .expect(503, Some("service_unavailable"));
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("relay"),
+        "{refused}"
+    );
+    let left: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM email_challenges WHERE user_id = $1::uuid")
+            .bind(made["user_id"].as_str().unwrap())
+            .fetch_one(refusing.state.db())
+            .await?;
+    assert_eq!(left, 0);
+    Ok(())
+}
