@@ -89,13 +89,10 @@ pub async fn read(
         let sandbox = state.log_sandbox().ok_or_else(|| {
             ApiError::Unavailable("no log sandbox is configured on this platform".into())
         })?;
-        let content = runtime_logs::output(state.db(), chosen.id).await?;
-        let run = sandbox.run(&content, command).await.map_err(|e| {
-            if matches!(e, SandboxError::NotIsolated | SandboxError::Kube(_)) {
-                tracing::error!(error = %e, "runtime-log command refused");
-            }
-            ApiError::Unavailable(e.to_string())
-        })?;
+        let run = sandbox
+            .run(state.db().clone(), chosen.id, command.to_owned())
+            .await
+            .map_err(unavailable)?;
         log.log_bytes = run.log_bytes;
         log.output = String::from_utf8_lossy(&run.output).into_owned();
         log.command_exit_code = run.exit_code;
@@ -103,6 +100,26 @@ pub async fn read(
         log.truncated = run.truncated;
     }
     Ok(log)
+}
+
+/// The 503 for a command no sandbox ran. What the cluster or the database said stays in the API's log: it names
+/// the platform's namespaces and accounts, which are none of the caller's business.
+fn unavailable(e: SandboxError) -> ApiError {
+    match e {
+        SandboxError::Busy => ApiError::Unavailable(e.to_string()),
+        SandboxError::NotStarted(_) => {
+            tracing::warn!(error = %e, "runtime-log command not run");
+            ApiError::Unavailable("the log sandbox did not start in time; retry later".into())
+        }
+        SandboxError::NotIsolated => {
+            tracing::error!(error = %e, "runtime-log command refused");
+            ApiError::Unavailable(e.to_string())
+        }
+        SandboxError::Kube(_) | SandboxError::Database(_) => {
+            tracing::error!(error = %e, "runtime-log command failed");
+            ApiError::Unavailable("the log sandbox failed; retry later".into())
+        }
+    }
 }
 
 fn nothing_readable(index: Option<i32>) -> ApiError {

@@ -33,12 +33,16 @@ pub const OUTPUT_CAP: usize = 256 * 1024;
 /// Longest a command may be, in characters.
 pub const COMMAND_LIMIT: usize = 4096;
 
-/// How long the pod may take to start its container before the host is taken for unable to answer.
-const START_BUDGET: Duration = Duration::from_secs(30);
+/// How long the pod may take to start its container before the host is taken for unable to answer. The queue
+/// wait, this, the time limit and [`SETTLE`] stay within the API's request timeout (60 s), so an answer with
+/// `timed_out` is never cut off by it.
+const START_BUDGET: Duration = Duration::from_secs(15);
+/// How long past the time limit the wrapper may take to report before it is taken for hung.
+const SETTLE: Duration = Duration::from_secs(5);
 /// Largest gzipped log a Secret takes (Secrets hold at most 1 MiB).
 const PACKED_LIMIT: usize = 900 * 1024;
 /// How long a waiting caller may queue for a free sandbox.
-const QUEUE_WAIT: Duration = Duration::from_secs(10);
+const QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// Sandbox pods older than this are left over from an interrupted call and deleted by [`sweep`].
 const STALE_AFTER: Duration = Duration::from_secs(180);
 /// The component label of sandbox pods.
@@ -59,7 +63,8 @@ pub struct SandboxConfig {
     pub concurrency: usize,
 }
 
-/// Runs sandboxes.
+/// Runs sandboxes. Cheap to clone: clones share the slots.
+#[derive(Clone)]
 pub struct Sandbox {
     config: SandboxConfig,
     kube: Client,
@@ -96,6 +101,9 @@ pub enum SandboxError {
     /// The cluster refused a call.
     #[error("the log sandbox failed: {0}")]
     Kube(#[from] kube::Error),
+    /// The log could not be read.
+    #[error("the log could not be read: {0}")]
+    Database(#[from] sqlx::Error),
 }
 
 /// The facts the wrapper leaves in its termination message.
@@ -123,23 +131,39 @@ impl Sandbox {
         }
     }
 
-    /// Runs `command` on `log` (the newest part of it that fits a Secret, cut at a line).
-    pub async fn run(&self, log: &[u8], command: &str) -> Result<Run, SandboxError> {
-        let _slot = tokio::time::timeout(QUEUE_WAIT, self.slots.clone().acquire_owned())
-            .await
-            .map_err(|_| SandboxError::Busy)?
-            .map_err(|_| SandboxError::Busy)?;
-        let packed = pack(log);
-        let pods: Api<Pod> = Api::namespaced(self.kube.clone(), &self.config.namespace);
-        let pod = pods
-            .create(&PostParams::default(), &pod_spec(&self.config, command)?)
-            .await?;
-        let name = pod.name_any();
-        let result = self.run_in(&pods, &pod, packed).await;
-        if let Err(e) = pods.delete(&name, &DeleteParams::background()).await {
-            tracing::warn!(pod = %name, error = %e, "log sandbox not deleted; the sweep will");
-        }
-        result
+    /// Runs `command` on the output of the runtime-log generation `generation` (its newest part that fits a Secret,
+    /// cut at a line). The work runs as a task of its own that holds its slot until its pod is deleted, so a
+    /// caller that goes away (a client hanging up) neither leaves a pod running nor frees a slot early.
+    pub async fn run(
+        &self,
+        db: sqlx::PgPool,
+        generation: i64,
+        command: String,
+    ) -> Result<Run, SandboxError> {
+        let sandbox = self.clone();
+        tokio::spawn(async move {
+            let _slot = tokio::time::timeout(QUEUE_WAIT, sandbox.slots.clone().acquire_owned())
+                .await
+                .map_err(|_| SandboxError::Busy)?
+                .map_err(|_| SandboxError::Busy)?;
+            // Read only once a slot is held: queued callers hold no log in memory.
+            let packed = pack(&crate::db::runtime_logs::output(&db, generation).await?);
+            let pods: Api<Pod> = Api::namespaced(sandbox.kube.clone(), &sandbox.config.namespace);
+            let pod = pods
+                .create(
+                    &PostParams::default(),
+                    &pod_spec(&sandbox.config, &command)?,
+                )
+                .await?;
+            let name = pod.name_any();
+            let result = sandbox.run_in(&pods, &pod, packed).await;
+            if let Err(e) = pods.delete(&name, &DeleteParams::background()).await {
+                tracing::warn!(pod = %name, error = %e, "log sandbox not deleted; the sweep will");
+            }
+            result
+        })
+        .await
+        .map_err(|e| SandboxError::NotStarted(format!("the sandbox task failed: {e}")))?
     }
 
     async fn run_in(
@@ -169,7 +193,7 @@ impl Sandbox {
         secrets.create(&PostParams::default(), &secret).await?;
 
         let started = tokio::time::Instant::now();
-        let limit = START_BUDGET + TIME_LIMIT + Duration::from_secs(10);
+        let limit = START_BUDGET + TIME_LIMIT + SETTLE;
         let mut ran_from: Option<tokio::time::Instant> = None;
         let ended = loop {
             let now = pods.get(&name).await?;
@@ -185,7 +209,7 @@ impl Sandbox {
                 None if started.elapsed() > START_BUDGET => {
                     return Err(SandboxError::NotStarted(waiting_reason(&now)));
                 }
-                Some(from) if from.elapsed() > TIME_LIMIT + Duration::from_secs(10) => break None,
+                Some(from) if from.elapsed() > TIME_LIMIT + SETTLE => break None,
                 _ if started.elapsed() > limit => break None,
                 _ => tokio::time::sleep(Duration::from_millis(200)).await,
             }
@@ -458,15 +482,17 @@ mod tests {
     }
 
     #[test]
-    fn the_wrapper_runs_the_command_on_app_log_without_network_or_privileges() {
+    fn the_wrapper_runs_the_command_on_app_log_without_network_privileges_or_namespaces() {
         let (code, stdout, message, _root) = wrapper(
             &[],
-            "cat app.log; id -u; python3 -c 'import socket; socket.create_connection((\"192.0.2.1\", 80), 2)' 2>&1 | tail -n 1; exit 4",
+            "cat app.log; id -u; python3 -c 'import socket; socket.create_connection((\"192.0.2.1\", 80), 2)' 2>&1 | tail -n 1; \
+             unshare -Urn true 2>/dev/null; echo \"user namespace: $?\"; grep Seccomp: /proc/self/status; exit 4",
         );
         assert_eq!(code, 0, "{stdout} {message}");
         assert_eq!(
             stdout,
-            "2026-11-24T10:00:00Z hello\n65534\nOSError: [Errno 101] Network is unreachable\n"
+            "2026-11-24T10:00:00Z hello\n65534\nOSError: [Errno 101] Network is unreachable\n\
+             user namespace: 1\nSeccomp:\t2\n"
         );
         let facts: Facts = serde_json::from_str(&message).unwrap();
         assert!(facts.isolated);

@@ -2,17 +2,22 @@
 #
 # It unpacks the log the API put in the pod's Secret to /work/app.log, then starts the command as a shell pipeline
 # in a child that first leaves the pod's network for a new, empty network namespace (only a loopback device, down),
-# drops to uid/gid 65534 with no capabilities, and proves both before anything of the command runs: a child that
-# still sees another interface, a route or a capability fails before exec, and the command never runs. The parent keeps the 30-second
-# limit and the 256 KiB output cap, prints the output, and leaves its facts as JSON in the container's termination
-# message: {isolated, exit_code, timed_out, truncated, log_bytes}.
+# drops to uid/gid 65534 with no capabilities under a seccomp filter that closes namespace and mount calls, and
+# proves all of it before anything of the command runs: a child that still sees an interface up, a route, a
+# capability or a way to a new user namespace fails before exec, and the command never runs. The parent keeps the
+# 30-second limit and the 256 KiB output cap, prints the output, and leaves its facts as JSON in the container's
+# termination message: {isolated, exit_code, timed_out, truncated, log_bytes}.
 import ctypes
+import fcntl
 import gzip
 import json
 import os
+import platform
 import selectors
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -33,6 +38,20 @@ def finish(**facts):
 def interfaces():
     with open("/proc/self/net/dev") as dev:
         return [line.split(":")[0].strip() for line in dev.readlines()[2:]]
+
+
+def up(name):
+    """Whether the interface is up (SIOCGIFFLAGS)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16sH14x", name.encode()[:15], 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(probe, 0x8913, request))[1]
+    return bool(flags & 1)
+
+
+def usable_interfaces():
+    """Interfaces that are up. A new namespace holds a loopback device, down, and may hold the fallback devices of
+    tunnel modules the node has loaded (tunl0, sit0, ip6tnl0), also down; none of them carries anything."""
+    return [name for name in interfaces() if up(name)]
 
 
 def routes():
@@ -66,15 +85,87 @@ def unshare_network():
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
 
 
+# The pod holds SYS_ADMIN (to make the network namespace), and the runtime's default seccomp profile opens the
+# namespace and mount calls to a container that holds it. The command gets a filter of its own that closes them
+# again: no new namespace of any kind (so no user namespace with capabilities inside it), no joining one, no mounts,
+# no BPF, perf, keyring or userfaultfd. clone3 answers ENOSYS, so libc falls back to clone, whose flags the filter
+# can read. Syscall numbers per architecture; any other architecture refuses to run commands.
+SYSCALLS = {
+    # machine: (audit arch, denied calls, clone, clone3)
+    "x86_64": (0xC000003E, [272, 308, 165, 166, 155, 321, 298, 250, 248, 249, 323, 304, 428, 429, 430, 431, 432, 442], 56, 435),
+    "aarch64": (0xC00000B7, [97, 268, 40, 39, 41, 280, 241, 219, 217, 218, 282, 265, 428, 429, 430, 431, 432, 442], 220, 435),
+}
+NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+X32_BIT = 0x40000000
+
+
+def seccomp_filter():
+    """The filter as classic BPF: check the architecture, then the call, then clone's flags."""
+    arch, denied, clone, clone3 = SYSCALLS[platform.machine()]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
+    allow, kill = 0x7FFF0000, 0x80000000
+    deny, enosys = 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ERRNO with EPERM, ENOSYS
+    m = len(denied)
+    clone_flags, allow_at, deny_at, enosys_at, kill_at = 7 + m, 6 + m, 10 + m, 11 + m, 12 + m
+
+    def jump(pc, code, k, target):
+        return (code, target - pc - 1, 0, k)
+
+    program = [
+        (ld, 0, 0, 4),  # seccomp_data.arch
+        (jeq, 0, kill_at - 2, arch),
+        (ld, 0, 0, 0),  # seccomp_data.nr
+        jump(3, jge, X32_BIT, deny_at),
+    ]
+    program += [jump(4 + i, jeq, nr, deny_at) for i, nr in enumerate(denied)]
+    program += [
+        jump(4 + m, jeq, clone3, enosys_at),
+        jump(5 + m, jeq, clone, clone_flags),
+        (ret, 0, 0, allow),
+        (ld, 0, 0, 16),  # args[0], low 32 bits: clone's flags
+        jump(8 + m, jset, NAMESPACE_FLAGS, deny_at),
+        (ret, 0, 0, allow),
+        (ret, 0, 0, deny),
+        (ret, 0, 0, enosys),
+        (ret, 0, 0, kill),
+    ]
+    assert len(program) == kill_at + 1 and program[allow_at][0] == ret
+    return b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+
+
+def install_seccomp():
+    code = seccomp_filter()
+    buffer = ctypes.create_string_buffer(code)
+    prog = struct.pack("HP", len(code) // 8, ctypes.addressof(buffer))
+    prog_buffer = ctypes.create_string_buffer(prog)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.addressof(prog_buffer), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
+def namespaces_closed():
+    """Whether the filter holds: a new user namespace is refused."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    clone_newuser = 0x10000000
+    return libc.unshare(clone_newuser) != 0 and ctypes.get_errno() == 1
+
+
 def isolate():
-    """Runs in the child between fork and exec: no network, no privileges, or no command."""
+    """Runs in the child between fork and exec: no network, no privileges, no namespaces, or no command."""
     unshare_network()
     os.setgroups([])
     os.setgid(NOBODY)
     os.setuid(NOBODY)
+    install_seccomp()
     caps = capabilities()
-    if interfaces() != ["lo"] or routes() or caps["CapEff"] or caps["CapPrm"] or caps["CapAmb"]:
+    if usable_interfaces() or routes() or caps["CapEff"] or caps["CapPrm"] or caps["CapAmb"]:
         raise RuntimeError("isolation not proven")
+    if not namespaces_closed():
+        raise RuntimeError("namespace calls not closed")
 
 
 def main():
