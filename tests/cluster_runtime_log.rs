@@ -99,6 +99,14 @@ async fn generations_recorded_by_the_archive_read_back_with_their_facts() -> Res
                 .to_vec(),
         )
         .await?;
+    // The same batch again (an append whose answer was lost) is not kept twice.
+    f.operator
+        .append_runtime_log(
+            "c-first",
+            b"2026-11-24T10:00:00.100000000Z boot one\n2026-11-24T10:00:00.200000000Z boot two\n"
+                .to_vec(),
+        )
+        .await?;
     let live = f.runtime_log(json!({})).await.expect(200, None);
     assert_eq!(live["container_index"], 0);
     assert_eq!(live["container_id"], "c-first");

@@ -80,7 +80,7 @@ pub struct Generation {
 
 /// Records a generation or updates its facts; answers the row. A generation that ended stays ended (a late report
 /// of it running changes nothing), and a new one is numbered after the channel's newest, under a per-channel lock;
-/// its restart count is the number of generations seen in its pod before it.
+/// its restart count is one more than the pod's generation before it (0 for a pod's first).
 pub async fn upsert(db: &PgPool, facts: &Facts) -> sqlx::Result<Generation> {
     let mut tx = db.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 22))")
@@ -91,7 +91,9 @@ pub async fn upsert(db: &PgPool, facts: &Facts) -> sqlx::Result<Generation> {
         "INSERT INTO runtime_containers (app_id, channel_id, container_index, container_id, pod_name, deploy_id,
              running, status, exit_code, oom_killed, restart_count, started_at, finished_at)
          SELECT $1, $2, COALESCE(MAX(container_index) + 1, 0), $3, $4, $5, $6, $7, $8, $9,
-             COUNT(*) FILTER (WHERE pod_name = $4), $10, $11
+             COALESCE((SELECT restart_count + 1 FROM runtime_containers
+                       WHERE channel_id = $2 AND pod_name = $4 ORDER BY container_index DESC LIMIT 1), 0),
+             $10, $11
          FROM runtime_containers WHERE channel_id = $2
          ON CONFLICT (container_id) DO UPDATE SET running = EXCLUDED.running, status = EXCLUDED.status,
              exit_code = EXCLUDED.exit_code, oom_killed = EXCLUDED.oom_killed,
@@ -134,7 +136,10 @@ pub async fn upsert(db: &PgPool, facts: &Facts) -> sqlx::Result<Generation> {
 }
 
 /// Appends whole lines of output to the generation `container_id`, the last of them stamped `last_timestamp`, and
-/// trims the channel back under its cap. `None` when no such generation is recorded.
+/// trims the channel back under its cap. `None` when no such generation is recorded. A batch whose last line is not
+/// newer than what is recorded is a repeat (an append whose answer was lost) and is dropped. Appends of one channel
+/// take its lock in turn: two generations draining at once (the one before a restart and the one after) trim the
+/// same rows.
 pub async fn append(
     db: &PgPool,
     container_id: &str,
@@ -142,18 +147,39 @@ pub async fn append(
     last_timestamp: &str,
 ) -> sqlx::Result<Option<()>> {
     let mut tx = db.begin().await?;
-    let row: Option<(i64, Uuid)> = sqlx::query_as(
-        "UPDATE runtime_containers SET log_bytes = log_bytes + $2, last_timestamp = $3
-         WHERE container_id = $1 RETURNING id, channel_id",
+    let Some(channel) = sqlx::query_scalar::<_, Uuid>(
+        "SELECT channel_id FROM runtime_containers WHERE container_id = $1",
     )
     .bind(container_id)
-    .bind(i64::try_from(content.len()).unwrap_or(i64::MAX))
-    .bind(last_timestamp)
     .fetch_optional(&mut *tx)
-    .await?;
-    let Some((id, channel)) = row else {
+    .await?
+    else {
         return Ok(None);
     };
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 22))")
+        .bind(channel)
+        .execute(&mut *tx)
+        .await?;
+    let row: Option<(i64, Option<String>)> = sqlx::query_as(
+        "SELECT id, last_timestamp FROM runtime_containers WHERE container_id = $1 FOR UPDATE",
+    )
+    .bind(container_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((id, recorded)) = row else {
+        return Ok(None);
+    };
+    if recorded.is_some_and(|r| !is_later(last_timestamp, &r)) {
+        return Ok(Some(()));
+    }
+    sqlx::query(
+        "UPDATE runtime_containers SET log_bytes = log_bytes + $2, last_timestamp = $3 WHERE id = $1",
+    )
+    .bind(id)
+    .bind(i64::try_from(content.len()).unwrap_or(i64::MAX))
+    .bind(last_timestamp)
+    .execute(&mut *tx)
+    .await?;
     sqlx::query("INSERT INTO runtime_log_chunks (container, content) VALUES ($1, $2)")
         .bind(id)
         .bind(content)
@@ -170,6 +196,17 @@ pub async fn append(
     }
     tx.commit().await?;
     Ok(Some(()))
+}
+
+/// Whether RFC 3339 timestamp `a` is after `b` (an unreadable one is taken as later: nothing is dropped for it).
+fn is_later(a: &str, b: &str) -> bool {
+    match (
+        DateTime::parse_from_rfc3339(a),
+        DateTime::parse_from_rfc3339(b),
+    ) {
+        (Ok(a), Ok(b)) => a > b,
+        _ => true,
+    }
 }
 
 /// Deletes the channel's oldest chunks until at most [`TRIM_TO`] bytes remain, and keeps each generation's count

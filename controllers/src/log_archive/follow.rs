@@ -38,7 +38,7 @@ pub struct Target {
 }
 
 /// How following ended.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Outcome {
     /// The stream ended: the instance stopped (or its pod went) and everything it wrote is recorded.
     Drained,
@@ -86,6 +86,8 @@ async fn follow_into(target: &Target, internal: &InternalClient, batch: &mut Bat
     let mut lines = Box::pin(stream);
     // A read cut short by the flush timer leaves its part of a line here; the next read completes it.
     let mut line = Vec::new();
+    // Whether the last line pushed was cut at LINE_LIMIT: the next one is its rest, whatever it starts with.
+    let mut continues = false;
     loop {
         let read = if batch.is_empty() {
             Ok(read_line(&mut lines, &mut line).await)
@@ -100,7 +102,7 @@ async fn follow_into(target: &Target, internal: &InternalClient, batch: &mut Bat
             }
             Ok(Ok(0)) => {
                 if !line.is_empty() {
-                    batch.push(&line);
+                    batch.push(&line, continues);
                 }
                 // End of the stream: whatever is left goes now, retried while the API is briefly away.
                 for _ in 0..20 {
@@ -114,7 +116,8 @@ async fn follow_into(target: &Target, internal: &InternalClient, batch: &mut Bat
             }
             Ok(Ok(_)) => {
                 if line.ends_with(b"\n") || line.len() >= LINE_LIMIT {
-                    batch.push(&line);
+                    batch.push(&line, continues);
+                    continues = !line.ends_with(b"\n");
                     line.clear();
                 }
                 if batch.bytes.len() >= BATCH_BYTES
@@ -175,17 +178,20 @@ impl Batch {
         self.bytes.is_empty()
     }
 
-    /// Adds a line unless it was recorded before. A line with no timestamp of its own (the rest of a line cut at
-    /// [`LINE_LIMIT`]) gets the previous line's.
-    fn push(&mut self, line: &[u8]) {
-        let stamped = split_stamp(line)
-            .and_then(|(stamp, _)| Some((stamp.parse::<Timestamp>().ok()?, stamp)));
-        let Some((at, stamp)) = stamped else {
+    /// Adds a line unless it was recorded before. The rest of a line cut at [`LINE_LIMIT`] (`continues`) gets the
+    /// previous line's timestamp: what it starts with is the app's own output, never a timestamp to trust.
+    fn push(&mut self, line: &[u8], continues: bool) {
+        if continues {
             if let Some(last) = self.last.clone() {
                 let mut continued = format!("{last} ").into_bytes();
                 continued.extend_from_slice(line);
                 self.append(&continued, last);
             }
+            return;
+        }
+        let stamped = split_stamp(line)
+            .and_then(|(stamp, _)| Some((stamp.parse::<Timestamp>().ok()?, stamp)));
+        let Some((at, stamp)) = stamped else {
             return;
         };
         if self.recorded_until.is_some_and(|until| at <= until) {
@@ -247,15 +253,18 @@ mod tests {
     #[test]
     fn lines_recorded_before_are_skipped_and_a_line_without_newline_gets_one() {
         let mut batch = Batch::new(Some("2026-11-24T10:00:01.5Z".into()));
-        batch.push(b"2026-11-24T10:00:01.000000000Z old\n");
-        batch.push(b"2026-11-24T10:00:01.500000000Z same instant\n");
-        batch.push(b"2026-11-24T10:00:02.000000000Z new\n");
-        batch.push(b"2026-11-24T10:00:03.000000000Z no newline");
-        batch.push(b"rest of a long line\n");
+        batch.push(b"2026-11-24T10:00:01.000000000Z old\n", false);
+        batch.push(b"2026-11-24T10:00:01.500000000Z same instant\n", false);
+        batch.push(b"2026-11-24T10:00:02.000000000Z new\n", false);
+        batch.push(b"2026-11-24T10:00:03.000000000Z no newline", false);
+        // The rest of a cut line keeps the line's timestamp, even when the app printed one that looks newer.
+        batch.push(b"2099-01-01T00:00:00Z rest of a long line\n", true);
+        // A line of no timestamp is no kubelet line.
+        batch.push(b"garbage\n", false);
         assert_eq!(
             String::from_utf8(batch.bytes.clone()).unwrap(),
             "2026-11-24T10:00:02.000000000Z new\n2026-11-24T10:00:03.000000000Z no newline\n\
-             2026-11-24T10:00:03.000000000Z rest of a long line\n"
+             2026-11-24T10:00:03.000000000Z 2099-01-01T00:00:00Z rest of a long line\n"
         );
         assert_eq!(
             batch.last.as_deref(),
@@ -268,7 +277,10 @@ mod tests {
         let mut batch = Batch::new(None);
         let filler = "x".repeat(1024 * 1024);
         for second in 0..6 {
-            batch.push(format!("2026-11-24T10:00:0{second}Z {filler}\n").as_bytes());
+            batch.push(
+                format!("2026-11-24T10:00:0{second}Z {filler}\n").as_bytes(),
+                false,
+            );
         }
         assert!(batch.bytes.len() <= BACKLOG_LIMIT);
         assert!(batch.bytes.starts_with(b"2026-11-24T10:00:0"));

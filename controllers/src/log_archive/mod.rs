@@ -54,6 +54,8 @@ struct State {
     reported: HashMap<String, RuntimeContainer>,
     /// Instances being followed or drained.
     followed: HashSet<String>,
+    /// Pods whose instances could not all be reported (the API was away): looked at again on the next tick.
+    pending: HashMap<String, Pod>,
 }
 
 /// Runs the archive until the watch ends (the process stops).
@@ -74,17 +76,41 @@ pub async fn run(ctx: Arc<Context>) {
     let mut events = watcher::watcher(pods, Config::default().labels(&selector))
         .default_backoff()
         .boxed();
+    // The pods a relist (a watch that had to start over) showed: one it did not show was deleted meanwhile.
+    let mut relisted: Option<HashSet<String>> = None;
+    let mut retry = tokio::time::interval(RETRY * 5);
     loop {
         tokio::select! {
             event = events.try_next() => match event {
-                Ok(Some(Event::Apply(pod) | Event::InitApply(pod))) => {
+                Ok(Some(Event::Apply(pod))) => seen(&ctx, &state, &mut followers, &pod).await,
+                Ok(Some(Event::InitApply(pod))) => {
+                    if let (Some(list), Some(uid)) = (relisted.as_mut(), pod.uid()) {
+                        list.insert(uid);
+                    }
                     seen(&ctx, &state, &mut followers, &pod).await;
                 }
-                Ok(Some(Event::Delete(pod))) => gone(&ctx, &state, &pod).await,
-                Ok(Some(Event::Init | Event::InitDone)) => {}
+                Ok(Some(Event::Delete(pod))) => {
+                    if let Some(uid) = pod.uid() {
+                        gone(&ctx, &state, &uid, Some(&pod)).await;
+                    }
+                }
+                Ok(Some(Event::Init)) => relisted = Some(HashSet::new()),
+                Ok(Some(Event::InitDone)) => {
+                    let listed = relisted.take().unwrap_or_default();
+                    let known: Vec<String> = state.lock().await.instances.keys().cloned().collect();
+                    for uid in known.iter().filter(|uid| !listed.contains(*uid)) {
+                        gone(&ctx, &state, uid, None).await;
+                    }
+                }
                 Ok(None) => return,
                 Err(e) => tracing::warn!(error = %e, "pod watch failed; retrying"),
             },
+            _ = retry.tick() => {
+                let pending: Vec<Pod> = state.lock().await.pending.drain().map(|(_, pod)| pod).collect();
+                for pod in pending {
+                    seen(&ctx, &state, &mut followers, &pod).await;
+                }
+            }
             Some(done) = followers.join_next(), if !followers.is_empty() => {
                 if let Err(e) = done {
                     tracing::warn!(error = %e, "a log follower panicked");
@@ -107,11 +133,29 @@ async fn seen(
     };
     let instances = instances::of_pod(pod);
     let mut guard = state.lock().await;
-    guard.instances.insert(uid, instances.clone());
+    // Instances the pod no longer shows will not be seen again: forget them (their followers finish on their own).
+    let shown: HashSet<&str> = instances.iter().map(|i| i.container_id.as_str()).collect();
+    let before = guard
+        .instances
+        .insert(uid.clone(), instances.clone())
+        .unwrap_or_default();
+    for old in before
+        .iter()
+        .filter(|i| !shown.contains(i.container_id.as_str()))
+    {
+        guard.reported.remove(&old.container_id);
+        guard.followed.remove(&old.container_id);
+    }
+    guard.pending.remove(&uid);
     drop(guard);
     for instance in instances {
-        let Some(record) = report(ctx, state, &owner, &instance).await else {
-            continue;
+        let record = match report(ctx, state, &owner, &instance).await {
+            Reported::Recorded(record) => record,
+            Reported::Unchanged | Reported::Forgotten => continue,
+            Reported::Failed => {
+                state.lock().await.pending.insert(uid.clone(), pod.clone());
+                continue;
+            }
         };
         let mut guard = state.lock().await;
         if !guard.followed.insert(instance.container_id.clone()) {
@@ -133,12 +177,15 @@ async fn seen(
 async fn keep_following(ctx: Arc<Context>, mut target: Target) {
     loop {
         let (outcome, recorded_until) = follow::follow(&target, &ctx.internal).await;
+        target.recorded_until = recorded_until;
         match outcome {
-            Outcome::Drained | Outcome::Forgotten => return,
-            Outcome::Interrupted => target.recorded_until = recorded_until,
+            Outcome::Forgotten => return,
+            Outcome::Drained if target.previous => return,
+            // A followed stream also ends cleanly when the apiserver or the kubelet goes away: only the pod says
+            // whether the instance ended.
+            Outcome::Drained | Outcome::Interrupted => {}
         }
-        tokio::time::sleep(RETRY).await;
-        // The stream may have broken because the instance ended and restarted: its output is then the pod's
+        // The stream may also have broken because the instance ended and restarted: its output is then the pod's
         // previous one. A pod that is gone has nothing left to read.
         match target.pods.get_opt(&target.pod).await {
             Ok(Some(pod)) => {
@@ -148,23 +195,33 @@ async fn keep_following(ctx: Arc<Context>, mut target: Target) {
                 else {
                     return;
                 };
+                if outcome == Outcome::Drained && !(now.current && now.facts.running) {
+                    return;
+                }
                 target.previous = !now.current;
             }
             Ok(None) => return,
             Err(e) => tracing::debug!(pod = %target.pod, error = %e, "pod not readable; retrying"),
         }
+        tokio::time::sleep(RETRY).await;
     }
 }
 
-/// A pod was deleted: its instances have ended (whatever it showed last).
-async fn gone(ctx: &Arc<Context>, state: &Arc<Mutex<State>>, pod: &Pod) {
-    let Some(uid) = pod.uid() else { return };
+/// A pod was deleted (`pod` is its last state, when the watch saw the deletion): its instances have ended,
+/// whatever it showed last.
+async fn gone(ctx: &Arc<Context>, state: &Arc<Mutex<State>>, uid: &str, pod: Option<&Pod>) {
     let mut guard = state.lock().await;
-    let owner = guard.owners.remove(&uid);
-    let last = guard.instances.remove(&uid).unwrap_or_default();
+    let owner = guard.owners.remove(uid);
+    let last = guard.instances.remove(uid).unwrap_or_default();
+    guard.pending.remove(uid);
     drop(guard);
     let Some(owner) = owner else { return };
-    let all: Vec<Instance> = instances::of_pod(pod).into_iter().chain(last).collect();
+    let all: Vec<Instance> = pod
+        .map(instances::of_pod)
+        .unwrap_or_default()
+        .into_iter()
+        .chain(last)
+        .collect();
     for instance in &all {
         let ended = instances::ended_with_pod(instance.clone());
         report(ctx, state, &owner, &ended).await;
@@ -177,19 +234,35 @@ async fn gone(ctx: &Arc<Context>, state: &Arc<Mutex<State>>, pod: &Pod) {
     }
 }
 
-/// Reports an instance's facts unless they are what was reported last; answers the generation's record.
+/// How reporting an instance went.
+enum Reported {
+    /// Recorded; the generation's record.
+    Recorded(slipway_internal::protocol::RuntimeContainerRecord),
+    /// Reported before with the same facts, and followed.
+    Unchanged,
+    /// The API records no generation of it (its app or channel is gone).
+    Forgotten,
+    /// The API could not be reached: try again later.
+    Failed,
+}
+
+/// Reports an instance's facts unless they are what was reported last.
 async fn report(
     ctx: &Context,
     state: &Mutex<State>,
     owner: &Owner,
     instance: &Instance,
-) -> Option<slipway_internal::protocol::RuntimeContainerRecord> {
+) -> Reported {
     let mut facts = instance.facts.clone();
     facts.app_id.clone_from(&owner.app_id);
     facts.channel_id.clone_from(&owner.channel_id);
-    let unchanged = state.lock().await.reported.get(&instance.container_id) == Some(&facts);
-    if unchanged && state.lock().await.followed.contains(&instance.container_id) {
-        return None;
+    {
+        let guard = state.lock().await;
+        if guard.reported.get(&instance.container_id) == Some(&facts)
+            && guard.followed.contains(&instance.container_id)
+        {
+            return Reported::Unchanged;
+        }
     }
     match ctx
         .internal
@@ -202,12 +275,12 @@ async fn report(
                 .await
                 .reported
                 .insert(instance.container_id.clone(), facts);
-            Some(record)
+            Reported::Recorded(record)
         }
-        Err(CallError::NotFound(_)) => None,
+        Err(CallError::NotFound(_)) => Reported::Forgotten,
         Err(e) => {
-            tracing::warn!(pod = %facts.pod_name, error = %e, "container generation not recorded");
-            None
+            tracing::warn!(pod = %facts.pod_name, error = %e, "container generation not recorded; retrying");
+            Reported::Failed
         }
     }
 }
