@@ -1680,5 +1680,22 @@ async fn runtime_logs_outlive_crashes_oom_kills_and_pod_deletion_and_commands_ru
     assert_eq!(deleted["source"], "archived", "{deleted}");
     let kept = run_on_log(&platform, &kim, &path, 2, "grep -c 'boot line' app.log").await?;
     assert_eq!(kept["output"], "3\n", "{kept}");
+
+    // The sandbox namespace admits nothing but the sandbox's own pod shape, whoever asks.
+    let host_network = kubectl_run(&[
+        "-n",
+        "slipway-log-sandbox",
+        "run",
+        "not-a-sandbox",
+        "--image=busybox:1.35.0",
+        "--restart=Never",
+        "--overrides={\"spec\": {\"hostNetwork\": true}}",
+        "--",
+        "true",
+    ])
+    .await?;
+    assert!(!host_network.status.success());
+    let refusal = String::from_utf8_lossy(&host_network.stderr);
+    assert!(refusal.contains("log sandbox pod"), "{refusal}");
     platform.delete_app(&kim, &app).await
 }
