@@ -1,6 +1,7 @@
 //! Deploy-to-ready time on the local single-node cluster, through the REST API and the operator: from the deploy
 //! call to the deploy's `success`, for a first build and for a rebuild whose `install.sh` (app) or dependency
-//! layer (docker) is unchanged, and for a static site. Needs the node, Postgres and BuildKit (`make bench` starts
+//! layer (docker) is unchanged, for a rewind to the first build's image (no build) beside that rebuild, and for a
+//! static site. Needs the node, Postgres and BuildKit (`make bench` starts
 //! them).
 //!
 //! Prints figures; it asserts nothing about time.
@@ -70,6 +71,32 @@ async fn timed_deploy(
     Ok(elapsed)
 }
 
+/// From the rewind call to the rewind's `success` (the channel goes back to its previous image, unbuilt).
+async fn timed_rewind(
+    api: &support::TestApi,
+    user: &support::User,
+    app: &str,
+    channel: &str,
+) -> Result<f64> {
+    let started = Instant::now();
+    let reply = api
+        .post(
+            &format!("/apps/{app}/channels/{channel}/rewind"),
+            user,
+            Value::Null,
+        )
+        .await
+        .expect(202, None);
+    let id = reply["deploy_id"].as_str().unwrap_or_default().to_owned();
+    let log = api.finished_deploy(user, app, channel, &id, WITHIN).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let text = log["log"].as_str().unwrap_or_default();
+    if log["status"] != "success" || text.contains("[build]") {
+        bail!("the rewind failed or built:\n{text}");
+    }
+    Ok(elapsed)
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let api = support::TestApi::start().await?;
@@ -93,8 +120,15 @@ async fn main() -> Result<()> {
         let first = timed_deploy(&api, &user, &app, &channel, files("v1")).await?;
         eprintln!("{template}: rebuild with the dependency step unchanged...");
         let rebuild = timed_deploy(&api, &user, &app, &channel, files("v2")).await?;
+        eprintln!("{template}: rewind to the first build's image...");
+        let rewind = timed_rewind(&api, &user, &app, &channel).await?;
         lines.push(format!(
             "deploy to ready, {template:<6}: first build {first:6.1}s, rebuild (install unchanged) {rebuild:6.1}s"
+        ));
+        lines.push(format!(
+            "rewind to ready, {template:<6}: {rewind:6.1}s (no build) vs rebuild {rebuild:6.1}s: {:.1}x faster, {:.1}x faster than the first build",
+            rebuild / rewind,
+            first / rewind
         ));
     }
     let created = api.create_app(&user, "bench-static", "static").await;

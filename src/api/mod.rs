@@ -24,6 +24,7 @@ pub mod postgres;
 pub mod registrations;
 pub mod registry;
 pub mod repo;
+pub mod rewind;
 mod sign_in_doc;
 pub mod snapshots;
 pub mod ssh_keys;
@@ -93,6 +94,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(repo::routes())
         .merge(code::routes())
         .merge(deploys::routes())
+        .merge(rewind::routes())
         .merge(domains::routes())
         .merge(forwards::routes())
         .merge(ssh_keys::routes())
