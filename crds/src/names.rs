@@ -34,7 +34,7 @@ pub const BRANCH_REF_PREFIX: &str = "refs/heads/";
 /// Pattern of a full commit id.
 pub const SHA_PATTERN: &str = "^[0-9a-f]{40}$";
 /// Pattern of an image reference by digest, `<registry>/<repository>@sha256:<64 hex>` (what a build records).
-pub const IMAGE_DIGEST_PATTERN: &str = "^[^@\\s]+@sha256:[0-9a-f]{64}$";
+pub const IMAGE_DIGEST_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:/-]*@sha256:[0-9a-f]{64}$";
 /// Longest image reference a Deploy may name.
 pub const IMAGE_MAX_LEN: usize = 512;
 
@@ -141,9 +141,10 @@ pub fn is_image_by_digest(s: &str) -> bool {
         return false;
     };
     s.len() <= IMAGE_MAX_LEN
-        && !name.is_empty()
-        && !name.contains('@')
-        && !name.chars().any(char::is_whitespace)
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'))
         && digest.len() == 64
         && digest
             .bytes()
