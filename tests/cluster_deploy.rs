@@ -206,14 +206,7 @@ async fn a_deploy_of_an_unknown_commit_fails_and_the_old_one_keeps_serving() -> 
     assert_eq!(channel["status"], "running");
 
     // The Deploy resource says why, for kubectl users.
-    let deploys: Api<Deploy> = Api::namespaced(s.api.kube.clone(), &s.alice.namespace);
-    let failed = deploys
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .find(|d| d.metadata.uid.as_deref() == Some(bad.as_str()))
-        .unwrap();
+    let failed = s.api.deploy_resource(&s.alice.namespace, &bad).await?;
     let message = failed.status.unwrap().message.unwrap();
     assert!(message.contains(missing), "{message}");
     Ok(())
@@ -239,15 +232,8 @@ async fn a_branch_is_pinned_to_its_head_by_the_deploy_call() -> Result<()> {
     let by_full_ref = s.deploy(json!({"ref": "refs/heads/master"})).await;
     assert_eq!(s.channel().await["pending_deploy"]["sha"], v1.as_str());
     // The Deploy holds the full commit id, nothing left to resolve.
-    let deploys: Api<Deploy> = Api::namespaced(s.api.kube.clone(), &s.alice.namespace);
     for id in [&by_ref, &by_sha, &by_full_ref] {
-        let resource = deploys
-            .list(&Default::default())
-            .await?
-            .items
-            .into_iter()
-            .find(|d| d.metadata.uid.as_deref() == Some(id.as_str()))
-            .unwrap();
+        let resource = s.api.deploy_resource(&s.alice.namespace, id).await?;
         assert_eq!(resource.spec.sha.as_deref(), Some(v1.as_str()));
         assert_eq!(resource.spec.git_ref, None);
     }
@@ -271,6 +257,7 @@ async fn a_branch_is_pinned_to_its_head_by_the_deploy_call() -> Result<()> {
     assert_eq!(s.channel().await["current_sha"], v1.as_str());
 
     // A Deploy written with kubectl naming a branch still resolves when it starts: to the head then.
+    let deploys: Api<Deploy> = Api::namespaced(s.api.kube.clone(), &s.alice.namespace);
     let mut by_hand = Deploy::new(
         "site.prod.by-hand",
         slipway_crds::DeploySpec {

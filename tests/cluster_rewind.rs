@@ -172,14 +172,7 @@ async fn a_rewind_writes_a_deploy_of_the_previous_image_visible_at_once() -> Res
     let id = reply["deploy_id"].as_str().unwrap();
 
     // The Deploy says what it is: a rewind of the first deploy, its image and commit.
-    let deploys: Api<Deploy> = Api::namespaced(api.kube.clone(), &carol.namespace);
-    let written = deploys
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .find(|d| d.metadata.uid.as_deref() == Some(id))
-        .unwrap();
+    let written = api.deploy_resource(&carol.namespace, id).await?;
     assert_eq!(
         written.spec.rewind_of.as_deref(),
         Some("web.prod.1000-aaaaaa")

@@ -119,14 +119,30 @@ impl Platform {
     }
 
     async fn deploy_resource(&self, id: &str) -> Result<Deploy> {
-        let deploys: Api<Deploy> = Api::namespaced(self.client.clone(), &self.alice.namespace);
-        Ok(deploys
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .find(|d| d.metadata.uid.as_deref() == Some(id))
-            .unwrap())
+        self.api.deploy_resource(&self.alice.namespace, id).await
+    }
+
+    /// Starts the operator, creates the Python app `name` with `GREETING` set, commits v1 of it and deploys that;
+    /// returns (app id, prod channel id, v1's sha, the deploy's id, its finished log).
+    async fn python_v1(
+        &self,
+        name: &str,
+        greeting: &str,
+    ) -> Result<(String, String, String, String, Value)> {
+        self.api.start_operator(&self.alice.namespace).await?;
+        let (app, prod) = self.app(name, "app").await;
+        self.set_env(&app, "GREETING", greeting).await;
+        let v1 = self
+            .api
+            .commit(
+                &self.alice,
+                &app,
+                python_app("v1", "exec python3 server.py\n"),
+            )
+            .await;
+        let (first, log) = self.deploy_and_wait(&app, &prod, &v1).await?;
+        assert_eq!(log["status"], "success", "{}", log["log"]);
+        Ok((app, prod, v1, first, log))
     }
 }
 
@@ -141,16 +157,7 @@ fn python_app(version: &str, launch: &str) -> Value {
 #[tokio::test]
 async fn an_app_channel_builds_runs_and_keeps_serving_through_a_failed_deploy() -> Result<()> {
     let p = platform("appdeploy").await?;
-    p.api.start_operator(&p.alice.namespace).await?;
-    let (app, prod) = p.app("web", "app").await;
-    p.set_env(&app, "GREETING", "hello").await;
-
-    let v1 = p
-        .api
-        .commit(&p.alice, &app, python_app("v1", "exec python3 server.py\n"))
-        .await;
-    let (first, log) = p.deploy_and_wait(&app, &prod, &v1).await?;
-    assert_eq!(log["status"], "success", "{}", log["log"]);
+    let (app, prod, v1, first, log) = p.python_v1("web", "hello").await?;
     let text = log["log"].as_str().unwrap();
     assert!(text.contains("[build]"), "{text}");
     let page = p.page("web-prod", "v1").await?;
@@ -377,15 +384,7 @@ async fn a_docker_channel_runs_its_dockerfile_and_survives_an_operator_restart()
 #[tokio::test]
 async fn a_rewind_serves_the_previous_image_again_without_a_build() -> Result<()> {
     let p = platform("rewind").await?;
-    p.api.start_operator(&p.alice.namespace).await?;
-    let (app, prod) = p.app("back", "app").await;
-    p.set_env(&app, "GREETING", "first").await;
-    let v1 = p
-        .api
-        .commit(&p.alice, &app, python_app("v1", "exec python3 server.py\n"))
-        .await;
-    let (first, log) = p.deploy_and_wait(&app, &prod, &v1).await?;
-    assert_eq!(log["status"], "success", "{}", log["log"]);
+    let (app, prod, v1, first, log) = p.python_v1("back", "first").await?;
     assert_eq!(log["rewound_from"], Value::Null);
     // v2 passes readiness but serves the wrong thing.
     let v2 = p
