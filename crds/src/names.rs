@@ -735,7 +735,7 @@ mod tests {
             "10.0.0.1:5000/slipway-user-a/web-prod@sha256:{digest}"
         )));
         for bad in [
-            format!("registry/web:tag"),
+            "registry/web:tag".to_owned(),
             format!("registry/web@sha256:{}", &digest[1..]),
             format!("registry/web@sha256:{}", digest.to_uppercase()),
             format!("@sha256:{digest}"),
