@@ -50,6 +50,28 @@ fn docker_files(version: &str) -> Value {
     })
 }
 
+/// Waits until no pod of the namespace is terminating. A replaced version takes a while to stop and holds its CPU
+/// request until then; on a small node the next step's pod would wait for that room, and the step would measure
+/// the node's capacity rather than itself.
+async fn settled(api: &support::TestApi, namespace: &str) -> Result<()> {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(api.kube.clone(), namespace);
+    let deadline = Instant::now() + WITHIN;
+    while pods
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .any(|p| p.metadata.deletion_timestamp.is_some())
+    {
+        if Instant::now() > deadline {
+            bail!("pods of {namespace} still terminating after {WITHIN:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
 async fn timed_deploy(
     api: &support::TestApi,
     user: &support::User,
@@ -58,6 +80,7 @@ async fn timed_deploy(
     files: Value,
 ) -> Result<f64> {
     let sha = api.commit(user, app, files).await;
+    settled(api, &user.namespace).await?;
     let started = Instant::now();
     let id = api.deploy(user, app, channel, json!({"sha": sha})).await;
     let log = api.finished_deploy(user, app, channel, &id, WITHIN).await?;
@@ -78,6 +101,7 @@ async fn timed_rewind(
     app: &str,
     channel: &str,
 ) -> Result<f64> {
+    settled(api, &user.namespace).await?;
     let started = Instant::now();
     let reply = api
         .post(
