@@ -118,6 +118,13 @@ impl Platform {
             .expect(204, None);
     }
 
+    async fn channel(&self, app: &str, channel: &str) -> Value {
+        self.api
+            .get(&format!("/apps/{app}/channels/{channel}"), &self.alice)
+            .await
+            .expect(200, None)
+    }
+
     async fn deploy_resource(&self, id: &str) -> Result<Deploy> {
         self.api.deploy_resource(&self.alice.namespace, id).await
     }
@@ -216,11 +223,7 @@ async fn an_app_channel_builds_runs_and_keeps_serving_through_a_failed_deploy() 
     );
     let page = p.page("web-prod", "after-failure").await?;
     assert!(page.contains("version=v1"), "{page}");
-    let channel = p
-        .api
-        .get(&format!("/apps/{app}/channels/{prod}"), &p.alice)
-        .await
-        .expect(200, None);
+    let channel = p.channel(&app, &prod).await;
     assert_eq!(channel["current_sha"], v1.as_str());
     assert_eq!(channel["status"], "running");
 
@@ -431,11 +434,7 @@ async fn a_rewind_serves_the_previous_image_again_without_a_build() -> Result<()
     );
     let page = p.page("back-prod", "rw-back").await?;
     assert!(page.contains("version=v1 greeting=second"), "{page}");
-    let channel = p
-        .api
-        .get(&format!("/apps/{app}/channels/{prod}"), &p.alice)
-        .await
-        .expect(200, None);
+    let channel = p.channel(&app, &prod).await;
     assert_eq!(channel["current_sha"], v1.as_str());
     assert_eq!(channel["pending_deploy"], Value::Null);
 
