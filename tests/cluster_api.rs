@@ -785,6 +785,9 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
         ("get", "/apps/{app_id}/blob"),
         ("post", "/apps/{app_id}/changeset"),
         ("get", "/apps/{app_id}/channels/{channel_id}/code/download"),
+        ("post", "/apps/{app_id}/channels/{channel_id}/deploy"),
+        ("post", "/apps/{app_id}/channels/{channel_id}/rewind"),
+        ("get", "/apps/{app_id}/channels/{channel_id}/logs"),
         ("get", "/apps/{app_id}/channels/{channel_id}/blob"),
         (
             "post",
@@ -827,6 +830,26 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
             );
         }
     }
+    // The rewind route (ours: the spec shows none) documents its answer and each of its refusals.
+    let rewind = &doc["paths"]["/apps/{app_id}/channels/{channel_id}/rewind"]["post"]["responses"];
+    for status in ["202", "401", "403", "404", "409"] {
+        assert!(
+            rewind[status].is_object(),
+            "rewind lacks {status}: {rewind}"
+        );
+    }
+    let triggered = &doc["components"]["schemas"]["RewindTriggered"]["properties"];
+    for field in ["deploy_id", "channel_id", "status", "rewound_from", "sha"] {
+        assert!(
+            triggered[field].is_object(),
+            "RewindTriggered lacks {field}"
+        );
+    }
+    let log = &doc["components"]["schemas"]["DeployLog"]["properties"];
+    assert!(
+        log["rewound_from"].is_object(),
+        "DeployLog lacks rewound_from"
+    );
     // End-user sign-in's routes, which the edge serves: on channel hosts and on the auth host, no bearer.
     for (path, server) in [
         ("/svc-auth/login", "https://{host}"),

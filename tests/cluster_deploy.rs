@@ -1,7 +1,8 @@
 //! Deploys of static channels against the real apiserver, Postgres and the operator: the deploy route's rules and
 //! error rows, the queue (one deploy at a time per channel, in order), the channel's `current_sha`,
-//! `pending_deploy` and status, the log windows, the image inventory of a static app, and a failed deploy that
-//! leaves the serving commit alone. Static channels run no pod, so no node is needed.
+//! `pending_deploy` and status, a branch pinned to its head by the deploy call (and one written with kubectl
+//! resolved at start), the log windows, the image inventory of a static app, and a failed deploy that leaves the
+//! serving commit alone. Static channels run no pod, so no node is needed.
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -27,12 +28,20 @@ struct Site {
 }
 
 async fn site(prefix: &str) -> Result<Site> {
+    let s = idle_site(prefix).await?;
+    s.api
+        .start_operator_without_node(&s.alice.namespace)
+        .await?;
+    Ok(s)
+}
+
+/// A static app whose operator is not started yet: deploys stay queued until the test starts it.
+async fn idle_site(prefix: &str) -> Result<Site> {
     let api = TestApi::start().await?;
     let alice = api.user(prefix, "builder").await?;
     let app = api.create_app(&alice, "site", "static").await;
     let app_id = app["id"].as_str().unwrap().to_owned();
     let prod_id = app["channels"][0]["id"].as_str().unwrap().to_owned();
-    api.start_operator_without_node(&alice.namespace).await?;
     Ok(Site {
         api,
         alice,
@@ -197,16 +206,76 @@ async fn a_deploy_of_an_unknown_commit_fails_and_the_old_one_keeps_serving() -> 
     assert_eq!(channel["status"], "running");
 
     // The Deploy resource says why, for kubectl users.
-    let deploys: Api<Deploy> = Api::namespaced(s.api.kube.clone(), &s.alice.namespace);
-    let failed = deploys
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .find(|d| d.metadata.uid.as_deref() == Some(bad.as_str()))
-        .unwrap();
+    let failed = s.api.deploy_resource(&s.alice.namespace, &bad).await?;
     let message = failed.status.unwrap().message.unwrap();
     assert!(message.contains(missing), "{message}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_branch_is_pinned_to_its_head_by_the_deploy_call() -> Result<()> {
+    // No operator yet: nothing starts the deploys, so only the API can have resolved what they name.
+    let s = idle_site("pin").await?;
+    let v1 = s
+        .api
+        .commit(&s.alice, &s.app_id, json!({"index.html": "<p>v1</p>\n"}))
+        .await;
+    let by_ref = s.deploy(json!({"ref": "master"})).await;
+    // The channel read right after the call names the commit.
+    let pending = s.channel().await["pending_deploy"].clone();
+    assert_eq!(pending["deploy_id"], by_ref.as_str());
+    assert_eq!(pending["status"], "queued");
+    assert_eq!(pending["sha"], v1.as_str(), "{pending}");
+    // A branch given as sha is pinned the same way, and so is refs/heads/<name>.
+    let by_sha = s.deploy(json!({"sha": "master"})).await;
+    assert_eq!(s.channel().await["pending_deploy"]["sha"], v1.as_str());
+    let by_full_ref = s.deploy(json!({"ref": "refs/heads/master"})).await;
+    assert_eq!(s.channel().await["pending_deploy"]["sha"], v1.as_str());
+    // The Deploy holds the full commit id, nothing left to resolve.
+    for id in [&by_ref, &by_sha, &by_full_ref] {
+        let resource = s.api.deploy_resource(&s.alice.namespace, id).await?;
+        assert_eq!(resource.spec.sha.as_deref(), Some(v1.as_str()));
+        assert_eq!(resource.spec.git_ref, None);
+    }
+
+    // A push between the call and the start changes nothing: the deploys bring v1 live.
+    let v2 = s
+        .api
+        .commit(&s.alice, &s.app_id, json!({"index.html": "<p>v2</p>\n"}))
+        .await;
+    assert_ne!(v1, v2);
+    s.api
+        .start_operator_without_node(&s.alice.namespace)
+        .await?;
+    for id in [&by_ref, &by_sha, &by_full_ref] {
+        let log = s.finished(id).await?;
+        assert_eq!(log["status"], "success", "{log}");
+        assert_eq!(log["git_sha"], v1.as_str());
+        let text = log["log"].as_str().unwrap();
+        assert!(text.contains(&format!("[deploy] deploying {v1}")), "{text}");
+    }
+    assert_eq!(s.channel().await["current_sha"], v1.as_str());
+
+    // A Deploy written with kubectl naming a branch still resolves when it starts: to the head then.
+    let deploys: Api<Deploy> = Api::namespaced(s.api.kube.clone(), &s.alice.namespace);
+    let mut by_hand = Deploy::new(
+        "site.prod.by-hand",
+        slipway_crds::DeploySpec {
+            channel: "site.prod".into(),
+            sha: Some("master".into()),
+            git_ref: None,
+            rewind_of: None,
+            image: None,
+        },
+    );
+    by_hand.metadata.namespace = Some(s.alice.namespace.clone());
+    let by_hand = deploys
+        .create(&kube::api::PostParams::default(), &by_hand)
+        .await?;
+    let log = s.finished(by_hand.metadata.uid.as_deref().unwrap()).await?;
+    assert_eq!(log["status"], "success", "{log}");
+    assert_eq!(log["git_sha"], v2.as_str());
+    assert_eq!(s.channel().await["current_sha"], v2.as_str());
     Ok(())
 }
 

@@ -54,6 +54,11 @@ const ROUTES: &[(&str, &str, Who)] = &[
         Who::Member,
     ),
     (
+        "post",
+        "/apps/{app_id}/channels/{channel_id}/rewind",
+        Who::Member,
+    ),
+    (
         "get",
         "/apps/{app_id}/channels/{channel_id}/logs",
         Who::Member,
@@ -391,6 +396,9 @@ impl Fixture {
                     Some(json!({"confirm_db_name": format!("sharedsql_{}", self.owner.username)}));
                 success = 204;
             }
+            // The shared app is static: a permitted rewind passes the deploy route's checks and is then refused,
+            // as a static app has no images.
+            ("post", "/apps/{app_id}/channels/{channel_id}/rewind") => success = 409,
             // The shared app is static: a permitted expose passes the role check and is then refused for that.
             ("post", "/apps/{app_id}/channels/{channel_id}/forward") => {
                 body = Some(json!({}));

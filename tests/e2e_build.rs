@@ -83,6 +83,8 @@ impl Fixture {
                 channel: committed.channel.name_any(),
                 sha: Some(committed.sha.clone()),
                 git_ref: None,
+                rewind_of: None,
+                image: None,
             },
         );
         deploy.metadata.namespace = Some(self.user.namespace.clone());

@@ -2,7 +2,8 @@
 //! and a `docker` channel are built by BuildKit, run, pass readiness and answer through their Service; a version
 //! that never answers fails after the readiness window while the old one keeps answering; a ready-file app goes
 //! live on the file; env changes reach the app only with the next deploy; an operator stopped mid-deploy is
-//! replaced and the deploy still finishes; deleting a channel removes its workloads.
+//! replaced and the deploy still finishes; deleting a channel removes its workloads; a rewind serves the previous
+//! image again, without a build and with the current environment.
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -117,15 +118,38 @@ impl Platform {
             .expect(204, None);
     }
 
+    async fn channel(&self, app: &str, channel: &str) -> Value {
+        self.api
+            .get(&format!("/apps/{app}/channels/{channel}"), &self.alice)
+            .await
+            .expect(200, None)
+    }
+
     async fn deploy_resource(&self, id: &str) -> Result<Deploy> {
-        let deploys: Api<Deploy> = Api::namespaced(self.client.clone(), &self.alice.namespace);
-        Ok(deploys
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .find(|d| d.metadata.uid.as_deref() == Some(id))
-            .unwrap())
+        self.api.deploy_resource(&self.alice.namespace, id).await
+    }
+
+    /// Starts the operator, creates the Python app `name` with `GREETING` set, commits v1 of it and deploys that;
+    /// returns (app id, prod channel id, v1's sha, the deploy's id, its finished log).
+    async fn python_v1(
+        &self,
+        name: &str,
+        greeting: &str,
+    ) -> Result<(String, String, String, String, Value)> {
+        self.api.start_operator(&self.alice.namespace).await?;
+        let (app, prod) = self.app(name, "app").await;
+        self.set_env(&app, "GREETING", greeting).await;
+        let v1 = self
+            .api
+            .commit(
+                &self.alice,
+                &app,
+                python_app("v1", "exec python3 server.py\n"),
+            )
+            .await;
+        let (first, log) = self.deploy_and_wait(&app, &prod, &v1).await?;
+        assert_eq!(log["status"], "success", "{}", log["log"]);
+        Ok((app, prod, v1, first, log))
     }
 }
 
@@ -140,16 +164,7 @@ fn python_app(version: &str, launch: &str) -> Value {
 #[tokio::test]
 async fn an_app_channel_builds_runs_and_keeps_serving_through_a_failed_deploy() -> Result<()> {
     let p = platform("appdeploy").await?;
-    p.api.start_operator(&p.alice.namespace).await?;
-    let (app, prod) = p.app("web", "app").await;
-    p.set_env(&app, "GREETING", "hello").await;
-
-    let v1 = p
-        .api
-        .commit(&p.alice, &app, python_app("v1", "exec python3 server.py\n"))
-        .await;
-    let (first, log) = p.deploy_and_wait(&app, &prod, &v1).await?;
-    assert_eq!(log["status"], "success", "{}", log["log"]);
+    let (app, prod, v1, first, log) = p.python_v1("web", "hello").await?;
     let text = log["log"].as_str().unwrap();
     assert!(text.contains("[build]"), "{text}");
     let page = p.page("web-prod", "v1").await?;
@@ -208,11 +223,7 @@ async fn an_app_channel_builds_runs_and_keeps_serving_through_a_failed_deploy() 
     );
     let page = p.page("web-prod", "after-failure").await?;
     assert!(page.contains("version=v1"), "{page}");
-    let channel = p
-        .api
-        .get(&format!("/apps/{app}/channels/{prod}"), &p.alice)
-        .await
-        .expect(200, None);
+    let channel = p.channel(&app, &prod).await;
     assert_eq!(channel["current_sha"], v1.as_str());
     assert_eq!(channel["status"], "running");
 
@@ -370,5 +381,70 @@ async fn a_docker_channel_runs_its_dockerfile_and_survives_an_operator_restart()
         }
     })
     .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_rewind_serves_the_previous_image_again_without_a_build() -> Result<()> {
+    let p = platform("rewind").await?;
+    let (app, prod, v1, first, log) = p.python_v1("back", "first").await?;
+    assert_eq!(log["rewound_from"], Value::Null);
+    // v2 passes readiness but serves the wrong thing.
+    let v2 = p
+        .api
+        .commit(
+            &p.alice,
+            &app,
+            python_app("v2-wrong", "exec python3 server.py\n"),
+        )
+        .await;
+    let (_, log) = p.deploy_and_wait(&app, &prod, &v2).await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    let page = p.page("back-prod", "rw-v2").await?;
+    assert!(page.contains("version=v2-wrong"), "{page}");
+
+    // The rewind runs v1's image again, with the environment as it is now.
+    p.set_env(&app, "GREETING", "second").await;
+    let reply = p
+        .api
+        .post(
+            &format!("/apps/{app}/channels/{prod}/rewind"),
+            &p.alice,
+            Value::Null,
+        )
+        .await
+        .expect(202, None);
+    assert_eq!(reply["rewound_from"], first.as_str());
+    assert_eq!(reply["sha"], v1.as_str());
+    let id = reply["deploy_id"].as_str().unwrap().to_owned();
+    let log = p
+        .api
+        .finished_deploy(&p.alice, &app, &prod, &id, DEPLOY_WITHIN)
+        .await?;
+    assert_eq!(log["status"], "success", "{}", log["log"]);
+    assert_eq!(log["git_sha"], v1.as_str());
+    assert_eq!(log["rewound_from"], first.as_str());
+    let text = log["log"].as_str().unwrap();
+    assert!(!text.contains("[build]"), "a rewind builds nothing: {text}");
+    assert!(
+        text.contains(&format!(
+            "[deploy] rewinding to {v1} (image of deploy {first}"
+        )),
+        "{text}"
+    );
+    let page = p.page("back-prod", "rw-back").await?;
+    assert!(page.contains("version=v1 greeting=second"), "{page}");
+    let channel = p.channel(&app, &prod).await;
+    assert_eq!(channel["current_sha"], v1.as_str());
+    assert_eq!(channel["pending_deploy"], Value::Null);
+
+    // The same image by digest, and no build Job was made for the rewind.
+    let image = |d: Deploy| d.status.and_then(|s| s.image).map(|i| i.reference);
+    let original = image(p.deploy_resource(&first).await?).unwrap();
+    assert!(original.contains("@sha256:"), "{original}");
+    assert_eq!(image(p.deploy_resource(&id).await?), Some(original));
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+        Api::namespaced(p.client.clone(), &p.alice.namespace);
+    assert!(jobs.get_opt(&format!("build-{id}")).await?.is_none());
     Ok(())
 }

@@ -141,6 +141,27 @@ pub fn sha_or_branch() -> Rule {
     .message(names::messages::DEPLOY_SHA)
 }
 
+/// A field holding an image reference pinned by digest.
+pub fn image_by_digest() -> Rule {
+    Rule::new(format!("self.matches('{}')", names::IMAGE_DIGEST_PATTERN))
+        .message(messages::IMAGE_DIGEST)
+}
+
+/// On a Deploy's spec: a rewind names both the earlier Deploy and its image, or neither.
+pub fn rewind_pair() -> Rule {
+    Rule::new("has(self.rewindOf) == has(self.image)").message(messages::REWIND_PAIR)
+}
+
+/// On a Deploy's spec: a rewind's sha is the full commit id its image was built from (no branch to resolve).
+pub fn rewind_sha() -> Rule {
+    Rule::new(format!(
+        "!has(self.rewindOf) || (has(self.sha) && self.sha.matches('{}'))",
+        names::SHA_PATTERN
+    ))
+    .message(messages::REWIND_SHA)
+    .field_path(".sha")
+}
+
 /// A CIDR (IPv4 or IPv6).
 pub fn cidr() -> Rule {
     Rule::new("isCIDR(self)").message(messages::CIDR)

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cel;
 
-/// A request to build and bring a commit live on a channel. At least one of sha and ref is set; sha wins.
+/// A request to build and bring a commit live on a channel. At least one of sha and ref is set; sha wins. A
+/// rewind (rewindOf and image set) runs an earlier deploy's image again instead of building.
 #[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[kube(
     group = "slipway.dev",
@@ -47,6 +48,8 @@ use crate::cel;
 #[x_kube(
     validation = cel::immutable("a Deploy's spec"),
     validation = kube::core::Rule::new("has(self.sha) || has(self.ref)").message("a deploy needs sha or ref"),
+    validation = cel::rewind_pair(),
+    validation = cel::rewind_sha(),
 )]
 pub struct DeploySpec {
     /// Name of the Channel resource (<app>.<channel>, same namespace) to deploy to.
@@ -64,6 +67,37 @@ pub struct DeploySpec {
     #[schemars(length(max = 211))]
     #[x_kube(validation = cel::branch_ref())]
     pub git_ref: Option<String>,
+
+    /// Makes this deploy a rewind: the name of an earlier Deploy of the same channel that succeeded, whose image
+    /// runs again with the channel's current environment, without a build. Needs image (that Deploy's
+    /// status.image.reference) and sha (its full commit id). The deploy fails when the named Deploy is missing,
+    /// did not succeed, or recorded another image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub rewind_of: Option<String>,
+
+    /// With rewindOf: the image to run, by digest (<registry>/<repository>@sha256:<64 hex digits>), exactly as the
+    /// rewound Deploy recorded it in status.image.reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    #[x_kube(validation = cel::image_by_digest())]
+    pub image: Option<String>,
+}
+
+impl Deploy {
+    /// The commit this deploy brings live, as far as it is known: the resolved sha once the deploy started, else a
+    /// spec.sha that already is a full commit id (the API writes one; a branch name is resolved at start).
+    pub fn known_sha(&self) -> Option<String> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.resolved_sha.clone())
+            .or_else(|| {
+                self.spec
+                    .sha
+                    .clone()
+                    .filter(|sha| sha.parse::<crate::names::CommitSha>().is_ok())
+            })
+    }
 }
 
 /// Lifecycle of a deploy.

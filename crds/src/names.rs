@@ -33,6 +33,10 @@ pub const BRANCH_CHARS_PATTERN: &str = "^[A-Za-z0-9._/+-]+$";
 pub const BRANCH_REF_PREFIX: &str = "refs/heads/";
 /// Pattern of a full commit id.
 pub const SHA_PATTERN: &str = "^[0-9a-f]{40}$";
+/// Pattern of an image reference by digest, `<registry>/<repository>@sha256:<64 hex>` (what a build records).
+pub const IMAGE_DIGEST_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:/-]*@sha256:[0-9a-f]{64}$";
+/// Longest image reference a Deploy may name.
+pub const IMAGE_MAX_LEN: usize = 512;
 
 /// Longest CIDR text (a full IPv6 address and a three-digit prefix).
 pub const CIDR_MAX_LEN: usize = 43;
@@ -85,6 +89,15 @@ pub mod messages {
     pub const BRANCH: &str = "branch name must be 1-200 characters of letters, digits and . _ / + -, must not start with '-', '/' or '.', must not end with '/', '.' or '.lock', and must not contain '..', '//' or '/.'";
     /// A commit id that is not 40 lowercase hex digits.
     pub const SHA: &str = "sha must be a 40-character hexadecimal commit id";
+    /// An image reference that is not pinned by digest.
+    pub const IMAGE_DIGEST: &str =
+        "image must be a reference by digest: <registry>/<repository>@sha256:<64 hex digits>";
+    /// A rewind that does not name both the deploy and its image.
+    pub const REWIND_PAIR: &str =
+        "a rewind names both rewindOf (the earlier Deploy) and image (the image it recorded)";
+    /// A rewind whose sha is not a full commit id.
+    pub const REWIND_SHA: &str =
+        "a rewind's sha must be the 40-character commit id of the image it runs again";
     /// A deploy's `sha`, which may also name a branch.
     pub const DEPLOY_SHA: &str =
         "sha must be a 40-character hexadecimal commit id or a branch name";
@@ -120,6 +133,22 @@ pub fn is_dns_label(s: &str, max: usize) -> bool {
         (Some(first), Some(last)) => s.len() <= max && inner_ok && *first != b'-' && *last != b'-',
         _ => false,
     }
+}
+
+/// Whether `s` is an image reference pinned by digest ([`IMAGE_DIGEST_PATTERN`], at most [`IMAGE_MAX_LEN`]).
+pub fn is_image_by_digest(s: &str) -> bool {
+    let Some((name, digest)) = s.split_once("@sha256:") else {
+        return false;
+    };
+    s.len() <= IMAGE_MAX_LEN
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'))
+        && digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Whether `s` is a username: 1-40 lowercase letters and digits (see [`USERNAME_PATTERN`]).
@@ -697,6 +726,24 @@ mod tests {
             );
         }
         assert_eq!(GitRefBinding::prod().to_string(), "branch:master");
+    }
+
+    #[test]
+    fn images_are_pinned_by_digest() {
+        let digest = "0123456789abcdef".repeat(4);
+        assert!(is_image_by_digest(&format!(
+            "10.0.0.1:5000/slipway-user-a/web-prod@sha256:{digest}"
+        )));
+        for bad in [
+            "registry/web:tag".to_owned(),
+            format!("registry/web@sha256:{}", &digest[1..]),
+            format!("registry/web@sha256:{}", digest.to_uppercase()),
+            format!("@sha256:{digest}"),
+            format!("a b@sha256:{digest}"),
+            format!("a@b@sha256:{digest}"),
+        ] {
+            assert!(!is_image_by_digest(&bad), "{bad}");
+        }
     }
 
     #[test]

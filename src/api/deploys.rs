@@ -2,6 +2,7 @@
 //! queued to success or failed), `GET .../logs` reads the deploy's log in byte windows, and `GET .../images` lists
 //! the images a channel's deploys built.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
@@ -15,7 +16,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action};
+use super::access::{self, Action, VisibleApp};
 use super::apps::admission_or;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path, Query};
@@ -40,9 +41,9 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// `POST .../deploy` request: at least one of `sha` and `ref`; `sha` wins.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct DeployRequest {
-    /// A 40-character hex commit, or a branch name resolved to its head when the deploy starts.
+    /// A 40-character hex commit, or a branch name resolved to its head by this call.
     pub sha: Option<String>,
-    /// A branch name (bare or `refs/heads/<name>`), resolved to its head when the deploy starts. Ignored with `sha`.
+    /// A branch name (bare or `refs/heads/<name>`), resolved to its head by this call. Ignored with `sha`.
     #[serde(rename = "ref")]
     pub git_ref: Option<String>,
 }
@@ -88,7 +89,8 @@ fn deploy_resource_name(channel: &str) -> String {
     format!("{channel}.{millis}-{suffix}")
 }
 
-/// Deploy a commit to a channel: builds (app and docker) and brings it live after readiness.
+/// Deploy a commit to a channel: builds (app and docker) and brings it live after readiness. A branch is resolved
+/// to its head by this call, so the deploy brings that commit live whatever is pushed before it starts.
 #[utoipa::path(post, path = "/apps/{app_id}/channels/{channel_id}/deploy", tag = "deploys", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
     request_body = DeployRequest,
@@ -101,20 +103,68 @@ async fn deploy(
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
     Json(req): Json<DeployRequest>,
 ) -> Result<Json<DeployTriggered>, ApiError> {
-    caller.require_scope(scopes::DEPLOY)?;
-    let app = access::authorize(&state, &caller, app_id, Action::Write).await?;
-    let channel = access::channel_of(&state, &app, channel_id)?;
+    let (app, channel) = deploy_target(&state, &caller, app_id, channel_id).await?;
     let (sha, git_ref) = checked_request(req)?;
     crate::mirror::service::fetch_before_deploy(&state, &app).await?;
+    let (sha, git_ref) = pinned(&state, &app, sha, git_ref).await?;
+    let spec = DeploySpec {
+        channel: channel.name_any(),
+        sha,
+        git_ref,
+        rewind_of: None,
+        image: None,
+    };
+    let deploy_id = create_deploy(&state, &app, &channel, spec).await?;
+    Ok(Json(DeployTriggered {
+        deploy_id,
+        channel_id: channel_id.to_string(),
+        status: "queued",
+    }))
+}
+
+/// The app and channel a call that deploys (deploy, rewind) writes to, checked alike: the `deploy:*` scope, a role
+/// that may write (an app the caller has no role on is 404, as a missing one), and a channel of that app.
+pub(super) async fn deploy_target(
+    state: &AppState,
+    caller: &Caller,
+    app_id: Uuid,
+    channel_id: Uuid,
+) -> Result<(VisibleApp, Arc<Channel>), ApiError> {
+    caller.require_scope(scopes::DEPLOY)?;
+    let app = access::authorize(state, caller, app_id, Action::Write).await?;
+    let channel = access::channel_of(state, &app, channel_id)?;
+    Ok((app, channel))
+}
+
+/// A checked request's `(sha, ref)` pinned to the full commit id it names now, so the Deploy is written with the
+/// commit a client can see in `pending_deploy` from the first answer on. A name that resolves to no commit is
+/// written as asked: the deploy then fails when it starts, with the reason in its log and status (the route has no
+/// error row for it; the outcome is read from the deploy).
+async fn pinned(
+    state: &AppState,
+    app: &VisibleApp,
+    sha: Option<String>,
+    git_ref: Option<String>,
+) -> Result<(Option<String>, Option<String>), ApiError> {
+    let Some(rev) = sha.clone().or_else(|| git_ref.clone()) else {
+        return Ok((sha, git_ref));
+    };
+    Ok(match super::repo::resolve_commit(state, app, rev).await? {
+        Some(commit) => (Some(commit), None),
+        None => (sha, git_ref),
+    })
+}
+
+/// Writes a Deploy of `spec` owned by `channel` and waits until the API's cache holds it (so the channel's
+/// `pending_deploy` shows it at once); answers its id.
+pub(super) async fn create_deploy(
+    state: &AppState,
+    app: &VisibleApp,
+    channel: &Channel,
+    spec: DeploySpec,
+) -> Result<String, ApiError> {
     let channel_resource = channel.name_any();
-    let mut resource = Deploy::new(
-        &deploy_resource_name(&channel_resource),
-        DeploySpec {
-            channel: channel_resource.clone(),
-            sha,
-            git_ref,
-        },
-    );
+    let mut resource = Deploy::new(&deploy_resource_name(&channel_resource), spec);
     resource.metadata.labels = Some(
         [
             (labels::APP.to_owned(), app.name.to_string()),
@@ -142,11 +192,7 @@ async fn deploy(
         .uid()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the new Deploy has no uid")))?;
     state.cache().deploy_appeared(&deploy_id).await?;
-    Ok(Json(DeployTriggered {
-        deploy_id,
-        channel_id: channel_id.to_string(),
-        status: "queued",
-    }))
+    Ok(deploy_id)
 }
 
 /// Query of the logs route.
@@ -167,6 +213,8 @@ pub struct DeployLog {
     pub deploy_id: String,
     /// The commit deployed (as requested until it is resolved).
     pub git_sha: String,
+    /// For a rewind, the id of the earlier deploy whose image it runs again; null for a deploy that builds.
+    pub rewound_from: Option<String>,
     /// queued, running, success or failed.
     pub status: &'static str,
     /// When the deploy started (its creation while queued).
@@ -281,6 +329,7 @@ async fn deploy_log(
             .or_else(|| deploy.spec.sha.clone())
             .or_else(|| deploy.spec.git_ref.clone())
             .unwrap_or_default(),
+        rewound_from: rewound_from(&state, &app.namespace, &channel, &deploy),
         status: deploy_phase_name(status.phase),
         started_at: status
             .started_at
@@ -294,6 +343,24 @@ async fn deploy_log(
         window_bytes: bytes.len() as u64,
         log: String::from_utf8_lossy(&bytes).into_owned(),
     }))
+}
+
+/// The id of the deploy a rewind runs the image of (`spec.rewindOf` names it), null for a deploy that builds; its
+/// name when that Deploy is gone.
+pub fn rewound_from(
+    state: &AppState,
+    namespace: &str,
+    channel: &Channel,
+    deploy: &Deploy,
+) -> Option<String> {
+    let name = deploy.spec.rewind_of.as_deref()?;
+    let id = state
+        .cache()
+        .deploys_of(namespace, &channel.name_any())
+        .into_iter()
+        .find(|d| d.name_any() == name)
+        .and_then(|d| d.metadata.uid.clone());
+    Some(id.unwrap_or_else(|| name.to_owned()))
 }
 
 /// The deploy `id` of `channel`; 404 when the channel has no such deploy.

@@ -24,6 +24,7 @@ pub mod postgres;
 pub mod registrations;
 pub mod registry;
 pub mod repo;
+pub mod rewind;
 pub mod runtime_log;
 mod sign_in_doc;
 pub mod snapshots;
@@ -95,6 +96,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(code::routes())
         .merge(deploys::routes())
         .merge(runtime_log::routes())
+        .merge(rewind::routes())
         .merge(domains::routes())
         .merge(forwards::routes())
         .merge(ssh_keys::routes())

@@ -112,6 +112,17 @@ async fn blocking<T: Send + 'static>(
         .map_err(ApiError::Internal)
 }
 
+/// The full commit id `rev` (a commit id, `HEAD`, a branch name bare or as `refs/heads/...`) names in the app's
+/// repository now; `None` when it names no commit.
+pub async fn resolve_commit(
+    state: &AppState,
+    app: &VisibleApp,
+    rev: String,
+) -> Result<Option<String>, ApiError> {
+    let path = state.repos().path(&app.owner, &app.name);
+    blocking(move || Ok(store::resolve(&store::open(&path)?, &rev)?.map(|id| id.to_string()))).await
+}
+
 async fn app_and_repo(
     state: &AppState,
     caller: &Caller,

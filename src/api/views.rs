@@ -65,7 +65,8 @@ pub struct ChannelView {
 pub struct PendingDeployView {
     /// Deploy id.
     pub deploy_id: String,
-    /// Commit being deployed, once resolved.
+    /// Commit being deployed: known from the deploy call on (the API resolves a branch then); null only for a
+    /// Deploy written with kubectl naming a branch, until it starts, or for a name that resolved to no commit.
     pub sha: Option<String>,
     /// `queued` or `running`.
     pub status: String,
@@ -116,13 +117,11 @@ fn pending_deploy(
                 .unwrap_or_default()
                 .in_flight()
         })
-        .map(|d| {
-            let status = d.status.clone().unwrap_or_default();
-            PendingDeployView {
-                deploy_id: d.metadata.uid.clone().unwrap_or_default(),
-                sha: status.resolved_sha,
-                status: deploy_phase_name(status.phase).to_owned(),
-            }
+        .map(|d| PendingDeployView {
+            deploy_id: d.metadata.uid.clone().unwrap_or_default(),
+            sha: d.known_sha(),
+            status: deploy_phase_name(d.status.as_ref().map(|s| s.phase).unwrap_or_default())
+                .to_owned(),
         })
 }
 

@@ -698,6 +698,19 @@ impl TestApi {
         reply["deploy_id"].as_str().unwrap_or_default().to_owned()
     }
 
+    /// The Deploy resource whose uid is the deploy id `id`, in `namespace`.
+    pub async fn deploy_resource(&self, namespace: &str, id: &str) -> Result<slipway_crds::Deploy> {
+        let deploys: kube::Api<slipway_crds::Deploy> =
+            kube::Api::namespaced(self.kube.clone(), namespace);
+        deploys
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|d| d.metadata.uid.as_deref() == Some(id))
+            .ok_or_else(|| anyhow::anyhow!("no Deploy {id} in {namespace}"))
+    }
+
     /// Polls the deploy's log until the deploy finished (success or failed) and returns the last log reply.
     pub async fn finished_deploy(
         &self,

@@ -473,14 +473,22 @@ async fn sized(
     text.push_str(&image::size_line(&sizes, req.image_cap_bytes));
     text.push('\n');
     if sizes.charged > req.image_cap_bytes {
-        registry.delete(&repository, &digest).await?;
+        let kept = runs_for_a_success(ctx, req, &digest).await?;
+        if !kept {
+            registry.delete(&repository, &digest).await?;
+        }
         let message = format!(
             "the image's charged size {} exceeds the plan's cap of {}",
             image::human_size(sizes.charged),
             image::human_size(req.image_cap_bytes)
         );
+        let fate = if kept {
+            "the image was kept, as an earlier deploy of this channel runs it"
+        } else {
+            "the image was deleted"
+        };
         text.push_str(&format!(
-            "[build] failed: {message}; the image was deleted. Build on a warm base and keep the added layers small, or move to a plan with a larger cap\n"
+            "[build] failed: {message}; {fate}. Build on a warm base and keep the added layers small, or move to a plan with a larger cap\n"
         ));
         return Ok(Recorded::Failed(message));
     }
@@ -630,6 +638,34 @@ impl DeployLog<'_> {
             .await?;
         Ok(())
     }
+}
+
+/// Whether `digest` is the image of a successful deploy of the request's channel (a rebuild that came out byte
+/// for byte the same, after the plan's cap shrank): such a manifest is live or a rewind's target, so it stays.
+async fn runs_for_a_success(
+    ctx: &Context,
+    req: &BuildRequest<'_>,
+    digest: &str,
+) -> Result<bool, Error> {
+    let namespace = req
+        .deploy
+        .namespace()
+        .ok_or(Error::Incomplete("namespace"))?;
+    let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), &namespace);
+    let suffix = format!("@{digest}");
+    Ok(deploys
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|d| d.spec.channel == req.deploy.spec.channel)
+        .filter_map(|d| d.status.as_ref())
+        .any(|s| {
+            s.phase == slipway_crds::DeployPhase::Success
+                && s.image
+                    .as_ref()
+                    .is_some_and(|i| i.reference.ends_with(&suffix))
+        }))
 }
 
 /// Deletes every image of the channel's repository from the registry (the channel or its app is gone). The

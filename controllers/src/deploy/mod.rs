@@ -11,6 +11,7 @@
 pub(crate) mod dynamic;
 pub use dynamic::owner_plan;
 pub mod queue;
+pub mod rewind;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,35 +100,37 @@ async fn start_if_first(ctx: &Context, scene: &Scene) -> Result<Action, Error> {
         // The older deploy's finish triggers this one (the controller maps Deploy changes to the channel's queue).
         return Ok(Action::requeue(POLL * 5));
     }
-    let app_id = scene.app.uid().ok_or(Error::Incomplete("uid"))?;
-    let rev = deploy
-        .spec
-        .sha
-        .as_deref()
-        .or(deploy.spec.git_ref.as_deref())
-        .ok_or_else(|| Error::InvalidSpec("a deploy needs sha or ref".into()))?;
-    let sha = match ctx.internal.resolve(&app_id, rev).await {
-        Ok(sha) => sha,
-        Err(CallError::NotFound(message)) => {
-            fail(ctx, deploy, &message).await?;
-            return Ok(Action::await_change());
-        }
-        Err(e) => return Err(e.into()),
-    };
     let template = scene.app.spec.template;
-    log(
-        ctx,
-        deploy,
-        &format!(
+    let (sha, image, line) = if deploy.spec.rewind_of.is_some() {
+        match rewind::target(deploy, &scene.siblings, template) {
+            Ok(rewound) => {
+                let line = format!(
+                    "[deploy] rewinding to {} (image of deploy {}, no build)\n",
+                    rewound.sha, rewound.from_id
+                );
+                (rewound.sha, Some(rewound.image), line)
+            }
+            Err(reason) => {
+                fail(ctx, deploy, &reason).await?;
+                return Ok(Action::await_change());
+            }
+        }
+    } else {
+        let Some(sha) = resolve(ctx, scene).await? else {
+            return Ok(Action::await_change());
+        };
+        let line = format!(
             "[deploy] deploying {sha} ({} template)\n",
             template.as_str()
-        ),
-    )
-    .await?;
+        );
+        (sha, None, line)
+    };
+    log(ctx, deploy, &line).await?;
     let now = Time(Timestamp::now());
     let mut status = deploy.status.clone().unwrap_or_default();
     status.phase = DeployPhase::Running;
     status.resolved_sha = Some(sha);
+    status.image = image;
     status.started_at = Some(now.clone());
     status.observed_generation = deploy.metadata.generation;
     conditions::set_condition(
@@ -143,6 +146,27 @@ async fn start_if_first(ctx: &Context, scene: &Scene) -> Result<Action, Error> {
     );
     patch_deploy_status(ctx, deploy, &status).await?;
     Ok(Action::requeue(Duration::from_millis(200)))
+}
+
+/// The commit a deploy's sha or ref names now (the API writes full commit ids; a branch written with kubectl
+/// resolves here); `None` after failing a deploy whose commit does not exist.
+async fn resolve(ctx: &Context, scene: &Scene) -> Result<Option<String>, Error> {
+    let deploy = &scene.deploy;
+    let app_id = scene.app.uid().ok_or(Error::Incomplete("uid"))?;
+    let rev = deploy
+        .spec
+        .sha
+        .as_deref()
+        .or(deploy.spec.git_ref.as_deref())
+        .ok_or_else(|| Error::InvalidSpec("a deploy needs sha or ref".into()))?;
+    match ctx.internal.resolve(&app_id, rev).await {
+        Ok(sha) => Ok(Some(sha)),
+        Err(CallError::NotFound(message)) => {
+            fail(ctx, deploy, &message).await?;
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Moves a running deploy on: a static one goes live at once; app and docker ones build, roll out and go live.
@@ -286,14 +310,11 @@ async fn sync_pending(ctx: &Context, scene: &Scene) -> Result<(), Error> {
         .into_iter()
         .filter(|d| d.spec.channel == scene.channel.name_any())
         .collect();
-    let wanted: Option<PendingDeploy> = queue::newest_in_flight(&fresh).map(|d| {
-        let status = d.status.clone().unwrap_or_default();
-        PendingDeploy {
-            deploy_id: d.uid().unwrap_or_default(),
-            deploy_name: d.name_any(),
-            sha: status.resolved_sha,
-            status: status.phase,
-        }
+    let wanted: Option<PendingDeploy> = queue::newest_in_flight(&fresh).map(|d| PendingDeploy {
+        deploy_id: d.uid().unwrap_or_default(),
+        deploy_name: d.name_any(),
+        sha: d.known_sha(),
+        status: d.status.as_ref().map(|s| s.phase).unwrap_or_default(),
     });
     let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
     let current = channels

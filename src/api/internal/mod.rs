@@ -34,7 +34,6 @@ use super::error::ApiError;
 use super::extract::{Json, Path, Query};
 use super::state::AppState;
 use crate::env::{self, EnvSources};
-use crate::git::store;
 
 /// Largest log chunk accepted in one append.
 const LOG_CHUNK_LIMIT: usize = 4 * 1024 * 1024;
@@ -67,21 +66,6 @@ pub(super) fn app_by_id(state: &AppState, app_id: Uuid) -> Result<VisibleApp, Ap
     VisibleApp::from_resource(app, Role::Owner).ok_or(ApiError::NotFound("app"))
 }
 
-async fn resolve_in(
-    state: &AppState,
-    app: &VisibleApp,
-    rev: String,
-) -> Result<Option<String>, ApiError> {
-    let repo = state.repos().path(&app.owner, &app.name);
-    tokio::task::spawn_blocking(move || -> anyhow::Result<Option<String>> {
-        let repo = store::open(&repo)?;
-        Ok(store::resolve(&repo, &rev)?.map(|id| id.to_string()))
-    })
-    .await
-    .map_err(|e| ApiError::Internal(e.into()))?
-    .map_err(ApiError::Internal)
-}
-
 /// `GET /internal/v1/apps/{app_id}/commits/{rev}`: the commit a sha, branch or `refs/heads/...` names now.
 async fn resolve_commit(
     State(state): State<AppState>,
@@ -90,7 +74,7 @@ async fn resolve_commit(
 ) -> Result<Json<CommitResponse>, ApiError> {
     caller.require(&state, RouteGroup::Commits)?;
     let app = app_by_id(&state, app_id)?;
-    let sha = resolve_in(&state, &app, rev.clone())
+    let sha = crate::api::repo::resolve_commit(&state, &app, rev.clone())
         .await?
         .ok_or_else(|| {
             ApiError::Missing(
@@ -160,7 +144,7 @@ async fn archive(
 
 /// 404 unless `sha` is a commit of the app's repository.
 async fn commit_exists(state: &AppState, app: &VisibleApp, sha: &str) -> Result<(), ApiError> {
-    match resolve_in(state, app, sha.to_owned()).await? {
+    match crate::api::repo::resolve_commit(state, app, sha.to_owned()).await? {
         Some(_) => Ok(()),
         None => Err(ApiError::Missing(
             "not_found",
