@@ -199,6 +199,13 @@ impl Fixture {
                 200,
             ),
             route(
+                "runtime settle",
+                Method::POST,
+                "/internal/v1/runtime/settle".to_owned(),
+                Some(json!({"container_ids": []})),
+                200,
+            ),
+            route(
                 "bandwidth",
                 Method::POST,
                 "/internal/v1/usage/bandwidth".to_owned(),

@@ -12,7 +12,7 @@ use anyhow::Result;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 use slipway::db::runtime_logs::CHANNEL_BYTES;
-use slipway_internal::protocol::RuntimeContainer;
+use slipway_internal::protocol::{RuntimeContainer, RuntimeSettle};
 use slipway_internal::{CallError, InternalClient};
 use support::{TestApi, User};
 
@@ -183,6 +183,36 @@ async fn generations_recorded_by_the_archive_read_back_with_their_facts() -> Res
     assert_eq!(third["restart_count"], 0);
     assert_eq!(third["oom_killed"], true);
     assert_eq!(third["exit_code"], 137);
+
+    // An operator that starts lists every app pod: a generation recorded as running that no pod shows any more
+    // ended while no archive watched. The ones shown keep running; the ended ones keep their facts.
+    f.operator
+        .runtime_container("c-orphan", &f.running("web-prod-3", "2026-11-24T10:04:00Z"))
+        .await?;
+    let ended = f
+        .operator
+        .settle_runtime_containers(&RuntimeSettle {
+            container_ids: vec!["c-second".into()],
+        })
+        .await?;
+    assert_eq!(ended, 1);
+    let orphan = f
+        .runtime_log(json!({"container_index": 3}))
+        .await
+        .expect(200, None);
+    assert_eq!(orphan["running"], false);
+    assert_eq!(orphan["source"], "archived");
+    assert!(orphan["finished_at"].is_string());
+    let still = f
+        .runtime_log(json!({"container_index": 1}))
+        .await
+        .expect(200, None);
+    assert_eq!(still["running"], true);
+    let kept = f
+        .runtime_log(json!({"container_index": 0}))
+        .await
+        .expect(200, None);
+    assert_eq!(kept["finished_at"], "2026-11-24T10:01:00Z");
     Ok(())
 }
 

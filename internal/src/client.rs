@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::protocol::{
     BandwidthReport, BlobCredentials, BlobStoreRequest, BlobStoreResponse, CommitResponse,
     DatabaseRecord, DatabaseRequest, EnvRequest, EnvResponse, PREFIX, PreDeploySnapshot,
-    PreDeploySnapshotRequest, RuntimeContainer, RuntimeContainerRecord, SourceUrlRequest,
-    SourceUrlResponse,
+    PreDeploySnapshotRequest, RuntimeContainer, RuntimeContainerRecord, RuntimeSettle,
+    SourceUrlRequest, SourceUrlResponse,
 };
 use crate::token::TokenSource;
 
@@ -254,6 +254,16 @@ impl InternalClient {
             .http
             .put(self.url(&format!("/runtime/containers/{container_id}")))
             .json(facts);
+        self.json(req).await
+    }
+
+    /// Records as ended every running generation whose instance is not in `settle` (a full list of the app pods'
+    /// instances); answers how many.
+    pub async fn settle_runtime_containers(
+        &self,
+        settle: &RuntimeSettle,
+    ) -> Result<u64, CallError> {
+        let req = self.http.post(self.url("/runtime/settle")).json(settle);
         self.json(req).await
     }
 

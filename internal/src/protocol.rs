@@ -176,6 +176,15 @@ pub struct RuntimeContainer {
     pub finished_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
+/// Body of `POST /internal/v1/runtime/settle`: every app container instance the operator's archive sees in a full
+/// list of the app pods. A generation still recorded as running that is not among them ended while no archive
+/// watched (its pod was deleted meanwhile), and is recorded as ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeSettle {
+    /// The runtime's ids of the instances the pods show.
+    pub container_ids: Vec<String>,
+}
+
 /// Answer of `PUT /internal/v1/runtime/containers/{container_id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RuntimeContainerRecord {

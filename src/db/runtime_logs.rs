@@ -253,6 +253,19 @@ pub async fn output(db: &PgPool, generation: i64) -> sqlx::Result<Vec<u8>> {
     Ok(bytes.unwrap_or_default())
 }
 
+/// Records as ended every generation still running whose instance is not in `live` (every instance a full list of
+/// the app pods shows); answers how many.
+pub async fn settle(db: &PgPool, live: &[String]) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "UPDATE runtime_containers SET running = false, status = 'exited', finished_at = now()
+         WHERE finished_at IS NULL AND NOT (container_id = ANY($1))",
+    )
+    .bind(live)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// Forgets generations whose container ended more than [`RETENTION_DAYS`] ago; answers how many.
 pub async fn prune(db: &PgPool) -> sqlx::Result<u64> {
     let done = sqlx::query(

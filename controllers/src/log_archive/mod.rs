@@ -101,6 +101,7 @@ pub async fn run(ctx: Arc<Context>) {
                     for uid in known.iter().filter(|uid| !listed.contains(*uid)) {
                         gone(&ctx, &state, uid, None).await;
                     }
+                    settle(&ctx, &state).await;
                 }
                 Ok(None) => return,
                 Err(e) => tracing::warn!(error = %e, "pod watch failed; retrying"),
@@ -231,6 +232,26 @@ async fn gone(ctx: &Arc<Context>, state: &Arc<Mutex<State>>, uid: &str, pod: Opt
     for instance in all {
         guard.reported.remove(&instance.container_id);
         guard.followed.remove(&instance.container_id);
+    }
+}
+
+/// After a full list: generations still recorded as running whose instances no listed pod shows ended while no
+/// archive watched (their pods were deleted meanwhile). Only an archive that sees every namespace can tell.
+async fn settle(ctx: &Context, state: &Mutex<State>) {
+    if ctx.config.namespace.is_some() {
+        return;
+    }
+    let container_ids = state
+        .lock()
+        .await
+        .instances
+        .values()
+        .flatten()
+        .map(|i| i.container_id.clone())
+        .collect();
+    let live = slipway_internal::protocol::RuntimeSettle { container_ids };
+    if let Err(e) = ctx.internal.settle_runtime_containers(&live).await {
+        tracing::warn!(error = %e, "ended generations not settled; the next relist tries again");
     }
 }
 

@@ -1,5 +1,6 @@
 //! `PUT /internal/v1/runtime/containers/{container_id}` and `POST .../{container_id}/log`: the operator's log archive
-//! records each generation of a channel's app container and appends its output, so the runtime-log route can read
+//! records each generation of a channel's app container and appends its output (and `POST .../runtime/settle` ends
+//! the generations whose pods went while no archive watched), so the runtime-log route can read
 //! a container's output after Kubernetes has dropped it. Open to callers whose role permits
 //! [`RouteGroup::RuntimeLogs`] (the operator).
 
@@ -11,7 +12,7 @@ use axum::routing::{post, put};
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use slipway_internal::RouteGroup;
-use slipway_internal::protocol::{RuntimeContainer, RuntimeContainerRecord};
+use slipway_internal::protocol::{RuntimeContainer, RuntimeContainerRecord, RuntimeSettle};
 use uuid::Uuid;
 
 use super::app_by_id;
@@ -36,6 +37,23 @@ pub fn routes() -> Router<AppState> {
             "/internal/v1/runtime/containers/{container_id}/log",
             post(append).layer(axum::extract::DefaultBodyLimit::max(APPEND_LIMIT)),
         )
+        .route("/internal/v1/runtime/settle", post(settle))
+}
+
+async fn settle(
+    State(state): State<AppState>,
+    caller: InternalCaller,
+    Json(live): Json<RuntimeSettle>,
+) -> Result<Json<u64>, ApiError> {
+    caller.require(&state, RouteGroup::RuntimeLogs)?;
+    let ended = runtime_logs::settle(state.db(), &live.container_ids).await?;
+    if ended > 0 {
+        tracing::info!(
+            ended,
+            "runtime-log generations whose pods went while no archive watched recorded as ended"
+        );
+    }
+    Ok(Json(ended))
 }
 
 async fn record_container(
