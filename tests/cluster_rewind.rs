@@ -16,7 +16,7 @@ use anyhow::Result;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use slipway_crds::{Deploy, DeploySpec, names::messages};
+use slipway_crds::{Deploy, DeployPhase, DeploySpec, names::messages};
 use support::{TestApi, User};
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -56,9 +56,25 @@ async fn succeeded(
         "phase": "success", "resolvedSha": sha, "startedAt": now, "finishedAt": now, "readyBy": "http",
         "image": {"reference": image(&user.namespace, fill), "tag": sha, "sizeBytes": 1000, "created": now},
     }});
-    Ok(deploys
+    let done = deploys
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await?)
+        .await?;
+    // The API answers from its cache: wait until it holds the deploy as successful.
+    let uid = done.metadata.uid.clone().unwrap_or_default();
+    slipway::platform::cache::poll_for(std::time::Duration::from_secs(10), || {
+        api.state
+            .cache()
+            .deploys_of(&user.namespace, "web.prod")
+            .into_iter()
+            .find(|d| {
+                d.metadata.uid.as_deref() == Some(uid.as_str())
+                    && d.status
+                        .as_ref()
+                        .is_some_and(|s| s.phase == DeployPhase::Success)
+            })
+    })
+    .await?;
+    Ok(done)
 }
 
 /// Creates the app `web` of `template` and returns (app id, prod channel id).
@@ -304,6 +320,8 @@ async fn the_apiserver_and_the_operator_hold_rewinds_written_with_kubectl_to_the
         )
         .await?;
         let id = created.metadata.uid.unwrap();
+        // Written with kubectl: the API reads it once its cache has it.
+        api.state.cache().deploy_appeared(&id).await?;
         let log = api.finished_deploy(&dave, &app, &prod, &id, WITHIN).await?;
         assert_eq!(log["status"], "failed", "{log}");
         let text = log["log"].as_str().unwrap();

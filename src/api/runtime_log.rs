@@ -21,7 +21,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// Read a channel's runtime log: the container generation's status facts, and with `command` that command's output
-/// run on `app.log` in a network-less sandbox (30 s limit, 256 KiB output cap).
+/// run on `app.log` in a network-less sandbox (30 s limit, 256 KiB output cap). An account may have 2 commands
+/// running at once; a third answers 429 with Retry-After.
 #[utoipa::path(post, path = "/apps/{app_id}/channels/{channel_id}/runtime/log", tag = "deploys", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
     request_body = RuntimeLogRequest,
@@ -39,5 +40,7 @@ async fn runtime_log(
     caller.require_scope(scopes::DEPLOY)?;
     let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     access::channel_of(&state, &app, channel_id)?;
-    Ok(Json(runtime_logs::read(&state, channel_id, request).await?))
+    Ok(Json(
+        runtime_logs::read(&state, caller.user_id, channel_id, request).await?,
+    ))
 }

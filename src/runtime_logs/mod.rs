@@ -63,10 +63,12 @@ pub struct RuntimeLog {
     pub truncated: bool,
 }
 
-/// The runtime log of `channel` per `request`: 404 when it has no such generation (nothing readable yet), 400 for a
-/// command that is too long, 503 when no sandbox can answer.
+/// The runtime log of `channel` per `request`, for `account`: 404 when it has no such generation (nothing readable
+/// yet), 400 for a command that is too long, 429 while the account has its share of commands running, 503 when no
+/// sandbox can answer.
 pub async fn read(
     state: &AppState,
+    account: Uuid,
     channel: Uuid,
     request: RuntimeLogRequest,
 ) -> Result<RuntimeLog, ApiError> {
@@ -90,7 +92,7 @@ pub async fn read(
             ApiError::Unavailable("no log sandbox is configured on this platform".into())
         })?;
         let run = sandbox
-            .run(state.db().clone(), chosen.id, command.to_owned())
+            .run(account, state.db().clone(), chosen.id, command.to_owned())
             .await
             .map_err(unavailable)?;
         log.log_bytes = run.log_bytes;
@@ -107,6 +109,9 @@ pub async fn read(
 fn unavailable(e: SandboxError) -> ApiError {
     match e {
         SandboxError::Busy => ApiError::Unavailable(e.to_string()),
+        SandboxError::AccountBusy => {
+            ApiError::Throttled(e.to_string(), std::time::Duration::from_secs(5))
+        }
         SandboxError::NotStarted(_) => {
             tracing::warn!(error = %e, "runtime-log command not run");
             ApiError::Unavailable("the log sandbox did not start in time; retry later".into())

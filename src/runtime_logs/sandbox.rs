@@ -47,6 +47,8 @@ const QUEUE_WAIT: Duration = Duration::from_secs(5);
 const STALE_AFTER: Duration = Duration::from_secs(180);
 /// The component label of sandbox pods.
 const COMPONENT: &str = "log-sandbox";
+/// Commands one account may have running at once: one account cannot hold every slot.
+pub const PER_ACCOUNT: usize = 2;
 /// Exit code of the wrapper when isolation could not be proven.
 const NOT_ISOLATED: i32 = 3;
 
@@ -69,6 +71,47 @@ pub struct Sandbox {
     config: SandboxConfig,
     kube: Client,
     slots: Arc<Semaphore>,
+    shares: AccountShares,
+}
+
+/// Commands running (or queued) per account, so that one account cannot hold every slot.
+#[derive(Clone, Default)]
+struct AccountShares {
+    running: Arc<std::sync::Mutex<std::collections::HashMap<uuid::Uuid, usize>>>,
+}
+
+impl AccountShares {
+    /// Counts a command of `account` in, unless it has [`PER_ACCOUNT`] running.
+    fn enter(&self, account: uuid::Uuid) -> Result<AccountSlot, SandboxError> {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let n = running.entry(account).or_insert(0);
+        if *n >= PER_ACCOUNT {
+            return Err(SandboxError::AccountBusy);
+        }
+        *n += 1;
+        Ok(AccountSlot {
+            running: self.running.clone(),
+            account,
+        })
+    }
+}
+
+/// An account's place among the running commands, given back when dropped.
+struct AccountSlot {
+    running: Arc<std::sync::Mutex<std::collections::HashMap<uuid::Uuid, usize>>>,
+    account: uuid::Uuid,
+}
+
+impl Drop for AccountSlot {
+    fn drop(&mut self) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = running.get_mut(&self.account) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.account);
+            }
+        }
+    }
 }
 
 /// What a command produced.
@@ -92,6 +135,11 @@ pub enum SandboxError {
     /// Every sandbox is busy.
     #[error("every log sandbox is busy; retry in a moment")]
     Busy,
+    /// The account has as many commands running as it may.
+    #[error(
+        "{PER_ACCOUNT} runtime-log commands of this account are running; wait for one to finish"
+    )]
+    AccountBusy,
     /// The pod did not start in time, or could not be created.
     #[error("the log sandbox did not start: {0}")]
     NotStarted(String),
@@ -128,6 +176,7 @@ impl Sandbox {
             config,
             kube,
             slots,
+            shares: AccountShares::default(),
         }
     }
 
@@ -136,12 +185,15 @@ impl Sandbox {
     /// caller that goes away (a client hanging up) neither leaves a pod running nor frees a slot early.
     pub async fn run(
         &self,
+        account: uuid::Uuid,
         db: sqlx::PgPool,
         generation: i64,
         command: String,
     ) -> Result<Run, SandboxError> {
+        let mine = self.shares.enter(account)?;
         let sandbox = self.clone();
         tokio::spawn(async move {
+            let _mine = mine;
             let _slot = tokio::time::timeout(QUEUE_WAIT, sandbox.slots.clone().acquire_owned())
                 .await
                 .map_err(|_| SandboxError::Busy)?
@@ -409,6 +461,22 @@ mod tests {
             .read_to_end(&mut out)
             .unwrap();
         out
+    }
+
+    #[test]
+    fn an_account_runs_at_most_its_share_and_a_finished_command_gives_its_place_back() {
+        let shares = AccountShares::default();
+        let (alice, bob) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let first = shares.enter(alice).unwrap();
+        let _second = shares.enter(alice).unwrap();
+        assert!(matches!(
+            shares.enter(alice),
+            Err(SandboxError::AccountBusy)
+        ));
+        // Another account is not held back by alice's share.
+        let _bobs = shares.enter(bob).unwrap();
+        drop(first);
+        assert!(shares.enter(alice).is_ok());
     }
 
     #[test]
