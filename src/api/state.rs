@@ -143,6 +143,7 @@ struct Inner {
     sql_sessions: Arc<crate::sql_proxy::sessions::Sessions>,
     mailer: std::sync::OnceLock<crate::registration::mailer::Mailer>,
     log_sandbox: std::sync::OnceLock<crate::runtime_logs::sandbox::Sandbox>,
+    tokens: Arc<crate::auth::token_cache::TokenCache>,
 }
 
 impl AppState {
@@ -159,6 +160,7 @@ impl AppState {
         Self {
             inner: Arc::new(Inner {
                 commit_locks: Default::default(),
+                tokens: crate::auth::token_cache::TokenCache::listening_to(db.clone()),
                 db,
                 kube,
                 cache,
@@ -177,6 +179,11 @@ impl AppState {
             guard: Arc::new(Guard::new(Limits::default())),
             mirrors: Arc::new(Mirrors::default()),
         }
+    }
+
+    /// Tokens read from the platform database, kept in memory (revocations and account changes clear it).
+    pub fn tokens(&self) -> &crate::auth::token_cache::TokenCache {
+        &self.inner.tokens
     }
 
     /// The same state with other mirror settings.

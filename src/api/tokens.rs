@@ -158,6 +158,8 @@ async fn revoke_token(
     Path(token_id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     if crate::db::tokens::revoke(state.db(), caller.user_id, token_id).await? {
+        // This process refuses the chain from the next request on; the others hear of it from the database.
+        state.tokens().forget_all();
         // External SQL sessions on the revoked chain end now, not at the next periodic check.
         state.sql_sessions().recheck_soon();
         Ok(StatusCode::NO_CONTENT)

@@ -9,6 +9,7 @@
 pub mod rate;
 pub mod scopes;
 pub mod token;
+pub mod token_cache;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -102,7 +103,9 @@ async fn authenticate_at(
     if !token::looks_like_token(token) {
         return Err(ApiError::TokenInvalid);
     }
-    let row = crate::db::tokens::by_hash(state.db(), &token::hash(token))
+    let row = state
+        .tokens()
+        .by_hash(state.db(), &token::hash(token))
         .await?
         .ok_or(ApiError::TokenInvalid)?;
     if row.revoked_at.is_some() {

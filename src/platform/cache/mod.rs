@@ -1,16 +1,22 @@
 //! An in-memory cache of Apps, Channels, Deploys, Domains and Forwards, kept current by reflectors, so reads never list the apiserver. Writes
-//! go to the apiserver and then wait until the cache has seen them, so a client reads its own writes.
+//! go to the apiserver and then wait until the cache has seen them, so a client reads its own writes. Each kind is
+//! [`index`]ed by what the API looks it up by (namespace, app, channel, uid), so a lookup costs its answer and not
+//! a scan of the cluster.
+
+mod index;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use futures::StreamExt;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use slipway_crds::{App, Channel, Deploy, Domain, Forward};
 use tokio::task::JoinHandle;
+
+use index::{Indexed, Keys};
 
 /// How long a write waits for the cache to see it.
 const READ_YOUR_WRITES: Duration = Duration::from_secs(10);
@@ -19,12 +25,54 @@ const READ_YOUR_WRITES: Duration = Duration::from_secs(10);
 /// answer.
 #[derive(Clone)]
 pub struct Cache {
-    apps: Store<App>,
-    channels: Store<Channel>,
-    deploys: Store<Deploy>,
-    domains: Store<Domain>,
-    forwards: Store<Forward>,
+    apps: Indexed<App>,
+    channels: Indexed<Channel>,
+    deploys: Indexed<Deploy>,
+    domains: Indexed<Domain>,
+    forwards: Indexed<Forward>,
 }
+
+/// The index key of the objects of `namespace`.
+fn in_namespace(namespace: Option<String>) -> String {
+    format!("ns/{}", namespace.unwrap_or_default())
+}
+
+/// The index key of the Channels of `app` in `namespace`.
+fn of_app(namespace: &str, app: &str) -> String {
+    format!("app/{namespace}/{app}")
+}
+
+/// The index key of what belongs to the Channel resource `channel` in `namespace`.
+fn of_channel(namespace: &str, channel: &str) -> String {
+    format!("channel/{namespace}/{channel}")
+}
+
+/// Apps are looked up by namespace.
+const APP_KEYS: Keys<App> = |a| vec![in_namespace(a.namespace())];
+/// Channels by namespace and by app.
+const CHANNEL_KEYS: Keys<Channel> = |c| {
+    let namespace = c.namespace().unwrap_or_default();
+    vec![in_namespace(c.namespace()), of_app(&namespace, &c.spec.app)]
+};
+/// Deploys, Domains and Forwards by channel.
+const DEPLOY_KEYS: Keys<Deploy> = |d| {
+    vec![of_channel(
+        &d.namespace().unwrap_or_default(),
+        &d.spec.channel,
+    )]
+};
+const DOMAIN_KEYS: Keys<Domain> = |d| {
+    vec![of_channel(
+        &d.namespace().unwrap_or_default(),
+        &d.spec.channel,
+    )]
+};
+const FORWARD_KEYS: Keys<Forward> = |f| {
+    vec![of_channel(
+        &f.namespace().unwrap_or_default(),
+        &f.spec.channel,
+    )]
+};
 
 fn live<K: kube::Resource>(o: &Arc<K>) -> bool {
     o.meta().deletion_timestamp.is_none()
@@ -33,17 +81,17 @@ fn live<K: kube::Resource>(o: &Arc<K>) -> bool {
 impl Cache {
     /// Starts the reflectors and waits until each has listed everything once.
     pub async fn start(client: Client) -> anyhow::Result<(Self, Vec<JoinHandle<()>>)> {
-        let (apps, app_task) = reflect::<App>(client.clone());
-        let (channels, channel_task) = reflect::<Channel>(client.clone());
-        let (deploys, deploy_task) = reflect::<Deploy>(client.clone());
-        let (domains, domain_task) = reflect::<Domain>(client.clone());
-        let (forwards, forward_task) = reflect::<Forward>(client);
+        let (apps, app_task) = reflect(client.clone(), APP_KEYS);
+        let (channels, channel_task) = reflect(client.clone(), CHANNEL_KEYS);
+        let (deploys, deploy_task) = reflect(client.clone(), DEPLOY_KEYS);
+        let (domains, domain_task) = reflect(client.clone(), DOMAIN_KEYS);
+        let (forwards, forward_task) = reflect(client, FORWARD_KEYS);
         let ready = async {
-            apps.wait_until_ready().await?;
-            channels.wait_until_ready().await?;
-            deploys.wait_until_ready().await?;
-            domains.wait_until_ready().await?;
-            forwards.wait_until_ready().await
+            apps.store().wait_until_ready().await?;
+            channels.store().wait_until_ready().await?;
+            deploys.store().wait_until_ready().await?;
+            domains.store().wait_until_ready().await?;
+            forwards.store().wait_until_ready().await
         };
         tokio::time::timeout(Duration::from_secs(60), ready)
             .await
@@ -69,15 +117,21 @@ impl Cache {
 
     /// Every live Domain, in every namespace.
     pub fn domains(&self) -> Vec<Arc<Domain>> {
-        self.domains.state().into_iter().filter(live).collect()
+        self.domains
+            .store()
+            .state()
+            .into_iter()
+            .filter(live)
+            .collect()
     }
 
     /// Domains of the Channel resource `channel` in `namespace`, oldest first.
     pub fn domains_of(&self, namespace: &str, channel: &str) -> Vec<Arc<Domain>> {
         let mut domains: Vec<_> = self
-            .domains()
+            .domains
+            .under(&of_channel(namespace, channel))
             .into_iter()
-            .filter(|d| d.namespace().as_deref() == Some(namespace) && d.spec.channel == channel)
+            .filter(live)
             .collect();
         domains.sort_by_key(|d| (d.metadata.creation_timestamp.clone(), d.name_any()));
         domains
@@ -89,23 +143,14 @@ impl Cache {
         uid: &str,
         ready: impl Fn(&Domain) -> bool,
     ) -> anyhow::Result<Arc<Domain>> {
-        poll(|| {
-            self.domains
-                .find(|d| d.metadata.uid.as_deref() == Some(uid))
-                .filter(|d| live(d) && ready(d))
-        })
-        .await
-        .context("the domain did not reach the cache in the state waited for")
+        poll(|| self.domains.by_uid(uid).filter(|d| live(d) && ready(d)))
+            .await
+            .context("the domain did not reach the cache in the state waited for")
     }
 
     /// Waits until no live Domain has `uid`.
     pub async fn domain_gone(&self, uid: &str) -> anyhow::Result<()> {
-        let gone = || {
-            self.domains
-                .find(|d| d.metadata.uid.as_deref() == Some(uid))
-                .filter(live)
-                .is_none()
-        };
+        let gone = || self.domains.by_uid(uid).filter(live).is_none();
         poll(|| gone().then_some(()))
             .await
             .context("the detached domain stayed in the cache")
@@ -114,18 +159,15 @@ impl Cache {
     /// The live Forward of the Channel resource `channel` in `namespace` (named after it), if it is exposed.
     pub fn forward_of(&self, namespace: &str, channel: &str) -> Option<Arc<Forward>> {
         self.forwards
-            .find(|f| f.namespace().as_deref() == Some(namespace) && f.spec.channel == channel)
-            .filter(live)
+            .under(&of_channel(namespace, channel))
+            .into_iter()
+            .find(live)
     }
 
     /// Waits until no live Forward of `namespace` is named `name`.
     pub async fn forward_gone(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
-        let gone = || {
-            self.forwards
-                .find(|f| f.namespace().as_deref() == Some(namespace) && f.name_any() == name)
-                .filter(live)
-                .is_none()
-        };
+        let at = ObjectRef::new(name).within(namespace);
+        let gone = || self.forwards.store().get(&at).filter(live).is_none();
         poll(|| gone().then_some(()))
             .await
             .context("the unexposed forward stayed in the cache")
@@ -135,11 +177,9 @@ impl Cache {
     pub fn deploys_of(&self, namespace: &str, channel: &str) -> Vec<Arc<Deploy>> {
         let mut deploys: Vec<_> = self
             .deploys
-            .state()
+            .under(&of_channel(namespace, channel))
             .into_iter()
-            .filter(|d| {
-                live(d) && d.namespace().as_deref() == Some(namespace) && d.spec.channel == channel
-            })
+            .filter(live)
             .collect();
         deploys.sort_by(|a, b| {
             let key = |d: &Deploy| (d.metadata.creation_timestamp.clone(), d.name_any());
@@ -150,43 +190,37 @@ impl Cache {
 
     /// Waits until the cache holds a Deploy with `uid`.
     pub async fn deploy_appeared(&self, uid: &str) -> anyhow::Result<Arc<Deploy>> {
-        poll(|| {
-            self.deploys
-                .find(|d| d.metadata.uid.as_deref() == Some(uid))
-                .filter(live)
-        })
-        .await
-        .context("the new deploy did not reach the cache")
+        poll(|| self.deploys.by_uid(uid).filter(live))
+            .await
+            .context("the new deploy did not reach the cache")
     }
 
     /// Apps in `namespace`.
     pub fn apps_in(&self, namespace: &str) -> Vec<Arc<App>> {
         self.apps
-            .state()
+            .under(&in_namespace(Some(namespace.to_owned())))
             .into_iter()
-            .filter(|a| live(a) && a.namespace().as_deref() == Some(namespace))
+            .filter(live)
             .collect()
     }
 
     /// Every live App.
     pub fn apps(&self) -> Vec<Arc<App>> {
-        self.apps.state().into_iter().filter(live).collect()
+        self.apps.store().state().into_iter().filter(live).collect()
     }
 
     /// The App with this uid.
     pub fn app_by_uid(&self, uid: &str) -> Option<Arc<App>> {
-        self.apps
-            .find(|a| a.metadata.uid.as_deref() == Some(uid))
-            .filter(live)
+        self.apps.by_uid(uid).filter(live)
     }
 
     /// Channels of the app `app` in `namespace`, prod first, then by name.
     pub fn channels_of(&self, namespace: &str, app: &str) -> Vec<Arc<Channel>> {
         let mut channels: Vec<_> = self
             .channels
-            .state()
+            .under(&of_app(namespace, app))
             .into_iter()
-            .filter(|c| live(c) && c.namespace().as_deref() == Some(namespace) && c.spec.app == app)
+            .filter(live)
             .collect();
         channels.sort_by_key(|c| (!c.name_any().ends_with(".prod"), c.name_any()));
         channels
@@ -195,15 +229,20 @@ impl Cache {
     /// Channels in `namespace`: every channel of one account.
     pub fn channels_in(&self, namespace: &str) -> Vec<Arc<Channel>> {
         self.channels
-            .state()
+            .under(&in_namespace(Some(namespace.to_owned())))
             .into_iter()
-            .filter(|c| live(c) && c.namespace().as_deref() == Some(namespace))
+            .filter(live)
             .collect()
     }
 
     /// Every live Channel.
     pub fn channels(&self) -> Vec<Arc<Channel>> {
-        self.channels.state().into_iter().filter(live).collect()
+        self.channels
+            .store()
+            .state()
+            .into_iter()
+            .filter(live)
+            .collect()
     }
 
     /// Waits until the cache holds an App with `uid`.
@@ -225,13 +264,9 @@ impl Cache {
 
     /// Waits until the cache holds a Channel with `uid`.
     pub async fn channel_appeared(&self, uid: &str) -> anyhow::Result<Arc<Channel>> {
-        poll(|| {
-            self.channels
-                .find(|c| c.metadata.uid.as_deref() == Some(uid))
-                .filter(live)
-        })
-        .await
-        .context("the new channel did not reach the cache")
+        poll(|| self.channels.by_uid(uid).filter(live))
+            .await
+            .context("the new channel did not reach the cache")
     }
 
     /// Waits until no live App has `uid`.
@@ -243,12 +278,7 @@ impl Cache {
 
     /// Waits until no live Channel has `uid`.
     pub async fn channel_gone(&self, uid: &str) -> anyhow::Result<()> {
-        let gone = || {
-            self.channels
-                .find(|c| c.metadata.uid.as_deref() == Some(uid))
-                .filter(live)
-                .is_none()
-        };
+        let gone = || self.channels.by_uid(uid).filter(live).is_none();
         poll(|| gone().then_some(()))
             .await
             .context("the deleted channel stayed in the cache")
@@ -277,7 +307,7 @@ pub async fn poll_for<T>(
     }
 }
 
-fn reflect<K>(client: Client) -> (Store<K>, JoinHandle<()>)
+fn reflect<K>(client: Client, keys: Keys<K>) -> (Indexed<K>, JoinHandle<()>)
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -288,10 +318,16 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(Api::<K>::all(client), watcher::Config::default()).default_backoff(),
-    );
+    let (indexed, mut indexer) = Indexed::new(reader, keys);
+    let events = watcher(Api::<K>::all(client), watcher::Config::default())
+        .default_backoff()
+        .map(move |event| {
+            if let Ok(event) = &event {
+                indexer.apply(event);
+            }
+            event
+        });
+    let stream = reflector::reflector(writer, events);
     let task = tokio::spawn(async move {
         stream
             .touched_objects()
@@ -302,7 +338,5 @@ where
             })
             .await;
     });
-    (reader, task)
+    (indexed, task)
 }
-
-use kube::runtime::reflector::reflector;
