@@ -19,6 +19,7 @@ use crate::cel;
     shortname = "sdep",
     category = "slipway",
     doc = "A request to build and bring one commit live on a channel.",
+    selectable = ".spec.channel",
     printcolumn(
         name = "Channel",
         type_ = "string",

@@ -70,13 +70,7 @@ pub async fn reconcile(deploy: Arc<Deploy>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::await_change());
     };
     let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), &namespace);
-    let siblings: Vec<Deploy> = deploys
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|d| d.spec.channel == deploy.spec.channel)
-        .collect();
+    let siblings = of_channel(&deploys, &deploy.spec.channel).await?;
     let scene = Scene {
         deploy,
         channel,
@@ -298,18 +292,19 @@ async fn patch_deploy_status(
     Ok(())
 }
 
+/// The Deploys of the Channel resource `channel`: the apiserver selects them (`spec.channel` is a selectable
+/// field), so a reconcile reads its channel's deploys and not its namespace's.
+async fn of_channel(deploys: &Api<Deploy>, channel: &str) -> Result<Vec<Deploy>, Error> {
+    let selected = ListParams::default().fields(&format!("spec.channel={channel}"));
+    Ok(deploys.list(&selected).await?.items)
+}
+
 /// Sets the channel's `pendingDeploy` to its newest deploy in flight (re-reading the deploys, which this
 /// reconcile may have moved), or clears it.
 async fn sync_pending(ctx: &Context, scene: &Scene) -> Result<(), Error> {
     let namespace = scene.channel.namespace().unwrap_or_default();
     let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), &namespace);
-    let fresh: Vec<Deploy> = deploys
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|d| d.spec.channel == scene.channel.name_any())
-        .collect();
+    let fresh = of_channel(&deploys, &scene.channel.name_any()).await?;
     let wanted: Option<PendingDeploy> = queue::newest_in_flight(&fresh).map(|d| PendingDeploy {
         deploy_id: d.uid().unwrap_or_default(),
         deploy_name: d.name_any(),
