@@ -214,8 +214,8 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         )
         .for_each(|_| futures::future::ready(()));
 
-    // A deploy that finishes lets the next one of its channel start: every change of a Deploy also reconciles the
-    // other deploys of the same channel.
+    // A deploy that finishes lets the next one of its channel start: its change also reconciles the channel's
+    // queued deploys (and nothing else: see `deploy::queue::unblocked_by`).
     let deploy_controller = Controller::new(deploys.clone(), watcher::Config::default());
     let deploy_store = deploy_controller.store();
     let deploy_controller = deploy_controller
@@ -223,16 +223,10 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             deploys,
             watcher::Config::default(),
             move |changed: Deploy| {
-                let ns = changed.namespace();
-                deploy_store
-                    .state()
+                let all = deploy_store.state();
+                crate::deploy::queue::unblocked_by(&changed, all.iter().map(AsRef::as_ref))
                     .into_iter()
-                    .filter(|d| {
-                        d.namespace() == ns
-                            && d.spec.channel == changed.spec.channel
-                            && d.metadata.uid != changed.metadata.uid
-                    })
-                    .map(|d| ObjectRef::from_obj(d.as_ref()))
+                    .map(ObjectRef::from_obj)
                     .collect::<Vec<_>>()
             },
         )

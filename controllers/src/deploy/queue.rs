@@ -3,7 +3,7 @@
 //! cluster.
 
 use kube::ResourceExt;
-use slipway_crds::Deploy;
+use slipway_crds::{Deploy, DeployPhase};
 
 fn age_key(d: &Deploy) -> (Option<k8s_openapi::jiff::Timestamp>, String) {
     (
@@ -29,6 +29,28 @@ pub fn ahead_of(siblings: &[Deploy], deploy: &Deploy) -> usize {
         .count()
 }
 
+/// The deploys of `changed`'s channel its change may let start: its queued siblings, once it has finished or is
+/// being deleted. A change of a deploy still in flight (a running build's progress) unblocks nobody, so it wakes
+/// nobody; a queued deploy also looks again on its own after a while, for an older one deleted mid-flight (a
+/// deletion the watch reports without a mark).
+pub fn unblocked_by<'a>(
+    changed: &Deploy,
+    siblings: impl IntoIterator<Item = &'a Deploy>,
+) -> Vec<&'a Deploy> {
+    if in_flight(changed) && changed.metadata.deletion_timestamp.is_none() {
+        return Vec::new();
+    }
+    siblings
+        .into_iter()
+        .filter(|d| {
+            d.uid() != changed.uid()
+                && d.metadata.namespace == changed.metadata.namespace
+                && d.spec.channel == changed.spec.channel
+                && d.status.as_ref().map(|s| s.phase).unwrap_or_default() == DeployPhase::Queued
+        })
+        .collect()
+}
+
 /// The newest deploy in flight, if any (the channel's `pendingDeploy`).
 pub fn newest_in_flight(siblings: &[Deploy]) -> Option<&Deploy> {
     siblings
@@ -40,7 +62,7 @@ pub fn newest_in_flight(siblings: &[Deploy]) -> Option<&Deploy> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slipway_crds::{DeployPhase, DeployStatus};
+    use slipway_crds::DeployStatus;
 
     fn deploy(name: &str, second: i64, phase: Option<DeployPhase>) -> Deploy {
         let mut d: Deploy = serde_json::from_value(serde_json::json!({
@@ -57,6 +79,32 @@ mod tests {
             ..Default::default()
         });
         d
+    }
+
+    #[test]
+    fn only_a_finished_or_deleted_deploy_wakes_and_only_the_queued_of_its_channel() {
+        let running = deploy("a.2", 20, Some(DeployPhase::Running));
+        let queued = deploy("a.3", 30, None);
+        let also_queued = deploy("a.4", 40, Some(DeployPhase::Queued));
+        let old_done = deploy("a.1", 10, Some(DeployPhase::Success));
+        let mut elsewhere = deploy("b.1", 30, None);
+        elsewhere.spec.channel = "blog.next".into();
+        let all = [&old_done, &running, &queued, &also_queued, &elsewhere];
+        let names = |woken: Vec<&Deploy>| woken.iter().map(|d| d.name_any()).collect::<Vec<_>>();
+
+        assert!(
+            unblocked_by(&running, all).is_empty(),
+            "a running build's progress wakes nobody"
+        );
+        let mut finished = running.clone();
+        finished.status = Some(DeployStatus {
+            phase: DeployPhase::Failed,
+            ..Default::default()
+        });
+        assert_eq!(names(unblocked_by(&finished, all)), ["a.3", "a.4"]);
+        let mut deleting = running.clone();
+        deleting.metadata.deletion_timestamp = old_done.metadata.creation_timestamp.clone();
+        assert_eq!(names(unblocked_by(&deleting, all)), ["a.3", "a.4"]);
     }
 
     #[test]
