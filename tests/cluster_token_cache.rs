@@ -7,7 +7,6 @@ mod support;
 use std::time::Duration;
 
 use anyhow::Result;
-use axum::http::Method;
 use slipway::platform::cache::poll_for;
 use support::TestApi;
 
@@ -24,24 +23,6 @@ async fn listening_api() -> Result<TestApi> {
     Ok(api)
 }
 
-/// Waits until `GET path` with `token` answers `status`.
-async fn answers(api: &TestApi, path: &str, token: &str, status: u16) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + ANNOUNCED_WITHIN;
-    loop {
-        let reply = api.call(Method::GET, path, Some(token), None).await;
-        if reply.status == status {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "GET {path} still answers {} ({}) after {ANNOUNCED_WITHIN:?}",
-            reply.status,
-            reply.body
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn tokens_are_served_from_memory_until_the_database_announces_a_change() -> Result<()> {
     let api = listening_api().await?;
@@ -50,7 +31,7 @@ async fn tokens_are_served_from_memory_until_the_database_announces_a_change() -
     api.get("/me/usage", &alice).await.expect(200, None);
 
     // Silenced, a revocation goes unseen: the token is answered from memory.
-    sqlx::query("ALTER TABLE tokens DISABLE TRIGGER tokens_changed")
+    sqlx::query("ALTER TABLE tokens DISABLE TRIGGER tokens_updated")
         .execute(&elsewhere)
         .await?;
     sqlx::query("UPDATE tokens SET revoked_at = now() WHERE user_id = $1")
@@ -62,7 +43,7 @@ async fn tokens_are_served_from_memory_until_the_database_announces_a_change() -
         .bind(alice.id)
         .execute(&elsewhere)
         .await?;
-    sqlx::query("ALTER TABLE tokens ENABLE TRIGGER tokens_changed")
+    sqlx::query("ALTER TABLE tokens ENABLE TRIGGER tokens_updated")
         .execute(&elsewhere)
         .await?;
 
@@ -78,9 +59,8 @@ async fn tokens_are_served_from_memory_until_the_database_announces_a_change() -
     }
     // ...and an account deactivated by the admin CLI stops its tokens.
     assert!(slipway::db::registrations::deactivate(&elsewhere, &alice.username).await?);
-    answers(&api, "/me/usage", &alice.token, 401).await?;
-    api.get("/me/usage", &alice)
-        .await
+    api.get_until("/me/usage", &alice.token, 401, ANNOUNCED_WITHIN)
+        .await?
         .expect(401, Some("token_revoked"));
     Ok(())
 }
@@ -122,6 +102,8 @@ async fn a_cache_whose_connection_is_cut_listens_again_and_still_hears_revocatio
 
     api.get("/apps", &bob).await.expect(200, None);
     assert!(slipway::db::registrations::deactivate(&elsewhere, &bob.username).await?);
-    answers(&api, "/apps", &bob.token, 401).await?;
+    api.get_until("/apps", &bob.token, 401, ANNOUNCED_WITHIN)
+        .await?
+        .expect(401, Some("token_revoked"));
     Ok(())
 }

@@ -237,6 +237,9 @@ async fn complete(
         Err(e) => return Err(e.into()),
     };
     tx.commit().await?;
+    // The caller's next request is judged by the new plan in this process at once (others hear of it from the
+    // database).
+    state.tokens().forget_all();
     // The namespace's plan label is what the operator sizes workloads and the webhook counts channels by. It
     // follows the database, never leads it: moved after the commit, by a task a hung-up client cannot stop, and
     // put right by the API's periodic pass if this process dies first.

@@ -480,7 +480,9 @@ async fn ssh_login(
     )
     .await?
     .ok_or_else(replayed)?;
-    // Tokens the cap revoked end their external SQL sessions now, not at the next periodic check.
+    // Tokens the cap revoked stop at once in this process (others hear of it from the database), and end their
+    // external SQL sessions now, not at the next periodic check.
+    state.tokens().forget_all();
     state.sql_sessions().recheck_soon();
     Ok(Json(Renewal {
         token: plaintext,

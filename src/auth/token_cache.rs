@@ -2,10 +2,12 @@
 //! and the walk up its chain for revocations. The cache keeps each token it has read for [`TTL`], and a revocation
 //! still takes effect at once:
 //!
-//! - the platform database notifies [`CHANNEL`] on every change to `tokens` or `users` (a trigger, so no write path
-//!   can forget it, the admin CLI's included), and every process's cache forgets everything when told;
-//! - the request that revoked clears its own process's cache before it answers, so its next request is refused
-//!   whatever the notification's timing;
+//! - the platform database notifies [`CHANNEL`] on every change to `tokens` or `users` (triggers, so no write path
+//!   can forget it, the admin CLI's included), and every process's cache forgets everything when told: another
+//!   process's change applies as soon as the notice arrives (milliseconds);
+//! - the API's own writes to tokens and accounts (revocation, an SSH login's cap, an email verification's plan)
+//!   clear its process's cache before they answer, so the caller's next request is judged by them whatever the
+//!   notice's timing;
 //! - while the cache is not listening (before its first connection, after one is lost) it answers nothing from
 //!   memory, and it forgets everything when it listens again, because notices may have gone unheard;
 //! - a read that overlapped a change (the change was announced while it ran) is not kept.

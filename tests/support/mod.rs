@@ -400,6 +400,31 @@ impl TestApi {
         send_to(&self.router, req).await
     }
 
+    /// Sends `GET path` with `token` until it answers `status`, for at most `within`: for a change made by another
+    /// process (the admin CLI, another API), which reaches this one as the database's announcement.
+    pub async fn get_until(
+        &self,
+        path: &str,
+        token: &str,
+        status: u16,
+        within: std::time::Duration,
+    ) -> Result<Reply> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let reply = self.call(Method::GET, path, Some(token), None).await;
+            if reply.status == status {
+                return Ok(reply);
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "GET {path} still answers {} ({}) after {within:?}",
+                reply.status,
+                reply.body
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn get(&self, path: &str, user: &User) -> Reply {
         self.call(Method::GET, path, Some(&user.token), None).await
     }
