@@ -14,11 +14,11 @@ benches=("$@")
 "$HACK/install-deps.sh"
 # The blob benchmark starts its own versitygw from this build.
 "$HACK/s3.sh" build
-export SLIPWAY_RUN="$SLIPWAY_CACHE/run-bench" SLIPWAY_ETCD_PORT=32389 SLIPWAY_APISERVER_PORT=36453 SLIPWAY_PG_PORT=35442
+export SLIPWAY_RUN="$SLIPWAY_CACHE/run-bench" SLIPWAY_ETCD_PORT=21389 SLIPWAY_APISERVER_PORT=21643 SLIPWAY_PG_PORT=21442
 export SLIPWAY_NODE_SLOT=${SLIPWAY_BENCH_NODE_SLOT:-6}
-export SLIPWAY_PEBBLE_PORT=${SLIPWAY_BENCH_PEBBLE_PORT:-34400}
+export SLIPWAY_PEBBLE_PORT=${SLIPWAY_BENCH_PEBBLE_PORT:-21400}
 # The postgres and sql_proxy benchmarks' channel databases live on a data server of its own, as in the cluster tier.
-data_server() { SLIPWAY_PG_DATA_SERVER=1 SLIPWAY_PG_PORT=${SLIPWAY_BENCH_DATA_PORT:-35443} "$HACK/postgres.sh" "$@"; }
+data_server() { SLIPWAY_PG_DATA_SERVER=1 SLIPWAY_PG_PORT=${SLIPWAY_BENCH_DATA_PORT:-21443} "$HACK/postgres.sh" "$@"; }
 trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop; data_server stop; "$HACK/pebble.sh" stop' EXIT
 "$HACK/node.sh" start
 eval "$("$HACK/node.sh" env)"
