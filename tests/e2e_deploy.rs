@@ -107,6 +107,28 @@ impl Platform {
         .await
     }
 
+    /// GET / of the channel's Service right after a switch to a new version, until it answers with `expected`:
+    /// for a moment after the switch kube-proxy may still send a connection to the old pod, which still runs out
+    /// its grace period. Where the old version must keep answering, [`Self::page`] takes one answer as final.
+    async fn page_showing(&self, service: &str, tag: &str, expected: &str) -> Result<String> {
+        let url = format!("http://{service}.{}.svc/", self.alice.namespace);
+        run_pod(
+            &self.client,
+            self.probe_ns.name(),
+            &format!("fetch-{tag}"),
+            BUSYBOX,
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "for i in 1 2 3 4 5 6 7 8 9 10; do out=$(timeout 20 wget -q -O - {url}) && case \"$out\" in *'{expected}'*) echo \"$out\"; exit 0;; esac; sleep 2; done; echo \"$out\"; exit 1"
+                ),
+            ],
+            Duration::from_secs(240),
+        )
+        .await
+    }
+
     async fn set_env(&self, app: &str, key: &str, value: &str) {
         self.api
             .post(
@@ -205,7 +227,9 @@ async fn an_app_channel_builds_runs_and_keeps_serving_through_a_failed_deploy() 
     assert!(page.contains("greeting=hello"), "{page}");
     let (_, log) = p.deploy_and_wait(&app, &prod, &v1).await?;
     assert_eq!(log["status"], "success", "{}", log["log"]);
-    let page = p.page("web-prod", "v1-redeployed").await?;
+    let page = p
+        .page_showing("web-prod", "v1-redeployed", "greeting=changed")
+        .await?;
     assert!(page.contains("greeting=changed"), "{page}");
 
     // A version that never answers and never creates the ready file fails after the readiness window; the old
@@ -400,7 +424,9 @@ async fn a_rewind_serves_the_previous_image_again_without_a_build() -> Result<()
         .await;
     let (_, log) = p.deploy_and_wait(&app, &prod, &v2).await?;
     assert_eq!(log["status"], "success", "{}", log["log"]);
-    let page = p.page("back-prod", "rw-v2").await?;
+    let page = p
+        .page_showing("back-prod", "rw-v2", "version=v2-wrong")
+        .await?;
     assert!(page.contains("version=v2-wrong"), "{page}");
 
     // The rewind runs v1's image again, with the environment as it is now.
@@ -432,7 +458,9 @@ async fn a_rewind_serves_the_previous_image_again_without_a_build() -> Result<()
         )),
         "{text}"
     );
-    let page = p.page("back-prod", "rw-back").await?;
+    let page = p
+        .page_showing("back-prod", "rw-back", "version=v1 greeting=second")
+        .await?;
     assert!(page.contains("version=v1 greeting=second"), "{page}");
     let channel = p.channel(&app, &prod).await;
     assert_eq!(channel["current_sha"], v1.as_str());
