@@ -91,17 +91,10 @@ impl Platform {
     /// GET / of the channel's Service, from a pod. kube-proxy on the node applies a Service's new endpoints a
     /// moment after they change, so a refused connection right after a switch is tried again (a wrong answer is not).
     async fn page(&self, service: &str, tag: &str) -> Result<String> {
-        let url = format!("http://{service}.{}.svc/", self.alice.namespace);
-        run_pod(
-            &self.client,
-            self.probe_ns.name(),
-            &format!("fetch-{tag}"),
-            BUSYBOX,
-            &[
-                "sh",
-                "-c",
-                &format!("for i in 1 2 3 4 5; do timeout 20 wget -q -O - {url} && exit 0; sleep 2; done; exit 1"),
-            ],
+        let url = self.service_url(service);
+        self.fetch(
+            tag,
+            &format!("for i in 1 2 3 4 5; do timeout 20 wget -q -O - {url} && exit 0; sleep 2; done; exit 1"),
             Duration::from_secs(180),
         )
         .await
@@ -111,20 +104,30 @@ impl Platform {
     /// for a moment after the switch kube-proxy may still send a connection to the old pod, which still runs out
     /// its grace period. Where the old version must keep answering, [`Self::page`] takes one answer as final.
     async fn page_showing(&self, service: &str, tag: &str, expected: &str) -> Result<String> {
-        let url = format!("http://{service}.{}.svc/", self.alice.namespace);
+        let url = self.service_url(service);
+        self.fetch(
+            tag,
+            &format!(
+                "for i in 1 2 3 4 5 6 7 8 9 10; do out=$(timeout 20 wget -q -O - {url}) && case \"$out\" in *'{expected}'*) echo \"$out\"; exit 0;; esac; sleep 2; done; echo \"$out\"; exit 1"
+            ),
+            Duration::from_secs(240),
+        )
+        .await
+    }
+
+    fn service_url(&self, service: &str) -> String {
+        format!("http://{service}.{}.svc/", self.alice.namespace)
+    }
+
+    /// Runs `script` in a probe pod named after `tag` and returns its output.
+    async fn fetch(&self, tag: &str, script: &str, within: Duration) -> Result<String> {
         run_pod(
             &self.client,
             self.probe_ns.name(),
             &format!("fetch-{tag}"),
             BUSYBOX,
-            &[
-                "sh",
-                "-c",
-                &format!(
-                    "for i in 1 2 3 4 5 6 7 8 9 10; do out=$(timeout 20 wget -q -O - {url}) && case \"$out\" in *'{expected}'*) echo \"$out\"; exit 0;; esac; sleep 2; done; echo \"$out\"; exit 1"
-                ),
-            ],
-            Duration::from_secs(240),
+            &["sh", "-c", script],
+            within,
         )
         .await
     }
