@@ -41,7 +41,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 log "system packages present"
 
-# Python packages the tests drive real clients with (boto3 for the S3 gateway), pinned, from PyPI.
+# Python packages the tests drive real clients with (boto3 for the S3 gateway, mcp for the MCP server), pinned, from PyPI.
 # (A satisfied pin is a quick no-op that asks no index.)
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r "$(dirname "$0")/../tests/requirements.txt"
 log "python test packages present"

@@ -13,6 +13,7 @@ pub mod db;
 pub mod edge;
 pub mod env;
 pub mod git;
+pub mod mcp;
 pub mod mirror;
 pub mod operator;
 pub mod platform;

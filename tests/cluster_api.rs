@@ -810,6 +810,7 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
         ("post", "/me/email-verifications/complete"),
         ("get", "/api/user/stats"),
         ("post", "/apps/{app_id}/channels/{channel_id}/runtime/log"),
+        ("post", "/mcp"),
     ];
     for (method, path) in expected {
         assert!(

@@ -108,6 +108,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(mirror::routes())
         .merge(registry::routes())
         .split_for_parts();
+    crate::mcp::doc::document(&mut doc);
     document_request_budget(&mut doc);
     sign_in_doc::document(&mut doc);
     (routes, doc)
@@ -156,8 +157,9 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 /// The whole public API as a router: every route, `/openapi.json`, `/healthz`, the layers every request passes,
-/// and git's smart HTTP routes (`/<owner>/<app>.git/...`), which stream without the JSON routes' body limit and
-/// timeout. The internal routes are not here: they are served by [`internal_router`] on a listener of their own.
+/// git's smart HTTP routes (`/<owner>/<app>.git/...`), which stream without the JSON routes' body limit and
+/// timeout, and the MCP endpoint ([`crate::mcp`]), whose tools call the rest of this router. The internal routes
+/// are not here: they are served by [`internal_router`] on a listener of their own.
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = openapi_router();
     let doc = std::sync::Arc::new(doc);
@@ -167,15 +169,19 @@ pub fn router(state: AppState) -> Router {
             get(move || std::future::ready(Json(doc.as_ref().clone()))),
         )
         .route("/healthz", get(|| std::future::ready("ok")));
-    guarded(
-        with_layers(routes)
-            .merge(
-                crate::git::http::routes().layer(TraceLayer::new_for_http().make_span_with(
-                    |req: &Request| tracing::info_span!("git", method = %req.method(), route = route_of(req)),
-                )),
-            )
-            .with_state(state),
-    )
+    let rest = with_layers(routes)
+        .merge(
+            crate::git::http::routes().layer(TraceLayer::new_for_http().make_span_with(
+                |req: &Request| tracing::info_span!("git", method = %req.method(), route = route_of(req)),
+            )),
+        )
+        .with_state(state.clone());
+    let mcp =
+        crate::mcp::routes(rest.clone(), state)
+            .layer(TraceLayer::new_for_http().make_span_with(
+                |req: &Request| tracing::info_span!("mcp", method = %req.method()),
+            ));
+    guarded(rest.merge(mcp))
 }
 
 /// The internal listener's router: the `/internal/v1` routes the operator, the edge and build pods call,

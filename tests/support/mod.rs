@@ -16,6 +16,7 @@ pub mod dns;
 pub mod git;
 pub mod git_peer;
 pub mod https;
+pub mod mcp;
 pub mod platform;
 pub mod postgres;
 

@@ -1,0 +1,52 @@
+//! The MCP endpoint in the OpenAPI document: one JSON-RPC route rather than a REST resource, described so that
+//! the document still names every public route. The tools themselves are listed by `tools/list`.
+
+use utoipa::openapi::path::{HttpMethod, OperationBuilder, PathItemBuilder};
+use utoipa::openapi::request_body::RequestBodyBuilder;
+use utoipa::openapi::security::SecurityRequirement;
+use utoipa::openapi::{Content, ObjectBuilder, Ref, ResponseBuilder, Type};
+
+/// Adds `POST /mcp` to `doc`.
+pub fn document(doc: &mut utoipa::openapi::OpenApi) {
+    let object = || Content::new(Some(ObjectBuilder::new().schema_type(Type::Object)));
+    let error = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                Content::new(Some(Ref::from_schema_name("ErrorEnvelope"))),
+            )
+            .build()
+    };
+    let operation = OperationBuilder::new()
+        .tag("mcp")
+        .summary(Some("The MCP server (streamable HTTP, stateless)"))
+        .description(Some(
+            "A JSON-RPC message of the Model Context Protocol: initialize, tools/list, tools/call. Each tool calls \
+             the REST route it wraps with the caller's bearer, so it answers as that route does; a route's refusal \
+             is a tool result with isError and the error envelope as structured content.",
+        ))
+        .security(SecurityRequirement::new("bearer", Vec::<String>::new()))
+        .request_body(Some(
+            RequestBodyBuilder::new()
+                .content("application/json", object())
+                .build(),
+        ))
+        .response(
+            "200",
+            ResponseBuilder::new()
+                .description("the JSON-RPC answer")
+                .content("application/json", object())
+                .build(),
+        )
+        .response("202", ResponseBuilder::new().description("a notification, taken").build())
+        .response(
+            "401",
+            error("auth_required, token_invalid or token_revoked, with WWW-Authenticate: Bearer"),
+        )
+        .build();
+    let item = PathItemBuilder::new()
+        .operation(HttpMethod::Post, operation)
+        .build();
+    doc.paths.paths.insert(super::PATH.to_owned(), item);
+}

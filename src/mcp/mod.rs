@@ -1,0 +1,73 @@
+//! The MCP server at `{mcp_url}` (`/mcp` on the API's listener): the platform's operations as tools for agents,
+//! over MCP's streamable HTTP transport (`rmcp`), stateless so that any API replica answers any request.
+//!
+//! A tool is a thin translation ([`tools`]): it resolves `app_name` and `channel` to ids ([`address`]) and calls
+//! the REST route in-process through the same router, with the caller's own bearer ([`rest`]). Scopes, protected
+//! actions, roles, 404-not-403, request budgets and the error envelope therefore hold unchanged, and a tool cannot
+//! do what its route would refuse.
+//!
+//! Every request carries `Authorization: Bearer svc_...` (a registered agent's token, or any token of the
+//! account), checked before the transport sees the request; without a good one the answer is 401 with
+//! `WWW-Authenticate: Bearer`. The transport's Host allowlist (DNS-rebinding protection for servers on loopback) is
+//! off: the API answers on several names (node ports, Service DNS, a public host), and a page that rebinds a name
+//! has no token to send.
+
+pub mod address;
+pub mod doc;
+pub mod rest;
+mod server;
+pub mod tools;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tower_http::limit::RequestBodyLimitLayer;
+
+use crate::api::state::AppState;
+
+pub use self::server::{Server, result_of};
+
+/// Path of the MCP endpoint on the API's listener.
+pub const PATH: &str = "/mcp";
+
+/// The MCP endpoint, its tools calling `api` (the REST router, layers and state applied).
+pub fn routes(api: Router, state: AppState) -> Router {
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .disable_allowed_hosts();
+    let service: StreamableHttpService<Server, LocalSessionManager> = StreamableHttpService::new(
+        move || Ok(Server::new(api.clone())),
+        Default::default(),
+        config,
+    );
+    Router::new()
+        .route_service(PATH, service)
+        .layer(RequestBodyLimitLayer::new(crate::api::BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(state, require_bearer))
+}
+
+/// 401 (with `WWW-Authenticate`) unless the request carries a live token; 429 past the token's budget.
+async fn require_bearer(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let checked = match crate::auth::bearer(request.headers()) {
+        Ok(token) => crate::auth::authenticate(&state, token).await.map(drop),
+        Err(refusal) => Err(refusal),
+    };
+    match checked {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => {
+            let mut response = refusal.into_response();
+            if response.status() == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(r#"Bearer realm="slipway""#),
+                );
+            }
+            response
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The tool catalogue: each tool's name, description, argument schema, hints, and the call it makes. A tool is a
+//! typed argument struct (its doc comments are the schema's descriptions) and an async function from it to the
+//! route(s) it calls; [`tool`] erases the types so the catalogue is one list.
+
+mod apps;
+mod code;
+mod data;
+mod env;
+mod keys;
+mod network;
+
+use std::future::Future;
+use std::sync::{Arc, LazyLock};
+
+use futures::future::BoxFuture;
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::address::{AppAddress, ChannelAddress};
+use super::rest::{Failure, Rest};
+
+/// What a tool needs to act: the REST API as its caller sees it, and the public base URL of this API (for links
+/// the caller follows itself, such as a snapshot's download).
+#[derive(Clone)]
+pub struct Ctx {
+    /// The caller's view of the REST API.
+    pub rest: Rest,
+    /// `scheme://host` the MCP request came to.
+    pub public_base: String,
+}
+
+/// A tool's successful answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// A JSON document (also sent as the result's structured content when it is an object).
+    Json(Value),
+    /// Plain text.
+    Text(String),
+}
+
+/// What a tool answers.
+pub type Reply = Result<Output, Failure>;
+
+/// The behaviour hints of a tool (MCP's annotations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hints {
+    /// Changes nothing.
+    pub read_only: bool,
+    /// May remove or overwrite what cannot be got back.
+    pub destructive: bool,
+    /// Calling it twice with the same arguments does what calling it once did.
+    pub idempotent: bool,
+}
+
+/// Reads only.
+pub const READS: Hints = Hints {
+    read_only: true,
+    destructive: false,
+    idempotent: true,
+};
+/// Adds something new each call.
+pub const ADDS: Hints = Hints {
+    read_only: false,
+    destructive: false,
+    idempotent: false,
+};
+/// Sets a state; repeating it changes nothing more.
+pub const SETS: Hints = Hints {
+    read_only: false,
+    destructive: false,
+    idempotent: true,
+};
+/// Removes or replaces data; repeating it changes nothing more.
+pub const DESTROYS: Hints = Hints {
+    read_only: false,
+    destructive: true,
+    idempotent: true,
+};
+
+type Run = dyn Fn(Ctx, Value) -> BoxFuture<'static, Reply> + Send + Sync;
+
+/// One tool of the catalogue.
+pub struct ToolDef {
+    /// The tool's name (`list_apps`).
+    pub name: &'static str,
+    description: &'static str,
+    hints: Hints,
+    schema: Arc<JsonObject>,
+    run: Box<Run>,
+}
+
+impl ToolDef {
+    /// The tool as `tools/list` shows it.
+    pub fn describe(&self) -> Tool {
+        Tool::new(self.name, self.description, self.schema.clone()).annotate(
+            ToolAnnotations::new()
+                .read_only(self.hints.read_only)
+                .destructive(self.hints.destructive)
+                .idempotent(self.hints.idempotent)
+                .open_world(false),
+        )
+    }
+
+    /// Calls the tool with its JSON arguments; arguments that do not fit its schema answer 400 `bad_request`.
+    pub fn call(&self, ctx: Ctx, arguments: Value) -> BoxFuture<'static, Reply> {
+        (self.run)(ctx, arguments)
+    }
+
+    /// The tool's hints.
+    pub fn hints(&self) -> Hints {
+        self.hints
+    }
+
+    /// The argument schema.
+    pub fn schema(&self) -> &JsonObject {
+        &self.schema
+    }
+
+    /// The description.
+    pub fn description(&self) -> &'static str {
+        self.description
+    }
+}
+
+/// A tool taking arguments `A` and running `run`.
+pub fn tool<A, F, Fut>(
+    name: &'static str,
+    description: &'static str,
+    hints: Hints,
+    run: F,
+) -> ToolDef
+where
+    A: DeserializeOwned + JsonSchema + 'static,
+    F: Fn(Ctx, A) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Reply> + Send + 'static,
+{
+    let run = Arc::new(run);
+    ToolDef {
+        name,
+        description,
+        hints,
+        schema: rmcp::handler::server::common::schema_for_type::<A>(),
+        run: Box::new(move |ctx, arguments| {
+            let run = run.clone();
+            Box::pin(async move {
+                let arguments = if arguments.is_null() {
+                    Value::Object(JsonObject::new())
+                } else {
+                    arguments
+                };
+                let arguments: A = serde_json::from_value(arguments)
+                    .map_err(|e| Failure::bad_request(format!("invalid arguments: {e}")))?;
+                run(ctx, arguments).await
+            })
+        }),
+    }
+}
+
+/// Arguments naming an app.
+#[derive(Debug, serde::Deserialize, JsonSchema)]
+pub struct OfApp {
+    /// The app.
+    #[serde(flatten)]
+    pub app: AppAddress,
+}
+
+/// Arguments naming a channel of an app.
+#[derive(Debug, serde::Deserialize, JsonSchema)]
+pub struct OfChannel {
+    /// The app.
+    #[serde(flatten)]
+    pub app: AppAddress,
+    /// Its channel.
+    #[serde(flatten)]
+    pub channel: ChannelAddress,
+}
+
+/// Arguments of a tool that takes none.
+#[derive(Debug, Default, serde::Deserialize, JsonSchema)]
+pub struct NoArguments {}
+
+/// Every tool, in the spec's order.
+pub fn catalogue() -> &'static [ToolDef] {
+    static CATALOGUE: LazyLock<Vec<ToolDef>> = LazyLock::new(|| {
+        [
+            apps::tools(),
+            code::tools(),
+            env::tools(),
+            data::tools(),
+            network::tools(),
+            keys::tools(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    });
+    &CATALOGUE
+}
+
+/// The tool named `name`.
+pub fn find(name: &str) -> Option<&'static ToolDef> {
+    catalogue().iter().find(|t| t.name == name)
+}
+
+/// A JSON answer.
+pub fn json(value: Value) -> Reply {
+    Ok(Output::Json(value))
+}
+
+/// `value` without its null fields, for compact request bodies.
+pub fn body(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect())
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn every_tool_has_a_unique_name_a_description_and_described_arguments() {
+        let mut names = HashSet::new();
+        for tool in catalogue() {
+            assert!(names.insert(tool.name), "{} is listed twice", tool.name);
+            assert!(
+                tool.description().len() >= 20,
+                "{} needs a description an agent can act on",
+                tool.name
+            );
+            assert_eq!(
+                tool.schema().get("type").and_then(Value::as_str),
+                Some("object"),
+                "{}'s arguments are an object",
+                tool.name
+            );
+            let properties = tool
+                .schema()
+                .get("properties")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            for (argument, schema) in properties {
+                let described = schema.get("description").and_then(Value::as_str);
+                assert!(
+                    described.is_some_and(|d| !d.is_empty()),
+                    "{}.{argument} has no description",
+                    tool.name
+                );
+                assert!(
+                    schema.get("type").is_some()
+                        || schema.get("anyOf").is_some()
+                        || schema.get("$ref").is_some()
+                        || schema.get("oneOf").is_some(),
+                    "{}.{argument} has no schema",
+                    tool.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_only_tool_is_never_destructive() {
+        for tool in catalogue() {
+            let hints = tool.hints();
+            assert!(!(hints.read_only && hints.destructive), "{}", tool.name);
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! The MCP server against real parts: the REST API served on a socket with the operator in this process on the
+//! test control plane and Postgres, and the official Python MCP SDK as the client. An agent registers by SSH key
+//! over REST, then works through tools only: creates an app, commits, deploys, reads the log, sets env, adds a
+//! domain, manages keys and credentials. Tools refuse exactly as their routes do, and the endpoint answers 401
+//! without a live token. Static channels run no pod, so no node is needed.
+
+// A test panics on a reply that lacks what it checks.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::Result;
+use axum::http::Method;
+use serde_json::{Value, json};
+use support::agent::{AgentKey, now};
+use support::mcp::{McpClient, SPEC_TOOLS};
+use support::{TestApi, User, call_on};
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// The spec's tools whose operations have no route yet (account overview, statistics, health, activity, exports,
+/// feedback and notes); `tools/list` answers every other one.
+const NOT_BUILT: [&str; 15] = [
+    "get_account_overview",
+    "get_app_stats",
+    "get_app_health",
+    "list_activity",
+    "export_data",
+    "get_export_status",
+    "submit_feedback",
+    "list_feedback",
+    "create_thread",
+    "list_threads",
+    "add_note",
+    "list_notes",
+    "vote_note",
+    "add_app_feedback",
+    "list_app_feedback",
+];
+
+fn random() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+/// The API on a socket; returns it with the MCP endpoint's URL.
+async fn serving() -> Result<(TestApi, String)> {
+    let api = TestApi::start().await?;
+    let base = api.serve().await?;
+    Ok((api, format!("{base}/mcp")))
+}
+
+/// Polls `get_deploy_log` until its first line names a finished status; returns the whole text.
+async fn finished_log(client: &mut McpClient, arguments: Value) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let text = client.call("get_deploy_log", arguments.clone()).await?.text;
+        let first = text.lines().next().unwrap_or_default().to_owned();
+        if first.starts_with("status: success") || first.starts_with("status: failed") {
+            return Ok(text);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the deploy is still {first:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test]
+async fn tools_list_names_the_spec_tools_each_with_a_description_a_schema_and_hints() -> Result<()>
+{
+    let (api, url) = serving().await?;
+    let alice = api.user("alice", "basic").await?;
+    let mut client = McpClient::connect(&url, &alice.token).await?;
+    assert_eq!(client.initialized["server"], "slipway");
+    assert_eq!(client.initialized["tools"], true);
+
+    let tools = client.list_tools().await?;
+    let listed: BTreeSet<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    let expected: BTreeSet<&str> = SPEC_TOOLS
+        .iter()
+        .copied()
+        .filter(|t| !NOT_BUILT.contains(t))
+        .collect();
+    assert_eq!(
+        listed, expected,
+        "tools/list answers the spec's tools, no more"
+    );
+    assert_eq!(tools.len(), listed.len(), "each name once");
+
+    for tool in &tools {
+        let name = tool["name"].as_str().unwrap();
+        assert!(
+            tool["description"].as_str().is_some_and(|d| d.len() >= 20),
+            "{name} has a description"
+        );
+        assert_eq!(tool["inputSchema"]["type"], "object", "{name}");
+        for (argument, schema) in tool["inputSchema"]["properties"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default()
+        {
+            assert!(
+                schema["description"]
+                    .as_str()
+                    .is_some_and(|d| !d.is_empty()),
+                "{name}.{argument} is described"
+            );
+        }
+        let hints = &tool["annotations"];
+        assert!(
+            hints["readOnlyHint"].is_boolean(),
+            "{name} says whether it reads only"
+        );
+        assert!(hints["destructiveHint"].is_boolean(), "{name}");
+        assert!(hints["idempotentHint"].is_boolean(), "{name}");
+    }
+    let hint = |name: &str, key: &str| {
+        tools.iter().find(|t| t["name"] == name).unwrap()["annotations"][key].clone()
+    };
+    assert_eq!(hint("list_apps", "readOnlyHint"), true);
+    assert_eq!(hint("delete_app", "destructiveHint"), true);
+    assert_eq!(hint("restore_channel_db", "destructiveHint"), true);
+    assert_eq!(hint("commit_files", "readOnlyHint"), false);
+    // Apps are addressed by name, with the deprecated id still accepted.
+    let deploy = tools.iter().find(|t| t["name"] == "deploy").unwrap();
+    for argument in ["app_name", "app_id", "channel", "channel_id", "sha", "ref"] {
+        assert!(
+            deploy["inputSchema"]["properties"][argument].is_object(),
+            "deploy takes {argument}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_registered_agent_builds_and_deploys_a_site_through_tools_alone() -> Result<()> {
+    let (api, url) = serving().await?;
+    // Registration is the one step outside MCP: it is public and proven by an SSH signature.
+    let key = AgentKey::new("ed25519")?;
+    let name = format!("agent{}", random());
+    let registered = call_on(
+        &api.router,
+        Method::POST,
+        "/registrations",
+        None,
+        Some(key.registration(Some(&name), now())?),
+    )
+    .await
+    .expect(200, None);
+    let namespace = format!("slipway-user-{name}");
+    api.forget_namespace_later(&namespace);
+    let _operator = api.start_operator_without_node(&namespace).await?;
+    let token = registered["token"].as_str().unwrap();
+    let mut agent = McpClient::connect(&url, token).await?;
+
+    let app = agent
+        .call("create_app", json!({"name": "site", "template": "static"}))
+        .await?
+        .ok();
+    let app_id = app["id"].as_str().unwrap().to_owned();
+    assert_eq!(app["channels"][0]["name"], "prod");
+    let got = agent
+        .call("get_app", json!({"app_name": "site"}))
+        .await?
+        .ok();
+    assert_eq!(got["id"], app_id.as_str());
+    let by_id = agent.call("get_app", json!({"app_id": app_id})).await?.ok();
+    assert_eq!(by_id["name"], "site", "the deprecated app_id still works");
+    let listed = agent.call("list_apps", json!({})).await?.ok();
+    assert_eq!(listed["apps"].as_array().unwrap().len(), 1);
+
+    let page = "<h1>made by an agent</h1>\n";
+    let commit = agent
+        .call(
+            "commit_files",
+            json!({"app_name": "site", "message": "first page", "files": {"index.html": page, "notes.txt": "draft"}}),
+        )
+        .await?
+        .ok();
+    let sha = commit["sha"].as_str().unwrap().to_owned();
+    let edited = agent
+        .call(
+            "commit_files",
+            json!({"app_name": "site", "message": "edit", "edits": {"notes.txt": [{"old_string": "draft", "new_string": "final"}]}}),
+        )
+        .await?
+        .ok();
+    assert_ne!(edited["sha"], sha.as_str());
+    let files = agent
+        .call("list_files", json!({"app_name": "site"}))
+        .await?
+        .ok();
+    let paths: Vec<&str> = files["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    assert_eq!(paths, ["index.html", "notes.txt"]);
+    let read = agent
+        .call(
+            "read_file",
+            json!({"app_name": "site", "path": "notes.txt"}),
+        )
+        .await?;
+    assert_eq!(read.text, "final");
+    let old = agent
+        .call(
+            "read_file",
+            json!({"app_name": "site", "path": "notes.txt", "ref": sha}),
+        )
+        .await?;
+    assert_eq!(old.text, "draft", "a file at an earlier commit");
+
+    let deploy = agent
+        .call(
+            "deploy",
+            json!({"app_name": "site", "channel": "prod", "ref": "master"}),
+        )
+        .await?
+        .ok();
+    assert_eq!(deploy["status"], "queued");
+    let deploy_id = deploy["deploy_id"].as_str().unwrap().to_owned();
+    let log = finished_log(
+        &mut agent,
+        json!({"app_name": "site", "channel": "prod", "deploy_id": deploy_id}),
+    )
+    .await?;
+    assert!(log.starts_with("status: success"), "{log}");
+    let prod = &agent
+        .call("get_app", json!({"app_name": "site"}))
+        .await?
+        .ok()["channels"][0];
+    assert_eq!(
+        prod["current_sha"], edited["sha"],
+        "the deployed commit is the branch's head"
+    );
+
+    // Environment: set, listed by name, removed.
+    agent
+        .call(
+            "set_env",
+            json!({"app_name": "site", "key": "GREETING", "value": "hello"}),
+        )
+        .await?
+        .ok();
+    agent
+        .call(
+            "set_env",
+            json!({"app_name": "site", "key": "API_KEY", "value": "s3cret", "secret": true}),
+        )
+        .await?
+        .ok();
+    let env = agent.call("list_env", json!({"app_name": "site"})).await?;
+    let entries = env.ok()["env"].as_array().cloned().unwrap();
+    let keys: BTreeSet<&str> = entries.iter().filter_map(|e| e["key"].as_str()).collect();
+    assert_eq!(keys, BTreeSet::from(["API_KEY", "GREETING"]));
+    assert!(!env.text.contains("s3cret"), "no tool shows a secret");
+    agent
+        .call("delete_env", json!({"app_name": "site", "key": "GREETING"}))
+        .await?
+        .ok();
+    let env = agent
+        .call("list_env", json!({"app_name": "site"}))
+        .await?
+        .ok();
+    assert_eq!(env["env"].as_array().unwrap().len(), 1);
+
+    // A second channel, listed and deleted by name.
+    agent
+        .call(
+            "create_channel",
+            json!({"app_name": "site", "name": "next", "git_ref_binding": "branch:next"}),
+        )
+        .await?
+        .ok();
+    let channels = agent
+        .call("list_channels", json!({"app_name": "site"}))
+        .await?
+        .ok();
+    let names: BTreeSet<&str> = channels["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, BTreeSet::from(["next", "prod"]));
+    agent
+        .call(
+            "delete_channel",
+            json!({"app_name": "site", "channel": "next"}),
+        )
+        .await?
+        .ok();
+
+    // A custom domain: attached with its DNS records, listed, removed.
+    let domain = format!("www.{}.example.com", random());
+    let attached = agent
+        .call(
+            "add_custom_domain",
+            json!({"app_name": "site", "channel": "prod", "domain": domain}),
+        )
+        .await?
+        .ok();
+    assert_eq!(attached["status"], "pending");
+    assert!(attached["dns_records"]["txt_value"].is_string());
+    let domains = agent
+        .call(
+            "list_custom_domains",
+            json!({"app_name": "site", "channel": "prod"}),
+        )
+        .await?
+        .ok();
+    assert_eq!(domains["domains"][0]["domain"], domain.as_str());
+    agent
+        .call(
+            "remove_custom_domain",
+            json!({"app_name": "site", "channel": "prod", "domain": domain}),
+        )
+        .await?
+        .ok();
+
+    // Keys and credentials.
+    let listed = agent.call("list_ssh_keys", json!({})).await?.ok();
+    assert_eq!(
+        listed["ssh_keys"].as_array().unwrap().len(),
+        1,
+        "the registration key"
+    );
+    let second = AgentKey::new("ed25519")?;
+    let added = agent
+        .call(
+            "register_ssh_key",
+            json!({"public_key": second.public, "label": "laptop"}),
+        )
+        .await?
+        .ok();
+    let key_id = added["id"].as_str().unwrap().to_owned();
+    agent
+        .call("delete_ssh_key", json!({"key_id": key_id}))
+        .await?
+        .ok();
+    let credential = agent
+        .call(
+            "get_credentials",
+            json!({"scopes": ["repo:*"], "expires_in": 600}),
+        )
+        .await?
+        .ok();
+    let minted = credential["token"].as_str().unwrap();
+    assert!(minted.starts_with("svc_"));
+    assert_eq!(credential["scopes"], json!(["repo:*"]));
+    call_on(&api.router, Method::GET, "/apps", Some(minted), None)
+        .await
+        .expect(200, None);
+
+    agent
+        .call("delete_app", json!({"app_name": "site"}))
+        .await?
+        .ok();
+    let gone = agent.call("get_app", json!({"app_name": "site"})).await?;
+    assert_eq!(gone.refusal(), (404, "not_found".to_owned()));
+    drop(key);
+    Ok(())
+}
+
+/// The (status, code) a route answered.
+fn route_refusal(reply: support::Reply) -> (u64, String) {
+    (
+        u64::from(reply.status.as_u16()),
+        reply.body["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn tools_refuse_exactly_as_their_routes_do() -> Result<()> {
+    let (api, url) = serving().await?;
+    let alice = api.user("alice", "basic").await?;
+    let bob = api.user("bob", "basic").await?;
+    let bobs = api.create_app(&bob, "private", "static").await;
+    let bobs_id = bobs["id"].as_str().unwrap();
+    let mine = api.create_app(&alice, "mine", "static").await;
+    let mine_id = mine["id"].as_str().unwrap();
+    let prod_id = mine["channels"][0]["id"].as_str().unwrap();
+    let mut client = McpClient::connect(&url, &alice.token).await?;
+
+    // Another person's app: 404 as if missing, by id and by owner/name.
+    let tool = client.call("get_app", json!({"app_name": bobs_id})).await?;
+    let route = api.get(&format!("/apps/{bobs_id}"), &alice).await;
+    assert_eq!(tool.refusal(), route_refusal(route));
+    assert_eq!(tool.refusal(), (404, "not_found".to_owned()));
+    let by_name = client
+        .call(
+            "get_app",
+            json!({"app_name": format!("{}/private", bob.username)}),
+        )
+        .await?;
+    assert_eq!(by_name.refusal(), (404, "not_found".to_owned()));
+    let deleting = client
+        .call("delete_app", json!({"app_name": bobs_id}))
+        .await?;
+    assert_eq!(deleting.refusal(), (404, "not_found".to_owned()));
+    api.get(&format!("/apps/{bobs_id}"), &bob)
+        .await
+        .expect(200, None);
+
+    // Bad input: the route's 400.
+    let tool = client
+        .call(
+            "commit_files",
+            json!({"app_name": "mine", "message": "", "files": {"a": "b"}}),
+        )
+        .await?;
+    let route = api
+        .post(
+            &format!("/apps/{mine_id}/changeset"),
+            &alice,
+            json!({"message": "", "changes": {"a": "b"}}),
+        )
+        .await;
+    assert_eq!(tool.refusal(), route_refusal(route));
+    let tool = client
+        .call(
+            "deploy",
+            json!({"app_name": "mine", "channel": "prod", "sha": "not-a-sha"}),
+        )
+        .await?;
+    let route = api
+        .post(
+            &format!("/apps/{mine_id}/channels/{prod_id}/deploy"),
+            &alice,
+            json!({"sha": "not-a-sha"}),
+        )
+        .await;
+    assert_eq!(tool.refusal(), route_refusal(route));
+    assert_eq!(tool.refusal().0, 400);
+    let neither = client
+        .call("deploy", json!({"app_name": "mine", "channel": "prod"}))
+        .await?;
+    assert_eq!(neither.refusal(), (400, "bad_request".to_owned()));
+    let unknown_channel = client
+        .call(
+            "deploy",
+            json!({"app_name": "mine", "channel": "nope", "ref": "master"}),
+        )
+        .await?;
+    assert_eq!(unknown_channel.refusal(), (404, "not_found".to_owned()));
+    let malformed = client.call("get_app", json!({"app_name": 42})).await?;
+    assert_eq!(malformed.refusal(), (400, "bad_request".to_owned()));
+
+    // A token without the scope: the route's 403 scope_denied.
+    let narrow = api
+        .token(alice.id, &["deploy:*".to_owned()], true, None)
+        .await?;
+    let mut limited = McpClient::connect(&url, &narrow).await?;
+    let tool = limited.call("create_app", json!({"name": "other"})).await?;
+    let route = call_on(
+        &api.router,
+        Method::POST,
+        "/apps",
+        Some(&narrow),
+        Some(json!({"name": "other"})),
+    )
+    .await;
+    assert_eq!(tool.refusal(), route_refusal(route));
+    assert_eq!(tool.refusal(), (403, "scope_denied".to_owned()));
+    // Forwarding needs the app's toggle, which no tool turns on: the route's refusal.
+    let tool = client
+        .call(
+            "expose_port",
+            json!({"app_name": "mine", "channel": "prod"}),
+        )
+        .await?;
+    let route = api
+        .post(
+            &format!("/apps/{mine_id}/channels/{prod_id}/forward"),
+            &alice,
+            json!({}),
+        )
+        .await;
+    assert_eq!(tool.refusal(), route_refusal(route));
+    Ok(())
+}
+
+/// `initialize`, as a client's first POST sends it.
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "curl", "version": "1"}}})
+}
+
+async fn post_mcp(url: &str, token: Option<&str>) -> Result<reqwest::Response> {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .json(&initialize());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    Ok(request.send().await?)
+}
+
+#[tokio::test]
+async fn the_endpoint_answers_401_without_a_live_token() -> Result<()> {
+    let (api, url) = serving().await?;
+    let alice: User = api.user("alice", "basic").await?;
+    for (token, code) in [
+        (None, "auth_required"),
+        (Some("svc_not-a-token"), "token_invalid"),
+    ] {
+        let answer = post_mcp(&url, token).await?;
+        assert_eq!(answer.status(), 401);
+        let challenge = answer.headers()["www-authenticate"].to_str()?.to_owned();
+        assert!(challenge.starts_with("Bearer"), "{challenge}");
+        let body: Value = answer.json().await?;
+        assert_eq!(body["error"]["code"], code);
+    }
+    assert_eq!(post_mcp(&url, Some(&alice.token)).await?.status(), 200);
+
+    // A revoked token stops at once, for a new session and for one already open.
+    let mut open = McpClient::connect(&url, &alice.token).await?;
+    let listed = open.call("list_apps", json!({})).await?;
+    assert!(!listed.is_error);
+    let hash = slipway::auth::token::hash(&alice.token);
+    let row = slipway::db::tokens::by_hash(api.state.db(), &hash)
+        .await?
+        .unwrap();
+    api.delete(&format!("/tokens/{}", row.id), &alice)
+        .await
+        .expect(204, None);
+    let answer = post_mcp(&url, Some(&alice.token)).await?;
+    assert_eq!(answer.status(), 401);
+    let body: Value = answer.json().await?;
+    assert_eq!(body["error"]["code"], "token_revoked");
+    assert!(
+        open.call("list_apps", json!({})).await.is_err(),
+        "the open session is refused too"
+    );
+    Ok(())
+}
