@@ -429,14 +429,14 @@ async fn tools_refuse_exactly_as_their_routes_do() -> Result<()> {
     let tool = client
         .call(
             "deploy",
-            json!({"app_name": "mine", "channel": "prod", "sha": "not-a-sha"}),
+            json!({"app_name": "mine", "channel": "prod", "sha": "no such sha!"}),
         )
         .await?;
     let route = api
         .post(
             &format!("/apps/{mine_id}/channels/{prod_id}/deploy"),
             &alice,
-            json!({"sha": "not-a-sha"}),
+            json!({"sha": "no such sha!"}),
         )
         .await;
     assert_eq!(tool.refusal(), route_refusal(route));

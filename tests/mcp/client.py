@@ -33,7 +33,7 @@ async def serve(session):
         elif request["op"] == "call":
             result = await session.call_tool(request["name"], request.get("arguments") or {})
             text = "".join(block.text for block in result.content if block.type == "text")
-            emit({"is_error": bool(result.isError), "text": text, "structured": result.structuredContent})
+            emit({"is_error": bool(result.is_error), "text": text, "structured": result.structured_content})
         else:
             raise ValueError(f"unknown op {request['op']}")
 
@@ -46,8 +46,8 @@ async def main():
         async with streamable_http_client(url, http_client=http) as streams:
             async with ClientSession(streams[0], streams[1]) as session:
                 initialized = await session.initialize()
-                emit({"initialized": {"server": initialized.serverInfo.name,
-                                      "protocol": initialized.protocolVersion,
+                emit({"initialized": {"server": initialized.server_info.name,
+                                      "protocol": initialized.protocol_version,
                                       "tools": initialized.capabilities.tools is not None}})
                 await serve(session)
 
