@@ -811,6 +811,9 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
         ("get", "/api/user/stats"),
         ("post", "/apps/{app_id}/channels/{channel_id}/runtime/log"),
         ("post", "/mcp"),
+        ("get", "/apps/{app_id}/activity"),
+        ("get", "/apps/{app_id}/health"),
+        ("get", "/apps/{app_id}/stats"),
     ];
     for (method, path) in expected {
         assert!(

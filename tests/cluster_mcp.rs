@@ -21,13 +21,9 @@ use support::{TestApi, User, call_on};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
-/// The spec's tools whose operations have no route yet (account overview, statistics, health, activity, exports,
-/// feedback and notes); `tools/list` answers every other one.
-const NOT_BUILT: [&str; 15] = [
-    "get_account_overview",
-    "get_app_stats",
-    "get_app_health",
-    "list_activity",
+/// The spec's tools whose operations have no route yet (exports, feedback and notes); `tools/list` answers every
+/// other one.
+const NOT_BUILT: [&str; 11] = [
     "export_data",
     "get_export_status",
     "submit_feedback",
@@ -240,6 +236,33 @@ async fn a_registered_agent_builds_and_deploys_a_site_through_tools_alone() -> R
         "the deployed commit is the branch's head"
     );
 
+    // How it is doing: health, statistics, the account at a glance.
+    let health = agent
+        .call("get_app_health", json!({"app_name": "site"}))
+        .await?
+        .ok();
+    assert_eq!(health["healthy"], true, "{health}");
+    let channel = &health["channels"][0];
+    assert_eq!(channel["status"], "running");
+    assert_eq!(channel["last_deploy"]["deploy_id"], deploy_id.as_str());
+    assert_eq!(channel["last_deploy"]["status"], "success");
+    assert!(
+        channel["container"].is_null(),
+        "a static channel runs no container"
+    );
+    let stats = agent
+        .call("get_app_stats", json!({"app_name": "site"}))
+        .await?
+        .ok();
+    assert_eq!(stats["deploys"]["total"], 1);
+    assert_eq!(stats["deploys"]["success"], 1);
+    assert!(stats["channels"][0]["median_deploy_seconds"].is_number());
+    assert!(stats["channels"][0]["last_success_at"].is_string());
+    let overview = agent.call("get_account_overview", json!({})).await?.ok();
+    assert_eq!(overview["usage"]["plan"], "starter");
+    assert_eq!(overview["apps"]["owned"], 1);
+    assert_eq!(overview["channels"]["running"], 1);
+
     // Environment: set, listed by name, removed.
     agent
         .call(
@@ -380,6 +403,93 @@ fn route_refusal(reply: support::Reply) -> (u64, String) {
 }
 
 #[tokio::test]
+async fn a_member_reads_a_shared_apps_health_and_journal_by_owner_and_name() -> Result<()> {
+    let (api, url) = serving().await?;
+    let alice = api.user("alice", "basic").await?;
+    let bob = api.user("bob", "basic").await?;
+    let app = api.create_app(&alice, "shop", "static").await;
+    let app_id = app["id"].as_str().unwrap();
+    api.call(
+        Method::PUT,
+        &format!("/apps/{app_id}/members/{}", bob.username),
+        Some(&alice.token),
+        Some(json!({"role": "member"})),
+    )
+    .await
+    .expect(200, None);
+    // Two audit-logged actions: the owner reveals two secrets.
+    for key in ["FIRST", "SECOND"] {
+        api.post(
+            &format!("/apps/{app_id}/env"),
+            &alice,
+            json!({"key": key, "value": "v", "kind": "secret"}),
+        )
+        .await
+        .expect(204, None);
+        api.get(&format!("/apps/{app_id}/env/{key}/value"), &alice)
+            .await
+            .expect(200, None);
+    }
+
+    let mut client = McpClient::connect(&url, &bob.token).await?;
+    let shared = format!("{}/shop", alice.username);
+    let bare = client
+        .call("get_app_health", json!({"app_name": "shop"}))
+        .await?;
+    assert_eq!(bare.refusal().0, 404);
+    assert!(
+        bare.text.contains(&shared),
+        "the refusal names {shared}: {}",
+        bare.text
+    );
+    let health = client
+        .call("get_app_health", json!({"app_name": shared}))
+        .await?
+        .ok();
+    assert_eq!(health["healthy"], false, "never deployed");
+    assert_eq!(health["channels"][0]["notes"][0], "not deployed yet");
+
+    let first = client
+        .call("list_activity", json!({"app_name": shared, "limit": 1}))
+        .await?
+        .ok();
+    assert_eq!(first["events"][0]["action"], "env.reveal");
+    assert_eq!(first["events"][0]["actor"], alice.username.as_str());
+    assert_eq!(
+        first["events"][0]["detail"]["key"], "SECOND",
+        "newest first"
+    );
+    let cursor = first["next_cursor"].as_str().unwrap().to_owned();
+    let second = client
+        .call(
+            "list_activity",
+            json!({"app_name": shared, "limit": 1, "cursor": cursor}),
+        )
+        .await?
+        .ok();
+    assert_eq!(second["events"][0]["detail"]["key"], "FIRST");
+    let rest = client
+        .call(
+            "list_activity",
+            json!({"app_name": shared, "cursor": second["next_cursor"]}),
+        )
+        .await?
+        .ok();
+    assert_eq!(rest["events"], json!([]));
+    assert!(rest["next_cursor"].is_null());
+    for bad in [
+        json!({"limit": 0}),
+        json!({"limit": 201}),
+        json!({"cursor": "x"}),
+    ] {
+        let mut arguments = bad.clone();
+        arguments["app_name"] = json!(shared);
+        let refused = client.call("list_activity", arguments).await?;
+        assert_eq!(refused.refusal(), (400, "bad_request".to_owned()), "{bad}");
+    }
+    Ok(())
+}
+#[tokio::test]
 async fn tools_refuse_exactly_as_their_routes_do() -> Result<()> {
     let (api, url) = serving().await?;
     let alice = api.user("alice", "basic").await?;
@@ -471,6 +581,33 @@ async fn tools_refuse_exactly_as_their_routes_do() -> Result<()> {
     .await;
     assert_eq!(tool.refusal(), route_refusal(route));
     assert_eq!(tool.refusal(), (403, "scope_denied".to_owned()));
+    for (name, path) in [
+        ("get_app_health", "health"),
+        ("get_app_stats", "stats"),
+        ("list_activity", "activity"),
+    ] {
+        let tool = limited.call(name, json!({"app_name": "mine"})).await?;
+        let route = call_on(
+            &api.router,
+            Method::GET,
+            &format!("/apps/{mine_id}/{path}"),
+            Some(&narrow),
+            None,
+        )
+        .await;
+        assert_eq!(tool.refusal(), route_refusal(route), "{name}");
+        assert_eq!(
+            tool.refusal(),
+            (403, "scope_denied".to_owned()),
+            "without stats:read"
+        );
+    }
+    let journal = client
+        .call("list_activity", json!({"app_name": bobs_id}))
+        .await?;
+    let route = api.get(&format!("/apps/{bobs_id}/activity"), &alice).await;
+    assert_eq!(journal.refusal(), route_refusal(route));
+    assert_eq!(journal.refusal().0, 404);
     // Forwarding needs the app's toggle, which no tool turns on: the route's refusal.
     let tool = client
         .call(

@@ -2,6 +2,8 @@
 //! testable without a socket, with its OpenAPI document generated from the same handlers.
 
 pub mod access;
+pub mod activity;
+pub mod app_health;
 pub mod apps;
 pub mod blob;
 pub mod blob_snapshots;
@@ -92,6 +94,8 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(registrations::routes())
         .merge(email::routes())
         .merge(stats::routes())
+        .merge(activity::routes())
+        .merge(app_health::routes())
         .merge(repo::routes())
         .merge(code::routes())
         .merge(deploys::routes())

@@ -8,6 +8,7 @@ mod data;
 mod env;
 mod keys;
 mod network;
+mod observe;
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
@@ -191,6 +192,7 @@ pub fn catalogue() -> &'static [ToolDef] {
             data::tools(),
             network::tools(),
             keys::tools(),
+            observe::tools(),
         ]
         .into_iter()
         .flatten()
