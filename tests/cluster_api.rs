@@ -814,6 +814,18 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
         ("get", "/apps/{app_id}/activity"),
         ("get", "/apps/{app_id}/health"),
         ("get", "/apps/{app_id}/stats"),
+        ("post", "/feedback"),
+        ("get", "/feedback"),
+        ("post", "/apps/{app_id}/feedback"),
+        ("get", "/apps/{app_id}/feedback"),
+        ("post", "/apps/{app_id}/threads"),
+        ("get", "/apps/{app_id}/threads"),
+        ("post", "/apps/{app_id}/threads/{number}/notes"),
+        ("get", "/apps/{app_id}/threads/{number}/notes"),
+        (
+            "put",
+            "/apps/{app_id}/threads/{number}/notes/{note_id}/vote",
+        ),
     ];
     for (method, path) in expected {
         assert!(

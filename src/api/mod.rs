@@ -17,10 +17,13 @@ pub mod email;
 pub mod env;
 pub mod error;
 pub mod extract;
+pub mod feedback;
 pub mod forwards;
 pub mod internal;
 pub mod members;
 pub mod mirror;
+pub mod notes;
+pub mod paging;
 pub mod plans;
 pub mod postgres;
 pub mod registrations;
@@ -95,6 +98,8 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(email::routes())
         .merge(stats::routes())
         .merge(activity::routes())
+        .merge(feedback::routes())
+        .merge(notes::routes())
         .merge(app_health::routes())
         .merge(repo::routes())
         .merge(code::routes())

@@ -10,6 +10,7 @@ pub mod domain_claims;
 pub mod email_challenges;
 pub mod members;
 pub mod mirrors;
+pub mod notes;
 pub mod registrations;
 pub mod runtime_logs;
 pub mod ssh_keys;

@@ -8,6 +8,7 @@ mod data;
 mod env;
 mod keys;
 mod network;
+mod notes;
 mod observe;
 
 use std::future::Future;
@@ -20,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::address::{AppAddress, ChannelAddress};
-use super::rest::{Failure, Rest};
+use super::rest::{Failure, Rest, with_query};
 
 /// What a tool needs to act: the REST API as its caller sees it, and the public base URL of this API (for links
 /// the caller follows itself, such as a snapshot's download).
@@ -178,6 +179,41 @@ pub struct OfChannel {
     pub channel: ChannelAddress,
 }
 
+/// Paging arguments.
+#[derive(Debug, Default, serde::Deserialize, JsonSchema)]
+pub struct Page {
+    /// Entries per page, 1 to 200 (default 50).
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// `next_cursor` of the previous page; omitted for the first.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+impl Page {
+    /// `path` with this page's query.
+    pub fn query(self, path: &str) -> String {
+        with_query(
+            path,
+            &[
+                ("limit", self.limit.map(|l| l.to_string())),
+                ("cursor", self.cursor),
+            ],
+        )
+    }
+}
+
+/// Arguments of a paged list of an app.
+#[derive(Debug, serde::Deserialize, JsonSchema)]
+pub struct AppPage {
+    /// The app.
+    #[serde(flatten)]
+    pub app: AppAddress,
+    /// The page.
+    #[serde(flatten)]
+    pub page: Page,
+}
+
 /// Arguments of a tool that takes none.
 #[derive(Debug, Default, serde::Deserialize, JsonSchema)]
 pub struct NoArguments {}
@@ -193,6 +229,7 @@ pub fn catalogue() -> &'static [ToolDef] {
             network::tools(),
             keys::tools(),
             observe::tools(),
+            notes::tools(),
         ]
         .into_iter()
         .flatten()

@@ -1,26 +1,10 @@
 //! Observability: the account overview (`GET /me/usage` and `GET /api/user/stats` together), an app's health,
 //! statistics and activity journal.
 
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::json;
 
-use super::{Ctx, NoArguments, OfApp, READS, ToolDef, json, tool};
-use crate::mcp::address::{self, AppAddress};
-use crate::mcp::rest::with_query;
-
-/// `list_activity` arguments.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct ListActivity {
-    #[serde(flatten)]
-    app: AppAddress,
-    /// Entries per page, 1 to 200 (default 50).
-    #[serde(default)]
-    limit: Option<i64>,
-    /// `next_cursor` of the previous page; omitted for the first.
-    #[serde(default)]
-    cursor: Option<String>,
-}
+use super::{AppPage, Ctx, NoArguments, OfApp, READS, ToolDef, json, tool};
+use crate::mcp::address;
 
 pub(super) fn tools() -> Vec<ToolDef> {
     vec![
@@ -63,15 +47,9 @@ pub(super) fn tools() -> Vec<ToolDef> {
             "Read an app's journal of recorded actions (secret reveals, database resets, dumps and restores, bucket \
              restores and credential reads, downloads), newest first, with who did each.",
             READS,
-            |ctx: Ctx, a: ListActivity| async move {
+            |ctx: Ctx, a: AppPage| async move {
                 let app = address::app(&ctx.rest, &a.app).await?;
-                let path = with_query(
-                    &format!("{}/activity", app.path()),
-                    &[
-                        ("limit", a.limit.map(|l| l.to_string())),
-                        ("cursor", a.cursor),
-                    ],
-                );
+                let path = a.page.query(&format!("{}/activity", app.path()));
                 json(ctx.rest.get(&path).await?)
             },
         ),
