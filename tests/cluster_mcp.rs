@@ -34,6 +34,18 @@ async fn serving() -> Result<(TestApi, String)> {
     Ok((api, format!("{base}/mcp")))
 }
 
+/// Makes `member` a member of `owner`'s app.
+async fn share(api: &TestApi, owner: &User, app_id: &str, member: &User) {
+    api.call(
+        Method::PUT,
+        &format!("/apps/{app_id}/members/{}", member.username),
+        Some(&owner.token),
+        Some(json!({"role": "member"})),
+    )
+    .await
+    .expect(200, None);
+}
+
 /// Polls `get_deploy_log` until its first line names a finished status; returns the whole text.
 async fn finished_log(client: &mut McpClient, arguments: Value) -> Result<String> {
     let deadline = tokio::time::Instant::now() + WITHIN;
@@ -395,14 +407,7 @@ async fn a_member_reads_a_shared_apps_health_and_journal_by_owner_and_name() -> 
     let bob = api.user("bob", "basic").await?;
     let app = api.create_app(&alice, "shop", "static").await;
     let app_id = app["id"].as_str().unwrap();
-    api.call(
-        Method::PUT,
-        &format!("/apps/{app_id}/members/{}", bob.username),
-        Some(&alice.token),
-        Some(json!({"role": "member"})),
-    )
-    .await
-    .expect(200, None);
+    share(&api, &alice, app_id, &bob).await;
     // Two audit-logged actions: the owner reveals two secrets.
     for key in ["FIRST", "SECOND"] {
         api.post(
@@ -676,14 +681,7 @@ async fn members_keep_threads_of_notes_with_votes_and_leave_feedback_through_too
     let carol = api.user("carol", "basic").await?;
     let app = api.create_app(&alice, "wiki", "static").await;
     let app_id = app["id"].as_str().unwrap();
-    api.call(
-        Method::PUT,
-        &format!("/apps/{app_id}/members/{}", bob.username),
-        Some(&alice.token),
-        Some(json!({"role": "member"})),
-    )
-    .await
-    .expect(200, None);
+    share(&api, &alice, app_id, &bob).await;
     let mut owner = McpClient::connect(&url, &alice.token).await?;
     let mut member = McpClient::connect(&url, &bob.token).await?;
     let mut stranger = McpClient::connect(&url, &carol.token).await?;

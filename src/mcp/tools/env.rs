@@ -22,13 +22,9 @@ pub struct SetEnv {
     /// Store it as a secret: sealed at rest, never shown again by any tool.
     #[serde(default)]
     secret: bool,
-    /// Set it for this channel only; omitted sets it for every channel of the app.
-    #[serde(default)]
-    channel: Option<String>,
-    /// Deprecated: the channel's UUID. Use `channel`.
-    #[serde(default)]
-    #[schemars(extend("deprecated" = true))]
-    channel_id: Option<String>,
+    /// The channel, for its own value; omitted means the app-wide value.
+    #[serde(flatten)]
+    channel: ChannelAddress,
 }
 
 /// Arguments of an env tool that names a key.
@@ -38,13 +34,9 @@ pub struct OfKey {
     app: AppAddress,
     /// The variable's name.
     key: String,
-    /// The channel whose own value to remove; omitted removes the app-wide value.
-    #[serde(default)]
-    channel: Option<String>,
-    /// Deprecated: the channel's UUID. Use `channel`.
-    #[serde(default)]
-    #[schemars(extend("deprecated" = true))]
-    channel_id: Option<String>,
+    /// The channel, for its own value; omitted means the app-wide value.
+    #[serde(flatten)]
+    channel: ChannelAddress,
 }
 
 /// `list_env` arguments.
@@ -52,13 +44,9 @@ pub struct OfKey {
 pub struct ListEnv {
     #[serde(flatten)]
     app: AppAddress,
-    /// Also list this channel's own values; omitted lists the app-wide ones.
-    #[serde(default)]
-    channel: Option<String>,
-    /// Deprecated: the channel's UUID. Use `channel`.
-    #[serde(default)]
-    #[schemars(extend("deprecated" = true))]
-    channel_id: Option<String>,
+    /// The channel, for its own value; omitted means the app-wide value.
+    #[serde(flatten)]
+    channel: ChannelAddress,
 }
 
 /// `get_deploy_env` arguments.
@@ -72,13 +60,6 @@ pub struct DeployEnv {
     deploy_id: String,
 }
 
-fn channel_of(channel: Option<String>, channel_id: Option<String>) -> ChannelAddress {
-    ChannelAddress {
-        channel,
-        channel_id,
-    }
-}
-
 pub(super) fn tools() -> Vec<ToolDef> {
     vec![
         tool(
@@ -88,7 +69,7 @@ pub(super) fn tools() -> Vec<ToolDef> {
             SETS,
             |ctx: Ctx, a: SetEnv| async move {
                 let app = address::app(&ctx.rest, &a.app).await?;
-                let channel_id = app.optional_channel_id(&channel_of(a.channel, a.channel_id))?;
+                let channel_id = app.optional_channel_id(&a.channel)?;
                 let kind = if a.secret { "secret" } else { "env" };
                 let request = body(
                     json!({"key": a.key, "value": a.value, "kind": kind, "channel_id": channel_id}),
@@ -106,7 +87,7 @@ pub(super) fn tools() -> Vec<ToolDef> {
             DESTROYS,
             |ctx: Ctx, a: OfKey| async move {
                 let app = address::app(&ctx.rest, &a.app).await?;
-                let channel_id = app.optional_channel_id(&channel_of(a.channel, a.channel_id))?;
+                let channel_id = app.optional_channel_id(&a.channel)?;
                 let path = with_query(
                     &format!("{}/env/{}", app.path(), segment(&a.key)),
                     &[("channel_id", channel_id)],
@@ -122,7 +103,7 @@ pub(super) fn tools() -> Vec<ToolDef> {
             READS,
             |ctx: Ctx, a: ListEnv| async move {
                 let app = address::app(&ctx.rest, &a.app).await?;
-                let channel_id = app.optional_channel_id(&channel_of(a.channel, a.channel_id))?;
+                let channel_id = app.optional_channel_id(&a.channel)?;
                 let path = with_query(
                     &format!("{}/env", app.path()),
                     &[("channel_id", channel_id)],
