@@ -32,6 +32,20 @@ enum Who {
 /// Every app route and the weakest role that may call it.
 const ROUTES: &[(&str, &str, Who)] = &[
     ("get", "/apps/{app_id}", Who::Member),
+    ("get", "/apps/{app_id}/activity", Who::Member),
+    ("get", "/apps/{app_id}/health", Who::Member),
+    ("get", "/apps/{app_id}/stats", Who::Member),
+    ("get", "/apps/{app_id}/feedback", Who::Member),
+    ("post", "/apps/{app_id}/feedback", Who::Member),
+    ("get", "/apps/{app_id}/threads", Who::Member),
+    ("post", "/apps/{app_id}/threads", Who::Member),
+    ("get", "/apps/{app_id}/threads/{number}/notes", Who::Member),
+    ("post", "/apps/{app_id}/threads/{number}/notes", Who::Member),
+    (
+        "put",
+        "/apps/{app_id}/threads/{number}/notes/{note_id}/vote",
+        Who::Member,
+    ),
     ("patch", "/apps/{app_id}", Who::Admin),
     ("delete", "/apps/{app_id}", Who::Owner),
     ("get", "/apps/{app_id}/channels", Who::Member),
@@ -308,9 +322,45 @@ impl Fixture {
             .replace("{key}", "SHARED_KEY")
             .replace("{domain}", &self.domain)
             .replace("{username}", &self.newcomer.username);
+        if route.contains("{number}") {
+            // A thread with one note, opened by the owner.
+            let thread = self
+                .as_owner(
+                    Method::POST,
+                    &self.app("/threads"),
+                    Some(json!({"title": tag})),
+                )
+                .await;
+            let number = thread["number"].to_string();
+            let note = self
+                .as_owner(
+                    Method::POST,
+                    &self.app(&format!("/threads/{number}/notes")),
+                    Some(json!({"body": tag})),
+                )
+                .await;
+            path = path
+                .replace("{number}", &number)
+                .replace("{note_id}", &note["id"].to_string());
+        }
         let mut body = None;
         let mut success = if method == "delete" { 204 } else { 200 };
         match (method, route) {
+            ("post", "/apps/{app_id}/feedback") => {
+                body = Some(json!({"message": tag}));
+                success = 201;
+            }
+            ("post", "/apps/{app_id}/threads") => {
+                body = Some(json!({"title": tag}));
+                success = 201;
+            }
+            ("post", "/apps/{app_id}/threads/{number}/notes") => {
+                body = Some(json!({"body": tag}));
+                success = 201;
+            }
+            ("put", "/apps/{app_id}/threads/{number}/notes/{note_id}/vote") => {
+                body = Some(json!({"value": 1}));
+            }
             ("patch", "/apps/{app_id}") => body = Some(json!({"port_forwarding_enabled": false})),
             ("delete", "/apps/{app_id}") if permitted => {
                 let spare = self
