@@ -100,6 +100,10 @@ impl Allocator {
             .find(|f| f.metadata.uid.as_deref() == Some(uid))
             .and_then(allocated_port)
         {
+            // Allocated by an attempt whose answer was lost: the next Forward still starts after the newest.
+            if next.is_none() {
+                *next = newest_allocation(&forwards).map(|newest| self.after(newest));
+            }
             return Ok(port);
         }
         let used: HashSet<u16> = forwards.iter().filter_map(allocated_port).collect();
@@ -112,8 +116,11 @@ impl Allocator {
                 "every port of the forward range is taken; unexpose a channel or widen the range",
             )
         })?;
-        record(port).await?;
+        // The hint moves on even when recording fails: the write may have been applied all the same, and a port
+        // skipped costs nothing, while a port handed out twice in a row breaks "a later expose gets a new address".
+        let recorded = record(port).await;
         *next = Some(self.after(port));
+        recorded?;
         Ok(port)
     }
 
