@@ -258,9 +258,9 @@ async fn channel_health(
     let last_deploy = newest_finished(&deploys);
     let is_static = app.app.spec.template == Template::Static;
     let container = match view.id.parse::<Uuid>() {
-        Ok(id) if !is_static => crate::db::runtime_logs::generations(state.db(), id)
+        Ok(id) if !is_static => crate::db::runtime_logs::newest(state.db(), id)
             .await?
-            .last()
+            .as_ref()
             .map(ContainerState::from),
         _ => None,
     };

@@ -31,7 +31,7 @@ pub mod registry;
 pub mod repo;
 pub mod rewind;
 pub mod runtime_log;
-mod sign_in_doc;
+pub(crate) mod sign_in_doc;
 pub mod snapshots;
 pub mod ssh_keys;
 pub mod state;

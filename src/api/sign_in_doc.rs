@@ -50,7 +50,8 @@ fn query(name: &str, required: bool, description: &str) -> utoipa::openapi::path
         .build()
 }
 
-fn error(description: &str) -> utoipa::openapi::Response {
+/// A response in the error envelope, described.
+pub(crate) fn error(description: &str) -> utoipa::openapi::Response {
     ResponseBuilder::new()
         .description(description)
         .content(

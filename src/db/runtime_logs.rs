@@ -242,6 +242,16 @@ pub async fn generations(db: &PgPool, channel: Uuid) -> sqlx::Result<Vec<Generat
     .await
 }
 
+/// The channel's newest generation, if any.
+pub async fn newest(db: &PgPool, channel: Uuid) -> sqlx::Result<Option<Generation>> {
+    sqlx::query_as(
+        "SELECT * FROM runtime_containers WHERE channel_id = $1 ORDER BY container_index DESC LIMIT 1",
+    )
+    .bind(channel)
+    .fetch_optional(db)
+    .await
+}
+
 /// The output kept of one generation, whole.
 pub async fn output(db: &PgPool, generation: i64) -> sqlx::Result<Vec<u8>> {
     let bytes: Option<Vec<u8>> = sqlx::query_scalar(

@@ -4,20 +4,13 @@
 use utoipa::openapi::path::{HttpMethod, OperationBuilder, PathItemBuilder};
 use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::security::SecurityRequirement;
-use utoipa::openapi::{Content, ObjectBuilder, Ref, ResponseBuilder, Type};
+use utoipa::openapi::{Content, ObjectBuilder, ResponseBuilder, Type};
+
+use crate::api::sign_in_doc::error;
 
 /// Adds `POST /mcp` to `doc`.
 pub fn document(doc: &mut utoipa::openapi::OpenApi) {
     let object = || Content::new(Some(ObjectBuilder::new().schema_type(Type::Object)));
-    let error = |description: &str| {
-        ResponseBuilder::new()
-            .description(description)
-            .content(
-                "application/json",
-                Content::new(Some(Ref::from_schema_name("ErrorEnvelope"))),
-            )
-            .build()
-    };
     let operation = OperationBuilder::new()
         .tag("mcp")
         .summary(Some("The MCP server (streamable HTTP, stateless)"))
