@@ -10,6 +10,9 @@
 #
 # usage: hack/test.sh [lint|unit|cluster|e2e]...   (default: all four)
 #
+# SLIPWAY_TESTS, a glob over the test files' names (for example `cluster_forward` or `e2e_blob*`), narrows the
+# cluster and e2e tiers to the matching files; the chart is installed only when an e2e_platform file matches.
+#
 # The test clusters keep apart from `make up`: state under $SLIPWAY_TEST_RUN (default ~/.cache/slipway/run-test),
 # ports from $SLIPWAY_TEST_ETCD_PORT (22379; e2e uses +2) and $SLIPWAY_TEST_APISERVER_PORT (26443; e2e uses +1),
 # node slot $SLIPWAY_TEST_NODE_SLOT (1), Pebble's ports from $SLIPWAY_TEST_PEBBLE_PORT (24400, see hack/pebble.sh), the
@@ -30,6 +33,8 @@ started=$SECONDS
 results="$(mktemp)"
 trap 'rm -f "$results"' EXIT
 log() { printf '\n[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# Whether the test file named $1 is among those to run.
+selected() { [[ $1 == ${SLIPWAY_TESTS:-*} ]]; }
 
 # Runs a cargo test command, echoing its output and keeping the result lines for the summary.
 cargo_test() {
@@ -89,7 +94,7 @@ for tier in "${tiers[@]}"; do
         eval "$("$HACK/smtp.sh" env)"
         export SLIPWAY_TEST_DATABASE_URL SLIPWAY_TEST_DATA_SERVER_URL
         export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
-        cargo_test -p slipway --locked --test 'cluster_*'
+        cargo_test -p slipway --locked --test "${SLIPWAY_TESTS:-cluster_*}"
       )
       ;;
     e2e)
@@ -108,26 +113,34 @@ for tier in "${tiers[@]}"; do
         export SLIPWAY_KUBECONFIG="$KUBECONFIG" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
         # 1. The platform as it ships: the chart installed from the image built here, used over its addresses;
         #    then upgraded under load and uninstalled (its tests run in that order).
-        log "e2e: the platform installed by its chart"
-        rm -rf "$SLIPWAY_RUN/platform"
-        "$HACK/install.sh" install
-        eval "$("$HACK/install.sh" env)"
-        cargo_test -p slipway --locked --test e2e_platform
-        # --show-output: the hostile tenant's attempts and their outcomes, with isolation on and off. One test at a
-        # time: each runs two tenants' apps, and the node has CPU for two more than the platform.
-        cargo_test -p slipway --locked --test e2e_platform_isolation -- --show-output --test-threads=1
-        # --show-output: its count of requests answered during the upgrade belongs in the log.
-        cargo_test -p slipway --locked --test e2e_platform_upgrade -- --show-output
-        "$HACK/install.sh" uninstall
+        if selected e2e_platform || selected e2e_platform_isolation || selected e2e_platform_upgrade; then
+          log "e2e: the platform installed by its chart"
+          rm -rf "$SLIPWAY_RUN/platform"
+          "$HACK/install.sh" install
+          eval "$("$HACK/install.sh" env)"
+          if selected e2e_platform; then cargo_test -p slipway --locked --test e2e_platform; fi
+          # --show-output: the hostile tenant's attempts and their outcomes, with isolation on and off. One test at
+          # a time: each runs two tenants' apps, and the node has CPU for two more than the platform.
+          if selected e2e_platform_isolation; then
+            cargo_test -p slipway --locked --test e2e_platform_isolation -- --show-output --test-threads=1
+          fi
+          # --show-output: its count of requests answered during the upgrade belongs in the log.
+          if selected e2e_platform_upgrade; then
+            cargo_test -p slipway --locked --test e2e_platform_upgrade -- --show-output
+          fi
+          "$HACK/install.sh" uninstall
+        fi
         # 2. The components run in the test process, for the tests that reach inside them (stop an operator
         #    mid-deploy, read the edge's metrics, drive the build and run steps directly).
-        log "e2e: components in the test process"
         in_process=()
         for f in tests/e2e_*.rs; do
           name=$(basename "$f" .rs)
-          case "$name" in e2e_platform*) ;; *) in_process+=(--test "$name") ;; esac
+          case "$name" in e2e_platform*) ;; *) if selected "$name"; then in_process+=(--test "$name"); fi ;; esac
         done
-        cargo_test -p slipway --locked "${in_process[@]}"
+        if [ ${#in_process[@]} -gt 0 ]; then
+          log "e2e: components in the test process"
+          cargo_test -p slipway --locked "${in_process[@]}"
+        fi
       )
       ;;
     *) echo "unknown tier: $tier (lint, unit, cluster, e2e)" >&2; exit 2 ;;
