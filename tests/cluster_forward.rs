@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Result;
 use axum::http::Method;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use slipway_controllers::forward::ForwardPorts;
 use slipway_crds::Forward;
@@ -374,6 +374,50 @@ async fn the_toggle_turns_serving_off_and_on_and_the_operator_restarts_without_m
         .map(|f| f["channel"].as_str().unwrap())
         .collect();
     assert_eq!(channels, ["next", "prod"], "channel-name order");
+    Ok(())
+}
+
+/// The operator's reconcile of a Forward read before an unexpose can finish after the next expose created a new
+/// Forward of the same name: what it computed from its stale copy (the old address) must not land on the new one,
+/// which gets an address of its own.
+#[tokio::test]
+async fn a_stale_copy_of_an_unexposed_forward_never_lends_its_address_to_the_next() -> Result<()> {
+    let api = TestApi::start().await?;
+    let user = api.user("fwdstale", "builder").await?;
+    api.create_app(&user, "tcp", "app").await;
+    let ports: ForwardPorts = "127.0.0.1:29300-29309".parse().unwrap();
+    let ctx = api.forward_context(&user.namespace, ports).await?;
+    let forwards: Api<Forward> = Api::namespaced(api.kube.clone(), &user.namespace);
+    let expose = || async {
+        let resource: Forward = serde_json::from_value(json!({
+            "apiVersion": "slipway.dev/v1alpha1", "kind": "Forward",
+            "metadata": {"name": "tcp.prod"}, "spec": {"channel": "tcp.prod", "allowCidrs": []},
+        }))?;
+        let created = forwards.create(&PostParams::default(), &resource).await?;
+        slipway_controllers::forward::reconcile(Arc::new(created), ctx.clone()).await?;
+        anyhow::Ok(forwards.get("tcp.prod").await?)
+    };
+    let port_of = |f: &Forward| f.status.as_ref().and_then(|s| s.port);
+
+    let first = expose().await?;
+    assert_eq!(port_of(&first), Some(29300), "{first:?}");
+    // An allowlist change: the copy the operator's cache then holds has a status to bring up to date.
+    let changed = forwards
+        .patch(
+            "tcp.prod",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"allowCidrs": ["10.0.0.0/8"]}})),
+        )
+        .await?;
+    forwards.delete("tcp.prod", &DeleteParams::default()).await?;
+    let second = expose().await?;
+    assert_eq!(port_of(&second), Some(29301), "{second:?}");
+
+    // The late reconcile of the first Forward's copy writes nothing onto the second.
+    slipway_controllers::forward::reconcile(Arc::new(changed), ctx.clone()).await?;
+    let after = forwards.get("tcp.prod").await?;
+    assert_eq!(after.metadata.uid, second.metadata.uid);
+    assert_eq!(port_of(&after), Some(29301), "{after:?}");
     Ok(())
 }
 

@@ -171,8 +171,19 @@ fn inactive_because(app: &App, plan: &slipway_crds::plans::Plan) -> Option<Strin
     }
 }
 
-/// Reconciles one Forward.
+/// Reconciles one Forward. Every write is guarded by the resourceVersion of the copy it was computed from, so a
+/// copy that went stale (the Forward changed, or was unexposed and exposed again under the same name) writes
+/// nothing: the newer object's own event reconciles it.
 pub async fn reconcile(forward: Arc<Forward>, ctx: Arc<Context>) -> Result<Action, Error> {
+    match reconcile_copy(forward, &ctx).await {
+        Err(Error::Kube(e)) if crate::status::is_conflict(&e) => {
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        other => other,
+    }
+}
+
+async fn reconcile_copy(forward: Arc<Forward>, ctx: &Context) -> Result<Action, Error> {
     let namespace = forward.namespace().ok_or(Error::Incomplete("namespace"))?;
     let forwards: Api<Forward> = Api::namespaced(ctx.client.clone(), &namespace);
     let generation = forward.metadata.generation;
@@ -198,10 +209,10 @@ pub async fn reconcile(forward: Arc<Forward>, ctx: Arc<Context>) -> Result<Actio
         write_status(&forwards, &forward, &status).await?;
         return Ok(Action::requeue(Duration::from_secs(60)));
     };
-    adopt(&forwards, &forward, &channel).await?;
+    let forward = adopt(&forwards, forward, &channel).await?;
     let apps: Api<App> = Api::namespaced(ctx.client.clone(), &namespace);
     let app = apps.get(&channel.spec.app).await?;
-    let plan = crate::deploy::owner_plan(&ctx, &namespace).await?;
+    let plan = crate::deploy::owner_plan(ctx, &namespace).await?;
 
     let Some(allocator) = &ctx.forwards else {
         status.active = false;
@@ -263,17 +274,22 @@ async fn write_status(
     forward: &Forward,
     status: &ForwardStatus,
 ) -> Result<(), Error> {
-    crate::status::patch_if_changed(api, forward, forward.status.as_ref(), status).await?;
+    crate::status::patch_if_changed_at_version(api, forward, forward.status.as_ref(), status).await?;
     Ok(())
 }
 
-/// Makes the Channel the Forward's owner (a Forward written with kubectl may lack it), so it goes with the channel.
-async fn adopt(api: &Api<Forward>, forward: &Forward, channel: &Channel) -> Result<(), Error> {
+/// Makes the Channel the Forward's owner (a Forward written with kubectl may lack it), so it goes with the channel;
+/// answers the Forward as it now stands.
+async fn adopt(
+    api: &Api<Forward>,
+    forward: Arc<Forward>,
+    channel: &Channel,
+) -> Result<Arc<Forward>, Error> {
     let Some(uid) = channel.meta().uid.clone() else {
         return Err(Error::Incomplete("channel uid"));
     };
     if forward.owner_references().iter().any(|o| o.uid == uid) {
-        return Ok(());
+        return Ok(forward);
     }
     let mut owners = forward.owner_references().to_vec();
     owners.push(OwnerReference {
@@ -284,14 +300,17 @@ async fn adopt(api: &Api<Forward>, forward: &Forward, channel: &Channel) -> Resu
         controller: Some(false),
         block_owner_deletion: None,
     });
-    let patch = serde_json::json!({"metadata": {"ownerReferences": owners}});
+    let patch = serde_json::json!({"metadata": {
+        "ownerReferences": owners, "resourceVersion": forward.resource_version(),
+    }});
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    api.patch(&forward.name_any(), &params, &Patch::Merge(&patch))
+    let adopted = api
+        .patch(&forward.name_any(), &params, &Patch::Merge(&patch))
         .await?;
-    Ok(())
+    Ok(Arc::new(adopted))
 }
 
 #[cfg(test)]

@@ -681,10 +681,20 @@ impl TestApi {
         namespace: &str,
         ports: slipway_controllers::forward::ForwardPorts,
     ) -> Result<tokio::task::JoinHandle<()>> {
-        let config = self.nodeless_config(namespace, Default::default()).await?;
         Ok(Self::spawn_operator(
-            self.context_extended(config, |ctx| ctx.with_forwards(ports)),
+            self.forward_context(namespace, ports).await?,
         ))
+    }
+
+    /// The context of a nodeless operator scoped to `namespace` that allocates forwards from `ports`, for a test
+    /// that calls a reconciler itself.
+    pub async fn forward_context(
+        &self,
+        namespace: &str,
+        ports: slipway_controllers::forward::ForwardPorts,
+    ) -> Result<std::sync::Arc<slipway_controllers::Context>> {
+        let config = self.nodeless_config(namespace, Default::default()).await?;
+        Ok(self.context_extended(config, |ctx| ctx.with_forwards(ports)))
     }
 
     fn spawn_operator(
