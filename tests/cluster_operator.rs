@@ -1,6 +1,7 @@
 //! The App and Channel reconcilers against the real apiserver (and kube-controller-manager's garbage collector):
 //! an App written with kubectl gets its prod channel, channels report their hostname and phase, a channel without
-//! its app says so in a condition and an Event, and deleting an App takes its channels with it.
+//! its app says so in a condition and an Event, deleting an App takes its channels with it, and a reconcile that
+//! fails says why in a Warning Event named for its error's category.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,6 +142,36 @@ async fn an_app_written_with_kubectl_gets_its_prod_channel_and_statuses() -> Res
                 .await?
                 .items
                 .is_empty())
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_reconcile_says_why_in_a_warning_event_named_for_its_category() -> Result<()> {
+    let (client, ns) = setup("failing").await?;
+    // This operator's internal API address leads nowhere: a deploy cannot resolve its commit there.
+    let _operator = start_operator(client.clone(), ns.name());
+    let apps: Api<App> = Api::namespaced(client.clone(), ns.name());
+    let app: App = serde_json::from_value(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+        "metadata": {"name": "site"}, "spec": {"owner": "alice", "template": "static"}}))?;
+    apps.create(&PostParams::default(), &app).await?;
+    let deploys: Api<slipway_crds::Deploy> = Api::namespaced(client.clone(), ns.name());
+    let deploy: slipway_crds::Deploy = serde_json::from_value(json!({"apiVersion": "slipway.dev/v1alpha1",
+        "kind": "Deploy", "metadata": {"name": "site.prod-1"}, "spec": {"channel": "site.prod", "sha": "master"}}))?;
+    deploys.create(&PostParams::default(), &deploy).await?;
+    let events: Api<Event> = Api::namespaced(client.clone(), ns.name());
+    wait_until(Duration::from_secs(60), || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await?;
+            Ok(list.items.iter().any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some("InternalApi")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("site.prod-1")
+                    && e.note.as_deref().is_some_and(|n| !n.is_empty())
+            }))
         }
     })
     .await?;

@@ -68,6 +68,8 @@ pub struct Context {
     pub forwards: Option<crate::forward::Allocator>,
     /// Mints the registry's tokens; `None`: the registry takes none (it is open to whoever reaches it).
     pub registry_tokens: Option<slipway_internal::registry_token::RegistryTokens>,
+    /// Consecutive reconcile failures per object.
+    pub backoff: crate::backoff::Backoff,
 }
 
 impl Context {
@@ -97,6 +99,7 @@ impl Context {
             postgres: None,
             forwards: None,
             registry_tokens: None,
+            backoff: Default::default(),
         }
     }
 

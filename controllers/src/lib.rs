@@ -2,6 +2,7 @@
 //! a `reconcile` and an `error_policy` built from small steps (read, validate, build children, apply, status).
 
 pub mod app;
+pub mod backoff;
 pub mod blob;
 pub mod build;
 pub mod channel;

@@ -2,11 +2,12 @@
 //! and error policies that back off on transient failures.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -91,21 +92,32 @@ impl Metrics {
     }
 }
 
-/// Backs off a failed object, longer for errors that need a change to go away.
-fn error_policy<K: Resource<DynamicType = ()>>(
-    obj: Arc<K>,
-    error: &Error,
-    _ctx: Arc<Context>,
-) -> Action {
-    tracing::warn!(kind = %K::kind(&()), name = %obj.meta().name.clone().unwrap_or_default(), category = error.category(), error = %error, "reconcile failed");
-    match error {
-        Error::Kube(_)
-        | Error::Internal(_)
-        | Error::Registry(_)
-        | Error::ObjectStore(_)
-        | Error::Database(_) => Action::requeue(Duration::from_secs(5)),
-        Error::InvalidSpec(_) | Error::Incomplete(_) => Action::requeue(Duration::from_secs(300)),
-    }
+/// Backs off a failed object on its own ([`crate::backoff`]) and says why on it: a Warning Event whose reason is the
+/// error's category, which `kubectl describe` shows beside the object.
+fn error_policy<K>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action
+where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    let kind = K::kind(&());
+    let delay = ctx.backoff.failed(object_key(obj.as_ref()), error);
+    tracing::warn!(%kind, name = %obj.meta().name.clone().unwrap_or_default(), category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
+    let (reason, note) = (error.category(), error.to_string());
+    tokio::spawn(async move {
+        crate::channel::publish(&ctx, obj.as_ref(), EventType::Warning, reason, note).await;
+    });
+    Action::requeue(delay)
+}
+
+fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> crate::backoff::ObjectKey {
+    let kind: &'static str = match K::kind(&()) {
+        std::borrow::Cow::Borrowed(kind) => kind,
+        std::borrow::Cow::Owned(_) => "other",
+    };
+    (
+        kind,
+        obj.meta().namespace.clone().unwrap_or_default(),
+        obj.meta().name.clone().unwrap_or_default(),
+    )
 }
 
 async fn timed<K, F, Fut>(
@@ -115,14 +127,19 @@ async fn timed<K, F, Fut>(
     reconcile: F,
 ) -> Result<Action, Error>
 where
+    K: Resource<DynamicType = ()>,
     F: Fn(Arc<K>, Arc<Context>) -> Fut,
     Fut: std::future::Future<Output = Result<Action, Error>>,
 {
     let started = Instant::now();
     let span = tracing::info_span!("reconcile", kind, name = tracing::field::Empty);
     let metrics = ctx.metrics.clone();
-    let result = tracing::Instrument::instrument(reconcile(obj, ctx), span).await;
+    let key = object_key(obj.as_ref());
+    let result = tracing::Instrument::instrument(reconcile(obj, ctx.clone()), span).await;
     metrics.observe(kind, started, &result);
+    if result.is_ok() {
+        ctx.backoff.succeeded(&key);
+    }
     result
 }
 

@@ -501,12 +501,8 @@ async fn delete_app(
     }
     state.repos().delete(&app.owner, &app.name).await?;
     claims::release_app(&state, &app.namespace, &app.name).await?;
-    crate::db::members::remove_app(state.db(), app_id).await?;
-    crate::db::mirrors::remove(state.db(), app_id).await?;
-    crate::db::notes::remove_app(state.db(), app_id).await?;
-    crate::env::store::delete_app(state.db(), app_id).await?;
     state.cache().app_gone(&app_id.to_string()).await?;
     // After the app left the cache, so the log archive can no longer record a generation of it.
-    crate::db::runtime_logs::remove_app(state.db(), app_id).await?;
+    crate::platform::sweep::forget_app(state.db(), app_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

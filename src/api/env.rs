@@ -291,6 +291,10 @@ async fn deploy_env(
     caller.require_scope(scopes::DEPLOY)?;
     let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     access::channel_of(&state, &app, channel_id)?;
+    // A deploy pruned from its channel's history is gone, though the sweep may not have forgotten its row yet.
+    if !state.cache().holds_deploy(&deploy_id.to_string()) {
+        return Err(ApiError::NotFound("deploy env snapshot"));
+    }
     snapshot::view(state.db(), state.keyring(), deploy_id, channel_id)
         .await?
         .map(Json)

@@ -156,6 +156,15 @@ pub async fn values(
     Ok(Some(values))
 }
 
+/// Forgets the snapshots of every deploy of a deleted app.
+pub async fn delete_app(db: &PgPool, app: Uuid) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM deploy_env_snapshots WHERE app_id = $1")
+        .bind(app)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 /// Re-seals every snapshot value with the active key (key rotation); returns how many snapshots changed.
 pub async fn reseal_all(db: &PgPool, ring: &Keyring) -> anyhow::Result<u64> {
     let mut tx = db.begin().await?;

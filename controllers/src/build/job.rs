@@ -46,6 +46,10 @@ const TLS_DIR: &str = "/etc/buildkit-tls";
 
 /// How long a build may run before it fails.
 pub const BUILD_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How long a finished build Job (and its pod and certificate Secret) stays before Kubernetes deletes it. The
+/// deploy records the built image within seconds of the build's end and never reads the Job again; the hour covers
+/// an operator that is away meanwhile.
+pub const FINISHED_JOB_TTL: Duration = Duration::from_secs(3600);
 /// Name of the build container.
 pub const CONTAINER: &str = "build";
 /// The uid the build pod runs as.
@@ -166,6 +170,7 @@ pub fn build_job(input: &JobInput<'_>) -> Result<Job, Error> {
             "suspend": true,
             "backoffLimit": 0,
             "activeDeadlineSeconds": BUILD_TIMEOUT.as_secs(),
+            "ttlSecondsAfterFinished": FINISHED_JOB_TTL.as_secs(),
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {

@@ -10,6 +10,7 @@
 
 pub(crate) mod dynamic;
 pub use dynamic::owner_plan;
+pub mod history;
 pub mod queue;
 pub mod rewind;
 
@@ -80,7 +81,11 @@ pub async fn reconcile(deploy: Arc<Deploy>, ctx: Arc<Context>) -> Result<Action,
     let action = match phase {
         DeployPhase::Queued => start_if_first(&ctx, &scene).await?,
         DeployPhase::Running => advance(&ctx, &scene).await?,
-        DeployPhase::Success | DeployPhase::Failed => Action::await_change(),
+        // A deploy that finished may push an older one out of the channel's history.
+        DeployPhase::Success | DeployPhase::Failed => {
+            history::prune(&ctx, &scene.channel, &scene.siblings).await?;
+            Action::await_change()
+        }
     };
     sync_pending(&ctx, &scene).await?;
     Ok(action)

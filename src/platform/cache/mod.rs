@@ -195,6 +195,16 @@ impl Cache {
             .context("the new deploy did not reach the cache")
     }
 
+    /// Whether the cluster still holds the App `uid` (being deleted counts: it is not gone yet).
+    pub fn holds_app(&self, uid: &str) -> bool {
+        self.apps.by_uid(uid).is_some()
+    }
+
+    /// Whether the cluster still holds the Deploy `uid` (being deleted counts: it is not gone yet).
+    pub fn holds_deploy(&self, uid: &str) -> bool {
+        self.deploys.by_uid(uid).is_some()
+    }
+
     /// Apps in `namespace`.
     pub fn apps_in(&self, namespace: &str) -> Vec<Arc<App>> {
         self.apps
