@@ -137,6 +137,11 @@ pub struct OperatorArgs {
     /// `host:first-last` (e.g. `tcp.example.com:31000-31099`). Unset: channels cannot be exposed.
     #[arg(long, env = "SLIPWAY_FORWARD_PORTS")]
     pub forward_ports: Option<slipway_controllers::forward::ForwardPorts>,
+    /// How many builds may run at once, cluster-wide (a channel's own deploys still run one at a time). Each takes
+    /// a build pod and BuildKit's work on the node.
+    #[arg(long, env = "SLIPWAY_MAX_BUILDS", default_value_t = slipway_controllers::build::DEFAULT_MAX_BUILDS,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_builds: u16,
 }
 
 /// The readiness sidecar's image unless told otherwise.
@@ -195,7 +200,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             }),
         },
     };
-    let mut ctx = Context::new(client, config, metrics);
+    let mut ctx =
+        Context::new(client, config, metrics).with_max_builds(usize::from(args.max_builds));
     if let Some(tokens) = args.registry_tokens.tokens()? {
         ctx = ctx.with_registry_tokens(tokens);
     }

@@ -313,7 +313,8 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     }
     tokio::spawn(crate::runtime_logs::prune_every_hour(state.db().clone()));
     tokio::spawn(
-        crate::platform::sweep::Sweeper::new(state.db().clone(), state.cache().clone()).every_hour(),
+        crate::platform::sweep::Sweeper::new(state.db().clone(), state.cache().clone())
+            .every_hour(),
     );
     if let Some(gateway_url) = &args.s3_gateway_url {
         state.set_blob_access(crate::blob::access::BlobAccess {

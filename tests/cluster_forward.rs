@@ -409,7 +409,9 @@ async fn a_stale_copy_of_an_unexposed_forward_never_lends_its_address_to_the_nex
             &Patch::Merge(json!({"spec": {"allowCidrs": ["10.0.0.0/8"]}})),
         )
         .await?;
-    forwards.delete("tcp.prod", &DeleteParams::default()).await?;
+    forwards
+        .delete("tcp.prod", &DeleteParams::default())
+        .await?;
     let second = expose().await?;
     assert_eq!(port_of(&second), Some(29301), "{second:?}");
 

@@ -45,7 +45,10 @@ async fn a_channel_keeps_its_newest_deploys_and_the_api_forgets_the_logs_of_the_
     // Two more deploys than the history keeps, all queued before the operator starts.
     let mut deploys = Vec::new();
     for _ in 0..KEEP_FINISHED + 2 {
-        deploys.push(api.deploy(&alice, app_id, prod_id, json!({"sha": sha})).await);
+        deploys.push(
+            api.deploy(&alice, app_id, prod_id, json!({"sha": sha}))
+                .await,
+        );
     }
     api.start_operator_without_node(&alice.namespace).await?;
     let newest = deploys.last().unwrap();
@@ -84,12 +87,14 @@ async fn a_channel_keeps_its_newest_deploys_and_the_api_forgets_the_logs_of_the_
     assert_eq!(left, expected, "the two oldest went");
 
     // A pruned deploy is gone from the API; its log rows stay until the sweep.
-    let logs = |deploy: &str| {
-        format!("/apps/{app_id}/channels/{prod_id}/logs?deploy={deploy}")
-    };
+    let logs = |deploy: &str| format!("/apps/{app_id}/channels/{prod_id}/logs?deploy={deploy}");
     let deadline = tokio::time::Instant::now() + WITHIN;
     while api.get(&logs(&pruned[0]), &alice).await.status != 404 {
-        assert!(tokio::time::Instant::now() < deadline, "the API still shows {}", pruned[0]);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the API still shows {}",
+            pruned[0]
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     api.get(&logs(&kept[0]), &alice).await.expect(200, None);
@@ -138,7 +143,11 @@ async fn the_rows_of_an_app_deleted_with_kubectl_go_after_two_sweeps_that_miss_i
         .await?;
 
     let mut sweeper = Sweeper::new(api.state.db().clone(), api.state.cache().clone());
-    assert_eq!(sweeper.sweep(Duration::ZERO).await?, Swept::default(), "one miss is not enough");
+    assert_eq!(
+        sweeper.sweep(Duration::ZERO).await?,
+        Swept::default(),
+        "one miss is not enough"
+    );
     assert_eq!(env_rows(&gone).await?, 1);
     assert_eq!(sweeper.sweep(Duration::ZERO).await?.apps, 1);
     assert_eq!(env_rows(&gone).await?, 0);

@@ -154,12 +154,15 @@ async fn a_failing_reconcile_says_why_in_a_warning_event_named_for_its_category(
     // This operator's internal API address leads nowhere: a deploy cannot resolve its commit there.
     let _operator = start_operator(client.clone(), ns.name());
     let apps: Api<App> = Api::namespaced(client.clone(), ns.name());
-    let app: App = serde_json::from_value(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+    let app: App =
+        serde_json::from_value(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
         "metadata": {"name": "site"}, "spec": {"owner": "alice", "template": "static"}}))?;
     apps.create(&PostParams::default(), &app).await?;
     let deploys: Api<slipway_crds::Deploy> = Api::namespaced(client.clone(), ns.name());
-    let deploy: slipway_crds::Deploy = serde_json::from_value(json!({"apiVersion": "slipway.dev/v1alpha1",
-        "kind": "Deploy", "metadata": {"name": "site.prod-1"}, "spec": {"channel": "site.prod", "sha": "master"}}))?;
+    let deploy: slipway_crds::Deploy = serde_json::from_value(
+        json!({"apiVersion": "slipway.dev/v1alpha1",
+        "kind": "Deploy", "metadata": {"name": "site.prod-1"}, "spec": {"channel": "site.prod", "sha": "master"}}),
+    )?;
     deploys.create(&PostParams::default(), &deploy).await?;
     let events: Api<Event> = Api::namespaced(client.clone(), ns.name());
     wait_until(Duration::from_secs(60), || {

@@ -77,9 +77,7 @@ mod tests {
 
     #[test]
     fn a_transient_failure_doubles_from_five_seconds_up_to_five_minutes() {
-        let delays: Vec<u64> = (1..=8)
-            .map(|n| delay(n, &transient()).as_secs())
-            .collect();
+        let delays: Vec<u64> = (1..=8).map(|n| delay(n, &transient()).as_secs()).collect();
         assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300]);
         assert_eq!(delay(u32::MAX, &transient()), MAX_DELAY);
     }
@@ -99,7 +97,10 @@ mod tests {
         };
         assert!(within(backoff.failed(a.clone(), &transient()), 5));
         assert!(within(backoff.failed(a.clone(), &transient()), 10));
-        assert!(within(backoff.failed(b.clone(), &transient()), 5), "b is not slowed by a");
+        assert!(
+            within(backoff.failed(b.clone(), &transient()), 5),
+            "b is not slowed by a"
+        );
         backoff.succeeded(&a);
         assert!(within(backoff.failed(a, &transient()), 5));
     }

@@ -70,6 +70,8 @@ pub struct Context {
     pub registry_tokens: Option<slipway_internal::registry_token::RegistryTokens>,
     /// Consecutive reconcile failures per object.
     pub backoff: crate::backoff::Backoff,
+    /// How many builds may run at once, cluster-wide.
+    pub max_builds: usize,
 }
 
 impl Context {
@@ -100,12 +102,19 @@ impl Context {
             forwards: None,
             registry_tokens: None,
             backoff: Default::default(),
+            max_builds: crate::build::DEFAULT_MAX_BUILDS.into(),
         }
     }
 
     /// The same context with raw TCP forwarding on `ports`.
     pub fn with_forwards(mut self, ports: crate::forward::ForwardPorts) -> Self {
         self.forwards = Some(crate::forward::Allocator::new(ports));
+        self
+    }
+
+    /// The same context with at most `builds` builds at once.
+    pub fn with_max_builds(mut self, builds: usize) -> Self {
+        self.max_builds = builds.max(1);
         self
     }
 

@@ -274,7 +274,8 @@ async fn write_status(
     forward: &Forward,
     status: &ForwardStatus,
 ) -> Result<(), Error> {
-    crate::status::patch_if_changed_at_version(api, forward, forward.status.as_ref(), status).await?;
+    crate::status::patch_if_changed_at_version(api, forward, forward.status.as_ref(), status)
+        .await?;
     Ok(())
 }
 

@@ -61,7 +61,9 @@ impl Sweeper {
                     apps = swept.apps,
                     "rows of deploys and apps that are gone forgotten"
                 ),
-                Err(e) => tracing::warn!(error = %e, "sweeping rows of deploys and apps that are gone failed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "sweeping rows of deploys and apps that are gone failed")
+                }
             }
         }
     }

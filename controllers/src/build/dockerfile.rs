@@ -87,13 +87,34 @@ pub fn app_dockerfile(sources: &Sources) -> String {
             format!("sh /app/{script}")
         }
     };
-    let install = match sources.install_sh_shebang {
-        // Whatever install.sh leaves in /app or $HOME as root is handed to the app's user in the same layer.
-        Some(shebang) => format!(
-            "RUN {} \\\n && find /app /home/app ! -user {uid} -exec chown -h {uid}:{uid} {{}} +\n",
-            run("install.sh", shebang)
+    let copy_all = format!("COPY --chown={uid}:{uid} . /app\n");
+    let install_step = |command: String| {
+        format!(
+            "RUN {command} \\\n && find /app /home/app ! -user {uid} -exec chown -h {uid}:{uid} {{}} +\n"
+        )
+    };
+    // install.sh runs with itself and the dependency manifests only, and the rest of the commit comes after it: a
+    // commit that changes neither reuses the installed layer, however much else it changes (an install.sh that
+    // is a symlink into the rest of the commit gets the whole commit first). Whatever install.sh leaves in /app or
+    // $HOME as root is handed to the app's user in the same layer.
+    let (before_install, install, after_install) = match sources.install_sh_shebang {
+        Some(shebang) if sources.install_sh_linked => (
+            copy_all,
+            install_step(run("install.sh", shebang)),
+            String::new(),
         ),
-        None => String::new(),
+        Some(shebang) => (
+            format!(
+                "COPY --chown={uid}:{uid} {} /app/\n",
+                std::iter::once("install.sh")
+                    .chain(sources.manifests.iter().copied())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+            install_step(run("install.sh", shebang)),
+            copy_all,
+        ),
+        None => (String::new(), String::new(), copy_all),
     };
     let (launch_prep, cmd) = if sources.launch_sh_shebang {
         ("RUN chmod 0755 /app/launch.sh\n", "[\"/app/launch.sh\"]")
@@ -106,8 +127,9 @@ pub fn app_dockerfile(sources: &Sources) -> String {
          ENV HOME=/home/app\n\
          WORKDIR /app\n\
          RUN mkdir -p /home/app && chown {uid}:{uid} /app /home/app\n\
-         COPY --chown={uid}:{uid} . /app\n\
+         {before_install}\
          {install}\
+         {after_install}\
          {launch_prep}\
          USER {uid}:{uid}\n\
          ENTRYPOINT []\n\
@@ -236,8 +258,14 @@ mod tests {
             dockerfile: None,
             has_package_json: package_json,
             install_sh_shebang: install,
+            install_sh_linked: false,
             has_launch_sh: launch.is_some(),
             launch_sh_shebang: launch.unwrap_or(false),
+            manifests: if package_json {
+                vec!["package.json", "package-lock.json"]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -290,6 +318,29 @@ mod tests {
         assert!(file.contains("find /app /home/app ! -user 10001 -exec chown -h 10001:10001 {} +"));
         let plain = app_dockerfile(&sources(true, Some(false), Some(true)));
         assert!(plain.contains("RUN sh /app/install.sh"), "{plain}");
+    }
+
+    #[test]
+    fn install_sh_runs_before_the_rest_of_the_commit_arrives_so_its_layer_outlives_code_changes() {
+        let file = app_dockerfile(&sources(true, Some(true), Some(true)));
+        let manifests = file
+            .find("COPY --chown=10001:10001 install.sh package.json package-lock.json /app/\n")
+            .unwrap();
+        let install = file.find("&& /app/install.sh").unwrap();
+        let rest = file.find("COPY --chown=10001:10001 . /app\n").unwrap();
+        assert!(manifests < install && install < rest, "{file}");
+        let python = app_dockerfile(&sources(false, Some(true), Some(true)));
+        assert!(
+            python.contains("COPY --chown=10001:10001 install.sh /app/\n"),
+            "{python}"
+        );
+        // A symlinked install.sh may point anywhere in the commit: it gets the whole commit first, once.
+        let mut linked = sources(true, Some(false), Some(true));
+        linked.install_sh_linked = true;
+        let file = app_dockerfile(&linked);
+        let all = file.find("COPY --chown=10001:10001 . /app\n").unwrap();
+        assert!(all < file.find("RUN sh /app/install.sh").unwrap(), "{file}");
+        assert_eq!(file.matches("COPY").count(), 1, "{file}");
     }
 
     #[test]

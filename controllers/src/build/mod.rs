@@ -3,7 +3,7 @@
 //!
 //! 1. No build Job yet: the commit's root files are read through the API server ([`sources`]), the build is
 //!    planned or refused ([`dockerfile`]), and the Job is created suspended ([`job`]): the build is queued.
-//! 2. Queued: at most [`MAX_CONCURRENT_BUILDS`] Jobs run cluster-wide, in the order they were queued. When a slot
+//! 2. Queued: at most `Context::max_builds` Jobs run cluster-wide, in the order they were queued. When a slot
 //!    is free the Job is resumed with a freshly signed source URL and, where the installation has them, a registry
 //!    token for its repository and a BuildKit client certificate ([`buildkit_tls`]), all minted then and good for
 //!    this build only; its pod fetches the files, builds them with the node's BuildKit and pushes
@@ -46,11 +46,12 @@ use slipway_internal::registry_token::Access;
 /// the final push).
 const CREDENTIAL_SLACK: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// Builds that may run at once, cluster-wide. One: `buildctl` sessions carry no shared key of their own, so
-/// BuildKit keeps one synced copy per local source name (`context`, `dockerfile`) for all of them; one build after
-/// another, each sync brings it to exactly its own tree (the build pod stamps files with content-derived times,
-/// see `job::SCRIPT`).
-pub const MAX_CONCURRENT_BUILDS: usize = 1;
+/// Builds that may run at once, cluster-wide, unless the operator is told otherwise (`--max-builds`). Builds
+/// running side by side do not see each other's files: BuildKit syncs a build's local sources (`context`,
+/// `dockerfile`) into a copy it holds locked until the sync is committed, so a concurrent build syncs into a copy
+/// of its own; a later build reuses a copy and brings it to exactly its own tree (the build pod stamps files with
+/// content-derived times, see `job::SCRIPT`). A channel's own deploys still run one at a time.
+pub const DEFAULT_MAX_BUILDS: u16 = 2;
 /// Deploy annotation recording a build refused before it was queued (its `[build]` line), so a repeated call
 /// answers without logging again.
 pub const REFUSED: &str = "slipway.dev/build-refused";
@@ -268,7 +269,7 @@ async fn wait_or_start(
             position += 1;
         }
     }
-    if running + position > MAX_CONCURRENT_BUILDS {
+    if running + position > ctx.max_builds {
         let line = format!(
             "[build] queued: position {position} ({running} build{} running)",
             if running == 1 { "" } else { "s" }

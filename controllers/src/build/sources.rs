@@ -1,10 +1,30 @@
-//! The root files of a commit that decide its build (`Dockerfile`, `package.json`, `install.sh`, `launch.sh`),
-//! read from the API server's tar of the commit as it streams past: everything else is skipped, so a large
-//! repository costs the operator no memory.
+//! The root files of a commit that decide its build (`Dockerfile`, `package.json`, `install.sh`, `launch.sh`, the
+//! dependency manifests), read from the API server's tar of the commit as it streams past: everything else is
+//! skipped, so a large repository costs the operator no memory.
 
 use std::io::Read;
 
 use slipway_internal::{CallError, InternalClient};
+
+/// The dependency manifests `install.sh` is given before the rest of the commit (see
+/// `dockerfile::app_dockerfile`): what npm, yarn, pnpm, pip, Poetry, uv and Pipenv install from.
+pub const MANIFESTS: [&str; 15] = [
+    "package.json",
+    "package-lock.json",
+    "npm-shrinkwrap.json",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+    ".npmrc",
+    ".yarnrc.yml",
+    "requirements.txt",
+    "pyproject.toml",
+    "poetry.lock",
+    "uv.lock",
+    "Pipfile",
+    "Pipfile.lock",
+    "setup.py",
+    "setup.cfg",
+];
 
 /// Largest Dockerfile read (the rest is not looked at).
 const DOCKERFILE_LIMIT: u64 = 1024 * 1024;
@@ -18,10 +38,14 @@ pub struct Sources {
     pub has_package_json: bool,
     /// `Some(starts with #!)` when `install.sh` is at the root.
     pub install_sh_shebang: Option<bool>,
+    /// Whether that `install.sh` is a symlink (into the rest of the commit).
+    pub install_sh_linked: bool,
     /// Whether `launch.sh` is at the root.
     pub has_launch_sh: bool,
     /// Whether `launch.sh` starts with `#!`.
     pub launch_sh_shebang: bool,
+    /// The [`MANIFESTS`] at the root, in that list's order.
+    pub manifests: Vec<&'static str>,
 }
 
 impl Sources {
@@ -43,14 +67,27 @@ impl Sources {
                     sources.dockerfile = Some(String::from_utf8_lossy(&text).into_owned());
                 }
                 "package.json" => sources.has_package_json = true,
-                "install.sh" => sources.install_sh_shebang = Some(shebang(&mut entry, kind)?),
+                "install.sh" => {
+                    sources.install_sh_linked = kind.is_symlink();
+                    sources.install_sh_shebang = Some(shebang(&mut entry, kind)?);
+                }
                 "launch.sh" => {
                     sources.has_launch_sh = true;
                     sources.launch_sh_shebang = shebang(&mut entry, kind)?;
                 }
                 _ => {}
             }
+            if let Some(manifest) = MANIFESTS
+                .iter()
+                .find(|m| **m == path.strip_prefix("./").unwrap_or(&path))
+                && !sources.manifests.contains(manifest)
+            {
+                sources.manifests.push(manifest);
+            }
         }
+        sources
+            .manifests
+            .sort_by_key(|m| MANIFESTS.iter().position(|n| n == m));
         Ok(sources)
     }
 }
@@ -155,6 +192,9 @@ mod tests {
             ("install.sh", "npm ci\n"),
             ("web/package.json", "{}"),
             ("src/launch.sh", "x"),
+            ("requirements.txt", "flask\n"),
+            ("web/requirements.txt", "x"),
+            ("poetry.lock", ""),
         ]);
         let sources = Sources::from_tar(tar.as_slice()).unwrap();
         assert_eq!(
@@ -163,12 +203,15 @@ mod tests {
                 dockerfile: Some("FROM debian:trixie-slim\n".into()),
                 has_package_json: false,
                 install_sh_shebang: Some(false),
+                install_sh_linked: false,
                 has_launch_sh: true,
                 launch_sh_shebang: true,
+                manifests: vec!["requirements.txt", "poetry.lock"],
             }
         );
         let sources = Sources::from_tar(tar_of(&[("./package.json", "{}")]).as_slice()).unwrap();
         assert!(sources.has_package_json && !sources.has_launch_sh && sources.dockerfile.is_none());
+        assert_eq!(sources.manifests, ["package.json"]);
     }
 
     #[test]

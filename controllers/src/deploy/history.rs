@@ -16,8 +16,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
 use kube::ResourceExt;
+use kube::api::Api;
 use slipway_crds::{Channel, Deploy, DeployPhase};
 
 use crate::build::{self, registry::Registry};
@@ -177,10 +177,7 @@ mod tests {
         all.push(deploy(30, 0, DeployPhase::Running, None));
         all.push(deploy(31, 0, DeployPhase::Queued, None));
         let gone = expired(&all, now());
-        let expected: Vec<String> = (0..10)
-            .rev()
-            .map(|n| format!("web.prod-{n:04}"))
-            .collect();
+        let expected: Vec<String> = (0..10).rev().map(|n| format!("web.prod-{n:04}")).collect();
         assert_eq!(names(&gone), expected, "the 10 oldest of 30 failed deploys");
         assert!(expired(&all[..20], now()).is_empty(), "20 are kept");
     }
