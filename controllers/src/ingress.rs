@@ -73,12 +73,15 @@ pub fn build(
     serde_json::from_value(ingress).map_err(|e| Error::InvalidSpec(format!("ingress: {e}")))
 }
 
-/// The verified custom domains of `channel`, sorted.
+/// The verified custom domains of `channel`, sorted. The apiserver selects the channel's Domains (`spec.channel` is
+/// a selectable field), so a reconcile reads its channel's domains and not its namespace's.
 pub async fn verified_domains(ctx: &Context, channel: &Channel) -> Result<Vec<String>, Error> {
     let namespace = channel.namespace().ok_or(Error::Incomplete("namespace"))?;
     let api: Api<Domain> = Api::namespaced(ctx.client.clone(), &namespace);
+    let selected =
+        kube::api::ListParams::default().fields(&format!("spec.channel={}", channel.name_any()));
     let mut hosts: Vec<String> = api
-        .list(&Default::default())
+        .list(&selected)
         .await?
         .into_iter()
         .filter(|d| {

@@ -23,6 +23,7 @@ use crate::cel;
     shortname = "sdom",
     category = "slipway",
     doc = "A customer-owned hostname attached to a channel, verified through DNS and served over HTTPS.",
+    selectable = ".spec.channel",
     printcolumn(
         name = "Domain",
         type_ = "string",
