@@ -1,7 +1,7 @@
 //! Deploy-to-ready time on the local single-node cluster, through the REST API and the operator: from the deploy
 //! call to the deploy's `success`, for a first build and for a rebuild whose `install.sh` (app) or dependency
-//! layer (docker) is unchanged, for a rewind to the first build's image (no build) beside that rebuild, and for a
-//! static site. Needs the node, Postgres and BuildKit (`make bench` starts
+//! layer (docker) is unchanged, for a rewind to the first build's image (no build) beside that rebuild, for two
+//! channels deployed at once (when each build ran, and their overlap), and for a static site. Needs the node, Postgres and BuildKit (`make bench` starts
 //! them).
 //!
 //! Prints figures; it asserts nothing about time.
@@ -121,6 +121,62 @@ async fn timed_rewind(
     Ok(elapsed)
 }
 
+/// Two channels deployed at once: when each one's build Job ran, and how long the two overlapped.
+async fn overlapping_builds(api: &support::TestApi, user: &support::User) -> Result<String> {
+    let mut targets = Vec::new();
+    for name in ["bench-left", "bench-right"] {
+        let created = api.create_app(user, name, "docker").await;
+        let app = created["id"].as_str().unwrap_or_default().to_owned();
+        let channel = created["channels"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let sha = api.commit(user, &app, docker_files(name)).await;
+        targets.push((app, channel, sha));
+    }
+    settled(api, &user.namespace).await?;
+    let started = Instant::now();
+    let mut deploys = Vec::new();
+    for (app, channel, sha) in &targets {
+        deploys.push(api.deploy(user, app, channel, json!({"sha": sha})).await);
+    }
+    for ((app, channel, _), id) in targets.iter().zip(&deploys) {
+        let log = api.finished_deploy(user, app, channel, id, WITHIN).await?;
+        if log["status"] != "success" {
+            bail!(
+                "deploy failed:\n{}",
+                log["log"].as_str().unwrap_or_default()
+            );
+        }
+    }
+    let both_live = started.elapsed().as_secs_f64();
+    let jobs: kube::Api<k8s_openapi::api::batch::v1::Job> =
+        kube::Api::namespaced(api.kube.clone(), &user.namespace);
+    let mut spans = Vec::new();
+    for id in &deploys {
+        let job = jobs
+            .get(&slipway_controllers::build::job::job_name(id))
+            .await?;
+        let status = job.status.unwrap_or_default();
+        let (Some(start), Some(end)) = (status.start_time, status.completion_time) else {
+            bail!("build of {id} has no start or completion time");
+        };
+        spans.push((start.0, end.0));
+    }
+    let seconds = |from: k8s_openapi::jiff::Timestamp, to: k8s_openapi::jiff::Timestamp| {
+        (to.as_millisecond() - from.as_millisecond()) as f64 / 1000.0
+    };
+    let origin = spans[0].0.min(spans[1].0);
+    let overlap = seconds(spans[0].0.max(spans[1].0), spans[0].1.min(spans[1].1)).max(0.0);
+    Ok(format!(
+        "two channels deployed at once: builds ran {:.1}s-{:.1}s and {:.1}s-{:.1}s, overlapping {overlap:.1}s; both live {both_live:.1}s after the calls",
+        seconds(origin, spans[0].0),
+        seconds(origin, spans[0].1),
+        seconds(origin, spans[1].0),
+        seconds(origin, spans[1].1),
+    ))
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let api = support::TestApi::start().await?;
@@ -155,6 +211,8 @@ async fn main() -> Result<()> {
             first / rewind
         ));
     }
+    eprintln!("two channels deployed at once...");
+    lines.push(overlapping_builds(&api, &user).await?);
     let created = api.create_app(&user, "bench-static", "static").await;
     let app = created["id"].as_str().unwrap_or_default().to_owned();
     let channel = created["channels"][0]["id"]

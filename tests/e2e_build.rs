@@ -75,6 +75,28 @@ impl Fixture {
         Ok(Committed { app, channel, sha })
     }
 
+    /// Commits `files` on top of the app of `committed`; the new commit, same app and channel.
+    async fn recommit(&self, committed: &Committed, files: Value) -> Result<Committed> {
+        let app_id = committed.app.uid().context("app uid")?;
+        let sha = self
+            .api
+            .post(
+                &format!("/apps/{app_id}/changeset"),
+                &self.user,
+                json!({"message": "more files to build", "changes": files}),
+            )
+            .await
+            .expect(200, None)["sha"]
+            .as_str()
+            .context("commit sha")?
+            .to_owned();
+        Ok(Committed {
+            app: committed.app.clone(),
+            channel: committed.channel.clone(),
+            sha,
+        })
+    }
+
     /// A Deploy of the commit to the app's prod channel.
     async fn deploy(&self, name: &str, committed: &Committed) -> Result<Deploy> {
         let mut deploy = Deploy::new(
@@ -427,49 +449,135 @@ async fn a_docker_build_notes_cold_stages_is_capped_and_its_images_are_removed()
 }
 
 #[tokio::test]
-async fn builds_beyond_the_slot_limit_wait_in_order() -> Result<()> {
+async fn two_builds_run_side_by_side_each_with_its_own_files_and_a_third_waits_in_order()
+-> Result<()> {
     let _serial = ONE_AT_A_TIME.lock().await;
     let f = Fixture::start("buildqueue").await?;
-    let web = f
-        .app(
-            "lineup",
-            "docker",
-            json!({"Dockerfile": "FROM debian:trixie-slim\nRUN sleep 3\nCOPY . /site\n", "index.html": "hi\n"}),
-        )
-        .await?;
+    assert_eq!(f.ctx.max_builds, 2, "the default");
+    let dockerfile = "FROM debian:trixie-slim\nRUN sleep 3\nCOPY . /site\n";
+    let mut sites = Vec::new();
+    for name in ["left", "right", "third"] {
+        let files = json!({"Dockerfile": dockerfile, "index.html": format!("{name}\n")});
+        sites.push(f.app(name, "docker", files).await?);
+    }
     let mut deploys = Vec::new();
-    for i in 1..=3 {
-        deploys.push(f.deploy(&format!("lineup-{i}"), &web).await?);
+    for site in &sites {
+        deploys.push(
+            f.deploy(&format!("{}-1", site.app.name_any()), site)
+                .await?,
+        );
     }
     let mut first = Vec::new();
-    for deploy in &deploys {
-        first.push(f.advance(deploy, &web, CAP).await?);
+    for (deploy, site) in deploys.iter().zip(&sites) {
+        first.push(f.advance(deploy, site, CAP).await?);
     }
     assert_eq!(
         first,
         [
             BuildState::Building,
-            BuildState::Queued { position: 1 },
-            BuildState::Queued { position: 2 }
+            BuildState::Building,
+            BuildState::Queued { position: 1 }
         ],
-        "one slot"
+        "two slots"
     );
-    for deploy in &deploys {
-        built(f.settle(deploy, &web, CAP).await?);
+    let mut images = Vec::new();
+    for (deploy, site) in deploys.iter().zip(&sites) {
+        images.push(built(f.settle(deploy, site, CAP).await?));
+    }
+    // Built at the same time from the same Dockerfile, each image holds its own commit's files.
+    for (image, name) in images.iter().zip(["left", "right", "third"]) {
+        let out = slipway_testkit::node::run_restricted_pod(
+            &f.api.kube,
+            &f.user.namespace,
+            &format!("inspect-{name}"),
+            &image.reference,
+            &["cat", "/site/index.html"],
+            Duration::from_secs(120),
+        )
+        .await?;
+        assert_eq!(out.trim(), name, "{image:?}");
     }
     let waited = f.log(&deploys[2]).await?;
     eprintln!("deploy log of the third:\n{waited}");
     assert!(waited.starts_with(
-        "[build] queued: position 2 (1 build running)\n[build] queue position 1: building "
+        "[build] queued: position 1 (2 builds running)\n[build] queue position 1: building "
     ));
     assert_eq!(
         waited.matches("[build] queued").count(),
         1,
         "logged once however often asked"
     );
-    assert!(
-        !f.log(&deploys[0]).await?.contains("[build] queued"),
-        "the first did not wait"
+    for deploy in &deploys[..2] {
+        assert!(
+            !f.log(deploy).await?.contains("[build] queued"),
+            "the first two did not wait"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_rebuild_that_changes_neither_install_sh_nor_a_manifest_reuses_the_installed_layer()
+-> Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let f = Fixture::start("buildreuse").await?;
+    let install = "set -e\nhead -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /app/installed\ncat requirements.txt > /app/deps\n";
+    let files = |main: &str, deps: &str| {
+        json!({
+            "launch.sh": "exec python3 -m http.server \"$SVC_HTTP_PORT\"\n",
+            "install.sh": install,
+            "requirements.txt": deps,
+            "main.py": main,
+        })
+    };
+    let installed = |image: DeployImage, name: &'static str| {
+        let f = &f;
+        async move {
+            slipway_testkit::node::run_restricted_pod(
+                &f.api.kube,
+                &f.user.namespace,
+                name,
+                &image.reference,
+                &[
+                    "sh",
+                    "-c",
+                    "cat /app/installed; echo; cat /app/deps /app/main.py",
+                ],
+                Duration::from_secs(120),
+            )
+            .await
+        }
+    };
+    let first = f
+        .app("reuse", "app", files("print(1)\n", "flask\n"))
+        .await?;
+    let image = built(
+        f.settle(&f.deploy("reuse-1", &first).await?, &first, CAP)
+            .await?,
     );
+    let one = installed(image, "inspect-one").await?;
+
+    // Only the code changed: the installed layer (its random stamp) is the first build's.
+    let code = f.recommit(&first, files("print(2)\n", "flask\n")).await?;
+    let image = built(
+        f.settle(&f.deploy("reuse-2", &code).await?, &code, CAP)
+            .await?,
+    );
+    let two = installed(image, "inspect-two").await?;
+    let stamp = |out: &str| out.lines().next().unwrap_or_default().to_owned();
+    assert_eq!(stamp(&two), stamp(&one), "install.sh did not run again");
+    assert!(two.contains("flask\nprint(2)"), "{two}");
+
+    // A manifest changed: install.sh runs again.
+    let deps = f
+        .recommit(&first, files("print(2)\n", "flask\nrequests\n"))
+        .await?;
+    let image = built(
+        f.settle(&f.deploy("reuse-3", &deps).await?, &deps, CAP)
+            .await?,
+    );
+    let three = installed(image, "inspect-three").await?;
+    assert_ne!(stamp(&three), stamp(&one), "install.sh ran again");
+    assert!(three.contains("flask\nrequests\nprint(2)"), "{three}");
     Ok(())
 }

@@ -654,7 +654,8 @@ async fn runs_for_a_success(
         .ok_or(Error::Incomplete("namespace"))?;
     let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), &namespace);
     let suffix = format!("@{digest}");
-    let of_channel = ListParams::default().fields(&format!("spec.channel={}", req.deploy.spec.channel));
+    let of_channel =
+        ListParams::default().fields(&format!("spec.channel={}", req.deploy.spec.channel));
     Ok(deploys
         .list(&of_channel)
         .await?
