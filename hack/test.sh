@@ -10,8 +10,9 @@
 #
 # usage: hack/test.sh [lint|unit|cluster|e2e]...   (default: all four)
 #
-# SLIPWAY_TESTS, a glob over the test files' names (for example `cluster_forward` or `e2e_blob*`), narrows the
-# cluster and e2e tiers to the matching files; the chart is installed only when an e2e_platform file matches.
+# SLIPWAY_TESTS, globs over the test files' names separated by spaces (for example `cluster_forward` or
+# `cluster_forward e2e_blob*`), narrows the cluster and e2e tiers to the matching files; the chart is installed only
+# when an e2e_platform file matches.
 #
 # The test clusters keep apart from `make up`: state under $SLIPWAY_TEST_RUN (default ~/.cache/slipway/run-test),
 # ports from $SLIPWAY_TEST_ETCD_PORT (22379; e2e uses +2) and $SLIPWAY_TEST_APISERVER_PORT (26443; e2e uses +1),
@@ -34,7 +35,12 @@ results="$(mktemp)"
 trap 'rm -f "$results"' EXIT
 log() { printf '\n[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # Whether the test file named $1 is among those to run.
-selected() { [[ $1 == ${SLIPWAY_TESTS:-*} ]]; }
+selected() {
+  local glob globs
+  read -ra globs <<<"${SLIPWAY_TESTS:-*}"
+  for glob in "${globs[@]}"; do [[ $1 == $glob ]] && return 0; done
+  return 1
+}
 
 # Runs a cargo test command, echoing its output and keeping the result lines for the summary.
 cargo_test() {
@@ -94,7 +100,13 @@ for tier in "${tiers[@]}"; do
         eval "$("$HACK/smtp.sh" env)"
         export SLIPWAY_TEST_DATABASE_URL SLIPWAY_TEST_DATA_SERVER_URL
         export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
-        cargo_test -p slipway --locked --test "${SLIPWAY_TESTS:-cluster_*}"
+        cluster_tests=()
+        for f in tests/cluster_*.rs; do
+          name=$(basename "$f" .rs)
+          if selected "$name"; then cluster_tests+=(--test "$name"); fi
+        done
+        [ ${#cluster_tests[@]} -gt 0 ] || { echo "SLIPWAY_TESTS=$SLIPWAY_TESTS names no cluster test file" >&2; exit 2; }
+        cargo_test -p slipway --locked "${cluster_tests[@]}"
       )
       ;;
     e2e)
