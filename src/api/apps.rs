@@ -505,6 +505,9 @@ async fn delete_app(
     crate::db::mirrors::remove(state.db(), app_id).await?;
     crate::db::notes::remove_app(state.db(), app_id).await?;
     crate::env::store::delete_app(state.db(), app_id).await?;
+    crate::exports::forget_app(&state, app_id)
+        .await
+        .map_err(ApiError::Internal)?;
     state.cache().app_gone(&app_id.to_string()).await?;
     // After the app left the cache, so the log archive can no longer record a generation of it.
     crate::db::runtime_logs::remove_app(state.db(), app_id).await?;

@@ -369,6 +369,7 @@ impl TestApi {
             expires_at,
             parent_id: None,
             only_path: None,
+            audience: None,
         };
         slipway::db::tokens::insert(self.state.db(), &new).await?;
         Ok(plaintext)
