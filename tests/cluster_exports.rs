@@ -34,7 +34,6 @@ const WITHIN: Duration = Duration::from_secs(90);
 struct Fixture {
     api: TestApi,
     store: ObjectStore,
-    archive: Archive,
     user: User,
     app_id: String,
     prod_id: String,
@@ -54,7 +53,7 @@ async fn fixture(prefix: &str) -> Result<Fixture> {
         archive::system_bucket("slipway-"),
     );
     archive.ensure_bucket().await?;
-    api.state.set_snapshot_archive(archive.clone());
+    api.state.set_snapshot_archive(archive);
     let user = api.user(prefix, "basic").await?;
     let app = api.create_app(&user, "shop", "app").await;
     let app_id = app["id"].as_str().unwrap().to_owned();
@@ -70,7 +69,6 @@ async fn fixture(prefix: &str) -> Result<Fixture> {
     let f = Fixture {
         api,
         store,
-        archive,
         user,
         app_id,
         prod_id,
