@@ -596,6 +596,17 @@ impl TestApi {
         Ok(Self::spawn_operator(ctx))
     }
 
+    /// [`TestApi::start_operator_without_node`] with the operator's context extended by `extend` (channel
+    /// databases, forward ports, object storage, in any combination).
+    pub async fn start_nodeless_operator_extended(
+        &self,
+        namespace: &str,
+        extend: impl FnOnce(slipway_controllers::Context) -> slipway_controllers::Context,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        let config = self.nodeless_config(namespace, Default::default()).await?;
+        Ok(Self::spawn_operator(self.context_extended(config, extend)))
+    }
+
     /// The operator's settings on a control plane without a node: the addresses of builds lead nowhere.
     async fn nodeless_config(
         &self,
