@@ -423,6 +423,8 @@ async fn an_export_holds_the_repository_env_names_database_and_bucket() -> Resul
         &[
             "--no-owner",
             "--no-privileges",
+            "--clean",
+            "--if-exists",
             "--exit-on-error",
             "--dbname",
             target.as_str(),

@@ -523,6 +523,8 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
         .await?
         .ok();
     assert_eq!(restored["status"], "ready");
+    // A restore ends the role's sessions: the app connects again, as it would.
+    let mut db = support::postgres::connect(&env["DATABASE_URL"]).await?;
     let rows: Vec<String> = sqlx::query_scalar("SELECT body FROM notes")
         .fetch_all(&mut db)
         .await?;

@@ -146,9 +146,9 @@ impl Fixture {
         ])
     }
 
-    /// Follows an authorization request in `browser` through the provider's form (as `sub`) back to the platform;
-    /// the platform's first answer (the consent page, or a redirect back to the client) and its URL.
-    async fn sign_in(&self, browser: &Browser, url: &str, sub: &str) -> Result<(Page, String)> {
+    /// Follows an authorization request in `browser` through the provider's form (as `sub`); the platform's
+    /// callback URL the provider sends the browser back to (not visited yet).
+    async fn to_callback(&self, browser: &Browser, url: &str, sub: &str) -> Result<String> {
         let (form, visited) = browser.follow(url).await?;
         ensure!(
             form.status == 200,
@@ -171,6 +171,13 @@ impl Fixture {
             callback.starts_with(&format!("{}/oauth/callback?", self.base)),
             "{callback}"
         );
+        Ok(callback)
+    }
+
+    /// [`Fixture::to_callback`], then the callback: the platform's answer (the consent page, or a redirect back to
+    /// the client) and the callback's URL.
+    async fn sign_in(&self, browser: &Browser, url: &str, sub: &str) -> Result<(Page, String)> {
+        let callback = self.to_callback(browser, url, sub).await?;
         Ok((browser.get(&callback).await?, callback))
     }
 
@@ -541,24 +548,31 @@ async fn codes_are_bound_to_the_browser_the_verifier_and_one_use() -> Result<()>
 
     // The provider's callback and the consent form work only in the browser that started the request.
     let browser = Browser::plain()?;
-    let (consent, callback) = f
-        .sign_in(
+    let callback = f
+        .to_callback(
             &browser,
             &f.good_request(&client, &challenge, Some("repo:* stats:read")),
             &f.sub,
         )
         .await?;
-    assert_eq!(consent.status, 200, "{}", consent.text);
+    let stranger = Browser::plain()?;
+    let replayed = stranger.get(&callback).await?;
+    assert_eq!(replayed.status, 400, "another browser");
+    assert_eq!(replayed.json()?["error"], "invalid_request");
+    let consent = browser.get(&callback).await?;
+    assert_eq!(
+        consent.status, 200,
+        "the browser that started it: {}",
+        consent.text
+    );
     assert!(
         consent.text.contains(&f.person.username),
         "the page names the account"
     );
     assert!(consent.text.contains("step by step"), "and the client");
     assert_eq!(consent.headers["x-frame-options"], "DENY");
-    let stranger = Browser::plain()?;
-    let replayed = stranger.get(&callback).await?;
-    assert_eq!(replayed.status, 400, "another browser");
-    assert_eq!(replayed.json()?["error"], "invalid_request");
+    let again = stranger.get(&callback).await?;
+    assert_eq!(again.status, 400, "nor once it was used");
     let request = Fixture::request_of(&consent);
     let consent_url = format!("{}/oauth/consent", f.base);
     let forged = stranger
