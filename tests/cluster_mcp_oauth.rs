@@ -6,7 +6,7 @@
 //! wrong verifier, an expired or reused code, a person without an account, a refusal on the consent page).
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
