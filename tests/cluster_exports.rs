@@ -768,5 +768,34 @@ async fn the_export_tools_start_an_export_and_hand_out_its_download() -> Result<
         )
         .await?;
     assert_eq!(missing.refusal(), (404, "not_found".to_owned()));
+
+    // Past its day the archive reads expired at once, downloads no more, and the sweep deletes its files.
+    sqlx::query("UPDATE exports SET expires_at = now() - interval '1 second' WHERE id = $1")
+        .bind(uuid::Uuid::parse_str(&export_id)?)
+        .execute(f.api.state.db())
+        .await?;
+    let expired = owner
+        .call(
+            "get_export_status",
+            json!({"app_name": "shop", "export_id": export_id}),
+        )
+        .await?
+        .ok();
+    assert_eq!(expired["status"], "expired");
+    assert!(expired["download"].is_null(), "{expired}");
+    f.api
+        .get(&format!("{}/{export_id}/download", f.exports()), &f.user)
+        .await
+        .expect(409, Some("conflict"));
+    let files = format!("exports/{}/{export_id}/", f.app_id);
+    assert!(!f.archived(&files).await.is_empty());
+    slipway::exports::sweep(&f.api.state).await?;
+    assert_eq!(f.archived(&files).await, Vec::<String>::new());
+    let row: (String, Option<String>) =
+        sqlx::query_as("SELECT status, object_key FROM exports WHERE id = $1")
+            .bind(uuid::Uuid::parse_str(&export_id)?)
+            .fetch_one(f.api.state.db())
+            .await?;
+    assert_eq!(row, ("expired".to_owned(), None));
     Ok(())
 }
