@@ -167,6 +167,8 @@ build:
   builderImage: $SLIPWAY_BUILDER_IMAGE
   probeImage: $SLIPWAY_PROBE_IMAGE
 api:
+  # The MCP server's OAuth sign-in for people: issued by the api's own address, through the upstream provider below.
+  publicUrl: http://$SLIPWAY_NODE_IP:$API_NODE_PORT
   service:
     type: NodePort
     nodePorts: {http: $API_NODE_PORT, ssh: $SSH_NODE_PORT, sql: $SQL_NODE_PORT}

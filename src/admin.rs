@@ -173,6 +173,7 @@ pub async fn create_user(database_url: &str, username: &str, plan: &str) -> anyh
         expires_at: None,
         parent_id: None,
         only_path: None,
+        audience: None,
     };
     crate::db::tokens::insert(&db, &new).await?;
     Ok(plaintext)

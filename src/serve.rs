@@ -198,6 +198,21 @@ pub struct ApiArgs {
     /// Runtime-log commands one API process runs at once; more wait up to 10 s, then answer 503.
     #[arg(long, env = "SLIPWAY_LOG_SANDBOX_CONCURRENCY", default_value_t = 4)]
     pub log_sandbox_concurrency: usize,
+    /// The API's public URL, an origin such as https://api.example.com: {mcp_url} is its `/mcp`, and it is the
+    /// issuer of the MCP server's OAuth sign-in for people (metadata, client registration, authorization, tokens).
+    /// Unset: no OAuth (people use tokens from POST /tokens).
+    #[arg(long, env = "SLIPWAY_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Issuer URL of the upstream OpenID Connect provider people sign in at for the MCP server (the one end-user
+    /// sign-in uses). Unset: OAuth authorization answers temporarily_unavailable.
+    #[arg(long, env = "SLIPWAY_SIGN_IN_ISSUER", requires_all = ["sign_in_client_id", "sign_in_client_secret_file"])]
+    pub sign_in_issuer: Option<String>,
+    /// The platform's client id at that provider (redirect URI `<public-url>/oauth/callback`).
+    #[arg(long, env = "SLIPWAY_SIGN_IN_CLIENT_ID")]
+    pub sign_in_client_id: Option<String>,
+    /// File holding the platform's client secret at that provider.
+    #[arg(long, env = "SLIPWAY_SIGN_IN_CLIENT_SECRET_FILE")]
+    pub sign_in_client_secret_file: Option<PathBuf>,
 }
 
 impl ApiArgs {
@@ -228,6 +243,31 @@ impl ApiArgs {
             runtime_class: self.log_sandbox_runtime_class.clone(),
             concurrency: self.log_sandbox_concurrency,
         })
+    }
+
+    /// The MCP server's OAuth authorization server the flags set, if any.
+    pub fn oauth(&self) -> anyhow::Result<Option<crate::oauth::OAuthServer>> {
+        let Some(public_url) = &self.public_url else {
+            return Ok(None);
+        };
+        let upstream = match (
+            &self.sign_in_issuer,
+            &self.sign_in_client_id,
+            &self.sign_in_client_secret_file,
+        ) {
+            (Some(issuer), Some(client_id), Some(secret_file)) => {
+                let client_secret = std::fs::read_to_string(secret_file).with_context(|| {
+                    format!("read the sign-in client secret {}", secret_file.display())
+                })?;
+                Some(crate::sign_in::UpstreamConfig {
+                    issuer: issuer.clone(),
+                    client_id: client_id.clone(),
+                    client_secret: client_secret.trim().to_owned(),
+                })
+            }
+            _ => None,
+        };
+        Ok(Some(crate::oauth::OAuthServer::new(public_url, upstream)?))
     }
 
     /// The mirror settings the flags set.
@@ -316,6 +356,10 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         crate::platform::sweep::Sweeper::new(state.db().clone(), state.cache().clone())
             .every_hour(),
     );
+    if let Some(server) = args.oauth()? {
+        tracing::info!(issuer = %server.issuer, upstream = server.upstream.is_some(), "OAuth for the MCP server on");
+        state.set_oauth(server);
+    }
     if let Some(gateway_url) = &args.s3_gateway_url {
         state.set_blob_access(crate::blob::access::BlobAccess {
             gateway_url: gateway_url.clone(),
@@ -334,6 +378,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
             tracing::error!(error = %e, "the snapshot bucket is not there yet; snapshots fail until it is");
         }
         state.set_snapshot_archive(archive);
+        tokio::spawn(crate::exports::sweep_every(state.clone()));
         if state.data_server().is_some() {
             tokio::spawn(crate::postgres::nightly::run(state.clone()));
         }

@@ -826,6 +826,9 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
             "put",
             "/apps/{app_id}/threads/{number}/notes/{note_id}/vote",
         ),
+        ("post", "/apps/{app_id}/exports"),
+        ("get", "/apps/{app_id}/exports/{export_id}"),
+        ("get", "/apps/{app_id}/exports/{export_id}/download"),
     ];
     for (method, path) in expected {
         assert!(
@@ -845,6 +848,24 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
                 "{method} {path} does not document 429"
             );
         }
+    }
+    // The MCP server's OAuth routes are public (no bearer, so no token budget to spend).
+    for (method, path) in [
+        ("get", "/.well-known/oauth-protected-resource"),
+        ("get", "/.well-known/oauth-protected-resource/mcp"),
+        ("get", "/.well-known/oauth-authorization-server"),
+        ("post", "/oauth/register"),
+        ("get", "/oauth/authorize"),
+        ("get", "/oauth/callback"),
+        ("post", "/oauth/consent"),
+        ("post", "/oauth/token"),
+    ] {
+        let operation = &doc["paths"][path][method];
+        assert!(
+            operation.is_object(),
+            "{method} {path} is missing from /openapi.json"
+        );
+        assert!(operation["security"].is_null(), "{method} {path} is public");
     }
     // The rewind route (ours: the spec shows none) documents its answer and each of its refusals.
     let rewind = &doc["paths"]["/apps/{app_id}/channels/{channel_id}/rewind"]["post"]["responses"];

@@ -21,8 +21,6 @@ use support::{TestApi, User, call_on};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
-/// The spec's tools whose operations have no route yet (data export); `tools/list` answers every other one.
-const NOT_BUILT: [&str; 2] = ["export_data", "get_export_status"];
 fn random() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }
@@ -74,16 +72,12 @@ async fn tools_list_names_the_spec_tools_each_with_a_description_a_schema_and_hi
 
     let tools = client.list_tools().await?;
     let listed: BTreeSet<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
-    let expected: BTreeSet<&str> = SPEC_TOOLS
-        .iter()
-        .copied()
-        .filter(|t| !NOT_BUILT.contains(t))
-        .collect();
+    let expected: BTreeSet<&str> = SPEC_TOOLS.iter().copied().collect();
     assert_eq!(
         listed, expected,
-        "tools/list answers the spec's tools, no more"
+        "tools/list answers the spec's 54 tools, no more"
     );
-    assert_eq!(tools.len(), listed.len(), "each name once");
+    assert_eq!(tools.len(), 54, "each name once");
 
     for tool in &tools {
         let name = tool["name"].as_str().unwrap();
@@ -389,6 +383,198 @@ async fn a_registered_agent_builds_and_deploys_a_site_through_tools_alone() -> R
     Ok(())
 }
 
+/// Takes a deploy's pre-deploy checkpoint of `channel_id` the way the operator does before a new container starts
+/// (an `app` deploy would, but the cluster tier has no node to build one); the SQL snapshot id.
+async fn checkpoint(api: &TestApi, app_id: &str, channel_id: &str) -> Result<String> {
+    let base = api.serve_internal().await?;
+    let client = slipway_internal::InternalClient::new(api.operator_endpoint(&base));
+    let answer = client
+        .pre_deploy_snapshot(
+            &uuid::Uuid::new_v4().to_string(),
+            &slipway_internal::protocol::PreDeploySnapshotRequest {
+                app_id: app_id.to_owned(),
+                channel_id: channel_id.to_owned(),
+                git_sha: None,
+            },
+        )
+        .await?;
+    match answer {
+        slipway_internal::protocol::PreDeploySnapshot::Taken { snapshot_id } => Ok(snapshot_id),
+        other => anyhow::bail!("no checkpoint: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools_alone()
+-> Result<()> {
+    let (api, url) = serving().await?;
+    // The data server for channel databases, and a snapshot archive in an object-storage backend of the test's own.
+    support::postgres::attach(&api)?;
+    let backend = slipway_testkit::s3::TestS3::start().await?;
+    let archive = slipway::postgres::archive::Archive::new(
+        &slipway_controllers::blob::backend::S3Endpoint {
+            url: backend.url.clone(),
+            access_key_id: backend.access_key_id.clone(),
+            secret_access_key: backend.secret_access_key.clone(),
+        },
+        slipway::postgres::archive::system_bucket("slipway-"),
+    );
+    archive.ensure_bucket().await?;
+    api.state.set_snapshot_archive(archive);
+
+    // The agent registers by SSH key; its account is on a plan with port forwarding (an operator's choice).
+    let key = AgentKey::new("ed25519")?;
+    let name = format!("agent{}", random());
+    let registered = call_on(
+        &api.router,
+        Method::POST,
+        "/registrations",
+        None,
+        Some(key.registration(Some(&name), now())?),
+    )
+    .await
+    .expect(200, None);
+    let token = registered["token"].as_str().unwrap().to_owned();
+    let user_id: uuid::Uuid = registered["user_id"].as_str().unwrap().parse()?;
+    slipway::db::users::set_plan(api.state.db(), &name.parse()?, "builder").await?;
+    api.state.tokens().forget_all();
+    let namespace = format!("slipway-user-{name}");
+    api.forget_namespace_later(&namespace);
+    let ports: slipway_controllers::forward::ForwardPorts = "127.0.0.1:29330-29339"
+        .parse()
+        .map_err(anyhow::Error::msg)?;
+    let postgres = support::postgres::settings()?;
+    let _operator = api
+        .start_nodeless_operator_extended(&namespace, move |ctx| {
+            ctx.with_postgres(postgres).with_forwards(ports)
+        })
+        .await?;
+    let mut agent = McpClient::connect(&url, &token).await?;
+
+    let app = agent
+        .call("create_app", json!({"name": "notes", "template": "app"}))
+        .await?
+        .ok();
+    let app_id = app["id"].as_str().unwrap().to_owned();
+    let prod_id = app["channels"][0]["id"].as_str().unwrap().to_owned();
+    agent
+        .call(
+            "commit_files",
+            json!({"app_name": "notes", "message": "start", "files": {"launch.sh": "exec ./serve\n"}}),
+        )
+        .await?
+        .ok();
+    let status_path = format!("/apps/{app_id}/channels/{prod_id}/postgres");
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while api
+        .call(Method::GET, &status_path, Some(&token), None)
+        .await
+        .body["status"]
+        != "ready"
+    {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the database never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The app keeps rows; a deploy's checkpoint is taken; later rows replace them.
+    let env = support::postgres::variables(&api, &prod_id).await?;
+    let mut db = support::postgres::connect(&env["DATABASE_URL"]).await?;
+    support::postgres::execute(
+        &mut db,
+        "CREATE TABLE notes (body text); INSERT INTO notes VALUES ('kept')",
+    )
+    .await?;
+    let snapshot_id = checkpoint(&api, &app_id, &prod_id).await?;
+    support::postgres::execute(
+        &mut db,
+        "DELETE FROM notes; INSERT INTO notes VALUES ('later')",
+    )
+    .await?;
+
+    let listed = agent
+        .call(
+            "list_channel_snapshots",
+            json!({"app_name": "notes", "channel": "prod"}),
+        )
+        .await?
+        .ok();
+    assert_eq!(listed["snapshots"][0]["snapshot_id"], snapshot_id.as_str());
+    assert_eq!(listed["snapshots"][0]["kind"], "pre_deploy");
+    let db_name = listed["db_name"].as_str().unwrap().to_owned();
+    let restore = |confirm: &str| json!({"app_name": "notes", "channel": "prod", "snapshot_id": snapshot_id, "confirm_db_name": confirm});
+    let blocked = agent.call("restore_channel_db", restore(&db_name)).await?;
+    assert_eq!(blocked.refusal(), (403, "prod_restore_blocked".to_owned()));
+    agent
+        .call(
+            "set_env",
+            json!({"app_name": "notes", "key": "SVC_ALLOW_PROD_RESTORE", "value": "1"}),
+        )
+        .await?
+        .ok();
+    let mistyped = agent
+        .call("restore_channel_db", restore("notes-typo"))
+        .await?;
+    assert_eq!(mistyped.refusal(), (400, "invalid_confirmation".to_owned()));
+    let restored = agent
+        .call("restore_channel_db", restore(&db_name))
+        .await?
+        .ok();
+    assert_eq!(restored["status"], "ready");
+    // A restore ends the role's sessions: the app connects again, as it would.
+    let mut db = support::postgres::connect(&env["DATABASE_URL"]).await?;
+    let rows: Vec<String> = sqlx::query_scalar("SELECT body FROM notes")
+        .fetch_all(&mut db)
+        .await?;
+    assert_eq!(rows, ["kept"], "the checkpoint's rows are back");
+
+    // A port: refused while the app's toggle is off (no tool turns it on), opened once the owner's person does.
+    let expose = json!({"app_name": "notes", "channel": "prod", "allow_cidrs": ["10.0.0.0/8"]});
+    let off = agent.call("expose_port", expose.clone()).await?;
+    assert_eq!(off.refusal(), (409, "conflict".to_owned()));
+    let person = api
+        .token(
+            user_id,
+            &slipway::auth::scopes::default_scopes(),
+            false,
+            None,
+        )
+        .await?;
+    api.call(
+        Method::PATCH,
+        &format!("/apps/{app_id}"),
+        Some(&person),
+        Some(json!({"port_forwarding_enabled": true})),
+    )
+    .await
+    .expect(200, None);
+    let exposed = agent.call("expose_port", expose).await?.ok();
+    let port = exposed["port"].as_u64().unwrap();
+    assert!((29330..=29339).contains(&port), "{exposed}");
+    assert_eq!(exposed["allow_cidrs"], json!(["10.0.0.0/8"]));
+    let ports = agent
+        .call("list_exposed_ports", json!({"app_name": "notes"}))
+        .await?
+        .ok();
+    assert_eq!(ports["forwards"][0]["port"], port);
+    agent
+        .call(
+            "unexpose_port",
+            json!({"app_name": "notes", "channel": "prod"}),
+        )
+        .await?
+        .ok();
+    let ports = agent
+        .call("list_exposed_ports", json!({"app_name": "notes"}))
+        .await?
+        .ok();
+    assert_eq!(ports["forwards"], json!([]));
+    drop(key);
+    Ok(())
+}
+
 /// The (status, code) a route answered.
 fn route_refusal(reply: support::Reply) -> (u64, String) {
     (
@@ -591,6 +777,58 @@ async fn tools_refuse_exactly_as_their_routes_do() -> Result<()> {
             tool.refusal(),
             (403, "scope_denied".to_owned()),
             "without stats:read"
+        );
+    }
+    // The data tools' scopes: each refused by its route, before anything else about the channel.
+    let without = |scope: &str| -> Vec<String> {
+        slipway::auth::scopes::DEFAULT
+            .iter()
+            .filter(|s| **s != scope)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let some_id = uuid::Uuid::new_v4();
+    for (scope, tool, arguments, method, path) in [
+        (
+            "snapshots:read",
+            "download_channel_snapshot",
+            json!({"app_name": "mine", "channel": "prod", "snapshot_id": some_id}),
+            Method::POST,
+            format!(
+                "/apps/{mine_id}/channels/{prod_id}/postgres/snapshots/{some_id}/download-token"
+            ),
+        ),
+        (
+            "blobs:read",
+            "download_channel_blobs",
+            json!({"app_name": "mine", "channel": "prod", "snapshot_id": some_id}),
+            Method::POST,
+            format!("/apps/{mine_id}/channels/{prod_id}/blob/snapshots/{some_id}/download-token"),
+        ),
+        (
+            "blob:*",
+            "get_blob_credentials",
+            json!({"app_name": "mine", "channel": "prod"}),
+            Method::POST,
+            format!("/apps/{mine_id}/channels/{prod_id}/blob/credentials"),
+        ),
+        (
+            "exports:read",
+            "export_data",
+            json!({"app_name": "mine"}),
+            Method::POST,
+            format!("/apps/{mine_id}/exports"),
+        ),
+    ] {
+        let narrow = api.token(alice.id, &without(scope), false, None).await?;
+        let mut limited = McpClient::connect(&url, &narrow).await?;
+        let tool_reply = limited.call(tool, arguments).await?;
+        let route = call_on(&api.router, method, &path, Some(&narrow), Some(json!({}))).await;
+        assert_eq!(tool_reply.refusal(), route_refusal(route), "{tool}");
+        assert_eq!(
+            tool_reply.refusal(),
+            (403, "scope_denied".to_owned()),
+            "{tool} without {scope}"
         );
     }
     let journal = client

@@ -172,6 +172,14 @@ const ROUTES: &[(&str, &str, Who)] = &[
         "/apps/{app_id}/channels/{channel_id}/blob/restore",
         Who::Admin,
     ),
+    // An export holds every row and object of the app, like a channel's dump and checkpoints.
+    ("post", "/apps/{app_id}/exports", Who::Admin),
+    ("get", "/apps/{app_id}/exports/{export_id}", Who::Admin),
+    (
+        "get",
+        "/apps/{app_id}/exports/{export_id}/download",
+        Who::Admin,
+    ),
     (
         "post",
         "/apps/{app_id}/channels/{channel_id}/forward",
@@ -224,6 +232,8 @@ struct Fixture {
     sql_channel_id: String,
     /// A pre-deploy snapshot of its database.
     snapshot_id: String,
+    /// A ready export of the static app.
+    export_id: String,
 }
 
 impl Fixture {
@@ -319,6 +329,7 @@ impl Fixture {
             .replace("{channel_id}", channel_id)
             .replace("{deploy_id}", &self.deploy_id)
             .replace("{snapshot_id}", &self.snapshot_id)
+            .replace("{export_id}", &self.export_id)
             .replace("{key}", "SHARED_KEY")
             .replace("{domain}", &self.domain)
             .replace("{username}", &self.newcomer.username);
@@ -350,6 +361,7 @@ impl Fixture {
                 body = Some(json!({"message": tag}));
                 success = 201;
             }
+            ("post", "/apps/{app_id}/exports") => success = 202,
             ("post", "/apps/{app_id}/threads") => {
                 body = Some(json!({"title": tag}));
                 success = 201;
@@ -525,8 +537,11 @@ impl Fixture {
         }
     }
 
-    /// Puts back what a permitted call changed that later calls rely on: no mirror connected.
+    /// Puts back what a permitted call changed that later calls rely on: no mirror connected, no export in flight.
     async fn tidy(&self, method: &str, route: &str) {
+        if (method, route) == ("post", "/apps/{app_id}/exports") {
+            exports_settled(&self.api, &self.app_id).await;
+        }
         if matches!(
             (method, route),
             ("post", "/apps/{app_id}/github/connect") | ("post", "/apps/{app_id}/github/sync")
@@ -541,6 +556,28 @@ impl Fixture {
                 .await
                 .expect(204, None);
         }
+    }
+}
+
+/// Waits until no export of `app_id` is in flight.
+async fn exports_settled(api: &TestApi, app_id: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let in_flight: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM exports WHERE app_id = $1 AND status IN ('queued', 'running')",
+        )
+        .bind(uuid::Uuid::parse_str(app_id).unwrap())
+        .fetch_one(api.state.db())
+        .await
+        .unwrap();
+        if in_flight == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "an export of {app_id} is still in flight"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -688,6 +725,18 @@ async fn fixture() -> Result<Fixture> {
         &["PORT"],
     )
     .await?;
+    // An export of the static app, ready, for the status and download routes.
+    let export = api
+        .post(&format!("/apps/{app_id}/exports"), &owner, json!({}))
+        .await
+        .expect(202, None);
+    let export_id = export["export_id"].as_str().unwrap().to_owned();
+    exports_settled(&api, &app_id).await;
+    let settled = api
+        .get(&format!("/apps/{app_id}/exports/{export_id}"), &owner)
+        .await
+        .expect(200, None);
+    assert_eq!(settled["status"], "ready", "{settled}");
     Ok(Fixture {
         api,
         owner,
@@ -704,6 +753,7 @@ async fn fixture() -> Result<Fixture> {
         sql_app_id,
         sql_channel_id,
         snapshot_id,
+        export_id,
     })
 }
 

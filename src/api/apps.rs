@@ -501,6 +501,9 @@ async fn delete_app(
     }
     state.repos().delete(&app.owner, &app.name).await?;
     claims::release_app(&state, &app.namespace, &app.name).await?;
+    crate::exports::forget_app(&state, app_id)
+        .await
+        .map_err(ApiError::Internal)?;
     state.cache().app_gone(&app_id.to_string()).await?;
     // After the app left the cache, so the log archive can no longer record a generation of it.
     crate::platform::sweep::forget_app(state.db(), app_id).await?;

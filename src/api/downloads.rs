@@ -94,6 +94,7 @@ pub async fn mint(state: &AppState, grant: Grant<'_>) -> Result<DownloadToken, A
             expires_at: Some(expires_at),
             parent_id: Some(caller.token_id),
             only_path: Some(&grant.path),
+            audience: None,
         },
     )
     .await?;

@@ -16,6 +16,7 @@ pub mod downloads;
 pub mod email;
 pub mod env;
 pub mod error;
+pub mod exports;
 pub mod extract;
 pub mod feedback;
 pub mod forwards;
@@ -23,6 +24,7 @@ pub mod internal;
 pub mod members;
 pub mod mirror;
 pub mod notes;
+pub mod oauth;
 pub mod paging;
 pub mod plans;
 pub mod postgres;
@@ -113,6 +115,8 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(blob_snapshots::routes())
         .merge(postgres::routes())
         .merge(snapshots::routes())
+        .merge(exports::routes())
+        .merge(oauth::routes())
         .merge(members::routes())
         .merge(mirror::routes())
         .merge(registry::routes())

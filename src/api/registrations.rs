@@ -470,6 +470,7 @@ async fn ssh_login(
         expires_at: Some(token_expires_at),
         parent_id: None,
         only_path: None,
+        audience: None,
     };
     registrations::login(
         state.db(),

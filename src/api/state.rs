@@ -88,6 +88,9 @@ impl Default for Limits {
     }
 }
 
+/// OAuth clients one source address may register in an hour.
+pub const OAUTH_REGISTRATIONS_PER_SOURCE_PER_HOUR: u32 = 60;
+
 /// Shared state of the API; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -105,6 +108,8 @@ struct Guard {
     mail_recipients: crate::auth::rate::KeyedLimiter<String>,
     /// SSH logins each key may make in an hour.
     logins: crate::auth::rate::KeyedLimiter<String>,
+    /// OAuth clients each source address may register in an hour.
+    oauth_registrations: crate::registration::budget::SourceBudget,
 }
 
 impl Guard {
@@ -122,6 +127,9 @@ impl Guard {
             logins: crate::auth::rate::KeyedLimiter::with_quota(Some(
                 crate::registration::budget::per_hour(crate::registration::LOGINS_PER_KEY_PER_HOUR),
             )),
+            oauth_registrations: crate::registration::budget::SourceBudget::new(
+                OAUTH_REGISTRATIONS_PER_SOURCE_PER_HOUR,
+            ),
             limits,
         }
     }
@@ -144,6 +152,7 @@ struct Inner {
     mailer: std::sync::OnceLock<crate::registration::mailer::Mailer>,
     log_sandbox: std::sync::OnceLock<crate::runtime_logs::sandbox::Sandbox>,
     tokens: Arc<crate::auth::token_cache::TokenCache>,
+    oauth: std::sync::OnceLock<Arc<crate::oauth::OAuthServer>>,
 }
 
 impl AppState {
@@ -175,6 +184,7 @@ impl AppState {
                 sql_sessions: Arc::default(),
                 mailer: std::sync::OnceLock::new(),
                 log_sandbox: std::sync::OnceLock::new(),
+                oauth: std::sync::OnceLock::new(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
             mirrors: Arc::new(Mirrors::default()),
@@ -221,6 +231,24 @@ impl AppState {
     /// Takes one code from the hourly budget of the address `to`; `Err` says how long until the next fits.
     pub fn spend_mail_to(&self, to: &str) -> Result<(), std::time::Duration> {
         self.guard.mail_recipients.check(to.to_owned())
+    }
+
+    /// Takes one OAuth client registration from `source`'s hourly budget; `Err` says how long until the next fits.
+    pub fn spend_oauth_registration(
+        &self,
+        source: std::net::IpAddr,
+    ) -> Result<(), std::time::Duration> {
+        self.guard.oauth_registrations.spend(source)
+    }
+
+    /// Turns OAuth for people on at the MCP server. Set once, at start.
+    pub fn set_oauth(&self, server: crate::oauth::OAuthServer) {
+        let _ = self.inner.oauth.set(Arc::new(server));
+    }
+
+    /// The MCP server's authorization server; `None` without a public URL (its routes answer 404).
+    pub fn oauth(&self) -> Option<Arc<crate::oauth::OAuthServer>> {
+        self.inner.oauth.get().cloned()
     }
 
     /// Takes one SSH login from the hourly budget of the key `fingerprint`; `Err` says how long until the next fits.

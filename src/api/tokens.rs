@@ -113,6 +113,7 @@ async fn mint(
         expires_at,
         parent_id: Some(caller.token_id),
         only_path: None,
+        audience: None,
     };
     let id = crate::db::tokens::insert(state.db(), &new).await?;
     Ok((id, plaintext))

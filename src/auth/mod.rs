@@ -4,7 +4,9 @@
 //! The [`Caller`] extractor answers 401 `auth_required` without a bearer, 401 `token_invalid` for an unknown or
 //! expired token and 401 `token_revoked` for a revoked one (or one minted from a revoked token). A token minted
 //! for one path (a snapshot's download token) is refused everywhere else with 403 `scope_denied`, git and SSH
-//! included. Each token has a request budget ([`rate`]); past it, 429 `too_many_requests`.
+//! included; so is a token of the MCP server's OAuth sign-in ([`crate::oauth`]) anywhere but the MCP endpoint and
+//! the routes its tools call in-process. Each token has a request budget ([`rate`]); past it, 429
+//! `too_many_requests`.
 
 pub mod rate;
 pub mod scopes;
@@ -38,6 +40,8 @@ pub struct Caller {
     pub expires_at: Option<DateTime<Utc>>,
     /// Account default of the agent-access switch.
     pub agent_protected_actions_default: bool,
+    /// The one path the token is good for (a download token); `None` for every route its scopes allow.
+    pub only_path: Option<String>,
 }
 
 impl Caller {
@@ -71,8 +75,28 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        authenticate_at(state, bearer(&parts.headers)?, Some(parts.uri.path())).await
+        let place = Place::Route {
+            path: parts.uri.path(),
+            via_mcp: parts.extensions.get::<ViaMcp>().is_some(),
+        };
+        authenticate_at(state, bearer(&parts.headers)?, place).await
     }
+}
+
+/// Marks a request the MCP server's tools make in-process (a request extension, which no client can send), so a
+/// token bound to the MCP endpoint is taken there.
+#[derive(Debug, Clone, Copy)]
+pub struct ViaMcp;
+
+/// Where a token is presented.
+#[derive(Debug, Clone, Copy)]
+enum Place<'a> {
+    /// A REST route at `path`, called by a client or by an MCP tool in-process.
+    Route { path: &'a str, via_mcp: bool },
+    /// The MCP endpoint.
+    Mcp,
+    /// Anywhere else: git over HTTP or SSH, the SQL listener.
+    Elsewhere,
 }
 
 /// The bearer token of a request: 401 `auth_required` without one, 401 `token_invalid` when the header is not text.
@@ -89,16 +113,21 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> {
 }
 
 /// Resolves a plaintext token to its caller outside a route (git's basic auth), and spends one request of the
-/// token's budget. Tokens good for one path only are refused.
+/// token's budget. Tokens good for one path only, or for the MCP endpoint only, are refused.
 pub async fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiError> {
-    authenticate_at(state, token, None).await
+    authenticate_at(state, token, Place::Elsewhere).await
 }
 
-/// Resolves a plaintext token to its caller for a request to `path`, and spends one request of its budget.
+/// Resolves a plaintext token presented at the MCP endpoint, and spends one request of its budget.
+pub async fn authenticate_mcp(state: &AppState, token: &str) -> Result<Caller, ApiError> {
+    authenticate_at(state, token, Place::Mcp).await
+}
+
+/// Resolves a plaintext token to its caller for a request at `place`, and spends one request of its budget.
 async fn authenticate_at(
     state: &AppState,
     token: &str,
-    path: Option<&str>,
+    place: Place<'_>,
 ) -> Result<Caller, ApiError> {
     if !token::looks_like_token(token) {
         return Err(ApiError::TokenInvalid);
@@ -114,10 +143,21 @@ async fn authenticate_at(
     if row.expires_at.is_some_and(|at| at <= Utc::now()) {
         return Err(ApiError::TokenInvalid);
     }
+    let path = match place {
+        Place::Route { path, .. } => Some(path),
+        Place::Mcp | Place::Elsewhere => None,
+    };
     if let Some(only) = &row.only_path
         && path != Some(only.as_str())
     {
         return Err(ApiError::TokenLimited(format!("GET {only}")));
+    }
+    let at_mcp = matches!(place, Place::Mcp | Place::Route { via_mcp: true, .. });
+    if row.audience.as_deref() == Some(crate::db::tokens::MCP_AUDIENCE) && !at_mcp {
+        return Err(ApiError::TokenLimited(format!(
+            "the MCP endpoint {}",
+            crate::mcp::PATH
+        )));
     }
     state
         .spend_request(row.id)
@@ -131,6 +171,7 @@ async fn authenticate_at(
         is_agent: row.is_agent,
         expires_at: row.expires_at,
         agent_protected_actions_default: row.agent_protected_actions_default,
+        only_path: row.only_path,
     })
 }
 
@@ -169,6 +210,7 @@ mod tests {
             is_agent,
             expires_at: None,
             agent_protected_actions_default: default,
+            only_path: None,
         }
     }
 

@@ -146,6 +146,7 @@ pub async fn register(
             expires_at: Some(new.token_expires_at),
             parent_id: None,
             only_path: None,
+            audience: None,
         },
         Origin::Registration,
     )

@@ -32,6 +32,8 @@ pub struct TokenRow {
     pub revoked_at: Option<DateTime<Utc>>,
     /// The one request path it is good for (a download token); `None`: every route its scopes allow.
     pub only_path: Option<String>,
+    /// The one endpoint it is good at (`mcp`: a token of the MCP server's OAuth sign-in); `None`: every route.
+    pub audience: Option<String>,
 }
 
 /// What a new token carries.
@@ -53,7 +55,12 @@ pub struct NewToken<'a> {
     pub parent_id: Option<Uuid>,
     /// The one request path it is good for; `None`: every route its scopes allow.
     pub only_path: Option<&'a str>,
+    /// The one endpoint it is good at ([`MCP_AUDIENCE`]); `None`: every route its scopes allow.
+    pub audience: Option<&'a str>,
 }
+
+/// The audience of tokens good at the MCP endpoint only.
+pub const MCP_AUDIENCE: &str = "mcp";
 
 /// Stores a token and returns its id.
 pub async fn insert(db: &PgPool, t: &NewToken<'_>) -> sqlx::Result<Uuid> {
@@ -69,8 +76,9 @@ pub async fn insert_on(
 ) -> sqlx::Result<Uuid> {
     let id = Uuid::new_v4();
     sqlx::query(
-        "INSERT INTO tokens (id, user_id, token_hash, label, scopes, is_agent, expires_at, parent_id, only_path, origin)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        "INSERT INTO tokens (id, user_id, token_hash, label, scopes, is_agent, expires_at, parent_id, only_path, origin,
+                             audience)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind(id)
     .bind(t.user_id)
@@ -82,6 +90,7 @@ pub async fn insert_on(
     .bind(t.parent_id)
     .bind(t.only_path)
     .bind(origin)
+    .bind(t.audience)
     .execute(conn)
     .await?;
     Ok(id)
@@ -99,7 +108,7 @@ pub async fn by_hash(db: &PgPool, hash: &[u8; 32]) -> sqlx::Result<Option<TokenR
              WHERE c.depth < 64
          )
          SELECT t.id, t.user_id, u.username, u.plan, u.agent_protected_actions_default, t.scopes, t.is_agent,
-                t.expires_at, (SELECT min(revoked_at) FROM chain) AS revoked_at, t.only_path
+                t.expires_at, (SELECT min(revoked_at) FROM chain) AS revoked_at, t.only_path, t.audience
          FROM tokens t JOIN users u ON u.id = t.user_id
          WHERE t.token_hash = $1",
     )

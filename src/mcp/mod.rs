@@ -6,9 +6,10 @@
 //! actions, roles, 404-not-403, request budgets and the error envelope therefore hold unchanged, and a tool cannot
 //! do what its route would refuse.
 //!
-//! Every request carries `Authorization: Bearer svc_...` (a registered agent's token, or any token of the
-//! account), checked before the transport sees the request; without a good one the answer is 401 with
-//! `WWW-Authenticate: Bearer`. The transport's Host allowlist (DNS-rebinding protection for servers on loopback) is
+//! Every request carries `Authorization: Bearer svc_...` (a registered agent's token, any token of the account,
+//! or one from the OAuth sign-in for people, [`crate::oauth`]), checked before the transport sees the request;
+//! without a good one the answer is 401 with `WWW-Authenticate: Bearer`, naming the protected-resource metadata
+//! when OAuth is on. The transport's Host allowlist (DNS-rebinding protection for servers on loopback) is
 //! off: the API answers on several names (node ports, Service DNS, a public host), and a page that rebinds a name
 //! has no token to send.
 
@@ -54,7 +55,7 @@ pub fn routes(api: Router, state: AppState) -> Router {
 /// 401 (with `WWW-Authenticate`) unless the request carries a live token; 429 past the token's budget.
 async fn require_bearer(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let checked = match crate::auth::bearer(request.headers()) {
-        Ok(token) => crate::auth::authenticate(&state, token).await.map(drop),
+        Ok(token) => crate::auth::authenticate_mcp(&state, token).await.map(drop),
         Err(refusal) => Err(refusal),
     };
     match checked {
@@ -62,10 +63,14 @@ async fn require_bearer(State(state): State<AppState>, request: Request, next: N
         Err(refusal) => {
             let mut response = refusal.into_response();
             if response.status() == StatusCode::UNAUTHORIZED {
-                response.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static(r#"Bearer realm="slipway""#),
-                );
+                let challenge = match state.oauth() {
+                    Some(server) => HeaderValue::from_str(&server.challenge())
+                        .unwrap_or_else(|_| HeaderValue::from_static(r#"Bearer realm="slipway""#)),
+                    None => HeaderValue::from_static(r#"Bearer realm="slipway""#),
+                };
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, challenge);
             }
             response
         }

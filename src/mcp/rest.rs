@@ -167,9 +167,10 @@ impl Rest {
             }
             None => Body::empty(),
         };
-        let request = request
+        let mut request = request
             .body(body)
             .map_err(|e| Failure::bad_request(format!("cannot form the request: {e}")))?;
+        request.extensions_mut().insert(crate::auth::ViaMcp);
         let response = self
             .router
             .clone()

@@ -1,8 +1,8 @@
 //! Where snapshot files live: one unversioned bucket of the object-storage backend that tenants never reach (the
 //! gateway serves only channel buckets, named by channel uid), `<prefix>system`, with each file at
-//! `postgres/<channel id>/<snapshot id>.dump`. Files are streamed in (multipart, a few parts in memory at a time) and
-//! out; a file is complete or absent, since a multipart upload shows nothing until it is completed and an
-//! abandoned one is aborted.
+//! `postgres/<channel id>/<snapshot id>.dump`, and app exports under `exports/` ([`crate::exports`]). Files are
+//! streamed in (multipart, a few parts in memory at a time) and out; a file is complete or absent, since a
+//! multipart upload shows nothing until it is completed and an abandoned one is aborted.
 
 use std::collections::VecDeque;
 
@@ -239,6 +239,31 @@ impl Archive {
             .map_err(|e| failed("read a snapshot", &e))?;
         let body = object.body.into_async_read();
         Ok(tokio_util::io::ReaderStream::new(body))
+    }
+
+    /// Removes every file whose key starts with `prefix` (an export's archive and its staged parts).
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<(), ArchiveError> {
+        let mut token = None::<String>;
+        loop {
+            let page = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_continuation_token(token.clone())
+                .send()
+                .await
+                .map_err(|e| failed("list files", &e))?;
+            for object in page.contents() {
+                if let Some(key) = object.key() {
+                    self.delete(key).await?;
+                }
+            }
+            token = page.next_continuation_token().map(str::to_owned);
+            if token.is_none() {
+                return Ok(());
+            }
+        }
     }
 
     /// Removes the file at `key` (gone already is fine).

@@ -71,8 +71,10 @@ pub struct Upstreamed {
     pub issuer: String,
     /// The provider's subject.
     pub subject: String,
-    /// Email, when the provider gives one.
+    /// Email, when the provider gives one (and does not say it is unverified).
     pub email: Option<String>,
+    /// Whether the provider says it verified that address (`email_verified`); `None` when it does not say.
+    pub email_verified: Option<bool>,
     /// Name, when the provider gives one.
     pub name: Option<String>,
     /// Picture URL, when https.
@@ -242,6 +244,7 @@ impl Upstream {
                 .email()
                 .filter(|_| claims.email_verified() != Some(false))
                 .and_then(|e| bounded(e.to_string(), MAX_CLAIM)),
+            email_verified: claims.email_verified(),
             name: claims
                 .name()
                 .and_then(|n| n.get(None))

@@ -47,6 +47,16 @@ impl Browser {
         })
     }
 
+    /// A browser with no cookies for plain-HTTP addresses (the API on loopback).
+    pub fn plain() -> Result<Self> {
+        Ok(Self {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+            jar: Default::default(),
+        })
+    }
+
     fn cookie_header(&self, url: &reqwest::Url) -> Option<String> {
         let jar = self.jar.lock().unwrap();
         let cookies = jar.get(url.host_str()?)?;

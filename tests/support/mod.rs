@@ -369,6 +369,7 @@ impl TestApi {
             expires_at,
             parent_id: None,
             only_path: None,
+            audience: None,
         };
         slipway::db::tokens::insert(self.state.db(), &new).await?;
         Ok(plaintext)
@@ -593,6 +594,17 @@ impl TestApi {
             ctx.with_postgres(postgres)
         });
         Ok(Self::spawn_operator(ctx))
+    }
+
+    /// [`TestApi::start_operator_without_node`] with the operator's context extended by `extend` (channel
+    /// databases, forward ports, object storage, in any combination).
+    pub async fn start_nodeless_operator_extended(
+        &self,
+        namespace: &str,
+        extend: impl FnOnce(slipway_controllers::Context) -> slipway_controllers::Context,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        let config = self.nodeless_config(namespace, Default::default()).await?;
+        Ok(Self::spawn_operator(self.context_extended(config, extend)))
     }
 
     /// The operator's settings on a control plane without a node: the addresses of builds lead nowhere.

@@ -4,9 +4,9 @@
 use axum::http::Method;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{ADDS, Ctx, DESTROYS, OfChannel, READS, Reply, ToolDef, json, tool};
+use super::{ADDS, Ctx, DESTROYS, OfChannel, READS, ToolDef, download_link, json, tool};
 use crate::mcp::address::{self, AppAddress, ChannelAddress};
 use crate::mcp::rest::segment;
 
@@ -45,21 +45,6 @@ pub struct RestoreBlobs {
     snapshot_id: String,
     /// The channel's name again, confirming which bucket is rolled back.
     confirm_channel_name: String,
-}
-
-/// A download link as tools answer it: the URL, the header that opens it, and when it stops working.
-fn download_link(ctx: &Ctx, token: &Value) -> Reply {
-    let path = token["download_url"].as_str().unwrap_or_default();
-    let url = format!("{}{path}", ctx.public_base);
-    let authorization = format!("Bearer {}", token["token"].as_str().unwrap_or_default());
-    json(json!({
-        "download": {
-            "url": url,
-            "headers": {"Authorization": authorization},
-            "curl": format!("curl -fSLOJ -H 'Authorization: {authorization}' '{url}'"),
-        },
-        "expires_at": token["expires_at"],
-    }))
 }
 
 pub(super) fn tools() -> Vec<ToolDef> {

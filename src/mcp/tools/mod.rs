@@ -248,6 +248,26 @@ pub fn json(value: Value) -> Reply {
     Ok(Output::Json(value))
 }
 
+/// A download link as tools answer it, from a download token a route minted: the URL, the header that opens it,
+/// a `curl` line, and when it stops working.
+pub fn download_link(ctx: &Ctx, token: &Value) -> Reply {
+    json(
+        serde_json::json!({"download": download_of(ctx, token), "expires_at": token["expires_at"]}),
+    )
+}
+
+/// The `{url, headers, curl}` of a download token.
+pub fn download_of(ctx: &Ctx, token: &Value) -> Value {
+    let path = token["download_url"].as_str().unwrap_or_default();
+    let url = format!("{}{path}", ctx.public_base);
+    let authorization = format!("Bearer {}", token["token"].as_str().unwrap_or_default());
+    serde_json::json!({
+        "url": url,
+        "headers": {"Authorization": authorization},
+        "curl": format!("curl -fSLOJ -H 'Authorization: {authorization}' '{url}'"),
+    })
+}
+
 /// `value` without its null fields, for compact request bodies.
 pub fn body(value: Value) -> Value {
     match value {
