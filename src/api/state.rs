@@ -144,6 +144,7 @@ struct Inner {
     mailer: std::sync::OnceLock<crate::registration::mailer::Mailer>,
     log_sandbox: std::sync::OnceLock<crate::runtime_logs::sandbox::Sandbox>,
     tokens: Arc<crate::auth::token_cache::TokenCache>,
+    token_uses: crate::auth::uses::Uses,
 }
 
 impl AppState {
@@ -175,6 +176,7 @@ impl AppState {
                 sql_sessions: Arc::default(),
                 mailer: std::sync::OnceLock::new(),
                 log_sandbox: std::sync::OnceLock::new(),
+                token_uses: Default::default(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
             mirrors: Arc::new(Mirrors::default()),
@@ -184,6 +186,11 @@ impl AppState {
     /// Tokens read from the platform database, kept in memory (revocations and account changes clear it).
     pub fn tokens(&self) -> &crate::auth::token_cache::TokenCache {
         &self.inner.tokens
+    }
+
+    /// When tokens were last used.
+    pub fn token_uses(&self) -> &crate::auth::uses::Uses {
+        &self.inner.token_uses
     }
 
     /// The same state with other mirror settings.
