@@ -45,14 +45,3 @@ pub async fn account_for_address(db: &PgPool, address: &str) -> sqlx::Result<Opt
     .fetch_optional(db)
     .await
 }
-
-/// The active account with the id `id`, when it still has a verified address (a session outlives neither).
-pub async fn account_by_id(db: &PgPool, id: Uuid) -> sqlx::Result<Option<Account>> {
-    sqlx::query_as(
-        "SELECT id, username, email FROM users
-         WHERE id = $1 AND email IS NOT NULL AND email_verified_at IS NOT NULL AND deactivated_at IS NULL",
-    )
-    .bind(id)
-    .fetch_optional(db)
-    .await
-}
