@@ -140,6 +140,10 @@ pub async fn transfer(
             tracing::error!(error = %e, app = %app.name, "the transferred app's old App could not be deleted")
         }
     }
+    // The old owner's next request must not find it in this process's cache any more.
+    if let Err(e) = state.cache().app_gone(&app.id.to_string()).await {
+        tracing::error!(error = %e, "the transferred app's old App stayed in the cache");
+    }
     if let Err(e) = claims::release_app(state, &app.namespace, &app.name).await {
         tracing::error!(error = %e, "the transferred app's old claims could not be released");
     }
