@@ -83,7 +83,7 @@ pub struct ApiArgs {
     pub s3_gateway_url: Option<String>,
     /// The web console ({console_url}).
     #[command(flatten)]
-    pub console: crate::console::ConsoleArgs,
+    pub console: Box<crate::console::ConsoleArgs>,
     /// External SQL access (a TLS Postgres listener).
     #[command(flatten)]
     pub sql_proxy: crate::sql_proxy::SqlProxyArgs,

@@ -624,7 +624,16 @@ async fn swap_databases(
     a: Uuid,
     b: Uuid,
 ) -> anyhow::Result<()> {
-    let rows: Vec<(Uuid, String, String, String, Vec<u8>, Vec<u8>)> = sqlx::query_as(
+    #[derive(sqlx::FromRow)]
+    struct Secrets {
+        channel_id: Uuid,
+        role_name: String,
+        readonly_role_name: String,
+        key_id: String,
+        sealed_password: Vec<u8>,
+        sealed_readonly_password: Vec<u8>,
+    }
+    let rows: Vec<Secrets> = sqlx::query_as(
         "SELECT channel_id, role_name, readonly_role_name, key_id, sealed_password, sealed_readonly_password
          FROM channel_databases WHERE channel_id IN ($1, $2) FOR UPDATE",
     )
@@ -633,7 +642,15 @@ async fn swap_databases(
     .fetch_all(&mut **tx)
     .await?;
     swap_ids(tx, "channel_databases", a, b).await?;
-    for (from, role, readonly_role, key_id, password, readonly) in rows {
+    for Secrets {
+        channel_id: from,
+        role_name: role,
+        readonly_role_name: readonly_role,
+        key_id,
+        sealed_password: password,
+        sealed_readonly_password: readonly,
+    } in rows
+    {
         let to = if from == a { b } else { a };
         use crate::postgres::store::aad;
         let password = reseal(ring, &key_id, &password, &aad(from, &role), &aad(to, &role))?;
