@@ -17,6 +17,8 @@ function followLog(pre) {
           pre.scrollTop = pre.scrollHeight;
         }
         offset = window.next_offset;
+        const finished = document.getElementById("deploy-finished");
+        if (finished && window.finished_at) finished.textContent = window.finished_at;
         if (window.status !== status) {
           status = window.status;
           pre.dataset.status = status;

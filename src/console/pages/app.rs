@@ -146,7 +146,7 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
         body.push_str(&format!(
             r#"<form method="post" action="{here}/members" id="add-member">{csrf}
 <label>Username <input name="username" required></label>
-<label>Role <select name="role"><option>member</option><option>admin</option></select></label>
+<label>Role <select name="role"><option value="member">member</option><option value="admin">admin</option></select></label>
 <button type="submit">Share</button></form>"#
         ));
     }

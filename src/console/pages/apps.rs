@@ -116,7 +116,7 @@ async fn apps(person: Person, Query(done): Query<Done>) -> Response {
     body.push_str(&format!(
         r#"<section class="card"><h2>New app</h2><form method="post" action="/apps" id="create-app">{csrf}
 <label>Name <input name="name" required pattern="[a-z0-9]([a-z0-9-]*[a-z0-9])?" maxlength="40"></label>
-<label>Template <select name="template"><option>static</option><option>app</option><option>docker</option></select></label>
+<label>Template <select name="template"><option value="static">static</option><option value="app">app</option><option value="docker">docker</option></select></label>
 <button type="submit">Create</button></form></section>"#,
         csrf = html::csrf_field(&person.session.csrf)
     ));
