@@ -905,3 +905,89 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn the_account_lists_its_live_tokens_with_their_last_use_and_labels_are_bounded() -> Result<()>
+{
+    let api = TestApi::start().await?;
+    let (hal, _) = person(&api, "hal").await?;
+    let made = api
+        .post("/tokens", &hal, json!({"label": "laptop"}))
+        .await
+        .expect(200, None);
+    let laptop = made["token"].as_str().unwrap().to_owned();
+    let gone = api
+        .post("/tokens", &hal, json!({"label": "old"}))
+        .await
+        .expect(200, None);
+    api.delete(&format!("/tokens/{}", gone["id"].as_str().unwrap()), &hal)
+        .await
+        .expect(204, None);
+    api.call(Method::GET, "/apps", Some(&laptop), None)
+        .await
+        .expect(200, None);
+    let listed = api
+        .get_until("/tokens", &laptop, 200, Duration::from_secs(5))
+        .await?
+        .body;
+    let tokens = listed["tokens"].as_array().unwrap();
+    let labels: Vec<&str> = tokens.iter().filter_map(|t| t["label"].as_str()).collect();
+    assert_eq!(
+        labels,
+        ["laptop"],
+        "newest first, the revoked one left out: {listed}"
+    );
+    let entry = &tokens[0];
+    assert_eq!(entry["id"], made["id"]);
+    assert_eq!(entry["scopes"].as_array().unwrap().len(), 9);
+    assert!(entry["origin"].is_null(), "minted with POST /tokens");
+    assert!(entry.get("token").is_none(), "never the plaintext");
+    // Its use is recorded (at most once a minute, in the background).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let listed = api
+            .call(Method::GET, "/tokens", Some(&laptop), None)
+            .await
+            .expect(200, None);
+        if listed["tokens"][0]["last_used_at"].is_string() {
+            break;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no last use recorded: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Labels are bounded, for POST /tokens and the console alike.
+    api.post("/tokens", &hal, json!({"label": "x".repeat(101)}))
+        .await
+        .expect(400, Some("bad_request"));
+    api.post("/tokens", &hal, json!({"label": "x".repeat(100)}))
+        .await
+        .expect(200, None);
+    let refused =
+        slipway::api::tokens::mint_for_person(&api.state, hal.id, Some("y".repeat(101)), None)
+            .await;
+    assert_eq!(refused.unwrap_err().status_and_code().0.as_u16(), 400);
+    let minted =
+        slipway::api::tokens::mint_for_person(&api.state, hal.id, Some("ci".into()), Some(86_400))
+            .await
+            .unwrap();
+    assert!(minted.expires_at.is_some());
+    // A token minted for a person is the root of its chain: revoking the token hal signed in with leaves it.
+    api.delete(&format!("/tokens/{}", made["id"].as_str().unwrap()), &hal)
+        .await
+        .expect(204, None);
+    api.call(Method::GET, "/apps", Some(&minted.token), None)
+        .await
+        .expect(200, None);
+    let listed = api
+        .call(Method::GET, "/tokens", Some(&minted.token), None)
+        .await
+        .expect(200, None);
+    assert!(
+        listed.to_string().contains("\"origin\":\"console\""),
+        "{listed}"
+    );
+    Ok(())
+}
