@@ -122,6 +122,17 @@ pub fn sha(sha: Option<&str>) -> String {
     }
 }
 
+/// A timestamp (RFC 3339) as people read it, to the minute in UTC; anything else as it is.
+pub fn time(text: &str) -> String {
+    match chrono::DateTime::parse_from_rfc3339(text) {
+        Ok(at) => at
+            .with_timezone(&chrono::Utc)
+            .format("%Y-%m-%d %H:%M UTC")
+            .to_string(),
+        Err(_) => esc(text),
+    }
+}
+
 /// A status word styled by its meaning.
 pub fn status(word: &str) -> String {
     format!(
@@ -157,6 +168,9 @@ mod tests {
             r#"<code title="0123456789abcdef0123456789abcdef01234567">0123456789ab</code>"#
         );
         assert_eq!(sha(None), "—");
+        assert_eq!(time("2026-11-26T13:34:35.530592Z"), "2026-11-26 13:34 UTC");
+        assert_eq!(time("2026-11-26T15:34:35+02:00"), "2026-11-26 13:34 UTC");
+        assert_eq!(time("never"), "never");
         assert_eq!(
             status("success"),
             r#"<span class="status status-success">success</span>"#

@@ -99,7 +99,7 @@ async fn channel(
                 format!(
                     r#"<a href="{here}/deploys/{}">{}</a>"#,
                     seg(text(d, "deploy_id")),
-                    esc(text(d, "created_at"))
+                    html::time(text(d, "created_at"))
                 ),
                 html::sha(Some(text(d, "git_sha"))),
                 html::status(text(d, "status")),
@@ -108,7 +108,7 @@ async fn channel(
                 } else {
                     "build".to_owned()
                 },
-                esc(text(d, "finished_at")),
+                html::time(text(d, "finished_at")),
             ]
         })
         .collect();
@@ -212,7 +212,7 @@ async fn data_section(person: &Person, is_static: bool, here: &str) -> String {
                     .iter()
                     .map(|s| {
                         vec![
-                            esc(text(s, "created_at")),
+                            html::time(text(s, "created_at")),
                             esc(text(s, "kind")),
                             html::sha(s.get("git_sha").and_then(Value::as_str)),
                             s["size_bytes"].as_u64().map_or("—".into(), html::bytes),

@@ -75,9 +75,9 @@ async fn tokens(person: Person, Query(query): Query<TokensQuery>) -> Response {
                 ),
                 esc(origin_name(t.get("origin").and_then(Value::as_str))),
                 format!("<small>{}</small>", esc(&scopes.join(" "))),
-                esc(t.get("created_at").and_then(Value::as_str).unwrap_or("—")),
-                esc(t.get("expires_at").and_then(Value::as_str).unwrap_or("never")),
-                esc(t.get("last_used_at").and_then(Value::as_str).unwrap_or("never")),
+                html::time(t.get("created_at").and_then(Value::as_str).unwrap_or("—")),
+                html::time(t.get("expires_at").and_then(Value::as_str).unwrap_or("never")),
+                html::time(t.get("last_used_at").and_then(Value::as_str).unwrap_or("never")),
                 revoke,
             ]
         })
