@@ -90,18 +90,7 @@ impl Console {
         api: axum::Router,
         state: AppState,
     ) -> anyhow::Result<Self> {
-        let parsed = openidconnect::url::Url::parse(url)
-            .with_context(|| format!("the console URL {url} is not a URL"))?;
-        anyhow::ensure!(
-            parsed.scheme() == "https" && parsed.path() == "/" && parsed.host_str().is_some(),
-            "the console URL {url} must be an https origin without a path (the session cookie is Secure)"
-        );
-        anyhow::ensure!(
-            secret.len() >= 32,
-            "the console secret has {} bytes; it needs at least 32",
-            secret.len()
-        );
-        let origin = parsed.as_str().trim_end_matches('/').to_owned();
+        let origin = checked_origin(url, secret)?;
         let upstream =
             upstream.map(|config| Upstream::new(config, format!("{origin}/sign-in/callback")));
         Ok(Self {
@@ -112,6 +101,23 @@ impl Console {
             state,
         })
     }
+}
+
+/// The origin of the console URL `url` (no trailing slash) when it is an https origin without a path, and `secret`
+/// is long enough to seal with.
+fn checked_origin(url: &str, secret: &[u8]) -> anyhow::Result<String> {
+    let parsed = openidconnect::url::Url::parse(url)
+        .with_context(|| format!("the console URL {url} is not a URL"))?;
+    anyhow::ensure!(
+        parsed.scheme() == "https" && parsed.path() == "/" && parsed.host_str().is_some(),
+        "the console URL {url} must be an https origin without a path (the session cookie is Secure)"
+    );
+    anyhow::ensure!(
+        secret.len() >= 32,
+        "the console secret has {} bytes; it needs at least 32",
+        secret.len()
+    );
+    Ok(parsed.as_str().trim_end_matches('/').to_owned())
 }
 
 impl ConsoleArgs {
@@ -348,4 +354,60 @@ pub async fn serve(
     )
     .await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(cert: Option<PathBuf>, key: Option<PathBuf>) -> ConsoleArgs {
+        ConsoleArgs {
+            console_listen: None,
+            console_url: None,
+            console_secret_file: None,
+            console_tls_cert: cert,
+            console_tls_key: key,
+            console_sign_in_issuer: None,
+            console_sign_in_client_id: None,
+            console_sign_in_client_secret_file: None,
+        }
+    }
+
+    #[test]
+    fn the_console_is_an_https_origin_with_a_long_enough_secret() {
+        let secret = [7u8; 32];
+        assert_eq!(
+            checked_origin("https://console.example:8443/", &secret).unwrap(),
+            "https://console.example:8443"
+        );
+        assert_eq!(
+            checked_origin("https://console.example:443", &secret).unwrap(),
+            "https://console.example"
+        );
+        for url in [
+            "http://console.example",
+            "https://console.example/console",
+            "console.example",
+        ] {
+            assert!(checked_origin(url, &secret).is_err(), "{url}");
+        }
+        assert!(checked_origin("https://console.example", &secret[..31]).is_err());
+    }
+
+    #[test]
+    fn the_listener_serves_the_certificate_it_is_given_and_plain_http_without_one() {
+        assert!(args(None, None).tls().unwrap().is_none());
+        let made = rcgen::generate_simple_self_signed(vec!["console.example".to_owned()]).unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("slipway-console-tls-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&cert, made.cert.pem()).unwrap();
+        std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+        let tls = args(Some(cert.clone()), Some(key)).tls().unwrap().unwrap();
+        assert_eq!(tls.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        let missing = args(Some(cert), Some(dir.join("nothing.key"))).tls();
+        assert!(missing.is_err(), "a key that is not there stops the start");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
