@@ -258,6 +258,38 @@ async fn data_section(person: &Person, is_static: bool, here: &str) -> String {
         )),
         Err(f) => out.push_str(&html::banner("warning", &f.message)),
     }
+    let snapshots = person
+        .api
+        .get(&format!("{here}/blob/snapshots"))
+        .await
+        .unwrap_or(Value::Null);
+    let rows: Vec<Vec<String>> = snapshots
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(|s| {
+            vec![
+                html::time(text(s, "snapshot_ts")),
+                esc(text(s, "kind")),
+                s["object_count"].as_i64().unwrap_or(0).to_string(),
+                if s["pg_snapshot_id"].is_string() {
+                    "yes".into()
+                } else {
+                    "no".into()
+                },
+            ]
+        })
+        .collect();
+    out.push_str(&html::table(
+        &[
+            "bucket snapshot as of",
+            "kind",
+            "objects",
+            "database snapshot too",
+        ],
+        &rows,
+        "No bucket snapshots yet.",
+    ));
     out
 }
 
