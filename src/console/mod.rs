@@ -281,8 +281,12 @@ pub fn html_page(
         .into_response()
 }
 
-/// A page saying what went wrong.
-pub fn error_page(status: StatusCode, message: &str) -> Response {
+/// A page saying what went wrong, with the navigation when someone is signed in.
+pub fn error_page_for(
+    header: Option<&html::Header<'_>>,
+    status: StatusCode,
+    message: &str,
+) -> Response {
     let body = format!(
         "{}<p><a href=\"/apps\">Back to your apps</a></p>",
         html::banner("error", message)
@@ -292,19 +296,33 @@ pub fn error_page(status: StatusCode, message: &str) -> Response {
     } else {
         "That did not work"
     };
-    html_page(status, title, None, &body)
+    html_page(status, title, header, &body)
 }
 
-/// What a page answers when the API refused: the sign-in page for a token that stopped working, a 404 page for
-/// what the person cannot see (exactly as for what does not exist), else the API's status and message.
-pub fn refusal(failure: &Failure, here: &str) -> Response {
-    match failure.status {
-        401 => session::SignedOut::returning_to(here).into_response(),
-        404 => error_page(StatusCode::NOT_FOUND, "There is no such page."),
-        status => error_page(
-            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-            &format!("{} ({})", failure.message, failure.code),
-        ),
+/// A page saying what went wrong, for nobody in particular.
+pub fn error_page(status: StatusCode, message: &str) -> Response {
+    error_page_for(None, status, message)
+}
+
+impl session::Person {
+    /// What a page answers this person when the API refused: the sign-in page for a token that stopped working, a
+    /// 404 page for what the person cannot see (exactly as for what does not exist), else the API's status and
+    /// message.
+    pub fn refused(&self, failure: &Failure, here: &str) -> Response {
+        let header = self.header();
+        match failure.status {
+            401 => session::SignedOut::returning_to(here).into_response(),
+            404 => error_page_for(
+                Some(&header),
+                StatusCode::NOT_FOUND,
+                "There is no such page.",
+            ),
+            status => error_page_for(
+                Some(&header),
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                &format!("{} ({})", failure.message, failure.code),
+            ),
+        }
     }
 }
 

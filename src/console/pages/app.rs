@@ -14,7 +14,7 @@ use super::{Done, list, may, notice, person_page, see, text};
 use crate::api::access::Action;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
-use crate::console::{Console, ConsoleRouter, error_page, refusal};
+use crate::console::{Console, ConsoleRouter, error_page};
 use crate::mcp::rest::Failure;
 
 /// The routes of this page.
@@ -42,7 +42,7 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
     let here = format!("/apps/{}", seg(&app_id));
     let app = match person.api.get(&format!("/apps/{}", seg(&app_id))).await {
         Ok(v) => v,
-        Err(f) => return refusal(&f, &here),
+        Err(f) => return person.refused(&f, &here),
     };
     let members = person
         .api
@@ -214,7 +214,7 @@ async fn add_member(Path(app_id): Path<String>, write: Write) -> Response {
         .await
     {
         Ok(_) => see(&format!("{here}?done=member-saved")),
-        Err(f) => refusal(&f, &here),
+        Err(f) => write.person.refused(&f, &here),
     }
 }
 
@@ -227,7 +227,7 @@ async fn remove_member(Path((app_id, username)): Path<(String, String)>, write: 
         .await
     {
         Ok(_) => see(&format!("{here}?done=member-removed")),
-        Err(f) => refusal(&f, &here),
+        Err(f) => write.person.refused(&f, &here),
     }
 }
 
@@ -244,7 +244,7 @@ async fn transfer(
     let caller = match crate::auth::authenticate(&console.state, &write.person.session.token).await
     {
         Ok(caller) => caller,
-        Err(e) => return refusal(&Failure::of_error(&e), &here),
+        Err(e) => return write.person.refused(&Failure::of_error(&e), &here),
     };
     let request = crate::transfer::Request {
         app_id,
@@ -253,6 +253,6 @@ async fn transfer(
     };
     match crate::transfer::transfer(&console.state, &caller, request).await {
         Ok(_) => see("/apps?done=transferred"),
-        Err(e) => refusal(&Failure::of_error(&e), &here),
+        Err(e) => write.person.refused(&Failure::of_error(&e), &here),
     }
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::{Done, list, notice, person_page, see, text};
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
-use crate::console::{Console, ConsoleRouter, refusal};
+use crate::console::{Console, ConsoleRouter};
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -71,7 +71,7 @@ pub fn channel_cells(app_id: &str, channel: &Value) -> Vec<String> {
 async fn apps(person: Person, Query(done): Query<Done>) -> Response {
     let listing = match person.api.get("/apps").await {
         Ok(v) => v,
-        Err(f) => return refusal(&f, "/apps"),
+        Err(f) => return person.refused(&f, "/apps"),
     };
     let mut body = notice(
         done.done.as_deref(),
@@ -132,6 +132,6 @@ async fn create(State(_): State<Arc<Console>>, write: Write) -> Response {
         .await
     {
         Ok(app) => see(&format!("/apps/{}?done=created", seg(text(&app, "id")))),
-        Err(f) => refusal(&f, "/apps"),
+        Err(f) => write.person.refused(&f, "/apps"),
     }
 }

@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 
 use super::{Done, list, may, notice, person_page, see, text};
 use crate::api::access::Action;
+use crate::console::ConsoleRouter;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
-use crate::console::{ConsoleRouter, refusal};
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -56,11 +56,11 @@ async fn channel(
     let (app_path, here) = paths(&app_id, &channel_id);
     let app = match person.api.get(&app_path).await {
         Ok(v) => v,
-        Err(f) => return refusal(&f, &here),
+        Err(f) => return person.refused(&f, &here),
     };
     let channel = match person.api.get(&here).await {
         Ok(v) => v,
-        Err(f) => return refusal(&f, &here),
+        Err(f) => return person.refused(&f, &here),
     };
     let is_static = text(&app, "template") == "static";
     let csrf = html::csrf_field(&person.session.csrf);
@@ -306,7 +306,7 @@ async fn deploy(Path((app_id, channel_id)): Path<(String, String)>, write: Write
         .await
     {
         Ok(d) => see(&format!("{here}/deploys/{}", seg(text(&d, "deploy_id")))),
-        Err(f) => refusal(&f, &here),
+        Err(f) => write.person.refused(&f, &here),
     }
 }
 
@@ -320,9 +320,9 @@ async fn rewind(Path((app_id, channel_id)): Path<(String, String)>, write: Write
     {
         Ok(answer) => match answer.json() {
             Ok(d) => see(&format!("{here}/deploys/{}", seg(text(&d, "deploy_id")))),
-            Err(f) => refusal(&f, &here),
+            Err(f) => write.person.refused(&f, &here),
         },
-        Err(f) => refusal(&f, &here),
+        Err(f) => write.person.refused(&f, &here),
     }
 }
 
@@ -342,7 +342,7 @@ async fn attach_domain(
         .await
     {
         Ok(_) => see(&format!("{here}?done=domain-attached")),
-        Err(f) => refusal(&f, &here),
+        Err(f) => write.person.refused(&f, &here),
     }
 }
 
@@ -354,7 +354,7 @@ async fn verify_domain(
     let path = format!("{here}/domains/{}/verify", seg(&domain));
     match write.person.api.send(Method::POST, &path, None).await {
         Ok(_) => see(&format!("{here}?done=domain-verified")),
-        Err(f) => refusal(&f, &here),
+        Err(f) => write.person.refused(&f, &here),
     }
 }
 
@@ -370,7 +370,7 @@ async fn detach_domain(
         .await
     {
         Ok(_) => see(&format!("{here}?done=domain-removed")),
-        Err(f) => refusal(&f, &here),
+        Err(f) => write.person.refused(&f, &here),
     }
 }
 
@@ -422,6 +422,6 @@ async fn runtime_log(Path((app_id, channel_id)): Path<(String, String)>, write: 
             );
             person_page(&write.person, "Runtime log", &body)
         }
-        Err(f) => refusal(&f, &here),
+        Err(f) => write.person.refused(&f, &here),
     }
 }

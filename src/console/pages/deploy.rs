@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 
 use super::{person_page, text};
 use crate::api::deploys::MAX_WINDOW;
+use crate::console::ConsoleRouter;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::Person;
-use crate::console::{ConsoleRouter, refusal};
 use crate::mcp::rest::with_query;
 
 /// The routes of this page.
@@ -51,7 +51,7 @@ async fn deploy(
     let here = format!("{channel}/deploys/{}", seg(&deploy_id));
     let log = match window(&person, &channel, &deploy_id, 0).await {
         Ok(v) => v,
-        Err(f) => return refusal(&f, &here),
+        Err(f) => return person.refused(&f, &here),
     };
     let status = text(&log, "status");
     let next = log["offset"].as_u64().unwrap_or(0) + log["window_bytes"].as_u64().unwrap_or(0);

@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 
 use super::{Done, list, may, notice, person_page, see, text};
 use crate::api::access::Action;
+use crate::console::ConsoleRouter;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
-use crate::console::{ConsoleRouter, refusal};
 use crate::mcp::rest::with_query;
 
 /// The routes of this page.
@@ -33,11 +33,11 @@ async fn env(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
     let here = format!("{base}/env");
     let app = match person.api.get(&base).await {
         Ok(v) => v,
-        Err(f) => return refusal(&f, &here),
+        Err(f) => return person.refused(&f, &here),
     };
     let rows = match person.api.get(&here).await {
         Ok(v) => v,
-        Err(f) => return refusal(&f, &here),
+        Err(f) => return person.refused(&f, &here),
     };
     let channels = list(&app, "channels");
     let channel_name = |id: &str| {
@@ -135,7 +135,7 @@ async fn set(Path(app_id): Path<String>, write: Write) -> Response {
     }
     match write.person.api.write(Method::POST, &here, &body).await {
         Ok(_) => see(&format!("{here}?done=saved")),
-        Err(f) => refusal(&f, &here),
+        Err(f) => write.person.refused(&f, &here),
     }
 }
 
@@ -147,7 +147,7 @@ async fn delete(Path((app_id, key)): Path<(String, String)>, write: Write) -> Re
     );
     match write.person.api.delete(&path).await {
         Ok(_) => see(&format!("{here}?done=deleted")),
-        Err(f) => refusal(&f, &here),
+        Err(f) => write.person.refused(&f, &here),
     }
 }
 
@@ -172,6 +172,6 @@ async fn reveal(Path((app_id, key)): Path<(String, String)>, write: Write) -> Re
             );
             person_page(&write.person, "Secret value", &body)
         }
-        Err(f) => refusal(&f, &here),
+        Err(f) => write.person.refused(&f, &here),
     }
 }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::{list, notice, person_page, see, text};
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
-use crate::console::{Console, ConsoleRouter, refusal};
+use crate::console::{Console, ConsoleRouter};
 use crate::mcp::rest::Failure;
 
 /// The routes of this page.
@@ -50,7 +50,7 @@ fn origin_name(origin: Option<&str>) -> &'static str {
 async fn tokens(person: Person, Query(query): Query<TokensQuery>) -> Response {
     let listing = match person.api.get("/tokens").await {
         Ok(v) => v,
-        Err(f) => return refusal(&f, "/tokens"),
+        Err(f) => return person.refused(&f, "/tokens"),
     };
     let csrf = html::csrf_field(&person.session.csrf);
     let rows: Vec<Vec<String>> = list(&listing, "tokens")
@@ -122,13 +122,13 @@ async fn mint(State(console): State<Arc<Console>>, write: Write) -> Response {
     let caller = match crate::auth::authenticate(&console.state, &write.person.session.token).await
     {
         Ok(caller) => caller,
-        Err(e) => return refusal(&Failure::of_error(&e), "/tokens"),
+        Err(e) => return write.person.refused(&Failure::of_error(&e), "/tokens"),
     };
     let Some((_, _, life)) = LIVES
         .iter()
         .find(|(value, _, _)| *value == write.fields.get("life"))
     else {
-        return refusal(
+        return write.person.refused(
             &Failure::bad_request("pick how long the token lives"),
             "/tokens",
         );
@@ -142,7 +142,7 @@ async fn mint(State(console): State<Arc<Console>>, write: Write) -> Response {
     .await
     {
         Ok(minted) => minted,
-        Err(e) => return refusal(&Failure::of_error(&e), "/tokens"),
+        Err(e) => return write.person.refused(&Failure::of_error(&e), "/tokens"),
     };
     let body = format!(
         r#"{notice}<p>Token <b>{label}</b>, {expiry}:</p>
@@ -172,7 +172,7 @@ async fn revoke(Path(token_id): Path<String>, write: Write) -> Response {
         .await
     {
         Ok(_) => see("/tokens?done=revoked"),
-        Err(f) => refusal(&f, "/tokens"),
+        Err(f) => write.person.refused(&f, "/tokens"),
     }
 }
 
