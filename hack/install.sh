@@ -42,6 +42,11 @@ SSH_NODE_PORT=30022
 SQL_NODE_PORT=30432
 EDGE_NODE_PORT=30000
 EDGE_TLS_NODE_PORT=30443
+# The web console, over HTTPS with a certificate for the node's address from the local CA below.
+CONSOLE_NODE_PORT=30090
+CONSOLE_TLS_SECRET=slipway-console-tls
+# The first user's address: verified, so it signs in to the console (at the local provider, or by a mailed code).
+ADMIN_EMAIL=admin@slipway.localhost
 # End-user sign-in: the auth host on the edge's HTTPS node port, and a local upstream identity provider
 # (hack/oidc.sh, which signs anyone in: for trying the platform out) on the host's end of the node's link, where the
 # edge's pods reach it for the token exchange.
@@ -142,6 +147,21 @@ wildcard_certificate() {
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
 
+# The console's certificate (for the node's address and console.slipway.localhost), signed by the same local CA,
+# in the release namespace where the api pod mounts it.
+console_certificate() {
+  local d="$DIR/tls" cert="$DIR/tls/console.crt" key="$DIR/tls/console.key"
+  if [ ! -s "$cert" ] || ! openssl x509 -checkend $((30 * 86400)) -noout -in "$cert" >/dev/null; then
+    (umask 077 && openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=console.slipway.localhost" \
+      -keyout "$key" 2>/dev/null |
+      openssl x509 -req -CA "$d/ca.pem" -CAkey "$d/ca.key" -set_serial "0x$(openssl rand -hex 16)" -days 365 \
+        -extfile <(printf 'subjectAltName=IP:%s,DNS:console.slipway.localhost\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+          "$SLIPWAY_NODE_IP") -out "$cert" 2>/dev/null)
+  fi
+  kubectl -n "$NAMESPACE" create secret tls "$CONSOLE_TLS_SECRET" --cert="$cert" --key="$key" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+}
+
 values() { # image-ref backend-image-ref data-server-url
   local image=$1 backend=$2 data_port=${3##*:} buildkit=${SLIPWAY_BUILDKIT_ADDR#tcp://}
   data_port=${data_port%%/*}
@@ -185,6 +205,12 @@ api:
     from: "slipway <noreply@$APP_DOMAIN>"
   logSandbox:
     image: $SLIPWAY_REGISTRY/slipway/log-sandbox:$BASES_SUITE
+  console:
+    url: https://$SLIPWAY_NODE_IP:$CONSOLE_NODE_PORT
+    tlsSecret: $CONSOLE_TLS_SECRET
+    service:
+      type: NodePort
+      nodePort: $CONSOLE_NODE_PORT
 edge:
   service:
     type: NodePort
@@ -278,6 +304,8 @@ export SLIPWAY_PLATFORM_ADMIN_TOKEN=$(cat "$DIR/admin-token")
 export SLIPWAY_PLATFORM_AUTH_URL=https://auth.$APP_DOMAIN:$EDGE_TLS_NODE_PORT
 export SLIPWAY_PLATFORM_OIDC_ISSUER=$SLIPWAY_TEST_OIDC_ISSUER
 export SLIPWAY_PLATFORM_MAILDIR=$SLIPWAY_TEST_MAILDIR
+export SLIPWAY_PLATFORM_CONSOLE=https://$SLIPWAY_NODE_IP:$CONSOLE_NODE_PORT
+export SLIPWAY_PLATFORM_ADMIN_EMAIL=$ADMIN_EMAIL
 EOT
 }
 
@@ -307,6 +335,7 @@ install() {
   (umask 077 && echo "${data_server/@$SLIPWAY_NODE_HOST_IP:/@127.0.0.1:}" >"$DIR/data-server-url")
   volumes
   wildcard_certificate
+  console_certificate
   oidc
   smtp
   values "$image" "$backend" "$data_server" >"$DIR/values.yaml"
@@ -317,7 +346,7 @@ install() {
   # plan's apps request half a core and 512 MiB, which a small local node can schedule (a pro app asks 4 cores).
   if [ ! -s "$DIR/admin-token" ]; then
     (umask 077 && kubectl -n "$NAMESPACE" exec "deployment/$RELEASE-api" -- \
-      slipway admin create-user --username admin --plan builder >"$DIR/admin-token") ||
+      slipway admin create-user --username admin --plan builder --email "$ADMIN_EMAIL" >"$DIR/admin-token") ||
       die "could not create the admin user (if it exists from an earlier install, its token is gone: make down && make up)"
   fi
   write_env

@@ -27,6 +27,8 @@ The platform database is this machine's Postgres, and a second one there holds t
 $SLIPWAY_REGISTRY (which also serves the warm bases node:22-slim, python:3.13-slim and debian:trixie-slim).
 
   API:          $API   (OpenAPI document at $API/openapi.json)
+  console:      $SLIPWAY_PLATFORM_CONSOLE   (certificate from the CA $SLIPWAY_PLATFORM_EDGE_CA; sign in as
+                $SLIPWAY_PLATFORM_ADMIN_EMAIL at the local provider, or by the code mailed there)
   admin token:  $TOKEN
   edge:         $EDGE   (serves every channel host: <app>-admin.$SLIPWAY_PLATFORM_APP_DOMAIN)
   edge HTTPS:   $SLIPWAY_PLATFORM_EDGE_HTTPS   (certificate for *.$SLIPWAY_PLATFORM_APP_DOMAIN from the CA $SLIPWAY_PLATFORM_EDGE_CA)

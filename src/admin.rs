@@ -18,6 +18,10 @@ pub enum AdminCommand {
         /// Plan tier (see GET /plans).
         #[arg(long, default_value = "basic")]
         plan: String,
+        /// The person's email address, taken as verified: it signs them in to the web console (through the
+        /// upstream identity provider, or by a code mailed to it).
+        #[arg(long)]
+        email: Option<String>,
         /// Postgres URL of the platform database.
         #[arg(long, env = "SLIPWAY_DATABASE_URL")]
         database_url: String,
@@ -72,9 +76,19 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::CreateUser {
             username,
             plan,
+            email,
             database_url,
         } => {
-            let token = create_user(&database_url, &username, &plan).await?;
+            let email = match email {
+                Some(address) => Some(
+                    crate::registration::mailer::plain_address(&address)
+                        .with_context(|| format!("{address} is not one plain email address"))?
+                        .email
+                        .to_string(),
+                ),
+                None => None,
+            };
+            let token = create_user(&database_url, &username, &plan, email.as_deref()).await?;
             eprintln!("created user {username} on the {plan} plan; their token (shown once):");
             println!("{token}");
             Ok(())
@@ -145,8 +159,14 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
     }
 }
 
-/// Creates the account, its namespace and a token with the nine default scopes; returns the token.
-pub async fn create_user(database_url: &str, username: &str, plan: &str) -> anyhow::Result<String> {
+/// Creates the account (with `email` as its verified address, when given), its namespace and a token with the
+/// nine default scopes; returns the token.
+pub async fn create_user(
+    database_url: &str,
+    username: &str,
+    plan: &str,
+    email: Option<&str>,
+) -> anyhow::Result<String> {
     let username: Username = username.parse()?;
     let Some(plan) = Plan::by_tier(plan) else {
         bail!(
@@ -161,6 +181,11 @@ pub async fn create_user(database_url: &str, username: &str, plan: &str) -> anyh
     let user = crate::db::users::create(&db, &username, plan.tier)
         .await?
         .with_context(|| format!("a user named {username} already exists"))?;
+    if let Some(email) = email {
+        crate::db::users::set_verified_email(&db, &username, email)
+            .await
+            .with_context(|| format!("{email} is the verified address of another account"))?;
+    }
     crate::platform::tenancy::ensure_user_namespace(&kube, &username, plan.tier).await?;
     let plaintext = token::generate();
     let scopes = scopes::default_scopes();

@@ -33,7 +33,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the hosting REST API (apps, channels, deploys, env, git, tokens, plans, object-storage status and
-    /// credentials), its OpenAPI document and its MCP server (/mcp).
+    /// credentials), its OpenAPI document, its MCP server (/mcp) and, with --console-listen, the web console.
     Api(crate::serve::ApiArgs),
     /// Run the reconcilers that turn apps, channels and deploys into builds, workloads and routes, with /healthz,
     /// /readyz and /metrics.

@@ -1,22 +1,20 @@
-//! Which platform account a person is, once the upstream OpenID Connect provider has signed them in.
+//! Which account a person is: the one mapping from a person, as a sign-in proves them, to a slipway account. The
+//! console's sign-in and the MCP server's OAuth sign-in both end here, so that they agree on who is who.
 //!
 //! The spec ties a person to an account by email address: verifying an address on an account (the email code of
-//! `POST /me/email-verifications`) "opens console sign-in for that address". So a person signed in upstream is the
-//! account whose **verified** address is the address the provider vouches for, and nobody else:
+//! `POST /me/email-verifications`, or `slipway admin create-user --email` by the platform's operator) "opens console
+//! sign-in for that address". So a person is the account whose **verified** address is an address they have shown
+//! they control, and nobody else. Two proofs reach this module, and both end in [`account_for_address`]:
 //!
-//! - the provider must state the address **and** `email_verified: true` in its ID token; an address it does not
-//!   say it verified opens nothing (a provider that lets anyone type any address would otherwise open any
-//!   account);
-//! - addresses compare case-insensitively (accounts store theirs lowercase, and one address belongs to at most
-//!   one account);
-//! - a deactivated account is never signed in to;
-//! - no account is ever made here: a person without one is refused (an account comes from the admin command or
-//!   from agent registration, and gets its address by the email code).
+//! - a sign-in at the upstream OpenID Connect provider whose ID token states the address **and**
+//!   `email_verified: true` ([`account_of`]); an address the provider does not say it verified opens nothing, since a
+//!   provider that lets anyone type any address would otherwise open any account;
+//! - a code mailed to the address and typed back (the console's sign-in by mail).
 //!
-//! The provider's subject is not stored and plays no part: the address is the link, so the same person reaches
-//! the same account through any provider the operator configures. The MCP server's OAuth sign-in
-//! ([`crate::oauth`]) uses this, and so does any other sign-in of people (the console), so that all of them open
-//! the same account for the same person.
+//! Addresses compare case-insensitively (accounts store theirs lowercase; one address belongs to at most one
+//! account); a deactivated account is nobody's; no account is ever made here (an account comes from the admin
+//! command or from agent registration). The provider's subject is not recorded: the address is the link, so the same
+//! person reaches the same account through any provider the operator configures.
 
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -26,10 +24,12 @@ use crate::sign_in::upstream::Upstreamed;
 /// The account a person signs in to.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Account {
-    /// Its id.
+    /// Account id.
     pub id: Uuid,
-    /// Its username.
+    /// Username.
     pub username: String,
+    /// The verified address that names it (lowercase).
+    pub email: String,
 }
 
 /// Why a person signed in upstream opens no account, in words for them.
@@ -48,6 +48,22 @@ pub enum NoAccount {
     Unknown(String),
 }
 
+/// The active account whose verified address is `address` (compared case-insensitively, as addresses are stored
+/// lowercase); `None` when no account has it.
+pub async fn account_for_address(db: &PgPool, address: &str) -> sqlx::Result<Option<Account>> {
+    let address = address.trim().to_lowercase();
+    if address.is_empty() {
+        return Ok(None);
+    }
+    sqlx::query_as(
+        "SELECT id, username, email FROM users
+         WHERE email = $1 AND email_verified_at IS NOT NULL AND deactivated_at IS NULL",
+    )
+    .bind(address)
+    .fetch_optional(db)
+    .await
+}
+
 /// The address the provider vouches for, lowercase: present and stated as verified.
 pub fn vouched_address(person: &Upstreamed) -> Result<String, NoAccount> {
     match (&person.email, person.email_verified) {
@@ -56,7 +72,7 @@ pub fn vouched_address(person: &Upstreamed) -> Result<String, NoAccount> {
     }
 }
 
-/// The account `person` signs in to, or why there is none.
+/// The account `person` (signed in at the upstream provider) signs in to, or why there is none.
 pub async fn account_of(
     db: &PgPool,
     person: &Upstreamed,
@@ -65,14 +81,9 @@ pub async fn account_of(
         Ok(address) => address,
         Err(refusal) => return Ok(Err(refusal)),
     };
-    let account: Option<Account> = sqlx::query_as(
-        "SELECT id, username FROM users
-         WHERE lower(email) = $1 AND email_verified_at IS NOT NULL AND deactivated_at IS NULL",
-    )
-    .bind(&address)
-    .fetch_optional(db)
-    .await?;
-    Ok(account.ok_or(NoAccount::Unknown(address)))
+    Ok(account_for_address(db, &address)
+        .await?
+        .ok_or(NoAccount::Unknown(address)))
 }
 
 #[cfg(test)]

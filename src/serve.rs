@@ -81,6 +81,9 @@ pub struct ApiArgs {
     /// answer 503 blob_unavailable.
     #[arg(long, env = "SLIPWAY_S3_GATEWAY_URL")]
     pub s3_gateway_url: Option<String>,
+    /// The web console ({console_url}).
+    #[command(flatten)]
+    pub console: Box<crate::console::ConsoleArgs>,
     /// External SQL access (a TLS Postgres listener).
     #[command(flatten)]
     pub sql_proxy: crate::sql_proxy::SqlProxyArgs,
@@ -418,6 +421,23 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         }
         None => futures::future::Either::Right(std::future::pending()),
     };
+    let router = crate::api::router(state.clone());
+    let console = match args.console.console(router.clone(), state.clone())? {
+        Some((addr, console)) => {
+            let tls = args.console.tls()?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listen for the console on {addr}"))?;
+            futures::future::Either::Left(crate::console::serve(
+                listener,
+                tls,
+                console,
+                shutdown_signal(),
+            ))
+        }
+        // No console: nothing to wait for when the others drain.
+        None => futures::future::Either::Right(std::future::ready(Ok(()))),
+    };
     let internal_listener = tokio::net::TcpListener::bind(args.internal_listen)
         .await
         .with_context(|| format!("listen on {}", args.internal_listen))?;
@@ -430,14 +450,16 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     // The peer address reaches the handlers: registration budgets are per source address.
     let server = axum::serve(
         listener,
-        crate::api::router(state).into_make_service_with_connect_info::<SocketAddr>(),
+        router.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(shutdown_signal());
     // Both listeners drain on the signal; either failing ends the process.
     let servers = async {
-        tokio::try_join!(async { server.await.context("serve the API") }, async {
-            internal.await.context("serve the internal routes")
-        },)
+        tokio::try_join!(
+            async { server.await.context("serve the API") },
+            async { internal.await.context("serve the internal routes") },
+            console,
+        )
         .map(|_| ())
     };
     let watch_tasks = futures::future::select_all(tasks);

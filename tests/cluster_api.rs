@@ -777,6 +777,7 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
         ("get", "/apps/{app_id}/channels/{channel_id}"),
         ("delete", "/apps/{app_id}/channels/{channel_id}"),
         ("post", "/tokens"),
+        ("get", "/tokens"),
         ("delete", "/tokens/{token_id}"),
         ("post", "/credentials"),
         ("get", "/plans"),
@@ -788,6 +789,7 @@ async fn the_openapi_document_lists_every_route() -> Result<()> {
         ("post", "/apps/{app_id}/channels/{channel_id}/deploy"),
         ("post", "/apps/{app_id}/channels/{channel_id}/rewind"),
         ("get", "/apps/{app_id}/channels/{channel_id}/logs"),
+        ("get", "/apps/{app_id}/channels/{channel_id}/deploys"),
         ("get", "/apps/{app_id}/channels/{channel_id}/blob"),
         (
             "post",

@@ -78,6 +78,11 @@ const ROUTES: &[(&str, &str, Who)] = &[
         Who::Member,
     ),
     (
+        "get",
+        "/apps/{app_id}/channels/{channel_id}/deploys",
+        Who::Member,
+    ),
+    (
         "post",
         "/apps/{app_id}/channels/{channel_id}/runtime/log",
         Who::Member,

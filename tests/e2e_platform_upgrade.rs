@@ -247,13 +247,15 @@ async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
         // (Kubernetes leaves those), every object and version in it.
         format!("secret/{release}-s3-backend"),
         format!("persistentvolumeclaim/data-{release}-s3-backend-0"),
-        // hack/install.sh's own: the URLs of the platform database and the data server, the registry's token key
-        // and BuildKit's CA it gives the chart (database.existingSecret, dataServer.existingSecret,
-        // build.registryAuth.existingSecret, build.buildkitTls.existingSecret).
+        // hack/install.sh's own: the URLs of the platform database and the data server, the registry's token key,
+        // BuildKit's CA and the console's certificate it gives the chart (database.existingSecret,
+        // dataServer.existingSecret, build.registryAuth.existingSecret, build.buildkitTls.existingSecret,
+        // api.console.tlsSecret).
         "secret/slipway-database".to_owned(),
         "secret/slipway-data-server".to_owned(),
         "secret/slipway-registry-token".to_owned(),
         "secret/slipway-buildkit-ca".to_owned(),
+        "secret/slipway-console-tls".to_owned(),
     ]
     .into_iter()
     .chain(every.map(String::from))

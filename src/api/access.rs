@@ -80,6 +80,8 @@ pub enum Action {
     ConnectMirror,
     /// Delete the app.
     DeleteApp,
+    /// Move the app to another account (console only: no route does it).
+    TransferApp,
 }
 
 impl Action {
@@ -100,7 +102,8 @@ impl Action {
             Action::ChangeAgentAccess
             | Action::ManageMembers
             | Action::ConnectMirror
-            | Action::DeleteApp => Role::Owner,
+            | Action::DeleteApp
+            | Action::TransferApp => Role::Owner,
         }
     }
 
@@ -122,6 +125,7 @@ impl Action {
             Action::ManageMembers => "changing members",
             Action::ConnectMirror => "connecting or disconnecting a mirror",
             Action::DeleteApp => "deleting the app",
+            Action::TransferApp => "transferring the app to another account",
         }
     }
 

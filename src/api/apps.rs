@@ -289,7 +289,7 @@ pub(super) fn check_new_channel(
 }
 
 /// Writes the Channel resource of `channel`, owned by `app` so it goes when the app goes.
-pub(super) async fn create_channel_resource(
+pub(crate) async fn create_channel_resource(
     state: &AppState,
     app: &App,
     channel: &ChannelName,
@@ -327,7 +327,7 @@ pub(super) async fn create_channel_resource(
 
 /// A refusal by the admission webhook is a 400 with its message (the same rules the API checks first, so this is
 /// only reached in a race); anything else is internal.
-pub(super) fn admission_or(e: kube::Error) -> ApiError {
+pub(crate) fn admission_or(e: kube::Error) -> ApiError {
     match e {
         kube::Error::Api(s)
             if s.code == 400

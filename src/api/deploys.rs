@@ -35,6 +35,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(deploy))
         .routes(routes!(deploy_log))
+        .routes(routes!(deploy_history))
         .routes(routes!(images))
 }
 
@@ -157,7 +158,7 @@ async fn pinned(
 
 /// Writes a Deploy of `spec` owned by `channel` and waits until the API's cache holds it (so the channel's
 /// `pending_deploy` shows it at once); answers its id.
-pub(super) async fn create_deploy(
+pub(crate) async fn create_deploy(
     state: &AppState,
     app: &VisibleApp,
     channel: &Channel,
@@ -343,6 +344,73 @@ async fn deploy_log(
         window_bytes: bytes.len() as u64,
         log: String::from_utf8_lossy(&bytes).into_owned(),
     }))
+}
+
+/// One deploy in a channel's history.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DeployEntry {
+    /// The deploy's id (read its log with `GET .../logs?deploy=<id>`).
+    pub deploy_id: String,
+    /// The commit deployed (as requested until it is resolved).
+    pub git_sha: String,
+    /// queued, running, success or failed.
+    pub status: &'static str,
+    /// For a rewind, the id of the earlier deploy whose image it runs again; null for a deploy that builds.
+    pub rewound_from: Option<String>,
+    /// When it was requested.
+    pub created_at: Option<String>,
+    /// When it started; null while queued.
+    pub started_at: Option<String>,
+    /// When it finished; null until then.
+    pub finished_at: Option<String>,
+    /// The reason a deploy failed, when it states one.
+    pub message: Option<String>,
+}
+
+/// `GET .../deploys` response.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DeployHistory {
+    /// The channel's deploys, newest first.
+    pub deploys: Vec<DeployEntry>,
+}
+
+/// A channel's deploys, newest first: the history kept (a deploy goes with its channel).
+#[utoipa::path(get, path = "/apps/{app_id}/channels/{channel_id}/deploys", tag = "deploys", security(("bearer" = [])),
+    params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
+    responses((status = 200, body = DeployHistory), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+              (status = 404, body = ErrorEnvelope)))]
+async fn deploy_history(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
+) -> Result<Json<DeployHistory>, ApiError> {
+    caller.require_scope(scopes::DEPLOY)?;
+    let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
+    let channel = access::channel_of(&state, &app, channel_id)?;
+    let deploys = state
+        .cache()
+        .deploys_of(&app.namespace, &channel.name_any())
+        .into_iter()
+        .map(|deploy| {
+            let status = deploy.status.clone().unwrap_or_default();
+            DeployEntry {
+                deploy_id: deploy.metadata.uid.clone().unwrap_or_default(),
+                git_sha: status
+                    .resolved_sha
+                    .clone()
+                    .or_else(|| deploy.spec.sha.clone())
+                    .or_else(|| deploy.spec.git_ref.clone())
+                    .unwrap_or_default(),
+                status: deploy_phase_name(status.phase),
+                rewound_from: rewound_from(&state, &app.namespace, &channel, &deploy),
+                created_at: deploy.metadata.creation_timestamp.as_ref().map(time_string),
+                started_at: status.started_at.as_ref().map(time_string),
+                finished_at: status.finished_at.as_ref().map(time_string),
+                message: status.message.clone(),
+            }
+        })
+        .collect();
+    Ok(Json(DeployHistory { deploys }))
 }
 
 /// The id of the deploy a rewind runs the image of (`spec.rewindOf` names it), null for a deploy that builds; its

@@ -153,6 +153,7 @@ struct Inner {
     log_sandbox: std::sync::OnceLock<crate::runtime_logs::sandbox::Sandbox>,
     tokens: Arc<crate::auth::token_cache::TokenCache>,
     oauth: std::sync::OnceLock<Arc<crate::oauth::OAuthServer>>,
+    token_uses: crate::auth::uses::Uses,
 }
 
 impl AppState {
@@ -185,6 +186,7 @@ impl AppState {
                 mailer: std::sync::OnceLock::new(),
                 log_sandbox: std::sync::OnceLock::new(),
                 oauth: std::sync::OnceLock::new(),
+                token_uses: Default::default(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
             mirrors: Arc::new(Mirrors::default()),
@@ -194,6 +196,11 @@ impl AppState {
     /// Tokens read from the platform database, kept in memory (revocations and account changes clear it).
     pub fn tokens(&self) -> &crate::auth::token_cache::TokenCache {
         &self.inner.tokens
+    }
+
+    /// When tokens were last used.
+    pub fn token_uses(&self) -> &crate::auth::uses::Uses {
+        &self.inner.token_uses
     }
 
     /// The same state with other mirror settings.

@@ -24,7 +24,7 @@ pub const MAX_TOKEN_SECONDS: i64 = 100 * 365 * 86_400;
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(create_token))
+        .routes(routes!(create_token, list_tokens))
         .routes(routes!(revoke_token))
         .routes(routes!(create_credential))
 }
@@ -51,6 +51,36 @@ pub struct TokenCreated {
     pub scopes: Vec<String>,
     /// When it stops working; null when it does not expire.
     pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// One of the account's tokens in `GET /tokens`: never its plaintext.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TokenInfo {
+    /// Token id, for `DELETE /tokens/{token_id}`.
+    pub id: Uuid,
+    /// The note given at creation.
+    pub label: Option<String>,
+    /// Its scopes.
+    pub scopes: Vec<String>,
+    /// Where it came from: `console` (minted on the console's token page), `console_session` (a console sign-in),
+    /// `registration`, `ssh_login`; null for one minted with `POST /tokens` or `POST /credentials` or by the
+    /// platform operator.
+    pub origin: Option<String>,
+    /// Whether it is good for one download only (a snapshot download token).
+    pub download_only: bool,
+    /// When it was minted.
+    pub created_at: DateTime<Utc>,
+    /// When it stops working; null when it does not expire.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was last used, to the minute; null when never.
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// `GET /tokens` response.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TokenList {
+    /// The account's tokens that still work, newest first.
+    pub tokens: Vec<TokenInfo>,
 }
 
 /// `POST /credentials` request.
@@ -132,20 +162,101 @@ async fn create_token(
         caller.require_scope(scope)?;
     }
     let req = req.unwrap_or_default();
+    let label = checked_label(req.label)?;
     let wanted = match req.expires_in {
         Some(seconds) => Some(expiry_in(seconds, MAX_TOKEN_SECONDS)?),
         None => None,
     };
     let expires_at = capped_expiry(&caller, wanted);
     let scopes = scopes::default_scopes();
-    let (id, token) = mint(&state, &caller, req.label.as_deref(), &scopes, expires_at).await?;
+    let (id, token) = mint(&state, &caller, label.as_deref(), &scopes, expires_at).await?;
     Ok(Json(TokenCreated {
         id,
         token,
-        label: req.label,
+        label,
         scopes,
         expires_at,
     }))
+}
+
+/// List the account's tokens that still work (not revoked, not expired), newest first, with when each was last
+/// used. Any of the account's tokens may list them, as any may revoke them.
+#[utoipa::path(get, path = "/tokens", tag = "tokens", security(("bearer" = [])),
+    responses((status = 200, body = TokenList), (status = 401, body = ErrorEnvelope)))]
+async fn list_tokens(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<TokenList>, ApiError> {
+    let tokens = crate::db::tokens::live_of_user(state.db(), caller.user_id)
+        .await?
+        .into_iter()
+        .map(|t| TokenInfo {
+            id: t.id,
+            label: t.label,
+            scopes: t.scopes,
+            origin: t.origin,
+            download_only: t.download_only,
+            created_at: t.created_at,
+            expires_at: t.expires_at,
+            last_used_at: t.last_used_at,
+        })
+        .collect();
+    Ok(Json(TokenList { tokens }))
+}
+
+/// Longest token label taken (`POST /tokens` and the console's token page).
+pub const MAX_LABEL: usize = 100;
+
+/// The label as given, refused when longer than [`MAX_LABEL`] characters; a blank one is no label.
+pub fn checked_label(label: Option<String>) -> Result<Option<String>, ApiError> {
+    let label = label.map(|l| l.trim().to_owned()).filter(|l| !l.is_empty());
+    if label
+        .as_ref()
+        .is_some_and(|l| l.chars().count() > MAX_LABEL)
+    {
+        return Err(ApiError::bad_request(format!(
+            "label must be at most {MAX_LABEL} characters"
+        )));
+    }
+    Ok(label)
+}
+
+/// A token a person mints for their own account on the console's token page, after signing in there: the nine
+/// default scopes, `label`, and `expires_in` seconds of life (1 to 100 years, or none). It is the root of its
+/// chain (its own sign-in is what vouches for it, as a registration's key does), so signing out of the console,
+/// which revokes the session's token, leaves it working. The plaintext is returned once.
+pub async fn mint_for_person(
+    state: &AppState,
+    user_id: Uuid,
+    label: Option<String>,
+    expires_in: Option<i64>,
+) -> Result<TokenCreated, ApiError> {
+    let label = checked_label(label)?;
+    let expires_at = match expires_in {
+        Some(seconds) => Some(expiry_in(seconds, MAX_TOKEN_SECONDS)?),
+        None => None,
+    };
+    let scopes = scopes::default_scopes();
+    let plaintext = token::generate();
+    let new = NewToken {
+        user_id,
+        hash: token::hash(&plaintext),
+        label: label.as_deref(),
+        scopes: &scopes,
+        is_agent: false,
+        expires_at,
+        parent_id: None,
+        only_path: None,
+    };
+    let id = crate::db::tokens::insert_on(&mut *state.db().acquire().await?, &new, Some("console"))
+        .await?;
+    Ok(TokenCreated {
+        id,
+        token: plaintext,
+        label,
+        scopes,
+        expires_at,
+    })
 }
 
 /// Revoke one of the caller's tokens; it stops working at once, and so does every token and credential minted from

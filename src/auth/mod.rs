@@ -12,6 +12,7 @@ pub mod rate;
 pub mod scopes;
 pub mod token;
 pub mod token_cache;
+pub mod uses;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -162,6 +163,7 @@ async fn authenticate_at(
     state
         .spend_request(row.id)
         .map_err(ApiError::TooManyRequests)?;
+    state.token_uses().note(state.db(), row.id);
     Ok(Caller {
         user_id: row.user_id,
         username: row.username,

@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod bandwidth;
 pub mod claims;
+pub mod console_codes;
 pub mod deploy_logs;
 pub mod domain_claims;
 pub mod email_challenges;

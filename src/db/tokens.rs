@@ -159,3 +159,59 @@ pub async fn live_among(db: &PgPool, ids: &[Uuid]) -> sqlx::Result<Vec<Uuid>> {
     .fetch_all(db)
     .await
 }
+
+/// A live token of an account as its owner sees it: never the plaintext nor its hash.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TokenListing {
+    /// Token id.
+    pub id: Uuid,
+    /// The note given at creation.
+    pub label: Option<String>,
+    /// Scopes.
+    pub scopes: Vec<String>,
+    /// Where it came from: `registration`, `ssh_login`, `console_session`, `console`; `None` for a token minted by
+    /// a token or by the admin command.
+    pub origin: Option<String>,
+    /// Whether it is good for one download only.
+    pub download_only: bool,
+    /// When it was minted.
+    pub created_at: DateTime<Utc>,
+    /// When it stops working; `None` never.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was last used (to the minute); `None` never.
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// The account's tokens that still work (not expired, no token up their chain revoked), newest first.
+pub async fn live_of_user(db: &PgPool, user: Uuid) -> sqlx::Result<Vec<TokenListing>> {
+    let ids: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM tokens WHERE user_id = $1 AND revoked_at IS NULL
+           AND (expires_at IS NULL OR expires_at > now())",
+    )
+    .bind(user)
+    .fetch_all(db)
+    .await?;
+    let live = live_among(db, &ids).await?;
+    sqlx::query_as(
+        "SELECT t.id, t.label, t.scopes, t.origin, t.only_path IS NOT NULL AS download_only, t.created_at,
+                t.expires_at, u.last_used_at
+         FROM tokens t LEFT JOIN token_uses u ON u.token_id = t.id
+         WHERE t.id = ANY($1)
+         ORDER BY t.created_at DESC, t.id",
+    )
+    .bind(&live)
+    .fetch_all(db)
+    .await
+}
+
+/// Records that `token` was used now.
+pub async fn record_use(db: &PgPool, token: Uuid) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO token_uses (token_id, last_used_at) VALUES ($1, now())
+         ON CONFLICT (token_id) DO UPDATE SET last_used_at = now()",
+    )
+    .bind(token)
+    .execute(db)
+    .await?;
+    Ok(())
+}

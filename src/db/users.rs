@@ -60,3 +60,30 @@ pub async fn set_plan(db: &PgPool, username: &Username, plan: &str) -> sqlx::Res
         .await?;
     Ok(done.rows_affected() == 1)
 }
+
+/// Sets the account's verified email address (lowercase) as the platform operator states it, without a code;
+/// false when there is no such account. An address another account holds is a unique violation.
+pub async fn set_verified_email(
+    db: &PgPool,
+    username: &Username,
+    email: &str,
+) -> sqlx::Result<bool> {
+    let done =
+        sqlx::query("UPDATE users SET email = $2, email_verified_at = now() WHERE username = $1")
+            .bind(username.as_str())
+            .bind(email.to_ascii_lowercase())
+            .execute(db)
+            .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The account `id`'s username, plan and verified address.
+pub async fn profile(
+    db: &PgPool,
+    id: Uuid,
+) -> sqlx::Result<Option<(String, String, Option<String>)>> {
+    sqlx::query_as("SELECT username, plan, email FROM users WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}

@@ -86,6 +86,15 @@ impl Failure {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
+    /// What an error of the API's own answers (status, code and message, as its envelope would say them).
+    pub fn of_error(error: &crate::api::error::ApiError) -> Self {
+        let (status, code) = error.status_and_code();
+        if let crate::api::error::ApiError::Internal(e) = error {
+            tracing::error!(error = format!("{e:#}"), "request failed");
+        }
+        Self::new(status, code, error.to_string())
+    }
+
     fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
     }

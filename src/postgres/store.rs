@@ -38,7 +38,7 @@ pub struct Record {
 }
 
 /// The associated data a password is sealed with: it opens only for its own role of its own channel.
-fn aad(channel_id: Uuid, role: &str) -> Vec<u8> {
+pub(crate) fn aad(channel_id: Uuid, role: &str) -> Vec<u8> {
     format!("postgres:{channel_id}:{role}").into_bytes()
 }
 

@@ -32,6 +32,35 @@ impl Mailer {
         Ok(Self { transport, from })
     }
 
+    /// Sends the code that signs `to` in to the console as `username`.
+    pub async fn send_sign_in_code(
+        &self,
+        to: &Mailbox,
+        username: &str,
+        code: &str,
+        life_minutes: i64,
+    ) -> anyhow::Result<()> {
+        let body = format!(
+            "Your code to sign in to the slipway console as {username} is:\n\n    {code}\n\n\
+             It works for {life_minutes} minutes, in the browser that asked for it.\n\nIf you did not ask for it, \
+             ignore this message: nobody signs in without the code.\n"
+        );
+        self.send(to, format!("Your sign-in code: {code}"), body)
+            .await
+            .context("send the sign-in mail through the SMTP relay")
+    }
+
+    async fn send(&self, to: &Mailbox, subject: String, body: String) -> anyhow::Result<()> {
+        let message = Message::builder()
+            .from(self.from.clone())
+            .to(to.clone())
+            .subject(subject)
+            .body(body)
+            .context("compose the mail")?;
+        self.transport.send(message).await?;
+        Ok(())
+    }
+
     /// Sends the code that verifies `to` for `username`.
     pub async fn send_code(
         &self,
@@ -46,17 +75,9 @@ impl Mailer {
              {{\"code\": \"{code}\"}}.\n\nIf you did not ask for it, ignore this message: \
              nothing changes without the code.\n"
         );
-        let message = Message::builder()
-            .from(self.from.clone())
-            .to(to.clone())
-            .subject(format!("Your verification code: {code}"))
-            .body(body)
-            .context("compose the verification mail")?;
-        self.transport
-            .send(message)
+        self.send(to, format!("Your verification code: {code}"), body)
             .await
-            .context("send the verification mail through the SMTP relay")?;
-        Ok(())
+            .context("send the verification mail through the SMTP relay")
     }
 }
 

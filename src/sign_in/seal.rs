@@ -22,6 +22,12 @@ pub enum Purpose {
     Flow,
     /// The auth host's handoff to the channel host.
     Handoff,
+    /// The console's session cookie.
+    ConsoleSession,
+    /// The console's cookie carrying its own sign-in across the upstream provider.
+    ConsoleFlow,
+    /// The console's cookie naming the address a sign-in code was mailed to.
+    ConsoleCode,
 }
 
 impl Purpose {
@@ -29,6 +35,9 @@ impl Purpose {
         match self {
             Purpose::Flow => b"slipway sign-in flow",
             Purpose::Handoff => b"slipway sign-in handoff",
+            Purpose::ConsoleSession => b"slipway console session",
+            Purpose::ConsoleFlow => b"slipway console sign-in flow",
+            Purpose::ConsoleCode => b"slipway console sign-in code",
         }
     }
 }
@@ -53,7 +62,12 @@ impl std::fmt::Debug for Sealer {
 impl Sealer {
     /// A sealer whose key is derived from `secret`.
     pub fn derive(secret: &[u8]) -> Self {
-        let key = super::hmac_sha256(secret, &[b"slipway sign-in sealing key"]);
+        Self::derive_for(secret, b"slipway sign-in sealing key")
+    }
+
+    /// A sealer whose key is derived from `secret` under `label` (one label per user of a secret).
+    pub fn derive_for(secret: &[u8], label: &[u8]) -> Self {
+        let key = super::hmac_sha256(secret, &[label]);
         Self {
             cipher: Aes256Gcm::new_from_slice(&key)
                 .unwrap_or_else(|_| unreachable!("HMAC-SHA256 gives 32 bytes")),

@@ -12,6 +12,7 @@ pub mod agent;
 pub mod blob;
 pub mod browser;
 pub mod chromium;
+pub mod console;
 pub mod dns;
 pub mod git;
 pub mod git_peer;

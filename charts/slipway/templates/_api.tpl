@@ -147,3 +147,17 @@ URL, the pods' address and the snapshot-download switch as container environment
       name: {{ include "slipway.dataServer.secretName" . }}
       key: {{ .Values.dataServer.secretKey | quote }}
 {{- end }}
+
+{{- /* Whether the api serves the web console: on, with a URL. */}}
+{{- define "slipway.api.console.enabled" -}}
+{{- if and .Values.api.enabled .Values.api.console.enabled .Values.api.console.url }}true{{- end }}
+{{- end }}
+
+{{- define "slipway.api.console.secretName" -}}
+{{- default (printf "%s-console" (include "slipway.fullname" .) | trunc 63 | trimSuffix "-") .Values.api.console.existingSecret }}
+{{- end }}
+
+{{- /* Whether the console signs people in at the upstream provider (the one end-user sign-in uses). */}}
+{{- define "slipway.api.console.upstream" -}}
+{{- if and (include "slipway.api.console.enabled" .) .Values.edge.enabled .Values.signIn.enabled .Values.signIn.upstream.issuer }}true{{- end }}
+{{- end }}

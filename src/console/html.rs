@@ -1,0 +1,179 @@
+//! HTML for the console's pages, written by hand: every page is a string built on the server, every value from
+//! outside (names, labels, log text, error messages) goes through [`esc`], and the page loads nothing but the
+//! console's own stylesheet and script (no asset from outside the cluster, no inline script: the
+//! Content-Security-Policy forbids both).
+
+use std::fmt::Write as _;
+
+/// `text` escaped for HTML text and attribute values (quoted with `"`).
+pub fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A percent-escaped path segment (an id, a key, a domain, a username) for an `href` or a form's `action`.
+pub fn seg(text: &str) -> String {
+    crate::mcp::rest::segment(text)
+}
+
+/// Who is signed in, for the page's header.
+pub struct Header<'a> {
+    /// Their username.
+    pub username: &'a str,
+    /// The session's CSRF token, for the sign-out form.
+    pub csrf: &'a str,
+}
+
+/// A whole page: `title`, the navigation (with sign-out when someone is signed in), optional `notice` banners,
+/// then `body` (already HTML).
+pub fn page(title: &str, header: Option<&Header<'_>>, body: &str) -> String {
+    let mut nav = String::new();
+    if let Some(h) = header {
+        let _ = write!(
+            nav,
+            r#"<nav><a href="/apps">Apps</a> <a href="/tokens">Tokens</a> <a href="/account">Account</a>
+<span class="who">{user}</span>
+<form method="post" action="/sign-out" class="inline">{csrf}<button type="submit">Sign out</button></form></nav>"#,
+            user = esc(h.username),
+            csrf = csrf_field(h.csrf),
+        );
+    }
+    format!(
+        r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title} · slipway</title><link rel="stylesheet" href="/static/console.css"><script src="/static/console.js" defer></script></head>
+<body><header><a class="brand" href="/">slipway</a>{nav}</header><main>
+<h1>{title}</h1>
+{body}
+</main></body></html>"#,
+        title = esc(title),
+    )
+}
+
+/// The hidden field every form that writes carries.
+pub fn csrf_field(csrf: &str) -> String {
+    format!(r#"<input type="hidden" name="csrf" value="{}">"#, esc(csrf))
+}
+
+/// A banner: `kind` is `warning`, `error` or `ok`.
+pub fn banner(kind: &str, text: &str) -> String {
+    format!(
+        r#"<p class="banner {kind}" role="status">{}</p>"#,
+        esc(text)
+    )
+}
+
+/// A table with `headings` and rows of cells (already HTML); `empty` when there are no rows.
+pub fn table(headings: &[&str], rows: &[Vec<String>], empty: &str) -> String {
+    if rows.is_empty() {
+        return format!(r#"<p class="empty">{}</p>"#, esc(empty));
+    }
+    let mut out = String::from("<table><thead><tr>");
+    for h in headings {
+        let _ = write!(out, "<th>{}</th>", esc(h));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for row in rows {
+        out.push_str("<tr>");
+        for cell in row {
+            let _ = write!(out, "<td>{cell}</td>");
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>");
+    out
+}
+
+/// A byte count as people read it.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// A commit id shortened to 12 characters, in a `code` element with the whole id as its title.
+pub fn sha(sha: Option<&str>) -> String {
+    match sha {
+        Some(s) if !s.is_empty() => format!(
+            r#"<code title="{}">{}</code>"#,
+            esc(s),
+            esc(&s.chars().take(12).collect::<String>())
+        ),
+        _ => "—".to_owned(),
+    }
+}
+
+/// A timestamp (RFC 3339) as people read it, to the minute in UTC; anything else as it is.
+pub fn time(text: &str) -> String {
+    match chrono::DateTime::parse_from_rfc3339(text) {
+        Ok(at) => at
+            .with_timezone(&chrono::Utc)
+            .format("%Y-%m-%d %H:%M UTC")
+            .to_string(),
+        Err(_) => esc(text),
+    }
+}
+
+/// A status word styled by its meaning.
+pub fn status(word: &str) -> String {
+    format!(
+        r#"<span class="status status-{}">{}</span>"#,
+        esc(&word.replace(|c: char| !c.is_ascii_alphanumeric(), "-")),
+        esc(word)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_cannot_become_markup() {
+        assert_eq!(
+            esc(r#"<script>alert("x")</script> & 'y'"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+        );
+        assert_eq!(seg("a/../b?c"), "a%2F..%2Fb%3Fc");
+        let page = page("<b>", None, "");
+        assert!(page.contains("<h1>&lt;b&gt;</h1>"));
+        assert!(!page.contains("<script>"), "no inline script");
+    }
+
+    #[test]
+    fn sizes_and_commits_read_well() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 * 1024 * 1024 * 1024), "3.0 GiB");
+        assert_eq!(
+            sha(Some("0123456789abcdef0123456789abcdef01234567")),
+            r#"<code title="0123456789abcdef0123456789abcdef01234567">0123456789ab</code>"#
+        );
+        assert_eq!(sha(None), "—");
+        assert_eq!(time("2026-11-26T13:34:35.530592Z"), "2026-11-26 13:34 UTC");
+        assert_eq!(time("2026-11-26T15:34:35+02:00"), "2026-11-26 13:34 UTC");
+        assert_eq!(time("never"), "never");
+        assert_eq!(
+            status("success"),
+            r#"<span class="status status-success">success</span>"#
+        );
+    }
+}

@@ -1,0 +1,431 @@
+//! The web console ({console_url}): the pages people use instead of curl. It is served by `slipway api` on a
+//! listener of its own (`--console-listen`), over TLS when given a certificate, and calls the REST API in-process
+//! with the signed-in person's own token, as the MCP server does ([`crate::mcp::rest`]): every rule (scopes,
+//! roles, 404 for an app the person cannot see, validation, audit events) is the route's, never implemented again
+//! here. The few things no route does are the console's by the spec: signing people in ([`sign_in`], mapping
+//! them to accounts in [`crate::people`]), minting tokens at `/tokens` ([`pages::tokens`]), and moving an app to
+//! another account ([`crate::transfer`], which has no route at all).
+//!
+//! Pages are HTML rendered on the server ([`html`]); the only script is the console's own (`/static/console.js`:
+//! the live build log, the copy button), and the Content-Security-Policy allows nothing from elsewhere. Sessions
+//! and CSRF protection are in [`session`].
+
+pub mod html;
+pub mod pages;
+pub mod session;
+pub mod sign_in;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+
+use crate::api::state::AppState;
+use crate::mcp::rest::Failure;
+use crate::sign_in::seal::Sealer;
+use crate::sign_in::upstream::{Upstream, UpstreamConfig};
+
+/// The console's router type.
+pub type ConsoleRouter = axum::Router<Arc<Console>>;
+
+/// Options of the console (flags of `slipway api`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConsoleArgs {
+    /// Serve the web console on this address, e.g. 0.0.0.0:8443. Unset: no console.
+    #[arg(long, env = "SLIPWAY_CONSOLE_LISTEN", requires_all = ["console_url", "console_secret_file"])]
+    pub console_listen: Option<SocketAddr>,
+    /// The console's public origin ({console_url}), https: its session cookie is Secure. Links and the upstream
+    /// provider's redirect (`<url>/sign-in/callback`) are formed from it.
+    #[arg(long, env = "SLIPWAY_CONSOLE_URL")]
+    pub console_url: Option<String>,
+    /// File of the secret (32 bytes or more) the console's cookies are sealed with. Changing it signs everyone
+    /// out.
+    #[arg(long, env = "SLIPWAY_CONSOLE_SECRET_FILE")]
+    pub console_secret_file: Option<PathBuf>,
+    /// Certificate chain (PEM) the console's listener serves TLS with; without it the listener speaks plain HTTP
+    /// and something in front of it must terminate TLS.
+    #[arg(long, env = "SLIPWAY_CONSOLE_TLS_CERT", requires = "console_tls_key")]
+    pub console_tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, env = "SLIPWAY_CONSOLE_TLS_KEY", requires = "console_tls_cert")]
+    pub console_tls_key: Option<PathBuf>,
+    /// Issuer URL of the upstream OpenID Connect provider people sign in to the console at (register
+    /// `<console url>/sign-in/callback` there). Unset: people sign in by a code mailed to their verified address.
+    #[arg(long, env = "SLIPWAY_CONSOLE_SIGN_IN_ISSUER", requires_all = ["console_sign_in_client_id", "console_sign_in_client_secret_file"])]
+    pub console_sign_in_issuer: Option<String>,
+    /// The console's client id at that provider.
+    #[arg(long, env = "SLIPWAY_CONSOLE_SIGN_IN_CLIENT_ID")]
+    pub console_sign_in_client_id: Option<String>,
+    /// File holding the console's client secret at that provider.
+    #[arg(long, env = "SLIPWAY_CONSOLE_SIGN_IN_CLIENT_SECRET_FILE")]
+    pub console_sign_in_client_secret_file: Option<PathBuf>,
+}
+
+/// The console: its origin, its sealing key, its upstream provider, and the API it calls.
+pub struct Console {
+    /// `https://host[:port]`, no trailing slash.
+    pub origin: String,
+    /// Seals the console's cookies.
+    pub sealer: Sealer,
+    /// The provider people may sign in at.
+    pub upstream: Option<Upstream>,
+    /// The public REST API's router, called in-process.
+    pub api: axum::Router,
+    /// The API's state (the database for sign-in codes and sessions, the mailer, the transfer service).
+    pub state: AppState,
+}
+
+impl Console {
+    /// A console at `url` (an https origin) sealing with `secret` (at least 32 bytes), calling `api`.
+    pub fn new(
+        url: &str,
+        secret: &[u8],
+        upstream: Option<UpstreamConfig>,
+        api: axum::Router,
+        state: AppState,
+    ) -> anyhow::Result<Self> {
+        let origin = checked_origin(url, secret)?;
+        let upstream =
+            upstream.map(|config| Upstream::new(config, format!("{origin}/sign-in/callback")));
+        Ok(Self {
+            origin,
+            sealer: Sealer::derive_for(secret, b"slipway console sealing key"),
+            upstream,
+            api,
+            state,
+        })
+    }
+}
+
+/// The origin of the console URL `url` (no trailing slash) when it is an https origin without a path, and `secret`
+/// is long enough to seal with.
+fn checked_origin(url: &str, secret: &[u8]) -> anyhow::Result<String> {
+    let parsed = openidconnect::url::Url::parse(url)
+        .with_context(|| format!("the console URL {url} is not a URL"))?;
+    anyhow::ensure!(
+        parsed.scheme() == "https" && parsed.path() == "/" && parsed.host_str().is_some(),
+        "the console URL {url} must be an https origin without a path (the session cookie is Secure)"
+    );
+    anyhow::ensure!(
+        secret.len() >= 32,
+        "the console secret has {} bytes; it needs at least 32",
+        secret.len()
+    );
+    Ok(parsed.as_str().trim_end_matches('/').to_owned())
+}
+
+impl ConsoleArgs {
+    /// The console the flags describe, calling `api`; `None` without `--console-listen`.
+    pub fn console(
+        &self,
+        api: axum::Router,
+        state: AppState,
+    ) -> anyhow::Result<Option<(SocketAddr, Arc<Console>)>> {
+        let Some(listen) = self.console_listen else {
+            return Ok(None);
+        };
+        let (Some(url), Some(secret_file)) = (&self.console_url, &self.console_secret_file) else {
+            anyhow::bail!("--console-listen needs --console-url and --console-secret-file");
+        };
+        let secret = std::fs::read(secret_file)
+            .with_context(|| format!("read the console secret {}", secret_file.display()))?;
+        let upstream = match (
+            &self.console_sign_in_issuer,
+            &self.console_sign_in_client_id,
+            &self.console_sign_in_client_secret_file,
+        ) {
+            (Some(issuer), Some(client_id), Some(secret_file)) => Some(UpstreamConfig {
+                issuer: issuer.clone(),
+                client_id: client_id.clone(),
+                client_secret: std::fs::read_to_string(secret_file)
+                    .with_context(|| {
+                        format!("read the console's client secret {}", secret_file.display())
+                    })?
+                    .trim()
+                    .to_owned(),
+            }),
+            _ => None,
+        };
+        let console = Console::new(url, secret.trim_ascii(), upstream, api, state)?;
+        tracing::info!(
+            addr = %listen,
+            url = %console.origin,
+            upstream = console.upstream.is_some(),
+            "the console is on"
+        );
+        Ok(Some((listen, Arc::new(console))))
+    }
+
+    /// The TLS configuration of the listener, when a certificate is given.
+    pub fn tls(&self) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
+        let (Some(cert), Some(key)) = (&self.console_tls_cert, &self.console_tls_key) else {
+            return Ok(None);
+        };
+        let chain = rustls_pemfile::certs(&mut std::io::BufReader::new(
+            std::fs::File::open(cert).with_context(|| format!("open {}", cert.display()))?,
+        ))
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("read the certificates in {}", cert.display()))?;
+        let key = rustls_pemfile::private_key(&mut std::io::BufReader::new(
+            std::fs::File::open(key).with_context(|| format!("open {}", key.display()))?,
+        ))?
+        .with_context(|| format!("no private key in {}", key.display()))?;
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .context("the console's certificate and key")?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Some(Arc::new(config)))
+    }
+}
+
+/// Every page of the console, with its static files and security headers.
+pub fn router(console: Arc<Console>) -> axum::Router {
+    let routes = ConsoleRouter::new()
+        .route("/", get(|| async { Redirect::to("/apps") }))
+        .route("/static/console.css", get(css))
+        .route("/static/console.js", get(js))
+        .merge(sign_in::routes())
+        .merge(pages::routes())
+        .fallback(|| async { error_page(StatusCode::NOT_FOUND, "There is no such page.") })
+        .with_state(console);
+    crate::api::guarded(
+        routes
+            .layer(axum::middleware::from_fn(security_headers))
+            .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+                StatusCode::SERVICE_UNAVAILABLE,
+                crate::api::REQUEST_TIMEOUT,
+            ))
+            .layer(
+                tower_http::trace::TraceLayer::new_for_http().make_span_with(
+                    |req: &Request| tracing::info_span!("console", method = %req.method()),
+                ),
+            ),
+    )
+}
+
+/// What the browser is told about every answer: only the console's own resources, no framing, no caching of
+/// pages that show a person's data, and no referrer leaving for another site (`same-origin`: with `no-referrer` a browser posts forms with `Origin: null`).
+async fn security_headers(req: Request, next: Next) -> Response {
+    let mut response = next.run(req).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    headers.insert(
+        header::STRICT_TRANSPORT_SECURITY,
+        HeaderValue::from_static("max-age=31536000"),
+    );
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+async fn css() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        include_str!("assets/console.css"),
+    )
+        .into_response()
+}
+
+async fn js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        include_str!("assets/console.js"),
+    )
+        .into_response()
+}
+
+/// An HTML answer.
+pub fn html_page(
+    status: StatusCode,
+    title: &str,
+    header: Option<&html::Header<'_>>,
+    body: &str,
+) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        html::page(title, header, body),
+    )
+        .into_response()
+}
+
+/// A page saying what went wrong, with the navigation when someone is signed in.
+pub fn error_page_for(
+    header: Option<&html::Header<'_>>,
+    status: StatusCode,
+    message: &str,
+) -> Response {
+    let body = format!(
+        "{}<p><a href=\"/apps\">Back to your apps</a></p>",
+        html::banner("error", message)
+    );
+    let title = if status == StatusCode::NOT_FOUND {
+        "Not found"
+    } else {
+        "That did not work"
+    };
+    html_page(status, title, header, &body)
+}
+
+/// A page saying what went wrong, for nobody in particular.
+pub fn error_page(status: StatusCode, message: &str) -> Response {
+    error_page_for(None, status, message)
+}
+
+impl session::Person {
+    /// What a page answers this person when the API refused: the sign-in page for a token that stopped working, a
+    /// 404 page for what the person cannot see (exactly as for what does not exist), else the API's status and
+    /// message.
+    pub fn refused(&self, failure: &Failure, here: &str) -> Response {
+        let header = self.header();
+        match failure.status {
+            401 => session::SignedOut::returning_to(here).into_response(),
+            404 => error_page_for(
+                Some(&header),
+                StatusCode::NOT_FOUND,
+                "There is no such page.",
+            ),
+            status => error_page_for(
+                Some(&header),
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                &format!("{} ({})", failure.message, failure.code),
+            ),
+        }
+    }
+}
+
+/// Serves the console on `listener` until `shutdown`: TLS when `tls` is set, else plain HTTP.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    console: Arc<Console>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let app = router(console);
+    let Some(tls) = tls else {
+        return axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .context("serve the console");
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    crate::serve::accept_until(
+        listener,
+        shutdown,
+        std::time::Duration::from_secs(10),
+        move |stream, peer, draining| {
+            let acceptor = acceptor.clone();
+            let app = app.clone();
+            async move {
+                let handshake = tokio::time::timeout(
+                    crate::serve::HEADER_READ_TIMEOUT,
+                    acceptor.accept(stream),
+                )
+                .await;
+                let Ok(Ok(tls)) = handshake else {
+                    tracing::debug!(%peer, "a console TLS handshake failed");
+                    return;
+                };
+                let service =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let app = app.clone();
+                        async move {
+                            use tower::ServiceExt as _;
+                            app.oneshot(req.map(axum::body::Body::new)).await
+                        }
+                    });
+                crate::serve::serve_http(tls, peer, service, draining).await;
+            }
+        },
+    )
+    .await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(cert: Option<PathBuf>, key: Option<PathBuf>) -> ConsoleArgs {
+        ConsoleArgs {
+            console_listen: None,
+            console_url: None,
+            console_secret_file: None,
+            console_tls_cert: cert,
+            console_tls_key: key,
+            console_sign_in_issuer: None,
+            console_sign_in_client_id: None,
+            console_sign_in_client_secret_file: None,
+        }
+    }
+
+    #[test]
+    fn the_console_is_an_https_origin_with_a_long_enough_secret() {
+        let secret = [7u8; 32];
+        assert_eq!(
+            checked_origin("https://console.example:8443/", &secret).unwrap(),
+            "https://console.example:8443"
+        );
+        assert_eq!(
+            checked_origin("https://console.example:443", &secret).unwrap(),
+            "https://console.example"
+        );
+        for url in [
+            "http://console.example",
+            "https://console.example/console",
+            "console.example",
+        ] {
+            assert!(checked_origin(url, &secret).is_err(), "{url}");
+        }
+        assert!(checked_origin("https://console.example", &secret[..31]).is_err());
+    }
+
+    #[test]
+    fn the_listener_serves_the_certificate_it_is_given_and_plain_http_without_one() {
+        assert!(args(None, None).tls().unwrap().is_none());
+        let made = rcgen::generate_simple_self_signed(vec!["console.example".to_owned()]).unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("slipway-console-tls-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&cert, made.cert.pem()).unwrap();
+        std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+        let tls = args(Some(cert.clone()), Some(key)).tls().unwrap().unwrap();
+        assert_eq!(tls.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        let missing = args(Some(cert), Some(dir.join("nothing.key"))).tls();
+        assert!(missing.is_err(), "a key that is not there stops the start");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,121 @@
+//! `/account`: who the person is signed in as, their plan and its limits, and their usage, with the warning the
+//! spec asks for when the databases are over the plan's soft cap.
+
+use axum::response::Response;
+use axum::routing::get;
+use serde_json::Value;
+
+use super::apps::soft_cap_warning;
+use super::{list, person_page, text};
+use crate::console::ConsoleRouter;
+use crate::console::html::{self, esc};
+use crate::console::session::Person;
+
+/// The routes of this page.
+pub fn routes() -> ConsoleRouter {
+    ConsoleRouter::new().route("/account", get(account))
+}
+
+async fn account(person: Person) -> Response {
+    let usage = person.api.get("/me/usage").await;
+    let blob = person
+        .api
+        .get("/me/blob/storage")
+        .await
+        .unwrap_or(Value::Null);
+    let plans = person.api.get("/plans").await.unwrap_or(Value::Null);
+    let mut body = soft_cap_warning(&person).await;
+    body.push_str(&format!(
+        "<p>Signed in as <b>{}</b>.</p>",
+        esc(&person.session.username)
+    ));
+    match &usage {
+        Ok(usage) => {
+            let plan_name = text(usage, "plan");
+            body.push_str(&format!(
+                "<h2>Plan <span id=\"plan\">{}</span></h2>",
+                esc(plan_name)
+            ));
+            if let Some(plan) = list(&plans, "plans")
+                .iter()
+                .find(|p| text(p, "tier") == plan_name)
+            {
+                let blob_limit = plan["blob_storage_bytes"].as_i64().unwrap_or(0);
+                body.push_str(&html::table(
+                    &["limit", "value"],
+                    &[
+                        vec!["Channels".into(), plan["max_channels"].to_string()],
+                        vec![
+                            "Memory per container".into(),
+                            format!("{} MiB", plan["mem_limit_mb"]),
+                        ],
+                        vec![
+                            "CPU".into(),
+                            format!(
+                                "{} cores, bursting to {}",
+                                plan["cpu_soft_cores"], plan["cpu_burst"]
+                            ),
+                        ],
+                        vec![
+                            "Database storage (soft cap)".into(),
+                            format!("{} MB", plan["storage_mb"]),
+                        ],
+                        vec![
+                            "Object storage".into(),
+                            if blob_limit < 0 {
+                                "unlimited".into()
+                            } else {
+                                html::bytes(blob_limit as u64)
+                            },
+                        ],
+                        vec![
+                            "Image size".into(),
+                            html::bytes(plan["image_size_bytes"].as_u64().unwrap_or(0)),
+                        ],
+                        vec![
+                            "Port forwarding".into(),
+                            if plan["port_forwarding"].as_bool() == Some(true) {
+                                "yes".into()
+                            } else {
+                                "no".into()
+                            },
+                        ],
+                    ],
+                    "",
+                ));
+            }
+            body.push_str("<h2>Usage</h2>");
+            body.push_str(&html::table(
+                &["what", "used"],
+                &[
+                    vec![
+                        "Databases".into(),
+                        format!(
+                            "<span id=\"storage\">{}</span> of {} MB",
+                            html::bytes(usage["storage_bytes"].as_u64().unwrap_or(0)),
+                            usage["storage_limit_mb"]
+                        ),
+                    ],
+                    vec![
+                        "Object storage".into(),
+                        format!(
+                            "{} in {} buckets",
+                            html::bytes(blob["blob_usage_bytes"].as_u64().unwrap_or(0)),
+                            blob["store_count"].as_u64().unwrap_or(0)
+                        ),
+                    ],
+                    vec![
+                        "Bandwidth this month".into(),
+                        html::bytes(usage["bandwidth_month_bytes"].as_u64().unwrap_or(0)),
+                    ],
+                ],
+                "",
+            ));
+        }
+        Err(f) => body.push_str(&html::banner(
+            "warning",
+            &format!("Usage cannot be read now: {}", f.message),
+        )),
+    }
+    person_page(&person, "Account", &body)
+}

@@ -1,0 +1,258 @@
+//! `/apps/{id}`: one app: its channels, members (shared with whom, in which role), raw TCP forwards, settings,
+//! and for its owner the transfer to another account.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use super::apps::{channel_cells, soft_cap_warning};
+use super::{Done, list, may, notice, person_page, see, text};
+use crate::api::access::Action;
+use crate::console::html::{self, esc, seg};
+use crate::console::session::{Person, Write};
+use crate::console::{Console, ConsoleRouter, error_page};
+use crate::mcp::rest::Failure;
+
+/// The routes of this page.
+pub fn routes() -> ConsoleRouter {
+    ConsoleRouter::new()
+        .route("/apps/{app_id}", get(app))
+        .route("/apps/{app_id}/members", post(add_member))
+        .route(
+            "/apps/{app_id}/members/{username}/remove",
+            post(remove_member),
+        )
+        .route("/apps/{app_id}/transfer", post(transfer))
+}
+
+const NOTICES: &[(&str, &str)] = &[
+    (
+        "created",
+        "The app is created, with its prod channel and an empty repository.",
+    ),
+    ("member-saved", "The member is saved."),
+    ("member-removed", "The member is removed."),
+];
+
+async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done>) -> Response {
+    let here = format!("/apps/{}", seg(&app_id));
+    let app = match person.api.get(&format!("/apps/{}", seg(&app_id))).await {
+        Ok(v) => v,
+        Err(f) => return person.refused(&f, &here),
+    };
+    let members = person
+        .api
+        .get(&format!("/apps/{}/members", seg(&app_id)))
+        .await
+        .unwrap_or(Value::Null);
+    let forwards = person
+        .api
+        .get(&format!("/apps/{}/forwards", seg(&app_id)))
+        .await
+        .unwrap_or(Value::Null);
+    let csrf = html::csrf_field(&person.session.csrf);
+    let mut body = notice(done.done.as_deref(), NOTICES);
+    body.push_str(&soft_cap_warning(&person).await);
+    body.push_str(&format!(
+        r#"<p>Template <b>{template}</b> · owner <b>{owner}</b> · your role <b class="role">{role}</b> · <a href="{here}/env">Environment</a></p>
+<p class="hint">Clone: <code>{repo}</code></p>"#,
+        template = esc(text(&app, "template")),
+        owner = esc(text(&app, "owner_username")),
+        role = esc(text(&app, "role")),
+        repo = esc(text(&app, "repo_url")),
+    ));
+    let rows: Vec<Vec<String>> = list(&app, "channels")
+        .iter()
+        .map(|c| channel_cells(&app_id, c))
+        .collect();
+    body.push_str("<h2>Channels</h2>");
+    body.push_str(&html::table(
+        &[
+            "channel",
+            "hostname",
+            "status",
+            "commit",
+            "deploy in flight",
+        ],
+        &rows,
+        "No channels.",
+    ));
+
+    body.push_str("<h2>Settings</h2>");
+    let flag = |key: &str| {
+        if app[key].as_bool() == Some(true) {
+            "on"
+        } else {
+            "off"
+        }
+    };
+    body.push_str(&html::table(
+        &["setting", "value"],
+        &[
+            vec![
+                "External SQL access".into(),
+                flag("external_db_access_enabled").into(),
+            ],
+            vec![
+                "External object-store access".into(),
+                flag("external_blob_access_enabled").into(),
+            ],
+            vec![
+                "Port forwarding".into(),
+                format!(
+                    "{} (plan {})",
+                    flag("port_forwarding_enabled"),
+                    if app["port_forwarding_available"].as_bool() == Some(true) {
+                        "includes it"
+                    } else {
+                        "does not include it"
+                    }
+                ),
+            ],
+            vec![
+                "Agent access to protected actions".into(),
+                flag("agent_protected_actions_effective").into(),
+            ],
+        ],
+        "",
+    ));
+
+    body.push_str("<h2>Members</h2>");
+    let member_rows: Vec<Vec<String>> = list(&members, "members")
+        .iter()
+        .map(|m| {
+            let name = text(m, "username");
+            let remove = if may(&app, Action::ManageMembers) && text(m, "role") != "owner" {
+                format!(
+                    r#"<form method="post" class="inline" action="{here}/members/{}/remove">{csrf}<button class="quiet" type="submit">Remove</button></form>"#,
+                    seg(name)
+                )
+            } else {
+                String::new()
+            };
+            vec![esc(name), esc(text(m, "role")), remove]
+        })
+        .collect();
+    body.push_str(&html::table(
+        &["username", "role", ""],
+        &member_rows,
+        "No members.",
+    ));
+    if may(&app, Action::ManageMembers) {
+        body.push_str(&format!(
+            r#"<form method="post" action="{here}/members" id="add-member">{csrf}
+<label>Username <input name="username" required></label>
+<label>Role <select name="role"><option value="member">member</option><option value="admin">admin</option></select></label>
+<button type="submit">Share</button></form>"#
+        ));
+    }
+
+    body.push_str("<h2>Raw TCP forwards</h2>");
+    let forward_rows: Vec<Vec<String>> = list(&forwards, "forwards")
+        .iter()
+        .map(|f| {
+            let cidrs: Vec<&str> = list(f, "allow_cidrs")
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            vec![
+                esc(text(f, "channel")),
+                format!(
+                    "{}:{}",
+                    esc(text(f, "host")),
+                    f["port"].as_u64().unwrap_or(0)
+                ),
+                if cidrs.is_empty() {
+                    "anywhere".into()
+                } else {
+                    esc(&cidrs.join(", "))
+                },
+                if f["active"].as_bool() == Some(true) {
+                    "active".into()
+                } else {
+                    "inactive".into()
+                },
+            ]
+        })
+        .collect();
+    body.push_str(&html::table(
+        &["channel", "address", "allowed from", "state"],
+        &forward_rows,
+        "No channel is exposed.",
+    ));
+
+    if may(&app, Action::TransferApp) {
+        body.push_str(&format!(
+            r#"<section class="card"><h2>Transfer ownership</h2>
+<p>Moves the app, its channels, repository, deploy history, environment, databases, buckets and snapshots to another
+account. Its hostnames change to the new owner's (<code>&lt;app&gt;-&lt;owner&gt;</code>), each channel is deployed again there at the
+commit it serves now, and you keep no role on it. Custom domains and raw TCP forwards must be removed first.</p>
+<form method="post" action="{here}/transfer" id="transfer">{csrf}
+<label>New owner's username <input name="to" required></label>
+<label>Type the app's name to confirm <input name="confirm" required autocomplete="off"></label>
+<button class="danger" type="submit">Transfer</button></form></section>"#
+        ));
+    }
+    person_page(&person, text(&app, "name"), &body)
+}
+
+async fn add_member(Path(app_id): Path<String>, write: Write) -> Response {
+    let here = format!("/apps/{}", seg(&app_id));
+    let path = format!("{here}/members/{}", seg(write.fields.get("username")));
+    match write
+        .person
+        .api
+        .write(
+            Method::PUT,
+            &path,
+            &json!({"role": write.fields.get("role")}),
+        )
+        .await
+    {
+        Ok(_) => see(&format!("{here}?done=member-saved")),
+        Err(f) => write.person.refused(&f, &here),
+    }
+}
+
+async fn remove_member(Path((app_id, username)): Path<(String, String)>, write: Write) -> Response {
+    let here = format!("/apps/{}", seg(&app_id));
+    match write
+        .person
+        .api
+        .delete(&format!("{here}/members/{}", seg(&username)))
+        .await
+    {
+        Ok(_) => see(&format!("{here}?done=member-removed")),
+        Err(f) => write.person.refused(&f, &here),
+    }
+}
+
+async fn transfer(
+    State(console): State<Arc<Console>>,
+    Path(app_id): Path<String>,
+    write: Write,
+) -> Response {
+    let here = format!("/apps/{}", seg(&app_id));
+    let Ok(app_id) = app_id.parse::<uuid::Uuid>() else {
+        return error_page(StatusCode::NOT_FOUND, "There is no such page.");
+    };
+    // The same check as every route's: the session's token, live, with its budget.
+    let caller = match crate::auth::authenticate(&console.state, &write.person.session.token).await
+    {
+        Ok(caller) => caller,
+        Err(e) => return write.person.refused(&Failure::of_error(&e), &here),
+    };
+    let request = crate::transfer::Request {
+        app_id,
+        to: write.fields.get("to").to_owned(),
+        confirm_name: write.fields.raw("confirm").to_owned(),
+    };
+    match crate::transfer::transfer(&console.state, &caller, request).await {
+        Ok(_) => see("/apps?done=transferred"),
+        Err(e) => write.person.refused(&Failure::of_error(&e), &here),
+    }
+}

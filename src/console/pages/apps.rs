@@ -1,0 +1,137 @@
+//! `/apps`: the apps a person owns and those shared with them (with their role), each channel's hostname, status,
+//! commit and deploy in flight; and a form that creates an app.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use axum::routing::get;
+use serde_json::{Value, json};
+
+use super::{Done, list, notice, person_page, see, text};
+use crate::console::html::{self, esc, seg};
+use crate::console::session::{Person, Write};
+use crate::console::{Console, ConsoleRouter};
+
+/// The routes of this page.
+pub fn routes() -> ConsoleRouter {
+    ConsoleRouter::new().route("/apps", get(apps).post(create))
+}
+
+/// The warning the spec asks for when the account's databases are over the plan's soft cap; empty otherwise (or
+/// when usage cannot be measured now).
+pub async fn soft_cap_warning(person: &Person) -> String {
+    let Ok(usage) = person.api.get("/me/usage").await else {
+        return String::new();
+    };
+    let used = usage["storage_bytes"].as_u64().unwrap_or(0);
+    let limit_mb = usage["storage_limit_mb"].as_u64().unwrap_or(0);
+    if limit_mb > 0 && used > limit_mb * 1024 * 1024 {
+        html::banner(
+            "warning",
+            &format!(
+                "Your databases hold {} — over the {} plan's {limit_mb} MB. This is a soft cap: nothing is blocked, \
+                 but consider cleaning up or moving to a larger plan.",
+                html::bytes(used),
+                text(&usage, "plan")
+            ),
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// A channel's one-line summary: hostname (a link), status, commit, deploy in flight.
+pub fn channel_cells(app_id: &str, channel: &Value) -> Vec<String> {
+    let pending = match channel.get("pending_deploy").filter(|p| !p.is_null()) {
+        Some(p) => format!(
+            r#"<a href="/apps/{}/channels/{}/deploys/{}">{}</a> {}"#,
+            seg(app_id),
+            seg(text(channel, "id")),
+            seg(text(p, "deploy_id")),
+            html::status(text(p, "status")),
+            html::sha(p.get("sha").and_then(Value::as_str))
+        ),
+        None => "—".to_owned(),
+    };
+    vec![
+        format!(
+            r#"<a href="/apps/{}/channels/{}">{}</a>"#,
+            seg(app_id),
+            seg(text(channel, "id")),
+            esc(text(channel, "name"))
+        ),
+        esc(text(channel, "hostname")),
+        html::status(text(channel, "status")),
+        html::sha(channel.get("current_sha").and_then(Value::as_str)),
+        pending,
+    ]
+}
+
+async fn apps(person: Person, Query(done): Query<Done>) -> Response {
+    let listing = match person.api.get("/apps").await {
+        Ok(v) => v,
+        Err(f) => return person.refused(&f, "/apps"),
+    };
+    let mut body = notice(
+        done.done.as_deref(),
+        &[
+            ("deleted", "The app was deleted."),
+            (
+                "transferred",
+                "The app was moved to its new owner, and is deployed again under their account.",
+            ),
+        ],
+    );
+    body.push_str(&soft_cap_warning(&person).await);
+    let apps = list(&listing, "apps");
+    if apps.is_empty() {
+        body.push_str(r#"<p class="empty">No apps yet.</p>"#);
+    }
+    for app in apps {
+        let id = text(app, "id");
+        let owner = text(app, "owner_username");
+        let title = if owner == person.session.username {
+            esc(text(app, "name"))
+        } else {
+            format!("{}/{}", esc(owner), esc(text(app, "name")))
+        };
+        let rows: Vec<Vec<String>> = list(app, "channels")
+            .iter()
+            .map(|c| channel_cells(id, c))
+            .collect();
+        body.push_str(&format!(
+            r#"<section class="card app" data-app="{name}"><h2><a href="/apps/{id}">{title}</a> <small>{template} · your role: <span class="role">{role}</span></small></h2>{table}</section>"#,
+            name = esc(text(app, "name")),
+            id = seg(id),
+            template = esc(text(app, "template")),
+            role = esc(text(app, "role")),
+            table = html::table(
+                &["channel", "hostname", "status", "commit", "deploy in flight"],
+                &rows,
+                "No channels."
+            ),
+        ));
+    }
+    body.push_str(&format!(
+        r#"<section class="card"><h2>New app</h2><form method="post" action="/apps" id="create-app">{csrf}
+<label>Name <input name="name" required pattern="[a-z0-9]([a-z0-9-]*[a-z0-9])?" maxlength="40"></label>
+<label>Template <select name="template"><option value="static">static</option><option value="app">app</option><option value="docker">docker</option></select></label>
+<button type="submit">Create</button></form></section>"#,
+        csrf = html::csrf_field(&person.session.csrf)
+    ));
+    person_page(&person, "Apps", &body)
+}
+
+async fn create(State(_): State<Arc<Console>>, write: Write) -> Response {
+    let body = json!({"name": write.fields.get("name"), "template": write.fields.get("template")});
+    match write
+        .person
+        .api
+        .write(axum::http::Method::POST, "/apps", &body)
+        .await
+    {
+        Ok(app) => see(&format!("/apps/{}?done=created", seg(text(&app, "id")))),
+        Err(f) => write.person.refused(&f, "/apps"),
+    }
+}

@@ -1,0 +1,427 @@
+//! `/apps/{id}/channels/{cid}`: one channel: its hostname, status and commit, the deploy form, the deploy history
+//! (each deploy's log a click away), custom domains with the DNS records to create, the SQL database and the
+//! bucket with their usage and snapshots, and the runtime log.
+
+use axum::extract::{Path, Query};
+use axum::http::Method;
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use super::{Done, list, may, notice, person_page, see, text};
+use crate::api::access::Action;
+use crate::console::ConsoleRouter;
+use crate::console::html::{self, esc, seg};
+use crate::console::session::{Person, Write};
+
+/// The routes of this page.
+pub fn routes() -> ConsoleRouter {
+    let base = "/apps/{app_id}/channels/{channel_id}";
+    ConsoleRouter::new()
+        .route(base, get(channel))
+        .route(&format!("{base}/deploy"), post(deploy))
+        .route(&format!("{base}/rewind"), post(rewind))
+        .route(&format!("{base}/domains"), post(attach_domain))
+        .route(
+            &format!("{base}/domains/{{domain}}/verify"),
+            post(verify_domain),
+        )
+        .route(
+            &format!("{base}/domains/{{domain}}/remove"),
+            post(detach_domain),
+        )
+        .route(&format!("{base}/runtime-log"), post(runtime_log))
+}
+
+const NOTICES: &[(&str, &str)] = &[
+    (
+        "domain-attached",
+        "The domain is attached. Create the DNS records below, then verify.",
+    ),
+    ("domain-verified", "Verification ran; its outcome is below."),
+    ("domain-removed", "The domain is detached."),
+];
+
+fn paths(app_id: &str, channel_id: &str) -> (String, String) {
+    let app = format!("/apps/{}", seg(app_id));
+    let channel = format!("{app}/channels/{}", seg(channel_id));
+    (app, channel)
+}
+
+async fn channel(
+    person: Person,
+    Path((app_id, channel_id)): Path<(String, String)>,
+    Query(done): Query<Done>,
+) -> Response {
+    let (app_path, here) = paths(&app_id, &channel_id);
+    let app = match person.api.get(&app_path).await {
+        Ok(v) => v,
+        Err(f) => return person.refused(&f, &here),
+    };
+    let channel = match person.api.get(&here).await {
+        Ok(v) => v,
+        Err(f) => return person.refused(&f, &here),
+    };
+    let is_static = text(&app, "template") == "static";
+    let csrf = html::csrf_field(&person.session.csrf);
+    let mut body = notice(done.done.as_deref(), NOTICES);
+    body.push_str(&format!(
+        r#"<p><a href="{app_path}">{app_name}</a> · hostname <b id="hostname">{host}</b> · branch <code>{binding}</code> · status <span id="channel-status">{status}</span> · commit {sha}</p>"#,
+        app_name = esc(text(&app, "name")),
+        host = esc(text(&channel, "hostname")),
+        binding = esc(text(&channel, "git_ref_binding")),
+        status = html::status(text(&channel, "status")),
+        sha = html::sha(channel.get("current_sha").and_then(Value::as_str)),
+    ));
+
+    body.push_str("<h2>Deploys</h2>");
+    if may(&app, Action::Write) {
+        let branch = text(&channel, "git_ref_binding")
+            .strip_prefix("branch:")
+            .unwrap_or("master")
+            .to_owned();
+        body.push_str(&format!(
+            r#"<form method="post" action="{here}/deploy" id="deploy" class="inline">{csrf}
+<label>Branch or commit <input name="ref" value="{branch}" required></label> <button type="submit">Deploy</button></form>
+<form method="post" action="{here}/rewind" class="inline">{csrf}<button class="quiet" type="submit">Rewind to the previous image</button></form>"#,
+            branch = esc(&branch)
+        ));
+    }
+    let history = person
+        .api
+        .get(&format!("{here}/deploys"))
+        .await
+        .unwrap_or(Value::Null);
+    let rows: Vec<Vec<String>> = list(&history, "deploys")
+        .iter()
+        .map(|d| {
+            vec![
+                format!(
+                    r#"<a href="{here}/deploys/{}">{}</a>"#,
+                    seg(text(d, "deploy_id")),
+                    html::time(text(d, "created_at"))
+                ),
+                html::sha(Some(text(d, "git_sha"))),
+                html::status(text(d, "status")),
+                if d.get("rewound_from").is_some_and(|r| !r.is_null()) {
+                    "rewind".to_owned()
+                } else {
+                    "build".to_owned()
+                },
+                html::time(text(d, "finished_at")),
+            ]
+        })
+        .collect();
+    body.push_str(&html::table(
+        &["requested", "commit", "status", "kind", "finished"],
+        &rows,
+        "No deploys yet.",
+    ));
+
+    body.push_str(&domains_section(&person, &app, &here, &csrf).await);
+    body.push_str(&data_section(&person, is_static, &here).await);
+
+    if !is_static && may(&app, Action::Read) {
+        body.push_str(&format!(
+            r#"<h2>Runtime log</h2><form method="post" action="{here}/runtime-log" id="runtime-log">{csrf}
+<label>Command on <code>app.log</code> <input name="command" value="tail -n 200 app.log" size="40"></label>
+<button type="submit">Run</button></form>"#
+        ));
+    }
+    person_page(
+        &person,
+        &format!("{} · {}", text(&app, "name"), text(&channel, "name")),
+        &body,
+    )
+}
+
+async fn domains_section(person: &Person, app: &Value, here: &str, csrf: &str) -> String {
+    let domains = person
+        .api
+        .get(&format!("{here}/domains"))
+        .await
+        .unwrap_or(Value::Null);
+    let manage = may(app, Action::ManageDomains);
+    let rows: Vec<Vec<String>> = list(&domains, "domains")
+        .iter()
+        .map(|d| {
+            let name = text(d, "domain");
+            let records = &d["dns_records"];
+            let a_values: Vec<&str> = list(records, "a_values").iter().filter_map(Value::as_str).collect();
+            let dns = format!(
+                "TXT <code>{}</code> = <code>{}</code><br>CNAME to <code>{}</code> (a subdomain), or A to <code>{}</code> (an apex)",
+                esc(text(records, "txt_host")),
+                esc(text(records, "txt_value")),
+                esc(text(records, "cname_target")),
+                esc(&a_values.join(", ")),
+            );
+            let mut actions = String::new();
+            if manage {
+                actions = format!(
+                    r#"<form method="post" class="inline" action="{here}/domains/{d}/verify">{csrf}<button class="quiet" type="submit">Verify</button></form>
+<form method="post" class="inline" action="{here}/domains/{d}/remove">{csrf}<button class="quiet" type="submit">Detach</button></form>"#,
+                    d = seg(name)
+                );
+            }
+            let reason = d.get("reason").and_then(Value::as_str).map(|r| format!(" ({})", esc(r))).unwrap_or_default();
+            vec![esc(name), format!("{}{reason}", html::status(text(d, "status"))), dns, actions]
+        })
+        .collect();
+    let mut out = String::from("<h2>Custom domains</h2>");
+    out.push_str(&html::table(
+        &["domain", "status", "DNS records to create", ""],
+        &rows,
+        "No custom domains.",
+    ));
+    if manage {
+        out.push_str(&format!(
+            r#"<form method="post" action="{here}/domains" id="attach-domain">{csrf}<label>Domain <input name="domain" required></label> <button type="submit">Attach</button></form>"#
+        ));
+    }
+    out
+}
+
+async fn data_section(person: &Person, is_static: bool, here: &str) -> String {
+    let mut out = String::new();
+    if !is_static {
+        out.push_str("<h2>SQL database</h2>");
+        match person.api.get(&format!("{here}/postgres")).await {
+            Ok(db) => {
+                out.push_str(&html::table(
+                    &["database", "status", "size", "connections"],
+                    &[vec![
+                        format!("<code>{}</code>", esc(text(&db, "db_name"))),
+                        html::status(text(&db, "status")),
+                        html::bytes(db["storage_bytes"].as_u64().unwrap_or(0)),
+                        format!(
+                            "{} of {}",
+                            db["connection_count"].as_u64().unwrap_or(0),
+                            db["connection_limit"].as_u64().unwrap_or(0)
+                        ),
+                    ]],
+                    "",
+                ));
+                let snapshots = person
+                    .api
+                    .get(&format!("{here}/postgres/snapshots"))
+                    .await
+                    .unwrap_or(Value::Null);
+                let rows: Vec<Vec<String>> = snapshots
+                    .as_array()
+                    .map_or(&[][..], Vec::as_slice)
+                    .iter()
+                    .map(|s| {
+                        vec![
+                            html::time(text(s, "created_at")),
+                            esc(text(s, "kind")),
+                            html::sha(s.get("git_sha").and_then(Value::as_str)),
+                            s["size_bytes"].as_u64().map_or("—".into(), html::bytes),
+                            if s["aligned_blob"].as_bool() == Some(true) {
+                                "yes".into()
+                            } else {
+                                "no".into()
+                            },
+                        ]
+                    })
+                    .collect();
+                out.push_str(&html::table(
+                    &[
+                        "snapshot taken",
+                        "kind",
+                        "commit",
+                        "size",
+                        "bucket snapshot too",
+                    ],
+                    &rows,
+                    "No snapshots yet.",
+                ));
+            }
+            Err(f) => out.push_str(&html::banner("warning", &f.message)),
+        }
+    }
+    out.push_str("<h2>Object storage</h2>");
+    match person.api.get(&format!("{here}/blob")).await {
+        Ok(blob) => out.push_str(&html::table(
+            &["bucket", "status", "usage", "endpoint", "external access"],
+            &[vec![
+                format!("<code>{}</code>", esc(text(&blob, "virtual_bucket"))),
+                html::status(text(&blob, "status")),
+                html::bytes(blob["usage_bytes"].as_u64().unwrap_or(0)),
+                format!("<code>{}</code>", esc(text(&blob, "virtual_endpoint"))),
+                if blob["external_enabled"].as_bool() == Some(true) {
+                    "on".into()
+                } else {
+                    "off".into()
+                },
+            ]],
+            "",
+        )),
+        Err(f) => out.push_str(&html::banner("warning", &f.message)),
+    }
+    let snapshots = person
+        .api
+        .get(&format!("{here}/blob/snapshots"))
+        .await
+        .unwrap_or(Value::Null);
+    let rows: Vec<Vec<String>> = snapshots
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(|s| {
+            vec![
+                html::time(text(s, "snapshot_ts")),
+                esc(text(s, "kind")),
+                s["object_count"].as_i64().unwrap_or(0).to_string(),
+                if s["pg_snapshot_id"].is_string() {
+                    "yes".into()
+                } else {
+                    "no".into()
+                },
+            ]
+        })
+        .collect();
+    out.push_str(&html::table(
+        &[
+            "bucket snapshot as of",
+            "kind",
+            "objects",
+            "database snapshot too",
+        ],
+        &rows,
+        "No bucket snapshots yet.",
+    ));
+    out
+}
+
+async fn deploy(Path((app_id, channel_id)): Path<(String, String)>, write: Write) -> Response {
+    let (_, here) = paths(&app_id, &channel_id);
+    match write
+        .person
+        .api
+        .write(
+            Method::POST,
+            &format!("{here}/deploy"),
+            &json!({"sha": write.fields.get("ref")}),
+        )
+        .await
+    {
+        Ok(d) => see(&format!("{here}/deploys/{}", seg(text(&d, "deploy_id")))),
+        Err(f) => write.person.refused(&f, &here),
+    }
+}
+
+async fn rewind(Path((app_id, channel_id)): Path<(String, String)>, write: Write) -> Response {
+    let (_, here) = paths(&app_id, &channel_id);
+    match write
+        .person
+        .api
+        .send(Method::POST, &format!("{here}/rewind"), None)
+        .await
+    {
+        Ok(answer) => match answer.json() {
+            Ok(d) => see(&format!("{here}/deploys/{}", seg(text(&d, "deploy_id")))),
+            Err(f) => write.person.refused(&f, &here),
+        },
+        Err(f) => write.person.refused(&f, &here),
+    }
+}
+
+async fn attach_domain(
+    Path((app_id, channel_id)): Path<(String, String)>,
+    write: Write,
+) -> Response {
+    let (_, here) = paths(&app_id, &channel_id);
+    match write
+        .person
+        .api
+        .write(
+            Method::POST,
+            &format!("{here}/domains"),
+            &json!({"domain": write.fields.get("domain")}),
+        )
+        .await
+    {
+        Ok(_) => see(&format!("{here}?done=domain-attached")),
+        Err(f) => write.person.refused(&f, &here),
+    }
+}
+
+async fn verify_domain(
+    Path((app_id, channel_id, domain)): Path<(String, String, String)>,
+    write: Write,
+) -> Response {
+    let (_, here) = paths(&app_id, &channel_id);
+    let path = format!("{here}/domains/{}/verify", seg(&domain));
+    match write.person.api.send(Method::POST, &path, None).await {
+        Ok(_) => see(&format!("{here}?done=domain-verified")),
+        Err(f) => write.person.refused(&f, &here),
+    }
+}
+
+async fn detach_domain(
+    Path((app_id, channel_id, domain)): Path<(String, String, String)>,
+    write: Write,
+) -> Response {
+    let (_, here) = paths(&app_id, &channel_id);
+    match write
+        .person
+        .api
+        .delete(&format!("{here}/domains/{}", seg(&domain)))
+        .await
+    {
+        Ok(_) => see(&format!("{here}?done=domain-removed")),
+        Err(f) => write.person.refused(&f, &here),
+    }
+}
+
+async fn runtime_log(Path((app_id, channel_id)): Path<(String, String)>, write: Write) -> Response {
+    let (_, here) = paths(&app_id, &channel_id);
+    let mut request = json!({});
+    if let Some(command) = write.fields.opt("command") {
+        request["command"] = json!(command);
+    }
+    match write
+        .person
+        .api
+        .write(Method::POST, &format!("{here}/runtime/log"), &request)
+        .await
+    {
+        Ok(log) => {
+            let facts = html::table(
+                &[
+                    "generation",
+                    "state",
+                    "exit code",
+                    "restarts",
+                    "started",
+                    "finished",
+                ],
+                &[vec![
+                    log["container_index"].as_i64().unwrap_or(0).to_string(),
+                    format!(
+                        "{}{}",
+                        html::status(text(&log, "status")),
+                        if log["oom_killed"].as_bool() == Some(true) {
+                            " (out of memory)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    log["exit_code"]
+                        .as_i64()
+                        .map_or("—".into(), |c| c.to_string()),
+                    log["restart_count"].as_i64().unwrap_or(0).to_string(),
+                    esc(text(&log, "started_at")),
+                    esc(text(&log, "finished_at")),
+                ]],
+                "",
+            );
+            let body = format!(
+                r#"<p><a href="{here}">Back to the channel</a></p>{facts}<pre class="log" id="runtime-output">{}</pre>"#,
+                esc(text(&log, "output"))
+            );
+            person_page(&write.person, "Runtime log", &body)
+        }
+        Err(f) => write.person.refused(&f, &here),
+    }
+}

@@ -1,0 +1,107 @@
+//! `/apps/{id}/channels/{cid}/deploys/{did}`: one deploy's status and build log. While the deploy is queued or
+//! running, the page's script reads the log on from where the page left it (`.../log.json?offset=`, the log
+//! route's next window) every second, until the deploy's status is `success` or `failed` and the whole log is
+//! shown.
+
+use axum::Json;
+use axum::extract::{Path, Query};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{person_page, text};
+use crate::api::deploys::MAX_WINDOW;
+use crate::console::ConsoleRouter;
+use crate::console::html::{self, esc, seg};
+use crate::console::session::Person;
+use crate::mcp::rest::with_query;
+
+/// The routes of this page.
+pub fn routes() -> ConsoleRouter {
+    let base = "/apps/{app_id}/channels/{channel_id}/deploys/{deploy_id}";
+    ConsoleRouter::new()
+        .route(base, get(deploy))
+        .route(&format!("{base}/log.json"), get(log_window))
+}
+
+/// One window of the log from `offset`.
+async fn window(
+    person: &Person,
+    channel: &str,
+    deploy_id: &str,
+    offset: u64,
+) -> Result<Value, crate::mcp::rest::Failure> {
+    let path = with_query(
+        &format!("{channel}/logs"),
+        &[
+            ("deploy", Some(deploy_id.to_owned())),
+            ("offset", Some(offset.to_string())),
+            ("max_bytes", Some(MAX_WINDOW.to_string())),
+        ],
+    );
+    person.api.get(&path).await
+}
+
+async fn deploy(
+    person: Person,
+    Path((app_id, channel_id, deploy_id)): Path<(String, String, String)>,
+) -> Response {
+    let channel = format!("/apps/{}/channels/{}", seg(&app_id), seg(&channel_id));
+    let here = format!("{channel}/deploys/{}", seg(&deploy_id));
+    let log = match window(&person, &channel, &deploy_id, 0).await {
+        Ok(v) => v,
+        Err(f) => return person.refused(&f, &here),
+    };
+    let status = text(&log, "status");
+    let next = log["offset"].as_u64().unwrap_or(0) + log["window_bytes"].as_u64().unwrap_or(0);
+    let rewound = log
+        .get("rewound_from")
+        .and_then(Value::as_str)
+        .map(|from| format!(" · rewind of deploy <code>{}</code>", esc(from)))
+        .unwrap_or_default();
+    let body = format!(
+        r#"<p><a href="{channel}">Back to the channel</a></p>
+<p>Status <span id="deploy-status" class="status status-{status_class}">{status_text}</span> · commit {sha} · started {started} · finished <span id="deploy-finished">{finished}</span>{rewound}</p>
+<pre class="log" id="deploy-log" data-source="{here}/log.json" data-offset="{next}" data-status="{status_text}" data-status-id="deploy-status">{log}</pre>"#,
+        status_class = esc(status),
+        status_text = esc(status),
+        sha = html::sha(Some(text(&log, "git_sha"))),
+        started = esc(text(&log, "started_at")),
+        finished = esc(log
+            .get("finished_at")
+            .and_then(Value::as_str)
+            .unwrap_or("—")),
+        log = esc(text(&log, "log")),
+    );
+    person_page(&person, "Deploy", &body)
+}
+
+#[derive(Debug, Deserialize)]
+struct Offset {
+    offset: Option<u64>,
+}
+
+/// The next window of the log, for the page's script: `{status, log, next_offset, log_bytes}`.
+async fn log_window(
+    person: Person,
+    Path((app_id, channel_id, deploy_id)): Path<(String, String, String)>,
+    Query(query): Query<Offset>,
+) -> Response {
+    let channel = format!("/apps/{}/channels/{}", seg(&app_id), seg(&channel_id));
+    match window(&person, &channel, &deploy_id, query.offset.unwrap_or(0)).await {
+        Ok(log) => Json(json!({
+            "status": log["status"],
+            "log": log["log"],
+            "next_offset": log["offset"].as_u64().unwrap_or(0) + log["window_bytes"].as_u64().unwrap_or(0),
+            "log_bytes": log["log_bytes"],
+            "finished_at": log["finished_at"],
+        }))
+        .into_response(),
+        Err(f) => (
+            axum::http::StatusCode::from_u16(f.status).unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
+            Json(json!({"error": {"code": f.code, "message": f.message}})),
+        )
+            .into_response(),
+    }
+}

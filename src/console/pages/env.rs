@@ -1,0 +1,177 @@
+//! `/apps/{id}/env`: an app's variables and secrets. Secret values are never shown in the list (the API answers
+//! them as null); the owner may reveal one through the reveal route, which records the `env.reveal` audit event
+//! before it answers, and the value is shown on that one page only.
+
+use axum::extract::{Path, Query};
+use axum::http::Method;
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use super::{Done, list, may, notice, person_page, see, text};
+use crate::api::access::Action;
+use crate::console::ConsoleRouter;
+use crate::console::html::{self, esc, seg};
+use crate::console::session::{Person, Write};
+use crate::mcp::rest::with_query;
+
+/// The routes of this page.
+pub fn routes() -> ConsoleRouter {
+    ConsoleRouter::new()
+        .route("/apps/{app_id}/env", get(env).post(set))
+        .route("/apps/{app_id}/env/{key}/delete", post(delete))
+        .route("/apps/{app_id}/env/{key}/reveal", post(reveal))
+}
+
+const NOTICES: &[(&str, &str)] = &[
+    ("saved", "Saved. It takes effect at the next deploy."),
+    ("deleted", "Deleted. It takes effect at the next deploy."),
+];
+
+async fn env(person: Person, Path(app_id): Path<String>, Query(done): Query<Done>) -> Response {
+    let base = format!("/apps/{}", seg(&app_id));
+    let here = format!("{base}/env");
+    let app = match person.api.get(&base).await {
+        Ok(v) => v,
+        Err(f) => return person.refused(&f, &here),
+    };
+    let rows = match person.api.get(&here).await {
+        Ok(v) => v,
+        Err(f) => return person.refused(&f, &here),
+    };
+    let channels = list(&app, "channels");
+    let channel_name = |id: &str| {
+        channels
+            .iter()
+            .find(|c| text(c, "id") == id)
+            .map_or_else(|| id.to_owned(), |c| text(c, "name").to_owned())
+    };
+    let csrf = html::csrf_field(&person.session.csrf);
+    let writes = may(&app, Action::Write);
+    let reveals = super::role_of(&app) == Some(crate::api::access::Role::Owner);
+    let table_rows: Vec<Vec<String>> = list(&rows, "env")
+        .iter()
+        .map(|e| {
+            let key = text(e, "key");
+            let channel_id = e.get("channel_id").and_then(Value::as_str).unwrap_or_default();
+            let scope = if channel_id.is_empty() {
+                "app".to_owned()
+            } else {
+                format!("channel {}", esc(&channel_name(channel_id)))
+            };
+            let value = match e.get("value").and_then(Value::as_str) {
+                Some(v) => format!("<code>{}</code>", esc(v)),
+                None => r#"<span class="hint">hidden</span>"#.to_owned(),
+            };
+            let hidden_channel = format!(
+                r#"<input type="hidden" name="channel_id" value="{}">"#,
+                esc(channel_id)
+            );
+            let mut actions = String::new();
+            if reveals && text(e, "kind") == "secret" {
+                actions.push_str(&format!(
+                    r#"<form method="post" class="inline" action="{here}/{}/reveal">{csrf}{hidden_channel}<button class="quiet" type="submit">Reveal</button></form> "#,
+                    seg(key)
+                ));
+            }
+            if writes {
+                actions.push_str(&format!(
+                    r#"<form method="post" class="inline" action="{here}/{}/delete">{csrf}{hidden_channel}<button class="quiet" type="submit">Delete</button></form>"#,
+                    seg(key)
+                ));
+            }
+            vec![
+                format!("<code>{}</code>", esc(key)),
+                esc(text(e, "kind")),
+                scope,
+                value,
+                actions,
+            ]
+        })
+        .collect();
+    let mut body = notice(done.done.as_deref(), NOTICES);
+    body.push_str(&format!(r#"<p><a href="{base}">Back to the app</a></p>"#));
+    body.push_str(&html::table(
+        &["key", "kind", "scope", "value", ""],
+        &table_rows,
+        "No variables.",
+    ));
+    if writes {
+        let options: String = channels
+            .iter()
+            .map(|c| {
+                format!(
+                    r#"<option value="{}">channel {}</option>"#,
+                    esc(text(c, "id")),
+                    esc(text(c, "name"))
+                )
+            })
+            .collect();
+        body.push_str(&format!(
+            r#"<section class="card"><h2>Set a variable</h2><form method="post" action="{here}" id="set-env">{csrf}
+<label>Key <input name="key" required pattern="[A-Z_][A-Z0-9_]*"></label>
+<label>Value <input name="value"></label>
+<label>Kind <select name="kind"><option value="env">variable</option><option value="secret">secret</option></select></label>
+<label>Scope <select name="channel_id"><option value="">app default</option>{options}</select></label>
+<button type="submit">Save</button></form></section>"#
+        ));
+    }
+    person_page(
+        &person,
+        &format!("{} · environment", text(&app, "name")),
+        &body,
+    )
+}
+
+async fn set(Path(app_id): Path<String>, write: Write) -> Response {
+    let here = format!("/apps/{}/env", seg(&app_id));
+    let mut body = json!({
+        "key": write.fields.get("key"),
+        "value": write.fields.raw("value"),
+        "kind": write.fields.get("kind"),
+    });
+    if let Some(channel) = write.fields.opt("channel_id") {
+        body["channel_id"] = json!(channel);
+    }
+    match write.person.api.write(Method::POST, &here, &body).await {
+        Ok(_) => see(&format!("{here}?done=saved")),
+        Err(f) => write.person.refused(&f, &here),
+    }
+}
+
+async fn delete(Path((app_id, key)): Path<(String, String)>, write: Write) -> Response {
+    let here = format!("/apps/{}/env", seg(&app_id));
+    let path = with_query(
+        &format!("{here}/{}", seg(&key)),
+        &[("channel_id", write.fields.opt("channel_id"))],
+    );
+    match write.person.api.delete(&path).await {
+        Ok(_) => see(&format!("{here}?done=deleted")),
+        Err(f) => write.person.refused(&f, &here),
+    }
+}
+
+async fn reveal(Path((app_id, key)): Path<(String, String)>, write: Write) -> Response {
+    let here = format!("/apps/{}/env", seg(&app_id));
+    let path = with_query(
+        &format!("{here}/{}/value", seg(&key)),
+        &[("channel_id", write.fields.opt("channel_id"))],
+    );
+    match write.person.api.get(&path).await {
+        Ok(revealed) => {
+            let body = format!(
+                r#"{}<p><code>{}</code> ({} scope):</p><p><code class="secret" id="revealed">{}</code> <button type="button" data-copy="revealed">Copy</button></p>
+<p><a href="{here}">Back to the environment</a></p>"#,
+                html::banner(
+                    "warning",
+                    "This reveal is recorded in the app's activity journal."
+                ),
+                esc(text(&revealed, "key")),
+                esc(text(&revealed, "scope")),
+                esc(text(&revealed, "value")),
+            );
+            person_page(&write.person, "Secret value", &body)
+        }
+        Err(f) => write.person.refused(&f, &here),
+    }
+}

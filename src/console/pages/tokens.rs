@@ -1,0 +1,191 @@
+//! `/tokens` ({console_url}/tokens in the spec): the account's tokens with label, scopes, expiry and last use,
+//! revocation, and minting a token with a label (`?label=ci` prefills it). A minted token's plaintext is shown
+//! once, on the page that answers the mint, with a copy button; nothing keeps it.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{list, notice, person_page, see, text};
+use crate::console::html::{self, esc, seg};
+use crate::console::session::{Person, Write};
+use crate::console::{Console, ConsoleRouter};
+use crate::mcp::rest::Failure;
+
+/// The routes of this page.
+pub fn routes() -> ConsoleRouter {
+    ConsoleRouter::new()
+        .route("/tokens", get(tokens).post(mint))
+        .route("/tokens/{token_id}/revoke", post(revoke))
+}
+
+/// Lives a person may pick for a token, in seconds (`None`: it does not expire).
+const LIVES: &[(&str, &str, Option<i64>)] = &[
+    ("30d", "30 days", Some(30 * 86_400)),
+    ("90d", "90 days", Some(90 * 86_400)),
+    ("1y", "1 year", Some(365 * 86_400)),
+    ("never", "never expires", None),
+];
+
+#[derive(Debug, Default, Deserialize)]
+struct TokensQuery {
+    label: Option<String>,
+    done: Option<String>,
+}
+
+fn origin_name(origin: Option<&str>) -> &'static str {
+    match origin {
+        Some("console") => "console",
+        Some("console_session") => "console sign-in",
+        Some("registration") => "registration",
+        Some("ssh_login") => "SSH login",
+        _ => "API",
+    }
+}
+
+async fn tokens(person: Person, Query(query): Query<TokensQuery>) -> Response {
+    let listing = match person.api.get("/tokens").await {
+        Ok(v) => v,
+        Err(f) => return person.refused(&f, "/tokens"),
+    };
+    let csrf = html::csrf_field(&person.session.csrf);
+    let rows: Vec<Vec<String>> = list(&listing, "tokens")
+        .iter()
+        .map(|t| {
+            let id = text(t, "id");
+            let this_session = id == person.session.token_id.to_string();
+            let scopes: Vec<&str> = list(t, "scopes").iter().filter_map(Value::as_str).collect();
+            let revoke = if this_session {
+                r#"<span class="hint">this browser's sign-in</span>"#.to_owned()
+            } else {
+                format!(
+                    r#"<form method="post" class="inline" action="/tokens/{}/revoke">{csrf}<button class="quiet" type="submit">Revoke</button></form>"#,
+                    seg(id)
+                )
+            };
+            vec![
+                format!(
+                    r#"<span class="token-label" data-token="{}">{}</span>"#,
+                    esc(id),
+                    esc(t.get("label").and_then(Value::as_str).unwrap_or("—"))
+                ),
+                esc(origin_name(t.get("origin").and_then(Value::as_str))),
+                format!("<small>{}</small>", esc(&scopes.join(" "))),
+                html::time(t.get("created_at").and_then(Value::as_str).unwrap_or("—")),
+                html::time(t.get("expires_at").and_then(Value::as_str).unwrap_or("never")),
+                html::time(t.get("last_used_at").and_then(Value::as_str).unwrap_or("never")),
+                revoke,
+            ]
+        })
+        .collect();
+    let options: String = LIVES
+        .iter()
+        .map(|(value, label, _)| format!(r#"<option value="{value}">{label}</option>"#))
+        .collect();
+    let mut body = notice(
+        query.done.as_deref(),
+        &[("revoked", "The token is revoked; it stops working at once.")],
+    );
+    body.push_str(&format!(
+        r#"<section class="card"><h2>New token</h2>
+<form method="post" action="/tokens" id="mint-token">{csrf}
+<label>Label <input name="label" id="token-label" value="{label}" maxlength="{max}" required></label>
+<label>Expires <select name="life">{options}</select></label>
+<button type="submit">Create token</button></form>
+<p class="hint">A token carries the nine default scopes. It is shown once, right after you create it.</p></section>"#,
+        label = esc(query.label.as_deref().unwrap_or_default()),
+        max = crate::api::tokens::MAX_LABEL,
+    ));
+    body.push_str("<h2>Your tokens</h2>");
+    body.push_str(&html::table(
+        &[
+            "label",
+            "made by",
+            "scopes",
+            "created",
+            "expires",
+            "last used",
+            "",
+        ],
+        &rows,
+        "No tokens.",
+    ));
+    person_page(&person, "Tokens", &body)
+}
+
+async fn mint(State(console): State<Arc<Console>>, write: Write) -> Response {
+    // The session must still be live (the same check as every route's) before it vouches for a new token.
+    let caller = match crate::auth::authenticate(&console.state, &write.person.session.token).await
+    {
+        Ok(caller) => caller,
+        Err(e) => return write.person.refused(&Failure::of_error(&e), "/tokens"),
+    };
+    let Some((_, _, life)) = LIVES
+        .iter()
+        .find(|(value, _, _)| *value == write.fields.get("life"))
+    else {
+        return write.person.refused(
+            &Failure::bad_request("pick how long the token lives"),
+            "/tokens",
+        );
+    };
+    let minted = match crate::api::tokens::mint_for_person(
+        &console.state,
+        caller.user_id,
+        write.fields.opt("label"),
+        *life,
+    )
+    .await
+    {
+        Ok(minted) => minted,
+        Err(e) => return write.person.refused(&Failure::of_error(&e), "/tokens"),
+    };
+    let body = format!(
+        r#"{notice}<p>Token <b>{label}</b>, {expiry}:</p>
+<p><code class="secret" id="new-token">{token}</code> <button type="button" data-copy="new-token" id="copy-token">Copy</button></p>
+<p><a href="/tokens">Back to your tokens</a></p>"#,
+        notice = html::banner(
+            "warning",
+            "Copy it now: this is the only time it is shown. Use it as `Authorization: Bearer <token>`, or as the git password."
+        ),
+        label = esc(minted.label.as_deref().unwrap_or("—")),
+        expiry = minted
+            .expires_at
+            .map_or("never expires".to_owned(), |at| format!(
+                "expires {}",
+                esc(&at.to_rfc3339())
+            )),
+        token = esc(&minted.token),
+    );
+    person_page(&write.person, "Your new token", &body)
+}
+
+async fn revoke(Path(token_id): Path<String>, write: Write) -> Response {
+    match write
+        .person
+        .api
+        .delete(&format!("/tokens/{}", seg(&token_id)))
+        .await
+    {
+        Ok(_) => see("/tokens?done=revoked"),
+        Err(f) => write.person.refused(&f, "/tokens"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_life_is_one_the_api_takes() {
+        for (_, _, life) in LIVES {
+            if let Some(seconds) = life {
+                assert!((1..=crate::api::tokens::MAX_TOKEN_SECONDS).contains(seconds));
+            }
+        }
+    }
+}

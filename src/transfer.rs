@@ -1,0 +1,746 @@
+//! Moving an app to another account: the console's ownership transfer (hosting API part 1, authentication rule 6:
+//! console only, and no setting opens it; there is no route). Only the owner may, a person signed in to the console
+//! (never an agent credential), confirming by typing the app's name.
+//!
+//! What an app is made of decides how it moves. Its resources live in the owner's namespace and the owner is part
+//! of every hostname (`<app>-<owner>`), so the App and its Channels are written anew in the new owner's namespace
+//! and get new ids; everything the platform database keeps under the old ids is re-keyed to the new ones in one
+//! transaction: variables and secrets, memberships (the new owner's own membership goes; the old owner keeps no
+//! role), the activity journal, notes and feedback, the mirror's settings, deploy env snapshots, the runtime-log
+//! archive, SQL and bucket snapshots, and the records of each channel's database and bucket, so the operator
+//! adopts the same database and bucket for the new channel instead of making new ones. The bare repository is
+//! renamed into the new owner's directory. Then the old App is deleted: its channels' finalizers look their
+//! database and bucket up by the old ids and find none of the moved ones to drop. Last, every channel that served
+//! a commit is deployed again at that commit under its new hostname.
+//!
+//! A channel the operator has already given a fresh database or bucket under its new id (it reconciles the new
+//! channel at once) has that record swapped with the moved one, so the old channel's finalizer removes the fresh,
+//! empty one: nothing is orphaned and nothing moved is dropped.
+//!
+//! Refused before anything is written: a deploy in flight (409 `channel_busy`), custom domains or raw TCP forwards
+//! (409: they are tied to hostnames and addresses that change; detach and unexpose first), an App or Channel
+//! naming a GitOps `envSecret` (409: the Secret lives in the old namespace), an account that does not exist or is
+//! the owner (404 / 400), a wrong confirmation (400 `invalid_confirmation`), a name the new owner already uses and
+//! the new owner's channel cap (the same claims as creating channels: 400 / 403 `plan_limit_exceeded`). A failure
+//! while writing undoes what was written (the new resources, the claims, the repository's move). Deploys (the
+//! history and the images they built) do not move: they go with the old resources, and the new channels' history
+//! starts with their redeploy.
+
+use std::sync::Arc;
+
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+use slipway_crds::names::{self, AppName, ChannelName, GitRefBinding, Username};
+use slipway_crds::plans::Plan;
+use slipway_crds::{App, AppSpec, Channel, DeploySpec, labels};
+use uuid::Uuid;
+
+use crate::api::access::{self, Action, VisibleApp};
+use crate::api::claims;
+use crate::api::error::ApiError;
+use crate::api::state::AppState;
+use crate::auth::Caller;
+use crate::platform::tenancy::{self, FIELD_MANAGER};
+
+/// What the person asked for.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The app.
+    pub app_id: Uuid,
+    /// The new owner's username.
+    pub to: String,
+    /// The app's name, typed to confirm.
+    pub confirm_name: String,
+}
+
+/// A moved app.
+#[derive(Debug, Clone)]
+pub struct Moved {
+    /// Its new id.
+    pub app_id: Uuid,
+    /// Its new owner.
+    pub to: String,
+    /// The deploys queued under the new owner, one per channel that served a commit.
+    pub deploys: Vec<String>,
+}
+
+/// The new owner, as the database knows them.
+struct Target {
+    id: Uuid,
+    username: Username,
+    plan: &'static Plan,
+    namespace: String,
+}
+
+/// Moves the app `request.app_id` from `caller` (its owner) to the account `request.to`. See the module docs.
+pub async fn transfer(
+    state: &AppState,
+    caller: &Caller,
+    request: Request,
+) -> Result<Moved, ApiError> {
+    if caller.is_agent {
+        return Err(ApiError::PermissionDenied(
+            "ownership transfer is for people in the console, never for an agent credential".into(),
+        ));
+    }
+    let app = access::authorize(state, caller, request.app_id, Action::TransferApp).await?;
+    if request.confirm_name != app.name.as_str() {
+        return Err(ApiError::InvalidConfirmation(format!(
+            "type the app's name, {}, to confirm the transfer",
+            app.name
+        )));
+    }
+    let target = target(state, &request.to, &app).await?;
+    let channels = app.channels(state);
+    refuse_what_cannot_move(state, &app, &channels)?;
+    let existing: Vec<String> = state
+        .cache()
+        .apps_in(&target.namespace)
+        .iter()
+        .map(|a| a.name_any())
+        .collect();
+    slipway_webhooks::rules::app_name_free(&app.name, existing.iter().map(String::as_str))?;
+
+    let names: Vec<ChannelName> = channels
+        .iter()
+        .map(|c| c.channel_name().parse())
+        .collect::<Result<_, _>>()?;
+    claim_all(state, &target, &app.name, &names).await?;
+    let written = write_new(state, &app, &target, &channels).await;
+    let (new_app, pairs) = match written {
+        Ok(done) => done,
+        Err(e) => {
+            release_all(state, &target.namespace, &app.name, &names).await;
+            return Err(e);
+        }
+    };
+    let undo = |e: ApiError| async {
+        undo_new(state, &target, &app.name, &names, &new_app).await;
+        e
+    };
+    let old_repo = state.repos().path(&app.owner, &app.name);
+    let new_repo = state.repos().path(&target.username, &app.name);
+    if let Err(e) = move_repository(&old_repo, &new_repo).await {
+        return Err(undo(e.into()).await);
+    }
+    if let Err(e) = rekey(state, &app, &target, new_app.id, &pairs).await {
+        let _ = move_repository(&new_repo, &old_repo).await;
+        return Err(undo(e.into()).await);
+    }
+
+    // The move is done; what follows tidies up after the old app, and only logs a failure.
+    let apps: Api<App> = Api::namespaced(state.kube().clone(), &app.namespace);
+    match apps
+        .delete(app.name.as_str(), &DeleteParams::background())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => {
+            tracing::error!(error = %e, app = %app.name, "the transferred app's old App could not be deleted")
+        }
+    }
+    // The old owner's next request must not find it in this process's cache any more.
+    if let Err(e) = state.cache().app_gone(&app.id.to_string()).await {
+        tracing::error!(error = %e, "the transferred app's old App stayed in the cache");
+    }
+    if let Err(e) = claims::release_app(state, &app.namespace, &app.name).await {
+        tracing::error!(error = %e, "the transferred app's old claims could not be released");
+    }
+    if let Err(e) = crate::db::audit::record(
+        state.db(),
+        caller,
+        Some(new_app.id),
+        "app.transferred",
+        serde_json::json!({"from": app.owner.as_str(), "to": target.username.as_str(), "previous_app_id": app.id}),
+    )
+    .await
+    {
+        tracing::error!(error = %e, "the transfer's audit event could not be recorded");
+    }
+    let mut deploys = Vec::new();
+    for (old, new) in &pairs {
+        let Some(sha) = old.status.as_ref().and_then(|s| s.current_sha.clone()) else {
+            continue;
+        };
+        match redeploy(state, &new_app, new, sha).await {
+            Ok(id) => deploys.push(id),
+            Err(e) => {
+                tracing::error!(error = %e, channel = %new.name_any(), "a transferred channel could not be deployed again")
+            }
+        }
+    }
+    Ok(Moved {
+        app_id: new_app.id,
+        to: target.username.to_string(),
+        deploys,
+    })
+}
+
+/// The account `to`: it must exist, be active and not be the owner.
+async fn target(state: &AppState, to: &str, app: &VisibleApp) -> Result<Target, ApiError> {
+    let username: Username = to
+        .trim()
+        .parse()
+        .map_err(|_| ApiError::NotFound("account"))?;
+    if username == app.owner {
+        return Err(ApiError::bad_request(
+            "the app already belongs to that account",
+        ));
+    }
+    let user = crate::db::users::by_username(state.db(), username.as_str())
+        .await?
+        .ok_or(ApiError::NotFound("account"))?;
+    let active: bool = sqlx::query_scalar("SELECT deactivated_at IS NULL FROM users WHERE id = $1")
+        .bind(user.id)
+        .fetch_one(state.db())
+        .await?;
+    if !active {
+        return Err(ApiError::NotFound("account"));
+    }
+    let plan =
+        Plan::by_tier(&user.plan).ok_or_else(|| anyhow::anyhow!("unknown plan {}", user.plan))?;
+    Ok(Target {
+        id: user.id,
+        namespace: labels::user_namespace(&username),
+        username,
+        plan,
+    })
+}
+
+/// 409 for what a transfer cannot carry: a deploy in flight, custom domains, forwards, GitOps env Secrets.
+fn refuse_what_cannot_move(
+    state: &AppState,
+    app: &VisibleApp,
+    channels: &[Arc<Channel>],
+) -> Result<(), ApiError> {
+    if app.app.spec.env_secret.is_some() || channels.iter().any(|c| c.spec.env_secret.is_some()) {
+        return Err(ApiError::Conflict(
+            "the app or a channel names an envSecret, a Secret in the owner's namespace that cannot move; remove \
+             the reference first"
+                .into(),
+        ));
+    }
+    for channel in channels {
+        let resource = channel.name_any();
+        if state
+            .cache()
+            .deploys_of(&app.namespace, &resource)
+            .iter()
+            .any(|d| {
+                !matches!(
+                    d.status.as_ref().map(|s| s.phase),
+                    Some(slipway_crds::DeployPhase::Success | slipway_crds::DeployPhase::Failed)
+                )
+            })
+        {
+            return Err(ApiError::ChannelBusy(format!(
+                "channel {} has a deploy queued or running; transfer once it finished",
+                channel.channel_name()
+            )));
+        }
+        if !state
+            .cache()
+            .domains_of(&app.namespace, &resource)
+            .is_empty()
+        {
+            return Err(ApiError::Conflict(format!(
+                "channel {} has custom domains, which point at hostnames that change; detach them first",
+                channel.channel_name()
+            )));
+        }
+        if state
+            .cache()
+            .forward_of(&app.namespace, &resource)
+            .is_some()
+        {
+            return Err(ApiError::Conflict(format!(
+                "channel {} is exposed as a raw TCP forward; unexpose it first",
+                channel.channel_name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Claims every channel's slot and hostname for the new owner, or none.
+async fn claim_all(
+    state: &AppState,
+    target: &Target,
+    app: &AppName,
+    channels: &[ChannelName],
+) -> Result<(), ApiError> {
+    for (i, channel) in channels.iter().enumerate() {
+        let new = claims::NewChannel {
+            owner_id: target.id,
+            owner: &target.username,
+            namespace: &target.namespace,
+            app,
+            channel,
+            plan: target.plan,
+        };
+        if let Err(e) = claims::claim(state, &new).await {
+            release_all(state, &target.namespace, app, &channels[..i]).await;
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+async fn release_all(state: &AppState, namespace: &str, app: &AppName, channels: &[ChannelName]) {
+    for channel in channels {
+        if let Err(e) = claims::release(state, namespace, app, channel).await {
+            tracing::error!(error = %e, "a claim of a failed transfer could not be released");
+        }
+    }
+}
+
+/// The new app: its resource and id.
+struct NewApp {
+    id: Uuid,
+    resource: Arc<App>,
+}
+
+/// Writes the App and its Channels in the new owner's namespace; returns the new app and each old channel with
+/// its new one.
+async fn write_new(
+    state: &AppState,
+    app: &VisibleApp,
+    target: &Target,
+    channels: &[Arc<Channel>],
+) -> Result<(NewApp, Vec<(Arc<Channel>, Arc<Channel>)>), ApiError> {
+    tenancy::ensure_user_namespace(state.kube(), &target.username, target.plan.tier).await?;
+    let spec = AppSpec {
+        owner: target.username.to_string(),
+        // Port forwarding needs the new owner's plan to include it; the rest carries over.
+        port_forwarding_enabled: app.app.spec.port_forwarding_enabled
+            && target.plan.port_forwarding,
+        ..app.app.spec.clone()
+    };
+    let resource = App::new(app.name.as_str(), spec);
+    let apps: Api<App> = Api::namespaced(state.kube().clone(), &target.namespace);
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let created = match apps.create(&params, &resource).await {
+        Ok(app) => app,
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            return Err(ApiError::Conflict(format!(
+                "{} already has an app named {}",
+                target.username, app.name
+            )));
+        }
+        Err(e) => return Err(crate::api::apps::admission_or(e)),
+    };
+    let uid = created.metadata.uid.clone().unwrap_or_default();
+    let written = async {
+        let new_app = state.cache().app_appeared(&uid).await?;
+        let mut pairs = Vec::new();
+        for old in channels {
+            let name: ChannelName = old.channel_name().parse()?;
+            let binding: GitRefBinding = old.spec.git_ref_binding.parse()?;
+            let new =
+                match crate::api::apps::create_channel_resource(state, &created, &name, &binding)
+                    .await
+                {
+                    Ok(channel) => channel,
+                    // The operator makes a missing prod channel of a new App too; whichever write lands first is it.
+                    Err(ApiError::BadRequest(_)) => {
+                        Api::<Channel>::namespaced(state.kube().clone(), &target.namespace)
+                            .get(&names::channel_resource_name(&app.name, &name))
+                            .await?
+                    }
+                    Err(e) => return Err(e),
+                };
+            let new = state
+                .cache()
+                .channel_appeared(new.metadata.uid.as_deref().unwrap_or_default())
+                .await?;
+            pairs.push((old.clone(), new));
+        }
+        Ok::<_, ApiError>((new_app, pairs))
+    };
+    match written.await {
+        Ok((resource, pairs)) => Ok((
+            NewApp {
+                id: uid
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("App uid {uid} is not a uuid"))?,
+                resource,
+            },
+            pairs,
+        )),
+        Err(e) => {
+            let _ = apps
+                .delete(app.name.as_str(), &DeleteParams::background())
+                .await;
+            Err(e)
+        }
+    }
+}
+
+/// Takes back the new App and the new owner's claims after a failed move.
+async fn undo_new(
+    state: &AppState,
+    target: &Target,
+    app: &AppName,
+    channels: &[ChannelName],
+    new_app: &NewApp,
+) {
+    let apps: Api<App> = Api::namespaced(state.kube().clone(), &target.namespace);
+    if let Err(e) = apps.delete(app.as_str(), &DeleteParams::background()).await {
+        tracing::error!(error = %e, "the new App of a failed transfer could not be deleted");
+    }
+    let _ = state.cache().app_gone(&new_app.id.to_string()).await;
+    release_all(state, &target.namespace, app, channels).await;
+}
+
+/// Renames the bare repository into the new owner's directory (one rename on one volume: all or nothing).
+async fn move_repository(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    if let Some(parent) = to.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .with_context(|| format!("create {}", parent.display()))?;
+    }
+    match tokio::fs::metadata(to).await {
+        Ok(_) => anyhow::bail!("{} exists already", to.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("look at {}", to.display())),
+    }
+    tokio::fs::rename(from, to)
+        .await
+        .with_context(|| format!("move {} to {}", from.display(), to.display()))
+}
+
+/// Re-keys every row of the platform database from the old ids to the new ones, in one transaction. Sealed values
+/// are bound to their row's ids (the associated data of their encryption), so each moved one is opened under its
+/// old place and sealed again under its new one.
+async fn rekey(
+    state: &AppState,
+    app: &VisibleApp,
+    target: &Target,
+    new_app: Uuid,
+    pairs: &[(Arc<Channel>, Arc<Channel>)],
+) -> anyhow::Result<()> {
+    let ring = state.keyring();
+    let old_app = app.id;
+    let uid = |c: &Channel| -> anyhow::Result<Uuid> {
+        Ok(c.metadata.uid.as_deref().unwrap_or_default().parse()?)
+    };
+    let mut channel_ids = std::collections::HashMap::new();
+    for (old, new) in pairs {
+        channel_ids.insert(uid(old)?, uid(new)?);
+    }
+    let mut tx = state.db().begin().await?;
+    sqlx::query("DELETE FROM app_members WHERE app_id = $1 AND user_id = $2")
+        .bind(old_app)
+        .bind(target.id)
+        .execute(&mut *tx)
+        .await?;
+    for table in [
+        "app_members",
+        "audit_events",
+        "deploy_env_snapshots",
+        "note_threads",
+        "feedback",
+        "postgres_snapshots",
+        "blob_snapshots",
+        "runtime_containers",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {table} SET app_id = $2 WHERE app_id = $1"
+        )))
+        .bind(old_app)
+        .bind(new_app)
+        .execute(&mut *tx)
+        .await?;
+    }
+    for (old_id, new_id) in &channel_ids {
+        for table in [
+            "deploy_env_snapshots",
+            "postgres_snapshots",
+            "blob_snapshots",
+            "runtime_containers",
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE {table} SET channel_id = $2 WHERE channel_id = $1"
+            )))
+            .bind(old_id)
+            .bind(new_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+    move_env(&mut tx, ring, old_app, new_app, &channel_ids).await?;
+    move_mirror_key(&mut tx, ring, old_app, new_app).await?;
+    for (old, new) in pairs {
+        let (old_id, new_id) = (uid(old)?, uid(new)?);
+        let new_label =
+            names::channel_host_label(&app.name, &new.channel_name().parse()?, &target.username)?;
+        let old_label =
+            names::channel_host_label(&app.name, &old.channel_name().parse()?, &app.owner)?;
+        swap_databases(&mut tx, ring, old_id, new_id).await?;
+        swap_stores(&mut tx, ring, old_id, new_id).await?;
+        // The moved records take the new channel's identity; a fresh one the operator made for the new channel
+        // now sits under the old id, with the old identity, for the old channel's finalizer to remove.
+        for (id, app_id, owner, label) in [
+            (
+                new_id,
+                new_app,
+                target.username.as_str(),
+                new_label.as_str(),
+            ),
+            (old_id, old_app, app.owner.as_str(), old_label.as_str()),
+        ] {
+            sqlx::query(
+                "UPDATE channel_databases SET app_id = $2, owner = $3 WHERE channel_id = $1",
+            )
+            .bind(id)
+            .bind(app_id)
+            .bind(owner)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "UPDATE blob_stores SET app_id = $2, owner = $3, virtual_bucket = $4 WHERE channel_id = $1",
+            )
+            .bind(id)
+            .bind(app_id)
+            .bind(owner)
+            .bind(label)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("UPDATE blob_pending SET owner = $2 WHERE channel_id = $1")
+                .bind(id)
+                .bind(owner)
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
+
+/// `sealed` (by the key `key_id`) opened for the place `from` and sealed again for `to`.
+fn reseal(
+    ring: &crate::env::crypto::Keyring,
+    key_id: &str,
+    sealed: &[u8],
+    from: &[u8],
+    to: &[u8],
+) -> anyhow::Result<crate::env::crypto::Sealed> {
+    let plain = zeroize::Zeroizing::new(ring.open(
+        &crate::env::crypto::Sealed {
+            key_id: key_id.to_owned(),
+            bytes: sealed.to_vec(),
+        },
+        from,
+    )?);
+    ring.seal(&plain, to)
+}
+
+/// The app's variables and secrets, under the new app and channel ids.
+async fn move_env(
+    tx: &mut Tx<'_>,
+    ring: &crate::env::crypto::Keyring,
+    old_app: Uuid,
+    new_app: Uuid,
+    channels: &std::collections::HashMap<Uuid, Uuid>,
+) -> anyhow::Result<()> {
+    let rows: Vec<(Option<Uuid>, String, String, Vec<u8>)> = sqlx::query_as(
+        "SELECT channel_id, key, key_id, sealed FROM env_vars WHERE app_id = $1 FOR UPDATE",
+    )
+    .bind(old_app)
+    .fetch_all(&mut **tx)
+    .await?;
+    for (channel, key, key_id, sealed) in rows {
+        let new_channel = channel.map(|c| channels.get(&c).copied().unwrap_or(c));
+        let moved = reseal(
+            ring,
+            &key_id,
+            &sealed,
+            &crate::env::store::place(old_app, channel, &key),
+            &crate::env::store::place(new_app, new_channel, &key),
+        )?;
+        sqlx::query(
+            "UPDATE env_vars SET app_id = $1, channel_id = $2, key_id = $3, sealed = $4
+             WHERE app_id = $5 AND key = $6 AND channel_id IS NOT DISTINCT FROM $7",
+        )
+        .bind(new_app)
+        .bind(new_channel)
+        .bind(&moved.key_id)
+        .bind(&moved.bytes)
+        .bind(old_app)
+        .bind(&key)
+        .bind(channel)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The mirror's settings and deploy key, under the new app id.
+async fn move_mirror_key(
+    tx: &mut Tx<'_>,
+    ring: &crate::env::crypto::Keyring,
+    old_app: Uuid,
+    new_app: Uuid,
+) -> anyhow::Result<()> {
+    let row: Option<(String, Vec<u8>)> = sqlx::query_as(
+        "SELECT private_key_id, private_key FROM git_mirrors WHERE app_id = $1 FOR UPDATE",
+    )
+    .bind(old_app)
+    .fetch_optional(&mut **tx)
+    .await?;
+    if let Some((key_id, sealed)) = row {
+        let moved = reseal(
+            ring,
+            &key_id,
+            &sealed,
+            &crate::mirror::keys::place(old_app),
+            &crate::mirror::keys::place(new_app),
+        )?;
+        sqlx::query(
+            "UPDATE git_mirrors SET app_id = $2, private_key_id = $3, private_key = $4 WHERE app_id = $1",
+        )
+        .bind(old_app)
+        .bind(new_app)
+        .bind(&moved.key_id)
+        .bind(&moved.bytes)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Swaps the database records of channels `a` and `b` (either may be missing), their passwords sealed again for
+/// their new places. The swap goes through a third id: the primary key is checked row by row.
+async fn swap_databases(
+    tx: &mut Tx<'_>,
+    ring: &crate::env::crypto::Keyring,
+    a: Uuid,
+    b: Uuid,
+) -> anyhow::Result<()> {
+    #[derive(sqlx::FromRow)]
+    struct Secrets {
+        channel_id: Uuid,
+        role_name: String,
+        readonly_role_name: String,
+        key_id: String,
+        sealed_password: Vec<u8>,
+        sealed_readonly_password: Vec<u8>,
+    }
+    let rows: Vec<Secrets> = sqlx::query_as(
+        "SELECT channel_id, role_name, readonly_role_name, key_id, sealed_password, sealed_readonly_password
+         FROM channel_databases WHERE channel_id IN ($1, $2) FOR UPDATE",
+    )
+    .bind(a)
+    .bind(b)
+    .fetch_all(&mut **tx)
+    .await?;
+    swap_ids(tx, "channel_databases", a, b).await?;
+    for Secrets {
+        channel_id: from,
+        role_name: role,
+        readonly_role_name: readonly_role,
+        key_id,
+        sealed_password: password,
+        sealed_readonly_password: readonly,
+    } in rows
+    {
+        let to = if from == a { b } else { a };
+        use crate::postgres::store::aad;
+        let password = reseal(ring, &key_id, &password, &aad(from, &role), &aad(to, &role))?;
+        let readonly = reseal(
+            ring,
+            &key_id,
+            &readonly,
+            &aad(from, &readonly_role),
+            &aad(to, &readonly_role),
+        )?;
+        sqlx::query(
+            "UPDATE channel_databases SET key_id = $2, sealed_password = $3, sealed_readonly_password = $4
+             WHERE channel_id = $1",
+        )
+        .bind(to)
+        .bind(&password.key_id)
+        .bind(&password.bytes)
+        .bind(&readonly.bytes)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Swaps the bucket records of channels `a` and `b` (either may be missing), their secret keys sealed again.
+async fn swap_stores(
+    tx: &mut Tx<'_>,
+    ring: &crate::env::crypto::Keyring,
+    a: Uuid,
+    b: Uuid,
+) -> anyhow::Result<()> {
+    let rows: Vec<(Uuid, String, String, Vec<u8>)> = sqlx::query_as(
+        "SELECT channel_id, access_key_id, key_id, sealed_secret FROM blob_stores
+         WHERE channel_id IN ($1, $2) FOR UPDATE",
+    )
+    .bind(a)
+    .bind(b)
+    .fetch_all(&mut **tx)
+    .await?;
+    swap_ids(tx, "blob_stores", a, b).await?;
+    for (from, access_key, key_id, sealed) in rows {
+        let to = if from == a { b } else { a };
+        use crate::blob::keys::aad;
+        let secret = reseal(
+            ring,
+            &key_id,
+            &sealed,
+            &aad(from, &access_key),
+            &aad(to, &access_key),
+        )?;
+        sqlx::query("UPDATE blob_stores SET key_id = $2, sealed_secret = $3 WHERE channel_id = $1")
+            .bind(to)
+            .bind(&secret.key_id)
+            .bind(&secret.bytes)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Swaps the `channel_id` of the rows of `table` under `a` and `b`, through a third id.
+async fn swap_ids(tx: &mut Tx<'_>, table: &str, a: Uuid, b: Uuid) -> sqlx::Result<()> {
+    let spare = Uuid::new_v4();
+    for (from, to) in [(a, spare), (b, a), (spare, b)] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {table} SET channel_id = $2 WHERE channel_id = $1"
+        )))
+        .bind(from)
+        .bind(to)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Deploys `sha` again on the moved channel `channel`.
+async fn redeploy(
+    state: &AppState,
+    app: &NewApp,
+    channel: &Channel,
+    sha: String,
+) -> Result<String, ApiError> {
+    let visible = VisibleApp::from_resource(app.resource.clone(), access::Role::Owner)
+        .ok_or_else(|| anyhow::anyhow!("the new App is incomplete"))?;
+    let spec = DeploySpec {
+        channel: channel.name_any(),
+        sha: Some(sha),
+        git_ref: None,
+        rewind_of: None,
+        image: None,
+    };
+    crate::api::deploys::create_deploy(state, &visible, channel, spec).await
+}
