@@ -57,6 +57,14 @@ pub fn plan(template: Template, sources: &Sources) -> Result<BuildPlan, String> 
             let Some(dockerfile) = &sources.dockerfile else {
                 return Err("[build] Dockerfile is missing at the repository root: the docker template builds it".into());
             };
+            if sources.dockerfile_truncated {
+                return Err(
+                    "[build] the Dockerfile is larger than 1 MiB, more than the platform reads".into(),
+                );
+            }
+            if let Some(refusal) = shared_state_refusal(dockerfile) {
+                return Err(refusal);
+            }
             Ok(BuildPlan {
                 notes: cold_base_notes(dockerfile),
                 generated_dockerfile: None,
@@ -64,6 +72,50 @@ pub fn plan(template: Template, sources: &Sources) -> Result<BuildPlan, String> 
         }
         Template::Static => Err("[build] the static template builds no image".into()),
     }
+}
+
+/// Why a tenant's Dockerfile cannot be built on the shared BuildKit, if it cannot. BuildKit keeps a cache mount
+/// (`RUN --mount=type=cache`) under its id for every build on the daemon, whoever runs it: a build could read and
+/// poison another tenant's cache by naming the same id (or the same target, the default id). A `# syntax=` parser
+/// directive runs a frontend image of the tenant's choosing, which can make any mount it likes. So neither is
+/// built, and a `--mount` whose options are not written out (a variable BuildKit would expand) is refused too. Every
+/// word of the file is looked at, not only the `RUN` lines as this module reads them, so that no spelling of a
+/// continuation or an escape character hides a flag.
+pub fn shared_state_refusal(dockerfile: &str) -> Option<String> {
+    for line in dockerfile.lines() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        // Parser directives are comments before the first instruction.
+        let Some(comment) = trimmed.strip_prefix('#') else {
+            break;
+        };
+        if let Some((key, _)) = comment.split_once('=')
+            && key.trim().eq_ignore_ascii_case("syntax")
+        {
+            return Some("[build] the Dockerfile's `# syntax=` directive is not available here: the build uses BuildKit's own Dockerfile frontend".into());
+        }
+    }
+    let mount_values = dockerfile
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .flat_map(str::split_whitespace)
+        .filter_map(|word| word.trim_matches(['"', '\'', '`']).strip_prefix("--mount="));
+    for value in mount_values {
+        if value.contains('$') {
+            return Some(format!("[build] RUN --mount={value}: a mount's options must be written out, not taken from a variable"));
+        }
+        let cache = value.split(',').any(|field| {
+            let (key, val) = field.split_once('=').unwrap_or((field, ""));
+            let unquote = |s: &str| s.trim().trim_matches(['"', '\'']).to_ascii_lowercase();
+            unquote(key) == "type" && unquote(val) == "cache"
+        });
+        if cache {
+            return Some(format!("[build] RUN --mount={value}: cache mounts are not available here, since BuildKit shares them between every build on its daemon; install dependencies in a layer of their own instead"));
+        }
+    }
+    None
 }
 
 /// The runtime base of an `app` build (see the module doc).
@@ -256,6 +308,7 @@ mod tests {
     fn sources(package_json: bool, install: Option<bool>, launch: Option<bool>) -> Sources {
         Sources {
             dockerfile: None,
+            dockerfile_truncated: false,
             has_package_json: package_json,
             install_sh_shebang: install,
             install_sh_linked: false,
@@ -341,6 +394,40 @@ mod tests {
         let all = file.find("COPY --chown=10001:10001 . /app\n").unwrap();
         assert!(all < file.find("RUN sh /app/install.sh").unwrap(), "{file}");
         assert_eq!(file.matches("COPY").count(), 1, "{file}");
+    }
+
+    #[test]
+    fn a_docker_build_may_not_share_cache_mounts_or_bring_its_own_frontend() {
+        let refused = |file: &str| shared_state_refusal(file).unwrap_or_default();
+        for file in [
+            "FROM debian:trixie-slim\nRUN --mount=type=cache,target=/root/.cache pip install x\n",
+            "FROM debian:trixie-slim\nRUN --mount=target=/root/.npm,type=cache npm ci\n",
+            "FROM debian:trixie-slim\nRUN --mount=\"type=cache,id=shared\" true\n",
+            "FROM debian:trixie-slim\nRUN --network=none \\\n  --mount=TYPE=Cache,target=/x true\n",
+            "# escape=`\nFROM debian:trixie-slim\nRUN `\n --mount=type=cache,target=/x true\n",
+        ] {
+            assert!(refused(file).contains("cache mounts are not available"), "{file}");
+        }
+        let variable = refused("FROM debian:trixie-slim\nARG M=type=cache,target=/x\nRUN --mount=$M true\n");
+        assert!(variable.contains("written out"), "{variable}");
+        for file in [
+            "# syntax=docker/dockerfile:1\nFROM debian:trixie-slim\n",
+            "#SYNTAX = example.com/evil/frontend\nFROM debian:trixie-slim\n",
+            "# escape=`\n# syntax=docker/dockerfile:1\nFROM debian:trixie-slim\n",
+        ] {
+            assert!(refused(file).contains("`# syntax=` directive"), "{file}");
+        }
+        for fine in [
+            "FROM debian:trixie-slim\nRUN --mount=type=bind,target=/src true\nRUN --mount=type=tmpfs,target=/t true\n",
+            "FROM debian:trixie-slim\n# syntax=later is only a comment\nRUN echo --mount is a word here\n",
+            "FROM debian:trixie-slim\n# RUN --mount=type=cache in a comment\n",
+        ] {
+            assert_eq!(shared_state_refusal(fine), None, "{fine}");
+        }
+        let mut sources = sources(false, None, None);
+        sources.dockerfile = Some("FROM debian:trixie-slim\n".into());
+        sources.dockerfile_truncated = true;
+        assert!(plan(Template::Docker, &sources).unwrap_err().contains("larger than 1 MiB"));
     }
 
     #[test]

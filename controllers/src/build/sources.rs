@@ -34,6 +34,8 @@ const DOCKERFILE_LIMIT: u64 = 1024 * 1024;
 pub struct Sources {
     /// The root `Dockerfile`'s text (lossily decoded, at most 1 MiB).
     pub dockerfile: Option<String>,
+    /// Whether that `Dockerfile` is longer than what was read.
+    pub dockerfile_truncated: bool,
     /// Whether `package.json` is at the root.
     pub has_package_json: bool,
     /// `Some(starts with #!)` when `install.sh` is at the root.
@@ -64,6 +66,7 @@ impl Sources {
                 "Dockerfile" if kind.is_file() => {
                     let mut text = Vec::new();
                     (&mut entry).take(DOCKERFILE_LIMIT).read_to_end(&mut text)?;
+                    sources.dockerfile_truncated = entry.header().size()? > DOCKERFILE_LIMIT;
                     sources.dockerfile = Some(String::from_utf8_lossy(&text).into_owned());
                 }
                 "package.json" => sources.has_package_json = true,
@@ -201,6 +204,7 @@ mod tests {
             sources,
             Sources {
                 dockerfile: Some("FROM debian:trixie-slim\n".into()),
+                dockerfile_truncated: false,
                 has_package_json: false,
                 install_sh_shebang: Some(false),
                 install_sh_linked: false,
