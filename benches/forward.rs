@@ -3,8 +3,13 @@
 //! throughput (MiB/s one way, into a sink) and round-trip latency of 64-byte messages (p50, p99), with each
 //! proxy's ratio to the direct connection and the latency it adds. The listener is the edge's own
 //! (`slipway::edge::forward`), with an allowlist to check on every accept; the server stands in for the channel's
-//! pod, on this machine's address. Client, proxy and server share this machine's cores, so a proxy's ratio here
-//! is its CPU cost beside the kernel's, not what a network-bound forward would see.
+//! pod, on this machine's address.
+//!
+//! Everything is measured twice. First with client, proxy and server sharing this machine's cores: every byte
+//! then crosses loopback twice through a proxy and once directly, all on the same CPUs, so a proxy's ratio is its
+//! CPU cost beside the kernel's (about half, for any proxy). Then with the proxy on a core of its own and client
+//! and server on the other (threads pinned; nginx under `taskset`), as an edge runs on its own node: the ratio then
+//! says whether the proxy keeps up with what the client and server can do, which is what a forward's user sees.
 //!
 //! Prints one line per figure; it asserts nothing about time.
 
@@ -21,14 +26,65 @@ const ROUND_TRIPS: usize = 20_000;
 const MESSAGE: usize = 64;
 const PORT: u16 = 47_700;
 
-#[tokio::main]
-async fn main() -> Result<()> {
+/// Where the proxy runs: beside client and server, or on a core of its own.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cores {
+    Shared,
+    ProxyApart,
+}
+
+impl Cores {
+    fn describe(self) -> &'static str {
+        match self {
+            Cores::Shared => "cores shared by client, proxy and server",
+            Cores::ProxyApart => "proxy on a core of its own",
+        }
+    }
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    if set.set(cpu).is_ok() {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+    }
+}
+
+fn runtime(workers: usize, cpu: Option<usize>) -> Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(workers).enable_all();
+    if let Some(cpu) = cpu {
+        builder.on_thread_start(move || pin(cpu));
+    }
+    Ok(builder.build()?)
+}
+
+fn main() -> Result<()> {
+    let workers = std::thread::available_parallelism().map_or(2, usize::from);
+    // Client and servers here, the forward there: one runtime for all, or one pinned to each core.
+    let shared = runtime(workers, None)?;
+    shared.block_on(measure(Cores::Shared, shared.handle().clone()))?;
+    drop(shared);
+    if workers < 2 {
+        println!("forward on a core of its own: not measured (one CPU)");
+        return Ok(());
+    }
+    let proxy = runtime(1, Some(1))?;
+    let client = runtime(1, Some(0))?;
+    pin(0);
+    client.block_on(measure(Cores::ProxyApart, proxy.handle().clone()))
+}
+
+async fn measure(cores: Cores, proxy: tokio::runtime::Handle) -> Result<()> {
+    println!("{}:", cores.describe());
     let sink = serve(Sink).await?;
     let echo = serve(Echo).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let forwarder =
         slipway::edge::forward::Forwarder::new(IpAddr::V4(Ipv4Addr::LOCALHOST), &mut registry);
     let allow: Vec<ipnet::IpNet> = vec!["127.0.0.0/8".parse()?, "2001:db8::/32".parse()?];
+    // The forward's listeners and sessions run on the proxy's runtime.
+    let _proxy = proxy.enter();
     forwarder.apply(HashMap::from([
         (
             PORT,
@@ -40,8 +96,13 @@ async fn main() -> Result<()> {
         ),
     ]));
     let via = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
-    let dir = std::env::temp_dir().join(format!("slipway-bench-forward-{}", std::process::id()));
-    let _nginx = start_nginx(&dir, PORT + 2, sink, echo).await?;
+    drop(_proxy);
+    let dir = std::env::temp_dir().join(format!(
+        "slipway-bench-forward-{}-{}",
+        std::process::id(),
+        cores as u8
+    ));
+    let _nginx = start_nginx(&dir, PORT + 2, sink, echo, cores).await?;
 
     let direct = throughput(sink).await?;
     let forwarded = throughput(via(PORT)).await?;
@@ -106,6 +167,7 @@ async fn start_nginx(
     port: u16,
     sink: SocketAddr,
     echo: SocketAddr,
+    cores: Cores,
 ) -> Result<Nginx> {
     use anyhow::Context as _;
     std::fs::create_dir_all(dir)?;
@@ -127,7 +189,13 @@ stream {{
         port + 1
     );
     std::fs::write(dir.join("nginx.conf"), conf)?;
-    let child = tokio::process::Command::new("nginx")
+    // On a core of its own, nginx runs on the forward's core.
+    let (program, pinned): (&str, &[&str]) = match cores {
+        Cores::Shared => ("nginx", &[]),
+        Cores::ProxyApart => ("taskset", &["-c", "1", "nginx"]),
+    };
+    let child = tokio::process::Command::new(program)
+        .args(pinned)
         .args(["-p", &format!("{d}"), "-c", &format!("{d}/nginx.conf")])
         .kill_on_drop(true)
         .spawn()

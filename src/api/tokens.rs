@@ -247,6 +247,7 @@ pub async fn mint_for_person(
         expires_at,
         parent_id: None,
         only_path: None,
+        audience: None,
     };
     let id = crate::db::tokens::insert_on(&mut *state.db().acquire().await?, &new, Some("console"))
         .await?;

@@ -511,6 +511,7 @@ async fn start_session(console: &Console, account: &Account, return_to: &str) ->
         expires_at: Some(Utc::now() + Duration::seconds(SESSION_LIFETIME.as_secs() as i64)),
         parent_id: None,
         only_path: None,
+        audience: None,
     };
     let minted = match console.state.db().acquire().await {
         Ok(mut conn) => {

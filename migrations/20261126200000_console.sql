@@ -6,7 +6,7 @@
 -- session never takes the tokens minted in it along.
 ALTER TABLE tokens DROP CONSTRAINT tokens_origin_check;
 ALTER TABLE tokens ADD CONSTRAINT tokens_origin_check
-    CHECK (origin IN ('registration', 'ssh_login', 'console_session', 'console'));
+    CHECK (origin IN ('registration', 'ssh_login', 'oauth', 'console_session', 'console'));
 
 -- When a token was last used, to the minute (a process records a token's use at most once a minute). Kept apart
 -- from `tokens` so that recording a use announces nothing to the token caches.
