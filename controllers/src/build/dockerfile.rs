@@ -59,7 +59,8 @@ pub fn plan(template: Template, sources: &Sources) -> Result<BuildPlan, String> 
             };
             if sources.dockerfile_truncated {
                 return Err(
-                    "[build] the Dockerfile is larger than 1 MiB, more than the platform reads".into(),
+                    "[build] the Dockerfile is larger than 1 MiB, more than the platform reads"
+                        .into(),
                 );
             }
             if let Some(refusal) = shared_state_refusal(dockerfile) {
@@ -104,7 +105,9 @@ pub fn shared_state_refusal(dockerfile: &str) -> Option<String> {
         .filter_map(|word| word.trim_matches(['"', '\'', '`']).strip_prefix("--mount="));
     for value in mount_values {
         if value.contains('$') {
-            return Some(format!("[build] RUN --mount={value}: a mount's options must be written out, not taken from a variable"));
+            return Some(format!(
+                "[build] RUN --mount={value}: a mount's options must be written out, not taken from a variable"
+            ));
         }
         let cache = value.split(',').any(|field| {
             let (key, val) = field.split_once('=').unwrap_or((field, ""));
@@ -112,7 +115,9 @@ pub fn shared_state_refusal(dockerfile: &str) -> Option<String> {
             unquote(key) == "type" && unquote(val) == "cache"
         });
         if cache {
-            return Some(format!("[build] RUN --mount={value}: cache mounts are not available here, since BuildKit shares them between every build on its daemon; install dependencies in a layer of their own instead"));
+            return Some(format!(
+                "[build] RUN --mount={value}: cache mounts are not available here, since BuildKit shares them between every build on its daemon; install dependencies in a layer of their own instead"
+            ));
         }
     }
     None
@@ -406,9 +411,13 @@ mod tests {
             "FROM debian:trixie-slim\nRUN --network=none \\\n  --mount=TYPE=Cache,target=/x true\n",
             "# escape=`\nFROM debian:trixie-slim\nRUN `\n --mount=type=cache,target=/x true\n",
         ] {
-            assert!(refused(file).contains("cache mounts are not available"), "{file}");
+            assert!(
+                refused(file).contains("cache mounts are not available"),
+                "{file}"
+            );
         }
-        let variable = refused("FROM debian:trixie-slim\nARG M=type=cache,target=/x\nRUN --mount=$M true\n");
+        let variable =
+            refused("FROM debian:trixie-slim\nARG M=type=cache,target=/x\nRUN --mount=$M true\n");
         assert!(variable.contains("written out"), "{variable}");
         for file in [
             "# syntax=docker/dockerfile:1\nFROM debian:trixie-slim\n",
@@ -427,7 +436,11 @@ mod tests {
         let mut sources = sources(false, None, None);
         sources.dockerfile = Some("FROM debian:trixie-slim\n".into());
         sources.dockerfile_truncated = true;
-        assert!(plan(Template::Docker, &sources).unwrap_err().contains("larger than 1 MiB"));
+        assert!(
+            plan(Template::Docker, &sources)
+                .unwrap_err()
+                .contains("larger than 1 MiB")
+        );
     }
 
     #[test]
