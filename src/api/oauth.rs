@@ -201,11 +201,12 @@ fn browser_cookie(server: &OAuthServer, value: Option<&str>) -> HeaderValue {
 
 /// Start an authorization (authorization code with PKCE, S256 only): `response_type=code`, `client_id`,
 /// `redirect_uri` (exactly one the client registered), `state`, `code_challenge`, `code_challenge_method=S256`,
-/// optional `scope` and `resource` ({mcp_url}). Sends the person to the upstream identity provider. An unknown
-/// client or redirect URI is answered here (400); every other error goes back to the redirect URI.
+/// optional `scope` and `resource` ({mcp_url}). Sends the person to the upstream identity provider. Every error is
+/// answered here (400 with the RFC 6749 error code), never sent to the redirect URI: with open client registration,
+/// redirecting before the person signs in would make this origin an open redirector.
 #[utoipa::path(get, path = "/oauth/authorize", tag = "oauth",
-    responses((status = 302, description = "to the upstream provider, or back to the client with an error"),
-              (status = 400, description = "invalid_client (unknown client_id), invalid_request (redirect_uri)", body = Object),
+    responses((status = 302, description = "to the upstream provider"),
+              (status = 400, description = "invalid_client, invalid_request, unsupported_response_type, invalid_target, invalid_scope or temporarily_unavailable", body = Object),
               (status = 404, body = ErrorEnvelope)))]
 async fn authorize(
     State(state): State<AppState>,
@@ -244,8 +245,11 @@ async fn authorize(
         }
     };
     let client_state = param("state");
-    let refuse =
-        |error: &str, description: &str| Ok(back(&redirect_uri, client_state, error, description));
+    // Answered here too, never sent to the redirect URI: registration is open, so a redirect before the person has
+    // signed in would make this origin a redirector to any registered address (RFC 9700 4.11.2).
+    let refuse = |error: &'static str, description: &str| {
+        Ok(OAuthError::bad(error, description.to_owned()).into_response())
+    };
     let Some(client_state) = client_state.filter(|s| s.len() <= 1024) else {
         return refuse(
             "invalid_request",
@@ -408,7 +412,9 @@ async fn callback(
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; form-action 'self'; frame-ancestors 'none'"),
+        // No form-action: browsers apply it to the redirect that follows the form's POST, and that goes to the
+        // client's own redirect URI. The page's one form posts to a fixed path of ours.
+        HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'; base-uri 'none'"),
     );
     Ok(res)
 }
