@@ -164,7 +164,8 @@ spec:
   controller: slipway.dev/edge
 EOT
   launch edge edge --listen "0.0.0.0:$EDGE_PORT" --admin-port "$EDGE_ADMIN_PORT" \
-    --internal-url "http://127.0.0.1:$INTERNAL_PORT" --internal-token-file "$DIR/edge-token"
+    --internal-url "http://127.0.0.1:$INTERNAL_PORT" --internal-token-file "$DIR/edge-token" \
+    --site-disk-dir "$DIR/edge-sites"
   wait_for edge 30 "http://127.0.0.1:$EDGE_ADMIN_PORT/readyz"
 
   # The builder plan: its apps request half a core and 512 MiB, which a small local node can schedule (a pro app

@@ -1,7 +1,9 @@
 //! HTTP answers for the files of a static site: `index.html` for the root and for directories, a redirect for a
 //! directory asked for without its slash, content types, entity tags and `If-None-Match`, single byte ranges
-//! (`Range`, `If-Range`), and gzip or brotli for text when the client accepts them. Pure: a site and a request
-//! head in, a response out.
+//! (`Range`, `If-Range`), and gzip or brotli for text when the client accepts them. A site and a request head in, a
+//! response out: for a file in memory, a reference to bytes computed once per content (never compressed or copied
+//! per request); for a file of the disk tier, the file streamed from disk, as committed (no compressed forms), with
+//! the same entity tags and ranges.
 
 use bytes::Bytes;
 use http::header::{
@@ -10,7 +12,8 @@ use http::header::{
 };
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 
-use super::site::{FileEntry, Lookup, Site, etag};
+use super::file_body::FileBody;
+use super::site::{Blob, Content, FileEntry, Lookup, Site, etag};
 use super::{EdgeBody, pages};
 
 /// Browsers revalidate every time (a deploy can change any file); the entity tag makes that a cheap 304.
@@ -19,7 +22,7 @@ const CACHE_CONTROL_VALUE: &str = "public, max-age=0, must-revalidate";
 const NOT_FOUND_PAGE: &str = "404.html";
 
 /// Answers a request for `path` (as sent, percent-encoded, with its leading `/`) with `query` from `site`.
-pub fn respond(
+pub async fn respond(
     site: &Site,
     method: &Method,
     path: &str,
@@ -37,10 +40,10 @@ pub fn respond(
         return res;
     }
     let Some(relative) = site_path(path) else {
-        return not_found(site, method, headers);
+        return not_found(site, method, headers).await;
     };
     match site.lookup(&relative) {
-        Lookup::File(file) => file_response(file, StatusCode::OK, method, headers),
+        Lookup::File(file) => file_response(file, StatusCode::OK, method, headers).await,
         Lookup::Directory => {
             let location = match query {
                 Some(q) => format!("{path}/?{q}"),
@@ -56,11 +59,11 @@ pub fn respond(
             }
             res
         }
-        Lookup::Missing => not_found(site, method, headers),
+        Lookup::Missing => not_found(site, method, headers).await,
     }
 }
 
-fn not_found(site: &Site, method: &Method, headers: &HeaderMap) -> Response<EdgeBody> {
+async fn not_found(site: &Site, method: &Method, headers: &HeaderMap) -> Response<EdgeBody> {
     match site.file(NOT_FOUND_PAGE) {
         Some(page) => {
             // Conditional and range headers aim at the missing resource, not at the error page.
@@ -68,7 +71,7 @@ fn not_found(site: &Site, method: &Method, headers: &HeaderMap) -> Response<Edge
             for name in [IF_NONE_MATCH, RANGE, IF_RANGE] {
                 plain.remove(name);
             }
-            file_response(page, StatusCode::NOT_FOUND, method, &plain)
+            file_response(page, StatusCode::NOT_FOUND, method, &plain).await
         }
         None => pages::page(
             StatusCode::NOT_FOUND,
@@ -145,10 +148,13 @@ fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn choose_encoding(file: &FileEntry, headers: &HeaderMap) -> Encoding {
-    if file.blob.brotli.is_some() && accepts(headers, "br") {
+fn choose_encoding(blob: Option<&Blob>, headers: &HeaderMap) -> Encoding {
+    let Some(blob) = blob else {
+        return Encoding::Identity;
+    };
+    if blob.brotli.is_some() && accepts(headers, "br") {
         Encoding::Brotli
-    } else if file.blob.gzip.is_some() && accepts(headers, "gzip") {
+    } else if blob.gzip.is_some() && accepts(headers, "gzip") {
         Encoding::Gzip
     } else {
         Encoding::Identity
@@ -228,13 +234,27 @@ fn byte_range(header: Option<&HeaderValue>, len: u64) -> ByteRange {
     }
 }
 
-fn file_response(
+/// What a response's body is made of.
+enum Payload {
+    /// A compressed form, whole.
+    Encoded(Bytes),
+    /// `len` bytes of the content as committed, from `start`.
+    Identity { start: u64, len: u64 },
+    /// Nothing.
+    Empty,
+}
+
+async fn file_response(
     file: &FileEntry,
     status: StatusCode,
     method: &Method,
     headers: &HeaderMap,
 ) -> Response<EdgeBody> {
-    let compressible = file.blob.gzip.is_some() || file.blob.brotli.is_some();
+    let blob = match &file.content {
+        Content::Memory(blob) => Some(blob.as_ref()),
+        Content::Disk(_) => None,
+    };
+    let compressible = blob.is_some_and(|b| b.gzip.is_some() || b.brotli.is_some());
     let mut builder = Response::builder()
         .header(CACHE_CONTROL, CACHE_CONTROL_VALUE)
         .header(ACCEPT_RANGES, "bytes");
@@ -246,67 +266,101 @@ fn file_response(
             builder
                 .status(StatusCode::NOT_MODIFIED)
                 .header(ETAG, file.etag.clone()),
-            Bytes::new(),
+            super::empty(),
         );
     }
     let if_range_holds = headers
         .get(IF_RANGE)
         .is_none_or(|tag| tag.as_bytes() == file.etag.as_bytes());
+    let len = file.content.len();
     let range = if status == StatusCode::OK && if_range_holds && method == Method::GET {
-        byte_range(headers.get(RANGE), file.blob.identity.len() as u64)
+        byte_range(headers.get(RANGE), len)
     } else {
         ByteRange::Whole
     };
     builder = builder.header(CONTENT_TYPE, file.content_type);
-    let identity = &file.blob.identity;
-    let len = identity.len() as u64;
-    let (builder, body) = match range {
+    let (builder, payload) = match range {
         ByteRange::Part(start, end) => (
             builder
                 .status(StatusCode::PARTIAL_CONTENT)
                 .header(ETAG, file.etag.clone())
                 .header(CONTENT_RANGE, format!("bytes {start}-{end}/{len}")),
-            identity.slice(start as usize..=end as usize),
+            Payload::Identity {
+                start,
+                len: end + 1 - start,
+            },
         ),
         ByteRange::Unsatisfiable => (
             builder
                 .status(StatusCode::RANGE_NOT_SATISFIABLE)
                 .header(ETAG, file.etag.clone())
                 .header(CONTENT_RANGE, format!("bytes */{len}")),
-            Bytes::new(),
+            Payload::Empty,
         ),
         ByteRange::Whole => {
-            let (body, suffix, coding) = match choose_encoding(file, headers) {
-                Encoding::Brotli => (file.blob.brotli.clone(), "-br", Some("br")),
-                Encoding::Gzip => (file.blob.gzip.clone(), "-gz", Some("gzip")),
-                Encoding::Identity => (None, "", None),
+            let encoded = match (choose_encoding(blob, headers), blob) {
+                (Encoding::Brotli, Some(b)) => b.brotli.clone().map(|e| (e, "-br", "br")),
+                (Encoding::Gzip, Some(b)) => b.gzip.clone().map(|e| (e, "-gz", "gzip")),
+                _ => None,
             };
-            let mut builder = builder.status(status);
-            builder = match coding {
-                Some(coding) => builder
-                    .header(CONTENT_ENCODING, coding)
-                    .header(ETAG, etag(&file.blob.hash, suffix)),
-                None => builder.header(ETAG, file.etag.clone()),
-            };
-            (builder, body.unwrap_or_else(|| identity.clone()))
+            let builder = builder.status(status);
+            match encoded {
+                Some((bytes, suffix, coding)) => (
+                    builder
+                        .header(CONTENT_ENCODING, coding)
+                        .header(ETAG, etag(file.content.hash(), suffix)),
+                    Payload::Encoded(bytes),
+                ),
+                None => (
+                    builder.header(ETAG, file.etag.clone()),
+                    Payload::Identity { start: 0, len },
+                ),
+            }
         }
     };
     if method == Method::HEAD {
-        let len = body.len();
-        return finish(builder.header(CONTENT_LENGTH, len), Bytes::new());
+        let len = match &payload {
+            Payload::Encoded(bytes) => bytes.len() as u64,
+            Payload::Identity { len, .. } => *len,
+            Payload::Empty => 0,
+        };
+        return finish(builder.header(CONTENT_LENGTH, len), super::empty());
     }
+    let body = match (payload, &file.content) {
+        (Payload::Encoded(bytes), _) => super::full(bytes),
+        (Payload::Empty, _) => super::empty(),
+        (Payload::Identity { start, len }, Content::Memory(blob)) => {
+            // In range: `byte_range` keeps within the content.
+            let (start, end) = (start as usize, (start + len) as usize);
+            super::full(blob.identity.slice(start..end))
+        }
+        (Payload::Identity { start, len }, Content::Disk(disk)) => {
+            match open_range(&disk.path, start, len).await {
+                Ok(body) => super::file(body),
+                Err(e) => {
+                    tracing::warn!(path = %disk.path.display(), error = %e, "a static file on disk could not be read");
+                    return pages::internal_error();
+                }
+            }
+        }
+    };
     finish(builder, body)
 }
 
-fn finish(builder: http::response::Builder, body: Bytes) -> Response<EdgeBody> {
+async fn open_range(path: &std::path::Path, start: u64, len: u64) -> std::io::Result<FileBody> {
+    FileBody::open(tokio::fs::File::open(path).await?, start, len).await
+}
+
+fn finish(builder: http::response::Builder, body: EdgeBody) -> Response<EdgeBody> {
     builder
-        .body(super::full(body))
+        .body(body)
         .unwrap_or_else(|_| pages::internal_error())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::site::{BlobStore, from_tar};
+    use super::super::site::BlobStore;
+    use super::super::site_load::from_tar;
     use super::*;
     use http_body_util::BodyExt;
 
@@ -339,6 +393,15 @@ mod tests {
         path: &str,
         headers: &[(&str, &str)],
     ) -> (Response<EdgeBody>, Vec<u8>) {
+        futures::executor::block_on(send(site, method, path, headers))
+    }
+
+    async fn send(
+        site: &Site,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> (Response<EdgeBody>, Vec<u8>) {
         let mut map = HeaderMap::new();
         for (k, v) in headers {
             map.append(
@@ -350,11 +413,8 @@ mod tests {
             Some((p, q)) => (p, Some(q)),
             None => (path, None),
         };
-        let mut res = respond(site, &method, path, query, &map);
-        let body = futures::executor::block_on(res.body_mut().collect())
-            .unwrap()
-            .to_bytes()
-            .to_vec();
+        let mut res = respond(site, &method, path, query, &map).await;
+        let body = res.body_mut().collect().await.unwrap().to_bytes().to_vec();
         (res, body)
     }
 
@@ -508,5 +568,53 @@ mod tests {
         assert_eq!(site_path("/a%20b").as_deref(), Some("a b"));
         assert_eq!(site_path("/../x"), None);
         assert_eq!(site_path("/%00"), None);
+    }
+
+    #[tokio::test]
+    async fn files_on_disk_stream_with_the_same_tags_and_ranges_and_no_compression() {
+        use super::super::site_disk::DiskRoot;
+        use super::super::site_load::{Limits, read_site, tar_of};
+        let base = std::env::temp_dir().join(format!(
+            "slipway-files-test-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let root = DiskRoot::open(&base).unwrap();
+        let text = "<p>served from disk</p>".repeat(100);
+        let tar = tar_of(&[("index.html", text.as_bytes()), ("d.bin", b"0123456789")]).unwrap();
+        // Nothing fits the memory share: the whole site is on disk.
+        let limits = Limits {
+            max_site_bytes: 1 << 20,
+            memory_site_bytes: 0,
+        };
+        let s = read_site(&tar[..], limits, &BlobStore::default(), Some(&root)).unwrap();
+        assert!(s.on_disk());
+        let in_memory = from_tar(&tar, &BlobStore::default(), 1 << 20).unwrap();
+
+        let (res, body) = send(&s, Method::GET, "/", &[("accept-encoding", "br, gzip")]).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(body, text.as_bytes(), "as committed, whatever the client takes");
+        assert_eq!((header(&res, "content-encoding"), header(&res, "vary")), ("", ""));
+        let tag = header(&res, "etag").to_owned();
+        let (memory_res, _) = send(&in_memory, Method::GET, "/", &[]).await;
+        assert_eq!(tag, header(&memory_res, "etag"), "the same tag as from memory");
+        let (res, body) = send(&s, Method::GET, "/", &[("if-none-match", &tag)]).await;
+        assert_eq!((res.status(), body.len()), (StatusCode::NOT_MODIFIED, 0));
+
+        let (res, body) = send(&s, Method::GET, "/d.bin", &[("range", "bytes=2-4")]).await;
+        assert_eq!(res.status(), StatusCode::PARTIAL_CONTENT);
+        assert_eq!(
+            (header(&res, "content-range"), &body[..]),
+            ("bytes 2-4/10", &b"234"[..])
+        );
+        assert_eq!(send(&s, Method::GET, "/d.bin", &[("range", "bytes=-3")]).await.1, b"789");
+        let (res, _) = send(&s, Method::GET, "/d.bin", &[("range", "bytes=10-")]).await;
+        assert_eq!(res.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+        let (res, body) = send(&s, Method::HEAD, "/d.bin", &[]).await;
+        assert_eq!((header(&res, "content-length"), body.len()), ("10", 0));
+        let res = respond(&s, &Method::GET, "/d.bin", None, &HeaderMap::new()).await;
+        let length = hyper::body::Body::size_hint(res.body()).exact();
+        assert_eq!(length, Some(10), "a known length, before a byte is read");
+        drop(s);
+        let _ = std::fs::remove_dir_all(base);
     }
 }

@@ -4,10 +4,10 @@
 //! and what they name, keeps a routing table by host ([`routes`], rebuilt by [`watch`]), and answers each request
 //! ([`server`]):
 //!
-//! - a **static** channel (resource backend naming the Channel) from the files of its deployed commit, held in a
-//!   content-addressed cache filled from the API server's internal archive route ([`site`], [`files`]); a new
-//!   deploy switches the host to the new commit's files only once they are all loaded, so a reader gets the old
-//!   site or the new one, never a mix;
+//! - a **static** channel (resource backend naming the Channel) from the files of its deployed commit ([`site`],
+//!   [`files`]), loaded from the API server's internal archive route when a request first names it and kept in a
+//!   capped cache, in memory or, for a large site, on disk, the least recently used evicted ([`site_cache`]); a
+//!   host always serves one whole commit, so a reader gets the old site or the new one, never a mix;
 //! - a **dynamic** channel (Service backend) through a pooled HTTP/1.1 proxy to its ready endpoints ([`proxy`]),
 //!   path and query unchanged, inbound `X-Svc-*` dropped, WebSocket and other upgrades joined; a channel that
 //!   passed readiness on the ready file answers 502;
@@ -26,6 +26,7 @@
 pub mod bandwidth;
 pub mod certs;
 mod content_type;
+pub mod file_body;
 pub mod files;
 pub mod forward;
 pub mod metrics;
@@ -35,6 +36,10 @@ pub mod routes;
 pub mod server;
 pub mod sign_in;
 pub mod site;
+pub mod site_cache;
+pub mod site_disk;
+pub mod site_load;
+pub mod site_metrics;
 pub mod tls;
 pub mod watch;
 
@@ -56,10 +61,12 @@ use tokio::task::JoinHandle;
 use self::metrics::{EdgeMetrics, HostMetrics, UNKNOWN_HOST};
 use self::proxy::{Proxy, ProxyConfig};
 use self::routes::{Objects, Route, RouteTable, Target};
-use self::site::{SiteCache, SiteKey};
+use self::site::SiteKey;
+use self::site_cache::{DiskCacheConfig, SiteCache, SiteCacheConfig};
 
-/// The body of every edge response: bytes the edge has (pages, static files) or an upstream's stream.
-pub type EdgeBody = Either<Full<Bytes>, hyper::body::Incoming>;
+/// The body of every edge response: bytes the edge has (pages, static files in memory), an upstream's stream, or a
+/// static file streamed from disk.
+pub type EdgeBody = Either<Full<Bytes>, Either<hyper::body::Incoming, file_body::FileBody>>;
 
 /// A body of `bytes`.
 pub fn full(bytes: Bytes) -> EdgeBody {
@@ -69,6 +76,16 @@ pub fn full(bytes: Bytes) -> EdgeBody {
 /// An empty body.
 pub fn empty() -> EdgeBody {
     Either::Left(Full::new(Bytes::new()))
+}
+
+/// An upstream's body, passed through.
+pub fn upstream(body: hyper::body::Incoming) -> EdgeBody {
+    Either::Right(Either::Left(body))
+}
+
+/// A file streamed from disk.
+pub fn file(body: file_body::FileBody) -> EdgeBody {
+    Either::Right(Either::Right(body))
 }
 
 /// Options of `slipway edge`.
@@ -102,9 +119,23 @@ pub struct EdgeArgs {
     /// Write one structured log event per request (target slipway::edge::access).
     #[arg(long, env = "SLIPWAY_EDGE_ACCESS_LOG", default_value_t = true, action = clap::ArgAction::Set)]
     pub access_log: bool,
-    /// Largest static site (sum of file sizes) the cache takes, in MiB.
+    /// Largest static site (sum of its files) the edge serves, in MiB; a larger one answers 503. The disk cache
+    /// must hold it (without --site-disk-dir the largest is a quarter of --site-cache-mib).
     #[arg(long, env = "SLIPWAY_EDGE_MAX_SITE_MIB", default_value_t = 512)]
     pub max_site_mib: u64,
+    /// Memory for static sites' files and their gzip/brotli forms, in MiB. Sites are loaded when first requested
+    /// and the least recently used is evicted past this cap; a site whose files exceed a quarter of it is served
+    /// from the disk cache instead.
+    #[arg(long, env = "SLIPWAY_EDGE_SITE_CACHE_MIB", default_value_t = 256)]
+    pub site_cache_mib: u64,
+    /// Directory of the disk cache, for static sites too large for memory (the edge empties its `slipway-sites`
+    /// subdirectory at start). Unset: no disk cache, and such sites answer 503.
+    #[arg(long, env = "SLIPWAY_EDGE_SITE_DISK_DIR")]
+    pub site_disk_dir: Option<PathBuf>,
+    /// Disk the disk cache may fill, in MiB (files in whole 4 KiB blocks); the least recently used site is evicted
+    /// past it. At least --max-site-mib.
+    #[arg(long, env = "SLIPWAY_EDGE_SITE_DISK_CACHE_MIB", default_value_t = 2048)]
+    pub site_disk_cache_mib: u64,
     /// Seconds to wait for an upstream's response head.
     #[arg(long, env = "SLIPWAY_EDGE_UPSTREAM_TIMEOUT", default_value_t = 60)]
     pub upstream_timeout: u64,
@@ -215,8 +246,8 @@ pub struct EdgeConfig {
     pub internal: InternalEndpoint,
     /// Whether to log every request.
     pub access_log: bool,
-    /// Largest static site, in bytes.
-    pub max_site_bytes: u64,
+    /// The static-site cache's sizes and disk directory.
+    pub sites: SiteCacheConfig,
     /// Proxy limits.
     pub proxy: ProxyConfig,
     /// The S3 gateway the public S3 endpoints go to; `None`: no public S3 endpoint.
@@ -242,9 +273,6 @@ pub struct TlsSettings {
 
 /// A running edge: the routing table and what answers requests.
 pub struct Edge {
-    /// Set once the static sites of the first routing table are loaded: a new replica takes traffic only then, so a
-    /// rollout never sends a reader to a replica that would make them wait for (or fail on) a load.
-    warm: std::sync::atomic::AtomicBool,
     table: ArcSwap<RouteTable>,
     sites: SiteCache,
     proxy: Proxy,
@@ -266,7 +294,8 @@ pub struct Edge {
 
 impl Edge {
     /// Starts the caches and the table builder; returns once the first table is built (so a listener bound after
-    /// this answers every host that exists). The tasks run as long as the edge; one that ends is a failure.
+    /// this answers every host that exists): the edge is ready then, with no static site loaded (each is loaded
+    /// by the first request naming it). The tasks run as long as the edge; one that ends is a failure.
     pub async fn start(
         client: kube::Client,
         config: EdgeConfig,
@@ -275,14 +304,18 @@ impl Edge {
         let metrics = EdgeMetrics::register(registry);
         let auth_host = config.sign_in.as_ref().map(|s| metrics.host(&s.auth_host));
         let internal = InternalClient::new(config.internal);
+        let sites = SiteCache::new(
+            Arc::new(internal.clone()),
+            &config.sites,
+            site_metrics::SiteCacheMetrics::register(registry),
+        )?;
         let certs = Arc::new(certs::Certificates::default());
         let edge = Arc::new(Self {
             tls_config: tls::server_config(certs.clone())?,
             certs: certs.clone(),
             tls: config.tls.clone(),
-            warm: std::sync::atomic::AtomicBool::new(false),
             table: ArcSwap::from_pointee(RouteTable::default()),
-            sites: SiteCache::new(internal.clone(), config.max_site_bytes),
+            sites,
             proxy: Proxy::new(&config.proxy),
             unknown: metrics.host(UNKNOWN_HOST),
             metrics,
@@ -313,14 +346,13 @@ impl Edge {
             )
             .await?,
         );
-        // The first table before any listener, so every existing host is known when serving starts; the builder
-        // then builds it again at once and starts loading the static sites it names.
+        // The first table before any listener, so every existing host is known when serving starts (it loads no
+        // site: no host had one before it); the builder then builds it again at once and keeps it current.
         let objects = caches.objects();
-        let first = edge.rebuild(&objects);
+        edge.rebuild(&objects);
         edge.listen_for_forwards(&caches, &objects);
         changed.notify_one();
         tasks.push(watch::spawn_builder(edge.clone(), caches, changed));
-        tokio::spawn(Self::warm_up(edge.clone(), first));
         tasks.push(tokio::spawn(bandwidth::report(
             edge.bandwidth.clone(),
             edge.internal.clone(),
@@ -334,31 +366,9 @@ impl Edge {
         bandwidth::report_once(&self.bandwidth, &self.internal).await;
     }
 
-    /// Whether the edge is ready for traffic: its first table's static sites are loaded.
-    pub fn is_warm(&self) -> bool {
-        self.warm.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Loads `sites` (retrying while the API server cannot answer; a site that can never load is given up on, as
-    /// requests to it answer an error page either way), then marks the edge warm.
-    async fn warm_up(edge: Arc<Self>, sites: Vec<SiteKey>) {
-        for key in sites {
-            loop {
-                match edge.sites.get(&key).await {
-                    Ok(_) => break,
-                    Err(site::LoadError::Fetch(slipway_internal::CallError::Unavailable(e))) => {
-                        tracing::info!(app_id = %key.app_id, sha = %key.sha, error = %e, "waiting to load a static site before serving");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(app_id = %key.app_id, sha = %key.sha, error = %e, "a static site cannot load");
-                        break;
-                    }
-                }
-            }
-        }
-        edge.warm.store(true, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!("static sites loaded; ready");
+    /// The static-site cache.
+    pub fn sites(&self) -> &SiteCache {
+        &self.sites
     }
 
     /// Opens and closes forward listeners for the active Forwards (when forwarding is on).
@@ -376,7 +386,9 @@ impl Edge {
             .unwrap_or_default()
     }
 
-    /// Builds and installs the table for `objects`; returns the static sites it waits for.
+    /// Builds and installs the table for `objects`; returns the deployed commits to load ahead of their first
+    /// request (see [`routes::settle`]). Sites the old table served and the new one does not are dropped from the
+    /// cache.
     pub fn rebuild(&self, objects: &Objects) -> Vec<SiteKey> {
         let current = self.table.load();
         let mut loads = Vec::new();
@@ -393,8 +405,7 @@ impl Edge {
         let owners = routing.owners;
         for (host, wanted) in wanted_routes {
             let serving = current.get(&host).map(|r| &r.target);
-            let (target, load) =
-                routes::settle(wanted, serving, |key| self.sites.loaded(key).is_some());
+            let (target, load) = routes::settle(wanted, serving, |key| self.sites.contains(key));
             loads.extend(load);
             routes.push(Route {
                 metrics: self.metrics.host(&host),
@@ -403,20 +414,30 @@ impl Edge {
                 target,
             });
         }
-        let mut keep: HashSet<SiteKey> = loads.iter().cloned().collect();
+        let mut keep: HashSet<&SiteKey> = loads.iter().collect();
         keep.extend(routes.iter().filter_map(|r| match &r.target {
-            Target::Static(key) => Some(key.clone()),
+            Target::Static(key) => Some(key),
             _ => None,
         }));
+        for route in current.routes() {
+            if let Target::Static(key) = &route.target
+                && !keep.contains(key)
+            {
+                self.sites.forget(key);
+            }
+        }
         let mut hosts: HashSet<&str> = routes.iter().map(|r| r.host.as_str()).collect();
         if let Some(sign_in) = &self.sign_in {
             hosts.insert(&sign_in.auth_host);
         }
         self.metrics.retain(&hosts);
-        self.sites.retain(&keep);
         self.table.store(Arc::new(RouteTable::new(routes)));
         loads
     }
+}
+
+fn mib(n: u64) -> u64 {
+    n.saturating_mul(1024 * 1024)
 }
 
 /// Runs `slipway edge` until SIGTERM.
@@ -429,7 +450,14 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
         namespace: args.namespace,
         internal: InternalEndpoint::with_token_file(args.internal_url, &args.internal_token_file)?,
         access_log: args.access_log,
-        max_site_bytes: args.max_site_mib.saturating_mul(1024 * 1024),
+        sites: SiteCacheConfig {
+            memory_bytes: mib(args.site_cache_mib),
+            max_site_bytes: mib(args.max_site_mib),
+            disk: args.site_disk_dir.map(|dir| DiskCacheConfig {
+                dir,
+                bytes: mib(args.site_disk_cache_mib),
+            }),
+        },
         proxy: ProxyConfig {
             response_timeout: Duration::from_secs(args.upstream_timeout),
             ..ProxyConfig::default()
@@ -482,10 +510,9 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
     let admin_listener = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("listen on {admin_addr}"))?;
-    let ready = {
-        let edge = edge.clone();
-        move || edge.is_warm()
-    };
+    // Ready as soon as it serves: the first routing table is built before the admin port opens, and static sites
+    // load on their first request.
+    let ready = || true;
     // The admin server runs until the process ends: the HTTP and HTTPS servers decide when that is, once every one
     // of them has drained (a listener that finishes first must not cut the other's requests short).
     let admin = axum::serve(

@@ -157,7 +157,7 @@ impl Proxy {
         }
         remove_hop_by_hop(res.headers_mut());
         drop_reserved_cookies(res.headers_mut());
-        Ok(res.map(http_body_util::Either::Right))
+        Ok(res.map(super::upstream))
     }
 }
 

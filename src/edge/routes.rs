@@ -550,29 +550,26 @@ fn service_endpoints(
 }
 
 /// What a host's route should be now, given what the objects say (`wanted`), the route it has (`current`) and
-/// whether a site's files are loaded: a static host moves to a new commit only once that commit's files are in
-/// the cache, so readers keep getting the old site (whole) until the new one is ready (whole). Returns the target
-/// to serve and the site to load, if one is missing.
+/// whether a site is in the cache. A host always serves one whole commit; when a deploy moves a static host to a
+/// new commit:
+/// - the new commit is cached: the host moves at once;
+/// - the old one is cached (the channel is hot): the host keeps serving it and the new commit is loaded now (the
+///   second value), the host moving once it is in, so no visitor waits for the deploy's load;
+/// - neither (the channel is cold): the host moves at once, and its next request loads the new commit, as it would
+///   have loaded the old one. Nothing is loaded for a host nobody asks for.
 pub fn settle(
     wanted: Target,
     current: Option<&Target>,
-    loaded: impl Fn(&SiteKey) -> bool,
+    cached: impl Fn(&SiteKey) -> bool,
 ) -> (Target, Option<SiteKey>) {
     let Target::Static(site) = &wanted else {
         return (wanted, None);
     };
-    if loaded(site) {
-        return (wanted, None);
-    }
     match current {
-        Some(Target::Static(old)) if loaded(old) => {
+        Some(Target::Static(old)) if old != site && !cached(site) && cached(old) => {
             (Target::Static(old.clone()), Some(site.clone()))
         }
-        // Nothing to keep serving: requests wait for the load themselves.
-        _ => {
-            let missing = site.clone();
-            (wanted, Some(missing))
-        }
+        _ => (wanted, None),
     }
 }
 
@@ -810,27 +807,31 @@ mod tests {
     }
 
     #[test]
-    fn a_static_host_moves_to_a_new_commit_only_once_its_files_are_loaded() {
+    fn a_hot_static_host_moves_to_a_new_commit_once_it_is_loaded_and_a_cold_one_at_once() {
         let site = |sha: &str| SiteKey {
             app_id: "a".into(),
             sha: sha.into(),
         };
         let old = Target::Static(site("old"));
-        let loaded_old = |k: &SiteKey| k.sha == "old";
-        let (serve, load) = settle(Target::Static(site("new")), Some(&old), loaded_old);
+        // Hot: the old commit is cached, the new one is loaded before the host moves.
+        let cached_old = |k: &SiteKey| k.sha == "old";
+        let (serve, load) = settle(Target::Static(site("new")), Some(&old), cached_old);
         assert_eq!(
             (serve, load),
             (Target::Static(site("old")), Some(site("new")))
         );
-        let loaded_both = |_: &SiteKey| true;
-        let (serve, load) = settle(Target::Static(site("new")), Some(&old), loaded_both);
+        let cached_both = |_: &SiteKey| true;
+        let (serve, load) = settle(Target::Static(site("new")), Some(&old), cached_both);
         assert_eq!((serve, load), (Target::Static(site("new")), None));
+        // Cold: nothing to keep serving, nothing loaded ahead.
+        let (serve, load) = settle(Target::Static(site("new")), Some(&old), |_| false);
+        assert_eq!((serve, load), (Target::Static(site("new")), None));
+        // A new host, or one that stays on its commit, loads nothing.
         let (serve, load) = settle(Target::Static(site("new")), None, |_| false);
-        assert_eq!(
-            (serve, load),
-            (Target::Static(site("new")), Some(site("new")))
-        );
-        let (serve, load) = settle(Target::ReadyFile, Some(&old), loaded_old);
+        assert_eq!((serve, load), (Target::Static(site("new")), None));
+        let (serve, load) = settle(Target::Static(site("old")), Some(&old), |_| false);
+        assert_eq!((serve, load), (Target::Static(site("old")), None));
+        let (serve, load) = settle(Target::ReadyFile, Some(&old), cached_old);
         assert_eq!((serve, load), (Target::ReadyFile, None));
     }
 

@@ -230,7 +230,8 @@ async fn answer(
             let site = match edge.sites.get(key).await {
                 Ok(site) => site,
                 Err(e) => {
-                    tracing::warn!(app_id = %key.app_id, sha = %key.sha, error = %e, "static site unavailable");
+                    // The load logged why, once; the access log has each 503.
+                    tracing::debug!(app_id = %key.app_id, sha = %key.sha, error = %e, "static site unavailable");
                     return (pages::unavailable(), None);
                 }
             };
@@ -240,7 +241,8 @@ async fn answer(
                 req.uri().path(),
                 req.uri().query(),
                 req.headers(),
-            );
+            )
+            .await;
             (res, None)
         }
         Target::Proxy(upstreams) | Target::ObjectStore(upstreams) => {

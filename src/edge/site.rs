@@ -1,22 +1,28 @@
-//! The files of one deployed commit of a static channel, and the content-addressed cache that holds them.
+//! The files of one deployed commit of a static channel.
 //!
-//! A [`Site`] is immutable: it is built whole from the commit's tar (fetched from the API server's internal
-//! archive route) before anyone can see it, and a request holds one `Arc<Site>` from start to end. A new deploy is
-//! a new `Site` swapped in by the routing table, so a reader sees the old tree or the new one, never a mix.
+//! A [`Site`] is immutable: it is built whole from the commit's tar ([`super::site_load`]) before anyone can see it,
+//! and a request holds one `Arc<Site>` from start to end. A new deploy is a new `Site` the routing table switches
+//! to, so a reader sees the old tree or the new one, never a mix.
 //!
-//! File contents are [`Blob`]s keyed by their SHA-256: two commits (or two apps) with the same file share one
-//! copy, and compressed variants are computed once per content. Blobs live as long as a site uses them.
+//! A file's content lives in one of two places ([`Content`]):
+//! - in memory, as a [`Blob`] keyed by its SHA-256: two commits (or two apps) with the same file share one copy, and
+//!   the gzip and brotli forms are computed once per content, so a response is a reference to bytes made once;
+//! - on disk, for a site too large for the memory tier: one file in the site's own directory ([`DiskFile`]),
+//!   served as committed (no compressed forms: computing them would hold the site in memory, or cost a second copy
+//!   on disk, for files that are mostly media).
+//!
+//! Either way the entity tag is the content's hash, so a site keeps its ETags whichever tier holds it.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Read;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use http::HeaderValue;
 use sha2::{Digest, Sha256};
-use slipway_internal::{CallError, InternalClient};
 
 use super::content_type;
+use super::site_disk::DiskDir;
 
 /// Which commit of which app a site is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -27,7 +33,7 @@ pub struct SiteKey {
     pub sha: String,
 }
 
-/// One file content, with the encodings worth sending for it.
+/// One file content held in memory, with the encodings worth sending for it.
 #[derive(Debug)]
 pub struct Blob {
     /// SHA-256 of the content.
@@ -40,11 +46,62 @@ pub struct Blob {
     pub brotli: Option<Bytes>,
 }
 
+impl Blob {
+    /// Bytes held: the content and its compressed forms.
+    pub fn held_bytes(&self) -> u64 {
+        let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
+        (self.identity.len() + len(&self.gzip) + len(&self.brotli)) as u64
+    }
+}
+
+/// One file content held on disk, in the directory of its site.
+#[derive(Debug)]
+pub struct DiskFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Its size.
+    pub len: u64,
+    /// SHA-256 of the content.
+    pub hash: [u8; 32],
+}
+
+/// Where a file's content is.
+#[derive(Debug, Clone)]
+pub enum Content {
+    /// In memory, shared by every site with the same content.
+    Memory(Arc<Blob>),
+    /// In a file of the site's directory.
+    Disk(Arc<DiskFile>),
+}
+
+impl Content {
+    /// SHA-256 of the content.
+    pub fn hash(&self) -> &[u8; 32] {
+        match self {
+            Content::Memory(blob) => &blob.hash,
+            Content::Disk(file) => &file.hash,
+        }
+    }
+
+    /// Size of the content as committed.
+    pub fn len(&self) -> u64 {
+        match self {
+            Content::Memory(blob) => blob.identity.len() as u64,
+            Content::Disk(file) => file.len,
+        }
+    }
+
+    /// Whether the content is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A file of a site: its content and what the responses for it say.
 #[derive(Debug)]
 pub struct FileEntry {
     /// The content.
-    pub blob: Arc<Blob>,
+    pub content: Content,
     /// `Content-Type` by extension.
     pub content_type: &'static str,
     /// Strong entity tag of the identity encoding, `"<hash prefix>"`.
@@ -57,6 +114,10 @@ pub struct Site {
     files: HashMap<String, Arc<FileEntry>>,
     dirs: HashSet<String>,
     bytes: u64,
+    cached_bytes: u64,
+    /// The directory of a site on disk, removed when the site is dropped (by the cache and by the last request
+    /// serving it, so no request finds its files gone).
+    disk: Option<DiskDir>,
 }
 
 /// What a request path names in a site.
@@ -104,39 +165,159 @@ impl Site {
         self.files.is_empty()
     }
 
-    /// Total size of the files' contents.
+    /// Total size of the files' contents as committed.
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// What the site counts against its tier's cap: in memory, its distinct contents with their compressed forms
+    /// plus [`FILE_OVERHEAD`] and the path of each file; on disk, its distinct files in whole 4 KiB blocks.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cached_bytes
+    }
+
+    /// Whether the site's files are on disk.
+    pub fn on_disk(&self) -> bool {
+        self.disk.is_some()
+    }
 }
 
-/// Why a site could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// The API server could not give the archive (it is down, or the commit is gone).
-    #[error("fetch the archive: {0}")]
-    Fetch(#[from] CallError),
-    /// The archive is larger than the cache takes for one site.
-    #[error("the commit's files exceed {0} bytes")]
-    TooLarge(u64),
-    /// The archive does not read as a tar.
-    #[error("read the archive: {0}")]
-    Archive(String),
+/// What a file costs in memory beside its content and path (its entry, its entity tag, the maps), counted
+/// against the memory cap.
+pub const FILE_OVERHEAD: u64 = 160;
+/// The block a file on disk takes space in.
+const DISK_BLOCK: u64 = 4096;
+
+/// The entries of a site as its archive is read; [`SiteBuilder::finish`] makes the site.
+#[derive(Default)]
+pub struct SiteBuilder {
+    files: Vec<(String, Content)>,
+    links: Vec<(String, String)>,
+    dirs: HashSet<String>,
+}
+
+impl SiteBuilder {
+    /// A regular file.
+    pub fn file(&mut self, path: String, content: Content) {
+        self.files.push((path, content));
+    }
+
+    /// A symbolic link at `path` to `target`: it serves its target's content when that is a file inside the tree.
+    pub fn link(&mut self, path: String, target: String) {
+        self.links.push((path, target));
+    }
+
+    /// A directory (it answers a redirect to itself with a slash, even when empty).
+    pub fn dir(&mut self, path: String) {
+        self.dirs.insert(path);
+    }
+
+    /// The site, its files on disk in `disk` when given.
+    pub fn finish(self, disk: Option<DiskDir>) -> Site {
+        let mut site = Site {
+            dirs: self.dirs,
+            disk,
+            ..Site::default()
+        };
+        for (path, content) in self.files {
+            site.add(path, content);
+        }
+        for (path, target) in self.links {
+            if let Some(content) = resolve_link(&site, &path, &target) {
+                site.add(path, content);
+            }
+        }
+        site.bytes = site.files.values().map(|f| f.content.len()).sum();
+        site.cached_bytes = cached_bytes(&site);
+        site
+    }
+}
+
+impl Site {
+    fn add(&mut self, path: String, content: Content) {
+        let mut parent = path.as_str();
+        while let Some((dir, _)) = parent.rsplit_once('/') {
+            self.dirs.insert(dir.to_owned());
+            parent = dir;
+        }
+        let content_type = content_type::for_path(&path);
+        let etag = etag(content.hash(), "");
+        self.files.insert(
+            path,
+            Arc::new(FileEntry {
+                content,
+                content_type,
+                etag,
+            }),
+        );
+    }
+}
+
+/// See [`Site::cached_bytes`]; a content two paths share counts once.
+fn cached_bytes(site: &Site) -> u64 {
+    let mut seen = HashSet::new();
+    let mut total = 0;
+    for (path, file) in &site.files {
+        match &file.content {
+            Content::Memory(blob) => {
+                total += FILE_OVERHEAD + path.len() as u64;
+                if seen.insert(Arc::as_ptr(blob) as usize) {
+                    total += blob.held_bytes();
+                }
+            }
+            Content::Disk(disk) => {
+                if seen.insert(Arc::as_ptr(disk) as usize) {
+                    total += disk.len.div_ceil(DISK_BLOCK).max(1) * DISK_BLOCK;
+                }
+            }
+        }
+    }
+    total
+}
+
+/// The content a symbolic link at `path` pointing at `target` reaches, if it is a file inside the tree.
+fn resolve_link(site: &Site, path: &str, target: &str) -> Option<Content> {
+    if target.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = path.split('/').collect();
+    parts.pop();
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            name => parts.push(name),
+        }
+    }
+    site.file(&parts.join("/")).map(|f| f.content.clone())
 }
 
 /// Keeps one copy of each content: a blob with the same hash (and the same compressibility, which the type
-/// decides) as a live one is that one.
+/// decides) as a live one is that one. Entries of blobs no site holds any more are swept out as the store grows,
+/// so it never holds more than about twice the live entries.
 #[derive(Default)]
 pub struct BlobStore {
-    blobs: Mutex<HashMap<BlobKey, Weak<Blob>>>,
+    blobs: Mutex<Blobs>,
+}
+
+#[derive(Default)]
+struct Blobs {
+    by_key: HashMap<BlobKey, Weak<Blob>>,
+    /// Entries left after the last sweep.
+    after_sweep: usize,
 }
 
 /// A content's SHA-256, and whether its type compresses.
 type BlobKey = ([u8; 32], bool);
 
+/// Entries the store may gain over twice its size after the last sweep before it sweeps again.
+const SWEEP_SLACK: usize = 1024;
+
 impl BlobStore {
-    /// The blob of `content`, shared when a live blob has the same content, else made (compressed when its type
-    /// compresses).
+    /// The blob of `content` (of a file of type `content_type`), shared when a live blob has the same content,
+    /// else made (compressed when its type compresses).
     pub fn intern(&self, content: Vec<u8>, content_type: &str) -> Arc<Blob> {
         let hash: [u8; 32] = Sha256::digest(&content).into();
         let key = (hash, content_type::compressible(content_type));
@@ -145,34 +326,59 @@ impl BlobStore {
         }
         let blob = Arc::new(make_blob(hash, content, key.1));
         let mut blobs = self.blobs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(existing) = blobs.get(&key).and_then(Weak::upgrade) {
+        if let Some(existing) = blobs.by_key.get(&key).and_then(Weak::upgrade) {
             return existing;
         }
-        blobs.insert(key, Arc::downgrade(&blob));
+        blobs.by_key.insert(key, Arc::downgrade(&blob));
+        if blobs.by_key.len() > blobs.after_sweep.saturating_mul(2) + SWEEP_SLACK {
+            blobs.sweep();
+        }
         blob
     }
 
     fn live(&self, key: &BlobKey) -> Option<Arc<Blob>> {
         let blobs = self.blobs.lock().unwrap_or_else(|e| e.into_inner());
-        blobs.get(key).and_then(Weak::upgrade)
+        blobs.by_key.get(key).and_then(Weak::upgrade)
     }
 
     /// Forgets entries whose blob is gone.
     pub fn sweep(&self) {
-        let mut blobs = self.blobs.lock().unwrap_or_else(|e| e.into_inner());
-        blobs.retain(|_, b| b.strong_count() > 0);
+        self.blobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sweep();
     }
 
     /// Number of live blobs.
     pub fn live_count(&self) -> usize {
         let blobs = self.blobs.lock().unwrap_or_else(|e| e.into_inner());
-        blobs.values().filter(|b| b.strong_count() > 0).count()
+        blobs
+            .by_key
+            .values()
+            .filter(|b| b.strong_count() > 0)
+            .count()
+    }
+
+    /// Number of entries, live or not yet swept.
+    pub fn entries(&self) -> usize {
+        self.blobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_key
+            .len()
+    }
+}
+
+impl Blobs {
+    fn sweep(&mut self) {
+        self.by_key.retain(|_, b| b.strong_count() > 0);
+        self.after_sweep = self.by_key.len();
     }
 }
 
 /// Smallest content worth compressing.
 const COMPRESS_MIN_BYTES: usize = 256;
-/// gzip level: a good ratio at a speed that keeps a deploy quick.
+/// gzip level: a good ratio at a speed that keeps a load quick.
 const GZIP_LEVEL: u32 = 6;
 /// brotli quality: same trade-off (11 is several times slower for a few percent).
 const BROTLI_QUALITY: u32 = 5;
@@ -214,256 +420,48 @@ fn brotli(content: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Builds a site from a tar (as `git archive --format=tar` writes it): regular files become entries, symbolic
-/// links to files inside the tree serve their target's content, everything else (directories, the pax header
-/// carrying the commit id, links leaving the tree) only shapes the directory set.
-pub fn from_tar(tar: &[u8], blobs: &BlobStore, max_bytes: u64) -> Result<Site, LoadError> {
-    let bad = |e: std::io::Error| LoadError::Archive(e.to_string());
-    let mut archive = tar::Archive::new(tar);
-    let mut site = Site::default();
-    let mut links = Vec::new();
-    for entry in archive.entries().map_err(bad)? {
-        let mut entry = entry.map_err(bad)?;
-        let path = entry.path().map_err(bad)?.to_string_lossy().into_owned();
-        let path = path.trim_end_matches('/').to_owned();
-        match entry.header().entry_type() {
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                let size = entry.header().size().map_err(bad)?;
-                site.bytes += size;
-                if site.bytes > max_bytes {
-                    return Err(LoadError::TooLarge(max_bytes));
-                }
-                let mut content = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-                entry.read_to_end(&mut content).map_err(bad)?;
-                let content_type = content_type::for_path(&path);
-                let blob = blobs.intern(content, content_type);
-                site.add(path, blob, content_type);
-            }
-            tar::EntryType::Symlink => {
-                if let Some(target) = entry.link_name().map_err(bad)? {
-                    links.push((path, target.to_string_lossy().into_owned()));
-                }
-            }
-            tar::EntryType::Directory => {
-                site.dirs.insert(path);
-            }
-            _ => {}
-        }
-    }
-    for (path, target) in links {
-        if let Some(file) = resolve_link(&site, &path, &target) {
-            let (blob, content_type) = (file.blob.clone(), content_type::for_path(&path));
-            site.add(path, blob, content_type);
-        }
-    }
-    Ok(site)
-}
-
-impl Site {
-    fn add(&mut self, path: String, blob: Arc<Blob>, content_type: &'static str) {
-        let mut parent = path.as_str();
-        while let Some((dir, _)) = parent.rsplit_once('/') {
-            self.dirs.insert(dir.to_owned());
-            parent = dir;
-        }
-        let etag = etag(&blob.hash, "");
-        self.files.insert(
-            path,
-            Arc::new(FileEntry {
-                blob,
-                content_type,
-                etag,
-            }),
-        );
-    }
-}
-
-/// The file a symbolic link at `path` pointing at `target` reaches, if it stays inside the tree.
-fn resolve_link<'a>(site: &'a Site, path: &str, target: &str) -> Option<&'a FileEntry> {
-    if target.starts_with('/') {
-        return None;
-    }
-    let mut parts: Vec<&str> = path.split('/').collect();
-    parts.pop();
-    for part in target.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            name => parts.push(name),
-        }
-    }
-    site.file(&parts.join("/"))
-}
-
 /// The entity tag of a content (`suffix` names an encoding: `""`, `"-gz"`, `"-br"`).
 pub fn etag(hash: &[u8; 32], suffix: &str) -> HeaderValue {
     let tag = format!("\"{}{suffix}\"", hex::encode(&hash[..12]));
     HeaderValue::from_str(&tag).unwrap_or_else(|_| HeaderValue::from_static("\"\""))
 }
 
-/// The sites of deployed commits, loaded once each (concurrent requests for a site that is loading wait for the
-/// same load) and dropped when no route names them.
-pub struct SiteCache {
-    api: InternalClient,
-    blobs: Arc<BlobStore>,
-    sites: Mutex<HashMap<SiteKey, Arc<tokio::sync::OnceCell<Arc<Site>>>>>,
-    max_site_bytes: u64,
-}
-
-impl SiteCache {
-    /// A cache that fills itself from `api`, taking sites of at most `max_site_bytes`.
-    pub fn new(api: InternalClient, max_site_bytes: u64) -> Self {
-        Self {
-            api,
-            blobs: Arc::default(),
-            sites: Mutex::default(),
-            max_site_bytes,
-        }
-    }
-
-    fn cell(&self, key: &SiteKey) -> Arc<tokio::sync::OnceCell<Arc<Site>>> {
-        let mut sites = self.sites.lock().unwrap_or_else(|e| e.into_inner());
-        sites.entry(key.clone()).or_default().clone()
-    }
-
-    /// The site if it is loaded.
-    pub fn loaded(&self, key: &SiteKey) -> Option<Arc<Site>> {
-        let sites = self.sites.lock().unwrap_or_else(|e| e.into_inner());
-        sites.get(key).and_then(|cell| cell.get().cloned())
-    }
-
-    /// The site, loading it first when needed.
-    pub async fn get(&self, key: &SiteKey) -> Result<Arc<Site>, LoadError> {
-        let cell = self.cell(key);
-        cell.get_or_try_init(|| self.load(key))
-            .await
-            .map(Arc::clone)
-    }
-
-    async fn load(&self, key: &SiteKey) -> Result<Arc<Site>, LoadError> {
-        let started = std::time::Instant::now();
-        let mut res = self.api.archive(&key.app_id, &key.sha).await?;
-        let mut tar = Vec::new();
-        while let Some(chunk) = res
-            .chunk()
-            .await
-            .map_err(|e| CallError::Unavailable(e.to_string()))?
-        {
-            tar.extend_from_slice(&chunk);
-            if tar.len() as u64 > self.max_site_bytes.saturating_mul(2) {
-                return Err(LoadError::TooLarge(self.max_site_bytes));
-            }
-        }
-        let max = self.max_site_bytes;
-        let blobs = self.blobs.clone();
-        let site = tokio::task::spawn_blocking(move || from_tar(&tar, &blobs, max))
-            .await
-            .map_err(|e| LoadError::Archive(e.to_string()))??;
-        tracing::info!(app_id = %key.app_id, sha = %key.sha, files = site.len(), bytes = site.bytes(),
-            millis = started.elapsed().as_millis() as u64, "static site loaded");
-        Ok(Arc::new(site))
-    }
-
-    /// Drops every site not in `keep` (requests still serving one keep it alive until they finish).
-    pub fn retain(&self, keep: &HashSet<SiteKey>) {
-        {
-            let mut sites = self.sites.lock().unwrap_or_else(|e| e.into_inner());
-            sites.retain(|key, _| keep.contains(key));
-        }
-        self.blobs.sweep();
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::io::Read;
+
     use super::*;
 
-    /// A tar with the given regular files, symlinks (`-> target`) and directories (trailing `/`).
-    pub(crate) fn tar_of(entries: &[(&str, &str)]) -> Vec<u8> {
-        let mut builder = tar::Builder::new(Vec::new());
-        for (path, content) in entries {
-            let mut header = tar::Header::new_ustar();
-            if let Some(target) = content.strip_prefix("-> ") {
-                header.set_entry_type(tar::EntryType::Symlink);
-                header.set_size(0);
-                header.set_cksum();
-                builder.append_link(&mut header, path, target).unwrap();
-            } else if path.ends_with('/') {
-                header.set_entry_type(tar::EntryType::Directory);
-                header.set_size(0);
-                header.set_cksum();
-                builder.append_data(&mut header, path, &[][..]).unwrap();
-            } else {
-                header.set_size(content.len() as u64);
-                header.set_mode(0o644);
-                header.set_cksum();
-                builder
-                    .append_data(&mut header, path, content.as_bytes())
-                    .unwrap();
-            }
+    fn memory_site(files: &[(&str, &str)], blobs: &BlobStore) -> Site {
+        let mut builder = SiteBuilder::default();
+        for (path, content) in files {
+            let blob = blobs.intern(content.as_bytes().to_vec(), content_type::for_path(path));
+            builder.file((*path).to_owned(), Content::Memory(blob));
         }
-        builder.into_inner().unwrap()
+        builder.finish(None)
     }
 
-    #[test]
-    fn the_root_and_directories_serve_their_index() {
-        let tar = tar_of(&[
-            ("index.html", "<h1>home</h1>"),
-            ("docs/", ""),
-            ("docs/index.html", "<h1>docs</h1>"),
-            ("docs/a.css", "body{}"),
-            ("empty/", ""),
-        ]);
-        let site = from_tar(&tar, &BlobStore::default(), 1 << 20).unwrap();
-        let content = |l: Lookup<'_>| match l {
-            Lookup::File(f) => String::from_utf8(f.blob.identity.to_vec()).unwrap(),
-            other => format!("{other:?}"),
-        };
-        assert_eq!(content(site.lookup("")), "<h1>home</h1>");
-        assert_eq!(content(site.lookup("docs/")), "<h1>docs</h1>");
-        assert_eq!(content(site.lookup("docs/a.css")), "body{}");
-        assert!(matches!(site.lookup("docs"), Lookup::Directory));
-        assert!(matches!(site.lookup("empty/"), Lookup::Missing));
-        assert!(matches!(site.lookup("nope.html"), Lookup::Missing));
-        assert_eq!(site.len(), 3);
-    }
-
-    #[test]
-    fn links_inside_the_tree_serve_their_target_and_others_nothing() {
-        let tar = tar_of(&[
-            ("a/real.txt", "real"),
-            ("a/alias.txt", "-> real.txt"),
-            ("up.txt", "-> a/real.txt"),
-            ("escape.txt", "-> ../../etc/passwd"),
-            ("absolute.txt", "-> /etc/passwd"),
-        ]);
-        let site = from_tar(&tar, &BlobStore::default(), 1 << 20).unwrap();
-        assert_eq!(
-            &site.file("a/alias.txt").unwrap().blob.identity[..],
-            b"real"
-        );
-        assert_eq!(&site.file("up.txt").unwrap().blob.identity[..], b"real");
-        assert!(site.file("escape.txt").is_none());
-        assert!(site.file("absolute.txt").is_none());
+    fn identity(file: &FileEntry) -> &[u8] {
+        match &file.content {
+            Content::Memory(blob) => &blob.identity,
+            Content::Disk(_) => panic!("on disk"),
+        }
     }
 
     #[test]
     fn equal_contents_share_one_blob_across_sites() {
         let blobs = BlobStore::default();
-        let one = from_tar(
-            &tar_of(&[("a.txt", "same"), ("b.txt", "same")]),
-            &blobs,
-            1 << 20,
-        )
-        .unwrap();
-        let two = from_tar(&tar_of(&[("c.txt", "same")]), &blobs, 1 << 20).unwrap();
-        let a = &one.file("a.txt").unwrap().blob;
-        assert!(Arc::ptr_eq(a, &one.file("b.txt").unwrap().blob));
-        assert!(Arc::ptr_eq(a, &two.file("c.txt").unwrap().blob));
+        let one = memory_site(&[("a.txt", "same"), ("b.txt", "same")], &blobs);
+        let two = memory_site(&[("c.txt", "same")], &blobs);
+        let blob = |site: &Site, path: &str| match &site.file(path).unwrap().content {
+            Content::Memory(blob) => blob.clone(),
+            Content::Disk(_) => panic!("on disk"),
+        };
+        let a = blob(&one, "a.txt");
+        assert!(Arc::ptr_eq(&a, &blob(&one, "b.txt")));
+        assert!(Arc::ptr_eq(&a, &blob(&two, "c.txt")));
         assert_eq!(blobs.live_count(), 1);
-        drop((one, two));
+        drop((one, two, a));
         blobs.sweep();
         assert_eq!(
             blobs.live_count(),
@@ -473,16 +471,31 @@ mod tests {
     }
 
     #[test]
+    fn the_store_sweeps_dead_entries_as_it_grows() {
+        let blobs = BlobStore::default();
+        for i in 0..(3 * SWEEP_SLACK) {
+            drop(blobs.intern(format!("content {i}").into_bytes(), "text/plain"));
+        }
+        assert!(
+            blobs.entries() <= SWEEP_SLACK + 1,
+            "{} entries of dead blobs kept",
+            blobs.entries()
+        );
+    }
+
+    #[test]
     fn text_is_compressed_when_it_pays_and_binary_never() {
         let blobs = BlobStore::default();
         let text = "hello static world ".repeat(100);
-        let site = from_tar(
-            &tar_of(&[("big.js", &text), ("tiny.css", "a{}"), ("pic.png", &text)]),
+        let site = memory_site(
+            &[("big.js", &text), ("tiny.css", "a{}"), ("pic.png", &text)],
             &blobs,
-            1 << 20,
-        )
-        .unwrap();
-        let big = &site.file("big.js").unwrap().blob;
+        );
+        let blob = |path: &str| match &site.file(path).unwrap().content {
+            Content::Memory(blob) => blob.clone(),
+            Content::Disk(_) => panic!("on disk"),
+        };
+        let big = blob("big.js");
         let gz = big.gzip.as_ref().unwrap();
         let mut decoded = String::new();
         flate2::read::GzDecoder::new(&gz[..])
@@ -493,28 +506,46 @@ mod tests {
         let mut decoded = Vec::new();
         brotli::BrotliDecompress(&mut &br[..], &mut decoded).unwrap();
         assert_eq!(decoded, text.as_bytes());
-        let tiny = &site.file("tiny.css").unwrap().blob;
+        let tiny = blob("tiny.css");
         assert!(
             tiny.gzip.is_none() && tiny.brotli.is_none(),
             "too small to pay"
         );
-        let png = &site.file("pic.png").unwrap().blob;
-        assert!(png.gzip.is_none(), "images are not compressed");
+        assert!(blob("pic.png").gzip.is_none(), "images are not compressed");
     }
 
     #[test]
-    fn a_site_over_the_limit_or_a_broken_archive_is_refused() {
-        let tar = tar_of(&[("a.txt", "0123456789"), ("b.txt", "0123456789")]);
-        assert!(matches!(
-            from_tar(&tar, &BlobStore::default(), 15),
-            Err(LoadError::TooLarge(15))
-        ));
-        let long = "x".repeat(2000);
-        let truncated = &tar_of(&[("long.txt", &long)])[..600];
-        assert!(matches!(
-            from_tar(truncated, &BlobStore::default(), 1 << 20),
-            Err(LoadError::Archive(_))
-        ));
+    fn a_site_counts_its_contents_with_their_compressed_forms_once_each() {
+        let blobs = BlobStore::default();
+        let text = "hello static world ".repeat(100);
+        let site = memory_site(&[("a.js", &text), ("b.js", &text)], &blobs);
+        let Content::Memory(blob) = &site.file("a.js").unwrap().content else {
+            panic!("on disk")
+        };
+        assert!(blob.held_bytes() > text.len() as u64);
+        assert_eq!(site.bytes(), 2 * text.len() as u64);
+        assert_eq!(
+            site.cached_bytes(),
+            blob.held_bytes() + 2 * FILE_OVERHEAD + "a.js".len() as u64 + "b.js".len() as u64
+        );
+    }
+
+    #[test]
+    fn links_inside_the_tree_serve_their_target_and_others_nothing() {
+        let blobs = BlobStore::default();
+        let mut builder = SiteBuilder::default();
+        let real = blobs.intern(b"real".to_vec(), "text/plain");
+        builder.file("a/real.txt".into(), Content::Memory(real));
+        builder.link("a/alias.txt".into(), "real.txt".into());
+        builder.link("up.txt".into(), "a/real.txt".into());
+        builder.link("escape.txt".into(), "../../etc/passwd".into());
+        builder.link("absolute.txt".into(), "/etc/passwd".into());
+        let site = builder.finish(None);
+        assert_eq!(identity(site.file("a/alias.txt").unwrap()), b"real");
+        assert_eq!(identity(site.file("up.txt").unwrap()), b"real");
+        assert!(site.file("escape.txt").is_none());
+        assert!(site.file("absolute.txt").is_none());
+        assert!(matches!(site.lookup("a"), Lookup::Directory));
     }
 
     #[test]

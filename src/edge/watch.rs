@@ -1,7 +1,7 @@
 //! Keeps the routing table current: reflectors over Ingresses, Services, EndpointSlices, Channels, Apps and Domains,
 //! and a task that rebuilds the table after any of them changes (changes that arrive while it builds are folded
-//! into the next build). Static sites a new table needs are loaded in the background; when one is in, the table is
-//! built again and the host moves to it (see [`super::routes::settle`]).
+//! into the next build). A deploy's new commit of a channel whose old one is cached is loaded in the background;
+//! when it is in, the table is built again and the host moves to it (see [`super::routes::settle`]).
 //!
 //! The certificate table ([`super::certs`]) is kept the same way from Domains and the certificate Secrets of the
 //! certificate namespace ([`start_certificates`]).
@@ -30,7 +30,7 @@ use super::routes::Objects;
 use super::site::SiteKey;
 
 /// How long to wait before trying a site load that failed again.
-const LOAD_RETRY: Duration = Duration::from_secs(5);
+const LOAD_RETRY: Duration = super::site_cache::FAILURE_MEMORY;
 
 /// The reflector caches the table is built from.
 pub struct Caches {
@@ -145,7 +145,7 @@ where
     reader
 }
 
-/// Rebuilds the table whenever `changed` is woken, and loads the sites new tables ask for.
+/// Rebuilds the table whenever `changed` is woken, and loads the deployed commits new tables ask for.
 pub fn spawn_builder(edge: Arc<Edge>, caches: Caches, changed: Arc<Notify>) -> JoinHandle<()> {
     let loading: Arc<Mutex<HashSet<SiteKey>>> = Arc::default();
     tokio::spawn(async move {
@@ -175,7 +175,7 @@ fn start_load(
     }
     let (edge, loading, changed) = (edge.clone(), loading.clone(), changed.clone());
     tokio::spawn(async move {
-        if let Err(e) = edge.sites.get(&key).await {
+        if let Err(e) = edge.sites.preload(&key).await {
             tracing::warn!(app_id = %key.app_id, sha = %key.sha, error = %e, "could not load a static site; retrying");
             tokio::time::sleep(LOAD_RETRY).await;
         }

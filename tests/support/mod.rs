@@ -474,7 +474,11 @@ impl TestApi {
             namespace: Some(namespace.into()),
             internal: self.edge_endpoint(&url),
             access_log,
-            max_site_bytes: 64 << 20,
+            sites: slipway::edge::site_cache::SiteCacheConfig {
+                memory_bytes: 256 << 20,
+                max_site_bytes: 64 << 20,
+                disk: None,
+            },
             proxy: slipway::edge::proxy::ProxyConfig::default(),
             object_store: None,
             tls: Default::default(),
