@@ -816,6 +816,16 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
         .await?
         .unwrap()
         .passwords(api.state.keyring())?;
+    // The database's roles get new passwords on the way: without a data server to give them to, nothing moves.
+    let refused = transfer(&api.state, &owner, request(&eve.username, "shop")).await;
+    assert_eq!(status(refused.unwrap_err()), (503, "postgres_unavailable"));
+    assert_eq!(
+        api.get(&format!("/apps/{app_id}"), &dee)
+            .await
+            .expect(200, None)["owner_username"],
+        dee.username.as_str()
+    );
+    support::postgres::attach(&api)?;
 
     let moved = transfer(&api.state, &owner, request(&eve.username, "shop"))
         .await
@@ -884,24 +894,186 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
         .await
         .expect(200, None);
     assert!(journal.to_string().contains("app.transferred"), "{journal}");
-    // The database record is the new channel's, with the same names and passwords, now the new owner's.
+    // The database record is the new channel's, with the same names and new passwords, now the new owner's.
     let record = slipway::postgres::store::by_channel(api.state.db(), new_prod.parse()?)
         .await?
         .context("the database record moved")?;
     assert_eq!(record.db_name, names.db_name);
     assert_eq!(record.owner, eve.username);
-    assert_eq!(record.passwords(api.state.keyring())?, before);
+    let after = record.passwords(api.state.keyring())?;
+    assert!(
+        after.0 != before.0 && after.1 != before.1,
+        "the passwords moved with the app"
+    );
     assert!(
         slipway::postgres::store::by_channel(api.state.db(), prod)
             .await?
             .is_none()
     );
+    // The transfer made the roles (this database was never provisioned); they go with the test.
+    support::postgres::server()?.drop_database(&names).await?;
     // The old App is gone from the old namespace.
     let old: kube::Api<slipway_crds::App> = kube::Api::namespaced(api.kube.clone(), &dee.namespace);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while old.get_opt("shop").await?.is_some() {
         ensure!(tokio::time::Instant::now() < deadline, "the old App stayed");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+/// Waits until the channel's `leg` (`postgres` or `blob`) reads `ready`.
+async fn leg_ready(api: &TestApi, user: &User, channel_path: &str, leg: &str) -> Result<()> {
+    let path = format!("{channel_path}/{leg}");
+    let deadline = tokio::time::Instant::now() + support::postgres::WITHIN;
+    loop {
+        let reply = api.get(&path, user).await;
+        if reply.status == 200 && reply.body["status"] == "ready" {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{leg} never ready: {} {}",
+            reply.status,
+            reply.body
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The channel's key pair and bucket name, as the platform database keeps them.
+async fn bucket_keys(api: &TestApi, channel_id: &str) -> Result<(String, String, String)> {
+    let store = slipway::blob::store::by_channel(api.state.db(), channel_id.parse()?)
+        .await?
+        .context("the channel has no bucket")?;
+    let secret = store.secret(api.state.keyring())?;
+    Ok((store.access_key_id, secret, store.virtual_bucket))
+}
+
+async fn read_object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<String> {
+    let object = s3.get_object().bucket(bucket).key(key).send().await?;
+    Ok(String::from_utf8(object.body.collect().await?.to_vec())?)
+}
+
+#[tokio::test]
+async fn a_transfer_gives_the_database_and_the_bucket_new_credentials() -> Result<()> {
+    use slipway::transfer::{Request, transfer};
+    use support::postgres::{self, execute, refusal};
+    let api = TestApi::start().await?;
+    postgres::attach(&api)?;
+    let store = support::blob::ObjectStore::start(&api, "127.0.0.1").await?;
+    let (ida, _) = person(&api, "ida").await?;
+    let (jon, _) = person(&api, "jon").await?;
+    for namespace in [&ida.namespace, &jon.namespace] {
+        api.start_nodeless_operator_with_postgres(
+            namespace,
+            Default::default(),
+            Some(store.settings()),
+            postgres::settings()?,
+        )
+        .await?;
+    }
+    let app = api.create_app(&ida, "vault", "app").await;
+    let app_id = app["id"].as_str().unwrap().to_owned();
+    let prod_id = app["channels"][0]["id"].as_str().unwrap().to_owned();
+    let channel_path = format!("/apps/{app_id}/channels/{prod_id}");
+    for leg in ["postgres", "blob"] {
+        leg_ready(&api, &ida, &channel_path, leg).await?;
+    }
+
+    // What the old owner's code had: the roles' passwords and the bucket's key pair, in use.
+    let old_env = postgres::variables(&api, &prod_id).await?;
+    let mut held = postgres::connect(&old_env["DATABASE_URL"]).await?;
+    execute(
+        &mut held,
+        "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('mine')",
+    )
+    .await?;
+    let mut held_readonly = postgres::connect(&old_env["DATABASE_URL_READONLY"]).await?;
+    let (old_key, old_secret, old_bucket) = bucket_keys(&api, &prod_id).await?;
+    let old_s3 = store.client(&old_key, &old_secret);
+    old_s3
+        .put_object()
+        .bucket(&old_bucket)
+        .key("kept.txt")
+        .body(aws_sdk_s3::primitives::ByteStream::from_static(b"mine"))
+        .send()
+        .await?;
+
+    let moved = transfer(
+        &api.state,
+        &caller_of(&api, &ida).await,
+        Request {
+            app_id: app_id.parse()?,
+            to: jon.username.clone(),
+            confirm_name: "vault".into(),
+        },
+    )
+    .await
+    .unwrap();
+    let app = api
+        .get(&format!("/apps/{}", moved.app_id), &jon)
+        .await
+        .expect(200, None);
+    let new_prod = app["channels"][0]["id"].as_str().unwrap().to_owned();
+
+    // The sessions opened with the old passwords were ended, and the old passwords open nothing any more.
+    for conn in [&mut held, &mut held_readonly] {
+        assert!(
+            execute(conn, "SELECT 1").await.is_err(),
+            "a session opened with an old password outlived the transfer"
+        );
+    }
+    for url in ["DATABASE_URL", "DATABASE_URL_READONLY"] {
+        let refused = refusal(postgres::connect(&old_env[url]).await);
+        assert!(
+            refused.contains("password authentication failed"),
+            "{url}: {refused}"
+        );
+    }
+    // The new channel's passwords are new, and open the same database with its rows.
+    let new_env = postgres::variables(&api, &new_prod).await?;
+    assert_eq!(
+        new_env["DATABASE_URL"].rsplit('/').next(),
+        old_env["DATABASE_URL"].rsplit('/').next(),
+        "the same database"
+    );
+    for url in ["DATABASE_URL", "DATABASE_URL_READONLY"] {
+        assert_ne!(new_env[url], old_env[url], "{url} kept its password");
+        let mut conn = postgres::connect(&new_env[url]).await?;
+        let kept: String = sqlx::query_scalar("SELECT v FROM kept")
+            .fetch_one(&mut conn)
+            .await?;
+        assert_eq!(kept, "mine");
+    }
+    // The bucket has a new key pair, which reads what the old one wrote; the old pair names no bucket any more
+    // (the gateway trusts a looked-up pair for at most STORE_CACHE_TTL).
+    let (new_key, new_secret, new_bucket) = bucket_keys(&api, &new_prod).await?;
+    assert_ne!(new_key, old_key);
+    assert_ne!(new_secret, old_secret);
+    assert_eq!(
+        read_object(
+            &store.client(&new_key, &new_secret),
+            &new_bucket,
+            "kept.txt"
+        )
+        .await?,
+        "mine"
+    );
+    let deadline = tokio::time::Instant::now()
+        + slipway::blob::gateway::STORE_CACHE_TTL
+        + Duration::from_secs(10);
+    for bucket in [&old_bucket, &new_bucket] {
+        loop {
+            match read_object(&old_s3, bucket, "kept.txt").await {
+                Err(e) if format!("{e:?}").contains("InvalidAccessKeyId") => break,
+                other => ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "the old key pair still reaches {bucket}: {other:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
     Ok(())
 }

@@ -29,13 +29,13 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use slipway::edge::site_cache::{DiskCacheConfig, SiteCacheConfig};
-use slipway::edge::site_metrics::Tier;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
+use slipway::edge::site_cache::{DiskCacheConfig, SiteCacheConfig};
+use slipway::edge::site_metrics::Tier;
 use slipway_crds::Channel;
 use support::TestApi;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -311,18 +311,15 @@ async fn the_bytes_the_edge_sends_are_the_owner_s_bandwidth_this_month_exactly_a
 async fn counting_internal(api: &TestApi) -> Result<(String, Arc<Mutex<Vec<String>>>)> {
     let archives: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = archives.clone();
-    let router = api
-        .internal_router
-        .clone()
-        .layer(axum::middleware::from_fn(
-            move |req: axum::extract::Request, next: axum::middleware::Next| {
-                let path = req.uri().path().to_owned();
-                if path.contains("/archive/") {
-                    seen.lock().unwrap().push(path);
-                }
-                next.run(req)
-            },
-        ));
+    let router = api.internal_router.clone().layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let path = req.uri().path().to_owned();
+            if path.contains("/archive/") {
+                seen.lock().unwrap().push(path);
+            }
+            next.run(req)
+        },
+    ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move {
@@ -400,7 +397,8 @@ async fn start_static_edge(
         ..api.edge_config(&user.namespace, false).await?
     };
     let mut registry = prometheus_client::registry::Registry::default();
-    let (edge, _tasks) = slipway::edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
+    let (edge, _tasks) =
+        slipway::edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let at = listener.local_addr()?;
     tokio::spawn(slipway::edge::server::serve(
@@ -457,9 +455,13 @@ async fn send(
 /// Text of `len` bytes that differs by `seed` and compresses about as well as prose.
 fn page_text(seed: &str, len: usize) -> String {
     let mut text = format!("<!doctype html><title>{seed}</title>\n");
-    let mut n = seed.bytes().fold(17u64, |h, b| h.wrapping_mul(131).wrapping_add(u64::from(b)));
+    let mut n = seed
+        .bytes()
+        .fold(17u64, |h, b| h.wrapping_mul(131).wrapping_add(u64::from(b)));
     while text.len() < len {
-        n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        n = n
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         text.push_str(&format!("<p>{seed} line {:016x}</p>\n", n));
     }
     text.truncate(len);
@@ -481,21 +483,26 @@ fn memory_only(kib: u64) -> SiteCacheConfig {
 }
 
 #[tokio::test]
-async fn an_edge_is_ready_before_it_loads_a_site_and_its_first_requests_share_one_load() -> Result<()>
-{
+async fn an_edge_is_ready_before_it_loads_a_site_and_its_first_requests_share_one_load()
+-> Result<()> {
     let api = TestApi::start().await?;
     let user = api.user("edgeready", "builder").await?;
     let _operator = api.start_operator_without_node(&user.namespace).await?;
     let (one, _, one_host) =
         deployed_site(&api, &user, "one", json!({"index.html": "<h1>one</h1>\n"})).await?;
-    let (two, _, _) = deployed_site(&api, &user, "two", json!({"index.html": "<h1>two</h1>\n"})).await?;
+    let (two, _, _) =
+        deployed_site(&api, &user, "two", json!({"index.html": "<h1>two</h1>\n"})).await?;
     let (internal, archives) = counting_internal(&api).await?;
 
     // Started (its first table built, the point its admin port opens and it reports ready) with two deployed sites,
     // and nothing loaded.
     let (edge, at) = start_static_edge(&api, &user, &internal, memory_only(1024)).await?;
     let metrics = edge.sites().metrics();
-    assert_eq!(archives.lock().unwrap().len(), 0, "nothing fetched at start");
+    assert_eq!(
+        archives.lock().unwrap().len(),
+        0,
+        "nothing fetched at start"
+    );
     assert_eq!(
         (metrics.loads(Tier::Memory), metrics.entries(Tier::Memory)),
         (0, 0)
@@ -510,10 +517,21 @@ async fn an_edge_is_ready_before_it_loads_a_site_and_its_first_requests_share_on
         .collect();
     for answer in futures::future::join_all(requests).await {
         let answer = answer??;
-        assert_eq!((answer.status, &answer.body[..]), (200, &b"<h1>one</h1>\n"[..]));
+        assert_eq!(
+            (answer.status, &answer.body[..]),
+            (200, &b"<h1>one</h1>\n"[..])
+        );
     }
-    assert_eq!(fetches(&archives, &one), 1, "one load for the first requests");
-    assert_eq!(fetches(&archives, &two), 0, "a site nobody asked for is not loaded");
+    assert_eq!(
+        fetches(&archives, &one),
+        1,
+        "one load for the first requests"
+    );
+    assert_eq!(
+        fetches(&archives, &two),
+        0,
+        "a site nobody asked for is not loaded"
+    );
     assert_eq!(metrics.loads(Tier::Memory), 1);
     assert_eq!(metrics.hits(Tier::Memory) + metrics.misses(), 8);
     assert!(metrics.misses() >= 1);
@@ -553,7 +571,10 @@ async fn a_site_evicted_from_memory_is_loaded_again_and_served_right() -> Result
         assert_eq!(brotli_decoded(&answer.body), page.as_bytes());
         first_tags.push(answer.header("etag").to_owned());
         let held = metrics.bytes(Tier::Memory);
-        assert!(held > 0 && held as u64 <= cap, "{held} bytes held over a cap of {cap}");
+        assert!(
+            held > 0 && held as u64 <= cap,
+            "{held} bytes held over a cap of {cap}"
+        );
     }
     assert!(metrics.evictions(Tier::Memory) >= 1);
     assert_eq!(metrics.loads(Tier::Memory), 6);
@@ -565,21 +586,28 @@ async fn a_site_evicted_from_memory_is_loaded_again_and_served_right() -> Result
     assert_eq!(answer.status, 200);
     assert_eq!(brotli_decoded(&answer.body), first_page.as_bytes());
     assert_eq!(answer.header("etag"), first_tags[0]);
-    assert_eq!(fetches(&archives, first_app), 2, "fetched again after its eviction");
+    assert_eq!(
+        fetches(&archives, first_app),
+        2,
+        "fetched again after its eviction"
+    );
     assert_eq!(metrics.loads(Tier::Memory), 7);
     let answer = send(at, "GET", first_host, "/", &[("accept-encoding", "gzip")]).await?;
     let mut gunzipped = String::new();
     flate2::read::GzDecoder::new(&answer.body[..]).read_to_string(&mut gunzipped)?;
     assert_eq!(&gunzipped, first_page);
     let answer = send(at, "GET", first_host, "/", &[]).await?;
-    assert_eq!((answer.header("content-encoding"), &answer.body[..]), ("", first_page.as_bytes()));
+    assert_eq!(
+        (answer.header("content-encoding"), &answer.body[..]),
+        ("", first_page.as_bytes())
+    );
     assert!(metrics.bytes(Tier::Memory) as u64 <= cap);
     Ok(())
 }
 
 #[tokio::test]
-async fn a_site_larger_than_the_memory_cap_is_streamed_from_disk_with_ranges_and_entity_tags() -> Result<()>
-{
+async fn a_site_larger_than_the_memory_cap_is_streamed_from_disk_with_ranges_and_entity_tags()
+-> Result<()> {
     let api = TestApi::start().await?;
     let user = api.user("edgedisk", "builder").await?;
     let _operator = api.start_operator_without_node(&user.namespace).await?;
@@ -593,7 +621,10 @@ async fn a_site_larger_than_the_memory_cap_is_streamed_from_disk_with_ranges_and
     )
     .await?;
     let (internal, archives) = counting_internal(&api).await?;
-    let dir = std::env::temp_dir().join(format!("slipway-edge-disk-{}", uuid::Uuid::new_v4().simple()));
+    let dir = std::env::temp_dir().join(format!(
+        "slipway-edge-disk-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
     let sites = SiteCacheConfig {
         memory_bytes: 64 * 1024,
         max_site_bytes: 1 << 20,
@@ -605,23 +636,45 @@ async fn a_site_larger_than_the_memory_cap_is_streamed_from_disk_with_ranges_and
     let (edge, at) = start_static_edge(&api, &user, &internal, sites).await?;
     let metrics = edge.sites().metrics();
 
-    let whole = send(at, "GET", &host, "/big.txt", &[("accept-encoding", "br, gzip")]).await?;
+    let whole = send(
+        at,
+        "GET",
+        &host,
+        "/big.txt",
+        &[("accept-encoding", "br, gzip")],
+    )
+    .await?;
     assert_eq!(whole.status, 200);
-    assert_eq!(&whole.body[..], big.as_bytes(), "as committed: no compressed form on disk");
+    assert_eq!(
+        &whole.body[..],
+        big.as_bytes(),
+        "as committed: no compressed form on disk"
+    );
     assert_eq!(whole.header("content-encoding"), "");
     assert_eq!(whole.header("content-length"), big.len().to_string());
     assert_eq!(whole.header("content-type"), "text/plain; charset=utf-8");
     let tag = whole.header("etag").to_owned();
     assert!(tag.starts_with('"'));
     assert_eq!(
-        (metrics.loads(Tier::Disk), metrics.entries(Tier::Disk), metrics.entries(Tier::Memory)),
+        (
+            metrics.loads(Tier::Disk),
+            metrics.entries(Tier::Disk),
+            metrics.entries(Tier::Memory)
+        ),
         (1, 1, 0)
     );
     let on_disk = metrics.bytes(Tier::Disk);
     assert!(on_disk as usize >= big.len(), "{on_disk} bytes on disk");
     assert!(std::fs::read_dir(dir.join("slipway-sites"))?.count() == 1);
 
-    let part = send(at, "GET", &host, "/big.txt", &[("range", "bytes=100000-100999")]).await?;
+    let part = send(
+        at,
+        "GET",
+        &host,
+        "/big.txt",
+        &[("range", "bytes=100000-100999")],
+    )
+    .await?;
     assert_eq!(part.status, 206);
     assert_eq!(
         part.header("content-range"),
@@ -642,7 +695,10 @@ async fn a_site_larger_than_the_memory_cap_is_streamed_from_disk_with_ranges_and
         &[("range", "bytes=0-9"), ("if-range", &tag)],
     )
     .await?;
-    assert_eq!((if_range.status, &if_range.body[..]), (206, &big.as_bytes()[..10]));
+    assert_eq!(
+        (if_range.status, &if_range.body[..]),
+        (206, &big.as_bytes()[..10])
+    );
     let stale = send(
         at,
         "GET",
@@ -653,10 +709,20 @@ async fn a_site_larger_than_the_memory_cap_is_streamed_from_disk_with_ranges_and
     .await?;
     assert_eq!((stale.status, stale.body.len()), (200, big.len()));
     let head = send(at, "HEAD", &host, "/big.txt", &[]).await?;
-    assert_eq!((head.status, head.header("content-length")), (200, big.len().to_string().as_str()));
+    assert_eq!(
+        (head.status, head.header("content-length")),
+        (200, big.len().to_string().as_str())
+    );
     let index = send(at, "GET", &host, "/", &[]).await?;
-    assert_eq!((index.status, &index.body[..]), (200, &b"<h1>large</h1>\n"[..]));
-    assert_eq!(fetches(&archives, &app_id), 1, "written once, served from disk since");
+    assert_eq!(
+        (index.status, &index.body[..]),
+        (200, &b"<h1>large</h1>\n"[..])
+    );
+    assert_eq!(
+        fetches(&archives, &app_id),
+        1,
+        "written once, served from disk since"
+    );
 
     // Without a disk tier the same site is refused (503), not held in memory.
     let (edge, at) = start_static_edge(&api, &user, &internal, memory_only(64)).await?;
@@ -667,7 +733,8 @@ async fn a_site_larger_than_the_memory_cap_is_streamed_from_disk_with_ranges_and
 }
 
 #[tokio::test]
-async fn a_hot_sites_new_deploy_is_loaded_before_its_first_visitor_and_a_cold_ones_is_not() -> Result<()> {
+async fn a_hot_sites_new_deploy_is_loaded_before_its_first_visitor_and_a_cold_ones_is_not()
+-> Result<()> {
     let api = TestApi::start().await?;
     let user = api.user("edgedeploy", "builder").await?;
     let _operator = api.start_operator_without_node(&user.namespace).await?;
@@ -680,8 +747,22 @@ async fn a_hot_sites_new_deploy_is_loaded_before_its_first_visitor_and_a_cold_on
     let metrics = edge.sites().metrics();
     assert_eq!(send(at, "GET", &hot_host, "/", &[]).await?.body, "hot v1");
 
-    deploy_files(&api, &user, &hot, &hot_channel, json!({"index.html": "hot v2"})).await?;
-    deploy_files(&api, &user, &cold, &cold_channel, json!({"index.html": "cold v2"})).await?;
+    deploy_files(
+        &api,
+        &user,
+        &hot,
+        &hot_channel,
+        json!({"index.html": "hot v2"}),
+    )
+    .await?;
+    deploy_files(
+        &api,
+        &user,
+        &cold,
+        &cold_channel,
+        json!({"index.html": "cold v2"}),
+    )
+    .await?;
     // The hot channel's new commit is fetched without a request, and its host moves to it once it is in.
     slipway_testkit::wait_until(WITHIN, || {
         let fetched = fetches(&archives, &hot);
@@ -694,7 +775,11 @@ async fn a_hot_sites_new_deploy_is_loaded_before_its_first_visitor_and_a_cold_on
         async move { Ok(send(at, "GET", &host, "/", &[]).await?.body == "hot v2") }
     })
     .await?;
-    assert_eq!(metrics.misses(), misses, "the first visitors of the new deploy found it loaded");
+    assert_eq!(
+        metrics.misses(),
+        misses,
+        "the first visitors of the new deploy found it loaded"
+    );
     // The cold one was never loaded; its next request loads its new commit, never the old one.
     assert_eq!(fetches(&archives, &cold), 0);
     assert_eq!(send(at, "GET", &cold_host, "/", &[]).await?.body, "cold v2");

@@ -434,6 +434,82 @@ async fn a_person_signs_in_with_the_sdk_and_the_token_works_at_the_mcp_endpoint_
 }
 
 #[tokio::test]
+async fn a_credential_minted_with_an_oauth_token_is_good_at_the_mcp_endpoint_only() -> Result<()> {
+    let f = fixture("oacred").await?;
+    let client = f.client().await?;
+    let (verifier, challenge) = pkce();
+    let (code, _) = f.code(&client, &challenge, None).await?;
+    let (status, answer) = f.redeem(&code, &verifier, &client, REDIRECT).await?;
+    assert_eq!(status, 200, "{answer}");
+    let oauth = answer["access_token"].as_str().unwrap().to_owned();
+    let mcp_url = format!("{}/mcp", f.base);
+    let audience = |token: String| {
+        let db = f.api.state.db().clone();
+        async move {
+            sqlx::query_scalar::<_, Option<String>>(
+                "SELECT audience FROM tokens WHERE token_hash = $1",
+            )
+            .bind(&slipway::auth::token::hash(&token)[..])
+            .fetch_one(&db)
+            .await
+        }
+    };
+
+    // get_credentials (POST /credentials in-process) with the OAuth token: a credential bound to /mcp as well,
+    // and so is one minted with that credential in turn.
+    let mut minted = Vec::new();
+    let mut minter = oauth.clone();
+    for _ in 0..2 {
+        let mut session = support::mcp::McpClient::connect(&mcp_url, &minter).await?;
+        let credential = session.call("get_credentials", json!({})).await?.ok();
+        minter = credential["token"].as_str().unwrap().to_owned();
+        minted.push(minter.clone());
+    }
+    for credential in &minted {
+        assert_eq!(audience(credential.clone()).await?.as_deref(), Some("mcp"));
+        assert_eq!(f.mcp_status(Some(credential)).await?.0, 200, "good at /mcp");
+        for path in ["/apps", "/tokens"] {
+            let rest = f.api.call(Method::GET, path, Some(credential), None).await;
+            assert_eq!(rest.status, 403, "{path}");
+            assert_eq!(rest.body["error"]["code"], "scope_denied");
+            assert!(rest.message().contains("/mcp"), "{}", rest.message());
+        }
+        let minting = f
+            .api
+            .call(
+                Method::POST,
+                "/credentials",
+                Some(credential),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(minting.status, 403, "nor a general token minted over REST");
+        let git = reqwest::Client::new()
+            .get(format!(
+                "{}/{}/any.git/info/refs?service=git-upload-pack",
+                f.base, f.person.username
+            ))
+            .basic_auth("x", Some(credential))
+            .send()
+            .await?;
+        assert_eq!(git.status(), 401, "git does not take it");
+    }
+    // A general token still mints general credentials.
+    let general = f
+        .api
+        .post("/credentials", &f.person, json!({}))
+        .await
+        .expect(200, None);
+    let general = general["token"].as_str().unwrap().to_owned();
+    assert_eq!(audience(general.clone()).await?, None);
+    f.api
+        .call(Method::GET, "/apps", Some(&general), None)
+        .await
+        .expect(200, None);
+    Ok(())
+}
+
+#[tokio::test]
 async fn registration_and_authorization_refuse_with_the_rfcs_errors() -> Result<()> {
     let f = fixture("oaref").await?;
     for body in [

@@ -94,6 +94,8 @@ pub async fn mint(state: &AppState, grant: Grant<'_>) -> Result<DownloadToken, A
             expires_at: Some(expires_at),
             parent_id: Some(caller.token_id),
             only_path: Some(&grant.path),
+            // Its one path is its audience, whoever minted it: the download tools of the MCP server exist to hand
+            // an agent a URL it fetches itself, within the hour.
             audience: None,
         },
     )

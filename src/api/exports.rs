@@ -218,6 +218,15 @@ async fn download_export(
             )));
         }
     };
+    if caller.only_path.is_some() {
+        // A download token is good for one download: spent before the archive is opened, by one update that
+        // revokes it only while it is live, so of two requests at once exactly one goes on.
+        let spent = crate::db::tokens::revoke(state.db(), caller.user_id, caller.token_id).await?;
+        state.tokens().forget_all();
+        if !spent {
+            return Err(ApiError::TokenRevoked);
+        }
+    }
     let body = archive.download(&key).await.map_err(|e| {
         tracing::warn!(%export_id, error = %e, "export archive unreadable");
         ApiError::Unavailable("the archive cannot be read right now; try again".into())
@@ -230,11 +239,6 @@ async fn download_export(
         serde_json::json!({"export_id": export_id}),
     )
     .await?;
-    if caller.only_path.is_some() {
-        // A download token is good for one download.
-        crate::db::tokens::revoke(state.db(), caller.user_id, caller.token_id).await?;
-        state.tokens().forget_all();
-    }
     let filename = key.rsplit('/').next().unwrap_or("export.tar.gz").to_owned();
     let mut res = downloads::attachment(
         axum::body::Body::from_stream(body),

@@ -1,5 +1,6 @@
-//! `/tokens` and `/credentials`: minting and revoking access tokens. A minted token never carries more scope or a
-//! longer life than the token that minted it, never carries `email:bind`, and is stored only as its SHA-256.
+//! `/tokens` and `/credentials`: minting and revoking access tokens. A minted token never carries more scope, a
+//! longer life or a wider audience than the token that minted it (a token of the MCP server's OAuth sign-in, good
+//! at `/mcp` only, mints tokens good at `/mcp` only), never carries `email:bind`, and is stored only as its SHA-256.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -143,13 +144,15 @@ async fn mint(
         expires_at,
         parent_id: Some(caller.token_id),
         only_path: None,
-        audience: None,
+        // Never wider than the caller's: a credential minted through the MCP server's `get_credentials` with an
+        // OAuth token stays good at `/mcp` only, or that token's audience would be a 30-day token away.
+        audience: caller.audience.as_deref(),
     };
     let id = crate::db::tokens::insert(state.db(), &new).await?;
     Ok((id, plaintext))
 }
 
-/// Create a token with the nine default scopes.
+/// Create a token with the nine default scopes, good where the calling token is good.
 #[utoipa::path(post, path = "/tokens", tag = "tokens", security(("bearer" = [])), request_body(content = Option<CreateToken>),
     responses((status = 200, body = TokenCreated), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
               (status = 403, body = ErrorEnvelope)))]
@@ -281,7 +284,9 @@ async fn revoke_token(
     }
 }
 
-/// Mint a unified credential: some or all of the caller's default scopes, for up to 30 days.
+/// Mint a unified credential: some or all of the caller's default scopes, for up to 30 days. It is good where the
+/// calling token is good: a token good at the MCP endpoint only (the MCP server's OAuth sign-in) mints one good there
+/// only.
 #[utoipa::path(post, path = "/credentials", tag = "tokens", security(("bearer" = [])), request_body(content = Option<CreateCredential>),
     responses((status = 200, body = Credential), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
               (status = 403, body = ErrorEnvelope)))]

@@ -43,6 +43,9 @@ pub struct Caller {
     pub agent_protected_actions_default: bool,
     /// The one path the token is good for (a download token); `None` for every route its scopes allow.
     pub only_path: Option<String>,
+    /// The one endpoint the token is good at (`mcp`: the MCP server's OAuth sign-in); `None` for every route its
+    /// scopes allow. A token it mints carries it on ([`crate::api::tokens`]).
+    pub audience: Option<String>,
 }
 
 impl Caller {
@@ -174,6 +177,7 @@ async fn authenticate_at(
         expires_at: row.expires_at,
         agent_protected_actions_default: row.agent_protected_actions_default,
         only_path: row.only_path,
+        audience: row.audience,
     })
 }
 
@@ -213,6 +217,7 @@ mod tests {
             expires_at: None,
             agent_protected_actions_default: default,
             only_path: None,
+            audience: None,
         }
     }
 

@@ -75,21 +75,32 @@ mod tests {
 
     #[tokio::test]
     async fn a_range_of_the_file_streams_with_its_exact_length() {
-        let path = std::env::temp_dir().join(format!("slipway-body-{}", uuid::Uuid::new_v4().simple()));
+        let path =
+            std::env::temp_dir().join(format!("slipway-body-{}", uuid::Uuid::new_v4().simple()));
         let content: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &content).unwrap();
         let open = || async { tokio::fs::File::open(&path).await.unwrap() };
 
-        let body = FileBody::open(open().await, 0, content.len() as u64).await.unwrap();
+        let body = FileBody::open(open().await, 0, content.len() as u64)
+            .await
+            .unwrap();
         assert_eq!(body.size_hint().exact(), Some(content.len() as u64));
         assert_eq!(body.collect().await.unwrap().to_bytes(), content);
 
         let body = FileBody::open(open().await, 70_000, 100_000).await.unwrap();
         assert_eq!(body.size_hint().exact(), Some(100_000));
-        assert_eq!(body.collect().await.unwrap().to_bytes(), &content[70_000..170_000]);
+        assert_eq!(
+            body.collect().await.unwrap().to_bytes(),
+            &content[70_000..170_000]
+        );
 
-        let short = FileBody::open(open().await, 150_000, 100_000).await.unwrap();
-        assert!(short.collect().await.is_err(), "a file shorter than announced fails the body");
+        let short = FileBody::open(open().await, 150_000, 100_000)
+            .await
+            .unwrap();
+        assert!(
+            short.collect().await.is_err(),
+            "a file shorter than announced fails the body"
+        );
         std::fs::remove_file(path).unwrap();
     }
 }

@@ -592,11 +592,22 @@ mod tests {
 
         let (res, body) = send(&s, Method::GET, "/", &[("accept-encoding", "br, gzip")]).await;
         assert_eq!(res.status(), StatusCode::OK);
-        assert_eq!(body, text.as_bytes(), "as committed, whatever the client takes");
-        assert_eq!((header(&res, "content-encoding"), header(&res, "vary")), ("", ""));
+        assert_eq!(
+            body,
+            text.as_bytes(),
+            "as committed, whatever the client takes"
+        );
+        assert_eq!(
+            (header(&res, "content-encoding"), header(&res, "vary")),
+            ("", "")
+        );
         let tag = header(&res, "etag").to_owned();
         let (memory_res, _) = send(&in_memory, Method::GET, "/", &[]).await;
-        assert_eq!(tag, header(&memory_res, "etag"), "the same tag as from memory");
+        assert_eq!(
+            tag,
+            header(&memory_res, "etag"),
+            "the same tag as from memory"
+        );
         let (res, body) = send(&s, Method::GET, "/", &[("if-none-match", &tag)]).await;
         assert_eq!((res.status(), body.len()), (StatusCode::NOT_MODIFIED, 0));
 
@@ -606,7 +617,12 @@ mod tests {
             (header(&res, "content-range"), &body[..]),
             ("bytes 2-4/10", &b"234"[..])
         );
-        assert_eq!(send(&s, Method::GET, "/d.bin", &[("range", "bytes=-3")]).await.1, b"789");
+        assert_eq!(
+            send(&s, Method::GET, "/d.bin", &[("range", "bytes=-3")])
+                .await
+                .1,
+            b"789"
+        );
         let (res, _) = send(&s, Method::GET, "/d.bin", &[("range", "bytes=10-")]).await;
         assert_eq!(res.status(), StatusCode::RANGE_NOT_SATISFIABLE);
         let (res, body) = send(&s, Method::HEAD, "/d.bin", &[]).await;

@@ -343,10 +343,7 @@ impl BlobStore {
 
     /// Forgets entries whose blob is gone.
     pub fn sweep(&self) {
-        self.blobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .sweep();
+        self.blobs.lock().unwrap_or_else(|e| e.into_inner()).sweep();
     }
 
     /// Number of live blobs.

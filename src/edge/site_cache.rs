@@ -96,6 +96,9 @@ impl SiteCacheConfig {
 /// A load in flight, awaited by every request that needs it.
 type Load = Shared<BoxFuture<'static, Result<Arc<Site>, Arc<LoadError>>>>;
 
+/// Loaded sites by commit, weighed by their bytes.
+type Sites = Cache<SiteKey, Arc<Site>>;
+
 /// The sites of deployed commits, by commit.
 pub struct SiteCache {
     inner: Arc<Inner>,
@@ -104,8 +107,8 @@ pub struct SiteCache {
 struct Inner {
     source: Arc<dyn ArchiveSource>,
     blobs: Arc<BlobStore>,
-    memory: Cache<SiteKey, Arc<Site>>,
-    disk: Option<(Arc<DiskRoot>, Cache<SiteKey, Arc<Site>>)>,
+    memory: Sites,
+    disk: Option<(Arc<DiskRoot>, Sites)>,
     loading: Mutex<HashMap<SiteKey, Load>>,
     failed: Cache<SiteKey, Arc<LoadError>>,
     permits: tokio::sync::Semaphore,
@@ -238,8 +241,11 @@ impl Inner {
         }
         let task = tokio::spawn(Self::run_load(this.clone(), key.clone()));
         let load = async move {
-            task.await
-                .unwrap_or_else(|e| Err(Arc::new(LoadError::Archive(format!("the load stopped: {e}")))))
+            task.await.unwrap_or_else(|e| {
+                Err(Arc::new(LoadError::Archive(format!(
+                    "the load stopped: {e}"
+                ))))
+            })
         }
         .boxed()
         .shared();
@@ -252,7 +258,11 @@ impl Inner {
         let result = self.fetch(&key).await;
         match &result {
             Ok(site) => {
-                let tier = if site.on_disk() { Tier::Disk } else { Tier::Memory };
+                let tier = if site.on_disk() {
+                    Tier::Disk
+                } else {
+                    Tier::Memory
+                };
                 self.keep(tier, &key, site.clone());
                 self.failed.invalidate(&key);
                 self.metrics.loaded(tier);
@@ -280,10 +290,16 @@ impl Inner {
             .await
             .map_err(|e| Arc::new(LoadError::Archive(e.to_string())))?;
         let disk = self.disk.as_ref().map(|(root, _)| root.clone());
-        site_load::load(self.source.as_ref(), key, self.limits, self.blobs.clone(), disk)
-            .await
-            .map(Arc::new)
-            .map_err(Arc::new)
+        site_load::load(
+            self.source.as_ref(),
+            key,
+            self.limits,
+            self.blobs.clone(),
+            disk,
+        )
+        .await
+        .map(Arc::new)
+        .map_err(Arc::new)
     }
 
     /// Puts a loaded site in its tier and applies the evictions that keep the tier under its cap.
@@ -339,15 +355,22 @@ mod tests {
     #[async_trait::async_trait]
     impl ArchiveSource for Archives {
         async fn archive(&self, key: &SiteKey) -> Result<ArchiveStream, CallError> {
-            *self.fetches.lock().unwrap().entry(key.sha.clone()).or_default() += 1;
+            *self
+                .fetches
+                .lock()
+                .unwrap()
+                .entry(key.sha.clone())
+                .or_default() += 1;
             if let Some(gate) = &self.gate {
                 drop(gate.acquire().await);
             }
             let tar = self.tars.lock().unwrap().get(&key.sha).cloned();
             let tar = tar.ok_or_else(|| CallError::NotFound(format!("no commit {}", key.sha)))?;
             // In several chunks, as it streams from the API.
-            let chunks: Vec<std::io::Result<Bytes>> =
-                tar.chunks(1000).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+            let chunks: Vec<std::io::Result<Bytes>> = tar
+                .chunks(1000)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
             Ok(futures::stream::iter(chunks).boxed())
         }
     }
@@ -361,7 +384,9 @@ mod tests {
 
     /// A site of one incompressible file of `len` bytes (different per sha).
     fn binary_site(sha: &str, len: usize) -> Vec<u8> {
-        let mut state = sha.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        let mut state = sha
+            .bytes()
+            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
         let content: Vec<u8> = (0..len)
             .map(|_| {
                 state ^= state << 13;
@@ -373,7 +398,11 @@ mod tests {
         tar_of(&[("file.bin", &content)]).unwrap()
     }
 
-    fn cache(archives: Arc<Archives>, memory_kib: u64, disk: Option<(&std::path::Path, u64)>) -> SiteCache {
+    fn cache(
+        archives: Arc<Archives>,
+        memory_kib: u64,
+        disk: Option<(&std::path::Path, u64)>,
+    ) -> SiteCache {
         let config = SiteCacheConfig {
             memory_bytes: memory_kib * 1024,
             max_site_bytes: disk.map_or(1 << 20, |(_, kib)| kib * 1024),
@@ -386,7 +415,10 @@ mod tests {
     }
 
     fn scratch() -> PathBuf {
-        std::env::temp_dir().join(format!("slipway-cache-test-{}", uuid::Uuid::new_v4().simple()))
+        std::env::temp_dir().join(format!(
+            "slipway-cache-test-{}",
+            uuid::Uuid::new_v4().simple()
+        ))
     }
 
     proptest! {
@@ -531,11 +563,18 @@ mod tests {
         );
         assert!(metrics.bytes(Tier::Disk) as u64 <= 100 * 1024);
         assert!(!cache.contains(&key("big1")));
-        assert!(cache.contains(&key("small")), "the memory tier is not touched");
+        assert!(
+            cache.contains(&key("small")),
+            "the memory tier is not touched"
+        );
         // The evicted site's files go with it.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while big1_dir.exists() {
-            assert!(std::time::Instant::now() < deadline, "{} still there", big1_dir.display());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} still there",
+                big1_dir.display()
+            );
             tokio::task::yield_now().await;
         }
         drop(cache);
@@ -550,7 +589,11 @@ mod tests {
         cache.forget(&key("a"));
         assert!(!cache.contains(&key("a")));
         assert_eq!(cache.metrics().bytes(Tier::Memory), 0);
-        assert_eq!(cache.metrics().evictions(Tier::Memory), 0, "forgetting is not evicting");
+        assert_eq!(
+            cache.metrics().evictions(Tier::Memory),
+            0,
+            "forgetting is not evicting"
+        );
         cache.get(&key("a")).await.unwrap();
         assert_eq!(archives.fetches("a"), 2);
     }
@@ -565,7 +608,12 @@ mod tests {
                 bytes: 256 << 20,
             }),
         };
-        assert!(config.check().unwrap_err().contains("must hold the largest site"));
+        assert!(
+            config
+                .check()
+                .unwrap_err()
+                .contains("must hold the largest site")
+        );
         assert_eq!(config.limits().memory_site_bytes, 64 << 20);
     }
 }

@@ -134,7 +134,10 @@ mod tests {
     use super::*;
 
     fn scratch() -> PathBuf {
-        std::env::temp_dir().join(format!("slipway-disk-test-{}", uuid::Uuid::new_v4().simple()))
+        std::env::temp_dir().join(format!(
+            "slipway-disk-test-{}",
+            uuid::Uuid::new_v4().simple()
+        ))
     }
 
     #[test]
@@ -145,7 +148,10 @@ mod tests {
         let file = dir.write(&mut &b"hello disk"[..], 10).unwrap();
         assert_eq!(std::fs::read(&file.path).unwrap(), b"hello disk");
         assert_eq!(file.hash, <[u8; 32]>::from(Sha256::digest(b"hello disk")));
-        assert!(dir.write(&mut &b"short"[..], 10).is_err(), "a truncated file is an error");
+        assert!(
+            dir.write(&mut &b"short"[..], 10).is_err(),
+            "a truncated file is an error"
+        );
         let path = dir.path().to_owned();
         drop(dir);
         assert!(!path.exists(), "dropped outside a runtime: removed at once");
@@ -162,7 +168,10 @@ mod tests {
         let root = DiskRoot::open(&base).unwrap();
         assert!(!left.exists());
         assert!(root.path().exists());
-        assert!(base.join("unrelated").exists(), "only the edge's subdirectory is emptied");
+        assert!(
+            base.join("unrelated").exists(),
+            "only the edge's subdirectory is emptied"
+        );
         std::fs::remove_dir_all(base).unwrap();
     }
 }

@@ -303,7 +303,10 @@ mod tests {
 
     #[test]
     fn a_site_over_the_memory_share_continues_on_disk_with_the_same_entity_tags() {
-        let base = std::env::temp_dir().join(format!("slipway-load-test-{}", uuid::Uuid::new_v4().simple()));
+        let base = std::env::temp_dir().join(format!(
+            "slipway-load-test-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
         let root = DiskRoot::open(&base).unwrap();
         let big = "0123456789abcdef".repeat(256);
         let tar = tar(&[
@@ -319,7 +322,10 @@ mod tests {
         let blobs = BlobStore::default();
         let site = read_site(&tar[..], limits, &blobs, Some(&root)).unwrap();
         assert!(site.on_disk());
-        assert_eq!(text(site.file("index.html").unwrap()), "<h1>first, read into memory</h1>");
+        assert_eq!(
+            text(site.file("index.html").unwrap()),
+            "<h1>first, read into memory</h1>"
+        );
         assert_eq!(text(site.file("big.txt").unwrap()), big);
         assert_eq!(text(site.file("alias.txt").unwrap()), big);
         assert_eq!(text(site.file("z/last.css").unwrap()), "body{}");
@@ -336,7 +342,15 @@ mod tests {
 
         let without_disk = read_site(&tar[..], limits, &blobs, None);
         assert!(matches!(without_disk, Err(LoadError::TooLarge(1024))));
-        let over_all = read_site(&tar[..], Limits { max_site_bytes: 4000, ..limits }, &blobs, Some(&root));
+        let over_all = read_site(
+            &tar[..],
+            Limits {
+                max_site_bytes: 4000,
+                ..limits
+            },
+            &blobs,
+            Some(&root),
+        );
         assert!(matches!(over_all, Err(LoadError::TooLarge(4000))));
         drop(site);
         std::fs::remove_dir_all(base).unwrap();

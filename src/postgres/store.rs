@@ -37,6 +37,11 @@ pub struct Record {
     pub created_at: DateTime<Utc>,
 }
 
+/// A new role password: 40 letters and digits (about 238 bits).
+pub fn new_password() -> String {
+    random_string(PASSWORD_LEN, SECRET_ALPHABET)
+}
+
 /// The associated data a password is sealed with: it opens only for its own role of its own channel.
 pub(crate) fn aad(channel_id: Uuid, role: &str) -> Vec<u8> {
     format!("postgres:{channel_id}:{role}").into_bytes()
@@ -90,11 +95,11 @@ pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewRecord<'_>) -> anyhow:
     }
     let names = new.names;
     let sealed = ring.seal(
-        random_string(PASSWORD_LEN, SECRET_ALPHABET).as_bytes(),
+        new_password().as_bytes(),
         &aad(new.channel_id, &names.role_name),
     )?;
     let sealed_readonly = ring.seal(
-        random_string(PASSWORD_LEN, SECRET_ALPHABET).as_bytes(),
+        new_password().as_bytes(),
         &aad(new.channel_id, &names.readonly_role_name),
     )?;
     sqlx::query(

@@ -311,24 +311,7 @@ impl DataServer {
         let rw = ident(&names.role_name);
         let ro = ident(&names.readonly_role_name);
         let db = ident(&names.db_name);
-        let limit = settings.connection_limit;
-        // INHERIT: in PG 15 the owner reaches `public` through pg_database_owner, a role it must inherit from.
-        for (role, password) in [
-            (&names.role_name, settings.password),
-            (&names.readonly_role_name, settings.readonly_password),
-        ] {
-            if !self.role_exists(role).await? {
-                self.execute(&format!("CREATE ROLE {} LOGIN", ident(role)))
-                    .await?;
-            }
-            self.execute(&format!(
-                "ALTER ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS \
-                 INHERIT CONNECTION LIMIT {limit} PASSWORD {}",
-                ident(role),
-                literal(password)
-            ))
-            .await?;
-        }
+        self.set_roles(names, settings).await?;
         let exists: bool =
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
                 .bind(&names.db_name)
@@ -350,6 +333,36 @@ impl DataServer {
             .execute(&mut conn)
             .await?;
         conn.close().await.ok();
+        Ok(())
+    }
+
+    /// Makes the channel's two roles, or brings them in line: `LOGIN` and no other attribute, the plan's connection
+    /// limit, and the passwords of `settings`. A changed password is refused from the next login on; sessions open
+    /// already stay until [`DataServer::end_sessions`]. Provisioning sets them this way, and so does a transfer of
+    /// the app to another account, which gives both roles new passwords.
+    pub async fn set_roles(
+        &self,
+        names: &DatabaseNames,
+        settings: &RoleSettings<'_>,
+    ) -> Result<(), ServerError> {
+        let limit = settings.connection_limit;
+        // INHERIT: in PG 15 the owner reaches `public` through pg_database_owner, a role it must inherit from.
+        for (role, password) in [
+            (&names.role_name, settings.password),
+            (&names.readonly_role_name, settings.readonly_password),
+        ] {
+            if !self.role_exists(role).await? {
+                self.execute(&format!("CREATE ROLE {} LOGIN", ident(role)))
+                    .await?;
+            }
+            self.execute(&format!(
+                "ALTER ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS \
+                 INHERIT CONNECTION LIMIT {limit} PASSWORD {}",
+                ident(role),
+                literal(password)
+            ))
+            .await?;
+        }
         Ok(())
     }
 

@@ -17,14 +17,23 @@
 //! channel at once) has that record swapped with the moved one, so the old channel's finalizer removes the fresh,
 //! empty one: nothing is orphaned and nothing moved is dropped.
 //!
+//! Credentials do not move: the old owner and anyone who ran the app's code or read its variables has seen them.
+//! The moved databases' roles get new passwords and the moved buckets new key pairs in the same transaction
+//! ([`rekey`]); the data server takes the passwords and ends the roles' open sessions before it commits
+//! ([`credentials`]), so the redeploy injects only secrets nobody had before.
+//!
 //! Refused before anything is written: a deploy in flight (409 `channel_busy`), custom domains or raw TCP forwards
 //! (409: they are tied to hostnames and addresses that change; detach and unexpose first), an App or Channel
 //! naming a GitOps `envSecret` (409: the Secret lives in the old namespace), an account that does not exist or is
 //! the owner (404 / 400), a wrong confirmation (400 `invalid_confirmation`), a name the new owner already uses and
-//! the new owner's channel cap (the same claims as creating channels: 400 / 403 `plan_limit_exceeded`). A failure
+//! the new owner's channel cap (the same claims as creating channels: 400 / 403 `plan_limit_exceeded`), a database
+//! without a data server to give its roles new passwords (503 `postgres_unavailable`). A failure
 //! while writing undoes what was written (the new resources, the claims, the repository's move). Deploys (the
 //! history and the images they built) do not move: they go with the old resources, and the new channels' history
 //! starts with their redeploy.
+
+mod credentials;
+mod rekey;
 
 use std::sync::Arc;
 
@@ -101,6 +110,11 @@ pub async fn transfer(
         .collect();
     slipway_webhooks::rules::app_name_free(&app.name, existing.iter().map(String::as_str))?;
 
+    let channel_ids: Vec<Uuid> = channels
+        .iter()
+        .filter_map(|c| c.metadata.uid.as_deref()?.parse().ok())
+        .collect();
+    credentials::check_server(state, &channel_ids).await?;
     let names: Vec<ChannelName> = channels
         .iter()
         .map(|c| c.channel_name().parse())
@@ -123,7 +137,24 @@ pub async fn transfer(
     if let Err(e) = move_repository(&old_repo, &new_repo).await {
         return Err(undo(e.into()).await);
     }
-    if let Err(e) = rekey(state, &app, &target, new_app.id, &pairs).await {
+    let rekeyed = match rekey::rekey(state, &app, &target, new_app.id, &pairs).await {
+        Ok(rekeyed) => rekeyed,
+        Err(e) => {
+            let _ = move_repository(&new_repo, &old_repo).await;
+            return Err(undo(e.into()).await);
+        }
+    };
+    // The data server takes the new passwords before the re-keying commits: a refusal there leaves everything
+    // as it was, and no deploy is ever given a password the server does not know.
+    let rekey::Rekeyed { tx, databases } = rekeyed;
+    if let Err(e) = credentials::give_to_server(state, &databases, target.plan, app.id).await {
+        drop(tx);
+        let _ = move_repository(&new_repo, &old_repo).await;
+        return Err(undo(e).await);
+    }
+    if let Err(e) = tx.commit().await {
+        let old_plan = Plan::by_tier(&caller.plan).unwrap_or(target.plan);
+        credentials::put_back(state, &databases, old_plan).await;
         let _ = move_repository(&new_repo, &old_repo).await;
         return Err(undo(e.into()).await);
     }
@@ -412,318 +443,6 @@ async fn move_repository(from: &std::path::Path, to: &std::path::Path) -> anyhow
     tokio::fs::rename(from, to)
         .await
         .with_context(|| format!("move {} to {}", from.display(), to.display()))
-}
-
-/// Re-keys every row of the platform database from the old ids to the new ones, in one transaction. Sealed values
-/// are bound to their row's ids (the associated data of their encryption), so each moved one is opened under its
-/// old place and sealed again under its new one.
-async fn rekey(
-    state: &AppState,
-    app: &VisibleApp,
-    target: &Target,
-    new_app: Uuid,
-    pairs: &[(Arc<Channel>, Arc<Channel>)],
-) -> anyhow::Result<()> {
-    let ring = state.keyring();
-    let old_app = app.id;
-    let uid = |c: &Channel| -> anyhow::Result<Uuid> {
-        Ok(c.metadata.uid.as_deref().unwrap_or_default().parse()?)
-    };
-    let mut channel_ids = std::collections::HashMap::new();
-    for (old, new) in pairs {
-        channel_ids.insert(uid(old)?, uid(new)?);
-    }
-    let mut tx = state.db().begin().await?;
-    sqlx::query("DELETE FROM app_members WHERE app_id = $1 AND user_id = $2")
-        .bind(old_app)
-        .bind(target.id)
-        .execute(&mut *tx)
-        .await?;
-    for table in [
-        "app_members",
-        "audit_events",
-        "deploy_env_snapshots",
-        "note_threads",
-        "feedback",
-        "postgres_snapshots",
-        "blob_snapshots",
-        "runtime_containers",
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE {table} SET app_id = $2 WHERE app_id = $1"
-        )))
-        .bind(old_app)
-        .bind(new_app)
-        .execute(&mut *tx)
-        .await?;
-    }
-    for (old_id, new_id) in &channel_ids {
-        for table in [
-            "deploy_env_snapshots",
-            "postgres_snapshots",
-            "blob_snapshots",
-            "runtime_containers",
-        ] {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "UPDATE {table} SET channel_id = $2 WHERE channel_id = $1"
-            )))
-            .bind(old_id)
-            .bind(new_id)
-            .execute(&mut *tx)
-            .await?;
-        }
-    }
-    move_env(&mut tx, ring, old_app, new_app, &channel_ids).await?;
-    move_mirror_key(&mut tx, ring, old_app, new_app).await?;
-    for (old, new) in pairs {
-        let (old_id, new_id) = (uid(old)?, uid(new)?);
-        let new_label =
-            names::channel_host_label(&app.name, &new.channel_name().parse()?, &target.username)?;
-        let old_label =
-            names::channel_host_label(&app.name, &old.channel_name().parse()?, &app.owner)?;
-        swap_databases(&mut tx, ring, old_id, new_id).await?;
-        swap_stores(&mut tx, ring, old_id, new_id).await?;
-        // The moved records take the new channel's identity; a fresh one the operator made for the new channel
-        // now sits under the old id, with the old identity, for the old channel's finalizer to remove.
-        for (id, app_id, owner, label) in [
-            (
-                new_id,
-                new_app,
-                target.username.as_str(),
-                new_label.as_str(),
-            ),
-            (old_id, old_app, app.owner.as_str(), old_label.as_str()),
-        ] {
-            sqlx::query(
-                "UPDATE channel_databases SET app_id = $2, owner = $3 WHERE channel_id = $1",
-            )
-            .bind(id)
-            .bind(app_id)
-            .bind(owner)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(
-                "UPDATE blob_stores SET app_id = $2, owner = $3, virtual_bucket = $4 WHERE channel_id = $1",
-            )
-            .bind(id)
-            .bind(app_id)
-            .bind(owner)
-            .bind(label)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("UPDATE blob_pending SET owner = $2 WHERE channel_id = $1")
-                .bind(id)
-                .bind(owner)
-                .execute(&mut *tx)
-                .await?;
-        }
-    }
-    tx.commit().await?;
-    Ok(())
-}
-
-type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
-
-/// `sealed` (by the key `key_id`) opened for the place `from` and sealed again for `to`.
-fn reseal(
-    ring: &crate::env::crypto::Keyring,
-    key_id: &str,
-    sealed: &[u8],
-    from: &[u8],
-    to: &[u8],
-) -> anyhow::Result<crate::env::crypto::Sealed> {
-    let plain = zeroize::Zeroizing::new(ring.open(
-        &crate::env::crypto::Sealed {
-            key_id: key_id.to_owned(),
-            bytes: sealed.to_vec(),
-        },
-        from,
-    )?);
-    ring.seal(&plain, to)
-}
-
-/// The app's variables and secrets, under the new app and channel ids.
-async fn move_env(
-    tx: &mut Tx<'_>,
-    ring: &crate::env::crypto::Keyring,
-    old_app: Uuid,
-    new_app: Uuid,
-    channels: &std::collections::HashMap<Uuid, Uuid>,
-) -> anyhow::Result<()> {
-    let rows: Vec<(Option<Uuid>, String, String, Vec<u8>)> = sqlx::query_as(
-        "SELECT channel_id, key, key_id, sealed FROM env_vars WHERE app_id = $1 FOR UPDATE",
-    )
-    .bind(old_app)
-    .fetch_all(&mut **tx)
-    .await?;
-    for (channel, key, key_id, sealed) in rows {
-        let new_channel = channel.map(|c| channels.get(&c).copied().unwrap_or(c));
-        let moved = reseal(
-            ring,
-            &key_id,
-            &sealed,
-            &crate::env::store::place(old_app, channel, &key),
-            &crate::env::store::place(new_app, new_channel, &key),
-        )?;
-        sqlx::query(
-            "UPDATE env_vars SET app_id = $1, channel_id = $2, key_id = $3, sealed = $4
-             WHERE app_id = $5 AND key = $6 AND channel_id IS NOT DISTINCT FROM $7",
-        )
-        .bind(new_app)
-        .bind(new_channel)
-        .bind(&moved.key_id)
-        .bind(&moved.bytes)
-        .bind(old_app)
-        .bind(&key)
-        .bind(channel)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
-}
-
-/// The mirror's settings and deploy key, under the new app id.
-async fn move_mirror_key(
-    tx: &mut Tx<'_>,
-    ring: &crate::env::crypto::Keyring,
-    old_app: Uuid,
-    new_app: Uuid,
-) -> anyhow::Result<()> {
-    let row: Option<(String, Vec<u8>)> = sqlx::query_as(
-        "SELECT private_key_id, private_key FROM git_mirrors WHERE app_id = $1 FOR UPDATE",
-    )
-    .bind(old_app)
-    .fetch_optional(&mut **tx)
-    .await?;
-    if let Some((key_id, sealed)) = row {
-        let moved = reseal(
-            ring,
-            &key_id,
-            &sealed,
-            &crate::mirror::keys::place(old_app),
-            &crate::mirror::keys::place(new_app),
-        )?;
-        sqlx::query(
-            "UPDATE git_mirrors SET app_id = $2, private_key_id = $3, private_key = $4 WHERE app_id = $1",
-        )
-        .bind(old_app)
-        .bind(new_app)
-        .bind(&moved.key_id)
-        .bind(&moved.bytes)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
-}
-
-/// Swaps the database records of channels `a` and `b` (either may be missing), their passwords sealed again for
-/// their new places. The swap goes through a third id: the primary key is checked row by row.
-async fn swap_databases(
-    tx: &mut Tx<'_>,
-    ring: &crate::env::crypto::Keyring,
-    a: Uuid,
-    b: Uuid,
-) -> anyhow::Result<()> {
-    #[derive(sqlx::FromRow)]
-    struct Secrets {
-        channel_id: Uuid,
-        role_name: String,
-        readonly_role_name: String,
-        key_id: String,
-        sealed_password: Vec<u8>,
-        sealed_readonly_password: Vec<u8>,
-    }
-    let rows: Vec<Secrets> = sqlx::query_as(
-        "SELECT channel_id, role_name, readonly_role_name, key_id, sealed_password, sealed_readonly_password
-         FROM channel_databases WHERE channel_id IN ($1, $2) FOR UPDATE",
-    )
-    .bind(a)
-    .bind(b)
-    .fetch_all(&mut **tx)
-    .await?;
-    swap_ids(tx, "channel_databases", a, b).await?;
-    for Secrets {
-        channel_id: from,
-        role_name: role,
-        readonly_role_name: readonly_role,
-        key_id,
-        sealed_password: password,
-        sealed_readonly_password: readonly,
-    } in rows
-    {
-        let to = if from == a { b } else { a };
-        use crate::postgres::store::aad;
-        let password = reseal(ring, &key_id, &password, &aad(from, &role), &aad(to, &role))?;
-        let readonly = reseal(
-            ring,
-            &key_id,
-            &readonly,
-            &aad(from, &readonly_role),
-            &aad(to, &readonly_role),
-        )?;
-        sqlx::query(
-            "UPDATE channel_databases SET key_id = $2, sealed_password = $3, sealed_readonly_password = $4
-             WHERE channel_id = $1",
-        )
-        .bind(to)
-        .bind(&password.key_id)
-        .bind(&password.bytes)
-        .bind(&readonly.bytes)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
-}
-
-/// Swaps the bucket records of channels `a` and `b` (either may be missing), their secret keys sealed again.
-async fn swap_stores(
-    tx: &mut Tx<'_>,
-    ring: &crate::env::crypto::Keyring,
-    a: Uuid,
-    b: Uuid,
-) -> anyhow::Result<()> {
-    let rows: Vec<(Uuid, String, String, Vec<u8>)> = sqlx::query_as(
-        "SELECT channel_id, access_key_id, key_id, sealed_secret FROM blob_stores
-         WHERE channel_id IN ($1, $2) FOR UPDATE",
-    )
-    .bind(a)
-    .bind(b)
-    .fetch_all(&mut **tx)
-    .await?;
-    swap_ids(tx, "blob_stores", a, b).await?;
-    for (from, access_key, key_id, sealed) in rows {
-        let to = if from == a { b } else { a };
-        use crate::blob::keys::aad;
-        let secret = reseal(
-            ring,
-            &key_id,
-            &sealed,
-            &aad(from, &access_key),
-            &aad(to, &access_key),
-        )?;
-        sqlx::query("UPDATE blob_stores SET key_id = $2, sealed_secret = $3 WHERE channel_id = $1")
-            .bind(to)
-            .bind(&secret.key_id)
-            .bind(&secret.bytes)
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(())
-}
-
-/// Swaps the `channel_id` of the rows of `table` under `a` and `b`, through a third id.
-async fn swap_ids(tx: &mut Tx<'_>, table: &str, a: Uuid, b: Uuid) -> sqlx::Result<()> {
-    let spare = Uuid::new_v4();
-    for (from, to) in [(a, spare), (b, a), (spare, b)] {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE {table} SET channel_id = $2 WHERE channel_id = $1"
-        )))
-        .bind(from)
-        .bind(to)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
 }
 
 /// Deploys `sha` again on the moved channel `channel`.
