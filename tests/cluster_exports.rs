@@ -321,6 +321,16 @@ async fn an_export_holds_the_repository_env_names_database_and_bucket() -> Resul
     assert_eq!(status, 401, "spent by its download");
     let again: Value = serde_json::from_slice(&again)?;
     assert_eq!(again["error"]["code"], "token_revoked");
+    // Each reading of the export hands out a new token; two downloads with one at once: exactly one goes on.
+    let reread = f.finished(&export_id).await;
+    let token = reread["download"]["token"].as_str().unwrap().to_owned();
+    let (first, second) = tokio::join!(
+        fetch(&f.api.router, &path, &token),
+        fetch(&f.api.router, &path, &token)
+    );
+    let mut statuses = [first.0, second.0];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 401], "one download per token, even at once");
 
     let dir = TempDir::new("export")?;
     let files = unpack(&gz, dir.path());

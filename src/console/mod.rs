@@ -79,6 +79,8 @@ pub struct Console {
     pub api: axum::Router,
     /// The API's state (the database for sign-in codes and sessions, the mailer, the transfer service).
     pub state: AppState,
+    /// One mailed sign-in code a minute per address, whether or not an account has it, so the answer never tells.
+    pub code_spacing: crate::auth::rate::KeyedLimiter<String>,
 }
 
 impl Console {
@@ -99,6 +101,12 @@ impl Console {
             upstream,
             api,
             state,
+            code_spacing: crate::auth::rate::KeyedLimiter::with_quota(Some(
+                governor::Quota::with_period(std::time::Duration::from_secs(
+                    crate::registration::codes::SPACING_SECONDS.unsigned_abs(),
+                ))
+                .context("the spacing of sign-in codes is zero")?,
+            )),
         })
     }
 }

@@ -197,7 +197,9 @@ fn code_key(console: &Console) -> [u8; 32] {
 }
 
 /// Mails a code to the account whose verified address is `to`, if any. Refusals: no relay (503), the address's
-/// hourly budget spent or a code sent under a minute ago (429), the relay refusing (503).
+/// hourly budget spent or a code asked for it under a minute ago (429). Every refusal and the answer itself are the
+/// same whether or not an account has the address, and the mail goes out in a task the request does not wait for,
+/// so neither the answer nor its timing says which addresses have accounts.
 async fn mail_code(
     console: &Console,
     to: &lettre::message::Mailbox,
@@ -214,6 +216,19 @@ async fn mail_code(
         StatusCode::SERVICE_UNAVAILABLE,
         "Sign-in by email is not available: this platform has no mail relay.".to_owned(),
     ))?;
+    let spaced = |_| {
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "A code was asked for this address less than {} seconds ago; use it, or wait a moment.",
+                codes::SPACING_SECONDS
+            ),
+        )
+    };
+    console
+        .code_spacing
+        .check(to.email.to_string().to_ascii_lowercase())
+        .map_err(spaced)?;
     state.spend_mail_to(to.email.as_ref()).map_err(|_| {
         (
             StatusCode::TOO_MANY_REQUESTS,
@@ -233,13 +248,8 @@ async fn mail_code(
         .map_err(|e| internal(&e))?
         && earlier.sent_at + Duration::seconds(codes::SPACING_SECONDS) > now
     {
-        return Err((
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "A code was sent less than {} seconds ago; use it, or wait a moment.",
-                codes::SPACING_SECONDS
-            ),
-        ));
+        // Another replica sent one within the minute: the earlier code stands, and the answer is the usual one.
+        return Ok(());
     }
     let code = codes::generate();
     let row = Code {
@@ -253,26 +263,21 @@ async fn mail_code(
         .await
         .map_err(|e| internal(&e))?;
     tx.commit().await.map_err(|e| internal(&e))?;
-    // Sent by a task of its own, like the API's verification mails: a browser that goes away cannot cut it short.
-    let (to, username) = (to.clone(), account.username.clone());
-    let sent = tokio::spawn(async move {
-        mailer
+    // Sent by a task of its own that the answer does not wait for: how long the relay takes must not tell that an
+    // account has the address. A code the relay refused is cleared, so the next request within the minute's
+    // spacing on another replica sends a new one.
+    let (to, username, db) = (to.clone(), account.username.clone(), state.db().clone());
+    tokio::spawn(async move {
+        if let Err(e) = mailer
             .send_sign_in_code(&to, &username, &code, codes::LIFE_MINUTES)
             .await
-    })
-    .await;
-    if !matches!(sent, Ok(Ok(()))) {
-        tracing::warn!(?sent, "a console sign-in mail could not be sent");
-        let _ = console_codes::clear(
-            &mut *state.db().acquire().await.map_err(|e| internal(&e))?,
-            account.id,
-        )
-        .await;
-        return Err((
-            StatusCode::SERVICE_UNAVAILABLE,
-            "The mail relay did not take the message; try again later.".to_owned(),
-        ));
-    }
+        {
+            tracing::warn!(error = %e, "a console sign-in mail could not be sent");
+            if let Ok(mut conn) = db.acquire().await {
+                let _ = console_codes::clear(&mut conn, account.id).await;
+            }
+        }
+    });
     Ok(())
 }
 

@@ -5,8 +5,7 @@
 //! What an app is made of decides how it moves. Its resources live in the owner's namespace and the owner is part
 //! of every hostname (`<app>-<owner>`), so the App and its Channels are written anew in the new owner's namespace
 //! and get new ids; everything the platform database keeps under the old ids is re-keyed to the new ones in one
-//! transaction: variables and secrets, memberships (the new owner's own membership goes; the old owner keeps no
-//! role), the activity journal, notes and feedback, the mirror's settings, deploy env snapshots, the runtime-log
+//! transaction: variables and secrets, the activity journal, notes and feedback, the mirror's settings, deploy env snapshots, the runtime-log
 //! archive, SQL and bucket snapshots, and the records of each channel's database and bucket, so the operator
 //! adopts the same database and bucket for the new channel instead of making new ones. The bare repository is
 //! renamed into the new owner's directory. Then the old App is deleted: its channels' finalizers look their
@@ -16,6 +15,10 @@
 //! A channel the operator has already given a fresh database or bucket under its new id (it reconciles the new
 //! channel at once) has that record swapped with the moved one, so the old channel's finalizer removes the fresh,
 //! empty one: nothing is orphaned and nothing moved is dropped.
+//!
+//! Memberships do not move: the new owner starts alone, and adds whom they choose. Carried over, the old owner's
+//! members (any account the old owner added before the move) would keep roles on an app the new owner now answers
+//! and pays for.
 //!
 //! Credentials do not move: the old owner and anyone who ran the app's code or read its variables has seen them.
 //! The moved databases' roles get new passwords and the moved buckets new key pairs in the same transaction

@@ -59,13 +59,13 @@ pub(super) async fn rekey(
         channel_ids.insert(uid(old)?, uid(new)?);
     }
     let mut tx = state.db().begin().await?;
-    sqlx::query("DELETE FROM app_members WHERE app_id = $1 AND user_id = $2")
+    // Memberships do not move: they were the old owner's choices, and the new owner would find the old owner's
+    // people (a sock account among them) with roles on an app that is now theirs and counts against their plan.
+    sqlx::query("DELETE FROM app_members WHERE app_id = $1")
         .bind(old_app)
-        .bind(target.id)
         .execute(&mut *tx)
         .await?;
     for table in [
-        "app_members",
         "audit_events",
         "deploy_env_snapshots",
         "note_threads",

@@ -111,34 +111,47 @@ impl TestConsole {
     }
 }
 
-/// The newest console sign-in code mailed to `to`.
-pub fn sign_in_code_mailed_to(maildir: &Path, to: &str) -> Result<String> {
-    let mut newest: Option<((std::time::SystemTime, String), String)> = None;
+/// The sign-in codes mailed to `to` so far, oldest first.
+pub fn sign_in_codes_mailed_to(maildir: &Path, to: &str) -> Result<Vec<String>> {
+    let mut mails = Vec::new();
     for entry in std::fs::read_dir(maildir.join("new"))? {
         let entry = entry?;
         let text = std::fs::read_to_string(entry.path())?;
         let addressed = text
             .lines()
             .any(|l| l.to_ascii_lowercase().starts_with("to:") && l.contains(to));
-        let is_sign_in = text
+        let code = text
             .lines()
-            .any(|l| l.starts_with("Subject: Your sign-in code: "));
-        let order = (
-            entry.metadata()?.modified()?,
-            entry.file_name().to_string_lossy().into_owned(),
-        );
-        if addressed && is_sign_in && newest.as_ref().is_none_or(|(at, _)| order >= *at) {
-            newest = Some((order, text));
+            .find_map(|l| l.strip_prefix("Subject: Your sign-in code: "));
+        if let (true, Some(code)) = (addressed, code) {
+            let order = (
+                entry.metadata()?.modified()?,
+                entry.file_name().to_string_lossy().into_owned(),
+            );
+            mails.push((order, code.trim().to_owned()));
         }
     }
-    let Some((_, text)) = newest else {
-        bail!("no sign-in code mailed to {to} in {}", maildir.display());
-    };
-    let code = text
-        .lines()
-        .find_map(|l| l.strip_prefix("Subject: Your sign-in code: "))
-        .context("no code in the mail")?;
-    Ok(code.trim().to_owned())
+    mails.sort();
+    Ok(mails.into_iter().map(|(_, code)| code).collect())
+}
+
+/// The code of the next sign-in mail to `to` once `seen` of them have arrived: the console sends its mail in a
+/// task the request does not wait for, so the mail may land a moment after the answer.
+pub async fn next_sign_in_code(maildir: &Path, to: &str, seen: usize) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let codes = sign_in_codes_mailed_to(maildir, to)?;
+        if codes.len() > seen {
+            return codes.last().cloned().context("a code");
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "no new sign-in code mailed to {to} in {}",
+                maildir.display()
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Where the test run leaves its screenshots of the console: `target/console-screenshots/`.

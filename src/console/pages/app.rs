@@ -188,9 +188,10 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
     if may(&app, Action::TransferApp) {
         body.push_str(&format!(
             r#"<section class="card"><h2>Transfer ownership</h2>
-<p>Moves the app, its channels, repository, deploy history, environment, databases, buckets and snapshots to another
-account. Its hostnames change to the new owner's (<code>&lt;app&gt;-&lt;owner&gt;</code>), each channel is deployed again there at the
-commit it serves now, and you keep no role on it. Custom domains and raw TCP forwards must be removed first.</p>
+<p>Moves the app, its channels, repository, environment, databases, buckets and snapshots to another account. Its
+hostnames change to the new owner's (<code>&lt;app&gt;-&lt;owner&gt;</code>), each channel is deployed again there at the commit it
+serves now (the deploy history starts anew), its databases and buckets get new credentials, and neither you nor its
+members keep a role on it. Custom domains and raw TCP forwards must be removed first.</p>
 <form method="post" action="{here}/transfer" id="transfer">{csrf}
 <label>New owner's username <input name="to" required></label>
 <label>Type the app's name to confirm <input name="confirm" required autocomplete="off"></label>
