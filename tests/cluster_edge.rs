@@ -38,6 +38,7 @@ use slipway::edge::site_cache::{DiskCacheConfig, SiteCacheConfig};
 use slipway::edge::site_metrics::Tier;
 use slipway_crds::Channel;
 use support::TestApi;
+use support::answer::Answer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -408,22 +409,6 @@ async fn start_static_edge(
         std::future::pending(),
     ));
     Ok((edge, at))
-}
-
-/// A status, the headers and the body of an answer.
-struct Answer {
-    status: u16,
-    headers: http::HeaderMap,
-    body: Bytes,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
 }
 
 /// `method target` for `host` at the edge on `edge`, with `headers`.

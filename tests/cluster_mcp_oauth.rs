@@ -825,3 +825,42 @@ async fn a_person_without_a_verified_account_or_who_refuses_gets_no_code() -> Re
     assert_eq!(query["error"], "access_denied");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_source_starts_only_so_many_sign_ins_an_hour_and_a_client_never_used_expires()
+-> Result<()> {
+    let f = fixture("oabudget").await?;
+    let used = f.client().await?;
+    let (verifier, challenge) = pkce();
+    let (code, _) = f.code(&used, &challenge, None).await?;
+    assert_eq!(f.redeem(&code, &verifier, &used, REDIRECT).await?.0, 200);
+
+    // Every start counts, refused or not (the sign-in above was one): past the budget, 429 and when to come back.
+    let browser = Browser::plain()?;
+    let refused = f.good_request(&used, &challenge, Some("nope"));
+    for _ in 1..slipway::api::state::OAUTH_AUTHORIZATIONS_PER_SOURCE_PER_HOUR {
+        assert_eq!(browser.get(&refused).await?.status, 400);
+    }
+    let spent = reqwest::get(&refused).await?;
+    assert_eq!(spent.status(), 429);
+    assert!(spent.headers().contains_key("retry-after"));
+    let spent: Value = spent.json().await?;
+    assert_eq!(spent["error"]["code"], "too_many_requests");
+
+    // A client registered over a day ago that never bought a token is gone at the next registration; the used
+    // one stays.
+    let unused = f.client().await?;
+    let db = f.api.state.db();
+    sqlx::query("UPDATE oauth_clients SET created_at = now() - interval '25 hours' WHERE client_id = ANY($1)")
+        .bind([&used, &unused])
+        .execute(db)
+        .await?;
+    f.client().await?;
+    let kept: Vec<String> =
+        sqlx::query_scalar("SELECT client_id FROM oauth_clients WHERE client_id = ANY($1)")
+            .bind([&used, &unused])
+            .fetch_all(db)
+            .await?;
+    assert_eq!(kept, [used]);
+    Ok(())
+}

@@ -22,6 +22,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use slipway::edge::Edge;
 use slipway_crds::Channel;
+use support::answer::Answer;
 use support::{APP_DOMAIN, TestApi, User};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -36,30 +37,6 @@ struct Platform {
     edge: SocketAddr,
     http: Client<HttpConnector, Full<Bytes>>,
     registry: prometheus_client::registry::Registry,
-}
-
-/// An HTTP answer.
-struct Answer {
-    status: u16,
-    headers: http::HeaderMap,
-    body: Bytes,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
-    }
 }
 
 impl Platform {

@@ -203,16 +203,22 @@ fn browser_cookie(server: &OAuthServer, value: Option<&str>) -> HeaderValue {
 /// `redirect_uri` (exactly one the client registered), `state`, `code_challenge`, `code_challenge_method=S256`,
 /// optional `scope` and `resource` ({mcp_url}). Sends the person to the upstream identity provider. Every error is
 /// answered here (400 with the RFC 6749 error code), never sent to the redirect URI: with open client registration,
-/// redirecting before the person signs in would make this origin an open redirector.
+/// redirecting before the person signs in would make this origin an open redirector. Each source address may start
+/// 120 sign-ins an hour (429).
 #[utoipa::path(get, path = "/oauth/authorize", tag = "oauth",
     responses((status = 302, description = "to the upstream provider"),
               (status = 400, description = "invalid_client, invalid_request, unsupported_response_type, invalid_target, invalid_scope or temporarily_unavailable", body = Object),
-              (status = 404, body = ErrorEnvelope)))]
+              (status = 404, body = ErrorEnvelope), (status = 429, body = ErrorEnvelope)))]
 async fn authorize(
     State(state): State<AppState>,
+    Source(source): Source,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let server = server(&state)?;
+    // Anyone may start a sign-in, and each keeps a row for a day: a budget per source (IPv6 by its /48).
+    state.spend_oauth_authorization(source).map_err(|wait| {
+        ApiError::Throttled("this address started many sign-ins this hour".into(), wait)
+    })?;
     let params = match parameters(query.as_deref()) {
         Ok(p) => p,
         Err(e) => return Ok(OAuthError::bad("invalid_request", e).into_response()),

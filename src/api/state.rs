@@ -91,6 +91,9 @@ impl Default for Limits {
 /// OAuth clients one source address may register in an hour.
 pub const OAUTH_REGISTRATIONS_PER_SOURCE_PER_HOUR: u32 = 60;
 
+/// OAuth sign-ins one source address may start in an hour (each keeps a row for a day, unauthenticated).
+pub const OAUTH_AUTHORIZATIONS_PER_SOURCE_PER_HOUR: u32 = 120;
+
 /// Shared state of the API; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -110,6 +113,8 @@ struct Guard {
     logins: crate::auth::rate::KeyedLimiter<String>,
     /// OAuth clients each source address may register in an hour.
     oauth_registrations: crate::registration::budget::SourceBudget,
+    /// OAuth sign-ins each source address may start in an hour.
+    oauth_authorizations: crate::registration::budget::SourceBudget,
 }
 
 impl Guard {
@@ -129,6 +134,9 @@ impl Guard {
             )),
             oauth_registrations: crate::registration::budget::SourceBudget::new(
                 OAUTH_REGISTRATIONS_PER_SOURCE_PER_HOUR,
+            ),
+            oauth_authorizations: crate::registration::budget::SourceBudget::new(
+                OAUTH_AUTHORIZATIONS_PER_SOURCE_PER_HOUR,
             ),
             limits,
         }
@@ -246,6 +254,14 @@ impl AppState {
         source: std::net::IpAddr,
     ) -> Result<(), std::time::Duration> {
         self.guard.oauth_registrations.spend(source)
+    }
+
+    /// Takes one OAuth sign-in from `source`'s hourly budget; `Err` says how long until the next fits.
+    pub fn spend_oauth_authorization(
+        &self,
+        source: std::net::IpAddr,
+    ) -> Result<(), std::time::Duration> {
+        self.guard.oauth_authorizations.spend(source)
     }
 
     /// Turns OAuth for people on at the MCP server. Set once, at start.

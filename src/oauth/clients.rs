@@ -110,8 +110,18 @@ pub fn validate(registration: Registration) -> Result<Client, OAuthError> {
     })
 }
 
-/// Stores a validated client.
+/// How long a registered client that never bought a token is kept.
+pub const UNUSED_CLIENT_LIFETIME_HOURS: i32 = 24;
+
+/// Stores a validated client, and deletes those registered over a day ago that never bought a token (registration
+/// is open to anyone, so without this the table would only grow).
 pub async fn insert(db: &PgPool, client: &Client) -> sqlx::Result<()> {
+    sqlx::query(
+        "DELETE FROM oauth_clients WHERE used_at IS NULL AND created_at < now() - make_interval(hours => $1)",
+    )
+    .bind(UNUSED_CLIENT_LIFETIME_HOURS)
+    .execute(db)
+    .await?;
     sqlx::query(
         "INSERT INTO oauth_clients (client_id, client_name, redirect_uris) VALUES ($1, $2, $3)",
     )

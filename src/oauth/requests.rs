@@ -180,10 +180,13 @@ pub async fn spend_code(db: &PgPool, id: Uuid) -> sqlx::Result<bool> {
     Ok(done.rows_affected() == 1)
 }
 
-/// Records the token the code bought.
+/// Records the token the code bought, and that its client was used (so it is kept).
 pub async fn bought(db: &PgPool, id: Uuid, token: Uuid) -> sqlx::Result<()> {
-    sqlx::query("UPDATE oauth_requests SET token_id = $2 WHERE id = $1")
-        .bind(id)
+    sqlx::query(
+        "WITH request AS (UPDATE oauth_requests SET token_id = $2 WHERE id = $1 RETURNING client_id)
+         UPDATE oauth_clients SET used_at = now() WHERE client_id IN (SELECT client_id FROM request)",
+    )
+    .bind(id)
         .bind(token)
         .execute(db)
         .await?;

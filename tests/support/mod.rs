@@ -9,6 +9,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod agent;
+pub mod answer;
 pub mod blob;
 pub mod browser;
 pub mod chromium;
