@@ -917,7 +917,7 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
         .expect(200, None);
     assert_eq!(tree["files"][0]["path"], "index.html");
     let threads = api
-        .get(&format!("/apps/{new_id}/threads"), &fay)
+        .get(&format!("/apps/{new_id}/threads"), &eve)
         .await
         .expect(200, None);
     assert_eq!(threads["threads"][0]["title"], "launch", "{threads}");
