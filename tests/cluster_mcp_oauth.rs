@@ -864,3 +864,73 @@ async fn a_source_starts_only_so_many_sign_ins_an_hour_and_a_client_never_used_e
     assert_eq!(kept, [used]);
     Ok(())
 }
+
+/// The whole flow in a real browser: Chromium goes through the provider's form and the consent page, and its
+/// Allow lands on the client's redirect URI (a listener of the test's) with a code that buys a token. Browsers apply
+/// a consent page's `form-action` to the redirect that follows its POST, so a policy naming only the API's origin
+/// would stop the flow here.
+#[tokio::test]
+async fn in_chromium_allow_on_the_consent_page_reaches_the_clients_redirect_uri() -> Result<()> {
+    use fantoccini::Locator;
+    let f = fixture("oachrome").await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let redirect = format!("http://{}/callback", listener.local_addr()?);
+    let (sent, mut received) = tokio::sync::mpsc::unbounded_channel::<HashMap<String, String>>();
+    let client_side = axum::Router::new().route(
+        "/callback",
+        axum::routing::get(
+            move |axum::extract::Query(query): axum::extract::Query<HashMap<String, String>>| {
+                let _ = sent.send(query);
+                async { "signed in" }
+            },
+        ),
+    );
+    tokio::spawn(async move { axum::serve(listener, client_side).await });
+    let (status, registered) = f
+        .register(json!({"redirect_uris": [redirect], "client_name": "in a browser"}))
+        .await?;
+    ensure!(status == 201, "registration: {status} {registered}");
+    let client = registered["client_id"].as_str().unwrap().to_owned();
+    let (verifier, challenge) = pkce();
+    let url = f.authorize_url(&[
+        ("response_type", Some("code")),
+        ("client_id", Some(&client)),
+        ("redirect_uri", Some(&redirect)),
+        ("state", Some("in-chromium")),
+        ("code_challenge", Some(&challenge)),
+        ("code_challenge_method", Some("S256")),
+    ]);
+
+    let chromium = support::chromium::Chromium::start("MAP unused.invalid 127.0.0.1").await?;
+    let c = &chromium.client;
+    c.goto(&url).await?;
+    c.wait()
+        .for_element(Locator::Css("input[name=sub]"))
+        .await?
+        .send_keys(&f.sub)
+        .await?;
+    c.find(Locator::Css("button:not([name=action])"))
+        .await?
+        .click()
+        .await?;
+    c.wait()
+        .for_element(Locator::Css("button[value=allow]"))
+        .await?
+        .click()
+        .await?;
+    let query = tokio::time::timeout(std::time::Duration::from_secs(30), received.recv())
+        .await
+        .context("the browser never reached the client's redirect URI")?
+        .context("the listener stopped")?;
+    assert_eq!(query["state"], "in-chromium");
+    assert!(
+        c.current_url().await?.as_str().starts_with(&redirect),
+        "the browser is at the client"
+    );
+    let (status, answer) = f
+        .redeem(&query["code"], &verifier, &client, &redirect)
+        .await?;
+    assert_eq!(status, 200, "{answer}");
+    chromium.close().await?;
+    Ok(())
+}
