@@ -272,7 +272,20 @@ async fn a_branch_is_pinned_to_its_head_by_the_deploy_call() -> Result<()> {
     let by_hand = deploys
         .create(&kube::api::PostParams::default(), &by_hand)
         .await?;
-    let log = s.finished(by_hand.metadata.uid.as_deref().unwrap()).await?;
+    // Written with kubectl, it reaches the API by its watch: its log route answers once the API has seen it.
+    let by_hand_id = by_hand.metadata.uid.as_deref().unwrap();
+    s.api
+        .get_until(
+            &format!(
+                "/apps/{}/channels/{}/logs?deploy={by_hand_id}",
+                s.app_id, s.prod_id
+            ),
+            &s.alice.token,
+            200,
+            WITHIN,
+        )
+        .await?;
+    let log = s.finished(by_hand_id).await?;
     assert_eq!(log["status"], "success", "{log}");
     assert_eq!(log["git_sha"], v2.as_str());
     assert_eq!(s.channel().await["current_sha"], v2.as_str());
