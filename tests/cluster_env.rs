@@ -535,10 +535,31 @@ async fn deploy_snapshots_show_what_a_deploy_received() -> Result<()> {
         .await
         .expect(204, None);
 
+    // A Deploy of the next channel (no operator runs here), held by the API's cache: the route answers for deploys
+    // the channel's history still has.
+    let deploys: Api<slipway_crds::Deploy> =
+        Api::namespaced(f.api.kube.clone(), &f.alice.namespace);
+    let mut written = slipway_crds::Deploy::new(
+        "blog.next.snapshot",
+        slipway_crds::DeploySpec {
+            channel: "blog.next".into(),
+            sha: Some("next".into()),
+            git_ref: None,
+            rewind_of: None,
+            image: None,
+        },
+    );
+    written.metadata.namespace = Some(f.alice.namespace.clone());
+    let written = deploys.create(&PostParams::default(), &written).await?;
+    let uid = written.metadata.uid.clone().unwrap_or_default();
+    slipway::platform::cache::poll_for(std::time::Duration::from_secs(10), || {
+        f.api.state.cache().holds_deploy(&uid).then_some(())
+    })
+    .await?;
     let (app_id, next_id, deploy) = (
         uuid::Uuid::parse_str(&f.app_id)?,
         uuid::Uuid::parse_str(&f.next_id)?,
-        uuid::Uuid::new_v4(),
+        uuid::Uuid::parse_str(&uid)?,
     );
     let sources = EnvSources {
         app_id,
