@@ -371,16 +371,22 @@ impl Installed {
                     account,
                     None,
                 )
-                .await?;
-            // The API restarts during an upgrade: an answer that is not the log is asked again.
-            if log.status == 200 {
-                let body = log.json();
-                if matches!(body["status"].as_str(), Some("success" | "failed")) {
-                    return Ok(body);
+                .await;
+            // The API restarts during an upgrade (its pod is recreated, and the node's proxy learns of the new one a
+            // moment after it is ready): a refused connection, or an answer that is not the log, is asked again.
+            let seen = match log {
+                Ok(log) if log.status == 200 => {
+                    let body = log.json();
+                    if matches!(body["status"].as_str(), Some("success" | "failed")) {
+                        return Ok(body);
+                    }
+                    log.text()
                 }
-            }
+                Ok(log) => log.text(),
+                Err(e) => format!("{e:#}"),
+            };
             if tokio::time::Instant::now() > deadline {
-                bail!("deploy {id} did not finish: {}", log.text());
+                bail!("deploy {id} did not finish: {seen}");
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
