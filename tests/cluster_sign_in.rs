@@ -713,9 +713,14 @@ async fn a_verified_custom_domain_signs_people_in_with_the_domain_as_audience() 
     let roots = format!("{}{pebble_root}", pki.ca_pem());
     let browser = Browser::new(&roots, &[&auth_host, &domain], https_addr)?;
     let origin = format!("https://{domain}:{}", https_addr.port());
+    // The channel's own 404 (nothing deployed), not the unknown-host one the edge answers until it has read the domain.
     slipway_testkit::wait_until(std::time::Duration::from_secs(120), || {
         let (browser, url) = (browser.clone(), format!("{origin}/"));
-        async move { Ok(browser.get(&url).await.is_ok_and(|p| p.status == 404)) }
+        async move {
+            Ok(browser.get(&url).await.is_ok_and(|p| {
+                p.status == 404 && p.text.contains("Nothing has been deployed")
+            }))
+        }
     })
     .await
     .context("the domain is not served over HTTPS")?;
