@@ -56,8 +56,9 @@ async fn main() -> Result<()> {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let gateway_url = format!("http://{}", listener.local_addr()?);
+    let service = slipway::blob::serve::service(db.clone(), ring.clone(), &root);
     tokio::spawn(slipway::blob::serve::serve(
-        slipway::blob::serve::service(db.clone(), ring.clone(), &root),
+        service.s3,
         listener,
         std::future::pending(),
     ));

@@ -717,9 +717,10 @@ async fn a_verified_custom_domain_signs_people_in_with_the_domain_as_audience() 
     slipway_testkit::wait_until(std::time::Duration::from_secs(120), || {
         let (browser, url) = (browser.clone(), format!("{origin}/"));
         async move {
-            Ok(browser.get(&url).await.is_ok_and(|p| {
-                p.status == 404 && p.text.contains("Nothing has been deployed")
-            }))
+            Ok(browser
+                .get(&url)
+                .await
+                .is_ok_and(|p| p.status == 404 && p.text.contains("Nothing has been deployed")))
         }
     })
     .await

@@ -36,7 +36,8 @@ pub struct BlobStatus {
     pub status: String,
     /// Why the bucket could not be made, while `failed`.
     pub last_error: Option<String>,
-    /// Bytes stored: every version, and the parts of unfinished multipart uploads.
+    /// Bytes counted against the owner's quota: every version, the parts of unfinished multipart uploads, and
+    /// writes in flight.
     pub usage_bytes: i64,
     /// Whether the app's external object-store access is on (the public endpoint answers).
     pub external_enabled: bool,
@@ -66,7 +67,8 @@ pub struct BlobCredentials {
 /// The caller's object storage across their channels.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BlobStorage {
-    /// Bytes stored in every store of the caller's apps (what the plan's quota counts).
+    /// Bytes counted in every store of the caller's apps (what the plan's quota counts: every version, unfinished
+    /// uploads' parts, and writes in flight).
     pub blob_usage_bytes: i64,
     /// Number of stores (one per channel).
     pub store_count: i64,
@@ -152,13 +154,17 @@ pub(super) async fn status_of(
     let stored = store::by_channel(state.db(), channel_id).await?;
     // A bucket that was made once is probed whatever the condition says: the operator's last check may already
     // have seen the backend go away, and an unreachable backend is 503, not a bucket still being made.
-    if let Some(store) = &stored {
-        probe(state, blob, store, status == "ready").await?;
-    }
+    let usage_bytes = match &stored {
+        Some(store) => {
+            probe(state, blob, store, status == "ready").await?;
+            store::counted_bytes(state.db(), channel_id).await?
+        }
+        None => 0,
+    };
     Ok(BlobStatus {
         status: status.to_owned(),
         last_error,
-        usage_bytes: stored.as_ref().map_or(0, |s| s.usage_bytes),
+        usage_bytes,
         external_enabled: app.app.spec.external_blob_access_enabled,
         virtual_endpoint: public_endpoint(&label, &state.names().app_domain),
         virtual_bucket: label,

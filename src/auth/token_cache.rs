@@ -16,13 +16,13 @@
 //! kept, so a token works the moment it is minted.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::db::notices::{self, Forgetful};
 use crate::db::tokens::TokenRow;
 
 /// Longest a token's row is trusted: the bound on a change whose notice was lost on a connection that died
@@ -32,8 +32,6 @@ pub const TTL: Duration = Duration::from_secs(60);
 pub const CHANNEL: &str = "slipway_auth_changed";
 /// Most tokens kept; past it the cache starts over.
 const MAX_KEPT: usize = 100_000;
-/// How long to wait before listening again after the connection failed.
-const RETRY: Duration = Duration::from_secs(1);
 
 /// Token rows by the hash of their plaintext. See the module docs.
 pub struct TokenCache {
@@ -57,10 +55,12 @@ impl TokenCache {
             state: Mutex::default(),
             stop: CancellationToken::new(),
         });
-        tokio::spawn(keep_listening(
+        tokio::spawn(notices::keep_listening(
             Arc::downgrade(&cache),
             cache.stop.clone(),
             db,
+            CHANNEL,
+            "tokens",
         ));
         cache
     }
@@ -104,6 +104,12 @@ impl TokenCache {
         self.lock().listening
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Forgetful for TokenCache {
     fn set_listening(&self, listening: bool) {
         let mut state = self.lock();
         state.epoch += 1;
@@ -111,53 +117,13 @@ impl TokenCache {
         state.listening = listening;
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn heard(&self, _payload: &str) {
+        self.forget_all();
     }
 }
 
 impl Drop for TokenCache {
     fn drop(&mut self) {
         self.stop.cancel();
-    }
-}
-
-/// Listens to [`CHANNEL`] for `cache` until it is dropped, listening again whenever the connection is lost.
-async fn keep_listening(cache: Weak<TokenCache>, stop: CancellationToken, db: PgPool) {
-    loop {
-        let listened = async {
-            let mut listener = PgListener::connect_with(&db).await?;
-            // A lost connection ends the wait at once, so the cache stops answering from memory at once.
-            listener.eager_reconnect(false);
-            listener.listen(CHANNEL).await?;
-            let Some(live) = cache.upgrade() else {
-                return Ok(());
-            };
-            live.set_listening(true);
-            drop(live);
-            while let Some(_notice) = listener.try_recv().await? {
-                let Some(live) = cache.upgrade() else {
-                    return Ok(());
-                };
-                live.forget_all();
-            }
-            anyhow::Ok(())
-        };
-        let ended = tokio::select! {
-            () = stop.cancelled() => return,
-            ended = listened => ended,
-        };
-        let Some(live) = cache.upgrade() else {
-            return;
-        };
-        live.set_listening(false);
-        drop(live);
-        if let Err(e) = ended {
-            tracing::warn!(error = %e, "not listening to token changes; tokens are read from the database until it is");
-        }
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(RETRY) => {}
-        }
     }
 }

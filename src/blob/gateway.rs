@@ -1,175 +1,34 @@
 //! The S3 service tenants talk to (`slipway s3`): an [`s3s`] service that checks each request's SigV4 signature
-//! (header or presigned URL) against the key pair of the channel whose access key signed it, maps the channel's
-//! virtual bucket onto its backend bucket, and forwards to the backend ([`s3s_aws::Proxy`]). It keeps the rules
-//! of the hosting API:
+//! (header or presigned URL) against the key pair of the channel whose access key signed it ([`super::tenants`]),
+//! maps the channel's virtual bucket onto its backend bucket, and forwards to the backend: plain GETs, HEADs and
+//! PUTs of objects as they came ([`super::forward`]), every other operation through s3s's typed operations and
+//! the AWS SDK ([`s3s_aws::Proxy`], here). It keeps the rules of the hosting API:
 //!
 //! - a key reaches only its own channel's bucket: any other bucket name answers 404 `NoSuchBucket`, exactly as a
 //!   bucket that does not exist;
 //! - versioning stays on: a client may turn it on (a no-op) but not suspend it;
 //! - every stored version counts against the owner's byte quota, and a write that would pass it answers 507
-//!   before any byte reaches the backend (see [`super::store`] for how concurrent writes are kept honest).
+//!   before any byte reaches the backend (see [`super::quota`] and [`super::store`] for how concurrent writes are
+//!   kept honest).
 //!
 //! Only the operations ordinary clients (aws-sdk-s3, boto3, the aws CLI, rclone) use are served; the rest answer
 //! `NotImplemented`, so nothing a tenant sends reaches the backend unchecked.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use http::StatusCode;
-use s3s::auth::{S3Auth, SecretKey};
 use s3s::dto::*;
-use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
-use slipway_crds::plans::Plan;
-use sqlx::PgPool;
-use uuid::Uuid;
+use s3s::{S3, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
-use super::store::{self, Reserved};
-use crate::env::crypto::Keyring;
-
-/// How long a looked-up key pair is trusted before it is read again (a deleted channel's key stops working
-/// within this time; a plan change applies within it).
-pub const STORE_CACHE_TTL: Duration = Duration::from_secs(30);
-
-/// What the gateway knows of the channel a request is signed for.
-#[derive(Debug)]
-pub struct Tenant {
-    /// The channel's id.
-    pub channel_id: Uuid,
-    /// The bucket name the client uses.
-    pub virtual_bucket: String,
-    /// The bucket on the backend.
-    pub backend_bucket: String,
-    /// The owner's byte quota (-1: unlimited).
-    pub byte_limit: i64,
-    /// When the store was made (the bucket's creation date).
-    pub created_at: chrono::DateTime<chrono::Utc>,
-    secret: String,
-}
-
-/// Most lookups kept (unknown keys are cached too, so a client retrying a bad key costs one read per TTL).
-const MAX_CACHED: usize = 100_000;
-
-/// A cached lookup: when it was made and what it found.
-type Cached = (Instant, Option<Arc<Tenant>>);
-
-/// Stores by access key, read from the platform database and cached for [`STORE_CACHE_TTL`].
-pub struct Tenants {
-    db: PgPool,
-    ring: Keyring,
-    cache: Mutex<HashMap<String, Cached>>,
-}
-
-fn unavailable(e: impl std::fmt::Display) -> S3Error {
-    tracing::warn!(error = %e, "platform database unavailable");
-    let mut err = s3_error!(
-        ServiceUnavailable,
-        "object storage is unavailable; try again"
-    );
-    err.set_status_code(StatusCode::SERVICE_UNAVAILABLE);
-    err
-}
-
-impl Tenants {
-    /// Stores of `db`, whose secrets open with `ring`.
-    pub fn new(db: PgPool, ring: Keyring) -> Self {
-        Self {
-            db,
-            ring,
-            cache: Mutex::default(),
-        }
-    }
-
-    /// The platform database.
-    pub fn db(&self) -> &PgPool {
-        &self.db
-    }
-
-    /// The channel `access_key` belongs to, if any.
-    pub async fn get(&self, access_key: &str) -> S3Result<Option<Arc<Tenant>>> {
-        {
-            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((at, tenant)) = cache.get(access_key)
-                && at.elapsed() < STORE_CACHE_TTL
-            {
-                return Ok(tenant.clone());
-            }
-        }
-        let found = store::by_access_key(&self.db, access_key)
-            .await
-            .map_err(unavailable)?;
-        let tenant = match found {
-            Some((row, plan)) => {
-                let secret = row.secret(&self.ring).map_err(|e| {
-                    tracing::error!(channel_id = %row.channel_id, error = %e, "a store's secret does not open");
-                    s3_error!(InternalError)
-                })?;
-                let byte_limit = plan
-                    .as_deref()
-                    .and_then(Plan::by_tier)
-                    // An owner without an account (or an unknown plan) gets nothing more stored.
-                    .map_or(0, |p| p.blob_storage_bytes);
-                Some(Arc::new(Tenant {
-                    channel_id: row.channel_id,
-                    virtual_bucket: row.virtual_bucket,
-                    backend_bucket: row.backend_bucket,
-                    byte_limit,
-                    created_at: row.created_at,
-                    secret,
-                }))
-            }
-            None => None,
-        };
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() > MAX_CACHED {
-            cache.retain(|_, (at, _)| at.elapsed() < STORE_CACHE_TTL);
-            if cache.len() > MAX_CACHED {
-                // A flood of made-up keys: forget them all rather than grow.
-                cache.clear();
-            }
-        }
-        cache.insert(access_key.to_owned(), (Instant::now(), tenant.clone()));
-        Ok(tenant)
-    }
-}
-
-/// SigV4 secrets of channels, for s3s's signature checks.
-pub struct ChannelKeys(pub Arc<Tenants>);
-
-#[async_trait::async_trait]
-impl S3Auth for ChannelKeys {
-    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        match self.0.get(access_key).await? {
-            Some(tenant) => Ok(SecretKey::from(tenant.secret.as_str())),
-            None => Err(s3_error!(
-                InvalidAccessKeyId,
-                "the access key does not name a channel's store"
-            )),
-        }
-    }
-}
+use super::quota::{Quota, Settlement};
+use super::tenants::{Tenant, Tenants, no_such_bucket};
 
 /// The gateway's S3 implementation.
 pub struct Gateway {
     proxy: s3s_aws::Proxy,
     backend: aws_sdk_s3::Client,
     tenants: Arc<Tenants>,
-}
-
-fn no_such_bucket(bucket: &str) -> S3Error {
-    s3_error!(NoSuchBucket, "the bucket {bucket} does not exist")
-}
-
-fn over_quota(tenant: &Tenant) -> S3Error {
-    let mut err = S3Error::with_message(
-        S3ErrorCode::Custom("QuotaExceeded".into()),
-        format!(
-            "this write would pass the account's object storage quota of {} bytes (every stored version counts)",
-            tenant.byte_limit
-        ),
-    );
-    err.set_status_code(StatusCode::INSUFFICIENT_STORAGE);
-    err
+    quota: Quota,
 }
 
 /// Size of `bytes=first-last` (a copy source range).
@@ -179,57 +38,20 @@ fn range_len(range: &str) -> Option<i64> {
     (last >= first).then_some(last - first + 1)
 }
 
-/// A write's reservation: settled with its real size when the backend accepted it, released otherwise.
-struct Pending<'a> {
-    db: &'a PgPool,
-    id: Uuid,
-    channel_id: Uuid,
-}
-
-impl Pending<'_> {
-    async fn release(self) {
-        if let Err(e) = store::release(self.db, self.id).await {
-            tracing::warn!(error = %e, "could not release a reservation; it expires by itself");
-        }
-    }
-}
-
-fn settle_failed(e: sqlx::Error) {
-    // The object is stored; only its count is behind, which the next recount corrects.
-    tracing::warn!(error = %e, "could not count a write; the recount will");
-}
-
 impl Gateway {
-    /// A gateway forwarding to `backend` for the channels in `tenants`.
-    pub fn new(backend: aws_sdk_s3::Client, tenants: Arc<Tenants>) -> Self {
+    /// A gateway forwarding to `backend` for the channels in `tenants`, counting writes in `quota`.
+    pub fn new(backend: aws_sdk_s3::Client, tenants: Arc<Tenants>, quota: Quota) -> Self {
         Self {
             proxy: s3s_aws::Proxy::from(backend.clone()),
             backend,
             tenants,
+            quota,
         }
     }
 
     /// The channel that signed `req`.
     async fn tenant<T>(&self, req: &S3Request<T>) -> S3Result<Arc<Tenant>> {
-        let credentials = req.credentials.as_ref().ok_or_else(|| {
-            s3_error!(
-                AccessDenied,
-                "requests must be signed with the channel's key pair"
-            )
-        })?;
-        self.tenants
-            .get(&credentials.access_key)
-            .await?
-            .ok_or_else(|| s3_error!(InvalidAccessKeyId))
-    }
-
-    /// Checks that `bucket` is the tenant's own and names its backend bucket instead.
-    fn enter(tenant: &Tenant, bucket: &mut String) -> S3Result<()> {
-        if *bucket != tenant.virtual_bucket {
-            return Err(no_such_bucket(bucket));
-        }
-        bucket.clone_from(&tenant.backend_bucket);
-        Ok(())
+        self.tenants.signer(req.credentials.as_ref()).await
     }
 
     /// The tenant of `req`, with the bucket `field` picks rewritten to the backend's.
@@ -239,7 +61,7 @@ impl Gateway {
         field: impl FnOnce(&mut T) -> &mut String,
     ) -> S3Result<Arc<Tenant>> {
         let tenant = self.tenant(req).await?;
-        Self::enter(&tenant, field(&mut req.input))?;
+        tenant.enter(field(&mut req.input))?;
         Ok(tenant)
     }
 
@@ -280,76 +102,6 @@ impl Gateway {
             .and_then(|h| h.content_length())
             .unwrap_or(0)
     }
-
-    /// Reserves `bytes` for a write of `tenant`, or refuses it with 507.
-    async fn reserve(&self, tenant: &Tenant, bytes: i64) -> S3Result<Pending<'_>> {
-        let id = Uuid::new_v4();
-        let db = self.tenants.db();
-        match store::reserve(db, id, tenant.channel_id, bytes, tenant.byte_limit)
-            .await
-            .map_err(unavailable)?
-        {
-            Reserved::Ok => Ok(Pending {
-                db,
-                id,
-                channel_id: tenant.channel_id,
-            }),
-            Reserved::OverQuota => Err(over_quota(tenant)),
-            Reserved::Gone => Err(no_such_bucket(&tenant.virtual_bucket)),
-        }
-    }
-
-    /// Reserves `bytes`, then forwards through `send`, which answers the output and how the stored bytes moved;
-    /// the move is counted when it succeeds, the reservation released when it fails.
-    async fn counted<O>(
-        &self,
-        tenant: &Tenant,
-        bytes: i64,
-        send: impl Future<Output = S3Result<(O, Settlement)>>,
-    ) -> S3Result<O> {
-        let pending = self.reserve(tenant, bytes).await?;
-        let (db, id, channel) = (pending.db, pending.id, pending.channel_id);
-        match send.await {
-            Ok((out, settlement)) => {
-                let settled = match settlement {
-                    Settlement::Delta(delta) => store::settle(db, id, channel, delta).await,
-                    Settlement::Part {
-                        upload_id,
-                        part_number,
-                        bytes,
-                    } => store::settle_part(db, id, channel, &upload_id, part_number, bytes).await,
-                    Settlement::Upload {
-                        upload_id,
-                        object_bytes,
-                    } => store::settle_upload(db, id, channel, &upload_id, object_bytes).await,
-                };
-                settled.unwrap_or_else(settle_failed);
-                Ok(out)
-            }
-            Err(e) => {
-                pending.release().await;
-                Err(e)
-            }
-        }
-    }
-}
-
-/// How a write that went through moves the stored bytes.
-enum Settlement {
-    /// By this many bytes.
-    Delta(i64),
-    /// A part of an upload was stored (replacing one of the same number).
-    Part {
-        upload_id: String,
-        part_number: i32,
-        bytes: i64,
-    },
-    /// An upload ended: completed as an object of `object_bytes` (`None`: as big as its parts), or aborted
-    /// (`Some(0)`).
-    Upload {
-        upload_id: String,
-        object_bytes: Option<i64>,
-    },
 }
 
 /// Names the tenant's virtual bucket where an answer would name the backend's.
@@ -497,8 +249,8 @@ s3_impl! {
             .input
             .content_length
             .ok_or_else(|| s3_error!(MissingContentLength))?;
-        self.counted(&tenant, bytes, async {
-            Ok((self.proxy.put_object(req).await?, Settlement::Delta(bytes)))
+        self.quota.counted(&tenant, bytes, async {
+            Ok((self.proxy.put_object(req).await?, Settlement::Reserved))
         })
         .await
     }
@@ -512,8 +264,8 @@ s3_impl! {
         let bytes = self
             .stored_size(&tenant.backend_bucket, &key, version.as_deref())
             .await;
-        self.counted(&tenant, bytes, async {
-            Ok((self.proxy.copy_object(req).await?, Settlement::Delta(bytes)))
+        self.quota.counted(&tenant, bytes, async {
+            Ok((self.proxy.copy_object(req).await?, Settlement::Reserved))
         })
         .await
     }
@@ -530,7 +282,7 @@ s3_impl! {
         let bytes = self
             .stored_size(&tenant.backend_bucket, &req.input.key, Some(&version))
             .await;
-        self.counted(&tenant, 0, async {
+        self.quota.counted(&tenant, 0, async {
             Ok((self.proxy.delete_object(req).await?, Settlement::Delta(-bytes)))
         })
         .await
@@ -550,7 +302,7 @@ s3_impl! {
                 sizes.insert((object.key.clone(), version.clone()), size);
             }
         }
-        self.counted(&tenant, 0, async {
+        self.quota.counted(&tenant, 0, async {
             let res = self.proxy.delete_objects(req).await?;
             let freed: i64 = res
                 .output
@@ -574,7 +326,7 @@ s3_impl! {
             .content_length
             .ok_or_else(|| s3_error!(MissingContentLength))?;
         let (upload_id, part_number) = (req.input.upload_id.clone(), req.input.part_number);
-        self.counted(&tenant, bytes, async {
+        self.quota.counted(&tenant, bytes, async {
             let res = self.proxy.upload_part(req).await?;
             Ok((res, Settlement::Part { upload_id, part_number, bytes }))
         })
@@ -595,7 +347,7 @@ s3_impl! {
             }
         };
         let (upload_id, part_number) = (req.input.upload_id.clone(), req.input.part_number);
-        self.counted(&tenant, bytes, async {
+        self.quota.counted(&tenant, bytes, async {
             let res = self.proxy.upload_part_copy(req).await?;
             Ok((res, Settlement::Part { upload_id, part_number, bytes }))
         })
@@ -608,7 +360,7 @@ s3_impl! {
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
         let (key, upload_id) = (req.input.key.clone(), req.input.upload_id.clone());
-        self.counted(&tenant, 0, async {
+        self.quota.counted(&tenant, 0, async {
             let mut res = self.proxy.complete_multipart_upload(req).await?;
             let object_bytes = self
                 .backend
@@ -634,7 +386,7 @@ s3_impl! {
         let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
         let upload_id = req.input.upload_id.clone();
         // An upload the backend no longer knows is gone all the same: its parts stop counting.
-        self.counted(&tenant, 0, async {
+        self.quota.counted(&tenant, 0, async {
             let gone = Settlement::Upload {
                 upload_id,
                 object_bytes: Some(0),

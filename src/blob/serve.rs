@@ -15,12 +15,18 @@ use slipway_controllers::blob::backend::{self, S3Endpoint};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 
-use super::gateway::{ChannelKeys, Gateway, Tenants};
+use super::forward::Forward;
+use super::gateway::Gateway;
+use super::quota::{Quota, Settler};
+use super::tenants::{ChannelKeys, Tenants};
 use crate::env::crypto::Keyring;
 
 /// Longest wait, once told to stop, for open connections to finish the requests they are in (an upload in flight
 /// included).
 const DRAIN_LIMIT: Duration = Duration::from_secs(20);
+
+/// Longest wait, once the connections have ended, for the settlements of the writes they answered.
+const SETTLE_LIMIT: Duration = Duration::from_secs(5);
 
 /// Options of `slipway s3`.
 #[derive(Debug, clap::Args)]
@@ -70,13 +76,40 @@ impl S3Args {
     }
 }
 
+/// The gateway's S3 service and what it runs beside.
+pub struct Service {
+    /// The S3 service.
+    pub s3: S3Service,
+    /// The task that settles the service's writes after their answers, to be [finished](Settler::finish) once
+    /// the service has stopped.
+    pub settler: Settler,
+    /// The access keys it knows.
+    pub tenants: Arc<Tenants>,
+}
+
 /// The gateway's S3 service over `db`, opening secrets with `ring`, forwarding to `backend`.
-pub fn service(db: PgPool, ring: Keyring, backend: &S3Endpoint) -> S3Service {
-    let tenants = Arc::new(Tenants::new(db, ring));
-    let gateway = Gateway::new(backend::client(backend, None), tenants.clone());
+pub fn service(db: PgPool, ring: Keyring, backend: &S3Endpoint) -> Service {
+    let tenants = Tenants::listening(db.clone(), ring);
+    let (quota, settler) = Quota::start(db);
+    let gateway = Gateway::new(
+        backend::client(backend, None),
+        tenants.clone(),
+        quota.clone(),
+    );
     let mut builder = S3ServiceBuilder::new(gateway);
-    builder.set_auth(ChannelKeys(tenants));
-    builder.build()
+    builder.set_auth(ChannelKeys(tenants.clone()));
+    match Forward::new(backend, tenants.clone(), quota) {
+        Some(forward) => builder.set_route(forward),
+        None => tracing::info!(
+            backend = %backend.url,
+            "the backend is not plain HTTP: every request goes through the SDK"
+        ),
+    }
+    Service {
+        s3: builder.build(),
+        settler,
+        tenants,
+    }
 }
 
 /// Serves `service` on `listener` until `shutdown` resolves, then lets every open connection finish the request
@@ -131,8 +164,11 @@ pub async fn run(args: S3Args) -> anyhow::Result<()> {
         Duration::from_secs(args.recount_seconds.max(60)),
     ));
     tracing::info!(addr = %args.listen, backend = %endpoint.url, "serving S3");
+    let Service { s3, settler, .. } = service(db, ring, &endpoint);
     tokio::select! {
-        served = serve(service(db, ring, &endpoint), listener, crate::serve::shutdown_signal()) => {
+        served = serve(s3, listener, crate::serve::shutdown_signal()) => {
+            // Every connection has ended: count the writes they answered before going.
+            settler.finish(SETTLE_LIMIT).await;
             served.context("serve S3")
         }
         admin = axum::serve(admin, admin_routes) => {

@@ -1,7 +1,9 @@
 //! The `blob_stores` rows and the usage counted in them: one store per channel with its sealed key pair, and the
 //! bytes it holds. Writes through the gateway reserve their bytes first ([`reserve`]), against the owner's quota
 //! and atomically with every other write of the same owner, then settle their real size when the backend
-//! answered; a periodic recount ([`set_recounted`]) corrects what a crash or a foreign write left behind.
+//! answered (a plain write's settlement may come after its answer, in a batch: [`settle_many`]; its reservation
+//! counts meanwhile); a periodic recount ([`set_recounted`]) corrects what a crash or a foreign write left
+//! behind, and replaces the reservations of writes that never settled.
 
 use std::time::Duration;
 
@@ -149,10 +151,12 @@ pub async fn by_access_key(
     Ok(row.map(|r| (r.store, r.plan)))
 }
 
-/// Stores not recounted within `every`, the longest waiting first.
+/// Stores not recounted within `every`, and stores holding an expired reservation (a write that never settled,
+/// which counts until a recount replaces it), the longest waiting first.
 pub async fn due_for_recount(db: &PgPool, every: Duration) -> sqlx::Result<Vec<Store>> {
     sqlx::query_as(
-        "SELECT * FROM blob_stores WHERE recounted_at IS NULL OR recounted_at < now() - $1 \
+        "SELECT * FROM blob_stores s WHERE recounted_at IS NULL OR recounted_at < now() - $1 \
+         OR EXISTS (SELECT 1 FROM blob_pending p WHERE p.channel_id = s.channel_id AND p.expires_at <= now()) \
          ORDER BY recounted_at NULLS FIRST LIMIT 1000",
     )
     .bind(every)
@@ -169,12 +173,27 @@ pub async fn delete(db: &PgPool, channel_id: Uuid) -> sqlx::Result<bool> {
     Ok(done.rows_affected() > 0)
 }
 
-/// An owner's bytes stored and number of stores.
+/// An owner's bytes counted against the quota (see [`counted_bytes`]) and number of stores.
 pub async fn owner_usage(db: &PgPool, owner: &str) -> sqlx::Result<(i64, i64)> {
     sqlx::query_as(
-        "SELECT coalesce(sum(usage_bytes), 0)::bigint, count(*) FROM blob_stores WHERE owner = $1",
+        "SELECT coalesce((SELECT sum(usage_bytes) FROM blob_stores WHERE owner = $1), 0)::bigint \
+         + coalesce((SELECT sum(bytes) FROM blob_pending WHERE owner = $1), 0)::bigint, \
+         (SELECT count(*) FROM blob_stores WHERE owner = $1)",
     )
     .bind(owner)
+    .fetch_one(db)
+    .await
+}
+
+/// The bytes of a channel's store that count against the quota: what is stored (`usage_bytes`) and what its
+/// writes have reserved and not yet settled. A write that answered its client is counted either way, whether its
+/// settlement ([`settle_many`]) has run yet or not.
+pub async fn counted_bytes(db: &PgPool, channel_id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT coalesce((SELECT usage_bytes FROM blob_stores WHERE channel_id = $1), 0)::bigint \
+         + coalesce((SELECT sum(bytes) FROM blob_pending WHERE channel_id = $1), 0)::bigint",
+    )
+    .bind(channel_id)
     .fetch_one(db)
     .await
 }
@@ -190,7 +209,9 @@ pub enum Reserved {
     Gone,
 }
 
-/// How long a reservation counts when its write never settles (a crashed gateway).
+/// How long a reservation stands for a write in flight. A recount waits for the writes in flight of its store;
+/// once a reservation is older than this its write is taken to have ended without settling (a gateway that
+/// stopped), and it counts until the next recount replaces it with what the backend holds.
 pub const RESERVATION_TTL: Duration = Duration::from_secs(3600);
 
 /// Reserves `bytes` for a write to the channel's store under `id`, refused past `byte_limit` (-1: unlimited).
@@ -235,6 +256,39 @@ pub async fn settle(db: &PgPool, id: Uuid, channel_id: Uuid, delta: i64) -> sqlx
     .bind(id)
     .bind(channel_id)
     .bind(delta)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// A write that reached the backend and moves its reservation's bytes into its store's usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settled {
+    /// The reservation.
+    pub id: Uuid,
+    /// Its store.
+    pub channel_id: Uuid,
+    /// The bytes it stored (what it reserved).
+    pub bytes: i64,
+}
+
+/// Ends the reservations of `writes` and moves their bytes into their stores' usage, in one statement. A
+/// reservation that is gone already (settled before, or replaced by a recount after it expired) moves nothing, so a
+/// batch may be applied again after an error.
+pub async fn settle_many(db: &PgPool, writes: &[Settled]) -> sqlx::Result<()> {
+    let ids: Vec<Uuid> = writes.iter().map(|w| w.id).collect();
+    let channels: Vec<Uuid> = writes.iter().map(|w| w.channel_id).collect();
+    let bytes: Vec<i64> = writes.iter().map(|w| w.bytes).collect();
+    sqlx::query(
+        "WITH batch AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS b(id, channel_id, bytes)), \
+         done AS (DELETE FROM blob_pending p USING batch b WHERE p.id = b.id RETURNING b.channel_id, b.bytes), \
+         moved AS (SELECT channel_id, sum(bytes)::bigint AS bytes FROM done GROUP BY channel_id) \
+         UPDATE blob_stores s SET usage_bytes = greatest(s.usage_bytes + moved.bytes, 0), \
+         usage_epoch = s.usage_epoch + 1 FROM moved WHERE s.channel_id = moved.channel_id",
+    )
+    .bind(&ids)
+    .bind(&channels)
+    .bind(&bytes)
     .execute(db)
     .await?;
     Ok(())
@@ -295,23 +349,28 @@ pub async fn settle_upload(
 
 /// Sets a store's usage to what a recount listed (`listed` object bytes plus its unfinished uploads' parts),
 /// unless a write settled since `epoch` was read or one is in flight: then the count may be stale and the next
-/// round tries again. Whether it was set.
+/// round tries again. The store's expired reservations (writes that never settled: what they stored is in the
+/// listing) end in the same statement. Whether it was set.
 pub async fn set_recounted(
     db: &PgPool,
     channel_id: Uuid,
     listed: i64,
     epoch: i64,
 ) -> sqlx::Result<bool> {
-    let done = sqlx::query(
-        "UPDATE blob_stores SET usage_bytes = $2 + coalesce((SELECT sum(bytes) FROM blob_parts WHERE channel_id = $1), 0), \
+    let set: Option<Uuid> = sqlx::query_scalar(
+        "WITH set AS (UPDATE blob_stores \
+         SET usage_bytes = $2 + coalesce((SELECT sum(bytes) FROM blob_parts WHERE channel_id = $1), 0), \
          usage_epoch = usage_epoch + 1, recounted_at = now() \
          WHERE channel_id = $1 AND usage_epoch = $3 \
-         AND NOT EXISTS (SELECT 1 FROM blob_pending WHERE channel_id = $1 AND expires_at > now())",
+         AND NOT EXISTS (SELECT 1 FROM blob_pending WHERE channel_id = $1 AND expires_at > now()) \
+         RETURNING channel_id), \
+         expired AS (DELETE FROM blob_pending WHERE channel_id IN (SELECT channel_id FROM set) AND expires_at <= now()) \
+         SELECT channel_id FROM set",
     )
     .bind(channel_id)
     .bind(listed)
     .bind(epoch)
-    .execute(db)
+    .fetch_optional(db)
     .await?;
-    Ok(done.rows_affected() > 0)
+    Ok(set.is_some())
 }

@@ -12,6 +12,7 @@ pub mod email_challenges;
 pub mod members;
 pub mod mirrors;
 pub mod notes;
+pub mod notices;
 pub mod registrations;
 pub mod runtime_logs;
 pub mod ssh_keys;

@@ -36,7 +36,7 @@ impl ObjectStore {
         let backend = TestS3::start().await?;
         let db = slipway::db::connect(api.db_url()).await?;
         let ring = slipway::env::crypto::Keyring::parse(&api.keyring_line)?;
-        let service = slipway::blob::serve::service(db, ring, &Self::root(&backend));
+        let service = slipway::blob::serve::service(db, ring, &Self::root(&backend)).s3;
         let listener = tokio::net::TcpListener::bind((gateway_host, 0)).await?;
         let gateway = listener.local_addr()?;
         tokio::spawn(slipway::blob::serve::serve(

@@ -1,0 +1,568 @@
+//! The hot object operations (GetObject, HeadObject, PutObject) forwarded to the backend as they came, without the
+//! AWS SDK. Through the SDK (s3s-aws) every request was parsed into s3s's typed input, rebuilt as an SDK call that
+//! ran the SDK's orchestrator (endpoint rules, interceptors, retries, its own signing), and its answer parsed and
+//! written out again: for a small object that cost several times the backend's own work. Here the request, already
+//! authenticated by s3s (the channel's SigV4, header or presigned), is re-signed for the backend with the
+//! platform's key pair ([`aws_sigv4`]) and sent over a pooled HTTP/1 connection, its body streamed both ways; only
+//! the listed headers cross in either direction, so nothing a tenant adds reaches the backend and nothing of the
+//! backend's (its bucket name included) reaches the tenant. The gateway's rules hold as on every other operation:
+//! a key reaches only its own channel's bucket ([`Tenant::enter`]), and a PUT reserves its bytes against the
+//! owner's quota before any byte reaches the backend ([`Quota::counted`]).
+//!
+//! Only plain requests take this path ([`forwards`]): a query or header that makes the request another operation
+//! (a copy, a part, tagging, ACLs), asks for response header overrides or a part number, or carries an aws-chunked
+//! body goes through the s3s operations and the SDK as before. Backends over HTTPS always do.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{
+    PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningInstructions,
+    SigningParams, SigningSettings, UriPathNormalizationMode, sign,
+};
+use aws_sigv4::sign::v4;
+use aws_smithy_runtime_api::client::identity::Identity;
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, HeaderName};
+use http::{HeaderMap, Method, Request, StatusCode, Uri};
+use http_body_util::BodyExt;
+use hyper::http::Extensions;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+use s3s::route::S3Route;
+use s3s::{Body, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+use slipway_controllers::blob::backend::{REGION, S3Endpoint};
+
+use super::quota::{Quota, Settlement};
+use super::tenants::{Tenant, Tenants};
+
+/// Longest an idle connection to the backend is kept.
+const IDLE: Duration = Duration::from_secs(60);
+/// Most of an error answer read to find its code and message.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// What S3 leaves unescaped in a path: letters, digits, `-_.~` and the `/` between a key's parts.
+const PATH: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+/// The same in a query value, where `/` is escaped too.
+const QUERY_VALUE: &AsciiSet = &PATH.add(b'/');
+
+/// Query parameters of a presigned URL, checked by s3s and not forwarded.
+const PRESIGNED: [&str; 7] = [
+    "X-Amz-Algorithm",
+    "X-Amz-Credential",
+    "X-Amz-Date",
+    "X-Amz-Expires",
+    "X-Amz-SignedHeaders",
+    "X-Amz-Signature",
+    "X-Amz-Security-Token",
+];
+
+/// Request headers forwarded on every operation of this path.
+const REQUEST_HEADERS: [&str; 7] = [
+    "if-match",
+    "if-none-match",
+    "x-amz-server-side-encryption-customer-algorithm",
+    "x-amz-server-side-encryption-customer-key",
+    "x-amz-server-side-encryption-customer-key-md5",
+    "if-modified-since",
+    "if-unmodified-since",
+];
+/// Request headers forwarded on reads.
+const READ_HEADERS: [&str; 2] = ["range", "x-amz-checksum-mode"];
+/// Request headers forwarded on writes (with `x-amz-meta-*`).
+const WRITE_HEADERS: [&str; 27] = [
+    "content-length",
+    "content-type",
+    "content-md5",
+    "content-encoding",
+    "content-disposition",
+    "content-language",
+    "cache-control",
+    "expires",
+    "x-amz-acl",
+    "x-amz-grant-full-control",
+    "x-amz-grant-read",
+    "x-amz-grant-read-acp",
+    "x-amz-grant-write-acp",
+    "x-amz-checksum-crc32",
+    "x-amz-checksum-crc32c",
+    "x-amz-checksum-crc64nvme",
+    "x-amz-checksum-sha1",
+    "x-amz-checksum-sha256",
+    "x-amz-sdk-checksum-algorithm",
+    "x-amz-object-lock-legal-hold",
+    "x-amz-object-lock-mode",
+    "x-amz-object-lock-retain-until-date",
+    "x-amz-server-side-encryption",
+    "x-amz-server-side-encryption-aws-kms-key-id",
+    "x-amz-storage-class",
+    "x-amz-tagging",
+    "x-amz-website-redirect-location",
+];
+/// Response headers returned to the client (with `x-amz-meta-*`): the fields of S3's GetObject, HeadObject and
+/// PutObject answers.
+const RESPONSE_HEADERS: [&str; 39] = [
+    "accept-ranges",
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "content-length",
+    "content-range",
+    "content-type",
+    "etag",
+    "expires",
+    "last-modified",
+    "x-amz-archive-status",
+    "x-amz-checksum-crc32",
+    "x-amz-checksum-crc32c",
+    "x-amz-checksum-crc64nvme",
+    "x-amz-checksum-sha1",
+    "x-amz-checksum-sha256",
+    "x-amz-checksum-type",
+    "x-amz-delete-marker",
+    "x-amz-expiration",
+    "x-amz-missing-meta",
+    "x-amz-mp-parts-count",
+    "x-amz-object-lock-legal-hold",
+    "x-amz-object-lock-mode",
+    "x-amz-object-lock-retain-until-date",
+    "x-amz-object-size",
+    "x-amz-replication-status",
+    "x-amz-request-charged",
+    "x-amz-restore",
+    "x-amz-server-side-encryption",
+    "x-amz-server-side-encryption-aws-kms-key-id",
+    "x-amz-server-side-encryption-bucket-key-enabled",
+    "x-amz-server-side-encryption-context",
+    "x-amz-server-side-encryption-customer-algorithm",
+    "x-amz-server-side-encryption-customer-key-md5",
+    "x-amz-storage-class",
+    "x-amz-tagging-count",
+    "x-amz-version-id",
+    "x-amz-website-redirect-location",
+];
+const META_PREFIX: &str = "x-amz-meta-";
+
+/// Whether a request (already authenticated) takes this path: a GET, HEAD or PUT of an object, path-style, whose
+/// query holds nothing but a version id (reads only), the SDKs' `x-id` and a presigned URL's signature, and, for a
+/// PUT, that is not a copy and has a plain body.
+pub fn forwards(method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
+    let read = *method == Method::GET || *method == Method::HEAD;
+    if !read && *method != Method::PUT {
+        return false;
+    }
+    let Some((bucket, key)) = uri.path().strip_prefix('/').and_then(|p| p.split_once('/')) else {
+        return false;
+    };
+    if bucket.is_empty() || key.is_empty() {
+        return false;
+    }
+    let plain_query = uri.query().unwrap_or_default().split('&').all(|pair| {
+        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+        name.is_empty()
+            || name == "x-id"
+            || (read && name == "versionId")
+            || PRESIGNED.contains(&name)
+    });
+    if !plain_query {
+        return false;
+    }
+    if read {
+        return true;
+    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    headers.get("x-amz-copy-source").is_none()
+        && !header("x-amz-content-sha256").is_some_and(|v| v.starts_with("STREAMING-"))
+        && !header("content-encoding").is_some_and(|v| v.contains("aws-chunked"))
+}
+
+/// The backend, as this path reaches it.
+pub struct Forward {
+    tenants: Arc<Tenants>,
+    quota: Quota,
+    base: String,
+    identity: Identity,
+    client: Client<HttpConnector, Body>,
+}
+
+impl Forward {
+    /// The path to `backend` for the channels in `tenants`; `None` for a backend it cannot reach (HTTPS).
+    pub fn new(backend: &S3Endpoint, tenants: Arc<Tenants>, quota: Quota) -> Option<Self> {
+        let base = backend.url.trim_end_matches('/');
+        let uri: Uri = base.parse().ok()?;
+        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+            return None;
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(IDLE)
+            .build(connector);
+        let identity = Credentials::new(
+            &backend.access_key_id,
+            &backend.secret_access_key,
+            None,
+            None,
+            "slipway",
+        )
+        .into();
+        Some(Self {
+            tenants,
+            quota,
+            base: base.to_owned(),
+            identity,
+            client,
+        })
+    }
+
+    /// The request for the backend: `req`'s object in `tenant`'s backend bucket, the listed headers, signed.
+    fn backend_request(
+        &self,
+        tenant: &Tenant,
+        req: &mut S3Request<Body>,
+    ) -> S3Result<Request<Body>> {
+        let path = percent_decode_str(req.uri.path())
+            .decode_utf8()
+            .map_err(|_| s3_error!(InvalidURI))?;
+        let (bucket, key) = path
+            .strip_prefix('/')
+            .and_then(|p| p.split_once('/'))
+            .ok_or_else(|| s3_error!(InvalidURI))?;
+        let mut bucket = bucket.to_owned();
+        tenant.enter(&mut bucket)?;
+        let mut uri = format!("{}/{bucket}/{}", self.base, utf8_percent_encode(key, PATH));
+        let read = req.method != Method::PUT;
+        if read && let Some(version) = query_value(&req.uri, "versionId") {
+            uri.push_str("?versionId=");
+            uri.extend(utf8_percent_encode(&version, QUERY_VALUE));
+        }
+        let mut headers = HeaderMap::new();
+        let listed: &[&str] = if read { &READ_HEADERS } else { &WRITE_HEADERS };
+        for (name, value) in &req.headers {
+            let name_str = name.as_str();
+            if REQUEST_HEADERS.contains(&name_str)
+                || listed.contains(&name_str)
+                || (!read && name_str.starts_with(META_PREFIX))
+            {
+                headers.append(name.clone(), value.clone());
+            }
+        }
+        if !read && !headers.contains_key(CONTENT_LENGTH) {
+            return Err(s3_error!(MissingContentLength));
+        }
+        let payload = match req.headers.get("x-amz-content-sha256") {
+            Some(hash) if !read && is_sha256(hash.as_bytes()) => {
+                // The client signed its body's hash: the backend checks the body against it.
+                SignableBody::Precomputed(String::from_utf8_lossy(hash.as_bytes()).into_owned())
+            }
+            _ if read => SignableBody::Bytes(&[]),
+            _ => SignableBody::UnsignedPayload,
+        };
+        let signed = self.sign(&req.method, &uri, &headers, payload)?;
+        let mut out = Request::builder()
+            .method(req.method.clone())
+            .uri(uri)
+            .body(std::mem::take(&mut req.input))
+            .map_err(|e| S3Error::with_source(S3ErrorCode::InvalidURI, Box::new(e)))?;
+        *out.headers_mut() = headers;
+        signed.apply_to_request_http1x(&mut out);
+        Ok(out)
+    }
+
+    /// How to sign a request of `method` to `uri` with `headers` and `payload` for the backend.
+    fn sign(
+        &self,
+        method: &Method,
+        uri: &str,
+        headers: &HeaderMap,
+        payload: SignableBody<'_>,
+    ) -> S3Result<SigningInstructions> {
+        let mut settings = SigningSettings::default();
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        let params: SigningParams<'_> = v4::SigningParams::builder()
+            .identity(&self.identity)
+            .region(REGION)
+            .name("s3")
+            .time(SystemTime::now())
+            .settings(settings)
+            .build()
+            .map_err(|e| S3Error::with_source(S3ErrorCode::InternalError, Box::new(e)))?
+            .into();
+        let mut pairs = Vec::with_capacity(headers.len());
+        for (name, value) in headers {
+            let value = value
+                .to_str()
+                .map_err(|_| s3_error!(InvalidArgument, "header {name} is not text"))?;
+            pairs.push((name.as_str(), value));
+        }
+        let signable = SignableRequest::new(method.as_str(), uri, pairs.into_iter(), payload)
+            .map_err(|e| S3Error::with_source(S3ErrorCode::InternalError, Box::new(e)))?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|e| S3Error::with_source(S3ErrorCode::InternalError, Box::new(e)))?
+            .into_parts();
+        Ok(instructions)
+    }
+
+    /// Sends `req` to the backend; its answer for the client, or the backend's error.
+    async fn send(&self, req: Request<Body>) -> S3Result<S3Response<Body>> {
+        let res = self.client.request(req).await.map_err(|e| {
+            tracing::warn!(error = %e, "the object store backend does not answer");
+            let mut err = s3_error!(
+                ServiceUnavailable,
+                "object storage is unavailable; try again"
+            );
+            err.set_status_code(StatusCode::SERVICE_UNAVAILABLE);
+            err
+        })?;
+        let (parts, body) = res.into_parts();
+        if !(parts.status.is_success() || parts.status == StatusCode::NOT_MODIFIED) {
+            return Err(backend_error(parts.status, body).await);
+        }
+        let mut out = S3Response::with_status(Body::from(body), parts.status);
+        out.headers = answered_headers(&parts.headers);
+        Ok(out)
+    }
+}
+
+#[async_trait::async_trait]
+impl S3Route for Forward {
+    fn is_match(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        _: &mut Extensions,
+    ) -> bool {
+        forwards(method, uri, headers)
+    }
+
+    async fn call(&self, mut req: S3Request<Body>) -> S3Result<S3Response<Body>> {
+        let tenant = self.tenants.signer(req.credentials.as_ref()).await?;
+        let backend_req = self.backend_request(&tenant, &mut req)?;
+        if req.method != Method::PUT {
+            return self.send(backend_req).await;
+        }
+        let bytes = content_length(backend_req.headers())?;
+        self.quota
+            .counted(&tenant, bytes, async {
+                Ok((self.send(backend_req).await?, Settlement::Reserved))
+            })
+            .await
+    }
+}
+
+/// The (first) value of query parameter `name`, decoded.
+fn query_value<'a>(uri: &'a Uri, name: &str) -> Option<Cow<'a, str>> {
+    form_urlencoded::parse(uri.query()?.as_bytes())
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
+}
+
+/// Whether `value` is a SHA-256 in hex (a signed payload), not one of SigV4's payload keywords.
+fn is_sha256(value: &[u8]) -> bool {
+    value.len() == 64 && value.iter().all(u8::is_ascii_hexdigit)
+}
+
+fn content_length(headers: &HeaderMap) -> S3Result<i64> {
+    headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .filter(|n: &i64| *n >= 0)
+        .ok_or_else(|| s3_error!(MissingContentLength))
+}
+
+/// The backend's answer headers a client may see.
+fn answered_headers(from: &HeaderMap) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(from.len());
+    for (name, value) in from {
+        let name_str = name.as_str();
+        if RESPONSE_HEADERS.contains(&name_str) || name_str.starts_with(META_PREFIX) {
+            headers.append(HeaderName::clone(name), value.clone());
+        }
+    }
+    headers
+}
+
+/// The backend's error answer as the gateway's own: its status, S3 code and message (the body's `<Code>` and
+/// `<Message>`; a HEAD's answer has no body, so its code follows the status).
+async fn backend_error(status: StatusCode, body: hyper::body::Incoming) -> S3Error {
+    let limited = http_body_util::Limited::new(body, MAX_ERROR_BODY);
+    let text = match limited.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let text = String::from_utf8_lossy(&text);
+    let code = element(&text, "Code")
+        .and_then(|c| S3ErrorCode::from_bytes(c.as_bytes()))
+        .unwrap_or_else(|| status_code(status));
+    let mut err = match element(&text, "Message") {
+        Some(message) => S3Error::with_message(code, message),
+        None => S3Error::new(code),
+    };
+    err.set_status_code(status);
+    err
+}
+
+/// The S3 code of a bodiless error answer, as the SDK names it.
+fn status_code(status: StatusCode) -> S3ErrorCode {
+    let name = match status {
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::FORBIDDEN => "Forbidden",
+        StatusCode::BAD_REQUEST => "BadRequest",
+        StatusCode::PRECONDITION_FAILED => "PreconditionFailed",
+        StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
+        StatusCode::RANGE_NOT_SATISFIABLE => "InvalidRange",
+        _ => return S3ErrorCode::InternalError,
+    };
+    S3ErrorCode::from_bytes(name.as_bytes()).unwrap_or(S3ErrorCode::InternalError)
+}
+
+/// The text of the first `<name>` element of an XML document, unescaped.
+fn element(xml: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let end = start + xml[start..].find(&format!("</{name}>"))?;
+    let raw = &xml[start..end];
+    Some(
+        raw.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&apos;", "'")
+            .replace("&amp;", "&"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn takes(method: Method, uri: &str, headers: &[(&str, &str)]) -> bool {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.insert(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        forwards(&method, &uri.parse().unwrap(), &map)
+    }
+
+    #[test]
+    fn plain_object_reads_and_writes_take_the_lean_path() {
+        assert!(takes(Method::GET, "/b/k", &[]));
+        assert!(takes(Method::GET, "/b/dir/k.txt?x-id=GetObject", &[]));
+        assert!(takes(Method::HEAD, "/b/k?versionId=abc", &[]));
+        assert!(takes(
+            Method::GET,
+            "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=a&X-Amz-Date=d&X-Amz-Expires=300\
+             &X-Amz-SignedHeaders=host&X-Amz-Signature=s&x-id=GetObject",
+            &[("range", "bytes=0-1")]
+        ));
+        assert!(takes(Method::PUT, "/b/k", &[("content-length", "3")]));
+        assert!(takes(
+            Method::PUT,
+            "/b/k?x-id=PutObject",
+            &[("x-amz-content-sha256", "UNSIGNED-PAYLOAD")]
+        ));
+    }
+
+    #[test]
+    fn every_other_request_goes_through_the_operations() {
+        // Buckets and the service.
+        assert!(!takes(Method::GET, "/", &[]));
+        assert!(!takes(Method::GET, "/b", &[]));
+        assert!(!takes(Method::GET, "/b/", &[]));
+        assert!(!takes(Method::HEAD, "/b/", &[]));
+        assert!(!takes(Method::PUT, "/b", &[]));
+        // Other operations on objects.
+        assert!(!takes(Method::DELETE, "/b/k", &[]));
+        assert!(!takes(Method::POST, "/b/k?uploads", &[]));
+        assert!(!takes(Method::GET, "/b/k?tagging", &[]));
+        assert!(!takes(Method::GET, "/b/k?acl", &[]));
+        assert!(!takes(Method::GET, "/b/k?uploadId=u", &[]));
+        assert!(!takes(Method::GET, "/b/k?attributes", &[]));
+        assert!(!takes(Method::PUT, "/b/k?tagging", &[]));
+        assert!(!takes(Method::PUT, "/b/k?partNumber=1&uploadId=u", &[]));
+        assert!(!takes(Method::PUT, "/b/k?versionId=v", &[]));
+        assert!(!takes(
+            Method::PUT,
+            "/b/k",
+            &[("x-amz-copy-source", "b/other")]
+        ));
+        // Reads with overrides or parts, writes with aws-chunked bodies.
+        assert!(!takes(
+            Method::GET,
+            "/b/k?response-content-type=text/plain",
+            &[]
+        ));
+        assert!(!takes(Method::GET, "/b/k?partNumber=1", &[]));
+        assert!(!takes(
+            Method::PUT,
+            "/b/k",
+            &[("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER")]
+        ));
+        assert!(!takes(
+            Method::PUT,
+            "/b/k",
+            &[("content-encoding", "aws-chunked,gzip")]
+        ));
+    }
+
+    #[test]
+    fn keys_are_escaped_as_s3_signs_them() {
+        assert_eq!(
+            utf8_percent_encode("dir/a b+c~d_e.f-ä?#", PATH).to_string(),
+            "dir/a%20b%2Bc~d_e.f-%C3%A4%3F%23"
+        );
+        assert_eq!(
+            utf8_percent_encode("a/b=", QUERY_VALUE).to_string(),
+            "a%2Fb%3D"
+        );
+    }
+
+    #[test]
+    fn only_listed_headers_reach_the_client() {
+        let mut from = HeaderMap::new();
+        from.insert("etag", "\"e\"".parse().unwrap());
+        from.insert("x-amz-version-id", "v1".parse().unwrap());
+        from.insert("x-amz-meta-colour", "blue".parse().unwrap());
+        from.insert("server", "VERSITYGW".parse().unwrap());
+        from.insert("x-amz-request-id", "r".parse().unwrap());
+        from.insert("x-amz-bucket-region", "us-east-1".parse().unwrap());
+        let kept = answered_headers(&from);
+        let mut names: Vec<&str> = kept.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["etag", "x-amz-meta-colour", "x-amz-version-id"]);
+    }
+
+    #[test]
+    fn error_answers_keep_their_code_and_message() {
+        let xml = "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code>\
+                   <Message>The key &lt;k&gt; &amp; more</Message><Resource>/slipway-x/k</Resource></Error>";
+        assert_eq!(element(xml, "Code").as_deref(), Some("NoSuchKey"));
+        assert_eq!(
+            element(xml, "Message").as_deref(),
+            Some("The key <k> & more")
+        );
+        assert_eq!(element(xml, "BucketName"), None);
+        assert_eq!(status_code(StatusCode::NOT_FOUND).as_str(), "NotFound");
+        assert_eq!(
+            status_code(StatusCode::BAD_GATEWAY),
+            S3ErrorCode::InternalError
+        );
+    }
+}

@@ -1,0 +1,173 @@
+//! The owner's byte quota as the gateway keeps it. A write (PUT, copy, part) first reserves its bytes against the
+//! quota ([`store::reserve`]: one statement, serialized per owner, so concurrent writes cannot pass the quota
+//! together) and answers 507 before any byte reaches the backend when they would pass it; when the backend
+//! answered, the write settles: its real size moves into the store's usage, or its reservation is released.
+//!
+//! A plain write that stored what it reserved (PUT, CopyObject) is settled after its answer: the reservation
+//! already counts those bytes against the quota (and in the usage the API reports), so the client need not wait
+//! for a second statement. A task applies every settlement waiting in one statement ([`store::settle_many`]),
+//! so a burst of small writes costs one reservation each and a few shared settlements. Should the gateway stop
+//! before a settlement runs, the reservation keeps counting until a recount replaces it with what the backend
+//! holds ([`super::recount`]); the quota is never short of a stored byte. Every other settlement (deleted versions,
+//! multipart parts, completed or aborted uploads, released reservations) runs before the answer, so the usage a
+//! client reads after its call already shows it, and the parts of an upload are counted in the order they were
+//! answered, whichever gateway replica answered them.
+
+use std::time::Duration;
+
+use http::StatusCode;
+use s3s::{S3Error, S3ErrorCode, S3Result};
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use super::store::{self, Reserved, Settled};
+use super::tenants::{Tenant, no_such_bucket, unavailable};
+
+/// Most settlements applied in one statement.
+const MAX_BATCH: usize = 512;
+/// How long to wait before applying a batch again after the database failed it.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// How a write that went through moves the stored bytes.
+#[derive(Debug)]
+pub enum Settlement {
+    /// It stored exactly what it reserved (settled after the answer).
+    Reserved,
+    /// It moved the stored bytes by this many (settled before the answer).
+    Delta(i64),
+    /// A part of an upload was stored (replacing one of the same number).
+    Part {
+        /// The upload.
+        upload_id: String,
+        /// The part's number.
+        part_number: i32,
+        /// Its size.
+        bytes: i64,
+    },
+    /// An upload ended: completed as an object of `object_bytes` (`None`: as big as its parts), or aborted
+    /// (`Some(0)`).
+    Upload {
+        /// The upload.
+        upload_id: String,
+        /// The object's size.
+        object_bytes: Option<i64>,
+    },
+}
+
+/// Reservations and settlements of the gateway's writes.
+#[derive(Clone)]
+pub struct Quota {
+    db: PgPool,
+    later: mpsc::UnboundedSender<Settled>,
+}
+
+/// The task that applies settlements after their answers; see [`Settler::finish`].
+pub struct Settler(JoinHandle<()>);
+
+impl Settler {
+    /// Waits, for at most `limit`, until every settlement queued by the [`Quota`] this came with is applied. Only
+    /// ends early once every clone of that `Quota` is dropped (the service that held them has stopped).
+    pub async fn finish(self, limit: Duration) {
+        if tokio::time::timeout(limit, self.0).await.is_err() {
+            tracing::warn!(
+                "settlements still waiting for the database; their reservations count until a recount"
+            );
+        }
+    }
+}
+
+fn over_quota(tenant: &Tenant) -> S3Error {
+    let mut err = S3Error::with_message(
+        S3ErrorCode::Custom("QuotaExceeded".into()),
+        format!(
+            "this write would pass the account's object storage quota of {} bytes (every stored version counts)",
+            tenant.byte_limit
+        ),
+    );
+    err.set_status_code(StatusCode::INSUFFICIENT_STORAGE);
+    err
+}
+
+impl Quota {
+    /// The quota kept in `db`, with the task that settles writes after their answers.
+    pub fn start(db: PgPool) -> (Self, Settler) {
+        let (later, queued) = mpsc::unbounded_channel();
+        let task = tokio::spawn(settle_later(db.clone(), queued));
+        (Self { db, later }, Settler(task))
+    }
+
+    /// Reserves `bytes`, then forwards through `send`, which answers the output and how the stored bytes moved;
+    /// the move is counted when it succeeds (see the module docs for when), the reservation released when it
+    /// fails. A write that would pass the quota answers 507 and `send` never runs.
+    pub async fn counted<O>(
+        &self,
+        tenant: &Tenant,
+        bytes: i64,
+        send: impl Future<Output = S3Result<(O, Settlement)>>,
+    ) -> S3Result<O> {
+        let id = Uuid::new_v4();
+        let channel = tenant.channel_id;
+        match store::reserve(&self.db, id, channel, bytes, tenant.byte_limit)
+            .await
+            .map_err(unavailable)?
+        {
+            Reserved::Ok => {}
+            Reserved::OverQuota => return Err(over_quota(tenant)),
+            Reserved::Gone => return Err(no_such_bucket(&tenant.virtual_bucket)),
+        }
+        let (out, settlement) = match send.await {
+            Ok(sent) => sent,
+            Err(e) => {
+                if let Err(e) = store::release(&self.db, id).await {
+                    tracing::warn!(error = %e, "could not release a reservation; it counts until a recount");
+                }
+                return Err(e);
+            }
+        };
+        let db = &self.db;
+        let settled = match settlement {
+            Settlement::Reserved => {
+                let write = Settled {
+                    id,
+                    channel_id: channel,
+                    bytes,
+                };
+                if self.later.send(write).is_ok() {
+                    return Ok(out);
+                }
+                // The settling task is gone (the runtime is stopping): settle here.
+                store::settle_many(db, &[write]).await
+            }
+            Settlement::Delta(delta) => store::settle(db, id, channel, delta).await,
+            Settlement::Part {
+                upload_id,
+                part_number,
+                bytes,
+            } => store::settle_part(db, id, channel, &upload_id, part_number, bytes).await,
+            Settlement::Upload {
+                upload_id,
+                object_bytes,
+            } => store::settle_upload(db, id, channel, &upload_id, object_bytes).await,
+        };
+        if let Err(e) = settled {
+            // The object is stored; the reservation counts it until a recount does.
+            tracing::warn!(error = %e, "could not count a write; the recount will");
+        }
+        Ok(out)
+    }
+}
+
+/// Applies the settlements `queued` sends, every one waiting at once, until every sender is gone and nothing is
+/// left. A batch the database refuses is tried again; its reservations count meanwhile.
+async fn settle_later(db: PgPool, mut queued: mpsc::UnboundedReceiver<Settled>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while queued.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        while let Err(e) = store::settle_many(&db, &batch).await {
+            tracing::warn!(error = %e, writes = batch.len(), "could not count writes; trying again");
+            tokio::time::sleep(RETRY).await;
+        }
+        batch.clear();
+    }
+}
