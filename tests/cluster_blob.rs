@@ -10,7 +10,6 @@ mod support;
 use std::time::Duration;
 
 use anyhow::Result;
-use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
@@ -22,6 +21,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use slipway_crds::Channel;
 use support::blob::{Keys, ObjectStore, boto3};
+use support::s3_calls::failure;
 use support::{TestApi, User};
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -102,16 +102,6 @@ impl Fixture {
             .expect(200, None);
         status["usage_bytes"].as_i64().unwrap()
     }
-}
-
-/// The HTTP status and S3 error code of a failed call.
-fn failure<E: ProvideErrorMetadata>(
-    e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
-) -> (u16, String) {
-    (
-        e.raw_response().map_or(0, |r| r.status().as_u16()),
-        e.code().unwrap_or_default().to_owned(),
-    )
 }
 
 async fn body_of(out: aws_sdk_s3::operation::get_object::GetObjectOutput) -> Vec<u8> {

@@ -8,10 +8,12 @@
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/s3_calls.rs"]
+mod s3_calls;
+
 use std::time::Duration;
 
 use anyhow::Result;
-use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use slipway::blob::store::{self, NewStore, Store};
@@ -22,6 +24,8 @@ use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
 use sqlx::PgPool;
 use uuid::Uuid;
+
+use s3_calls::{failure, root};
 
 /// How long a change may take to reach the gateway: a notification's trip, not a timer.
 const ANNOUNCED_WITHIN: Duration = Duration::from_secs(5);
@@ -153,24 +157,6 @@ impl Gateway {
             .map(|_| ())
             .map_err(|e| failure(&e))
     }
-}
-
-fn root(backend: &TestS3) -> S3Endpoint {
-    S3Endpoint {
-        url: backend.url.clone(),
-        access_key_id: backend.access_key_id.clone(),
-        secret_access_key: backend.secret_access_key.clone(),
-    }
-}
-
-/// The HTTP status and S3 error code of a failed call.
-fn failure<E: ProvideErrorMetadata>(
-    e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
-) -> (u16, String) {
-    (
-        e.raw_response().map_or(0, |r| r.status().as_u16()),
-        e.code().unwrap_or_default().to_owned(),
-    )
 }
 
 #[tokio::test]

@@ -36,7 +36,7 @@ impl ObjectStore {
         let backend = TestS3::start().await?;
         let db = slipway::db::connect(api.db_url()).await?;
         let ring = slipway::env::crypto::Keyring::parse(&api.keyring_line)?;
-        let service = slipway::blob::serve::service(db, ring, &Self::root(&backend)).s3;
+        let service = slipway::blob::serve::service(db, ring, &super::s3_calls::root(&backend)).s3;
         let listener = tokio::net::TcpListener::bind((gateway_host, 0)).await?;
         let gateway = listener.local_addr()?;
         tokio::spawn(slipway::blob::serve::serve(
@@ -59,18 +59,10 @@ impl ObjectStore {
             });
     }
 
-    fn root(backend: &TestS3) -> S3Endpoint {
-        S3Endpoint {
-            url: backend.url.clone(),
-            access_key_id: backend.access_key_id.clone(),
-            secret_access_key: backend.secret_access_key.clone(),
-        }
-    }
-
     /// The operator's settings: this backend, and the gateway as `S3_ENDPOINT`.
     pub fn settings(&self) -> BlobSettings {
         BlobSettings {
-            backend: Backend::new(&Self::root(&self.backend)),
+            backend: Backend::new(&super::s3_calls::root(&self.backend)),
             bucket_prefix: "slipway-".into(),
             pod_endpoint: self.gateway_url.clone(),
         }
@@ -90,7 +82,7 @@ impl ObjectStore {
 
     /// An S3 client of the backend itself, with its root key pair (what tenants never get).
     pub fn backend_client(&self) -> aws_sdk_s3::Client {
-        backend::client(&Self::root(&self.backend), None)
+        backend::client(&super::s3_calls::root(&self.backend), None)
     }
 }
 

@@ -21,6 +21,7 @@ pub mod https;
 pub mod mcp;
 pub mod platform;
 pub mod postgres;
+pub mod s3_calls;
 
 use std::path::PathBuf;
 
