@@ -266,12 +266,9 @@ pub(super) fn check_new_channel(
         all_apps.iter().map(|a| &**a),
         account_channels.iter().map(|c| &**c),
     );
-    let taken: Vec<String> = state
-        .cache()
-        .channels()
-        .iter()
-        .filter_map(|c| rules::existing_host_label(c, all_apps.iter().map(|a| &**a)))
-        .collect();
+    let channels = state.cache().channels();
+    let taken =
+        rules::existing_host_labels(all_apps.iter().map(|a| &**a), channels.iter().map(|c| &**c));
     let new = rules::NewChannel {
         app,
         name: channel,

@@ -2,6 +2,8 @@
 //! caches). The admission webhook and the REST API both call them, so `kubectl apply` and the API refuse the same
 //! thing with the same message; the per-object rules they build on live in `slipway_crds::names`.
 
+use std::collections::HashMap;
+
 use slipway_crds::names::{self, AppName, ChannelName, DomainName, GitRefBinding, Username};
 use slipway_crds::plans::Plan;
 use slipway_crds::{App, Channel};
@@ -118,26 +120,32 @@ pub fn hostname_taken(label: &str) -> Denial {
     ))
 }
 
-/// The first hostname label of an existing channel, from its App (which names the owner). `None` when the channel
-/// or its app is not well formed or the app is not among `apps`.
-pub fn existing_host_label<'a>(
-    channel: &Channel,
+/// The first hostname labels of existing `channels`, each from its App among `apps` (which names the owner). A
+/// channel that is not well formed, or whose app is not among `apps` or is not well formed, has none. One pass over
+/// each (the apps by namespace and name first): a platform holds thousands of both, and every new channel asks.
+pub fn existing_host_labels<'a>(
     apps: impl IntoIterator<Item = &'a App>,
-) -> Option<String> {
-    let name = channel.metadata.name.as_deref()?;
-    let (app, channel_name) = names::parse_channel_resource_name(name).ok()?;
-    let ns = channel.metadata.namespace.as_deref();
-    let owner = apps
+    channels: impl IntoIterator<Item = &'a Channel>,
+) -> Vec<String> {
+    let owners: HashMap<(Option<&str>, &str), &str> = apps
         .into_iter()
-        .find(|a| {
-            a.metadata.name.as_deref() == Some(app.as_str())
-                && a.metadata.namespace.as_deref() == ns
-        })?
-        .spec
-        .owner
-        .parse::<Username>()
-        .ok()?;
-    names::channel_host_label(&app, &channel_name, &owner).ok()
+        .filter_map(|a| {
+            let key = (a.metadata.namespace.as_deref(), a.metadata.name.as_deref()?);
+            Some((key, a.spec.owner.as_str()))
+        })
+        .collect();
+    channels
+        .into_iter()
+        .filter_map(|channel| {
+            let name = channel.metadata.name.as_deref()?;
+            let (app, channel_name) = names::parse_channel_resource_name(name).ok()?;
+            let owner = owners
+                .get(&(channel.metadata.namespace.as_deref(), app.as_str()))?
+                .parse::<Username>()
+                .ok()?;
+            names::channel_host_label(&app, &channel_name, &owner).ok()
+        })
+        .collect()
 }
 
 /// Most custom domains one channel may have (the hosting API's limit).
@@ -302,6 +310,24 @@ mod tests {
         assert_eq!(
             check_new_channel(&new, plan("basic"), [], 0, ["x"]).unwrap(),
             "a-b-c"
+        );
+    }
+
+    #[test]
+    fn existing_labels_take_each_channels_owner_from_its_own_app() {
+        use crate::validate::fixtures::{app, channel};
+        // Two accounts with an app of the same name; a channel whose app is elsewhere (or gone) has no label.
+        let apps = [app("u-ann", "blog", "ann"), app("u-bob", "blog", "bob")];
+        let channels = [
+            channel("u-ann", "blog", "prod", "master"),
+            channel("u-bob", "blog", "prod", "master"),
+            channel("u-bob", "blog", "next", "dev"),
+            channel("u-cat", "blog", "prod", "master"),
+            channel("u-ann", "shop", "prod", "master"),
+        ];
+        assert_eq!(
+            existing_host_labels(&apps, &channels),
+            ["blog-ann", "blog-bob", "next-blog-bob"]
         );
     }
 

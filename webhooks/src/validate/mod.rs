@@ -11,15 +11,13 @@ pub mod deploy;
 pub mod domain;
 pub mod forward;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use kube::ResourceExt;
 use kube::core::admission::Operation;
+use slipway_crds::Channel;
 use slipway_crds::labels;
 use slipway_crds::names::InvalidName;
 use slipway_crds::plans::Plan;
-use slipway_crds::{App, Channel};
 
 use crate::lookup::{Labels, Lookup, LookupError, is_live, is_object};
 use crate::rules::{self, Denial, DenialKind};
@@ -120,22 +118,15 @@ pub fn host_labels_in_use<L: Lookup>(
     except_ns: &str,
     except_name: &str,
 ) -> Vec<String> {
-    let mut apps_by_ns: HashMap<String, Vec<Arc<App>>> = HashMap::new();
-    for app in lookup.apps().into_iter().filter(|a| is_live(a.as_ref())) {
-        apps_by_ns
-            .entry(app.namespace().unwrap_or_default())
-            .or_default()
-            .push(app);
-    }
-    lookup
-        .channels()
-        .iter()
-        .filter(|ch| is_live(ch.as_ref()) && !is_object(ch.as_ref(), except_ns, except_name))
-        .filter_map(|ch| {
-            let apps = apps_by_ns.get(&ch.namespace().unwrap_or_default());
-            rules::existing_host_label(ch, apps.into_iter().flatten().map(Arc::as_ref))
-        })
-        .collect()
+    let apps = lookup.apps();
+    let channels = lookup.channels();
+    rules::existing_host_labels(
+        apps.iter().map(Arc::as_ref).filter(|a| is_live(*a)),
+        channels
+            .iter()
+            .map(Arc::as_ref)
+            .filter(|ch| is_live(*ch) && !is_object(*ch, except_ns, except_name)),
+    )
 }
 
 #[cfg(test)]
