@@ -19,6 +19,8 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "common/wrk.rs"]
+mod wrk;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -30,16 +32,10 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, PostParams};
 use serde_json::json;
+use wrk::{Run, env_or, free_port, report, run_tool, wait_for, wrk};
 
 /// The Secret of the wildcard certificate the edge and nginx both serve.
 const WILDCARD: &str = "bench-wildcard";
-
-/// What wrk reported for one run.
-struct Run {
-    requests_per_second: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-}
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -439,95 +435,6 @@ fn walk(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     Ok(out)
 }
 
-/// Polls `url` with `Host: host` until it answers `status`.
-async fn wait_for(url: &str, host: &str, status: u16) -> Result<()> {
-    for _ in 0..300 {
-        let out = tokio::process::Command::new("curl")
-            .args([
-                "-s",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "-H",
-                &format!("Host: {host}"),
-                url,
-            ])
-            .output()
-            .await?;
-        if String::from_utf8_lossy(&out.stdout) == status.to_string() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("{url} (Host {host}) never answered {status}")
-}
-
-/// Runs a load generator and returns what it printed; `hint` says how to get it when it is missing.
-async fn run_tool(program: &str, hint: &str, args: &[&str]) -> Result<String> {
-    let out = tokio::process::Command::new(program)
-        .args(args)
-        .output()
-        .await
-        .with_context(|| format!("run {program} ({hint})"))?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    ensure!(
-        out.status.success(),
-        "{program} failed: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(text)
-}
-
-/// Runs wrk against `url` and reads its summary.
-async fn wrk(url: &str, host: &str, connections: usize, seconds: usize) -> Result<Run> {
-    let threads = connections.clamp(1, 2);
-    let text = run_tool(
-        "wrk",
-        "hack/install-deps.sh installs it",
-        &[
-            "--latency",
-            "-t",
-            &threads.to_string(),
-            "-c",
-            &connections.to_string(),
-            "-d",
-            &format!("{seconds}s"),
-            "-H",
-            &format!("Host: {host}"),
-            url,
-        ],
-    )
-    .await?;
-    ensure!(!text.contains("Non-2xx"), "wrk saw errors: {text}");
-    let field = |prefix: &str| {
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix(prefix).map(|v| v.trim().to_owned()))
-            .with_context(|| format!("no '{prefix}' in wrk's output:\n{text}"))
-    };
-    Ok(Run {
-        requests_per_second: field("Requests/sec:")?.parse()?,
-        p50_ms: millis(&field("50%")?)?,
-        p99_ms: millis(&field("99%")?)?,
-    })
-}
-
-/// A wrk duration (`812.00us`, `1.20ms`, `2.01s`) in milliseconds.
-fn millis(text: &str) -> Result<f64> {
-    let split = text
-        .find(|c: char| c.is_ascii_alphabetic())
-        .with_context(|| format!("no unit in {text}"))?;
-    let (value, unit) = text.split_at(split);
-    let value: f64 = value.parse()?;
-    Ok(match unit {
-        "us" => value / 1000.0,
-        "ms" => value,
-        "s" => value * 1000.0,
-        "m" => value * 60_000.0,
-        other => bail!("unknown unit {other}"),
-    })
-}
-
 /// Reports the edge's run beside nginx's, with the ratio of their rates.
 fn compare(edge: &Run, nginx: &Run) {
     report("slipway edge", edge);
@@ -538,30 +445,10 @@ fn compare(edge: &Run, nginx: &Run) {
     );
 }
 
-fn report(name: &str, run: &Run) {
-    println!(
-        "  {name:<18} {:>10.0} req/s   p50 {:>7.3} ms   p99 {:>7.3} ms",
-        run.requests_per_second, run.p50_ms, run.p99_ms
-    );
-}
-
 /// This machine's address on its default route (not loopback: EndpointSlices refuse loopback addresses). Nothing
 /// is sent; connecting a UDP socket only picks the source address.
 fn host_ip() -> Result<IpAddr> {
     let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
     socket.connect("192.0.2.1:9")?;
     Ok(socket.local_addr()?.ip())
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }

@@ -4,16 +4,16 @@
 //!
 //! Prints one line of figures; it asserts nothing about time.
 
+#[path = "common/closed_loop.rs"]
+mod closed_loop;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use anyhow::Result;
+use closed_loop::{Percentiles, load};
+use http_body_util::BodyExt;
 
 const APPS: usize = 100;
 /// Other accounts, each with [`NEIGHBOUR_APPS`] apps: a user's listing should not cost the cluster's size.
@@ -58,10 +58,10 @@ async fn main() -> Result<()> {
     let router = api.router.clone();
     tokio::spawn(async move { axum::serve(listener, router).await });
 
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let client = closed_loop::client();
     let uri: hyper::Uri = format!("http://{addr}/apps").parse()?;
     let auth = format!("Bearer {}", user.token);
-    let check = client.request(request(&uri, &auth)?).await?;
+    let check = client.request(closed_loop::get(&uri, &auth)?).await?;
     anyhow::ensure!(
         check.status() == 200,
         "GET /apps answered {}",
@@ -77,57 +77,18 @@ async fn main() -> Result<()> {
 
     let _ = load(&client, &uri, &auth, CONCURRENCY, WARMUP).await?;
     for concurrency in [1, CONCURRENCY] {
-        let (mut latencies, elapsed) = load(&client, &uri, &auth, concurrency, MEASURE).await?;
-        latencies.sort_unstable();
-        let pct =
-            |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+        let (latencies, elapsed) = load(&client, &uri, &auth, concurrency, MEASURE).await?;
+        let latencies = Percentiles::new(latencies);
         println!(
             "GET /apps ({APPS} apps of {} in the cluster, concurrency {concurrency}): {} requests in {:.1}s = {:.0} req/s; p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             APPS + NEIGHBOURS * NEIGHBOUR_APPS,
-            latencies.len(),
+            latencies.count(),
             elapsed.as_secs_f64(),
-            latencies.len() as f64 / elapsed.as_secs_f64(),
-            pct(0.50).as_secs_f64() * 1e3,
-            pct(0.99).as_secs_f64() * 1e3,
-            latencies.last().context("no requests")?.as_secs_f64() * 1e3,
+            latencies.count() as f64 / elapsed.as_secs_f64(),
+            latencies.ms(0.50),
+            latencies.ms(0.99),
+            latencies.max_ms()?,
         );
     }
     Ok(())
-}
-
-fn request(uri: &hyper::Uri, auth: &str) -> Result<hyper::Request<Empty<Bytes>>> {
-    Ok(hyper::Request::get(uri.clone())
-        .header("authorization", auth)
-        .body(Empty::new())?)
-}
-
-/// Runs `concurrency` request loops for `duration`; returns every request's latency.
-async fn load(
-    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>,
-    uri: &hyper::Uri,
-    auth: &str,
-    concurrency: usize,
-    duration: Duration,
-) -> Result<(Vec<Duration>, Duration)> {
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..concurrency {
-        let (client, uri, auth) = (client.clone(), uri.clone(), auth.to_owned());
-        workers.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            while started.elapsed() < duration {
-                let t = Instant::now();
-                let res = client.request(request(&uri, &auth)?).await?;
-                anyhow::ensure!(res.status() == 200, "GET /apps answered {}", res.status());
-                res.into_body().collect().await?;
-                latencies.push(t.elapsed());
-            }
-            Ok::<_, anyhow::Error>(latencies)
-        }));
-    }
-    let mut all = Vec::new();
-    for w in workers {
-        all.extend(w.await??);
-    }
-    Ok((all, started.elapsed()))
 }
