@@ -94,6 +94,22 @@ impl Fixture {
             .client(&keys.access_key_id, &keys.secret_access_key)
     }
 
+    /// Asserts that the usage the API reports for the channel reaches `expected`: a small write is counted moments
+    /// after its answer, when its lease's settlement has run.
+    async fn assert_usage(&self, channel_id: &str, expected: i64) {
+        let reached = slipway_testkit::wait_until(Duration::from_secs(5), || async {
+            Ok(self.usage(channel_id).await == expected)
+        })
+        .await;
+        if reached.is_err() {
+            assert_eq!(
+                self.usage(channel_id).await,
+                expected,
+                "the usage the API reports"
+            );
+        }
+    }
+
     async fn usage(&self, channel_id: &str) -> i64 {
         let status = self
             .api
@@ -188,7 +204,7 @@ async fn a_channel_gets_a_versioned_bucket_that_aws_sdk_clients_use_through_the_
     assert_eq!(body_of(old).await, b"first version");
 
     // Usage counts every version: 13 + 6 bytes.
-    assert_eq!(f.usage(&f.prod_id).await, 19);
+    f.assert_usage(&f.prod_id, 19).await;
 
     // Multipart: a 5 MiB part and a 1 MiB part.
     let part1 = vec![7u8; 5 * 1024 * 1024];
@@ -233,7 +249,7 @@ async fn a_channel_gets_a_versioned_bucket_that_aws_sdk_clients_use_through_the_
     let big = body_of(s3.get_object().bucket(bucket).key("big.bin").send().await?).await;
     assert_eq!(big.len(), part1.len() + part2.len());
     assert!(big[..part1.len()] == part1[..] && big[part1.len()..] == part2[..]);
-    assert_eq!(f.usage(&f.prod_id).await, 19 + 6 * 1024 * 1024);
+    f.assert_usage(&f.prod_id, 19 + 6 * 1024 * 1024).await;
 
     // Copy, then a batch delete (markers: nothing stored goes away).
     s3.copy_object()
@@ -249,7 +265,7 @@ async fn a_channel_gets_a_versioned_bucket_that_aws_sdk_clients_use_through_the_
         .send()
         .await?;
     assert_eq!(body_of(copied).await, b"second");
-    assert_eq!(f.usage(&f.prod_id).await, 25 + 6 * 1024 * 1024);
+    f.assert_usage(&f.prod_id, 25 + 6 * 1024 * 1024).await;
     let delete = Delete::builder()
         .objects(ObjectIdentifier::builder().key("notes/b.txt").build()?)
         .objects(ObjectIdentifier::builder().key("big.bin").build()?)
@@ -269,11 +285,8 @@ async fn a_channel_gets_a_versioned_bucket_that_aws_sdk_clients_use_through_the_
         .await
         .unwrap_err();
     assert_eq!(failure(&err), (404, "NoSuchKey".into()));
-    assert_eq!(
-        f.usage(&f.prod_id).await,
-        25 + 6 * 1024 * 1024,
-        "versions stay"
-    );
+    // Versions stay.
+    f.assert_usage(&f.prod_id, 25 + 6 * 1024 * 1024).await;
 
     // Deleting a version for good frees its bytes.
     s3.delete_object()
@@ -282,7 +295,7 @@ async fn a_channel_gets_a_versioned_bucket_that_aws_sdk_clients_use_through_the_
         .version_id(&v1)
         .send()
         .await?;
-    assert_eq!(f.usage(&f.prod_id).await, 12 + 6 * 1024 * 1024);
+    f.assert_usage(&f.prod_id, 12 + 6 * 1024 * 1024).await;
 
     // A presigned URL works without any other credential.
     let presigned = s3
@@ -393,7 +406,7 @@ async fn boto3_works_through_the_gateway() -> Result<()> {
     let out = boto3(&["full"], &f.store.gateway_url, None, &keys).await?;
     assert_eq!(out, "ok", "boto3 client failed");
     // hello v1 (8) + hello v2 (8) + the multipart object (12 MiB) + the copy (8): every version counts.
-    assert_eq!(f.usage(&f.prod_id).await, 24 + 12 * 1024 * 1024);
+    f.assert_usage(&f.prod_id, 24 + 12 * 1024 * 1024).await;
     Ok(())
 }
 
@@ -527,7 +540,7 @@ async fn the_quota_answers_507_and_nothing_is_stored() -> Result<()> {
         .body(ByteStream::from(filler))
         .send()
         .await?;
-    assert_eq!(f.usage(&f.prod_id).await, limit - 1024);
+    f.assert_usage(&f.prod_id, limit - 1024).await;
 
     let err = s3
         .put_object()
@@ -538,7 +551,8 @@ async fn the_quota_answers_507_and_nothing_is_stored() -> Result<()> {
         .await
         .unwrap_err();
     assert_eq!(failure(&err), (507, "QuotaExceeded".into()));
-    assert_eq!(f.usage(&f.prod_id).await, limit - 1024, "usage unchanged");
+    // Usage unchanged.
+    f.assert_usage(&f.prod_id, limit - 1024).await;
     let err = s3
         .head_object()
         .bucket(bucket)
@@ -581,7 +595,7 @@ async fn the_quota_answers_507_and_nothing_is_stored() -> Result<()> {
         .upload_id(upload.upload_id().unwrap())
         .send()
         .await?;
-    assert_eq!(f.usage(&f.prod_id).await, limit - 1024);
+    f.assert_usage(&f.prod_id, limit - 1024).await;
 
     // Exactly up to the limit is allowed.
     s3.put_object()
@@ -590,7 +604,7 @@ async fn the_quota_answers_507_and_nothing_is_stored() -> Result<()> {
         .body(ByteStream::from(vec![4u8; 1024]))
         .send()
         .await?;
-    assert_eq!(f.usage(&f.prod_id).await, limit);
+    f.assert_usage(&f.prod_id, limit).await;
     let rollup = f
         .api
         .get("/me/blob/storage", &f.user)

@@ -2,8 +2,8 @@
 //! and a versitygw backend of each test's own, a channel's store recorded as the API records it, and the gateway
 //! in process. What is tested here is what makes the gateway cheap per request and must not make it wrong: the
 //! lean forwarding of plain GETs, HEADs and PUTs, the access keys kept in memory (and forgotten as soon as the
-//! database announces a change), and writes whose count settles after their answer (and a write that never
-//! settles, which must still count).
+//! database announces a change), writes whose count settles after their answer (and a write that never settles,
+//! which must still count), and small writes that take their bytes from a quota lease instead of reserving each.
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -118,14 +118,34 @@ impl Gateway {
         &self.store.virtual_bucket
     }
 
-    /// What the store counts against the quota (stored and reserved), as the API reports it.
+    /// The store's usage as the API reports it: stored, and reserved by writes in flight (not leased).
     async fn counted(&self) -> i64 {
         store::counted_bytes(&self.db, self.store.channel_id)
             .await
             .unwrap()
     }
 
-    /// The store's settled usage and its open reservations.
+    /// What the quota holds for the store: its usage, every reservation and every lease.
+    async fn held(&self) -> i64 {
+        sqlx::query_scalar(
+            "SELECT usage_bytes + coalesce((SELECT sum(bytes) FROM blob_pending WHERE channel_id = $1), 0)::bigint \
+             FROM blob_stores WHERE channel_id = $1",
+        )
+        .bind(self.store.channel_id)
+        .fetch_one(&self.db)
+        .await
+        .unwrap()
+    }
+
+    /// Waits until the usage the API reports is `bytes`.
+    async fn usage_reaches(&self, bytes: i64) -> Result<()> {
+        slipway_testkit::wait_until(ANNOUNCED_WITHIN, || async {
+            Ok(self.counted().await == bytes)
+        })
+        .await
+    }
+
+    /// The store's settled usage and its open reservations and leases.
     async fn settled(&self) -> (i64, i64) {
         sqlx::query_as(
             "SELECT usage_bytes, (SELECT count(*) FROM blob_pending WHERE channel_id = $1) \
@@ -137,7 +157,8 @@ impl Gateway {
         .unwrap()
     }
 
-    /// Waits until every write's reservation is settled into the usage, and answers the usage.
+    /// Waits until every write's reservation is settled into the usage and every lease has ended, and answers the
+    /// usage.
     async fn all_settled(&self) -> Result<i64> {
         slipway_testkit::wait_until(ANNOUNCED_WITHIN, || async {
             Ok(self.settled().await.1 == 0)
@@ -245,7 +266,7 @@ async fn plain_gets_heads_and_puts_answer_as_s3_does_and_name_only_the_virtual_b
         .unwrap_err();
     assert_eq!(failure(&err).0, 404);
     // A body that does not match its Content-MD5 is refused by the backend and stores nothing, counts nothing.
-    let before = g.counted().await;
+    let before = g.all_settled().await?;
     let err = s3
         .put_object()
         .bucket(bucket)
@@ -256,7 +277,7 @@ async fn plain_gets_heads_and_puts_answer_as_s3_does_and_name_only_the_virtual_b
         .await
         .unwrap_err();
     assert_eq!(failure(&err).0, 400, "{:?}", failure(&err));
-    assert_eq!(g.counted().await, before);
+    assert_eq!(g.all_settled().await?, before);
 
     // Another bucket is no bucket at all, on reads and writes alike.
     for other in ["other", "slipway-data", g.store.backend_bucket.as_str()] {
@@ -315,18 +336,21 @@ async fn plain_gets_heads_and_puts_answer_as_s3_does_and_name_only_the_virtual_b
     }
 
     // Every version counts: 5 + 7 + 6 bytes.
-    assert_eq!(g.counted().await, 18);
+    assert!(g.held().await >= 18);
     assert_eq!(g.all_settled().await?, 18);
     Ok(())
 }
 
 #[tokio::test]
-async fn writes_count_at_once_and_settle_into_the_usage_after_their_answers() -> Result<()> {
+async fn writes_are_held_against_the_quota_at_once_and_settle_into_the_usage_after_their_answers()
+-> Result<()> {
     let g = Gateway::start("settle", "basic").await?;
     g.put("one.bin", vec![1; 1000]).await.unwrap();
-    assert_eq!(g.counted().await, 1000, "counted as soon as it answered");
+    assert!(g.held().await >= 1000, "held as soon as it answered");
+    g.usage_reaches(1000).await?;
 
-    // A burst: every answer is counted when it comes, settled or not, and all of them settle.
+    // A burst: every answer is held when it comes, and all of them settle; the usage never shows more than was
+    // stored (a lease's slack is not usage).
     let writes = (0..40).map(|n| {
         let g = &g;
         async move { g.put(&format!("burst/{n}"), vec![2; 100 + n]).await }
@@ -335,8 +359,15 @@ async fn writes_count_at_once_and_settle_into_the_usage_after_their_answers() ->
         written.unwrap();
     }
     let burst: i64 = (0..40).map(|n| 100 + n).sum();
-    assert_eq!(g.counted().await, 1000 + burst);
+    assert!(g.held().await >= 1000 + burst);
+    assert!(g.counted().await <= 1000 + burst);
     assert_eq!(g.all_settled().await?, 1000 + burst);
+
+    // A large write reserves its own bytes and is counted in the usage as soon as it answered.
+    let large = 1024 * 1024;
+    g.put("large.bin", vec![3; large]).await.unwrap();
+    let large = i64::try_from(large)?;
+    assert_eq!(g.counted().await, 1000 + burst + large);
 
     // A copy stores another version and settles the same way; a version deleted for good frees its bytes at once.
     let s3 = g.client();
@@ -347,15 +378,97 @@ async fn writes_count_at_once_and_settle_into_the_usage_after_their_answers() ->
         .copy_source(format!("{}/one.bin", g.bucket()))
         .send()
         .await?;
-    assert_eq!(g.counted().await, 2000 + burst);
+    g.usage_reaches(2000 + burst + large).await?;
     s3.delete_object()
         .bucket(g.bucket())
         .key("copy.bin")
         .version_id(copied.version_id().unwrap())
         .send()
         .await?;
-    assert_eq!(g.counted().await, 1000 + burst);
-    assert_eq!(g.all_settled().await?, 1000 + burst);
+    assert_eq!(g.counted().await, 1000 + burst + large);
+    assert_eq!(g.all_settled().await?, 1000 + burst + large);
+    Ok(())
+}
+
+#[tokio::test]
+async fn small_writes_take_from_one_lease_that_never_holds_much_of_the_quota() -> Result<()> {
+    let g = Gateway::start("leases", "starter").await?;
+    let mib = 1024 * 1024;
+    let stored = STARTER - 160 * mib;
+    sqlx::query("UPDATE blob_stores SET usage_bytes = $2 WHERE channel_id = $1")
+        .bind(g.store.channel_id)
+        .bind(stored)
+        .execute(&g.db)
+        .await?;
+    // Count what the gateway asks of the database: per-write reservations and leases.
+    for statement in [
+        "CREATE TABLE asked (what text NOT NULL)",
+        "ALTER FUNCTION blob_reserve(uuid, uuid, bigint, bigint, interval) RENAME TO blob_reserve_asked",
+        "CREATE FUNCTION blob_reserve(a uuid, b uuid, c bigint, d bigint, e interval) RETURNS text \
+         LANGUAGE sql AS $$ INSERT INTO asked VALUES ('reserve'); SELECT blob_reserve_asked(a, b, c, d, e) $$",
+        "ALTER FUNCTION blob_lease(uuid, uuid, bigint, bigint, bigint, interval) RENAME TO blob_lease_asked",
+        "CREATE FUNCTION blob_lease(a uuid, b uuid, c bigint, d bigint, e bigint, f interval) RETURNS bigint \
+         LANGUAGE sql AS $$ INSERT INTO asked VALUES ('lease'); SELECT blob_lease_asked(a, b, c, d, e, f) $$",
+    ] {
+        sqlx::query(statement).execute(&g.db).await?;
+    }
+    let asked = |what: &'static str| {
+        let db = g.db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM asked WHERE what = $1")
+                .bind(what)
+                .fetch_one(&db)
+                .await
+                .unwrap()
+        }
+    };
+
+    // A burst of small writes takes one lease and no reservation. The lease is an eighth of what was left (20 MiB)
+    // at most, capped at 16 MiB; it holds quota, and is not usage.
+    let writes = (0..40).map(|n| {
+        let g = &g;
+        async move { g.put(&format!("small/{n}"), vec![1; 1000 + n]).await }
+    });
+    for written in futures::future::join_all(writes).await {
+        written.unwrap();
+    }
+    let burst: i64 = (0..40).map(|n| 1000 + n).sum();
+    assert_eq!((asked("lease").await, asked("reserve").await), (1, 0));
+    let held = g.held().await;
+    assert!(
+        held >= stored + burst && held <= stored + 16 * mib,
+        "{held}"
+    );
+    assert!(g.counted().await <= stored + burst);
+    g.usage_reaches(stored + burst).await?;
+
+    // A write past the small size reserves its own bytes.
+    g.put("large.bin", vec![2; 512 * 1024]).await.unwrap();
+    assert_eq!(asked("reserve").await, 1);
+    let large = 512 * 1024;
+
+    // Idle, the lease ends: only what was stored is held.
+    assert_eq!(g.all_settled().await?, stored + burst + large);
+    assert_eq!(g.held().await, stored + burst + large);
+
+    // Near the quota an eighth of what is left is too little for a lease: each write reserves exactly its bytes,
+    // so the last byte of the quota can be written and the next one is refused.
+    let left = 4 * mib;
+    sqlx::query("UPDATE blob_stores SET usage_bytes = $2 WHERE channel_id = $1")
+        .bind(g.store.channel_id)
+        .bind(STARTER - left)
+        .execute(&g.db)
+        .await?;
+    g.put("almost.bin", vec![3; usize::try_from(left)? - 1000])
+        .await
+        .unwrap();
+    g.put("last.bin", vec![4; 1000]).await.unwrap();
+    assert_eq!(
+        g.put("over.bin", vec![5; 1]).await.unwrap_err(),
+        (507, "QuotaExceeded".into())
+    );
+    assert_eq!((asked("lease").await, asked("reserve").await), (3, 4));
+    assert_eq!(g.all_settled().await?, STARTER);
     Ok(())
 }
 

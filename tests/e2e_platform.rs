@@ -515,7 +515,14 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
     let blob = format!("/apps/{app}/channels/{channel}/blob");
     let status = platform.call("GET", &blob, &gus, None).await?.expect(200);
     assert_eq!(status["status"], "ready", "{status}");
-    assert_eq!(status["usage_bytes"], written.len(), "{status}");
+    // The app's small write is counted moments after its answer.
+    let counted = slipway_testkit::wait_until(std::time::Duration::from_secs(5), || async {
+        let status = platform.call("GET", &blob, &gus, None).await?.expect(200);
+        Ok(status["usage_bytes"] == written.len())
+    })
+    .await;
+    let status = platform.call("GET", &blob, &gus, None).await?.expect(200);
+    assert!(counted.is_ok(), "usage: {status}");
 
     // From outside, the object is read with the credentials route's key pair through the edge's public endpoint,
     // which opens with the app's toggle.

@@ -37,7 +37,7 @@ use s3s::route::S3Route;
 use s3s::{Body, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use slipway_controllers::blob::backend::{REGION, S3Endpoint};
 
-use super::quota::{Quota, Settlement};
+use super::quota::Quota;
 use super::tenants::{Tenant, Tenants};
 
 /// Longest an idle connection to the backend is kept.
@@ -357,9 +357,7 @@ impl S3Route for Forward {
         }
         let bytes = content_length(backend_req.headers())?;
         self.quota
-            .counted(&tenant, bytes, async {
-                Ok((self.send(backend_req).await?, Settlement::Reserved))
-            })
+            .write(&tenant, bytes, self.send(backend_req))
             .await
     }
 }

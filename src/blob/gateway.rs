@@ -249,10 +249,9 @@ s3_impl! {
             .input
             .content_length
             .ok_or_else(|| s3_error!(MissingContentLength))?;
-        self.quota.counted(&tenant, bytes, async {
-            Ok((self.proxy.put_object(req).await?, Settlement::Reserved))
-        })
-        .await
+        self.quota
+            .write(&tenant, bytes, self.proxy.put_object(req))
+            .await
     }
 
     async fn copy_object(
@@ -264,10 +263,9 @@ s3_impl! {
         let bytes = self
             .stored_size(&tenant.backend_bucket, &key, version.as_deref())
             .await;
-        self.quota.counted(&tenant, bytes, async {
-            Ok((self.proxy.copy_object(req).await?, Settlement::Reserved))
-        })
-        .await
+        self.quota
+            .write(&tenant, bytes, self.proxy.copy_object(req))
+            .await
     }
 
     async fn delete_object(

@@ -4,7 +4,8 @@
 //! - [`gateway`] is the S3 service (`slipway s3`, [`serve`]): SigV4 with each channel's own key pair, the
 //!   channel's virtual bucket mapped onto its backend bucket, versioning kept on, the owner's byte quota enforced.
 //!   [`forward`] is its lean path for plain GETs, HEADs and PUTs of objects, [`tenants`] what it keeps per access
-//!   key, and [`quota`] how its writes reserve and count their bytes.
+//!   key, [`quota`] how its writes reserve and count their bytes, and [`lease`] the slices of quota its small
+//!   writes take from.
 //! - [`store`] holds each channel's store in the platform database (the key pair, the secret sealed like env
 //!   secrets) and the usage counted against the quota; [`recount`] corrects it from the backend's listing.
 //! - [`keys`] mints key pairs.
@@ -23,6 +24,7 @@ pub mod checkpoints;
 pub mod forward;
 pub mod gateway;
 pub mod keys;
+pub mod lease;
 pub mod quota;
 pub mod recount;
 pub mod restore;

@@ -12,7 +12,11 @@
 //! multipart parts, completed or aborted uploads, released reservations) runs before the answer, so the usage a
 //! client reads after its call already shows it, and the parts of an upload are counted in the order they were
 //! answered, whichever gateway replica answered them.
+//!
+//! A small plain write takes its bytes from a quota lease instead of reserving them ([`super::lease`]); the same
+//! task counts it after its answer, and ends the leases that serve no more.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -22,6 +26,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use super::lease::{self, Leases};
 use super::store::{self, Reserved, Settled};
 use super::tenants::{Tenant, no_such_bucket, unavailable};
 
@@ -56,11 +61,20 @@ pub enum Settlement {
     },
 }
 
+/// A settlement after a write's answer.
+enum Later {
+    /// A write stored what it reserved.
+    Reserved(Settled),
+    /// A write stored what it took from lease [`Settled::id`].
+    Leased(Settled),
+}
+
 /// Reservations and settlements of the gateway's writes.
 #[derive(Clone)]
 pub struct Quota {
     db: PgPool,
-    later: mpsc::UnboundedSender<Settled>,
+    leases: Arc<Leases>,
+    later: mpsc::UnboundedSender<Later>,
 }
 
 /// The task that applies settlements after their answers; see [`Settler::finish`].
@@ -94,8 +108,33 @@ impl Quota {
     /// The quota kept in `db`, with the task that settles writes after their answers.
     pub fn start(db: PgPool) -> (Self, Settler) {
         let (later, queued) = mpsc::unbounded_channel();
-        let task = tokio::spawn(settle_later(db.clone(), queued));
-        (Self { db, later }, Settler(task))
+        let leases = Arc::new(Leases::default());
+        let task = tokio::spawn(settle_later(db.clone(), leases.clone(), queued));
+        (Self { db, leases, later }, Settler(task))
+    }
+
+    /// Forwards a plain write of `bytes` (a PUT or a copy) through `send`, counted as [`Self::counted`] counts it;
+    /// a small one takes its bytes from a lease instead of reserving them.
+    pub async fn write<O>(
+        &self,
+        tenant: &Tenant,
+        bytes: i64,
+        send: impl Future<Output = S3Result<O>>,
+    ) -> S3Result<O> {
+        if bytes <= lease::SMALL_WRITE
+            && let Some(take) = self.leases.take(&self.db, tenant, bytes).await?
+        {
+            let out = send.await?;
+            take.stored(|write| {
+                // Without the settling task (the runtime is stopping) the lease counts the write until a recount.
+                let _ = self.later.send(Later::Leased(write));
+            });
+            return Ok(out);
+        }
+        self.counted(tenant, bytes, async {
+            Ok((send.await?, Settlement::Reserved))
+        })
+        .await
     }
 
     /// Reserves `bytes`, then forwards through `send`, which answers the output and how the stored bytes moved;
@@ -134,7 +173,7 @@ impl Quota {
                     channel_id: channel,
                     bytes,
                 };
-                if self.later.send(write).is_ok() {
+                if self.later.send(Later::Reserved(write)).is_ok() {
                     return Ok(out);
                 }
                 // The settling task is gone (the runtime is stopping): settle here.
@@ -159,15 +198,48 @@ impl Quota {
     }
 }
 
-/// Applies the settlements `queued` sends, every one waiting at once, until every sender is gone and nothing is
-/// left. A batch the database refuses is tried again; its reservations count meanwhile.
-async fn settle_later(db: PgPool, mut queued: mpsc::UnboundedReceiver<Settled>) {
+/// Applies the settlements `queued` sends, every one waiting at once, and ends the leases that serve no more,
+/// until every sender is gone and nothing is left (every lease ended then). A batch the database refuses is tried
+/// again; its reservations count meanwhile.
+async fn settle_later(db: PgPool, leases: Arc<Leases>, mut queued: mpsc::UnboundedReceiver<Later>) {
+    let mut sweep = tokio::time::interval(lease::IDLE / 2);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while queued.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        while let Err(e) = store::settle_many(&db, &batch).await {
-            tracing::warn!(error = %e, writes = batch.len(), "could not count writes; trying again");
-            tokio::time::sleep(RETRY).await;
+    let mut ended = Vec::new();
+    loop {
+        let open = tokio::select! {
+            received = queued.recv_many(&mut batch, MAX_BATCH) => received > 0,
+            _ = sweep.tick() => true,
+        };
+        // Every write of a lease reached the queue before the lease could end: take the queue after the sweep.
+        leases.sweep(if open { lease::IDLE } else { Duration::ZERO }, |lease| {
+            ended.push(lease);
+        });
+        while let Ok(later) = queued.try_recv() {
+            batch.push(later);
         }
-        batch.clear();
+        let (mut reserved, mut leased) = (Vec::new(), Vec::new());
+        for later in batch.drain(..) {
+            match later {
+                Later::Reserved(write) => reserved.push(write),
+                Later::Leased(write) => leased.push(write),
+            }
+        }
+        if !reserved.is_empty() {
+            while let Err(e) = store::settle_many(&db, &reserved).await {
+                tracing::warn!(error = %e, writes = reserved.len(), "could not count writes; trying again");
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+        if !leased.is_empty() || !ended.is_empty() {
+            while let Err(e) = store::settle_leases(&db, &leased, &ended).await {
+                tracing::warn!(error = %e, writes = leased.len(), "could not count leased writes; trying again");
+                tokio::time::sleep(RETRY).await;
+            }
+            ended.clear();
+        }
+        if !open {
+            return;
+        }
     }
 }

@@ -2,8 +2,10 @@
 //! bytes it holds. Writes through the gateway reserve their bytes first ([`reserve`]), against the owner's quota
 //! and atomically with every other write of the same owner, then settle their real size when the backend
 //! answered (a plain write's settlement may come after its answer, in a batch: [`settle_many`]; its reservation
-//! counts meanwhile); a periodic recount ([`set_recounted`]) corrects what a crash or a foreign write left
-//! behind, and replaces the reservations of writes that never settled.
+//! counts meanwhile). Small writes take from a lease instead ([`lease`]: a slice of the quota reserved at once for
+//! a channel's writes, [`settle_leases`] moving what they stored out of it). A periodic recount ([`set_recounted`])
+//! corrects what a crash or a foreign write left behind, and replaces the reservations of writes that never
+//! settled.
 
 use std::time::Duration;
 
@@ -173,11 +175,11 @@ pub async fn delete(db: &PgPool, channel_id: Uuid) -> sqlx::Result<bool> {
     Ok(done.rows_affected() > 0)
 }
 
-/// An owner's bytes counted against the quota (see [`counted_bytes`]) and number of stores.
+/// An owner's bytes as the API reports them (see [`counted_bytes`]) and number of stores.
 pub async fn owner_usage(db: &PgPool, owner: &str) -> sqlx::Result<(i64, i64)> {
     sqlx::query_as(
         "SELECT coalesce((SELECT sum(usage_bytes) FROM blob_stores WHERE owner = $1), 0)::bigint \
-         + coalesce((SELECT sum(bytes) FROM blob_pending WHERE owner = $1), 0)::bigint, \
+         + coalesce((SELECT sum(bytes) FROM blob_pending WHERE owner = $1 AND NOT leased), 0)::bigint, \
          (SELECT count(*) FROM blob_stores WHERE owner = $1)",
     )
     .bind(owner)
@@ -185,13 +187,15 @@ pub async fn owner_usage(db: &PgPool, owner: &str) -> sqlx::Result<(i64, i64)> {
     .await
 }
 
-/// The bytes of a channel's store that count against the quota: what is stored (`usage_bytes`) and what its
-/// writes have reserved and not yet settled. A write that answered its client is counted either way, whether its
-/// settlement ([`settle_many`]) has run yet or not.
+/// The bytes of a channel's store as the API reports them: what is stored (`usage_bytes`) and what its writes
+/// have reserved and not yet settled, so a write that answered its client is counted whether its settlement
+/// ([`settle_many`]) has run yet or not. A write that took from a lease is counted once its settlement
+/// ([`settle_leases`]) has run, moments after its answer; what a lease holds beyond its writes counts against the
+/// quota (see [`lease`]) but is not usage.
 pub async fn counted_bytes(db: &PgPool, channel_id: Uuid) -> sqlx::Result<i64> {
     sqlx::query_scalar(
         "SELECT coalesce((SELECT usage_bytes FROM blob_stores WHERE channel_id = $1), 0)::bigint \
-         + coalesce((SELECT sum(bytes) FROM blob_pending WHERE channel_id = $1), 0)::bigint",
+         + coalesce((SELECT sum(bytes) FROM blob_pending WHERE channel_id = $1 AND NOT leased), 0)::bigint",
     )
     .bind(channel_id)
     .fetch_one(db)
@@ -235,6 +239,77 @@ pub async fn reserve(
         "quota" => Reserved::OverQuota,
         _ => Reserved::Gone,
     })
+}
+
+/// The answer of [`lease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leased {
+    /// This many bytes are reserved for the lease.
+    Granted(i64),
+    /// The owner is too near the quota for a lease; nothing was reserved.
+    Refused,
+    /// The store is gone.
+    Gone,
+}
+
+/// Reserves a lease `id` of up to `want` bytes for the channel's writes, at most an eighth of what is left of the
+/// owner's quota (`byte_limit`, -1: unlimited), and none when that is less than `smallest`. Writes take from it in
+/// the gateway's memory; [`settle_leases`] moves what they stored into the usage and ends the lease.
+pub async fn lease(
+    db: &PgPool,
+    id: Uuid,
+    channel_id: Uuid,
+    want: i64,
+    smallest: i64,
+    byte_limit: i64,
+) -> sqlx::Result<Leased> {
+    let granted: i64 = sqlx::query_scalar("SELECT blob_lease($1, $2, $3, $4, $5, $6)")
+        .bind(id)
+        .bind(channel_id)
+        .bind(want)
+        .bind(smallest)
+        .bind(byte_limit)
+        .bind(RESERVATION_TTL)
+        .fetch_one(db)
+        .await?;
+    Ok(match granted {
+        ..0 => Leased::Gone,
+        0 => Leased::Refused,
+        bytes => Leased::Granted(bytes),
+    })
+}
+
+/// Moves the bytes `writes` stored (each [`Settled::id`] naming the lease it took from) out of their leases and
+/// into their stores' usage, then ends the leases `ended` (what is left of them stops counting), in one
+/// transaction. A lease that is gone already (replaced by a recount after it expired) moves nothing.
+pub async fn settle_leases(db: &PgPool, writes: &[Settled], ended: &[Uuid]) -> sqlx::Result<()> {
+    let leases: Vec<Uuid> = writes.iter().map(|w| w.id).collect();
+    let channels: Vec<Uuid> = writes.iter().map(|w| w.channel_id).collect();
+    let bytes: Vec<i64> = writes.iter().map(|w| w.bytes).collect();
+    let mut tx = db.begin().await?;
+    if !writes.is_empty() {
+        sqlx::query(
+            "WITH taken AS (SELECT id, channel_id, sum(bytes)::bigint AS bytes \
+             FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS b(id, channel_id, bytes) GROUP BY id, channel_id), \
+             moved AS (UPDATE blob_pending p SET bytes = greatest(p.bytes - t.bytes, 0) FROM taken t \
+                       WHERE p.id = t.id AND p.leased RETURNING t.channel_id, t.bytes), \
+             per_store AS (SELECT channel_id, sum(bytes)::bigint AS bytes FROM moved GROUP BY channel_id) \
+             UPDATE blob_stores s SET usage_bytes = greatest(s.usage_bytes + per_store.bytes, 0), \
+             usage_epoch = s.usage_epoch + 1 FROM per_store WHERE s.channel_id = per_store.channel_id",
+        )
+        .bind(&leases)
+        .bind(&channels)
+        .bind(&bytes)
+        .execute(&mut *tx)
+        .await?;
+    }
+    if !ended.is_empty() {
+        sqlx::query("DELETE FROM blob_pending WHERE id = ANY($1) AND leased")
+            .bind(ended)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await
 }
 
 /// Ends reservation `id` of a write that did not happen.
