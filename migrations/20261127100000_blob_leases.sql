@@ -3,8 +3,11 @@
 -- like a write's reservation, so it counts against the quota for every gateway replica; as its writes are
 -- counted, their bytes move from the lease into the store's usage; the gateway ends the lease when its channel's
 -- writes have been idle a moment, and what was left of it stops counting. What a lease holds and no write has
--- taken yet is not the owner's usage: the usage the API reports leaves leases out.
+-- taken yet is not the owner's usage: the usage the API reports leaves leases out. settled_bytes is how much of
+-- the lease its writes have moved into the usage so far: the gateway reports running totals, so a report applied
+-- twice moves nothing more.
 ALTER TABLE blob_pending ADD COLUMN leased boolean NOT NULL DEFAULT false;
+ALTER TABLE blob_pending ADD COLUMN settled_bytes bigint NOT NULL DEFAULT 0;
 
 -- Takes a lease of up to `want` bytes for the channel's writes, at most an eighth of what is left of the owner's
 -- quota, so that leases never hold much of it; none (0) when that is less than `smallest` (the owner is near the

@@ -14,7 +14,8 @@
 //! answered, whichever gateway replica answered them.
 //!
 //! A small plain write takes its bytes from a quota lease instead of reserving them ([`super::lease`]); the same
-//! task counts it after its answer, and ends the leases that serve no more.
+//! task counts it after its answer, when it sweeps the leases (every [`SWEEP`]), and ends the leases that serve no
+//! more.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,8 @@ use super::tenants::{Tenant, no_such_bucket, unavailable};
 const MAX_BATCH: usize = 512;
 /// How long to wait before applying a batch again after the database failed it.
 const RETRY: Duration = Duration::from_secs(1);
+/// How often the leases' stored bytes are counted and the leases that serve no more ended.
+const SWEEP: Duration = Duration::from_millis(250);
 
 /// How a write that went through moves the stored bytes.
 #[derive(Debug)]
@@ -61,20 +64,12 @@ pub enum Settlement {
     },
 }
 
-/// A settlement after a write's answer.
-enum Later {
-    /// A write stored what it reserved.
-    Reserved(Settled),
-    /// A write stored what it took from lease [`Settled::id`].
-    Leased(Settled),
-}
-
 /// Reservations and settlements of the gateway's writes.
 #[derive(Clone)]
 pub struct Quota {
     db: PgPool,
     leases: Arc<Leases>,
-    later: mpsc::UnboundedSender<Later>,
+    later: mpsc::UnboundedSender<Settled>,
 }
 
 /// The task that applies settlements after their answers; see [`Settler::finish`].
@@ -124,12 +119,7 @@ impl Quota {
         if bytes <= lease::SMALL_WRITE
             && let Some(take) = self.leases.take(&self.db, tenant, bytes).await?
         {
-            let out = send.await?;
-            take.stored(|write| {
-                // Without the settling task (the runtime is stopping) the lease counts the write until a recount.
-                let _ = self.later.send(Later::Leased(write));
-            });
-            return Ok(out);
+            return send.await.inspect_err(|_| take.failed());
         }
         self.counted(tenant, bytes, async {
             Ok((send.await?, Settlement::Reserved))
@@ -173,7 +163,7 @@ impl Quota {
                     channel_id: channel,
                     bytes,
                 };
-                if self.later.send(Later::Reserved(write)).is_ok() {
+                if self.later.send(write).is_ok() {
                     return Ok(out);
                 }
                 // The settling task is gone (the runtime is stopping): settle here.
@@ -198,44 +188,46 @@ impl Quota {
     }
 }
 
-/// Applies the settlements `queued` sends, every one waiting at once, and ends the leases that serve no more,
-/// until every sender is gone and nothing is left (every lease ended then). A batch the database refuses is tried
-/// again; its reservations count meanwhile.
-async fn settle_later(db: PgPool, leases: Arc<Leases>, mut queued: mpsc::UnboundedReceiver<Later>) {
-    let mut sweep = tokio::time::interval(lease::IDLE / 2);
+/// Applies the settlements `queued` sends, every one waiting at once, and every [`SWEEP`] what the leases' writes
+/// stored, ending the leases that serve no more, until every sender is gone and nothing is left (every lease ended
+/// then). A batch the database refuses is tried again; its reservations and leases count meanwhile.
+async fn settle_later(
+    db: PgPool,
+    leases: Arc<Leases>,
+    mut queued: mpsc::UnboundedReceiver<Settled>,
+) {
+    let mut sweep = tokio::time::interval(SWEEP);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    let mut ended = Vec::new();
+    let mut reserved = Vec::with_capacity(MAX_BATCH);
+    let (mut leased, mut ended) = (Vec::new(), Vec::new());
     loop {
         let open = tokio::select! {
-            received = queued.recv_many(&mut batch, MAX_BATCH) => received > 0,
-            _ = sweep.tick() => true,
-        };
-        // Every write of a lease reached the queue before the lease could end: take the queue after the sweep.
-        leases.sweep(if open { lease::IDLE } else { Duration::ZERO }, |lease| {
-            ended.push(lease);
-        });
-        while let Ok(later) = queued.try_recv() {
-            batch.push(later);
-        }
-        let (mut reserved, mut leased) = (Vec::new(), Vec::new());
-        for later in batch.drain(..) {
-            match later {
-                Later::Reserved(write) => reserved.push(write),
-                Later::Leased(write) => leased.push(write),
+            received = queued.recv_many(&mut reserved, MAX_BATCH) => received > 0,
+            _ = sweep.tick() => {
+                leases.sweep(lease::IDLE, |write| leased.push(write), |lease| ended.push(lease));
+                true
             }
+        };
+        if !open {
+            leases.sweep(
+                Duration::ZERO,
+                |write| leased.push(write),
+                |lease| ended.push(lease),
+            );
         }
         if !reserved.is_empty() {
             while let Err(e) = store::settle_many(&db, &reserved).await {
                 tracing::warn!(error = %e, writes = reserved.len(), "could not count writes; trying again");
                 tokio::time::sleep(RETRY).await;
             }
+            reserved.clear();
         }
         if !leased.is_empty() || !ended.is_empty() {
             while let Err(e) = store::settle_leases(&db, &leased, &ended).await {
-                tracing::warn!(error = %e, writes = leased.len(), "could not count leased writes; trying again");
+                tracing::warn!(error = %e, leases = leased.len(), "could not count leased writes; trying again");
                 tokio::time::sleep(RETRY).await;
             }
+            leased.clear();
             ended.clear();
         }
         if !open {

@@ -279,27 +279,33 @@ pub async fn lease(
     })
 }
 
-/// Moves the bytes `writes` stored (each [`Settled::id`] naming the lease it took from) out of their leases and
-/// into their stores' usage, then ends the leases `ended` (what is left of them stops counting), in one
-/// transaction. A lease that is gone already (replaced by a recount after it expired) moves nothing.
-pub async fn settle_leases(db: &PgPool, writes: &[Settled], ended: &[Uuid]) -> sqlx::Result<()> {
-    let leases: Vec<Uuid> = writes.iter().map(|w| w.id).collect();
-    let channels: Vec<Uuid> = writes.iter().map(|w| w.channel_id).collect();
-    let bytes: Vec<i64> = writes.iter().map(|w| w.bytes).collect();
+/// Counts what the writes of leases stored: each of `stored` gives a lease ([`Settled::id`]) and the running total
+/// of bytes its writes stored ([`Settled::bytes`]); what is new of that total moves out of the lease and into its
+/// store's usage. Then ends the leases `ended` (what is left of them stops counting). One transaction; applied
+/// again, it moves nothing more. A lease that is gone already (replaced by a recount after it expired) or was
+/// moved to another channel moves nothing.
+pub async fn settle_leases(db: &PgPool, stored: &[Settled], ended: &[Uuid]) -> sqlx::Result<()> {
+    let leases: Vec<Uuid> = stored.iter().map(|w| w.id).collect();
+    let channels: Vec<Uuid> = stored.iter().map(|w| w.channel_id).collect();
+    let totals: Vec<i64> = stored.iter().map(|w| w.bytes).collect();
     let mut tx = db.begin().await?;
-    if !writes.is_empty() {
+    if !stored.is_empty() {
         sqlx::query(
-            "WITH taken AS (SELECT id, channel_id, sum(bytes)::bigint AS bytes \
-             FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS b(id, channel_id, bytes) GROUP BY id, channel_id), \
-             moved AS (UPDATE blob_pending p SET bytes = greatest(p.bytes - t.bytes, 0) FROM taken t \
-                       WHERE p.id = t.id AND p.leased RETURNING t.channel_id, t.bytes), \
+            "WITH totals AS (SELECT id, channel_id, max(stored)::bigint AS stored \
+             FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS t(id, channel_id, stored) GROUP BY id, channel_id), \
+             new AS (SELECT p.id, t.channel_id, t.stored - p.settled_bytes AS bytes FROM blob_pending p \
+                     JOIN totals t ON p.id = t.id AND p.channel_id = t.channel_id \
+                     WHERE p.leased AND t.stored > p.settled_bytes FOR UPDATE OF p), \
+             moved AS (UPDATE blob_pending p SET bytes = greatest(p.bytes - n.bytes, 0), \
+                       settled_bytes = p.settled_bytes + n.bytes FROM new n WHERE p.id = n.id \
+                       RETURNING n.channel_id, n.bytes), \
              per_store AS (SELECT channel_id, sum(bytes)::bigint AS bytes FROM moved GROUP BY channel_id) \
              UPDATE blob_stores s SET usage_bytes = greatest(s.usage_bytes + per_store.bytes, 0), \
              usage_epoch = s.usage_epoch + 1 FROM per_store WHERE s.channel_id = per_store.channel_id",
         )
         .bind(&leases)
         .bind(&channels)
-        .bind(&bytes)
+        .bind(&totals)
         .execute(&mut *tx)
         .await?;
     }

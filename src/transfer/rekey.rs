@@ -137,7 +137,12 @@ pub(super) async fn rekey(
             .bind(label)
             .execute(&mut *tx)
             .await?;
-            sqlx::query("UPDATE blob_pending SET owner = $2 WHERE channel_id = $1")
+            // A lease moved with its store is the gateway's no more (it knows the store by its old id): it counts,
+            // as a reservation now, until a recount that is due at once.
+            sqlx::query(
+                "UPDATE blob_pending SET owner = $2, leased = false, \
+                 expires_at = CASE WHEN leased THEN now() ELSE expires_at END WHERE channel_id = $1",
+            )
                 .bind(id)
                 .bind(owner)
                 .execute(&mut *tx)
