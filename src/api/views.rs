@@ -108,9 +108,7 @@ fn pending_deploy(
     let name = channel.metadata.name.as_deref()?;
     state
         .cache()
-        .deploys_of(namespace, name)
-        .into_iter()
-        .find(|d| {
+        .newest_deploy_of(namespace, name, |d| {
             d.status
                 .as_ref()
                 .map(|s| s.phase)

@@ -181,11 +181,23 @@ impl Cache {
             .into_iter()
             .filter(live)
             .collect();
-        deploys.sort_by(|a, b| {
-            let key = |d: &Deploy| (d.metadata.creation_timestamp.clone(), d.name_any());
-            key(b).cmp(&key(a))
-        });
+        deploys.sort_by(|a, b| age_key(b).cmp(&age_key(a)));
         deploys
+    }
+
+    /// The newest Deploy of the Channel resource `channel` in `namespace` that `matches`, without ordering the
+    /// others (a listing asks this of every channel it shows).
+    pub fn newest_deploy_of(
+        &self,
+        namespace: &str,
+        channel: &str,
+        matches: impl Fn(&Deploy) -> bool,
+    ) -> Option<Arc<Deploy>> {
+        self.deploys
+            .under(&of_channel(namespace, channel))
+            .into_iter()
+            .filter(|d| live(d) && matches(d))
+            .max_by(|a, b| age_key(a).cmp(&age_key(b)))
     }
 
     /// Waits until the cache holds a Deploy with `uid`.
@@ -293,6 +305,19 @@ impl Cache {
             .await
             .context("the deleted channel stayed in the cache")
     }
+}
+
+/// What orders Deploys by age: creation time, then name (borrowed: a listing compares many).
+fn age_key(
+    d: &Deploy,
+) -> (
+    Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    Option<&str>,
+) {
+    (
+        d.metadata.creation_timestamp.as_ref(),
+        d.metadata.name.as_deref(),
+    )
 }
 
 async fn poll<T>(probe: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
