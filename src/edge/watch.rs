@@ -1,6 +1,6 @@
 //! Keeps the routing table current: reflectors over Ingresses, Services, EndpointSlices, Channels, Apps and Domains,
-//! and a task that rebuilds the table after any of them changes (changes that arrive while it builds are folded
-//! into the next build). A deploy's new commit of a channel whose old one is cached is loaded in the background;
+//! and a task that rebuilds the table after any of them changes (changes that arrive while it builds, or while it
+//! rests after a build, are folded into the next build: see [`rest_after`]). A deploy's new commit of a channel whose old one is cached is loaded in the background;
 //! when it is in, the table is built again and the host moves to it (see [`super::routes::settle`]).
 //!
 //! The certificate table ([`super::certs`]) is kept the same way from Domains and the certificate Secrets of the
@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -31,6 +31,10 @@ use super::site::SiteKey;
 
 /// How long to wait before trying a site load that failed again.
 const LOAD_RETRY: Duration = super::site_cache::FAILURE_MEMORY;
+/// How many times as long as a build took the builder rests before the next one.
+const REST_PER_BUILD: u32 = 4;
+/// The longest rest, whatever a build took.
+const MAX_REST: Duration = Duration::from_secs(1);
 
 /// The reflector caches the table is built from.
 pub struct Caches {
@@ -151,13 +155,25 @@ pub fn spawn_builder(edge: Arc<Edge>, caches: Caches, changed: Arc<Notify>) -> J
     tokio::spawn(async move {
         loop {
             changed.notified().await;
+            let started = Instant::now();
             let objects = caches.objects();
             for key in edge.rebuild(&objects) {
                 start_load(&edge, key, &loading, &changed);
             }
             edge.listen_for_forwards(&caches, &objects);
+            tokio::time::sleep(rest_after(started.elapsed())).await;
         }
     })
+}
+
+/// How long the builder rests after a build that took `build`. A build reads every object, so its time grows with
+/// the platform; while thousands of channels are created or deployed, changes come faster than builds, and
+/// building back to back would take a whole core from the edge's requests (and, on a small node, from the
+/// apiserver making those changes). Resting four times as long as the build keeps building under a fifth of a
+/// core, and a change still reaches the table within five builds' time; a small table (a build of a millisecond)
+/// is hardly held back at all.
+fn rest_after(build: Duration) -> Duration {
+    (build * REST_PER_BUILD).min(MAX_REST)
 }
 
 fn start_load(
@@ -265,4 +281,19 @@ pub async fn start_certificates(
         }
     }));
     Ok(tasks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_rests_four_builds_long_and_never_more_than_a_second() {
+        assert_eq!(rest_after(Duration::ZERO), Duration::ZERO);
+        assert_eq!(
+            rest_after(Duration::from_millis(30)),
+            Duration::from_millis(120)
+        );
+        assert_eq!(rest_after(Duration::from_millis(900)), MAX_REST);
+    }
 }
