@@ -1,7 +1,8 @@
 //! Keeps the routing table current: reflectors over Ingresses, Services, EndpointSlices, Channels, Apps and Domains,
 //! and a task that rebuilds the table after any of them changes (changes that arrive while it builds, or while it
-//! rests after a build, are folded into the next build: see [`rest_after`]). A deploy's new commit of a channel whose old one is cached is loaded in the background;
-//! when it is in, the table is built again and the host moves to it (see [`super::routes::settle`]).
+//! rests after a build, are folded into the next build: see [`rest_after`]). A deploy's new commit of a channel
+//! whose old one is cached is loaded in the background; when it is in, the table is built again and the host moves
+//! to it (see [`super::routes::settle`]).
 //!
 //! The certificate table ([`super::certs`]) is kept the same way from Domains and the certificate Secrets of the
 //! certificate namespace ([`start_certificates`]).
