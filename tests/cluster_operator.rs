@@ -1,13 +1,15 @@
 //! The App and Channel reconcilers against the real apiserver (and kube-controller-manager's garbage collector):
 //! an App written with kubectl gets its prod channel, channels report their hostname and phase, a channel without
-//! its app says so in a condition and an Event, deleting an App takes its channels with it, and a reconcile that
-//! fails says why in a Warning Event named for its error's category.
+//! its app says so in a condition and an Event, deleting an App takes its channels with it, a channel's Ingress
+//! changed or deleted by hand is put back, and a reconcile that fails says why in a Warning Event named for its
+//! error's category.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway_controllers::run::Metrics;
@@ -226,6 +228,68 @@ async fn a_channel_without_its_app_says_so() -> Result<()> {
         async move {
             Ok(ready_reason(&channels.get("ghost.next").await?)
                 .is_some_and(|(_, r)| r == "Provisioning"))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// The host of the first rule of `ingress`.
+fn first_host(ingress: &Ingress) -> Option<String> {
+    ingress.spec.as_ref()?.rules.as_ref()?.first()?.host.clone()
+}
+
+#[tokio::test]
+async fn a_channel_s_ingress_changed_by_hand_is_put_back() -> Result<()> {
+    let (client, ns) = setup("ingress-drift").await?;
+    let _operator = start_operator(client.clone(), ns.name());
+    let apps: Api<App> = Api::namespaced(client.clone(), ns.name());
+    let app: App =
+        serde_json::from_value(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+        "metadata": {"name": "blog"}, "spec": {"owner": "alice", "template": "static"}}))?;
+    apps.create(&PostParams::default(), &app).await?;
+    let ingresses: Api<Ingress> = Api::namespaced(client.clone(), ns.name());
+    let hostname = "blog-alice.apps.slipway.test";
+    wait_until(Duration::from_secs(30), || {
+        let ingresses = ingresses.clone();
+        async move {
+            let ingress = ingresses.get_opt("blog.prod").await?;
+            Ok(ingress.as_ref().and_then(first_host).as_deref() == Some(hostname))
+        }
+    })
+    .await?;
+
+    // The operator keeps its copy of the Ingress from the watch that triggers it: an edit is seen, and undone.
+    let patch = json!({"spec": {"rules": [{"host": "elsewhere.example", "http": {"paths": [
+        {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "other", "port": {"number": 80}}}}]}}]}});
+    ingresses
+        .patch("blog.prod", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    wait_until(Duration::from_secs(30), || {
+        let ingresses = ingresses.clone();
+        async move {
+            let ingress = ingresses.get("blog.prod").await?;
+            let backend =
+                serde_json::to_value(&ingress)?["spec"]["rules"][0]["http"]["paths"][0]["backend"]
+                    .clone();
+            Ok(first_host(&ingress).as_deref() == Some(hostname)
+                && backend["resource"]["kind"] == "Channel")
+        }
+    })
+    .await?;
+
+    // So is a deleted one.
+    ingresses
+        .delete("blog.prod", &DeleteParams::default())
+        .await?;
+    wait_until(Duration::from_secs(30), || {
+        let ingresses = ingresses.clone();
+        async move {
+            let ingress = ingresses.get_opt("blog.prod").await?;
+            Ok(ingress.is_some_and(|i| {
+                i.metadata.deletion_timestamp.is_none()
+                    && first_host(&i).as_deref() == Some(hostname)
+            }))
         }
     })
     .await?;

@@ -159,7 +159,7 @@ const OBJECT_STORE_RETRY: Duration = Duration::from_secs(15);
 const DATABASE_SWEEP: Duration = Duration::from_secs(3600);
 
 /// Reconciles one Channel.
-pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(mut channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = channel.namespace().ok_or(Error::Incomplete("namespace"))?;
     if channel.metadata.deletion_timestamp.is_some() {
         // Workloads, routes and deploys go with the channel through owner references; its database, images and
@@ -173,12 +173,12 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
                 )
             })?;
             crate::postgres::remove(&ctx, settings, &channel).await?;
-            set_finalizer(&ctx, &channel, crate::postgres::FINALIZER, false).await?;
+            remove_finalizer(&ctx, &channel, crate::postgres::FINALIZER).await?;
             return Ok(Action::await_change());
         }
         if has_finalizer(&channel, IMAGES_FINALIZER) {
             crate::build::remove_images(&ctx, &channel).await?;
-            set_finalizer(&ctx, &channel, IMAGES_FINALIZER, false).await?;
+            remove_finalizer(&ctx, &channel, IMAGES_FINALIZER).await?;
             return Ok(Action::await_change());
         }
         if has_finalizer(&channel, crate::blob::FINALIZER) {
@@ -189,32 +189,29 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
                 )
             })?;
             crate::blob::remove(&ctx, settings, &channel).await?;
-            set_finalizer(&ctx, &channel, crate::blob::FINALIZER, false).await?;
+            remove_finalizer(&ctx, &channel, crate::blob::FINALIZER).await?;
             return Ok(Action::await_change());
         }
         return Ok(Action::await_change());
     }
-    let apps: Api<App> = Api::namespaced(ctx.client.clone(), &namespace);
-    let app = apps.get_opt(&channel.spec.app).await?;
-    let builds_images = app
-        .as_ref()
-        .is_some_and(|a| a.spec.template != slipway_crds::Template::Static);
-    if builds_images && !has_finalizer(&channel, IMAGES_FINALIZER) {
-        set_finalizer(&ctx, &channel, IMAGES_FINALIZER, true).await?;
-        // The write is a new version of the channel, which comes back as a change.
-        return Ok(Action::await_change());
-    }
+    let app = crate::caches::app(&ctx, &channel).await?;
     let mut observed = observe(&channel, app.as_ref(), &ctx.config.app_domain);
     if let Some(app) = &app {
-        adopt(&ctx, &channel, app).await?;
+        if let Some(adopted) = adopt(&ctx, &channel, app).await? {
+            channel = Arc::new(adopted);
+        }
+        // Every finalizer the channel needs goes on in one write, before what it guards exists, so no image,
+        // bucket or database can outlive its channel. The reconcile goes on from the written version.
+        let missing: Vec<&str> = finalizers_wanted(&ctx, app, observed.hostname.is_some())
+            .into_iter()
+            .filter(|f| !has_finalizer(&channel, f))
+            .collect();
+        if !missing.is_empty() {
+            channel = Arc::new(add_finalizers(&ctx, &channel, &missing).await?);
+        }
         if let Some(hostname) = &observed.hostname {
             crate::ingress::apply(&ctx, &channel, app, hostname).await?;
             if let Some(settings) = &ctx.blob {
-                // The finalizer goes on before the bucket exists, so no bucket can outlive its channel.
-                if !has_finalizer(&channel, crate::blob::FINALIZER) {
-                    set_finalizer(&ctx, &channel, crate::blob::FINALIZER, true).await?;
-                    return Ok(Action::await_change());
-                }
                 observed.object_store =
                     Some(crate::blob::ensure(&ctx, settings, &channel, app).await);
             }
@@ -223,11 +220,6 @@ pub async fn reconcile(channel: Arc<Channel>, ctx: Arc<Context>) -> Result<Actio
                 .as_ref()
                 .filter(|_| crate::postgres::wanted(app))
             {
-                // As with the bucket: the finalizer first, so no database outlives its channel.
-                if !has_finalizer(&channel, crate::postgres::FINALIZER) {
-                    set_finalizer(&ctx, &channel, crate::postgres::FINALIZER, true).await?;
-                    return Ok(Action::await_change());
-                }
                 observed.database =
                     Some(crate::postgres::ensure(&ctx, settings, &channel, app).await);
             }
@@ -310,22 +302,50 @@ fn has_finalizer(channel: &Channel, name: &str) -> bool {
     channel.finalizers().iter().any(|f| f == name)
 }
 
-/// Adds or removes the finalizer `name`, keeping the channel's other finalizers.
-async fn set_finalizer(
+/// The finalizers `channel` of `app` needs: its images' for an app that builds them; its bucket's and
+/// database's for a channel with a hostname on a platform that keeps them.
+fn finalizers_wanted(ctx: &Context, app: &App, has_hostname: bool) -> Vec<&'static str> {
+    let builds_images = app.spec.template != slipway_crds::Template::Static;
+    let keeps_bucket = has_hostname && ctx.blob.is_some();
+    let keeps_database = has_hostname && ctx.postgres.is_some() && crate::postgres::wanted(app);
+    [
+        (builds_images, IMAGES_FINALIZER),
+        (keeps_bucket, crate::blob::FINALIZER),
+        (keeps_database, crate::postgres::FINALIZER),
+    ]
+    .into_iter()
+    .filter_map(|(wanted, name)| wanted.then_some(name))
+    .collect()
+}
+
+/// Adds the finalizers `names` to the channel's, answering the channel as written.
+async fn add_finalizers(
     ctx: &Context,
     channel: &Channel,
-    name: &str,
-    present: bool,
-) -> Result<(), Error> {
-    let mut finalizers: Vec<String> = channel
+    names: &[&str],
+) -> Result<Channel, Error> {
+    let mut finalizers = channel.finalizers().to_vec();
+    finalizers.extend(names.iter().map(|n| (*n).to_owned()));
+    write_finalizers(ctx, channel, finalizers).await
+}
+
+/// Removes the finalizer `name`, keeping the channel's others.
+async fn remove_finalizer(ctx: &Context, channel: &Channel, name: &str) -> Result<(), Error> {
+    let finalizers = channel
         .finalizers()
         .iter()
         .filter(|f| *f != name)
         .cloned()
         .collect();
-    if present {
-        finalizers.push(name.to_owned());
-    }
+    write_finalizers(ctx, channel, finalizers).await?;
+    Ok(())
+}
+
+async fn write_finalizers(
+    ctx: &Context,
+    channel: &Channel,
+    finalizers: Vec<String>,
+) -> Result<Channel, Error> {
     // The resourceVersion makes the write fail (and the reconcile retry) if another writer changed the list.
     patch_metadata(
         ctx,
@@ -343,7 +363,7 @@ async fn patch_metadata(
     ctx: &Context,
     channel: &Channel,
     metadata: serde_json::Value,
-) -> Result<(), Error> {
+) -> Result<Channel, Error> {
     let channels: Api<Channel> =
         Api::namespaced(ctx.client.clone(), &channel.namespace().unwrap_or_default());
     let params = PatchParams {
@@ -351,17 +371,17 @@ async fn patch_metadata(
         ..Default::default()
     };
     let patch = serde_json::json!({ "metadata": metadata });
-    channels
+    Ok(channels
         .patch(&channel.name_any(), &params, &Patch::Merge(&patch))
-        .await?;
-    Ok(())
+        .await?)
 }
 
-/// Makes the App an owner of the channel, so garbage collection removes the channel with its app.
-async fn adopt(ctx: &Context, channel: &Channel, app: &App) -> Result<(), Error> {
+/// Makes the App an owner of the channel, so garbage collection removes the channel with its app; answers the
+/// channel as written, if it was not owned yet.
+async fn adopt(ctx: &Context, channel: &Channel, app: &App) -> Result<Option<Channel>, Error> {
     let app_uid = app.meta().uid.as_deref().ok_or(Error::Incomplete("uid"))?;
     if channel.owner_references().iter().any(|r| r.uid == app_uid) {
-        return Ok(());
+        return Ok(None);
     }
     let mut reference = app
         .controller_owner_ref(&())
@@ -375,6 +395,7 @@ async fn adopt(ctx: &Context, channel: &Channel, app: &App) -> Result<(), Error>
         serde_json::json!({ "ownerReferences": references }),
     )
     .await
+    .map(Some)
 }
 
 /// Publishes an Event on the channel; failing to publish is logged, never fatal.

@@ -72,6 +72,8 @@ pub struct Context {
     pub backoff: crate::backoff::Backoff,
     /// How many builds may run at once, cluster-wide.
     pub max_builds: usize,
+    /// The Channel controller's caches, once it runs ([`crate::run::run`]).
+    pub caches: std::sync::OnceLock<crate::caches::Caches>,
 }
 
 impl Context {
@@ -103,6 +105,7 @@ impl Context {
             registry_tokens: None,
             backoff: Default::default(),
             max_builds: crate::build::DEFAULT_MAX_BUILDS.into(),
+            caches: Default::default(),
         }
     }
 

@@ -14,7 +14,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use slipway_crds::app::Template;
-use slipway_crds::{App, Channel, Domain, DomainPhase, labels, names};
+use slipway_crds::{App, Channel, labels, names};
 
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
@@ -73,38 +73,19 @@ pub fn build(
     serde_json::from_value(ingress).map_err(|e| Error::InvalidSpec(format!("ingress: {e}")))
 }
 
-/// The verified custom domains of `channel`, sorted. The apiserver selects the channel's Domains (`spec.channel` is
-/// a selectable field), so a reconcile reads its channel's domains and not its namespace's.
-pub async fn verified_domains(ctx: &Context, channel: &Channel) -> Result<Vec<String>, Error> {
-    let namespace = channel.namespace().ok_or(Error::Incomplete("namespace"))?;
-    let api: Api<Domain> = Api::namespaced(ctx.client.clone(), &namespace);
-    let selected =
-        kube::api::ListParams::default().fields(&format!("spec.channel={}", channel.name_any()));
-    let mut hosts: Vec<String> = api
-        .list(&selected)
-        .await?
-        .into_iter()
-        .filter(|d| {
-            d.spec.channel == channel.name_any()
-                && d.metadata.deletion_timestamp.is_none()
-                && d.status.as_ref().map(|s| s.phase) == Some(DomainPhase::Verified)
-        })
-        .map(|d| d.spec.domain)
-        .collect();
-    hosts.sort();
-    hosts.dedup();
-    Ok(hosts)
-}
-
-/// Applies the channel's Ingress with server-side apply (idempotent; a no-op when nothing changed).
+/// Applies the channel's Ingress with server-side apply, unless the cached Ingress already has it (the apply
+/// would be a no-op, but one the apiserver works out in full).
 pub async fn apply(
     ctx: &Context,
     channel: &Channel,
     app: &App,
     hostname: &str,
 ) -> Result<(), Error> {
-    let domains = verified_domains(ctx, channel).await?;
+    let domains = crate::caches::verified_domains(ctx, channel).await?;
     let ingress = build(channel, app, hostname, &domains)?;
+    if crate::caches::ingress_is_current(ctx, &ingress).await {
+        return Ok(());
+    }
     let namespace = channel.namespace().ok_or(Error::Incomplete("namespace"))?;
     let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), &namespace);
     api.patch(

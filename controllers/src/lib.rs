@@ -5,6 +5,7 @@ pub mod app;
 pub mod backoff;
 pub mod blob;
 pub mod build;
+pub mod caches;
 pub mod channel;
 pub mod context;
 mod deletion;

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -185,7 +185,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     }
     let apps_for_forwards = apps.clone();
 
-    let app_controller = Controller::new(apps.clone(), watcher::Config::default())
+    let app_controller = crate::caches::controller(apps.clone())
         .owns(channels.clone(), watcher::Config::default())
         .shutdown_on_signal()
         .run(
@@ -200,23 +200,35 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         None => Api::all(client.clone()),
     };
     let channels_for_domains = channels.clone();
-    let channel_controller = Controller::new(channels, watcher::Config::default())
-        .owns(ingresses, watcher::Config::default());
+    // The watches that trigger channel reconciles also keep what those reconciles read ([`crate::caches`]).
+    let (caches, writers) = crate::caches::Caches::new();
+    if ctx.caches.set(caches).is_err() {
+        anyhow::bail!("the controllers of one context run once");
+    }
+    let channel_controller = crate::caches::controller(channels).owns_stream(
+        crate::caches::cached(ingresses, writers.ingresses, crate::caches::trim_ingress),
+    );
     let channel_store = channel_controller.store();
     // A Domain's verification adds its host to (or removes it from) its channel's Ingress.
     let channel_controller = channel_controller
-        .watches(apps, watcher::Config::default(), move |app: App| {
-            let (ns, name) = (app.namespace(), app.name_any());
-            channel_store
-                .state()
-                .into_iter()
-                .filter(|c| c.namespace() == ns && c.spec.app == name)
-                .map(|c| ObjectRef::from_obj(c.as_ref()))
-                .collect::<Vec<_>>()
-        })
-        .watches(
-            domains.clone(),
-            watcher::Config::default(),
+        .watches_stream(
+            crate::caches::cached(apps, writers.apps, crate::caches::trim_managed_fields),
+            move |app: App| {
+                let (ns, name) = (app.namespace(), app.name_any());
+                channel_store
+                    .state()
+                    .into_iter()
+                    .filter(|c| c.namespace() == ns && c.spec.app == name)
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches_stream(
+            crate::caches::cached(
+                domains.clone(),
+                writers.domains,
+                crate::caches::trim_managed_fields,
+            ),
             |domain: Domain| {
                 domain
                     .namespace()
@@ -233,7 +245,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
 
     // A deploy that finishes lets the next one of its channel start: its change also reconciles the channel's
     // queued deploys (and nothing else: see `deploy::queue::unblocked_by`).
-    let deploy_controller = Controller::new(deploys.clone(), watcher::Config::default());
+    let deploy_controller = crate::caches::controller(deploys.clone());
     let deploy_store = deploy_controller.store();
     let deploy_controller = deploy_controller
         .watches(
@@ -256,7 +268,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         .for_each(|_| futures::future::ready(()));
 
     // A channel that appears (or gets its hostname) lets its Domains work out their records.
-    let domain_controller = Controller::new(domains, watcher::Config::default());
+    let domain_controller = crate::caches::controller(domains);
     let domain_store = domain_controller.store();
     let domain_controller = domain_controller
         .watches(
@@ -281,7 +293,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         .for_each(|_| futures::future::ready(()));
 
     // An app's toggle decides whether its channels' Forwards serve.
-    let forward_controller = Controller::new(forwards, watcher::Config::default());
+    let forward_controller = crate::caches::controller(forwards);
     let forward_store = forward_controller.store();
     let forward_controller = forward_controller
         .watches(

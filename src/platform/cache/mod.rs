@@ -356,6 +356,8 @@ where
     let (indexed, mut indexer) = Indexed::new(reader, keys);
     let events = watcher(Api::<K>::all(client), watcher::Config::default())
         .default_backoff()
+        // Nothing here reads managed fields, a good part of each object's size.
+        .modify(|object| object.meta_mut().managed_fields = None)
         .map(move |event| {
             if let Ok(event) = &event {
                 indexer.apply(event);
