@@ -45,8 +45,9 @@ layout="$work/layout"
 mkdir -p "$layout"
 oci_tar "$work/root" "$work/layer.tar"
 layers="$(oci_base_layers "$layout" "$base")"$'\n'"$(oci_layer "$layout" "$work/layer.tar")"
+# The environment and entry point of the Dockerfile's image (MALLOC_ARENA_MAX: see there).
 runtime=$(jq -cn --arg tag "$tag" '{
-  Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp"],
+  Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "MALLOC_ARENA_MAX=2"],
   User: "65532:65532", Entrypoint: ["slipway"], Cmd: ["--help"],
   Labels: {"org.opencontainers.image.title": "slipway", "org.opencontainers.image.version": $tag}}')
 oci_image "$layout" "slipway.local/slipway/slipway:$tag" "$runtime" "$layers"

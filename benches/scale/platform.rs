@@ -249,7 +249,12 @@ impl Platform {
         let out = std::fs::File::create(&log)?;
         let binary = std::env::var_os("SLIPWAY_BENCH_BINARY")
             .unwrap_or_else(|| env!("CARGO_BIN_EXE_slipway").into());
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        // As the image runs every component (see the Dockerfile), unless the bench is told otherwise.
+        if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+            command.env("MALLOC_ARENA_MAX", "2");
+        }
+        let child = command
             .args(args)
             .env("KUBECONFIG", slipway_testkit::kubeconfig_path())
             .stdin(Stdio::null())
