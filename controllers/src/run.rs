@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -161,13 +162,15 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                 Api::all(client.clone()),
             ),
         };
-    for (kind, probe) in [
-        ("App", apps.list(&Default::default()).await.err()),
-        ("Channel", channels.list(&Default::default()).await.err()),
-        ("Deploy", deploys.list(&Default::default()).await.err()),
-        ("Domain", domains.list(&Default::default()).await.err()),
+    // One object is enough to show the kind is served (a platform holds 10,000 channels).
+    let probe = ListParams::default().limit(1);
+    for (kind, failed) in [
+        ("App", apps.list(&probe).await.err()),
+        ("Channel", channels.list(&probe).await.err()),
+        ("Deploy", deploys.list(&probe).await.err()),
+        ("Domain", domains.list(&probe).await.err()),
     ] {
-        if let Some(e) = probe {
+        if let Some(e) = failed {
             anyhow::bail!(
                 "cannot list {kind} resources ({e}); install the CRDs first: `slipway crds | kubectl apply --server-side -f -`"
             );
@@ -178,7 +181,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    if let Err(e) = forwards.list(&Default::default()).await {
+    if let Err(e) = forwards.list(&probe).await {
         anyhow::bail!(
             "cannot list Forward resources ({e}); install the CRDs first: `slipway crds | kubectl apply --server-side -f -`"
         );
