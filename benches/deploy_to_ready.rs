@@ -210,6 +210,11 @@ async fn main() -> Result<()> {
             rebuild / rewind,
             first / rewind
         ));
+        // Its pod's CPU request goes with it: a small node schedules only so many apps of the plan.
+        let deleted = api.delete(&format!("/apps/{app}"), &user).await;
+        if !deleted.status.is_success() {
+            bail!("delete the app bench-{template}: {}", deleted.body);
+        }
     }
     eprintln!("two channels deployed at once...");
     lines.push(overlapping_builds(&api, &user).await?);
