@@ -6,7 +6,7 @@
 #        (default: all)
 #
 # Every benchmark but `scale` runs on a single-node cluster and Postgres of their own (node slot
-# $SLIPWAY_BENCH_NODE_SLOT, default 6), stopped afterwards. `scale` (10,000 channels, ~20 minutes) needs no node: it
+# $SLIPWAY_BENCH_NODE_SLOT, default 6), stopped afterwards. `scale` (10,000 channels, ~5 minutes) needs no node: it
 # runs on a control plane and Postgres of its own, on ports of their own ($SLIPWAY_BENCH_SCALE_ETCD_PORT 21589 and the
 # next, $SLIPWAY_BENCH_SCALE_APISERVER_PORT 21543, $SLIPWAY_BENCH_SCALE_PG_PORT 21542), also stopped afterwards.
 set -euo pipefail

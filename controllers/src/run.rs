@@ -5,12 +5,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::ListParams;
+use kube::core::{NamespaceResourceScope, PartialObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -144,24 +148,22 @@ where
     result
 }
 
+/// The objects of kind `K` the operator follows: in its one namespace when it has one, else in every namespace.
+fn scoped<K>(ctx: &Context) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    match &ctx.config.namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    }
+}
+
 /// Runs every controller until the process is told to stop. Fails fast when the CRDs are not installed.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let (apps, channels, deploys, domains): (Api<App>, Api<Channel>, Api<Deploy>, Api<Domain>) =
-        match &ctx.config.namespace {
-            Some(ns) => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-            ),
-            None => (
-                Api::all(client.clone()),
-                Api::all(client.clone()),
-                Api::all(client.clone()),
-                Api::all(client.clone()),
-            ),
-        };
+        (scoped(&ctx), scoped(&ctx), scoped(&ctx), scoped(&ctx));
     // One object is enough to show the kind is served (a platform holds 10,000 channels).
     let probe = ListParams::default().limit(1);
     for (kind, failed) in [
@@ -177,10 +179,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         }
     }
 
-    let forwards: Api<Forward> = match &ctx.config.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let forwards: Api<Forward> = scoped(&ctx);
     if let Err(e) = forwards.list(&probe).await {
         anyhow::bail!(
             "cannot list Forward resources ({e}); install the CRDs first: `slipway crds | kubectl apply --server-side -f -`"
@@ -198,10 +197,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         )
         .for_each(|_| futures::future::ready(()));
 
-    let ingresses: Api<Ingress> = match &ctx.config.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let ingresses: Api<Ingress> = scoped(&ctx);
     let channels_for_domains = channels.clone();
     // The watches that trigger channel reconciles also keep what those reconciles read ([`crate::caches`]).
     let (caches, writers) = crate::caches::Caches::new();
@@ -248,8 +244,17 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
 
     // A deploy that finishes lets the next one of its channel start: its change also reconciles the channel's
     // queued deploys (and nothing else: see `deploy::queue::unblocked_by`).
+    // A deploy in flight also wakes when its build Job, its new pods or its channel's EndpointSlices change: the
+    // steps of a rollout ([`crate::deploy::triggers`]).
     let deploy_controller = crate::caches::controller(deploys.clone());
     let deploy_store = deploy_controller.store();
+    let (pod_store, slice_store) = (deploy_store.clone(), deploy_store.clone());
+    let builds = watcher::Config::default().labels(&format!(
+        "{}={}",
+        crate::build::job::BUILD_LABEL,
+        crate::build::job::BUILD_LABEL_VALUE
+    ));
+    let run_pods = watcher::Config::default().labels(&crate::deploy::triggers::run_pod_selector());
     let deploy_controller = deploy_controller
         .watches(
             deploys,
@@ -260,6 +265,23 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                     .into_iter()
                     .map(ObjectRef::from_obj)
                     .collect::<Vec<_>>()
+            },
+        )
+        .owns_stream(watcher(scoped::<PartialObjectMeta<Job>>(&ctx), builds).touched_objects())
+        .watches_stream(
+            watcher(scoped::<PartialObjectMeta<Pod>>(&ctx), run_pods).touched_objects(),
+            move |pod: PartialObjectMeta<Pod>| {
+                crate::deploy::triggers::by_pod(&pod.metadata, &pod_store.state())
+            },
+        )
+        .watches_stream(
+            watcher(
+                scoped::<PartialObjectMeta<EndpointSlice>>(&ctx),
+                watcher::Config::default(),
+            )
+            .touched_objects(),
+            move |slice: PartialObjectMeta<EndpointSlice>| {
+                crate::deploy::triggers::by_endpoint_slice(&slice.metadata, &slice_store.state())
             },
         )
         .shutdown_on_signal()

@@ -12,7 +12,7 @@ use kube::{Api, ResourceExt};
 use slipway_crds::labels;
 use slipway_crds::plans::Plan;
 
-use super::{POLL, Scene, fail, go_live, patch_deploy_status};
+use super::{POLL, SETTLE, Scene, fail, go_live, patch_deploy_status};
 use crate::build::{self, BuildRequest, BuildState};
 use crate::context::Context;
 use crate::error::Error;
@@ -35,9 +35,10 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
                 image_cap_bytes: u64::try_from(plan.image_size_bytes).unwrap_or(u64::MAX),
             };
             match build::advance(ctx, &request).await? {
-                BuildState::Queued { .. } | BuildState::Building => {
-                    return Ok(Action::requeue(POLL));
-                }
+                // A queued build waits for another build to finish, which wakes only that build's deploy.
+                BuildState::Queued { .. } => return Ok(Action::requeue(POLL)),
+                // The build Job's change wakes the deploy ([`super::triggers`]).
+                BuildState::Building => return Ok(Action::requeue(SETTLE)),
                 BuildState::Failed(reason) => {
                     fail(ctx, deploy, &reason).await?;
                     return Ok(Action::await_change());
@@ -99,12 +100,13 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
         plan,
     };
     match workload::advance(ctx, &release).await? {
-        Rollout::Starting => Ok(Action::requeue(POLL)),
+        // The new pods' changes wake the deploy; the deadline is looked at without one.
+        Rollout::Starting => Ok(Action::requeue(SETTLE)),
         Rollout::Ready(ready_by) => {
             workload::promote(ctx, &release).await?;
             if !route_points_at(ctx, deploy).await? {
-                // The Service selects the new pods; its endpoints follow within moments.
-                return Ok(Action::requeue(POLL));
+                // The Service selects the new pods; its EndpointSlices' change wakes the deploy.
+                return Ok(Action::requeue(SETTLE));
             }
             go_live(ctx, scene, sha, Some(ready_by)).await?;
             Ok(Action::await_change())

@@ -13,6 +13,7 @@ pub use dynamic::owner_plan;
 pub mod history;
 pub mod queue;
 pub mod rewind;
+pub mod triggers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +37,9 @@ use slipway_internal::CallError;
 
 /// How often a deploy in flight is looked at while it waits on something that sends no event.
 const POLL: Duration = Duration::from_secs(2);
+/// How long a deploy in flight waits for an event it expects ([`triggers`]) before looking again anyway: for
+/// a deadline that passes without one, and for an event missed while a watch restarted.
+const SETTLE: Duration = Duration::from_secs(5);
 
 /// What the deploy needs from the cluster, read once per reconcile.
 struct Scene {
