@@ -184,6 +184,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             .transpose()
             .map_err(anyhow::Error::msg)
             .context("--tenant-network-policies")?,
+        readiness_window: slipway_controllers::workload::READINESS_WINDOW,
         domains: slipway_controllers::domain::DomainsConfig {
             resolver: args.dns_resolver,
             edge_addresses: args.edge_addresses,

@@ -49,6 +49,7 @@ fn context(client: kube::Client, namespace: &str) -> Arc<Context> {
         builder_image: "127.0.0.1:9/slipway/builder:unused".into(),
         tenant_grants: Vec::new(),
         tenant_network_policies: None,
+        readiness_window: slipway_controllers::workload::READINESS_WINDOW,
         domains: Default::default(),
     };
     Arc::new(Context::new(client, config, metrics))

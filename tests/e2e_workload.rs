@@ -125,6 +125,7 @@ impl Tenant {
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
             tenant_grants: Vec::new(),
             tenant_network_policies: None,
+            readiness_window: slipway_testkit::node::READINESS_WINDOW,
             domains: Default::default(),
         };
         let mut metrics_registry = prometheus_client::registry::Registry::default();
@@ -336,8 +337,9 @@ async fn an_http_app_goes_live_and_a_version_that_never_answers_fails_while_it_k
     assert_eq!(
         outcome,
         Rollout::Failed(format!(
-            "readiness: GET / on port 8080 never answered 2xx and /tmp/.svc-ready-{} was not created within 120s",
-            short_id(&second)
+            "readiness: GET / on port 8080 never answered 2xx and /tmp/.svc-ready-{} was not created within {}s",
+            short_id(&second),
+            slipway_testkit::node::READINESS_WINDOW.as_secs()
         ))
     );
     let body = t.get_through_service(&channel, "get-after-failure").await?;

@@ -42,6 +42,10 @@ pub struct OperatorConfig {
     pub tenant_network_policies: Option<Vec<k8s_openapi::api::networking::v1::NetworkPolicy>>,
     /// Custom domains: the verification resolver, the edge's addresses, ACME.
     pub domains: crate::domain::DomainsConfig,
+    /// How long a deploy's new version has to pass readiness: the hosting API's 120 s
+    /// ([`crate::workload::READINESS_WINDOW`]), which the operator binary always uses. Tests of the failure shorten
+    /// it rather than wait two minutes.
+    pub readiness_window: std::time::Duration,
 }
 
 /// Shared state of the reconcilers.

@@ -7,6 +7,7 @@
 #   GET /env?name=NAME             the value of an environment variable of the pod ("" when unset)
 # Run with arguments instead (a build step does), it tries each `connect:HOST:PORT` or `get:URL` and prints one line
 # `probe ARGUMENT => OUTCOME` for each.
+import concurrent.futures
 import http.server
 import os
 import socket
@@ -81,10 +82,16 @@ class Prober(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+def attempt(arg):
+    kind, target = arg.split(":", 1)
+    return connect(target) if kind == "connect" else get(target)
+
+
 if len(sys.argv) > 1:
-    for arg in sys.argv[1:]:
-        kind, target = arg.split(":", 1)
-        result = connect(target) if kind == "connect" else get(target)
+    # All at once: a dropped connection takes the whole timeout, and a build step tries a dozen of them.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(sys.argv) - 1) as pool:
+        results = list(pool.map(attempt, sys.argv[1:]))
+    for arg, result in zip(sys.argv[1:], results):
         print("probe {} => {}".format(arg, result.replace("\n", " ")[:200]), flush=True)
 else:
     http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Prober).serve_forever()

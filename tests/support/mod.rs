@@ -514,6 +514,7 @@ impl TestApi {
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
             tenant_grants: Vec::new(),
             tenant_network_policies: None,
+            readiness_window: slipway_testkit::node::READINESS_WINDOW,
             domains: Default::default(),
         })
     }
@@ -634,6 +635,7 @@ impl TestApi {
             builder_image: "127.0.0.1:9/unused".into(),
             tenant_grants: Vec::new(),
             tenant_network_policies: None,
+            readiness_window: slipway_controllers::workload::READINESS_WINDOW,
             domains,
         })
     }

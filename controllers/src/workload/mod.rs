@@ -106,7 +106,8 @@ pub async fn advance(ctx: &Context, release: &Release<'_>) -> Result<Rollout, Er
         .creation_timestamp
         .as_ref()
         .ok_or(Error::Incomplete("creationTimestamp"))?;
-    let deadline = readiness::deadline(created.0);
+    let window = ctx.config.readiness_window;
+    let deadline = readiness::deadline(created.0, window);
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let selector = format!("{}={}", labels::DEPLOY, names.deploy_uid);
@@ -135,7 +136,7 @@ pub async fn advance(ctx: &Context, release: &Release<'_>) -> Result<Rollout, Er
             Rollout::Failed(readiness::crashed_message(restarts, &last_exit, &output))
         }
         readiness::Observation::Waiting { detail } if past_deadline => Rollout::Failed(
-            readiness::timed_out_message(&names.ready_file, detail.as_deref()),
+            readiness::timed_out_message(&names.ready_file, detail.as_deref(), window),
         ),
         readiness::Observation::Waiting { .. } => Rollout::Starting,
     })

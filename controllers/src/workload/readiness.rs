@@ -42,9 +42,9 @@ pub enum Observation {
     },
 }
 
-/// When the window of a Deployment created at `created` closes.
-pub fn deadline(created: Timestamp) -> Timestamp {
-    let window = SignedDuration::from_secs(WINDOW.as_secs().try_into().unwrap_or(i64::MAX));
+/// When the `window` of a Deployment created at `created` closes.
+pub fn deadline(created: Timestamp, window: Duration) -> Timestamp {
+    let window = SignedDuration::from_secs(window.as_secs().try_into().unwrap_or(i64::MAX));
     created.checked_add(window).unwrap_or(Timestamp::MAX)
 }
 
@@ -157,11 +157,11 @@ fn held_up(pod: &Pod) -> Option<String> {
     })
 }
 
-/// Why a deploy failed when its window closed without a check passing.
-pub fn timed_out_message(ready_file: &str, detail: Option<&str>) -> String {
+/// Why a deploy failed when its `window` closed without a check passing.
+pub fn timed_out_message(ready_file: &str, detail: Option<&str>, window: Duration) -> String {
     let mut message = format!(
         "readiness: GET / on port {HTTP_PORT} never answered 2xx and {ready_file} was not created within {}s",
-        WINDOW.as_secs()
+        window.as_secs()
     );
     if let Some(detail) = detail {
         message.push_str("; ");

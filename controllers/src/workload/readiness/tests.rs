@@ -18,12 +18,12 @@ const CREATED: &str = "2026-01-01T00:00:00Z";
 
 #[test]
 fn the_window_is_120_seconds_from_creation() {
-    assert_eq!(deadline(at(CREATED)), at("2026-01-01T00:02:00Z"));
+    assert_eq!(deadline(at(CREATED), WINDOW), at("2026-01-01T00:02:00Z"));
 }
 
 #[test]
 fn a_pod_ready_within_the_window_passed_even_when_seen_late() {
-    let deadline = deadline(at(CREATED));
+    let deadline = deadline(at(CREATED), WINDOW);
     let seen = observe(&[pod(ready_at("2026-01-01T00:01:59Z"))], deadline);
     assert_eq!(
         seen,
@@ -42,7 +42,7 @@ fn a_pod_being_deleted_does_not_count() {
         "2026-01-01T00:00:20Z",
     )));
     assert_eq!(
-        observe(&[p], deadline(at(CREATED))),
+        observe(&[p], deadline(at(CREATED), WINDOW)),
         Observation::Waiting { detail: None }
     );
 }
@@ -57,7 +57,7 @@ fn a_process_that_keeps_exiting_is_crashing() {
         }]})
     };
     let backing_off = json!({"waiting": {"reason": "CrashLoopBackOff"}});
-    let deadline = deadline(at(CREATED));
+    let deadline = deadline(at(CREATED), WINDOW);
     assert_eq!(
         observe(&[pod(status(3, backing_off.clone()))], deadline),
         Observation::Crashing {
@@ -86,7 +86,7 @@ fn what_holds_a_pod_up_is_reported() {
          "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}},
     ]}));
     assert_eq!(
-        observe(&[pulling], deadline(at(CREATED))),
+        observe(&[pulling], deadline(at(CREATED), WINDOW)),
         Observation::Waiting {
             detail: Some(
                 "container app is waiting: ImagePullBackOff Back-off pulling image".into()
@@ -98,14 +98,14 @@ fn what_holds_a_pod_up_is_reported() {
          "state": {"waiting": {"reason": "ContainerCreating"}}},
     ]}));
     assert_eq!(
-        observe(&[creating], deadline(at(CREATED))),
+        observe(&[creating], deadline(at(CREATED), WINDOW)),
         Observation::Waiting { detail: None }
     );
     let unscheduled = pod(json!({"conditions": [
         {"type": "PodScheduled", "status": "False", "message": "0/1 nodes are available: Insufficient memory."}
     ]}));
     assert_eq!(
-        observe(&[unscheduled], deadline(at(CREATED))),
+        observe(&[unscheduled], deadline(at(CREATED), WINDOW)),
         Observation::Waiting {
             detail: Some(
                 "the pod is not scheduled: 0/1 nodes are available: Insufficient memory.".into()
@@ -117,13 +117,14 @@ fn what_holds_a_pod_up_is_reported() {
 #[test]
 fn the_timeout_message_names_both_checks() {
     assert_eq!(
-        timed_out_message("/tmp/.svc-ready-1a2b3c4d", None),
+        timed_out_message("/tmp/.svc-ready-1a2b3c4d", None, WINDOW),
         "readiness: GET / on port 8080 never answered 2xx and /tmp/.svc-ready-1a2b3c4d was not created within 120s"
     );
     assert!(
         timed_out_message(
             "/tmp/.svc-ready-1a2b3c4d",
-            Some("the pod is not scheduled: x")
+            Some("the pod is not scheduled: x"),
+            WINDOW
         )
         .ends_with("within 120s; the pod is not scheduled: x")
     );
