@@ -16,12 +16,6 @@ use kube::Client;
 use kube::api::{Api, LogParams, PostParams};
 use serde_json::json;
 
-/// The readiness window of the operators the node's tests run: a version that never passes fails after this
-/// instead of the hosting API's 2 minutes (which the shipped operator keeps, and a unit test holds), while a pod
-/// of a cached image slowed by the tests beside it still starts well within it, and a crashing process still
-/// reaches its third exit (about 35 s into the kubelet's back-off) first.
-pub const READINESS_WINDOW: Duration = Duration::from_secs(60);
-
 /// The busybox tool image the node's registry serves (Debian's busybox-static, see `hack/build-images.sh`).
 pub const BUSYBOX: &str = "busybox:1.35.0";
 

@@ -514,7 +514,7 @@ impl TestApi {
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
             tenant_grants: Vec::new(),
             tenant_network_policies: None,
-            readiness_window: slipway_testkit::node::READINESS_WINDOW,
+            readiness_window: slipway_controllers::workload::READINESS_WINDOW,
             domains: Default::default(),
         })
     }
