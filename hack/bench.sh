@@ -9,6 +9,7 @@
 # $SLIPWAY_BENCH_NODE_SLOT, default 6), stopped afterwards. `scale` (10,000 channels, ~5 minutes) needs no node: it
 # runs on a control plane and Postgres of its own, on ports of their own ($SLIPWAY_BENCH_SCALE_ETCD_PORT 21589 and the
 # next, $SLIPWAY_BENCH_SCALE_APISERVER_PORT 21543, $SLIPWAY_BENCH_SCALE_PG_PORT 21542), also stopped afterwards.
+# Its components' logs are kept in $SLIPWAY_CACHE/run-bench-scale/scale-logs (the last run's).
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."

@@ -64,6 +64,24 @@ pub struct Platform {
     _db: TestDatabase,
 }
 
+/// The components' logs outlive the run: they are copied to `$SLIPWAY_RUN/scale-logs` (the last run's only) before
+/// the temporary directory goes, so a call that failed can be looked into afterwards.
+impl Drop for Platform {
+    fn drop(&mut self) {
+        let Some(run) = std::env::var_os("SLIPWAY_RUN") else {
+            return;
+        };
+        let kept = Path::new(&run).join("scale-logs");
+        if std::fs::create_dir_all(&kept).is_err() {
+            return;
+        }
+        for p in &self.processes {
+            let _ = std::fs::copy(&p.log, kept.join(format!("{}.log", p.name)));
+        }
+        eprintln!("[scale] the components' logs: {}", kept.display());
+    }
+}
+
 impl Platform {
     /// Starts the webhook (and registers it), the API, the operator and the edge, in that order, each once the one
     /// before answers.
