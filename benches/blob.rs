@@ -1,7 +1,7 @@
 //! Object storage throughput through the platform's S3 gateway against the backend itself (versitygw, the same
-//! instance, the same client library): PUT and GET of 1 MiB and 64 MiB objects in MiB/s, and 1 KiB objects in
-//! requests per second at a fixed concurrency (the median of three rounds, the sides taking turns), with the
-//! gateway's ratio to the backend. The gateway runs with its real work per request: SigV4 with the channel's key
+//! instance, the same client library): PUT and GET of 1 MiB and 64 MiB objects in MiB/s (one at a time), and 1 KiB
+//! objects in requests per second at a fixed concurrency, each figure the median of three timed rounds in which the
+//! sides take turns, with the gateway's ratio to the backend. The gateway runs with its real work per request: SigV4 with the channel's key
 //! pair, the bucket mapping, and the quota's reservations, leases and counts in Postgres. Needs Postgres
 //! (`make bench` starts it); the backend is started here.
 //!
@@ -22,8 +22,11 @@ use slipway_testkit::s3::TestS3;
 const MIB: usize = 1024 * 1024;
 const SMALL: usize = 1024;
 const CONCURRENCY: usize = 16;
+/// How long each round of small requests runs.
 const MEASURE: Duration = Duration::from_secs(5);
-/// Rounds of small requests per side.
+/// How long each round of 1 MiB or 64 MiB transfers runs.
+const MEASURE_BULK: Duration = Duration::from_secs(2);
+/// Rounds per side and figure.
 const ROUNDS: usize = 3;
 
 #[tokio::main]
@@ -79,21 +82,25 @@ async fn main() -> Result<()> {
         ("backend", &direct, row.backend_bucket.as_str()),
     ];
 
-    for (size, count) in [(MIB, 64), (64 * MIB, 4)] {
+    // Each side streams for [`MEASURE_BULK`] per round (a few dozen milliseconds of transfers said more about the
+    // machine's moment than about either side), the two taking turns; each side's median is reported.
+    for size in [MIB, 64 * MIB] {
         let data = bytes::Bytes::from(vec![0x5a; size]);
-        let mut figures = Vec::new();
-        for (side, client, bucket) in sides {
-            let put = throughput(count, size, || put(client, bucket, "big", data.clone())).await?;
-            let get = throughput(count, size, || get(client, bucket, "big")).await?;
-            figures.push((side, put, get));
+        let mut rates = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+        for _ in 0..ROUNDS {
+            for (side, (_, client, bucket)) in sides.iter().enumerate() {
+                rates[side][0]
+                    .push(throughput(size, || put(client, bucket, "big", data.clone())).await?);
+                rates[side][1].push(throughput(size, || get(client, bucket, "big")).await?);
+            }
         }
+        let [gateway, backend] = rates.map(|side| side.map(median));
         let label = format!("{} MiB", size / MIB);
-        report(&format!("PUT {label}"), "MiB/s", figures[0].1, figures[1].1);
-        report(&format!("GET {label}"), "MiB/s", figures[0].2, figures[1].2);
+        report(&format!("PUT {label}"), "MiB/s", gateway[0], backend[0]);
+        report(&format!("GET {label}"), "MiB/s", gateway[1], backend[1]);
     }
 
-    // Small requests are the noisiest figure on a small machine: the two sides take turns for several rounds,
-    // and each side's median is reported.
+    // Small requests the same way, at a fixed concurrency.
     let small = bytes::Bytes::from(vec![0x5a; SMALL]);
     let mut rates = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
     for _ in 0..ROUNDS {
@@ -137,16 +144,18 @@ async fn get(client: &Client, bucket: &str, key: &str) -> Result<()> {
     Ok(())
 }
 
-/// MiB/s of `count` sequential transfers of `size` bytes (after one warm-up transfer).
-async fn throughput<F, Fut>(count: usize, size: usize, mut one: F) -> Result<f64>
+/// MiB/s of sequential transfers of `size` bytes for [`MEASURE_BULK`] (after one warm-up transfer).
+async fn throughput<F, Fut>(size: usize, mut one: F) -> Result<f64>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<()>>,
 {
     one().await?;
     let started = Instant::now();
-    for _ in 0..count {
+    let mut count = 0;
+    while started.elapsed() < MEASURE_BULK {
         one().await?;
+        count += 1;
     }
     Ok((count * size) as f64 / MIB as f64 / started.elapsed().as_secs_f64())
 }
