@@ -9,7 +9,8 @@
 #        SHA-256>, so a changed binary is a new tag and `helm upgrade` rolls the pods.
 #
 # SLIPWAY_IMAGE_PROFILE=debug (default) builds with the dev profile, which the test tiers compile anyway;
-# `release` takes a separate, slower build and makes the faster binary.
+# `release` takes a separate, slower build and makes the faster binary. The binary is built in $CARGO_TARGET_DIR when
+# set (the test tiers set it), else in the repository's target/.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
@@ -30,14 +31,17 @@ esac
 base=$("$HACK/build-images.sh" base)
 log "building the slipway binary ($profile)"
 (cd "$ROOT" && cargo build --quiet --locked "${cargo_profile[@]}" --bin slipway)
+target_dir=${CARGO_TARGET_DIR:-$ROOT/target}
+case "$target_dir" in /*) ;; *) target_dir="$ROOT/$target_dir" ;; esac
+binary="$target_dir/$out_dir/slipway"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/slipway-image.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/root/usr/local/bin"
 # Line tables stay (panics name their source lines); the rest of the debug sections only weigh.
 objcopy --strip-debug --keep-section=.debug_line --keep-section=.debug_line_str \
-  "$ROOT/target/$out_dir/slipway" "$work/root/usr/local/bin/slipway" 2>/dev/null ||
-  cp "$ROOT/target/$out_dir/slipway" "$work/root/usr/local/bin/slipway"
+  "$binary" "$work/root/usr/local/bin/slipway" 2>/dev/null ||
+  cp "$binary" "$work/root/usr/local/bin/slipway"
 chmod 0755 "$work/root/usr/local/bin/slipway"
 [ -n "$tag" ] || tag="dev-$(sha256sum <"$work/root/usr/local/bin/slipway" | cut -c1-12)"
 

@@ -19,10 +19,14 @@
 # node slot $SLIPWAY_TEST_NODE_SLOT (1), Pebble's ports from $SLIPWAY_TEST_PEBBLE_PORT (24400, see hack/pebble.sh), the
 # channels' data server's port from $SLIPWAY_TEST_DATA_PORT (25500; e2e uses +1), the upstream OIDC provider's from
 # $SLIPWAY_TEST_OIDC_PORT (29400), the SMTP server's from $SLIPWAY_TEST_SMTP_PORT (29525). Set them to run two test runs side by side.
+#
+# Every checkout builds into one cargo target directory, $SLIPWAY_CACHE/target (or $CARGO_TARGET_DIR when set), like
+# the parts above: a fresh clone then compiles the workspace's own crates again but none of their dependencies.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
 source "$HACK/versions.sh"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$SLIPWAY_CACHE/target}
 
 tiers=("$@")
 [ ${#tiers[@]} -gt 0 ] || tiers=(lint unit cluster e2e)
