@@ -403,16 +403,32 @@ async fn backend_error(status: StatusCode, body: hyper::body::Incoming) -> S3Err
         Ok(collected) => collected.to_bytes(),
         Err(_) => Bytes::new(),
     };
-    let text = String::from_utf8_lossy(&text);
-    let code = element(&text, "Code")
+    let answer = ErrorAnswer::parse(&String::from_utf8_lossy(&text));
+    let code = answer
+        .code
         .and_then(|c| S3ErrorCode::from_bytes(c.as_bytes()))
         .unwrap_or_else(|| status_code(status));
-    let mut err = match element(&text, "Message") {
+    let mut err = match answer.message {
         Some(message) => S3Error::with_message(code, message),
         None => S3Error::new(code),
     };
     err.set_status_code(status);
     err
+}
+
+/// The fields of an S3 `<Error>` document the gateway passes on.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ErrorAnswer {
+    code: Option<String>,
+    message: Option<String>,
+}
+
+impl ErrorAnswer {
+    /// `xml`'s code and message; nothing of a body that is not such a document.
+    fn parse(xml: &str) -> Self {
+        quick_xml::de::from_str(xml).unwrap_or_default()
+    }
 }
 
 /// The S3 code of a bodiless error answer, as the SDK names it.
@@ -427,21 +443,6 @@ fn status_code(status: StatusCode) -> S3ErrorCode {
         _ => return S3ErrorCode::InternalError,
     };
     S3ErrorCode::from_bytes(name.as_bytes()).unwrap_or(S3ErrorCode::InternalError)
-}
-
-/// The text of the first `<name>` element of an XML document, unescaped.
-fn element(xml: &str, name: &str) -> Option<String> {
-    let open = format!("<{name}>");
-    let start = xml.find(&open)? + open.len();
-    let end = start + xml[start..].find(&format!("</{name}>"))?;
-    let raw = &xml[start..end];
-    Some(
-        raw.replace("&lt;", "<")
-            .replace("&gt;", ">")
-            .replace("&quot;", "\"")
-            .replace("&apos;", "'")
-            .replace("&amp;", "&"),
-    )
 }
 
 #[cfg(test)]
@@ -549,14 +550,15 @@ mod tests {
 
     #[test]
     fn error_answers_keep_their_code_and_message() {
-        let xml = "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code>\
-                   <Message>The key &lt;k&gt; &amp; more</Message><Resource>/slipway-x/k</Resource></Error>";
-        assert_eq!(element(xml, "Code").as_deref(), Some("NoSuchKey"));
-        assert_eq!(
-            element(xml, "Message").as_deref(),
-            Some("The key <k> & more")
-        );
-        assert_eq!(element(xml, "BucketName"), None);
+        let xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchKey</Code>\
+                   <Message>The key &lt;k&gt; &amp; &#233;</Message><Resource>/slipway-x/k</Resource></Error>";
+        let answer = ErrorAnswer::parse(xml);
+        assert_eq!(answer.code.as_deref(), Some("NoSuchKey"));
+        assert_eq!(answer.message.as_deref(), Some("The key <k> & \u{e9}"));
+        let bodiless = ErrorAnswer::parse("");
+        assert_eq!((bodiless.code, bodiless.message), (None, None));
+        let not_xml = ErrorAnswer::parse("502 Bad Gateway");
+        assert_eq!((not_xml.code, not_xml.message), (None, None));
         assert_eq!(status_code(StatusCode::NOT_FOUND).as_str(), "NotFound");
         assert_eq!(
             status_code(StatusCode::BAD_GATEWAY),
