@@ -19,6 +19,10 @@ use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
 
+#[path = "common/rounds.rs"]
+mod rounds;
+use rounds::median;
+
 const MIB: usize = 1024 * 1024;
 const SMALL: usize = 1024;
 const CONCURRENCY: usize = 16;
@@ -113,11 +117,6 @@ async fn main() -> Result<()> {
     report("PUT 1 KiB", "req/s", gateway[0], backend[0]);
     report("GET 1 KiB", "req/s", gateway[1], backend[1]);
     Ok(())
-}
-
-fn median(mut figures: Vec<f64>) -> f64 {
-    figures.sort_by(f64::total_cmp);
-    figures[figures.len() / 2]
 }
 
 fn report(what: &str, unit: &str, gateway: f64, backend: f64) {

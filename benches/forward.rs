@@ -21,6 +21,10 @@ use anyhow::Result;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+#[path = "common/rounds.rs"]
+mod rounds;
+use rounds::median;
+
 const BULK: usize = 512 * 1024 * 1024;
 const ROUND_TRIPS: usize = 20_000;
 const MESSAGE: usize = 64;
@@ -266,11 +270,6 @@ async fn serve(server: impl Server) -> Result<SocketAddr> {
         }
     });
     Ok(addr)
-}
-
-fn median(mut figures: Vec<f64>) -> f64 {
-    figures.sort_by(f64::total_cmp);
-    figures[figures.len() / 2]
 }
 
 /// MiB/s of [`BULK`] bytes written to a sink at `addr`, until it confirmed having read them all.
