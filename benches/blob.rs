@@ -1,8 +1,8 @@
 //! Object storage throughput through the platform's S3 gateway against the backend itself (versitygw, the same
 //! instance, the same client library): PUT and GET of 1 MiB and 64 MiB objects in MiB/s (one at a time), and 1 KiB
 //! objects in requests per second at a fixed concurrency, each figure the median of three timed rounds in which the
-//! sides take turns, with the gateway's ratio to the backend. The gateway runs with its real work per request: SigV4 with the channel's key
-//! pair, the bucket mapping, and the quota's reservations, leases and counts in Postgres. Needs Postgres
+//! sides take turns, with the gateway's ratio to the backend. The gateway runs with its real work per request: SigV4
+//! with the channel's key pair, the bucket mapping, and the quota's reservations, leases and counts in Postgres. Needs Postgres
 //! (`make bench` starts it); the backend is started here.
 //!
 //! Prints one line per figure; it asserts nothing about time.
@@ -81,24 +81,26 @@ async fn main() -> Result<()> {
         None,
     );
     let direct = backend::client(&root, None);
+    // The gateway first, then the backend: a client and the name it knows the bucket by.
     let sides = [
-        ("gateway", &through, row.virtual_bucket.as_str()),
-        ("backend", &direct, row.backend_bucket.as_str()),
+        (&through, row.virtual_bucket.as_str()),
+        (&direct, row.backend_bucket.as_str()),
     ];
 
     // Each side streams for [`MEASURE_BULK`] per round (a few dozen milliseconds of transfers said more about the
-    // machine's moment than about either side), the two taking turns; each side's median is reported.
+    // machine's moment than about either side).
     for size in [MIB, 64 * MIB] {
         let data = bytes::Bytes::from(vec![0x5a; size]);
-        let mut rates = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
-        for _ in 0..ROUNDS {
-            for (side, (_, client, bucket)) in sides.iter().enumerate() {
-                rates[side][0]
-                    .push(throughput(size, || put(client, bucket, "big", data.clone())).await?);
-                rates[side][1].push(throughput(size, || get(client, bucket, "big")).await?);
+        let [gateway, backend] = in_turns(sides, |(client, bucket)| {
+            let data = data.clone();
+            async move {
+                Ok([
+                    throughput(size, || put(client, bucket, "big", data.clone())).await?,
+                    throughput(size, || get(client, bucket, "big")).await?,
+                ])
             }
-        }
-        let [gateway, backend] = rates.map(|side| side.map(median));
+        })
+        .await?;
         let label = format!("{} MiB", size / MIB);
         report(&format!("PUT {label}"), "MiB/s", gateway[0], backend[0]);
         report(&format!("GET {label}"), "MiB/s", gateway[1], backend[1]);
@@ -106,17 +108,40 @@ async fn main() -> Result<()> {
 
     // Small requests the same way, at a fixed concurrency.
     let small = bytes::Bytes::from(vec![0x5a; SMALL]);
-    let mut rates = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
-    for _ in 0..ROUNDS {
-        for (side, (_, client, bucket)) in sides.iter().enumerate() {
-            rates[side][0].push(rate(client, bucket, Some(small.clone())).await?);
-            rates[side][1].push(rate(client, bucket, None).await?);
+    let [gateway, backend] = in_turns(sides, |(client, bucket)| {
+        let small = small.clone();
+        async move {
+            Ok([
+                rate(client, bucket, Some(small)).await?,
+                rate(client, bucket, None).await?,
+            ])
         }
-    }
-    let [gateway, backend] = rates.map(|side| side.map(median));
+    })
+    .await?;
     report("PUT 1 KiB", "req/s", gateway[0], backend[0]);
     report("GET 1 KiB", "req/s", gateway[1], backend[1]);
     Ok(())
+}
+
+/// A client and the bucket name it uses.
+type Side<'a> = (&'a Client, &'a str);
+
+/// Each side's PUT and GET figures (`[put, get]` per side, in the order of `sides`): the medians of [`ROUNDS`]
+/// rounds in which the sides take turns, each round measured by `round`.
+async fn in_turns<'a, F, Fut>(sides: [Side<'a>; 2], mut round: F) -> Result<[[f64; 2]; 2]>
+where
+    F: FnMut(Side<'a>) -> Fut,
+    Fut: Future<Output = Result<[f64; 2]>>,
+{
+    let mut figures = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+    for _ in 0..ROUNDS {
+        for (of_side, side) in figures.iter_mut().zip(sides) {
+            let [put, get] = round(side).await?;
+            of_side[0].push(put);
+            of_side[1].push(get);
+        }
+    }
+    Ok(figures.map(|side| side.map(median)))
 }
 
 fn report(what: &str, unit: &str, gateway: f64, backend: f64) {
