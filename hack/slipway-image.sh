@@ -30,6 +30,16 @@ esac
 
 base=$("$HACK/build-images.sh" base)
 log "building the slipway binary ($profile)"
+# Run from a test (the upgrade test builds its second image here), this script inherits what cargo sets for the test
+# binary: CARGO_PKG_NAME, CARGO_MANIFEST_DIR and the like. Build scripts that watch those (ring's does) would count
+# them as changed, run again, and rebuild ring and every crate above it, here and again in the next build from a
+# shell. The build sees the shell's cargo environment instead.
+for var in $(compgen -e); do
+  case "$var" in
+    CARGO | CARGO_PKG_* | CARGO_MANIFEST_* | CARGO_CRATE_NAME | CARGO_BIN_NAME | CARGO_BIN_EXE_* | CARGO_PRIMARY_PACKAGE | \
+      CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR | OUT_DIR) unset "$var" ;;
+  esac
+done
 (cd "$ROOT" && cargo build --quiet --locked "${cargo_profile[@]}" --bin slipway)
 target_dir=${CARGO_TARGET_DIR:-$ROOT/target}
 case "$target_dir" in /*) ;; *) target_dir="$ROOT/$target_dir" ;; esac
