@@ -2,7 +2,8 @@
 //! error rows, the queue (one deploy at a time per channel, in order), the channel's `current_sha`,
 //! `pending_deploy` and status, a branch pinned to its head by the deploy call (and one written with kubectl
 //! resolved at start), the log windows, the image inventory of a static app, and a failed deploy that leaves the
-//! serving commit alone. Static channels run no pod, so no node is needed.
+//! serving commit alone; and an app's deploy deleted with kubectl mid-build, which the channel no longer names as
+//! pending. Static channels run no pod, and the app's build never starts, so no node is needed.
 
 // Fixture helpers panic on a malformed response: in a test that is the failure to report.
 #![allow(clippy::unwrap_used)]
@@ -12,10 +13,12 @@ mod support;
 use std::time::Duration;
 
 use anyhow::Result;
-use kube::Api;
+use kube::api::DeleteParams;
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use slipway_crds::Deploy;
+use slipway_crds::{Channel, Deploy, DeployPhase};
 use slipway_internal::{InternalClient, InternalEndpoint, TokenSource};
+use slipway_testkit::wait_until;
 use support::{TestApi, User};
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -424,5 +427,54 @@ async fn log_windows_follow_the_spec() -> Result<()> {
     s.log("deploy=00000000-0000-4000-8000-000000000000")
         .await
         .expect(404, Some("not_found"));
+    Ok(())
+}
+
+/// A deploy deleted with kubectl while it builds leaves no reconcile of its own to take its name out of the
+/// Channel's `pendingDeploy`; the channel's reconcile does, woken by the deletion. (The build never starts here:
+/// this tier has no node, so the deploy stays in flight until it is deleted.)
+#[tokio::test]
+async fn a_deploy_deleted_with_kubectl_mid_build_is_no_longer_the_channel_s_pending_deploy()
+-> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("gone", "builder").await?;
+    let app = api.create_app(&alice, "web", "app").await;
+    let (app_id, prod_id) = (
+        app["id"].as_str().unwrap(),
+        app["channels"][0]["id"].as_str().unwrap(),
+    );
+    api.start_operator_without_node(&alice.namespace).await?;
+    api.commit(
+        &alice,
+        app_id,
+        json!({"launch.sh": "exec sleep infinity\n"}),
+    )
+    .await;
+    let deploy_id = api
+        .deploy(&alice, app_id, prod_id, json!({"ref": "master"}))
+        .await;
+    let deploy = api.deploy_resource(&alice.namespace, &deploy_id).await?;
+    let channels: Api<Channel> = Api::namespaced(api.kube.clone(), &alice.namespace);
+    let pending = || async {
+        let channel = channels.get_status(&deploy.spec.channel).await?;
+        anyhow::Ok(channel.status.and_then(|s| s.pending_deploy))
+    };
+    wait_until(WITHIN, || async {
+        Ok(pending()
+            .await?
+            .is_some_and(|p| p.deploy_id == deploy_id && p.status == DeployPhase::Running))
+    })
+    .await?;
+
+    let deploys: Api<Deploy> = Api::namespaced(api.kube.clone(), &alice.namespace);
+    deploys
+        .delete(&deploy.name_any(), &DeleteParams::default())
+        .await?;
+    wait_until(WITHIN, || async { Ok(pending().await?.is_none()) }).await?;
+    let channel = api
+        .get(&format!("/apps/{app_id}/channels/{prod_id}"), &alice)
+        .await
+        .expect(200, None);
+    assert_eq!(channel["pending_deploy"], Value::Null);
     Ok(())
 }

@@ -194,6 +194,7 @@ pub async fn reconcile(mut channel: Arc<Channel>, ctx: Arc<Context>) -> Result<A
         }
         return Ok(Action::await_change());
     }
+    crate::deploy::settle_pending(&ctx, &channel).await?;
     let app = crate::caches::app(&ctx, &channel).await?;
     let mut observed = observe(&channel, app.as_ref(), &ctx.config.app_domain);
     if let Some(app) = &app {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -159,6 +159,19 @@ where
     }
 }
 
+/// The objects of `api` as they are deleted (a deletion the watch missed while it restarted is not among them).
+fn deleted<K>(api: Api<K>) -> impl futures::Stream<Item = Result<K, watcher::Error>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    watcher(api, watcher::Config::default()).try_filter_map(|event| async move {
+        Ok(match event {
+            watcher::Event::Delete(object) => Some(object),
+            _ => None,
+        })
+    })
+}
+
 /// Runs every controller until the process is told to stop. Fails fast when the CRDs are not installed.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
@@ -234,6 +247,12 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                     .map(|ns| ObjectRef::<Channel>::new(&domain.spec.channel).within(&ns))
             },
         )
+        // A deploy deleted in flight leaves its channel's pendingDeploy naming it ([`crate::deploy::settle_pending`]).
+        .watches_stream(deleted(deploys.clone()), |deploy: Deploy| {
+            deploy
+                .namespace()
+                .map(|ns| ObjectRef::<Channel>::new(&deploy.spec.channel).within(&ns))
+        })
         .shutdown_on_signal()
         .run(
             |o, c| timed("Channel", o, c, crate::channel::reconcile),

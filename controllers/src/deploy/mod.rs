@@ -91,7 +91,7 @@ pub async fn reconcile(deploy: Arc<Deploy>, ctx: Arc<Context>) -> Result<Action,
             Action::await_change()
         }
     };
-    sync_pending(&ctx, &scene).await?;
+    sync_pending(&ctx, &namespace, &scene.channel.name_any()).await?;
     Ok(action)
 }
 
@@ -308,32 +308,62 @@ async fn of_channel(deploys: &Api<Deploy>, channel: &str) -> Result<Vec<Deploy>,
     Ok(deploys.list(&selected).await?.items)
 }
 
-/// Sets the channel's `pendingDeploy` to its newest deploy in flight (re-reading the deploys, which this
-/// reconcile may have moved), or clears it.
-async fn sync_pending(ctx: &Context, scene: &Scene) -> Result<(), Error> {
-    let namespace = scene.channel.namespace().unwrap_or_default();
-    let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), &namespace);
-    let fresh = of_channel(&deploys, &scene.channel.name_any()).await?;
+/// Sets the channel `channel` of `namespace`'s `pendingDeploy` to its newest deploy in flight (re-reading the
+/// deploys, which a reconcile may have moved), or clears it.
+async fn sync_pending(ctx: &Context, namespace: &str, channel: &str) -> Result<(), Error> {
+    let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), namespace);
+    let fresh = of_channel(&deploys, channel).await?;
     let wanted: Option<PendingDeploy> = queue::newest_in_flight(&fresh).map(|d| PendingDeploy {
         deploy_id: d.uid().unwrap_or_default(),
         deploy_name: d.name_any(),
         sha: d.known_sha(),
         status: d.status.as_ref().map(|s| s.phase).unwrap_or_default(),
     });
-    let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
+    let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), namespace);
     let current = channels
-        .get_status(&scene.channel.name_any())
+        .get_status(channel)
         .await?
         .status
         .and_then(|s| s.pending_deploy);
     if current != wanted {
         channels
             .patch_status(
-                &scene.channel.name_any(),
+                channel,
                 &params(),
                 &Patch::Merge(&json!({"status": {"pendingDeploy": wanted}})),
             )
             .await?;
+    }
+    Ok(())
+}
+
+/// Moves on a `pendingDeploy` that names a deploy no longer in flight. Each deploy's reconcile keeps the field, but
+/// a deploy deleted mid-flight (with kubectl) has no reconcile left to clear it; the channel reconciler calls this
+/// (a Deploy's deletion wakes it, and it looks again every few minutes for a deletion its watch missed). A read of
+/// one Deploy when the channel names one; nothing otherwise.
+pub async fn settle_pending(ctx: &Context, channel: &Channel) -> Result<(), Error> {
+    let Some(pending) = channel
+        .status
+        .as_ref()
+        .and_then(|s| s.pending_deploy.as_ref())
+    else {
+        return Ok(());
+    };
+    let namespace = channel.namespace().unwrap_or_default();
+    let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), &namespace);
+    let still_in_flight = deploys
+        .get_opt(&pending.deploy_name)
+        .await?
+        .is_some_and(|d| {
+            d.uid().as_deref() == Some(pending.deploy_id.as_str())
+                && d.status
+                    .as_ref()
+                    .map(|s| s.phase)
+                    .unwrap_or_default()
+                    .in_flight()
+        });
+    if !still_in_flight {
+        sync_pending(ctx, &namespace, &channel.name_any()).await?;
     }
     Ok(())
 }
