@@ -1,7 +1,7 @@
 //! What the gateway knows of each access key, from memory. Every request names its key, and reading the store
 //! from Postgres each time (and opening its sealed secret) would cost a round trip and a decryption per request. So
-//! the key pair, the bucket mapping and the owner's byte quota are kept per access key for [`TTL`], and a change
-//! still takes effect at once:
+//! the key pair, the bucket mapping and the owner's byte quota are kept per access key ([`Noticed`]) for [`TTL`],
+//! and a change still takes effect at once:
 //!
 //! - the platform database announces on [`CHANNEL`] every change to a store's key pair, buckets or owner (the
 //!   access key id is the payload; a channel deleted, a secret resealed or replaced) and every change of an
@@ -13,30 +13,24 @@
 //!
 //! Unknown keys are kept too, so a client retrying a bad key costs one read per [`TTL`]; a store made later with
 //! that key is announced like any change.
+//!
+//! [`TTL`]: crate::db::notices::TTL
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use http::StatusCode;
 use s3s::auth::{Credentials, S3Auth, SecretKey};
 use s3s::{S3Error, S3Result, s3_error};
 use slipway_crds::plans::Plan;
 use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::store;
-use crate::db::notices::{self, Forgetful};
+use crate::db::notices::Noticed;
 use crate::env::crypto::Keyring;
 
-/// Longest a looked-up key is trusted: the bound on a change whose notice was lost on a connection that died
-/// without a sign.
-pub const TTL: Duration = Duration::from_secs(60);
 /// The notification channel of migration `20261127000000`.
 pub const CHANNEL: &str = "slipway_blob_changed";
-/// Most keys kept; past it the cache starts over.
-const MAX_KEPT: usize = 100_000;
 
 /// What the gateway knows of the channel a request is signed for.
 #[derive(Debug)]
@@ -82,43 +76,24 @@ pub fn unavailable(e: impl std::fmt::Display) -> S3Error {
     err
 }
 
-/// A cached lookup: when it was made and what it found.
-type Kept = (Instant, Option<Arc<Tenant>>);
-
-#[derive(Default)]
-struct State {
-    listening: bool,
-    /// Moves on at every change, so a read that overlapped one is not kept.
-    epoch: u64,
-    kept: HashMap<String, Kept>,
-}
-
 /// Stores by access key, read from the platform database and kept as the module docs say.
 pub struct Tenants {
     db: PgPool,
     ring: Keyring,
-    state: Mutex<State>,
-    stop: CancellationToken,
+    kept: Arc<Noticed<String, Option<Arc<Tenant>>>>,
 }
 
 impl Tenants {
     /// Stores of `db`, whose secrets open with `ring`, answered from memory once the cache listens to the
     /// database's announcements (a task, until the cache is dropped).
     pub fn listening(db: PgPool, ring: Keyring) -> Arc<Self> {
-        let tenants = Arc::new(Self {
-            db: db.clone(),
-            ring,
-            state: Mutex::default(),
-            stop: CancellationToken::new(),
-        });
-        tokio::spawn(notices::keep_listening(
-            Arc::downgrade(&tenants),
-            tenants.stop.clone(),
+        // A notice names the access key whose store changed; an empty one concerns every key.
+        let named = |key: &str| (!key.is_empty()).then(|| key.to_owned());
+        Arc::new(Self {
+            kept: Noticed::listening(db.clone(), CHANNEL, "access keys", named),
             db,
-            CHANNEL,
-            "access keys",
-        ));
-        tenants
+            ring,
+        })
     }
 
     /// The platform database.
@@ -128,36 +103,14 @@ impl Tenants {
 
     /// Whether keys are answered from memory (the cache is listening to changes).
     pub fn is_listening(&self) -> bool {
-        self.lock().listening
+        self.kept.is_listening()
     }
 
-    /// The channel `access_key` belongs to, if any.
+    /// The channel `access_key` belongs to, if any. Unknown keys are kept too.
     pub async fn get(&self, access_key: &str) -> S3Result<Option<Arc<Tenant>>> {
-        let epoch = {
-            let state = self.lock();
-            if !state.listening {
-                None
-            } else if let Some((at, tenant)) = state.kept.get(access_key)
-                && at.elapsed() < TTL
-            {
-                return Ok(tenant.clone());
-            } else {
-                Some(state.epoch)
-            }
-        };
-        let tenant = self.read(access_key).await?;
-        if let Some(epoch) = epoch {
-            let mut state = self.lock();
-            if state.listening && state.epoch == epoch {
-                if state.kept.len() >= MAX_KEPT {
-                    state.kept.clear();
-                }
-                state
-                    .kept
-                    .insert(access_key.to_owned(), (Instant::now(), tenant.clone()));
-            }
-        }
-        Ok(tenant)
+        self.kept
+            .get(access_key, self.read(access_key), |_| true)
+            .await
     }
 
     /// The channel whose key pair signed a request with `credentials` (checked by s3s).
@@ -198,35 +151,6 @@ impl Tenants {
             created_at: row.created_at,
             secret,
         })))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Forgetful for Tenants {
-    fn set_listening(&self, listening: bool) {
-        let mut state = self.lock();
-        state.epoch += 1;
-        state.kept.clear();
-        state.listening = listening;
-    }
-
-    fn heard(&self, access_key: &str) {
-        let mut state = self.lock();
-        state.epoch += 1;
-        if access_key.is_empty() {
-            state.kept.clear();
-        } else {
-            state.kept.remove(access_key);
-        }
-    }
-}
-
-impl Drop for Tenants {
-    fn drop(&mut self) {
-        self.stop.cancel();
     }
 }
 
