@@ -355,12 +355,7 @@ pub async fn settle_pending(ctx: &Context, channel: &Channel) -> Result<(), Erro
         .get_opt(&pending.deploy_name)
         .await?
         .is_some_and(|d| {
-            d.uid().as_deref() == Some(pending.deploy_id.as_str())
-                && d.status
-                    .as_ref()
-                    .map(|s| s.phase)
-                    .unwrap_or_default()
-                    .in_flight()
+            d.uid().as_deref() == Some(pending.deploy_id.as_str()) && queue::in_flight(&d)
         });
     if !still_in_flight {
         sync_pending(ctx, &namespace, &channel.name_any()).await?;

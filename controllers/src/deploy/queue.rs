@@ -12,7 +12,8 @@ fn age_key(d: &Deploy) -> (Option<k8s_openapi::jiff::Timestamp>, String) {
     )
 }
 
-fn in_flight(d: &Deploy) -> bool {
+/// Whether `d` is queued or running.
+pub fn in_flight(d: &Deploy) -> bool {
     d.status
         .as_ref()
         .map(|s| s.phase)
