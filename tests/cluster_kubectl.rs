@@ -131,8 +131,8 @@ async fn kubectl_explain_shows_the_field_docs() -> Result<()> {
 #[tokio::test]
 async fn the_examples_apply_cleanly() -> Result<()> {
     let (_client, ns) = setup("examples").await?;
-    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
-    let out = kubectl(&["apply", "-n", ns.name(), "-f", examples])?;
+    let examples = slipway_testkit::package_dir().join("examples");
+    let out = kubectl(&["apply", "-n", ns.name(), "-f", &examples.to_string_lossy()])?;
     for created in [
         "app.slipway.dev/blog created",
         "channel.slipway.dev/blog.prod created",

@@ -350,10 +350,7 @@ async fn a_person_signs_in_with_the_sdk_and_the_token_works_at_the_mcp_endpoint_
 {
     let f = fixture("oasdk").await?;
     let out = tokio::process::Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/mcp/oauth_client.py"
-        ))
+        .arg(slipway_testkit::package_dir().join("tests/mcp/oauth_client.py"))
         .arg(format!("{}/mcp", f.base))
         .arg(&f.sub)
         .stdin(Stdio::null())

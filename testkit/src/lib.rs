@@ -33,6 +33,18 @@ pub mod namespaces;
 pub mod service_accounts;
 pub mod tls;
 
+/// The directory of the package under test, where its tests find the checkout's files (scripts, examples, the
+/// Python clients) at run time. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test; that value, unlike the path
+/// compiled into the binary, is this checkout's even when the binary was built from another checkout sharing the
+/// target directory (cargo reuses a workspace crate's build across checkouts whose sources are not newer). Run
+/// directly, a test binary falls back to its working directory, which cargo also sets to the package's.
+pub fn package_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
 /// Label on every namespace a test creates.
 pub const TEST_NAMESPACE_LABEL: &str = "slipway.dev/test";
 

@@ -116,10 +116,7 @@ pub async fn boto3(
 ) -> Result<String> {
     let mut command = tokio::process::Command::new("python3");
     command
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/s3/boto3_client.py"
-        ))
+        .arg(super::platform::root().join("tests/s3/boto3_client.py"))
         .args(args)
         .env("S3_ENDPOINT", endpoint)
         .env("S3_BUCKET", &keys.bucket)

@@ -156,7 +156,7 @@ pub async fn next_sign_in_code(maildir: &Path, to: &str, seen: usize) -> Result<
 
 /// Where the test run leaves its screenshots of the console: `target/console-screenshots/`.
 pub fn screenshot_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let dir = super::platform::root()
         .join("target")
         .join("console-screenshots");
     let _ = std::fs::create_dir_all(&dir);

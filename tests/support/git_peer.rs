@@ -26,7 +26,7 @@ pub struct GitPeer {
 }
 
 fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("hack/git-peer.sh")
+    super::platform::root().join("hack/git-peer.sh")
 }
 
 /// A port of this run's range that nothing listens on now.

@@ -115,7 +115,7 @@ impl McpClient {
     /// Opens a session at `url` with `Authorization: Bearer token`.
     pub async fn connect(url: &str, token: &str) -> Result<Self> {
         let mut child = tokio::process::Command::new("python3")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py"))
+            .arg(super::platform::root().join("tests/mcp/client.py"))
             .arg(url)
             .arg(token)
             .stdin(Stdio::piped())

@@ -86,7 +86,7 @@ fn var(name: &str) -> Result<String> {
 
 /// The repository's root.
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    slipway_testkit::package_dir()
 }
 
 /// Runs kubectl (the test cluster's, `SLIPWAY_KUBECTL` with `SLIPWAY_KUBECONFIG`) and returns stdout; fails on a
