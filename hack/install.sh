@@ -186,6 +186,9 @@ build:
   buildkitAddr: $SLIPWAY_BUILDKIT_ADDR
   builderImage: $SLIPWAY_BUILDER_IMAGE
   probeImage: $SLIPWAY_PROBE_IMAGE
+workloads:
+  # The node's apps request part of their plan's CPU share (hack/node.sh says how much, and why).
+  cpuRequestPercent: $SLIPWAY_CPU_REQUEST_PERCENT
 api:
   # The MCP server's OAuth sign-in for people: issued by the api's own address, through the upstream provider below.
   publicUrl: http://$SLIPWAY_NODE_IP:$API_NODE_PORT

@@ -37,6 +37,11 @@ SLOT=${SLIPWAY_NODE_SLOT:-0}
 NAME=slipway-node$SLOT              # network namespace, cgroup, iptables comment
 HOST_IF=slipway$SLOT                # host end of the link (the node end is eth0 inside the namespace)
 HOST_IP=10.243.$SLOT.1
+# What apps on this node request of their plan's CPU share, in percent (the operator's --cpu-request-percent): the
+# node's cores serve the platform, the builds and every app, and the apps idle most of the time. With their whole
+# share reserved, a third app of the builder plan already waited unscheduled ("Insufficient cpu") beside the
+# platform while the cores were nine tenths idle.
+CPU_REQUEST_PERCENT=20
 NODE_IP=10.243.$SLOT.2
 POD_CIDR=10.$((244 + SLOT)).0.0/16
 SERVICE_CIDR=10.$((96 + SLOT)).0.0/16
@@ -350,6 +355,7 @@ export SLIPWAY_BUILDKIT_CA_CERT_FILE=$BUILDKIT_CA_DIR/ca.crt
 export SLIPWAY_BUILDKIT_CA_KEY_FILE=$BUILDKIT_CA_DIR/ca.key
 export SLIPWAY_PROBE_IMAGE=busybox:$(busybox_version)
 export SLIPWAY_BUILDER_IMAGE=$REGISTRY/slipway/builder:$BUILDKIT_VERSION
+export SLIPWAY_CPU_REQUEST_PERCENT=$CPU_REQUEST_PERCENT
 EOF
 }
 

@@ -142,6 +142,14 @@ pub struct OperatorArgs {
     #[arg(long, env = "SLIPWAY_MAX_BUILDS", default_value_t = slipway_controllers::build::DEFAULT_MAX_BUILDS,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub max_builds: u16,
+    /// How much of its plan's CPU share (`cpu_soft_cores`) an app's pod requests from the scheduler, in percent.
+    /// 100 reserves every running app's whole share; less overcommits the nodes' CPU, so more apps fit while they
+    /// idle (the limit stays the plan's burst; under contention only the requested part is guaranteed). A change
+    /// resizes running apps, which roll over without a gap.
+    #[arg(long, env = "SLIPWAY_CPU_REQUEST_PERCENT",
+          default_value_t = slipway_controllers::workload::FULL_CPU_REQUEST_PERCENT,
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub cpu_request_percent: u8,
 }
 
 /// The readiness sidecar's image unless told otherwise.
@@ -185,6 +193,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)
             .context("--tenant-network-policies")?,
         readiness_window: slipway_controllers::workload::READINESS_WINDOW,
+        cpu_request_percent: args.cpu_request_percent,
         domains: slipway_controllers::domain::DomainsConfig {
             resolver: args.dns_resolver,
             edge_addresses: args.edge_addresses,

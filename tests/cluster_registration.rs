@@ -481,7 +481,7 @@ fn running_app(namespace: &str, plan: &str) -> Deployment {
                 "metadata": {"labels": {"app": "hello"}},
                 "spec": {
                     "containers": [{"name": "app", "image": "registry.invalid/hello:1",
-                        "resources": slipway_controllers::workload::app_resources(plan)}],
+                        "resources": slipway_controllers::workload::app_resources(plan, 100)}],
                     "volumes": [slipway_controllers::workload::tmp_volume(plan)],
                 }
             }

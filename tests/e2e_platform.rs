@@ -18,7 +18,7 @@
 
 mod support;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use fantoccini::Locator;
 use serde_json::{Value, json};
 use support::blob::{Keys, boto3};
@@ -1275,8 +1275,8 @@ async fn people_sign_in_to_deployed_apps_that_verify_the_cookie_themselves_in_a_
     platform.delete_app(&ida, &app_two).await
 }
 
-/// The memory limit of the app container of each Ready pod of `namespace`'s app `app`.
-async fn ready_app_memory(namespace: &str, app: &str) -> Result<Vec<String>> {
+/// The memory limit and CPU request of the app container of each Ready pod of `namespace`'s app `app`.
+async fn ready_app_sizes(namespace: &str, app: &str) -> Result<Vec<(String, String)>> {
     let out = kubectl(&[
         "-n",
         namespace,
@@ -1289,7 +1289,7 @@ async fn ready_app_memory(namespace: &str, app: &str) -> Result<Vec<String>> {
     ])
     .await?;
     let pods: Value = serde_json::from_str(&out)?;
-    let mut limits = Vec::new();
+    let mut sizes = Vec::new();
     for pod in pods["items"].as_array().into_iter().flatten() {
         let ready = pod["status"]["conditions"]
             .as_array()
@@ -1299,17 +1299,26 @@ async fn ready_app_memory(namespace: &str, app: &str) -> Result<Vec<String>> {
         if ready && pod["metadata"]["deletionTimestamp"].is_null() {
             for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
                 if c["name"] == "app" {
-                    limits.push(
-                        c["resources"]["limits"]["memory"]
-                            .as_str()
-                            .unwrap_or("")
-                            .to_owned(),
-                    );
+                    let resources = &c["resources"];
+                    let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
+                    sizes.push((
+                        text(&resources["limits"]["memory"]),
+                        text(&resources["requests"]["cpu"]),
+                    ));
                 }
             }
         }
     }
-    Ok(limits)
+    Ok(sizes)
+}
+
+/// What a pod of `plan` is sized as on the installed platform: its memory limit, and the CPU request that is the
+/// chart's `workloads.cpuRequestPercent` (the node's, see `hack/node.sh`) of the plan's share.
+fn installed_size(plan: &str) -> Result<(String, String)> {
+    let plan = slipway_crds::plans::Plan::by_tier(plan).context("plan")?;
+    let percent = slipway_testkit::node::cpu_request_percent()?;
+    let millis = (plan.cpu_soft_cores * 10.0 * f64::from(percent)).round();
+    Ok((format!("{}Mi", plan.mem_limit_mb), format!("{millis}m")))
 }
 
 #[tokio::test]
@@ -1355,9 +1364,9 @@ async fn an_agent_registers_with_its_ssh_key_and_a_mailed_code_grows_its_running
     let host = platform.prod_host(&agent, "grow");
     platform.wait_for_page(&host, "/", "version=v1").await?;
     assert_eq!(
-        ready_app_memory(&agent.namespace, "grow").await?,
-        ["128Mi"],
-        "starter"
+        ready_app_sizes(&agent.namespace, "grow").await?,
+        [installed_size("starter")?],
+        "starter, at the chart's share of its CPU"
     );
 
     // The address is proven by the code the installed API mailed through the chart's SMTP relay.
@@ -1386,7 +1395,9 @@ async fn an_agent_registers_with_its_ssh_key_and_a_mailed_code_grows_its_running
         json!({"status": "verified", "plan": "basic", "apply_queued": true})
     );
 
-    // The operator resizes the running app to basic's 256 MiB; the page answers throughout the rollover.
+    // The operator resizes the running app to basic's 256 MiB (and its CPU share); the page answers throughout the
+    // rollover.
+    let basic = installed_size("basic")?;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(180);
     let mut answers = 0;
     loop {
@@ -1398,13 +1409,13 @@ async fn an_agent_registers_with_its_ssh_key_and_a_mailed_code_grows_its_running
             page.text()
         );
         answers += 1;
-        if ready_app_memory(&agent.namespace, "grow").await? == ["256Mi"] {
+        if ready_app_sizes(&agent.namespace, "grow").await? == [basic.clone()] {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
             "not resized: {:?}",
-            ready_app_memory(&agent.namespace, "grow").await?
+            ready_app_sizes(&agent.namespace, "grow").await?
         );
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }

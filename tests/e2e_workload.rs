@@ -132,6 +132,7 @@ impl Tenant {
             tenant_grants: Vec::new(),
             tenant_network_policies: None,
             readiness_window: READINESS_WINDOW,
+            cpu_request_percent: slipway_testkit::node::cpu_request_percent()?,
             domains: Default::default(),
         };
         let mut metrics_registry = prometheus_client::registry::Registry::default();
@@ -263,6 +264,7 @@ fn release<'a>(
         image,
         env,
         plan: starter(),
+        cpu_request_percent: slipway_controllers::workload::FULL_CPU_REQUEST_PERCENT,
     }
 }
 

@@ -46,6 +46,9 @@ pub struct OperatorConfig {
     /// ([`crate::workload::READINESS_WINDOW`]), which the operator binary always uses. Tests of the failure shorten
     /// it rather than wait two minutes.
     pub readiness_window: std::time::Duration,
+    /// How much of its plan's CPU share an app's pod requests, in percent (1-100): 100
+    /// ([`crate::workload::FULL_CPU_REQUEST_PERCENT`]) reserves it all, less overcommits the nodes' CPU.
+    pub cpu_request_percent: u8,
 }
 
 /// Shared state of the reconcilers.

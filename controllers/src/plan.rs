@@ -52,7 +52,7 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
         labels::COMPONENT,
         labels::COMPONENT_RUN
     );
-    let wanted = app_resources(plan);
+    let wanted = app_resources(plan, ctx.config.cpu_request_percent);
     let tmp = tmp_volume(plan);
     for deployment in deployments
         .list(&ListParams::default().labels(&selector))
@@ -130,7 +130,7 @@ mod tests {
                     spec: Some(PodSpec {
                         containers: vec![Container {
                             name: APP_CONTAINER.into(),
-                            resources: Some(app_resources(plan)),
+                            resources: Some(app_resources(plan, 100)),
                             ..Container::default()
                         }],
                         volumes: Some(vec![tmp_volume(plan)]),
@@ -153,15 +153,15 @@ mod tests {
         let running = deployment(starter);
         assert!(sized_for(
             &running,
-            &app_resources(starter),
+            &app_resources(starter, 100),
             &tmp_volume(starter)
         ));
         assert!(!sized_for(
             &running,
-            &app_resources(basic),
+            &app_resources(basic, 100),
             &tmp_volume(basic)
         ));
-        let patch = resize_patch(&app_resources(basic), &tmp_volume(basic));
+        let patch = resize_patch(&app_resources(basic, 100), &tmp_volume(basic));
         let container = &patch["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(container["name"], APP_CONTAINER);
         assert_eq!(container["resources"]["limits"]["memory"], "256Mi");

@@ -30,6 +30,15 @@ pub fn registry() -> Result<String> {
     node_var("SLIPWAY_REGISTRY")
 }
 
+/// How much of their plan's CPU share the node's apps request (`hack/node.sh env` says, for the operator's
+/// `--cpu-request-percent`): an operator a test runs against the node uses the same as the installed platform.
+pub fn cpu_request_percent() -> Result<u8> {
+    let value = node_var("SLIPWAY_CPU_REQUEST_PERCENT")?;
+    value
+        .parse()
+        .with_context(|| format!("SLIPWAY_CPU_REQUEST_PERCENT={value:?} is not a percentage"))
+}
+
 /// Builds the Dockerfile in `context` with the node's BuildKit and pushes the image to the node's registry as
 /// `image` (a full reference under [`registry`]). Build output goes to stderr; a failed build is an error.
 pub async fn build_and_push(context: &Path, image: &str) -> Result<()> {

@@ -515,6 +515,7 @@ impl TestApi {
             tenant_grants: Vec::new(),
             tenant_network_policies: None,
             readiness_window: slipway_controllers::workload::READINESS_WINDOW,
+            cpu_request_percent: slipway_testkit::node::cpu_request_percent()?,
             domains: Default::default(),
         })
     }
@@ -636,6 +637,7 @@ impl TestApi {
             tenant_grants: Vec::new(),
             tenant_network_policies: None,
             readiness_window: slipway_controllers::workload::READINESS_WINDOW,
+            cpu_request_percent: slipway_controllers::workload::FULL_CPU_REQUEST_PERCENT,
             domains,
         })
     }

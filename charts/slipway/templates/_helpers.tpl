@@ -108,3 +108,15 @@ the release namespace, where the database URL and the env keyring are.
 {{- end }}
 {{- $ns }}
 {{- end }}
+
+{{/*
+The share of their plan's CPU that apps' pods request, checked here so a wrong value fails the install, not the
+operator's start.
+*/}}
+{{- define "slipway.cpuRequestPercent" -}}
+{{- $percent := toString .Values.workloads.cpuRequestPercent }}
+{{- if or (not (regexMatch "^[0-9]+$" $percent)) (lt (atoi $percent) 1) (gt (atoi $percent) 100) }}
+{{- fail (printf "workloads.cpuRequestPercent must be a whole number from 1 to 100, not %v" .Values.workloads.cpuRequestPercent) }}
+{{- end }}
+{{- atoi $percent }}
+{{- end }}

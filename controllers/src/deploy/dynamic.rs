@@ -98,6 +98,7 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
         image: &image.reference,
         env: &env,
         plan,
+        cpu_request_percent: ctx.config.cpu_request_percent,
     };
     match workload::advance(ctx, &release).await? {
         // The new pods' changes wake the deploy; the deadline is looked at without one.

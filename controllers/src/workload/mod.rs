@@ -26,7 +26,8 @@ use crate::deletion::delete_if_present;
 use crate::error::Error;
 
 pub use objects::{
-    APP_CONTAINER, APP_UID, FORWARD_PORT, HTTP_PORT, Names, app_resources, tmp_volume,
+    APP_CONTAINER, APP_UID, FORWARD_PORT, FULL_CPU_REQUEST_PERCENT, HTTP_PORT, Names,
+    app_resources, tmp_volume,
 };
 pub use probe::CONTAINER as READINESS_CONTAINER;
 pub use readiness::WINDOW as READINESS_WINDOW;
@@ -47,6 +48,8 @@ pub struct Release<'a> {
     pub env: &'a BTreeMap<String, String>,
     /// The owner's plan: memory limit and CPU share of the container.
     pub plan: &'static Plan,
+    /// How much of the plan's CPU share the pod requests ([`crate::OperatorConfig::cpu_request_percent`]).
+    pub cpu_request_percent: u8,
 }
 
 /// Keys the platform injects (recorded by name in the deploy's env snapshot); they win over user keys.

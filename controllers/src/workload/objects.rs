@@ -202,6 +202,18 @@ fn cpu(cores: f64) -> Quantity {
     Quantity(format!("{millis}m"))
 }
 
+/// The share of a plan's CPU (`cpu_soft_cores`) an app's pod requests from the scheduler when the operator is not
+/// told otherwise: all of it, so every running app holds its whole share of a node.
+pub const FULL_CPU_REQUEST_PERCENT: u8 = 100;
+
+/// The CPU an app pod requests: `percent` of the plan's soft share, at least one millicore. Below 100 the platform
+/// overcommits its nodes' CPU (the operator's `--cpu-request-percent`): an idle app holds less of a node, and a
+/// busy one still bursts to the plan's limit, but only the requested part is guaranteed under contention.
+fn cpu_request(plan: &slipway_crds::plans::Plan, percent: u8) -> Quantity {
+    let millis = (plan.cpu_soft_cores * 10.0 * f64::from(percent)).round() as i64;
+    Quantity(format!("{}m", millis.max(1)))
+}
+
 /// How many times the plan's memory an app pod may write to disk: `/tmp`, `/app`, `$HOME` and its logs together.
 pub const EPHEMERAL_PER_MEMORY: u32 = 4;
 
@@ -212,15 +224,18 @@ pub fn ephemeral_storage_mib(plan: &slipway_crds::plans::Plan) -> u32 {
 }
 
 /// The app container's resources from the plan: memory is limited (and reserved) at the plan's limit, CPU is
-/// guaranteed at the soft share and may burst to the plan's burst, and ephemeral storage (its writable layer and
-/// logs; `/tmp` has the same cap of its own) is limited to [`ephemeral_storage_mib`], with the plan's memory
-/// reserved.
-pub fn app_resources(plan: &slipway_crds::plans::Plan) -> ResourceRequirements {
+/// guaranteed at `cpu_request_percent` of the soft share ([`FULL_CPU_REQUEST_PERCENT`] unless the platform
+/// overcommits) and may burst to the plan's burst, and ephemeral storage (its writable layer and logs; `/tmp` has
+/// the same cap of its own) is limited to [`ephemeral_storage_mib`], with the plan's memory reserved.
+pub fn app_resources(
+    plan: &slipway_crds::plans::Plan,
+    cpu_request_percent: u8,
+) -> ResourceRequirements {
     let memory = Quantity(format!("{}Mi", plan.mem_limit_mb));
     let disk = Quantity(format!("{}Mi", ephemeral_storage_mib(plan)));
     ResourceRequirements {
         requests: Some(BTreeMap::from([
-            ("cpu".to_owned(), cpu(plan.cpu_soft_cores)),
+            ("cpu".to_owned(), cpu_request(plan, cpu_request_percent)),
             ("memory".to_owned(), memory.clone()),
             ("ephemeral-storage".to_owned(), memory.clone()),
         ])),
@@ -326,7 +341,7 @@ fn app_container(release: &Release<'_>, names: &Names) -> Container {
                 ..ContainerPort::default()
             },
         ]),
-        resources: Some(app_resources(release.plan)),
+        resources: Some(app_resources(release.plan, release.cpu_request_percent)),
         security_context: Some(restricted_container()),
         volume_mounts: Some(vec![tmp_mount(false)]),
         // A replaced version keeps serving for a moment after it leaves the Service's endpoints, until every edge

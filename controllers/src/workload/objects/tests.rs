@@ -55,6 +55,7 @@ fn release(f: &Fixture) -> Release<'_> {
         image: "registry.local/alice/blog@sha256:abc",
         env: &f.env,
         plan: Plan::by_tier("starter").expect("starter plan"),
+        cpu_request_percent: 100,
     }
 }
 
@@ -239,7 +240,7 @@ fn both_runnable_templates_get_the_same_pod_and_static_gets_none() {
 
 #[test]
 fn resources_follow_the_plan() {
-    let pro = app_resources(Plan::by_tier("pro").expect("pro"));
+    let pro = app_resources(Plan::by_tier("pro").expect("pro"), 100);
     assert_eq!(
         to_json(&pro),
         json!({"requests": {"cpu": "4000m", "memory": "4096Mi", "ephemeral-storage": "4096Mi"},
@@ -253,8 +254,27 @@ fn resources_follow_the_plan() {
             plan.tier
         );
     }
-    let basic = app_resources(Plan::by_tier("basic").expect("basic"));
+    let basic = app_resources(Plan::by_tier("basic").expect("basic"), 100);
     assert_eq!(to_json(&basic)["requests"]["cpu"], "250m");
+}
+
+#[test]
+fn an_overcommitting_platform_requests_part_of_the_cpu_share_and_keeps_the_rest_of_the_plan() {
+    let basic = Plan::by_tier("basic").expect("basic");
+    let full = to_json(&app_resources(basic, 100));
+    let fifth = to_json(&app_resources(basic, 20));
+    assert_eq!(fifth["requests"]["cpu"], "50m");
+    assert_eq!(
+        fifth["limits"], full["limits"],
+        "the burst, memory and disk stay the plan's"
+    );
+    assert_eq!(fifth["requests"]["memory"], full["requests"]["memory"]);
+    let starter = Plan::by_tier("starter").expect("starter");
+    assert_eq!(
+        to_json(&app_resources(starter, 1))["requests"]["cpu"],
+        "1m",
+        "one percent of the smallest share is still a whole millicore"
+    );
 }
 
 #[test]
