@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test tier, in order, and stops at the first that fails:
+# Runs every test tier, in order, and stops at the first that fails (the cluster tier runs beside the e2e tier, and
+# both finish before the run fails):
 #   1. lint     cargo fmt --check, clippy with -D warnings, helm lint --strict
 #   2. unit     every crate's unit tests and the CRD drift test (no cluster)
 #   3. cluster  tests/cluster_*.rs against a real control plane, a real Postgres and Pebble (ACME CA and test DNS, for
@@ -9,6 +10,9 @@
 # No tier is skipped: a part that cannot be built or started fails the run.
 #
 # usage: hack/test.sh [lint|unit|cluster|e2e]...   (default: all four)
+#
+# The cluster tier runs beside the e2e tier when both are asked for (cluster first): they share no part. Each of
+# their test binaries runs $SLIPWAY_TEST_THREADS (4) tests at once.
 #
 # SLIPWAY_TESTS, globs over the test files' names separated by spaces (for example `cluster_forward` or
 # `cluster_forward e2e_blob*`), narrows the cluster and e2e tiers to the matching files; the chart is installed only
@@ -36,12 +40,15 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 tiers=("$@")
 [ ${#tiers[@]} -gt 0 ] || tiers=(lint unit cluster e2e)
 TEST_RUN=${SLIPWAY_TEST_RUN:-$SLIPWAY_CACHE/run-test}
+# Tests at once in each cluster and e2e test binary: they spend their time waiting (for the apiserver, reconcilers,
+# builds and pods), not computing, so more run at once than the machine has cores.
+TEST_THREADS=${SLIPWAY_TEST_THREADS:-4}
 ETCD_PORT=${SLIPWAY_TEST_ETCD_PORT:-22379}
 APISERVER_PORT=${SLIPWAY_TEST_APISERVER_PORT:-26443}
 
 started=$SECONDS
 results="$(mktemp)"
-trap 'rm -f "$results"' EXIT
+trap 'rm -f "$results" "$results.cluster"' EXIT
 log() { printf '\n[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # Whether the test file named $1 is among those to run.
 selected() {
@@ -67,108 +74,148 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 # The JWT library the sign-in test's app carries (hack/install-deps.sh packed it).
 export SLIPWAY_TEST_JOSE_TGZ="$SLIPWAY_CACHE/npm/jose-$JOSE_VERSION.tgz"
 
+tier_lint() {
+  log "tier lint: rustfmt, clippy, helm lint"
+  cargo fmt --all --check
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+  "$HELM" lint --strict charts/slipway
+}
+
+tier_unit() {
+  log "tier unit: unit tests and CRD drift (no cluster)"
+  cargo_test --workspace --locked --exclude slipway
+  cargo_test -p slipway --locked --lib --bins
+}
+
+tier_cluster() {
+  log "tier cluster: integration tests against a real kube-apiserver"
+  # A control plane of its own (ports and directory apart from `make up`), fresh for every run.
+  (
+    export SLIPWAY_RUN="$TEST_RUN/cluster" SLIPWAY_ETCD_PORT=$ETCD_PORT SLIPWAY_APISERVER_PORT=$APISERVER_PORT
+    export SLIPWAY_PG_PORT=${SLIPWAY_TEST_PG_PORT:-25432}
+    export SLIPWAY_PEBBLE_PORT=${SLIPWAY_TEST_PEBBLE_PORT:-24400}
+    data_port=${SLIPWAY_TEST_DATA_PORT:-25500}
+    data_server() { SLIPWAY_PG_DATA_SERVER=1 SLIPWAY_PG_PORT=$data_port "$HACK/postgres.sh" "$@"; }
+    "$HACK/control-plane.sh" stop >/dev/null 2>&1 || true
+    export SLIPWAY_OIDC_PORT=${SLIPWAY_TEST_OIDC_PORT:-29400}
+    export SLIPWAY_SMTP_PORT=${SLIPWAY_TEST_SMTP_PORT:-29525}
+    trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop; data_server stop; "$HACK/pebble.sh" stop; "$HACK/oidc.sh" stop; "$HACK/smtp.sh" stop' EXIT
+    "$HACK/control-plane.sh" start
+    "$HACK/pebble.sh" start
+    eval "$("$HACK/pebble.sh" env)"
+    # End-user sign-in's upstream identity provider.
+    "$HACK/oidc.sh" start
+    eval "$("$HACK/oidc.sh" env)"
+    SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
+    # The channels' databases live on a server of their own, as they do in the chart.
+    SLIPWAY_TEST_DATA_SERVER_URL=$(data_server start)
+    # The mail relay email verification codes go through; tests read them from its Maildir.
+    "$HACK/smtp.sh" start
+    eval "$("$HACK/smtp.sh" env)"
+    export SLIPWAY_TEST_DATABASE_URL SLIPWAY_TEST_DATA_SERVER_URL
+    export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
+    cluster_tests=()
+    for f in tests/cluster_*.rs; do
+      name=$(basename "$f" .rs)
+      if selected "$name"; then cluster_tests+=(--test "$name"); fi
+    done
+    [ ${#cluster_tests[@]} -gt 0 ] || { echo "SLIPWAY_TESTS=$SLIPWAY_TESTS names no cluster test file" >&2; exit 2; }
+    cargo_test -p slipway --locked "${cluster_tests[@]}" -- --test-threads="$TEST_THREADS"
+  )
+}
+
+tier_e2e() {
+  log "tier e2e: end-to-end tests on a real single-node cluster"
+  (
+    export SLIPWAY_RUN="$TEST_RUN/e2e" SLIPWAY_ETCD_PORT=$((ETCD_PORT + 2)) SLIPWAY_APISERVER_PORT=$((APISERVER_PORT + 1))
+    export SLIPWAY_NODE_SLOT=${SLIPWAY_TEST_NODE_SLOT:-1}
+    export SLIPWAY_PG_PORT=$((${SLIPWAY_TEST_PG_PORT:-25432} + 1))
+    export SLIPWAY_DATA_SERVER_PORT=$((${SLIPWAY_TEST_DATA_PORT:-25500} + 1))
+    trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop; "$HACK/data-server.sh" stop; "$HACK/oidc.sh" stop; "$HACK/smtp.sh" stop; rm -rf "$SLIPWAY_RUN/platform"' EXIT
+    "$HACK/node.sh" start
+    eval "$("$HACK/node.sh" env)"
+    # Pods reach this Postgres too: the chart-installed platform keeps its database here.
+    SLIPWAY_TEST_DATABASE_URL=$(SLIPWAY_PG_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_PG_CLIENTS=$SLIPWAY_POD_CIDR "$HACK/postgres.sh" start)
+    export SLIPWAY_TEST_DATABASE_URL
+    export SLIPWAY_KUBECONFIG="$KUBECONFIG" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
+    # 1. The platform as it ships: the chart installed from the image built here, used over its addresses;
+    #    then upgraded under load and uninstalled (its tests run in that order).
+    if selected e2e_platform || selected e2e_platform_isolation || selected e2e_platform_upgrade; then
+      log "e2e: the platform installed by its chart"
+      rm -rf "$SLIPWAY_RUN/platform"
+      "$HACK/install.sh" install
+      eval "$("$HACK/install.sh" env)"
+      if selected e2e_platform; then
+        cargo_test -p slipway --locked --test e2e_platform -- --test-threads="$TEST_THREADS"
+      fi
+      # --show-output: the hostile tenant's attempts and their outcomes, with isolation on and off.
+      if selected e2e_platform_isolation; then
+        cargo_test -p slipway --locked --test e2e_platform_isolation -- --show-output --test-threads="$TEST_THREADS"
+      fi
+      # --show-output: its count of requests answered during the upgrade belongs in the log.
+      if selected e2e_platform_upgrade; then
+        cargo_test -p slipway --locked --test e2e_platform_upgrade -- --show-output
+      fi
+      "$HACK/install.sh" uninstall
+    fi
+    # 2. The components run in the test process, for the tests that reach inside them (stop an operator
+    #    mid-deploy, read the edge's metrics, drive the build and run steps directly).
+    in_process=()
+    for f in tests/e2e_*.rs; do
+      name=$(basename "$f" .rs)
+      case "$name" in e2e_platform*) ;; *) if selected "$name"; then in_process+=(--test "$name"); fi ;; esac
+    done
+    if [ ${#in_process[@]} -gt 0 ]; then
+      log "e2e: components in the test process"
+      cargo_test -p slipway --locked "${in_process[@]}" -- --test-threads="$TEST_THREADS"
+    fi
+  )
+}
+
 timings=("setup (parts built or found) $((SECONDS - started))s")
 for tier in "${tiers[@]}"; do
-  tier_started=$SECONDS
   case "$tier" in
-    lint)
-      log "tier lint: rustfmt, clippy, helm lint"
-      cargo fmt --all --check
-      cargo clippy --workspace --all-targets --locked -- -D warnings
-      "$HELM" lint --strict charts/slipway
-      ;;
-    unit)
-      log "tier unit: unit tests and CRD drift (no cluster)"
-      cargo_test --workspace --locked --exclude slipway
-      cargo_test -p slipway --locked --lib --bins
-      ;;
-    cluster)
-      log "tier cluster: integration tests against a real kube-apiserver"
-      # A control plane of its own (ports and directory apart from `make up`), fresh for every run.
-      (
-        export SLIPWAY_RUN="$TEST_RUN/cluster" SLIPWAY_ETCD_PORT=$ETCD_PORT SLIPWAY_APISERVER_PORT=$APISERVER_PORT
-        export SLIPWAY_PG_PORT=${SLIPWAY_TEST_PG_PORT:-25432}
-        export SLIPWAY_PEBBLE_PORT=${SLIPWAY_TEST_PEBBLE_PORT:-24400}
-        data_port=${SLIPWAY_TEST_DATA_PORT:-25500}
-        data_server() { SLIPWAY_PG_DATA_SERVER=1 SLIPWAY_PG_PORT=$data_port "$HACK/postgres.sh" "$@"; }
-        "$HACK/control-plane.sh" stop >/dev/null 2>&1 || true
-        export SLIPWAY_OIDC_PORT=${SLIPWAY_TEST_OIDC_PORT:-29400}
-        export SLIPWAY_SMTP_PORT=${SLIPWAY_TEST_SMTP_PORT:-29525}
-        trap '"$HACK/control-plane.sh" stop; "$HACK/postgres.sh" stop; data_server stop; "$HACK/pebble.sh" stop; "$HACK/oidc.sh" stop; "$HACK/smtp.sh" stop' EXIT
-        "$HACK/control-plane.sh" start
-        "$HACK/pebble.sh" start
-        eval "$("$HACK/pebble.sh" env)"
-        # End-user sign-in's upstream identity provider.
-        "$HACK/oidc.sh" start
-        eval "$("$HACK/oidc.sh" env)"
-        SLIPWAY_TEST_DATABASE_URL=$("$HACK/postgres.sh" start)
-        # The channels' databases live on a server of their own, as they do in the chart.
-        SLIPWAY_TEST_DATA_SERVER_URL=$(data_server start)
-        # The mail relay email verification codes go through; tests read them from its Maildir.
-        "$HACK/smtp.sh" start
-        eval "$("$HACK/smtp.sh" env)"
-        export SLIPWAY_TEST_DATABASE_URL SLIPWAY_TEST_DATA_SERVER_URL
-        export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
-        cluster_tests=()
-        for f in tests/cluster_*.rs; do
-          name=$(basename "$f" .rs)
-          if selected "$name"; then cluster_tests+=(--test "$name"); fi
-        done
-        [ ${#cluster_tests[@]} -gt 0 ] || { echo "SLIPWAY_TESTS=$SLIPWAY_TESTS names no cluster test file" >&2; exit 2; }
-        cargo_test -p slipway --locked "${cluster_tests[@]}"
-      )
-      ;;
-    e2e)
-      log "tier e2e: end-to-end tests on a real single-node cluster"
-      (
-        export SLIPWAY_RUN="$TEST_RUN/e2e" SLIPWAY_ETCD_PORT=$((ETCD_PORT + 2)) SLIPWAY_APISERVER_PORT=$((APISERVER_PORT + 1))
-        export SLIPWAY_NODE_SLOT=${SLIPWAY_TEST_NODE_SLOT:-1}
-        export SLIPWAY_PG_PORT=$((${SLIPWAY_TEST_PG_PORT:-25432} + 1))
-        export SLIPWAY_DATA_SERVER_PORT=$((${SLIPWAY_TEST_DATA_PORT:-25500} + 1))
-        trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop; "$HACK/data-server.sh" stop; "$HACK/oidc.sh" stop; "$HACK/smtp.sh" stop; rm -rf "$SLIPWAY_RUN/platform"' EXIT
-        "$HACK/node.sh" start
-        eval "$("$HACK/node.sh" env)"
-        # Pods reach this Postgres too: the chart-installed platform keeps its database here.
-        SLIPWAY_TEST_DATABASE_URL=$(SLIPWAY_PG_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_PG_CLIENTS=$SLIPWAY_POD_CIDR "$HACK/postgres.sh" start)
-        export SLIPWAY_TEST_DATABASE_URL
-        export SLIPWAY_KUBECONFIG="$KUBECONFIG" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
-        # 1. The platform as it ships: the chart installed from the image built here, used over its addresses;
-        #    then upgraded under load and uninstalled (its tests run in that order).
-        if selected e2e_platform || selected e2e_platform_isolation || selected e2e_platform_upgrade; then
-          log "e2e: the platform installed by its chart"
-          rm -rf "$SLIPWAY_RUN/platform"
-          "$HACK/install.sh" install
-          eval "$("$HACK/install.sh" env)"
-          if selected e2e_platform; then cargo_test -p slipway --locked --test e2e_platform; fi
-          # --show-output: the hostile tenant's attempts and their outcomes, with isolation on and off. One test at
-          # a time: each runs two tenants' apps, and the node has CPU for two more than the platform.
-          if selected e2e_platform_isolation; then
-            cargo_test -p slipway --locked --test e2e_platform_isolation -- --show-output --test-threads=1
-          fi
-          # --show-output: its count of requests answered during the upgrade belongs in the log.
-          if selected e2e_platform_upgrade; then
-            cargo_test -p slipway --locked --test e2e_platform_upgrade -- --show-output
-          fi
-          "$HACK/install.sh" uninstall
-        fi
-        # 2. The components run in the test process, for the tests that reach inside them (stop an operator
-        #    mid-deploy, read the edge's metrics, drive the build and run steps directly).
-        in_process=()
-        for f in tests/e2e_*.rs; do
-          name=$(basename "$f" .rs)
-          case "$name" in e2e_platform*) ;; *) if selected "$name"; then in_process+=(--test "$name"); fi ;; esac
-        done
-        if [ ${#in_process[@]} -gt 0 ]; then
-          log "e2e: components in the test process"
-          cargo_test -p slipway --locked "${in_process[@]}"
-        fi
-      )
-      ;;
+    lint | unit | cluster | e2e) ;;
     *) echo "unknown tier: $tier (lint, unit, cluster, e2e)" >&2; exit 2 ;;
   esac
+done
+# The cluster tier runs beside the e2e tier when the e2e tier comes after it: they share no part (control planes,
+# databases and ports of their own), and the e2e tier's tests spend most of their time waiting for builds and pods,
+# which leaves the cores to the cluster tier's. The cluster tier's output is kept apart and printed when both have
+# ended, so neither log is interleaved with the other.
+cluster_pid=
+cluster_log="$TEST_RUN/cluster-tier.log"
+failed=()
+for i in "${!tiers[@]}"; do
+  tier=${tiers[$i]}
+  tier_started=$SECONDS
+  if [ "$tier" = cluster ] && [[ " ${tiers[*]:$((i + 1))} " == *" e2e "* ]]; then
+    mkdir -p "$TEST_RUN"
+    (
+      results="$results.cluster"
+      tier_cluster
+      echo "$((SECONDS - tier_started))" >"$cluster_log.seconds"
+    ) >"$cluster_log" 2>&1 &
+    cluster_pid=$!
+    log "tier cluster: runs beside the e2e tier; its output follows the e2e tier's ($cluster_log)"
+    continue
+  fi
+  if [ "$tier" = e2e ] && [ -n "$cluster_pid" ]; then
+    # In a job of its own, so that a failure stops the tier (as `set -e` does) but not the wait for the cluster tier.
+    tier_e2e &
+    wait $! || failed+=(e2e)
+    timings+=("e2e $((SECONDS - tier_started))s")
+    wait "$cluster_pid" || failed+=(cluster)
+    log "tier cluster: its output, from $cluster_log"
+    cat "$cluster_log"
+    cat "$results.cluster" >>"$results" 2>/dev/null || true
+    timings+=("cluster $(cat "$cluster_log.seconds" 2>/dev/null || echo '?')s (beside e2e)")
+    [ ${#failed[@]} -eq 0 ] || { log "tiers failed: ${failed[*]}"; exit 1; }
+    continue
+  fi
+  "tier_$tier"
   timings+=("$tier $((SECONDS - tier_started))s")
 done
-
 log "all tiers passed (${tiers[*]}) in $((SECONDS - started))s"
 printf 'time per tier: %s\n' "$(IFS=,; echo "${timings[*]}" | sed 's/,/, /g')"
 awk '/^test result: / { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
