@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs slipway on the local node the way a platform team installs it on theirs: the slipway image (built here,
 # pushed to the node's registry) and the Helm chart, with the parts a platform team brings itself given as values:
-# the platform database (Debian's Postgres on this machine, reached by pods on the host's end of the node's link),
-# the channels' data server (a second Postgres there, hack/data-server.sh), the registries and BuildKit (the node's
-# own). Git repositories and the bundled object-store backend's data live on
+# the platform database (Debian's Postgres on this machine, reached by pods over TLS on the host's end of the node's
+# link), the channels' data server (a second Postgres there, hack/data-server.sh), the registries and BuildKit (the
+# node's own). Git repositories and the bundled object-store backend's data live on
 # PersistentVolumes this script provides (host directories) for the chart's claims to bind; the backend runs from
 # the versitygw image hack/build-images.sh makes, pushed to the node's registry. The API, git over SSH and the edge
 # (HTTP and HTTPS) are NodePort Services on the node's address. HTTPS serves channel hostnames with a wildcard
@@ -74,7 +74,8 @@ ALTER ROLE slipway PASSWORD :'pw';
 SELECT 'CREATE DATABASE slipway OWNER slipway' WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'slipway') \gexec
 SQL
   local port=${admin##*:}; port=${port%%/*}
-  echo "postgres://slipway:$password@$SLIPWAY_NODE_HOST_IP:$port/slipway"
+  # Over TLS, as a managed Postgres service requires (hack/postgres.sh takes pods over TLS only).
+  echo "postgres://slipway:$password@$SLIPWAY_NODE_HOST_IP:$port/slipway?sslmode=require"
 }
 
 # A PersistentVolume named NAME for the chart's claim CLAIM: a host directory owned by the uid the chart runs its

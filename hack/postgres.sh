@@ -6,7 +6,8 @@
 #
 # Pods reach it too when SLIPWAY_PG_LISTEN names one more address to listen on (the host's end of the node's link)
 # and SLIPWAY_PG_CLIENTS the networks allowed to connect there (comma-separated CIDRs), with a password
-# (scram-sha-256): the chart-installed platform keeps its database here.
+# (scram-sha-256) and over TLS only (`hostssl`, a self-signed certificate made at start), as managed Postgres
+# services require: the chart-installed platform keeps its database here, reached with sslmode=require.
 #
 # With SLIPWAY_PG_DATA_SERVER=1 the server is the channels' data server instead (run it on a port of its own, apart
 # from the platform database): pgextwlist is preloaded with `extwlist.extensions='postgis'`, so a channel's own
@@ -51,17 +52,34 @@ host all all 127.0.0.1/32 scram-sha-256
 EOT
 }
 
-# Lets the networks in $CLIENTS connect with a password; the loopback keeps trust.
+# Lets the networks in $CLIENTS connect with a password; the loopback keeps trust. The platform database takes them
+# over TLS only; a data server's clients are apps, whose drivers need not speak TLS, so it takes them either way.
 allow_clients() {
-  local cidr hba="$PG_DIR/data/pg_hba.conf"
+  local cidr rule hba="$PG_DIR/data/pg_hba.conf"
+  [ -n "$DATA_SERVER" ] && rule=host || rule=hostssl
   for cidr in ${CLIENTS//,/ }; do
-    grep -q "^host all all $cidr scram-sha-256" "$hba" || echo "host all all $cidr scram-sha-256" >>"$hba"
+    grep -q "^$rule all all $cidr scram-sha-256" "$hba" || echo "$rule all all $cidr scram-sha-256" >>"$hba"
   done
+}
+
+# Whether clients beyond the loopback must come over TLS (see allow_clients).
+tls_for_clients() { [ -n "$CLIENTS" ] && [ -z "$DATA_SERVER" ]; }
+
+# The server's self-signed certificate, for sslmode=require (which encrypts without verifying).
+server_certificate() {
+  tls_for_clients || return 0
+  [ -s "$PG_DIR/tls/server.key" ] && return 0
+  mkdir -p "$PG_DIR/tls"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=slipway-postgres" \
+    -keyout "$PG_DIR/tls/server.key" -out "$PG_DIR/tls/server.crt" 2>/dev/null
+  chmod 600 "$PG_DIR/tls/server.key"
+  [ "$(id -u)" -ne 0 ] || chown -R postgres:postgres "$PG_DIR/tls"
 }
 
 pg_options() {
   local extra=""
   [ -z "$DATA_SERVER" ] || extra=" -c local_preload_libraries='\$libdir/plugins/pgextwlist' -c extwlist.extensions=postgis -c extwlist.custom_path=$PG_DIR/extwlist"
+  ! tls_for_clients || extra+=" -c ssl=on -c ssl_cert_file=$PG_DIR/tls/server.crt -c ssl_key_file=$PG_DIR/tls/server.key"
   echo "-h $LISTEN -p $PG_PORT -k $PG_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300$extra"
 }
 
@@ -97,6 +115,7 @@ start() {
     if [ -n "$EXTRA_LISTEN" ] && ! ready "$EXTRA_LISTEN"; then
       log "restarting to listen on $EXTRA_LISTEN as well"
       allow_clients
+      server_certificate
       as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 -o "$(pg_options)" restart >/dev/null
     fi
     log "already running on $LISTEN:$PG_PORT (reused)"; echo "$URL"; return
@@ -110,6 +129,7 @@ start() {
   data_server_hba
   extwlist_scripts
   allow_clients
+  server_certificate
   as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 -o "$(pg_options)" \
     start >/dev/null || { tail -n 30 "$PG_DIR/server.log" >&2; log "ERROR: postgres failed to start"; exit 1; }
   close_maintenance_databases
