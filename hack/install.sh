@@ -16,6 +16,7 @@
 #        hack/install.sh upgrade TAG      rebuild the image under TAG and `helm upgrade` the release to it
 #        hack/install.sh isolation on|off `helm upgrade` the release with isolation.networkPolicies on or off
 #        hack/install.sh uninstall        `helm uninstall` the release (keeps what the chart README says it keeps)
+#        hack/install.sh logs             print the components' recent warnings and errors (for a failed test run)
 #        hack/install.sh env              print the exports of the addresses (after install)
 #
 # Needs a running node (hack/node.sh start) with the same SLIPWAY_RUN and SLIPWAY_NODE_SLOT.
@@ -383,6 +384,12 @@ case "${1:-}" in
     "$HACK/smtp.sh" stop >/dev/null
     log "uninstalled $RELEASE"
     ;;
+  logs)
+    # Every container of the release, its last lines at WARN or ERROR (tracing's text format), each line prefixed
+    # with its pod and container.
+    kubectl -n "$NAMESPACE" logs -l "app.kubernetes.io/instance=$RELEASE" --all-containers --prefix \
+      --tail=5000 --max-log-requests=20 2>&1 | grep -E ' (WARN|ERROR) |error' | tail -n 200 || true
+    ;;
   env) cat "$DIR/env" ;;
-  *) sed -n '14,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '14,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

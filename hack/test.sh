@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test tier, in order, and stops at the first that fails (the cluster tier runs beside the e2e tier, and
-# both finish before the run fails):
+# Runs every test tier, in order, and stops at the first that fails:
 #   1. lint     cargo fmt --check, clippy with -D warnings, helm lint --strict
 #   2. unit     every crate's unit tests and the CRD drift test (no cluster)
 #   3. cluster  tests/cluster_*.rs against a real control plane, a real Postgres and Pebble (ACME CA and test DNS, for
@@ -11,8 +10,7 @@
 #
 # usage: hack/test.sh [lint|unit|cluster|e2e]...   (default: all four)
 #
-# The cluster tier runs beside the e2e tier when both are asked for (cluster first): they share no part. Each of
-# their test binaries runs $SLIPWAY_TEST_THREADS (4) tests at once.
+# Each cluster and e2e test binary runs $SLIPWAY_TEST_THREADS (4) tests at once.
 #
 # SLIPWAY_TESTS, globs over the test files' names separated by spaces (for example `cluster_forward` or
 # `cluster_forward e2e_blob*`), narrows the cluster and e2e tiers to the matching files; the chart is installed only
@@ -48,7 +46,7 @@ APISERVER_PORT=${SLIPWAY_TEST_APISERVER_PORT:-26443}
 
 started=$SECONDS
 results="$(mktemp)"
-trap 'rm -f "$results" "$results.cluster"' EXIT
+trap 'rm -f "$results"' EXIT
 log() { printf '\n[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # Whether the test file named $1 is among those to run.
 selected() {
@@ -145,16 +143,19 @@ tier_e2e() {
       rm -rf "$SLIPWAY_RUN/platform"
       "$HACK/install.sh" install
       eval "$("$HACK/install.sh" env)"
+      # A failure prints what the components logged at WARN and ERROR, which the uninstall would take away.
+      platform_failed() { log "the installed components' warnings and errors:"; "$HACK/install.sh" logs; exit 1; }
       if selected e2e_platform; then
-        cargo_test -p slipway --locked --test e2e_platform -- --test-threads="$TEST_THREADS"
+        cargo_test -p slipway --locked --test e2e_platform -- --test-threads="$TEST_THREADS" || platform_failed
       fi
       # --show-output: the hostile tenant's attempts and their outcomes, with isolation on and off.
       if selected e2e_platform_isolation; then
-        cargo_test -p slipway --locked --test e2e_platform_isolation -- --show-output --test-threads="$TEST_THREADS"
+        cargo_test -p slipway --locked --test e2e_platform_isolation -- --show-output --test-threads="$TEST_THREADS" \
+          || platform_failed
       fi
       # --show-output: its count of requests answered during the upgrade belongs in the log.
       if selected e2e_platform_upgrade; then
-        cargo_test -p slipway --locked --test e2e_platform_upgrade -- --show-output
+        cargo_test -p slipway --locked --test e2e_platform_upgrade -- --show-output || platform_failed
       fi
       "$HACK/install.sh" uninstall
     fi
@@ -179,43 +180,12 @@ for tier in "${tiers[@]}"; do
     *) echo "unknown tier: $tier (lint, unit, cluster, e2e)" >&2; exit 2 ;;
   esac
 done
-# The cluster tier runs beside the e2e tier when the e2e tier comes after it: they share no part (control planes,
-# databases and ports of their own), and the e2e tier's tests spend most of their time waiting for builds and pods,
-# which leaves the cores to the cluster tier's. The cluster tier's output is kept apart and printed when both have
-# ended, so neither log is interleaved with the other.
-cluster_pid=
-cluster_log="$TEST_RUN/cluster-tier.log"
-failed=()
-for i in "${!tiers[@]}"; do
-  tier=${tiers[$i]}
+for tier in "${tiers[@]}"; do
   tier_started=$SECONDS
-  if [ "$tier" = cluster ] && [[ " ${tiers[*]:$((i + 1))} " == *" e2e "* ]]; then
-    mkdir -p "$TEST_RUN"
-    (
-      results="$results.cluster"
-      tier_cluster
-      echo "$((SECONDS - tier_started))" >"$cluster_log.seconds"
-    ) >"$cluster_log" 2>&1 &
-    cluster_pid=$!
-    log "tier cluster: runs beside the e2e tier; its output follows the e2e tier's ($cluster_log)"
-    continue
-  fi
-  if [ "$tier" = e2e ] && [ -n "$cluster_pid" ]; then
-    # In a job of its own, so that a failure stops the tier (as `set -e` does) but not the wait for the cluster tier.
-    tier_e2e &
-    wait $! || failed+=(e2e)
-    timings+=("e2e $((SECONDS - tier_started))s")
-    wait "$cluster_pid" || failed+=(cluster)
-    log "tier cluster: its output, from $cluster_log"
-    cat "$cluster_log"
-    cat "$results.cluster" >>"$results" 2>/dev/null || true
-    timings+=("cluster $(cat "$cluster_log.seconds" 2>/dev/null || echo '?')s (beside e2e)")
-    [ ${#failed[@]} -eq 0 ] || { log "tiers failed: ${failed[*]}"; exit 1; }
-    continue
-  fi
   "tier_$tier"
   timings+=("$tier $((SECONDS - tier_started))s")
 done
+
 log "all tiers passed (${tiers[*]}) in $((SECONDS - started))s"
 printf 'time per tier: %s\n' "$(IFS=,; echo "${timings[*]}" | sed 's/,/, /g')"
 awk '/^test result: / { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

@@ -1464,15 +1464,22 @@ async fn run_on_log(
     index: u64,
     command: &str,
 ) -> Result<Value> {
-    let answer = platform
-        .call(
-            "POST",
-            path,
-            account,
-            Some(json!({"container_index": index, "command": command})),
-        )
-        .await?;
-    Ok(answer.expect(200))
+    // A sandbox that could not start in its budget (a loaded node) answers 503 "retry later"; a client retries.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let answer = platform
+            .call(
+                "POST",
+                path,
+                account,
+                Some(json!({"container_index": index, "command": command})),
+            )
+            .await?;
+        if answer.status != 503 || tokio::time::Instant::now() > deadline {
+            return Ok(answer.expect(200));
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    }
 }
 
 #[tokio::test]
