@@ -516,7 +516,8 @@ pub async fn accept_until<F>(
 }
 
 /// Longest wait for a request head on a connection [`serve_http1`] or [`serve_http`] serves (slow clients cannot
-/// hold connections open for free).
+/// hold connections open for free). hyper runs it while a kept-alive connection idles between requests too, so it is
+/// also how long such a connection may idle; clients that pool connections here keep them for less.
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Drives a hyper connection until it ends or, once `draining` starts, until the request it is in is answered.

@@ -34,6 +34,13 @@ const HOP_BY_HOP: [&str; 8] = [
     "proxy-authenticate",
 ];
 
+/// How long an idle pooled connection is kept: less than slipway's own servers let a connection idle
+/// ([`crate::serve::HEADER_READ_TIMEOUT`]), so the edge drops a connection to the S3 gateway before the gateway
+/// closes it and never sends a request down a connection the other end is closing (that request would fail with a
+/// reset, and one that is not idempotent cannot be retried).
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+const _: () = assert!(POOL_IDLE_TIMEOUT.as_secs() < crate::serve::HEADER_READ_TIMEOUT.as_secs());
+
 /// Limits of the proxy.
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
@@ -52,7 +59,7 @@ impl Default for ProxyConfig {
         Self {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(60),
-            idle_timeout: Duration::from_secs(90),
+            idle_timeout: POOL_IDLE_TIMEOUT,
             max_idle_per_endpoint: 256,
         }
     }

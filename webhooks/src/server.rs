@@ -29,8 +29,15 @@ use crate::lookup::{Lookup, Readiness};
 pub const MAX_REVIEW_BYTES: usize = 8 * 1024 * 1024;
 /// Time a client gets to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time a client gets to send a request's head.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a connection may wait for its next request's head. hyper's header read timeout also runs while a kept-alive
+/// connection sits idle between requests, so it is the idle limit too, and must outlast the apiserver's own: the
+/// apiserver keeps idle webhook connections for 90 seconds, and a server that closed one first could do so just as
+/// the apiserver sent a review down it, which then fails with "connection reset by peer" (a POST is not retried).
+const NEXT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the apiserver keeps an idle connection to a webhook (the `IdleConnTimeout` of Go's default transport,
+/// which the apiserver's client transports keep).
+const APISERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+const _: () = assert!(NEXT_REQUEST_TIMEOUT.as_secs() > APISERVER_IDLE_TIMEOUT.as_secs());
 /// Time in-flight requests get to finish after shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -145,7 +152,7 @@ pub async fn serve_tls(
             };
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
+                .header_read_timeout(NEXT_REQUEST_TIMEOUT)
                 .serve_connection(TokioIo::new(tls), TowerToHyperService::new(app));
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
