@@ -6,6 +6,7 @@
 # (hack/build-images.sh) and never pulls from outside.
 #
 # usage: hack/node.sh start    build what is missing, start the control plane and the node (or reuse a healthy one)
+#        hack/node.sh build    build what is missing and start nothing
 #        hack/node.sh stop     stop the node and the control plane and remove everything they left
 #        hack/node.sh status   exit 0 when the node is Ready
 #        hack/node.sh env      print the exports a shell or a test needs (KUBECONFIG, registry, BuildKit, builder image)
@@ -268,11 +269,15 @@ push_images() {
   done < <("$HACK/build-images.sh")
 }
 
-start() {
-  [ "$(id -u)" -eq 0 ] || die "the node needs root (network namespaces, mounts, cgroups, iptables)"
+build() {
   "$HACK/build-kube.sh" etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy
   "$HACK/build-node.sh"
   "$HACK/build-images.sh" >/dev/null
+}
+
+start() {
+  [ "$(id -u)" -eq 0 ] || die "the node needs root (network namespaces, mounts, cgroups, iptables)"
+  build
   if healthy; then
     log "already running (reused)"
     print_env >&2
@@ -361,6 +366,7 @@ EOF
 
 case "${1:-}" in
   start) start ;;
+  build) build ;;
   stop)
     stop_node
     "$HACK/control-plane.sh" stop
@@ -377,5 +383,5 @@ case "${1:-}" in
       *) die "usage: hack/node.sh build-network open|isolated" ;;
     esac
     ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

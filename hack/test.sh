@@ -2,19 +2,21 @@
 # Runs every test tier, in order, and stops at the first that fails:
 #   1. lint     cargo fmt --check, clippy with -D warnings, helm lint --strict
 #   2. unit     every crate's unit tests and the CRD drift test (no cluster)
-#   3. cluster  tests/cluster_*.rs against a real control plane, a real Postgres and Pebble (ACME CA and test DNS, for
+#   3. cluster  tests/cluster/ against a real control plane, a real Postgres and Pebble (ACME CA and test DNS, for
 #               custom domains) started for this run and stopped after it
-#   4. e2e      tests/e2e_*.rs against a real single-node cluster (hack/node.sh: kubelet, containerd, CNI,
-#               kube-proxy, kube-router, CoreDNS, registry, BuildKit) started for this run and stopped after it
+#   4. e2e      tests/e2e_platform/ and tests/e2e/ against a real single-node cluster (hack/node.sh: kubelet,
+#               containerd, CNI, kube-proxy, kube-router, CoreDNS, registry, BuildKit) started for this run and
+#               stopped after it
 # No tier is skipped: a part that cannot be built or started fails the run.
 #
 # usage: hack/test.sh [lint|unit|cluster|e2e]...   (default: all four)
 #
-# Each cluster and e2e test binary runs $SLIPWAY_TEST_THREADS (4) tests at once.
+# Each cluster and e2e test binary runs $SLIPWAY_TEST_THREADS (4) tests at once. The cluster tier is one binary
+# (tests/cluster/main.rs), and so are the e2e tests that run the components in the test process (tests/e2e/main.rs).
 #
 # SLIPWAY_TESTS, globs over the test files' names separated by spaces (for example `cluster_forward` or
-# `cluster_forward e2e_blob*`), narrows the cluster and e2e tiers to the matching files; the chart is installed only
-# when an e2e_platform file matches.
+# `cluster_forward e2e_blob*`; tests/cluster/forward.rs is `cluster_forward`, tests/e2e/blob.rs `e2e_blob`), narrows
+# the cluster and e2e tiers to the matching files; the chart is installed only when an e2e_platform file matches.
 #
 # The test clusters keep apart from `make up`: state under $SLIPWAY_TEST_RUN (default ~/.cache/slipway/run-test),
 # ports from $SLIPWAY_TEST_ETCD_PORT (22379; e2e uses +2) and $SLIPWAY_TEST_APISERVER_PORT (26443; e2e uses +1),
@@ -46,7 +48,8 @@ APISERVER_PORT=${SLIPWAY_TEST_APISERVER_PORT:-26443}
 
 started=$SECONDS
 results="$(mktemp)"
-trap 'rm -f "$results"' EXIT
+node_parts_pid=
+trap 'rm -f "$results"; [ -z "$node_parts_pid" ] || kill -- "-$node_parts_pid" 2>/dev/null || true' EXIT
 log() { printf '\n[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # Whether the test file named $1 is among those to run.
 selected() {
@@ -54,6 +57,19 @@ selected() {
   read -ra globs <<<"${SLIPWAY_TESTS:-*}"
   for glob in "${globs[@]}"; do [[ $1 == $glob ]] && return 0; done
   return 1
+}
+
+# The test filters that run the modules of the test binary tests/$1/ (cluster or e2e) whose names, `$1_<file>`, are
+# selected: nothing when all are, `<file>::` for each selected one otherwise; fails when none is.
+module_filters() {
+  local f name all=1 some=0 filters=()
+  for f in "tests/$1"/*.rs; do
+    name=$(basename "$f" .rs)
+    [ "$name" != main ] || continue
+    if selected "$1_$name"; then some=1; filters+=("$name::"); else all=0; fi
+  done
+  [ "$some" = 1 ] || return 1
+  [ "$all" = 1 ] || echo "${filters[*]}"
 }
 
 # Runs a cargo test command, echoing its output and keeping the result lines for the summary.
@@ -112,18 +128,22 @@ tier_cluster() {
     eval "$("$HACK/smtp.sh" env)"
     export SLIPWAY_TEST_DATABASE_URL SLIPWAY_TEST_DATA_SERVER_URL
     export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
-    cluster_tests=()
-    for f in tests/cluster_*.rs; do
-      name=$(basename "$f" .rs)
-      if selected "$name"; then cluster_tests+=(--test "$name"); fi
-    done
-    [ ${#cluster_tests[@]} -gt 0 ] || { echo "SLIPWAY_TESTS=$SLIPWAY_TESTS names no cluster test file" >&2; exit 2; }
-    cargo_test -p slipway --locked "${cluster_tests[@]}" -- --test-threads="$TEST_THREADS"
+    filters=$(module_filters cluster) || { echo "SLIPWAY_TESTS=$SLIPWAY_TESTS names no cluster test file" >&2; exit 2; }
+    # shellcheck disable=SC2086 # one filter per selected module
+    cargo_test -p slipway --locked --test cluster -- --test-threads="$TEST_THREADS" $filters
   )
 }
 
 tier_e2e() {
   log "tier e2e: end-to-end tests on a real single-node cluster"
+  if [ -n "$node_parts_pid" ]; then
+    log "e2e: the node's parts, built in the background since the run began:"
+    local built=0
+    wait "$node_parts_pid" || built=$?
+    node_parts_pid=
+    cat "$TEST_RUN/node-parts.log" >&2
+    [ "$built" = 0 ] || { echo "building the node's parts failed (exit $built)" >&2; exit 1; }
+  fi
   (
     export SLIPWAY_RUN="$TEST_RUN/e2e" SLIPWAY_ETCD_PORT=$((ETCD_PORT + 2)) SLIPWAY_APISERVER_PORT=$((APISERVER_PORT + 1))
     export SLIPWAY_NODE_SLOT=${SLIPWAY_TEST_NODE_SLOT:-1}
@@ -145,30 +165,21 @@ tier_e2e() {
       eval "$("$HACK/install.sh" env)"
       # A failure prints what the components logged at WARN and ERROR, which the uninstall would take away.
       platform_failed() { log "the installed components' warnings and errors:"; "$HACK/install.sh" logs; exit 1; }
-      if selected e2e_platform; then
-        cargo_test -p slipway --locked --test e2e_platform -- --test-threads="$TEST_THREADS" || platform_failed
-      fi
+      # One binary (tests/e2e_platform/), a run per module: each leaves the release as the next expects it.
+      platform_tests() { cargo_test -p slipway --locked --test e2e_platform -- "$@" || platform_failed; }
+      if selected e2e_platform; then platform_tests platform:: --test-threads="$TEST_THREADS"; fi
       # --show-output: the hostile tenant's attempts and their outcomes, with isolation on and off.
-      if selected e2e_platform_isolation; then
-        cargo_test -p slipway --locked --test e2e_platform_isolation -- --show-output --test-threads="$TEST_THREADS" \
-          || platform_failed
-      fi
+      if selected e2e_platform_isolation; then platform_tests isolation:: --show-output --test-threads="$TEST_THREADS"; fi
       # --show-output: its count of requests answered during the upgrade belongs in the log.
-      if selected e2e_platform_upgrade; then
-        cargo_test -p slipway --locked --test e2e_platform_upgrade -- --show-output || platform_failed
-      fi
+      if selected e2e_platform_upgrade; then platform_tests upgrade:: --show-output; fi
       "$HACK/install.sh" uninstall
     fi
     # 2. The components run in the test process, for the tests that reach inside them (stop an operator
     #    mid-deploy, read the edge's metrics, drive the build and run steps directly).
-    in_process=()
-    for f in tests/e2e_*.rs; do
-      name=$(basename "$f" .rs)
-      case "$name" in e2e_platform*) ;; *) if selected "$name"; then in_process+=(--test "$name"); fi ;; esac
-    done
-    if [ ${#in_process[@]} -gt 0 ]; then
+    if filters=$(module_filters e2e); then
       log "e2e: components in the test process"
-      cargo_test -p slipway --locked "${in_process[@]}" -- --test-threads="$TEST_THREADS"
+      # shellcheck disable=SC2086 # one filter per selected module
+      cargo_test -p slipway --locked --test e2e -- --test-threads="$TEST_THREADS" $filters
     fi
   )
 }
@@ -180,6 +191,14 @@ for tier in "${tiers[@]}"; do
     *) echo "unknown tier: $tier (lint, unit, cluster, e2e)" >&2; exit 2 ;;
   esac
 done
+# The node's parts (Go builds and images: on a cold machine the longest step of the run) build in the background at
+# the lowest priority while the other tiers compile and run tests that mostly wait; the e2e tier waits for them.
+# Warm, the build finds everything cached and ends at once.
+if [[ " ${tiers[*]} " == *" e2e "* ]]; then
+  mkdir -p "$TEST_RUN"
+  setsid nice -n 19 "$HACK/node.sh" build >"$TEST_RUN/node-parts.log" 2>&1 &
+  node_parts_pid=$!
+fi
 for tier in "${tiers[@]}"; do
   tier_started=$SECONDS
   "tier_$tier"

@@ -1,0 +1,15 @@
+//! The platform as it ships, on a real single-node cluster (`hack/node.sh`): slipway installed by its Helm chart
+//! (`hack/install.sh`, run by `hack/test.sh e2e` before these tests) and used over its addresses. `hack/test.sh`
+//! runs the modules one after another, each a run of its own, because each leaves the release as the next expects
+//! it: `platform::` (the user's view; `SLIPWAY_TESTS=e2e_platform`), then `isolation::` (a hostile tenant, with
+//! the chart's isolation switched off and on again; `e2e_platform_isolation`), then `upgrade::` (`helm upgrade`
+//! under load and `helm uninstall`; `e2e_platform_upgrade`).
+//!
+//! One test binary, not one per module, for the reasons `tests/cluster/main.rs` gives.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod isolation;
+mod platform;
+mod upgrade;
