@@ -118,6 +118,9 @@ pub async fn claim(
             .filter(|r| !r.lapsed(cluster))
             .map(|r| r.domain.clone()),
     );
+    // The domain claimed again is not one more: the cluster's view may have come to show this channel's own Domain
+    // of it since the check above (its creation raced this claim).
+    held.remove(new.domain);
     if held.len() >= limit {
         return Ok(Err(DomainRefused::LimitReached));
     }

@@ -184,6 +184,60 @@ async fn attach_list_and_detach_follow_the_routes_rules() -> Result<()> {
     Ok(())
 }
 
+/// The cluster's view of Domains as the API's cache gives it, changing between two looks: the first look shows
+/// `before`, every later one `after` (the Domain an attachment created came into the cache meanwhile).
+struct ChangingView {
+    before: std::collections::BTreeSet<String>,
+    after: std::collections::BTreeSet<String>,
+    looks: std::sync::atomic::AtomicUsize,
+}
+
+impl slipway::db::domain_claims::DomainCluster for ChangingView {
+    fn domains_on(&self, _: &str, _: &str) -> std::collections::BTreeSet<String> {
+        let look = self.looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if look == 0 { &self.before } else { &self.after }.clone()
+    }
+}
+
+/// The interleaving behind attaching one domain twice at once on a channel one short of its limit: the second
+/// attachment finds the first's claim in flight and checks the cache (no Domain yet); by the time it counts the
+/// channel's domains the first's Domain is in the cache. The domain claimed again is still one domain: the claim
+/// succeeds instead of answering `domain_limit_reached`.
+#[tokio::test]
+async fn a_domain_claimed_again_while_its_domain_appears_does_not_count_twice() -> Result<()> {
+    use slipway::db::domain_claims::{DomainClaim, claim};
+    let api = TestApi::start().await?;
+    let erin = api.user("dome", "builder").await?;
+    let domain = format!("again-{}.example", random());
+    let others: std::collections::BTreeSet<String> = (0
+        ..slipway_webhooks::rules::MAX_DOMAINS_PER_CHANNEL - 1)
+        .map(|i| format!("other-{i}-{}.example", random()))
+        .collect();
+    let new = DomainClaim {
+        user_id: erin.id,
+        namespace: &erin.namespace,
+        channel: "site.prod",
+        domain: &domain,
+    };
+    let limit = slipway_webhooks::rules::MAX_DOMAINS_PER_CHANNEL;
+    let steady = ChangingView {
+        before: others.clone(),
+        after: others.clone(),
+        looks: Default::default(),
+    };
+    // The first attachment's claim, in flight.
+    assert_eq!(claim(api.state.db(), &new, limit, &steady).await?, Ok(()));
+    let mut with_it = others.clone();
+    with_it.insert(domain.clone());
+    let changing = ChangingView {
+        before: others,
+        after: with_it,
+        looks: Default::default(),
+    };
+    assert_eq!(claim(api.state.db(), &new, limit, &changing).await?, Ok(()));
+    Ok(())
+}
+
 #[tokio::test]
 async fn parallel_attachments_never_share_a_domain_nor_pass_the_channel_s_limit() -> Result<()> {
     let api = std::sync::Arc::new(TestApi::start().await?);
