@@ -127,11 +127,14 @@ cgroup_remove() {
 
 # --- network ---------------------------------------------------------------------------------------------------
 
-iptables_tagged_remove() { # our rules on the host, found by their comment, deleted by number from the bottom
-  local n
-  for n in $(iptables -L FORWARD -n --line-numbers 2>/dev/null | awk -v tag="/* $NAME:" 'index($0, tag) { print $1 }' | sort -rn); do
-    iptables -D FORWARD "$n"
-  done
+# Our rules on the host, found by their comment and deleted by their text, not their number: another slot's node
+# (`make up` beside a test run) starting or stopping at the same time inserts and deletes rules in the same chain,
+# which moves the numbers, and a number read before the move deletes another node's rule.
+iptables_tagged_remove() {
+  local rule
+  while IFS= read -r rule; do
+    eval "iptables -D ${rule#-A }"
+  done < <(iptables -S FORWARD 2>/dev/null | grep -F -- "--comment \"$NAME:")
 }
 
 net_up() {
