@@ -147,6 +147,23 @@ impl Fixture {
             .expect(200, None)
     }
 
+    /// The list once its first forward's `active` is `active`: the API answers from its own watch of the Forwards,
+    /// which may come to a status change a moment after the edge's does.
+    async fn list_until_active(&self, active: bool) -> Value {
+        let deadline = tokio::time::Instant::now() + WITHIN;
+        loop {
+            let listed = self.list().await;
+            if listed["forwards"][0]["active"] == active {
+                return listed;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the list still says {listed}; waited for active {active}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits until the edge listens on `port` (or, with `open` false, no longer does).
     async fn listening(&self, port: u16, open: bool) {
         let deadline = tokio::time::Instant::now() + WITHIN;
@@ -299,12 +316,11 @@ async fn the_toggle_turns_serving_off_and_on_and_the_operator_restarts_without_m
     };
     toggle(false).await.expect(200, None);
     fx.listening(port, false).await;
-    let listed = fx.list().await;
-    assert_eq!(listed["forwards"][0]["active"], false, "{listed}");
+    let listed = fx.list_until_active(false).await;
     assert_eq!(listed["forwards"][0]["port"], exposed["port"]);
     toggle(true).await.expect(200, None);
     fx.listening(port, true).await;
-    assert_eq!(fx.list().await["forwards"][0]["active"], true);
+    fx.list_until_active(true).await;
 
     // A new operator (a restart, or another replica taking the lead) keeps the allocation, and the edge serves on.
     fx.operator.abort();

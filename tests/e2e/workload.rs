@@ -27,9 +27,9 @@ const ROLLOUT_BOUND: Duration = Duration::from_secs(240);
 const POD_TIMEOUT: Duration = Duration::from_secs(120);
 /// The readiness window of these rollouts: a version that never passes fails after this instead of the hosting
 /// API's 2 minutes (which the shipped operator keeps, and a unit test holds). Their small-plan pods fit the node
-/// beside each other, so they start well within it, and a crashing process still reaches its third exit (about
-/// 35 s into the kubelet's back-off) first. The deploys of other tests keep the full window: their pods can wait
-/// for CPU behind each other's.
+/// beside each other, so they start well within it. The crashing process's rollout and the deploys of other tests
+/// keep the full window: its third exit comes about 35 s into the kubelet's back-off on an idle node, later on a
+/// busy one, and their pods can wait for CPU behind each other's.
 const READINESS_WINDOW: Duration = Duration::from_secs(60);
 
 const SERVER: &str = r#"import http.server, json, os, pathlib, socket, sys, time
@@ -102,6 +102,10 @@ struct Tenant {
 
 impl Tenant {
     async fn new(prefix: &str) -> Result<Self> {
+        Self::with_readiness_window(prefix, READINESS_WINDOW).await
+    }
+
+    async fn with_readiness_window(prefix: &str, readiness_window: Duration) -> Result<Self> {
         let client = slipway_testkit::client().await?;
         slipway_testkit::ensure_crds(&client).await?;
         let ns = TestNamespace::create_with_labels(
@@ -131,7 +135,7 @@ impl Tenant {
             builder_image: var("SLIPWAY_BUILDER_IMAGE")?,
             tenant_grants: Vec::new(),
             tenant_network_policies: None,
-            readiness_window: READINESS_WINDOW,
+            readiness_window,
             cpu_request_percent: slipway_testkit::node::cpu_request_percent()?,
             domains: Default::default(),
         };
@@ -435,7 +439,13 @@ async fn a_ready_file_app_passes_by_file_replaces_the_old_version_and_goes_with_
 
 #[tokio::test]
 async fn a_process_that_keeps_crashing_fails_early_with_its_last_output() -> Result<()> {
-    let t = Tenant::new("e2e-workload-crash").await?;
+    // The shipped window: the third exit ends the rollout well before it closes, and a node slow to schedule or
+    // start the pod (the kubelet's back-off counts from each exit) must not close it first.
+    let t = Tenant::with_readiness_window(
+        "e2e-workload-crash",
+        slipway_controllers::workload::READINESS_WINDOW,
+    )
+    .await?;
     let image = image().await?;
     let (app, channel) = t.app("broken").await?;
     let deploy = t.deploy(&channel).await?;
