@@ -74,6 +74,15 @@ impl Attempt {
     }
 }
 
+/// When the suite's first step began, for the times its printed tables carry.
+static STARTED: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
+
+/// Time since the suite's first step, as the printed tables show it (where a slow run spends its time).
+fn elapsed() -> String {
+    format!("at {} s", STARTED.elapsed().as_secs())
+}
+
 /// `text` as a query value: every byte but letters and digits percent-encoded.
 fn encoded(text: &str) -> String {
     text.bytes()
@@ -202,7 +211,7 @@ impl BuildStep {
             .queue_deploy(account, &self.app, &self.channel, &sha)
             .await?;
         let log = self.build_log(platform, account, &id, attempts).await?;
-        println!("{label}:");
+        println!("{label} ({}):", elapsed());
         let mut outcomes = Vec::new();
         for attempt in attempts {
             let marker = format!("probe {} => ", attempt.step);
@@ -294,20 +303,24 @@ async fn probe(platform: &Installed, prober: &str, attempt: &Attempt) -> Result<
     Ok(answer.text())
 }
 
-/// Every attempt's outcome, printed as a table.
+/// Every attempt's outcome, printed as a table. The attempts run at once (the prober answers each request on a
+/// thread of its own): a refused one often takes the prober's whole timeout, and a round holds a dozen.
 async fn run_attempts(
     platform: &Installed,
     prober: &str,
     attempts: &[Attempt],
     label: &str,
 ) -> Result<Vec<String>> {
-    let mut outcomes = Vec::new();
-    println!("{label}:");
-    for attempt in attempts {
-        let outcome = probe(platform, prober, attempt).await?;
+    let outcomes = futures::future::try_join_all(
+        attempts
+            .iter()
+            .map(|attempt| probe(platform, prober, attempt)),
+    )
+    .await?;
+    println!("{label} ({}):", elapsed());
+    for (attempt, outcome) in attempts.iter().zip(&outcomes) {
         let shown: String = outcome.chars().take(100).collect();
         println!("  {:<58} {}", attempt.what, shown.replace('\n', " "));
-        outcomes.push(outcome);
     }
     Ok(outcomes)
 }
@@ -319,6 +332,11 @@ async fn isolation(on: bool, namespaces: &[&str]) -> Result<()> {
     for ns in namespaces {
         wait_for_policy(ns, on).await?;
     }
+    println!(
+        "isolation switched {} ({})",
+        if on { "on" } else { "off" },
+        elapsed()
+    );
     Ok(())
 }
 
@@ -487,12 +505,14 @@ async fn attempts(platform: &Installed, bea: &Account) -> Result<Vec<Attempt>> {
 #[tokio::test]
 async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_tenant() -> Result<()>
 {
+    std::sync::LazyLock::force(&STARTED);
     let platform = Installed::from_env()?;
     let ari = platform.account("ari").await?;
     let bea = platform.account("bea").await?;
     let target = run_app(&platform, &bea, "target", TARGET).await?;
     let prober_app = run_app(&platform, &ari, "prober", PROBER).await?;
     let prober = platform.prod_host(&ari, "prober");
+    println!("both tenants' apps answer ({})", elapsed());
     wait_for_policy(&ari.namespace, true).await?;
     wait_for_policy(&bea.namespace, true).await?;
 
@@ -617,9 +637,9 @@ async fn a_tenant_s_pod_reaches_neither_the_platform_s_internals_nor_another_ten
         !got_through(o)
     })
     .await?;
-    platform.delete_app(&ari, &prober_app).await?;
-    platform.delete_app(&ari, &stepper.app).await?;
-    platform.delete_app(&bea, &target).await
+    platform
+        .delete_apps(&[(&ari, &prober_app), (&ari, &stepper.app), (&bea, &target)])
+        .await
 }
 
 /// The image a tenant's running app was pulled as: (repository, digest) in the apps' registry.
@@ -837,8 +857,9 @@ async fn a_tenant_s_registry_credential_pulls_its_own_images_and_nothing_else() 
         .await?;
     assert_eq!(status, 200, "the image is still there");
 
-    platform.delete_app(&cyd, &mine).await?;
-    platform.delete_app(&dov, &theirs).await
+    platform
+        .delete_apps(&[(&cyd, &mine), (&dov, &theirs)])
+        .await
 }
 
 /// Whether `buildctl debug workers` gets an answer from BuildKit's TCP listener with `tls` (buildctl's flags).

@@ -1271,8 +1271,9 @@ async fn people_sign_in_to_deployed_apps_that_verify_the_cookie_themselves_in_a_
     );
     println!("headless Chromium on {}/page: {who}", origin(&two));
     chromium.close().await?;
-    platform.delete_app(&ida, &app_one).await?;
-    platform.delete_app(&ida, &app_two).await
+    platform
+        .delete_apps(&[(&ida, &app_one), (&ida, &app_two)])
+        .await
 }
 
 /// The memory limit and CPU request of the app container of each Ready pod of `namespace`'s app `app`.

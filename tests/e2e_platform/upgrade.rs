@@ -224,8 +224,7 @@ async fn an_upgrade_under_load_loses_nothing_and_an_uninstall_leaves_only_what_i
     );
 
     // The platform cleans up what it made, then the release goes.
-    platform.delete_app(&fay, &web).await?;
-    platform.delete_app(&fay, &site).await?;
+    platform.delete_apps(&[(&fay, &web), (&fay, &site)]).await?;
     script(&["uninstall"]).await?;
     left_behind(&platform, &fay.namespace).await
 }
