@@ -101,15 +101,19 @@ pub async fn take(
 }
 
 /// Runs `work` holding the channel's checkpoint lock (a Postgres advisory lock): checkpoints, prunes and restores
-/// of one channel never overlap, across API replicas too. The lock's connection is closed rather than pooled
-/// when `work` is dropped half-way (a request that timed out), so the lock never outlives it.
+/// of one channel never overlap, across API replicas too. The lock lives on a connection of its own, outside the
+/// pool ([`crate::db::lock_connection`]), so neither the work's length nor a wait for the lock takes a pooled
+/// connection from the requests; at most [`AT_ONCE`] run at once per process, and the others wait without a
+/// connection. The connection is closed when `work` is dropped half-way (a request that timed out), so the lock
+/// never outlives it.
 pub async fn exclusively<T>(
     db: &PgPool,
     channel_id: Uuid,
     work: impl std::future::Future<Output = T>,
 ) -> sqlx::Result<T> {
-    let mut lock = db.acquire().await?;
-    lock.close_on_drop();
+    // The semaphore is never closed, so acquiring fails never; were it closed, no checkpoint could run at all.
+    let _slot = SLOTS.acquire().await.map_err(|_| sqlx::Error::PoolClosed)?;
+    let mut lock = crate::db::lock_connection(db).await?;
     let advisory = |function: &'static str| {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {function}($1, hashtext($2))"
@@ -117,11 +121,18 @@ pub async fn exclusively<T>(
         .bind(LOCK_SPACE)
         .bind(channel_id.to_string())
     };
-    advisory("pg_advisory_lock").execute(&mut *lock).await?;
+    advisory("pg_advisory_lock").execute(&mut lock).await?;
     let done = work.await;
-    advisory("pg_advisory_unlock").execute(&mut *lock).await?;
+    advisory("pg_advisory_unlock").execute(&mut lock).await?;
+    sqlx::Connection::close(lock).await?;
     Ok(done)
 }
+
+/// Checkpoints, prunes and restores one API process runs at once: each holds a connection of its own and runs a
+/// `pg_dump` or a restore.
+pub const AT_ONCE: usize = 8;
+
+static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(AT_ONCE);
 
 /// Longest a checkpoint waits for its bucket's listing before going on without the bucket leg.
 const LISTING_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);

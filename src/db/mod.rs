@@ -36,6 +36,16 @@ pub async fn connect(url: &str) -> anyhow::Result<PgPool> {
     Ok(pool)
 }
 
+/// A connection of its own to the platform database, outside `pool` but with its settings, for a session-level
+/// advisory lock held across long work (a `pg_dump`, an upload, a whole nightly pass). Held from the pool, such a lock
+/// took a connection for minutes, and the work under it took another: a handful of checkpoints at once left ordinary
+/// requests nothing to run on (`pool timed out`), and waiters on a busy channel's lock held pooled connections while
+/// they waited. Dropping it closes the session, which releases its locks.
+pub async fn lock_connection(pool: &PgPool) -> sqlx::Result<sqlx::PgConnection> {
+    use sqlx::Connection;
+    sqlx::PgConnection::connect_with(&pool.connect_options()).await
+}
+
 /// Applies the migrations under `migrations/` that have not run yet.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     sqlx::migrate!("./migrations")

@@ -37,10 +37,11 @@ pub async fn pass(state: &AppState) -> anyhow::Result<usize> {
     let (Some(server), Some(archive)) = (state.data_server(), state.snapshot_archive()) else {
         return Ok(0);
     };
-    let mut lock = state.db().acquire().await?;
+    // Held for the whole pass: on a connection of its own, not one of the requests'.
+    let mut lock = crate::db::lock_connection(state.db()).await?;
     let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
         .bind(LOCK)
-        .fetch_one(&mut *lock)
+        .fetch_one(&mut lock)
         .await?;
     if !held {
         return Ok(0);
@@ -53,8 +54,9 @@ pub async fn pass(state: &AppState) -> anyhow::Result<usize> {
     let taken = take_due(state, parts).await;
     sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(LOCK)
-        .execute(&mut *lock)
+        .execute(&mut lock)
         .await?;
+    sqlx::Connection::close(lock).await?;
     taken
 }
 

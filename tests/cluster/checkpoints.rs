@@ -673,3 +673,67 @@ async fn a_bucket_restore_waits_for_an_idle_channel_and_both_routes_for_a_reacha
         .await?;
     Ok(())
 }
+
+/// A channel's checkpoint lock, held across a long checkpoint and waited on by others, takes nothing from the API's
+/// pool: on a pool of two connections, with one checkpoint under way and three more waiting for the same channel,
+/// an ordinary query still gets a connection at once. (Held from the pool, the lock and its waiters took both, and
+/// the query timed out.)
+#[tokio::test]
+async fn checkpoint_locks_and_their_waiters_leave_the_pool_to_requests() -> Result<()> {
+    use sqlx::Connection;
+    let database = slipway_testkit::postgres::TestDatabase::create().await?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect(database.url())
+        .await?;
+    let channel = Uuid::new_v4();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let (started, under_way) = tokio::sync::oneshot::channel::<()>();
+    let holder = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            slipway::checkpoints::exclusively(&pool, channel, async move {
+                let _ = started.send(());
+                let _ = released.await;
+            })
+            .await
+        })
+    };
+    under_way.await?;
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                slipway::checkpoints::exclusively(&pool, channel, async {}).await
+            })
+        })
+        .collect();
+    // The waiters are at the lock once the server shows them waiting on an advisory lock.
+    let mut watcher = PgConnection::connect(database.url()).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+        )
+        .fetch_one(&mut watcher)
+        .await?;
+        if waiting == 3 {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{waiting} of 3 waiters at the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answer: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await?;
+    assert_eq!(answer, 1);
+    let _ = release.send(());
+    holder.await??;
+    for waiter in waiters {
+        waiter.await??;
+    }
+    Ok(())
+}
