@@ -111,7 +111,7 @@ pub async fn exclusively<T>(
     channel_id: Uuid,
     work: impl std::future::Future<Output = T>,
 ) -> sqlx::Result<T> {
-    // The semaphore is never closed, so acquiring fails never; were it closed, no checkpoint could run at all.
+    // SLOTS is never closed, so this never fails.
     let _slot = SLOTS.acquire().await.map_err(|_| sqlx::Error::PoolClosed)?;
     let mut lock = crate::db::lock_connection(db).await?;
     let advisory = |function: &'static str| {
@@ -130,7 +130,7 @@ pub async fn exclusively<T>(
 
 /// Checkpoints, prunes and restores one API process runs at once: each holds a connection of its own and runs a
 /// `pg_dump` or a restore.
-pub const AT_ONCE: usize = 8;
+const AT_ONCE: usize = 8;
 
 static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(AT_ONCE);
 

@@ -209,8 +209,8 @@ async fn a_domain_claimed_again_while_its_domain_appears_does_not_count_twice() 
     let api = TestApi::start().await?;
     let erin = api.user("dome", "builder").await?;
     let domain = format!("again-{}.example", random());
-    let others: std::collections::BTreeSet<String> = (0
-        ..slipway_webhooks::rules::MAX_DOMAINS_PER_CHANNEL - 1)
+    let limit = slipway_webhooks::rules::MAX_DOMAINS_PER_CHANNEL;
+    let others: std::collections::BTreeSet<String> = (0..limit - 1)
         .map(|i| format!("other-{i}-{}.example", random()))
         .collect();
     let new = DomainClaim {
@@ -219,7 +219,6 @@ async fn a_domain_claimed_again_while_its_domain_appears_does_not_count_twice() 
         channel: "site.prod",
         domain: &domain,
     };
-    let limit = slipway_webhooks::rules::MAX_DOMAINS_PER_CHANNEL;
     let steady = ChangingView {
         before: others.clone(),
         after: others.clone(),
