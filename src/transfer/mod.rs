@@ -150,17 +150,23 @@ pub async fn transfer(
     // The data server takes the new passwords before the re-keying commits: a refusal there leaves everything
     // as it was, and no deploy is ever given a password the server does not know.
     let rekey::Rekeyed { tx, databases } = rekeyed;
-    if let Err(e) = credentials::give_to_server(state, &databases, target.plan, app.id).await {
-        drop(tx);
-        let _ = move_repository(&new_repo, &old_repo).await;
-        return Err(undo(e).await);
-    }
+    let old_plan = Plan::by_tier(&caller.plan).unwrap_or(target.plan);
+    let locked = match credentials::give_to_server(state, &databases, target.plan, app.id).await {
+        Ok(locked) => locked,
+        Err(e) => {
+            drop(tx);
+            credentials::put_back(state, &databases, old_plan).await;
+            let _ = move_repository(&new_repo, &old_repo).await;
+            return Err(undo(e).await);
+        }
+    };
     if let Err(e) = tx.commit().await {
-        let old_plan = Plan::by_tier(&caller.plan).unwrap_or(target.plan);
         credentials::put_back(state, &databases, old_plan).await;
+        locked.release().await;
         let _ = move_repository(&new_repo, &old_repo).await;
         return Err(undo(e.into()).await);
     }
+    locked.release().await;
 
     // The move is done; what follows tidies up after the old app, and only logs a failure.
     let apps: Api<App> = Api::namespaced(state.kube().clone(), &app.namespace);

@@ -32,6 +32,8 @@ pub(super) struct Rekeyed {
 
 /// A moved database's roles with the passwords the re-keying recorded for them, and the ones they had.
 pub(super) struct NewPasswords {
+    /// The old channel, whose record it was.
+    pub channel_id: Uuid,
     /// The database and its roles (their names stay).
     pub names: DatabaseNames,
     /// The write role's and the read-only role's new passwords.
@@ -283,6 +285,7 @@ async fn swap_databases(
                 ring.seal(new.1.as_bytes(), &aad(to, &record.readonly_role_name))?,
             );
             rotated = Some(NewPasswords {
+                channel_id: moved,
                 names: record.names(),
                 new,
                 previous: (password, readonly),

@@ -1109,6 +1109,93 @@ async fn a_transfer_gives_the_database_and_the_bucket_new_credentials() -> Resul
 }
 
 #[tokio::test]
+async fn a_reconcile_that_read_the_old_passwords_cannot_set_them_after_a_transfer() -> Result<()> {
+    use slipway::transfer::{Request, transfer};
+    use slipway_controllers::postgres::server::RoleSettings;
+    use support::postgres::{self, refusal};
+    let api = TestApi::start().await?;
+    postgres::attach(&api)?;
+    let (kim, _) = person(&api, "kim").await?;
+    let (lou, _) = person(&api, "lou").await?;
+    for namespace in [&kim.namespace, &lou.namespace] {
+        api.start_operator_with_postgres(namespace, postgres::settings()?)
+            .await?;
+    }
+    let app = api.create_app(&kim, "ledger", "app").await;
+    let app_id = app["id"].as_str().unwrap().to_owned();
+    let prod_id = app["channels"][0]["id"].as_str().unwrap().to_owned();
+    leg_ready(
+        &api,
+        &kim,
+        &format!("/apps/{app_id}/channels/{prod_id}"),
+        "postgres",
+    )
+    .await?;
+
+    // A reconcile of the old channel in flight: it holds the roles' lock and has read the record's passwords.
+    let server = postgres::server()?;
+    let reconcile = server.lock_roles(&prod_id).await?;
+    let old_env = postgres::variables(&api, &prod_id).await?;
+    let record = slipway::postgres::store::by_channel(api.state.db(), prod_id.parse()?)
+        .await?
+        .context("the channel's database is not recorded")?;
+    let (password, readonly_password) = record.passwords(api.state.keyring())?;
+
+    let moving = tokio::spawn({
+        let state = api.state.clone();
+        let caller = caller_of(&api, &kim).await;
+        let to = lou.username.clone();
+        async move {
+            transfer(
+                &state,
+                &caller,
+                Request {
+                    app_id: app_id.parse().unwrap(),
+                    to,
+                    confirm_name: "ledger".into(),
+                },
+            )
+            .await
+        }
+    });
+    // The transfer waits for the reconcile (or, were it not to, finishes first).
+    postgres::roles_lock_waited_for(&server, &prod_id, || moving.is_finished()).await?;
+    // The reconcile sets the passwords it read, and ends.
+    let plan = slipway_crds::plans::Plan::by_tier("basic").context("the basic plan")?;
+    server
+        .set_roles(
+            &record.names(),
+            &RoleSettings {
+                password: &password,
+                readonly_password: &readonly_password,
+                connection_limit: plan.database_connection_limit(),
+            },
+        )
+        .await?;
+    reconcile.release().await;
+    let moved = moving.await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+
+    // The transfer's passwords hold: the old ones open nothing, the new ones open the database.
+    for url in ["DATABASE_URL", "DATABASE_URL_READONLY"] {
+        let refused = refusal(postgres::connect(&old_env[url]).await);
+        assert!(
+            refused.contains("password authentication failed"),
+            "{url}: {refused}"
+        );
+    }
+    let app = api
+        .get(&format!("/apps/{}", moved.app_id), &lou)
+        .await
+        .expect(200, None);
+    let new_prod = app["channels"][0]["id"].as_str().unwrap().to_owned();
+    let new_env = postgres::variables(&api, &new_prod).await?;
+    for url in ["DATABASE_URL", "DATABASE_URL_READONLY"] {
+        postgres::connect(&new_env[url]).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn the_account_lists_its_live_tokens_with_their_last_use_and_labels_are_bounded() -> Result<()>
 {
     let api = TestApi::start().await?;

@@ -147,21 +147,30 @@ impl Fixture {
             .expect(200, None)
     }
 
-    /// The list once its first forward's `active` is `active`: the API answers from its own watch of the Forwards,
-    /// which may come to a status change a moment after the edge's does.
-    async fn list_until_active(&self, active: bool) -> Value {
+    /// The list once `wanted` holds of it: the API answers from its own watch of the Forwards, which may come to a
+    /// change a moment after the operator or the edge acted on it.
+    async fn list_until(&self, wanted: impl Fn(&Value) -> bool, what: &str) -> Value {
         let deadline = tokio::time::Instant::now() + WITHIN;
         loop {
             let listed = self.list().await;
-            if listed["forwards"][0]["active"] == active {
+            if wanted(&listed) {
                 return listed;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "the list still says {listed}; waited for active {active}"
+                "the list still says {listed}; waited for {what}"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The list once its first forward's `active` is `active`.
+    async fn list_until_active(&self, active: bool) -> Value {
+        self.list_until(
+            |listed| listed["forwards"][0]["active"] == active,
+            &format!("active {active}"),
+        )
+        .await
     }
 
     /// Waits until the edge listens on `port` (or, with `open` false, no longer does).
@@ -382,7 +391,12 @@ async fn the_toggle_turns_serving_off_and_on_and_the_operator_restarts_without_m
         by_hand.metadata.owner_references.unwrap()[0].uid,
         next["id"].as_str().unwrap()
     );
-    let listed = fx.list().await;
+    let listed = fx
+        .list_until(
+            |listed| listed["forwards"].as_array().is_some_and(|f| f.len() == 2),
+            "both forwards",
+        )
+        .await;
     let channels: Vec<&str> = listed["forwards"]
         .as_array()
         .unwrap()

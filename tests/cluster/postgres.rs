@@ -541,3 +541,28 @@ async fn the_dump_streams_the_data_as_sql_that_loads_elsewhere() -> Result<()> {
     assert_eq!(audit, 1);
     Ok(())
 }
+
+#[tokio::test]
+async fn the_operator_holds_the_roles_lock_from_reading_the_record_to_setting_the_passwords()
+-> Result<()> {
+    use kube::Api;
+    use kube::api::{Patch, PatchParams};
+    use slipway_crds::Channel;
+    let f = fixture("rlk", "basic").await?;
+    f.ready(&f.prod_id).await;
+    let server = postgres::server()?;
+    let held = server.lock_roles(&f.prod_id).await?;
+    // A change of the channel starts a reconcile, which waits for the lock before it reads the record.
+    let channels: Api<Channel> = Api::namespaced(f.api.kube.clone(), &f.user.namespace);
+    channels
+        .patch(
+            "shop.prod",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"test.slipway.dev/touch": "1"}}})),
+        )
+        .await?;
+    postgres::roles_lock_waited_for(&server, &f.prod_id, || false).await?;
+    held.release().await;
+    f.ready(&f.prod_id).await;
+    Ok(())
+}

@@ -70,6 +70,32 @@ pub async fn variables(
     ))
 }
 
+/// Waits until a holder waits for the lock on channel `channel_id`'s roles ([`DataServer::lock_roles`]), or `done`
+/// says there is nothing left to wait for.
+pub async fn roles_lock_waited_for(
+    server: &DataServer,
+    channel_id: &str,
+    done: impl Fn() -> bool,
+) -> Result<()> {
+    slipway_testkit::wait_until(WITHIN, || async {
+        if done() {
+            return Ok(true);
+        }
+        // pg_locks shows the lock's two keys as oids: the hash's bits, unsigned.
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+             AND objsubid = 2 AND classid::bigint = $1 AND objid::bigint = hashtext($2)::bigint & 4294967295)",
+        )
+        .bind(i64::from(slipway_controllers::postgres::server::ROLES_LOCK_CLASS))
+        .bind(channel_id)
+        .fetch_one(server.pool())
+        .await?;
+        Ok(waiting)
+    })
+    .await
+    .context("nobody waited for the roles' lock")
+}
+
 /// Connects to `url` (a channel role's).
 pub async fn connect(url: &str) -> Result<PgConnection, sqlx::Error> {
     PgConnection::connect(url).await

@@ -99,22 +99,33 @@ async fn try_ensure(
     let app_uid = app.uid().ok_or(Error::Incomplete("uid"))?;
     let namespace = channel.namespace().ok_or(Error::Incomplete("namespace"))?;
     let plan = crate::deploy::dynamic::owner_plan(ctx, &namespace).await?;
-    let record = ctx
-        .internal
-        .ensure_database(&channel_uid, &DatabaseRequest { app_id: app_uid })
-        .await?;
-    settings
+    // From reading the record to setting its passwords, so a transfer cannot change them in between.
+    let lock = settings
         .server
-        .provision(
-            &names_of(&record),
-            &RoleSettings {
-                password: &record.password,
-                readonly_password: &record.readonly_password,
-                connection_limit: plan.database_connection_limit(),
-            },
-        )
+        .lock_roles(&channel_uid)
         .await
-        .map_err(|e| Error::Database(e.0))
+        .map_err(|e| Error::Database(e.0))?;
+    let provisioned = async {
+        let record = ctx
+            .internal
+            .ensure_database(&channel_uid, &DatabaseRequest { app_id: app_uid })
+            .await?;
+        settings
+            .server
+            .provision(
+                &names_of(&record),
+                &RoleSettings {
+                    password: &record.password,
+                    readonly_password: &record.readonly_password,
+                    connection_limit: plan.database_connection_limit(),
+                },
+            )
+            .await
+            .map_err(|e| Error::Database(e.0))
+    }
+    .await;
+    lock.release().await;
+    provisioned
 }
 
 /// Drops the channel's database and roles and forgets its record. Safe to repeat; a channel whose database was

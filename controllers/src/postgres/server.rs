@@ -78,6 +78,28 @@ impl std::fmt::Debug for DataServer {
     }
 }
 
+/// The advisory lock class of a channel's roles' passwords on the data server (its second key is a hash of the
+/// channel's id).
+pub const ROLES_LOCK_CLASS: i32 = 0x5357_5250;
+/// Longest wait for the roles' lock: it is held only from reading a record to setting its passwords, so a longer
+/// wait means a holder is stuck, and the caller fails (and retries) rather than hanging with it.
+const ROLES_LOCK_WAIT: &str = "15s";
+
+/// The lock on one channel's roles, held on a connection of its own (never a pooled one, whose holder would need
+/// a second connection to do its work). Closing the connection releases it, so dropping it does too.
+#[must_use = "the lock is released when this is dropped"]
+pub struct RolesLock {
+    conn: PgConnection,
+}
+
+impl RolesLock {
+    /// Releases the lock.
+    pub async fn release(self) {
+        // Closing ends the session, and the session's advisory locks with it.
+        self.conn.close().await.ok();
+    }
+}
+
 /// Format of a dump.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DumpFormat {
@@ -260,6 +282,31 @@ impl DataServer {
     /// An admin connection to database `db_name`.
     pub async fn connect_to(&self, db_name: &str) -> Result<PgConnection, ServerError> {
         Ok(PgConnection::connect_with(&self.options.clone().database(db_name)).await?)
+    }
+
+    /// Waits for, then holds, the lock on the passwords of channel `channel_id`'s roles. Whoever gives the roles
+    /// the passwords a record holds takes it from reading the record to setting them (the operator's reconcile, a
+    /// transfer from its re-keying to its commit), so a reconcile that read a record before a transfer changed it
+    /// cannot set the old passwords after the transfer set the new ones.
+    pub async fn lock_roles(&self, channel_id: &str) -> Result<RolesLock, ServerError> {
+        let mut conn = PgConnection::connect_with(&self.options).await?;
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "SET lock_timeout = {}",
+            literal(ROLES_LOCK_WAIT)
+        )))
+        .execute(&mut conn)
+        .await?;
+        sqlx::query("SELECT pg_advisory_lock($1, hashtext($2))")
+            .bind(ROLES_LOCK_CLASS)
+            .bind(channel_id)
+            .execute(&mut conn)
+            .await
+            .map_err(|e| {
+                ServerError(format!(
+                    "the roles of channel {channel_id} stayed locked by another holder: {e}"
+                ))
+            })?;
+        Ok(RolesLock { conn })
     }
 
     /// Checks that channel roles can create postgis here: pgextwlist is loaded and lists it. Remembered once it
