@@ -16,8 +16,11 @@
 # for postgis (`extwlist.custom_path`) grants the database's owner (the channel's write role) the rows of
 # `spatial_ref_sys`, which the extension's superuser-run script makes: a restored dump loads them back as that role.
 #
-# Postgres refuses to run as root, so when run as root the server runs as the `postgres` user with its data under
-# /var/tmp (root's home is closed to other users). A start first stops whatever an earlier run left behind.
+# Its data lives in memory, under /dev/shm when the machine has it: the server is thrown away, and a test run creates
+# and drops hundreds of databases, thousands of files each, which on a journaled disk cost the kernel more than
+# Postgres itself. Without /dev/shm the data goes under $SLIPWAY_RUN, or /var/tmp for root. Postgres refuses to run
+# as root, so when run as root the server runs as the `postgres` user (root's home is closed to other users). A
+# start first stops whatever an earlier run left behind.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 source "$HACK/versions.sh"
@@ -31,6 +34,9 @@ if [ "$(id -u)" -eq 0 ]; then
 else
   PG_DIR="$SLIPWAY_RUN/postgres-$PG_PORT"
   as_pg() { "$@"; }
+fi
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+  PG_DIR="/dev/shm/slipway-postgres-$PG_PORT"
 fi
 URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
 EXTRA_LISTEN=${SLIPWAY_PG_LISTEN:-}
