@@ -8,7 +8,7 @@
 
 use crate::support;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use sqlx::Connection;
 use support::TestApi;
@@ -187,10 +187,13 @@ async fn a_deleted_channel_takes_its_database_and_roles_along() -> Result<()> {
         .delete(&format!("/apps/{}/channels/{tmp_id}", f.app_id), &f.user)
         .await
         .expect(204, None);
+    // The operator drops the database and its roles, then forgets the record.
     let server = postgres::server()?;
+    let id: uuid::Uuid = tmp_id.parse()?;
     slipway_testkit::wait_until(WITHIN, || {
         let server = server.clone();
         let db_name = db_name.clone();
+        let platform = f.api.state.db().clone();
         async move {
             let left: i64 = sqlx::query_scalar(
                 "SELECT (SELECT count(*) FROM pg_database WHERE datname = $1) \
@@ -199,17 +202,14 @@ async fn a_deleted_channel_takes_its_database_and_roles_along() -> Result<()> {
             .bind(&db_name)
             .fetch_one(server.pool())
             .await?;
-            Ok(left == 0)
+            let recorded = slipway::postgres::store::by_channel(&platform, id)
+                .await?
+                .is_some();
+            Ok(left == 0 && !recorded)
         }
     })
-    .await?;
-    let id: uuid::Uuid = tmp_id.parse()?;
-    assert!(
-        slipway::postgres::store::by_channel(f.api.state.db(), id)
-            .await?
-            .is_none(),
-        "the record is forgotten"
-    );
+    .await
+    .context("the database, its roles and its record are gone")?;
     assert!(postgres::connect(&env["DATABASE_URL"]).await.is_err());
     // Prod's database is untouched.
     let prod = f.ready(&f.prod_id).await;
