@@ -351,10 +351,18 @@ async fn build_network(isolated: bool) -> Result<()> {
 
 /// Waits until the isolation policy is present in `namespace` (or gone from it).
 async fn wait_for_policy(namespace: &str, present: bool) -> Result<()> {
+    use kube::ResourceExt;
+    let policies: kube::Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
+        kube::Api::namespaced(slipway_testkit::client().await?, namespace);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let found = kubectl(&["-n", namespace, "get", "networkpolicies", "-o", "name"]).await?;
-        if found.contains(ISOLATION_POLICY) == present {
+        let found: Vec<String> = policies
+            .list(&Default::default())
+            .await?
+            .into_iter()
+            .map(|p| p.name_any())
+            .collect();
+        if found.iter().any(|name| name == ISOLATION_POLICY) == present {
             return Ok(());
         }
         if tokio::time::Instant::now() > deadline {

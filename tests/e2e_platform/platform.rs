@@ -1278,18 +1278,15 @@ async fn people_sign_in_to_deployed_apps_that_verify_the_cookie_themselves_in_a_
 
 /// The memory limit and CPU request of the app container of each Ready pod of `namespace`'s app `app`.
 async fn ready_app_sizes(namespace: &str, app: &str) -> Result<Vec<(String, String)>> {
-    let out = kubectl(&[
-        "-n",
-        namespace,
-        "get",
-        "pods",
-        "-l",
-        &format!("slipway.dev/app={app},app.kubernetes.io/component=run"),
-        "-o",
-        "json",
-    ])
-    .await?;
-    let pods: Value = serde_json::from_str(&out)?;
+    // Through a client, not kubectl: the rollover check polls this a few times a second.
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(slipway_testkit::client().await?, namespace);
+    let listed = pods
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "slipway.dev/app={app},app.kubernetes.io/component=run"
+        )))
+        .await?;
+    let pods = serde_json::to_value(&listed)?;
     let mut sizes = Vec::new();
     for pod in pods["items"].as_array().into_iter().flatten() {
         let ready = pod["status"]["conditions"]

@@ -436,40 +436,44 @@ impl Installed {
         self.call("DELETE", &format!("/apps/{app}"), account, None)
             .await?
             .expect(204);
+        // Polled through one client: a kubectl per look costs a process start and a TLS handshake, and a pod's
+        // grace period lasts tens of looks.
+        let kube = slipway_testkit::client().await?;
+        let ns = account.namespace.as_str();
+        let channels: kube::Api<slipway_crds::Channel> = kube::Api::namespaced(kube.clone(), ns);
+        let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+            kube::Api::namespaced(kube.clone(), ns);
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(kube, ns);
+        let of_app = kube::api::ListParams::default()
+            .labels(&format!("{}={name}", slipway_crds::labels::APP));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
-            let channels = kubectl(&[
-                "-n",
-                &account.namespace,
-                "get",
-                "channels.slipway.dev",
-                "-o",
-                "jsonpath={range .items[*]}{.metadata.name} {.spec.app}{\"\\n\"}{end}",
-            ])
-            .await?;
-            let channels: Vec<&str> = channels
-                .lines()
-                .filter(|line| line.split_whitespace().nth(1) == Some(name.as_str()))
+            use kube::ResourceExt;
+            let channels: Vec<String> = channels
+                .list(&Default::default())
+                .await?
+                .into_iter()
+                .filter(|c| c.spec.app == name)
+                .map(|c| c.name_any())
                 .collect();
-            let running = kubectl(&[
-                "-n",
-                &account.namespace,
-                "get",
-                "deployments,pods",
-                "-l",
-                &format!("{}={name}", slipway_crds::labels::APP),
-                "-o",
-                "name",
-            ])
-            .await?;
-            if channels.is_empty() && running.trim().is_empty() {
+            let running: Vec<String> = deployments
+                .list(&of_app)
+                .await?
+                .into_iter()
+                .map(|d| format!("deployment/{}", d.name_any()))
+                .chain(
+                    pods.list(&of_app)
+                        .await?
+                        .into_iter()
+                        .map(|p| format!("pod/{}", p.name_any())),
+                )
+                .collect();
+            if channels.is_empty() && running.is_empty() {
                 return Ok(());
             }
             if tokio::time::Instant::now() > deadline {
                 bail!(
-                    "two minutes after deleting app {name}, still there in {}: channels {channels:?}, {}",
-                    account.namespace,
-                    running.trim()
+                    "two minutes after deleting app {name}, still there in {ns}: channels {channels:?}, {running:?}"
                 );
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
