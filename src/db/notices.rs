@@ -10,6 +10,10 @@
 //! - listening starting or stopping forgets everything, because notices may have gone unheard;
 //! - a notice forgets the key its payload names, or everything;
 //! - a read that overlapped a change (one was announced while it ran) is not kept.
+//!
+//! A listener keeps its connection for as long as it listens, so it gets a connection of its own, outside the
+//! pool it was given: sqlx's listener would otherwise hold one of the pool's connections for good, and requests
+//! would share what is left.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -18,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio_util::sync::CancellationToken;
 
 /// How long to wait before listening again after the connection failed.
@@ -46,9 +50,15 @@ pub async fn keep_listening<C: Forgetful>(
     channel: &'static str,
     what: &'static str,
 ) {
+    // One connection, kept open for as long as the listener wants it, made with the pool's settings.
+    let own = PgPoolOptions::new()
+        .max_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_lazy_with((*db.connect_options()).clone());
     loop {
         let listened = async {
-            let mut listener = PgListener::connect_with(&db).await?;
+            let mut listener = PgListener::connect_with(&own).await?;
             // A lost connection ends the wait at once, so the cache stops answering from memory at once.
             listener.eager_reconnect(false);
             listener.listen(channel).await?;

@@ -107,3 +107,22 @@ async fn a_cache_whose_connection_is_cut_listens_again_and_still_hears_revocatio
         .expect(401, Some("token_revoked"));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_listening_cache_leaves_the_pool_s_connections_to_requests() -> Result<()> {
+    let api = TestApi::start().await?;
+    // A pool of one connection, as small as a pool gets: a listener holding it would leave requests nothing.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect(api.db_url())
+        .await?;
+    let cache = slipway::auth::token_cache::TokenCache::listening_to(pool.clone());
+    poll_for(Duration::from_secs(10), || {
+        cache.is_listening().then_some(())
+    })
+    .await?;
+    let answered: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await?;
+    assert_eq!(answered, 1);
+    Ok(())
+}
