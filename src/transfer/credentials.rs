@@ -65,20 +65,19 @@ pub(super) async fn give_to_server(
         return Ok(Locked(Vec::new()));
     }
     let server = server(state)?;
-    let mut locks = Vec::with_capacity(databases.len());
+    let mut locked = Locked(Vec::with_capacity(databases.len()));
     let mut by_channel: Vec<&NewPasswords> = databases.iter().collect();
     // One order for every caller, so two holders of several never wait for each other.
     by_channel.sort_by_key(|database| database.channel_id);
     for database in by_channel {
         match server.lock_roles(&database.channel_id.to_string()).await {
-            Ok(lock) => locks.push(lock),
+            Ok(lock) => locked.0.push(lock),
             Err(e) => {
-                Locked(locks).release().await;
+                locked.release().await;
                 return Err(refused(e));
             }
         }
     }
-    let locked = Locked(locks);
     let given = async {
         for database in databases {
             let settings = RoleSettings {
@@ -102,8 +101,8 @@ pub(super) async fn give_to_server(
 }
 
 /// Puts the passwords the roles had back, after a transfer that could not commit (the records still hold them, so
-/// a reconcile meanwhile sets the same); a failure is logged (the
-/// operator sets the recorded passwords again when it next reconciles the channel).
+/// a reconcile meanwhile sets the same); a failure is logged (the operator sets the recorded passwords again when
+/// it next reconciles the channel).
 pub(super) async fn put_back(state: &AppState, databases: &[NewPasswords], plan: &Plan) {
     let Ok(server) = server(state) else { return };
     for database in databases {

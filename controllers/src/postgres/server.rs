@@ -289,13 +289,12 @@ impl DataServer {
     /// transfer from its re-keying to its commit), so a reconcile that read a record before a transfer changed it
     /// cannot set the old passwords after the transfer set the new ones.
     pub async fn lock_roles(&self, channel_id: &str) -> Result<RolesLock, ServerError> {
-        let mut conn = PgConnection::connect_with(&self.options).await?;
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "SET lock_timeout = {}",
-            literal(ROLES_LOCK_WAIT)
-        )))
-        .execute(&mut conn)
-        .await?;
+        // The wait's bound travels with the connection's start-up, not as a statement of its own.
+        let options = self
+            .options
+            .clone()
+            .options([("lock_timeout", ROLES_LOCK_WAIT)]);
+        let mut conn = PgConnection::connect_with(&options).await?;
         sqlx::query("SELECT pg_advisory_lock($1, hashtext($2))")
             .bind(ROLES_LOCK_CLASS)
             .bind(channel_id)
