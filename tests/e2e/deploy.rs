@@ -102,7 +102,7 @@ impl Platform {
 
     /// GET / of the channel's Service right after a switch to a new version, until it answers with `expected`:
     /// for a moment after the switch kube-proxy may still send a connection to the old pod, which still runs out
-    /// its grace period. Where the old version must keep answering, [`Self::page`] takes one answer as final.
+    /// its drain. Where the old version must keep answering, [`Self::page`] takes one answer as final.
     async fn page_showing(&self, service: &str, tag: &str, expected: &str) -> Result<String> {
         let url = self.service_url(service);
         self.fetch(

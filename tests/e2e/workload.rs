@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
+use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use slipway_controllers::workload::{self, Release, Rollout};
@@ -56,7 +57,7 @@ if mode == "silent":
 
 class Echo(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = json.dumps({"env": dict(os.environ), "uid": os.getuid(), "gid": os.getgid()}).encode()
+        body = json.dumps({"env": dict(os.environ), "uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid()}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -223,6 +224,45 @@ impl Tenant {
         .await
     }
 
+    /// The exit code the app container of `deploy`'s pod ends with, from a watch begun now: the kubelet writes a
+    /// pod's final status just before it deletes it, so the deletion carries how the process ended.
+    async fn app_exit_code_when_gone(
+        &self,
+        deploy: &Deploy,
+    ) -> Result<tokio::task::JoinHandle<Result<i32>>> {
+        let selector = format!("slipway.dev/deploy={}", deploy.uid().unwrap_or_default());
+        let mut events = self
+            .api::<Pod>()
+            .watch(&WatchParams::default().labels(&selector), "0")
+            .await?
+            .boxed();
+        Ok(tokio::spawn(async move {
+            let exit_code = |pod: &Pod| {
+                let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+                let app = statuses
+                    .iter()
+                    .find(|s| s.name == workload::APP_CONTAINER)?;
+                Some(app.state.as_ref()?.terminated.as_ref()?.exit_code)
+            };
+            let mut last = None;
+            while let Some(event) = events.try_next().await? {
+                match event {
+                    WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                        last = exit_code(&pod).or(last);
+                    }
+                    WatchEvent::Deleted(pod) => {
+                        return exit_code(&pod)
+                            .or(last)
+                            .context("the pod went without a terminated app container");
+                    }
+                    WatchEvent::Bookmark(_) => {}
+                    WatchEvent::Error(e) => bail!("watching {selector}: {e}"),
+                }
+            }
+            bail!("the watch on {selector} ended before the pod went")
+        }))
+    }
+
     async fn exists<K>(&self, name: &str) -> Result<bool>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
@@ -320,6 +360,11 @@ async fn an_http_app_goes_live_and_a_version_that_never_answers_fails_while_it_k
         (seen["uid"].clone(), seen["gid"].clone()),
         (json!(10001), json!(10001))
     );
+    assert_ne!(
+        seen["pid"],
+        json!(1),
+        "the sandbox is PID 1, not the app: the kernel ignores a signal PID 1 has no handler for"
+    );
 
     // SVC_USER and SVC_SHA are labels of the running pod.
     let pods = t
@@ -394,6 +439,7 @@ async fn a_ready_file_app_passes_by_file_replaces_the_old_version_and_goes_with_
         Rollout::Ready(ReadyBy::Http)
     );
     workload::promote(&t.ctx, &first_release).await?;
+    let first_stopped = t.app_exit_code_when_gone(&first).await?;
 
     let second = t.deploy(&channel).await?;
     let file_env = env(&[("MODE", "file")]);
@@ -417,6 +463,15 @@ async fn a_ready_file_app_passes_by_file_replaces_the_old_version_and_goes_with_
     assert!(!t.exists::<Deployment>(&old.deployment).await?);
     assert!(!t.exists::<Secret>(&old.env_secret).await?);
     assert!(t.exists::<Deployment>(&names.deployment).await?);
+    // The replaced version's process (a Python server with no handler of its own) was stopped by the SIGTERM after
+    // the drain, not killed when the grace period ran out.
+    let exit_code = tokio::time::timeout(POD_TIMEOUT, first_stopped)
+        .await
+        .context("the first version's pod goes")???;
+    assert_eq!(
+        exit_code, 143,
+        "128 + SIGTERM (137 would be SIGKILL at the end of the grace period)"
+    );
 
     // Deleting the channel stops what it runs (garbage collection through owner references).
     t.api::<Channel>()

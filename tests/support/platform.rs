@@ -411,8 +411,7 @@ impl Installed {
         }
     }
 
-    /// Deletes several apps at once, each as [`Self::delete_app`] does: their pods' grace periods (30 s for a
-    /// process that ignores SIGTERM) run side by side.
+    /// Deletes several apps at once, each as [`Self::delete_app`] does: their pods' drains run side by side.
     pub async fn delete_apps(&self, apps: &[(&Account, &str)]) -> Result<()> {
         futures::future::try_join_all(
             apps.iter()
@@ -437,7 +436,7 @@ impl Installed {
             .await?
             .expect(204);
         // Polled through one client: a kubectl per look costs a process start and a TLS handshake, and a pod's
-        // grace period lasts tens of looks.
+        // drain lasts tens of looks.
         let kube = slipway_testkit::client().await?;
         let ns = account.namespace.as_str();
         let channels: kube::Api<slipway_crds::Channel> = kube::Api::namespaced(kube.clone(), ns);

@@ -249,8 +249,8 @@ pub fn app_resources(
 }
 
 /// What every container of a deploy's pod runs under: no privilege escalation, no capabilities, the runtime's
-/// default seccomp profile, uid 10001 (the pod sets it; repeated so each container says it alone).
-pub fn restricted_container() -> SecurityContext {
+/// default seccomp profile, and `uid` (the app's is also the pod's; repeated so each container says it alone).
+pub fn restricted_container(uid: i64) -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities {
@@ -258,8 +258,8 @@ pub fn restricted_container() -> SecurityContext {
             add: None,
         }),
         run_as_non_root: Some(true),
-        run_as_user: Some(APP_UID),
-        run_as_group: Some(APP_UID),
+        run_as_user: Some(uid),
+        run_as_group: Some(uid),
         seccomp_profile: Some(runtime_default_seccomp()),
         ..SecurityContext::default()
     }
@@ -342,7 +342,7 @@ fn app_container(release: &Release<'_>, names: &Names) -> Container {
             },
         ]),
         resources: Some(app_resources(release.plan, release.cpu_request_percent)),
-        security_context: Some(restricted_container()),
+        security_context: Some(restricted_container(APP_UID)),
         volume_mounts: Some(vec![tmp_mount(false)]),
         // A replaced version keeps serving for a moment after it leaves the Service's endpoints, until every edge
         // has stopped sending it requests; only then is the process told to stop.
@@ -395,6 +395,12 @@ pub fn deployment(
             }]
         }),
         automount_service_account_token: Some(false),
+        // The pod's sandbox holds PID 1 (it reaps orphans), so the app's process is an ordinary one: a SIGTERM it
+        // has no handler for stops it, as it would on a laptop, instead of being ignored the way the kernel ignores
+        // unhandled signals to PID 1 (which would hold every replaced version for the whole grace period). The
+        // containers see each other's processes but run as different users, so neither can signal or read the
+        // other's.
+        share_process_namespace: Some(true),
         // The app's environment is exactly what the deploy recorded: no variables for other Services.
         enable_service_links: Some(false),
         security_context: Some(PodSecurityContext {

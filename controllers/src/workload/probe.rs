@@ -19,6 +19,9 @@ use slipway_crds::ReadyBy;
 
 use super::objects::{self, HTTP_PORT, Names};
 
+/// The sidecar's user: not the app's, so the app (whose processes it can see, see
+/// [`objects::deployment`]) can neither signal it nor reach its files through `/proc`.
+pub const UID: i64 = 10002;
 /// Name of the sidecar container.
 pub const CONTAINER: &str = "readiness";
 /// The volume holding the sidecar's marker, apart from the app's `/tmp`.
@@ -97,7 +100,7 @@ pub fn container(image: &str, names: &Names) -> Container {
             limits: Some(small("100m")),
             ..ResourceRequirements::default()
         }),
-        security_context: Some(objects::restricted_container()),
+        security_context: Some(objects::restricted_container(UID)),
         volume_mounts: Some(vec![
             objects::tmp_mount(true),
             VolumeMount {

@@ -159,6 +159,10 @@ fn the_deployment_runs_one_restricted_pod_labelled_with_user_and_sha() {
     assert_eq!(pod["automountServiceAccountToken"], false);
     assert_eq!(pod["enableServiceLinks"], false);
     assert_eq!(
+        pod["shareProcessNamespace"], true,
+        "the sandbox is PID 1, so a SIGTERM the app does not handle stops it"
+    );
+    assert_eq!(
         pod["securityContext"],
         json!({"runAsUser": 10001, "runAsGroup": 10001, "runAsNonRoot": true,
                "seccompProfile": {"type": "RuntimeDefault"}})
@@ -210,7 +214,12 @@ fn the_deployment_runs_one_restricted_pod_labelled_with_user_and_sha() {
         "every container has an ephemeral-storage limit, so the pod's total is bounded"
     );
     assert_eq!(sidecar["image"], "busybox:test");
-    assert_eq!(sidecar["securityContext"], app["securityContext"]);
+    assert_eq!(
+        sidecar["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": true,
+               "runAsUser": 10002, "runAsGroup": 10002, "seccompProfile": {"type": "RuntimeDefault"}}),
+        "restricted like the app, as a user of its own: the app sees its processes but cannot touch them"
+    );
     assert_eq!(
         sidecar["volumeMounts"][0],
         json!({"name": "tmp", "mountPath": "/tmp", "readOnly": true})
