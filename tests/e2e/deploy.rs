@@ -23,6 +23,10 @@ use support::{TestApi, User};
 
 /// A build, a rollout and readiness; generous for a loaded 2-core machine.
 const DEPLOY_WITHIN: Duration = Duration::from_secs(600);
+/// The readiness window of these tests' operators, which a version that never answers waits out. The shipped two
+/// minutes (a unit test holds them) would make that test the tier's longest; a small Python app is ready within
+/// seconds, and within this on a loaded node too.
+const READINESS_WINDOW: Duration = Duration::from_secs(60);
 
 /// A web server that answers GET / with the values the spec's runtime contract puts in its environment.
 const SERVER: &str = r#"import os, http.server
@@ -161,7 +165,9 @@ impl Platform {
         name: &str,
         greeting: &str,
     ) -> Result<(String, String, String, String, Value)> {
-        self.api.start_operator(&self.alice.namespace).await?;
+        self.api
+            .start_operator_with_readiness_window(&self.alice.namespace, READINESS_WINDOW)
+            .await?;
         let (app, prod) = self.app(name, "app").await;
         self.set_env(&app, "GREETING", greeting).await;
         let v1 = self

@@ -535,6 +535,20 @@ impl TestApi {
         Ok(self.run_operator(config))
     }
 
+    /// [`TestApi::start_operator`] with a readiness window of its own: a test of a version that never becomes ready
+    /// waits the window out, and the shipped two minutes (which a unit test holds) made it the tier's longest.
+    pub async fn start_operator_with_readiness_window(
+        &self,
+        namespace: &str,
+        readiness_window: std::time::Duration,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        let config = slipway_controllers::OperatorConfig {
+            readiness_window,
+            ..self.node_operator_config(namespace).await?
+        };
+        Ok(self.run_operator(config))
+    }
+
     /// Runs the operator on a control plane without a node (the cluster tier), scoped to `namespace`: enough for
     /// static deploys, which run no pod. Nothing can build or run there, so those addresses lead nowhere.
     pub async fn start_operator_without_node(
