@@ -5,10 +5,20 @@ Usage: client.py URL [TOKEN]. It initializes a session at URL over the streamabl
 line: `{"op": "list"}` prints `{"tools": [...]}` (each tool as the SDK parsed it); `{"op": "call", "name": N,
 "arguments": {...}}` prints `{"is_error", "text", "structured"}`. A failure prints `{"failure": "..."}` and the
 client exits non-zero.
+
+Usage: client.py --fork-server SOCKET. Importing the SDK takes seconds of CPU, and the tests open dozens of sessions:
+this imports it once, binds a datagram socket at SOCKET.fork, says `ready` to SOCKET, and then forks a client per
+datagram it receives, `{"url": URL, "token": TOKEN, "session": PATH}`: the client connects to the Unix socket at
+PATH, which becomes its stdin and stdout (a fork server, as Python's multiprocessing has). It exits when its stdin
+closes, that is when the test process that started it is gone.
 """
 
 import asyncio
 import json
+import os
+import select
+import signal
+import socket
 import sys
 
 from mcp import ClientSession
@@ -38,9 +48,7 @@ async def serve(session):
             raise ValueError(f"unknown op {request['op']}")
 
 
-async def main():
-    url = sys.argv[1]
-    token = sys.argv[2] if len(sys.argv) > 2 else None
+async def main(url, token):
     headers = {"Authorization": f"Bearer {token}"} if token else None
     async with create_mcp_http_client(headers=headers) as http:
         async with streamable_http_client(url, http_client=http) as streams:
@@ -52,9 +60,51 @@ async def main():
                 await serve(session)
 
 
-if __name__ == "__main__":
+def run(url, token):
     try:
-        asyncio.run(main())
+        asyncio.run(main(url, token))
     except BaseException as failure:  # noqa: BLE001 - reported to the test, which fails with it
         emit({"failure": f"{type(failure).__name__}: {failure!r}"})
-        sys.exit(1)
+        return 1
+    return 0
+
+
+def fork_server(path):
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.bind(path + ".fork")
+    server.sendto(b"ready", path)
+    # Sessions end on their own; nobody waits for them.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        while True:
+            readable, _, _ = select.select([server, sys.stdin], [], [])
+            if sys.stdin in readable and not sys.stdin.buffer.read1(1):
+                return
+            if server in readable:
+                request = json.loads(server.recv(65536))
+                if os.fork() == 0:
+                    server.close()
+                    os._exit(session(request))
+    finally:
+        for leftover in (path, path + ".fork"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+
+
+def session(request):
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.connect(request["session"])
+    os.dup2(connection.fileno(), 0)
+    os.dup2(connection.fileno(), 1)
+    connection.close()
+    sys.stdin = open(0, "r", closefd=False)
+    sys.stdout = open(1, "w", closefd=False)
+    return run(request["url"], request.get("token"))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--fork-server":
+        fork_server(sys.argv[2])
+    else:
+        sys.exit(run(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))

@@ -1,13 +1,21 @@
 //! A real MCP client for tests: the official Python SDK (`tests/mcp/client.py`), one session per client, driven
-//! over its stdin and stdout. The process is killed when the client is dropped.
+//! over a socket that is the client's stdin and stdout. The client process ends when the session is dropped.
+//!
+//! Importing the SDK takes seconds of CPU, and the tests open dozens of sessions on two cores: one process per test
+//! binary imports it once and forks a client per session (`client.py --fork-server`), which connects to a socket
+//! the session listens on.
 
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::net::UnixListener;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 /// Longest one answer may take (a tool call that reads a route).
 const ANSWER_WITHIN: Duration = Duration::from_secs(90);
@@ -102,11 +110,88 @@ impl ToolReply {
     }
 }
 
+/// The fork server: its socket, its directory, and its stdin, whose end (with this process) tells it to go.
+struct ForkServer {
+    socket: UnixDatagram,
+    dir: PathBuf,
+    _stdin: std::process::ChildStdin,
+}
+
+static FORK_SERVER: Mutex<Option<ForkServer>> = Mutex::new(None);
+
+impl ForkServer {
+    /// Starts `client.py --fork-server` and waits until it has imported the SDK.
+    fn start() -> Result<Self> {
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!("slipway-mcp-{}", uuid::Uuid::new_v4().simple()));
+        let socket = UnixDatagram::bind(&path)?;
+        let mut child = std::process::Command::new("python3")
+            .arg(super::platform::root().join("tests/mcp/client.py"))
+            .arg("--fork-server")
+            .arg(&path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("cannot start tests/mcp/client.py (python3 with the mcp package)")?;
+        let stdin = child.stdin.take().context("fork server stdin")?;
+        socket.set_read_timeout(Some(ANSWER_WITHIN))?;
+        let mut said = [0u8; 16];
+        let (n, peer) = socket
+            .recv_from(&mut said)
+            .context("the MCP fork server did not say it was ready")?;
+        if &said[..n] != b"ready" {
+            bail!(
+                "the MCP fork server said {:?}",
+                String::from_utf8_lossy(&said[..n])
+            );
+        }
+        socket.connect(peer.as_pathname().context("the fork server's address")?)?;
+        Ok(Self {
+            socket,
+            dir,
+            _stdin: stdin,
+        })
+    }
+
+    /// Where a new session listens for its client.
+    fn session_path(&self) -> PathBuf {
+        self.dir.join(format!(
+            "slipway-mcp-session-{}",
+            uuid::Uuid::new_v4().simple()
+        ))
+    }
+
+    /// Has a client forked for a session at `url`, to connect to `session`.
+    fn fork(&self, url: &str, token: &str, session: &std::path::Path) -> Result<()> {
+        let request = json!({"url": url, "token": token, "session": session});
+        self.socket
+            .send(&serde_json::to_vec(&request)?)
+            .context("ask the MCP fork server for a client")?;
+        Ok(())
+    }
+}
+
+/// Has the fork server (started on first use) fork a client for `url`, to connect to a socket of its own; answers
+/// that socket's path.
+fn fork_client(url: &str, token: &str) -> Result<(PathBuf, UnixListener)> {
+    let mut server = FORK_SERVER
+        .lock()
+        .map_err(|_| anyhow::anyhow!("the MCP fork server's lock is poisoned"))?;
+    if server.is_none() {
+        *server = Some(ForkServer::start()?);
+    }
+    let server = server.as_ref().context("the MCP fork server")?;
+    let path = server.session_path();
+    let listener = UnixListener::bind(&path)?;
+    server.fork(url, token, &path)?;
+    Ok((path, listener))
+}
+
 /// One MCP session of the Python SDK.
 pub struct McpClient {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
+    stdin: OwnedWriteHalf,
+    lines: Lines<BufReader<OwnedReadHalf>>,
     /// What `initialize` answered: `{server, protocol, tools}`.
     pub initialized: Value,
 }
@@ -114,20 +199,15 @@ pub struct McpClient {
 impl McpClient {
     /// Opens a session at `url` with `Authorization: Bearer token`.
     pub async fn connect(url: &str, token: &str) -> Result<Self> {
-        let mut child = tokio::process::Command::new("python3")
-            .arg(super::platform::root().join("tests/mcp/client.py"))
-            .arg(url)
-            .arg(token)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .context("cannot start tests/mcp/client.py (python3 with the mcp package)")?;
-        let stdin = child.stdin.take().context("client stdin")?;
-        let lines = BufReader::new(child.stdout.take().context("client stdout")?).lines();
+        let (url, token) = (url.to_owned(), token.to_owned());
+        let (path, listener) =
+            tokio::task::spawn_blocking(move || fork_client(&url, &token)).await??;
+        let accepted = tokio::time::timeout(ANSWER_WITHIN, listener.accept()).await;
+        std::fs::remove_file(&path).ok();
+        let (session, _) = accepted.context("the forked MCP client did not connect in time")??;
+        let (read, stdin) = session.into_split();
+        let lines = BufReader::new(read).lines();
         let mut client = McpClient {
-            child,
             stdin,
             lines,
             initialized: Value::Null,
@@ -167,8 +247,7 @@ impl McpClient {
             .await
             .context("the MCP client did not answer in time")??;
         let Some(line) = line else {
-            let status = self.child.wait().await?;
-            bail!("the MCP client ended ({status}) without answering");
+            bail!("the MCP client ended without answering (its error is in the test's output)");
         };
         let answer: Value =
             serde_json::from_str(&line).with_context(|| format!("not JSON: {line}"))?;
