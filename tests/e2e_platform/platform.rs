@@ -1609,100 +1609,107 @@ async fn runtime_logs_outlive_crashes_oom_kills_and_pod_deletion_and_commands_ru
         "{offline}"
     );
 
-    // 30 seconds, then what was printed so far; 256 KiB, then cut.
+    // 30 seconds, then what was printed so far. The command runs beside the steps after it (an account may run
+    // two at once), which wait on the app's pods rather than on it.
     let slow = run_on_log(
         &platform,
         &kim,
         &path,
         1,
         "echo before; sleep 60; echo after",
-    )
-    .await?;
+    );
+    let rest = async {
+        // 256 KiB, then cut.
+        let loud = run_on_log(&platform, &kim, &path, 1, "yes 0123456789 | head -c 300000").await?;
+        assert_eq!(loud["truncated"], true);
+        assert_eq!(loud["output"].as_str().unwrap().len(), 256 * 1024);
+        assert_eq!(loud["command_exit_code"], 0);
+
+        // The error rows: a command too long, a generation that never was.
+        let long = platform
+            .call(
+                "POST",
+                &path,
+                &kim,
+                Some(json!({"command": "x".repeat(4097)})),
+            )
+            .await?;
+        assert_eq!(long.status, 400, "{}", long.text());
+        let never = platform
+            .call("POST", &path, &kim, Some(json!({"container_index": 9})))
+            .await?;
+        assert_eq!(never.status, 404, "{}", never.text());
+
+        // Past the plan's memory limit: the kernel kills it, and the generation says so.
+        assert_eq!(platform.edge_get(&host, "/oom").await?.text(), "eating\n");
+        let killed = runtime_log_until(
+            &platform,
+            &kim,
+            &path,
+            json!({"container_index": 1}),
+            "the OOM kill",
+            |v| v["status"] == "exited",
+        )
+        .await?;
+        assert_eq!(killed["oom_killed"], true, "{killed}");
+        assert_eq!(killed["exit_code"], 137);
+
+        // The pod is deleted: its last generation is kept and readable; the new pod's count starts again.
+        let third = runtime_log_until(
+            &platform,
+            &kim,
+            &path,
+            json!({}),
+            "generation 2 live",
+            |v| {
+                v["container_index"] == 2
+                    && v["running"] == true
+                    && v["log_bytes"].as_u64().unwrap_or(0) >= boot_bytes as u64
+            },
+        )
+        .await?;
+        assert_eq!(third["restart_count"], 2, "{third}");
+        kubectl(&[
+            "-n",
+            &kim.namespace,
+            "delete",
+            "pod",
+            "-l",
+            "slipway.dev/app=logs,app.kubernetes.io/component=run",
+            "--wait=false",
+        ])
+        .await?;
+        let fresh = runtime_log_until(
+            &platform,
+            &kim,
+            &path,
+            json!({}),
+            "a generation in a new pod",
+            |v| v["container_index"] == 3 && v["running"] == true,
+        )
+        .await?;
+        assert_eq!(fresh["restart_count"], 0, "{fresh}");
+        assert_ne!(fresh["container_name"], third["container_name"]);
+        let deleted = runtime_log_until(
+            &platform,
+            &kim,
+            &path,
+            json!({"container_index": 2}),
+            "the deleted pod's end",
+            |v| v["running"] == false,
+        )
+        .await?;
+        assert_eq!(deleted["source"], "archived", "{deleted}");
+        let kept = run_on_log(&platform, &kim, &path, 2, "grep -c 'boot line' app.log").await?;
+        assert_eq!(kept["output"], "3\n", "{kept}");
+        anyhow::Ok(())
+    };
+    let (slow, rest) = tokio::join!(slow, rest);
+    rest?;
+    let slow = slow?;
     assert_eq!(slow["timed_out"], true, "{slow}");
     assert_eq!(slow["command_exit_code"], Value::Null);
     assert_eq!(slow["output"], "before\n");
-    let loud = run_on_log(&platform, &kim, &path, 1, "yes 0123456789 | head -c 300000").await?;
-    assert_eq!(loud["truncated"], true);
-    assert_eq!(loud["output"].as_str().unwrap().len(), 256 * 1024);
-    assert_eq!(loud["command_exit_code"], 0);
-
-    // The error rows: a command too long, a generation that never was.
-    let long = platform
-        .call(
-            "POST",
-            &path,
-            &kim,
-            Some(json!({"command": "x".repeat(4097)})),
-        )
-        .await?;
-    assert_eq!(long.status, 400, "{}", long.text());
-    let never = platform
-        .call("POST", &path, &kim, Some(json!({"container_index": 9})))
-        .await?;
-    assert_eq!(never.status, 404, "{}", never.text());
-
-    // Past the plan's memory limit: the kernel kills it, and the generation says so.
-    assert_eq!(platform.edge_get(&host, "/oom").await?.text(), "eating\n");
-    let killed = runtime_log_until(
-        &platform,
-        &kim,
-        &path,
-        json!({"container_index": 1}),
-        "the OOM kill",
-        |v| v["status"] == "exited",
-    )
-    .await?;
-    assert_eq!(killed["oom_killed"], true, "{killed}");
-    assert_eq!(killed["exit_code"], 137);
-
-    // The pod is deleted: its last generation is kept and readable; the new pod's count starts again.
-    let third = runtime_log_until(
-        &platform,
-        &kim,
-        &path,
-        json!({}),
-        "generation 2 live",
-        |v| {
-            v["container_index"] == 2
-                && v["running"] == true
-                && v["log_bytes"].as_u64().unwrap_or(0) >= boot_bytes as u64
-        },
-    )
-    .await?;
-    assert_eq!(third["restart_count"], 2, "{third}");
-    kubectl(&[
-        "-n",
-        &kim.namespace,
-        "delete",
-        "pod",
-        "-l",
-        "slipway.dev/app=logs,app.kubernetes.io/component=run",
-        "--wait=false",
-    ])
-    .await?;
-    let fresh = runtime_log_until(
-        &platform,
-        &kim,
-        &path,
-        json!({}),
-        "a generation in a new pod",
-        |v| v["container_index"] == 3 && v["running"] == true,
-    )
-    .await?;
-    assert_eq!(fresh["restart_count"], 0, "{fresh}");
-    assert_ne!(fresh["container_name"], third["container_name"]);
-    let deleted = runtime_log_until(
-        &platform,
-        &kim,
-        &path,
-        json!({"container_index": 2}),
-        "the deleted pod's end",
-        |v| v["running"] == false,
-    )
-    .await?;
-    assert_eq!(deleted["source"], "archived", "{deleted}");
-    let kept = run_on_log(&platform, &kim, &path, 2, "grep -c 'boot line' app.log").await?;
-    assert_eq!(kept["output"], "3\n", "{kept}");
 
     // The sandbox namespace admits nothing but the sandbox's own pod shape, whoever asks.
     let host_network = kubectl_run(&[
