@@ -110,10 +110,9 @@ impl ToolReply {
     }
 }
 
-/// The fork server: its socket, its directory, and its stdin, whose end (with this process) tells it to go.
+/// The fork server: its socket, and its stdin, whose end (with this process) tells it to go.
 struct ForkServer {
     socket: UnixDatagram,
-    dir: PathBuf,
     _stdin: std::process::ChildStdin,
 }
 
@@ -122,8 +121,8 @@ static FORK_SERVER: Mutex<Option<ForkServer>> = Mutex::new(None);
 impl ForkServer {
     /// Starts `client.py --fork-server` and waits until it has imported the SDK.
     fn start() -> Result<Self> {
-        let dir = std::env::temp_dir();
-        let path = dir.join(format!("slipway-mcp-{}", uuid::Uuid::new_v4().simple()));
+        let path =
+            std::env::temp_dir().join(format!("slipway-mcp-{}", uuid::Uuid::new_v4().simple()));
         let socket = UnixDatagram::bind(&path)?;
         let mut child = std::process::Command::new("python3")
             .arg(super::platform::root().join("tests/mcp/client.py"))
@@ -149,14 +148,13 @@ impl ForkServer {
         socket.connect(peer.as_pathname().context("the fork server's address")?)?;
         Ok(Self {
             socket,
-            dir,
             _stdin: stdin,
         })
     }
 
     /// Where a new session listens for its client.
-    fn session_path(&self) -> PathBuf {
-        self.dir.join(format!(
+    fn session_path() -> PathBuf {
+        std::env::temp_dir().join(format!(
             "slipway-mcp-session-{}",
             uuid::Uuid::new_v4().simple()
         ))
@@ -175,14 +173,14 @@ impl ForkServer {
 /// Has the fork server (started on first use) fork a client for `url`, to connect to a socket of its own; answers
 /// that socket's path.
 fn fork_client(url: &str, token: &str) -> Result<(PathBuf, UnixListener)> {
-    let mut server = FORK_SERVER
+    let mut started = FORK_SERVER
         .lock()
         .map_err(|_| anyhow::anyhow!("the MCP fork server's lock is poisoned"))?;
-    if server.is_none() {
-        *server = Some(ForkServer::start()?);
-    }
-    let server = server.as_ref().context("the MCP fork server")?;
-    let path = server.session_path();
+    let server = match &mut *started {
+        Some(server) => server,
+        none => none.insert(ForkServer::start()?),
+    };
+    let path = ForkServer::session_path();
     let listener = UnixListener::bind(&path)?;
     server.fork(url, token, &path)?;
     Ok((path, listener))
