@@ -130,6 +130,9 @@ tier_cluster() {
     eval "$("$HACK/smtp.sh" env)"
     export SLIPWAY_TEST_DATABASE_URL SLIPWAY_TEST_DATA_SERVER_URL
     export SLIPWAY_KUBECONFIG="$SLIPWAY_RUN/control-plane/admin.kubeconfig" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
+    # The tests leave their namespaces to this control plane, which runs no pods and is stopped after the run:
+    # deleting them cost the namespace controller and the apiserver a fifth of the tier's time.
+    export SLIPWAY_TEST_KEEP_NAMESPACES=1
     filters=$(module_filters cluster) || { echo "SLIPWAY_TESTS=$SLIPWAY_TESTS names no cluster test file" >&2; exit 2; }
     # shellcheck disable=SC2086 # one filter per selected module
     cargo_test -p slipway --locked --test cluster -- --test-threads="$TEST_THREADS" $filters

@@ -840,6 +840,9 @@ impl Drop for TestApi {
     fn drop(&mut self) {
         let namespaces = std::mem::take(&mut *self.namespaces.lock().expect("lock"));
         let _ = std::fs::remove_dir_all(&self.repos_dir);
+        if slipway_testkit::namespaces_outlive_tests() {
+            return;
+        }
         let _ = std::thread::spawn(move || -> Result<()> {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
