@@ -5,8 +5,8 @@
 #   3. cluster  tests/cluster/ against a real control plane, a real Postgres and Pebble (ACME CA and test DNS, for
 #               custom domains) started for this run and stopped after it
 #   4. e2e      tests/e2e_platform/ and tests/e2e/ against a real single-node cluster (hack/node.sh: kubelet,
-#               containerd, CNI, kube-proxy, kube-router, CoreDNS, registry, BuildKit) started for this run and
-#               stopped after it
+#               containerd, CNI, kube-proxy, kube-router, CoreDNS, registry, BuildKit) started for this run (in the
+#               background while the cluster tier runs, with the platform installed on it) and stopped after it
 # No tier is skipped: a part that cannot be built or started fails the run.
 #
 # usage: hack/test.sh [lint|unit|cluster|e2e]...   (default: all four)
@@ -49,7 +49,9 @@ APISERVER_PORT=${SLIPWAY_TEST_APISERVER_PORT:-26443}
 started=$SECONDS
 results="$(mktemp)"
 node_parts_pid=
-trap 'rm -f "$results"; [ -z "$node_parts_pid" ] || kill -- "-$node_parts_pid" 2>/dev/null || true' EXIT
+e2e_prepare_pid=
+e2e_prepared=
+trap 'rm -f "$results"; [ -z "$node_parts_pid" ] || kill -- "-$node_parts_pid" 2>/dev/null || true; [ -z "$e2e_prepared" ] || e2e_teardown' EXIT
 log() { printf '\n[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # Whether the test file named $1 is among those to run.
 selected() {
@@ -105,6 +107,7 @@ tier_unit() {
 
 tier_cluster() {
   log "tier cluster: integration tests against a real kube-apiserver"
+  if [[ " ${tiers[*]} " == *" e2e "* ]]; then e2e_prepare_in_background; fi
   # A control plane of its own (ports and directory apart from `make up`), fresh for every run.
   (
     export SLIPWAY_RUN="$TEST_RUN/cluster" SLIPWAY_ETCD_PORT=$ETCD_PORT SLIPWAY_APISERVER_PORT=$APISERVER_PORT
@@ -139,35 +142,87 @@ tier_cluster() {
   )
 }
 
+# The e2e tier's cluster, apart from the cluster tier's: its own control plane ports, node slot, Postgres and data
+# server.
+e2e_settings() {
+  export SLIPWAY_RUN="$TEST_RUN/e2e" SLIPWAY_ETCD_PORT=$((ETCD_PORT + 2)) SLIPWAY_APISERVER_PORT=$((APISERVER_PORT + 1))
+  export SLIPWAY_NODE_SLOT=${SLIPWAY_TEST_NODE_SLOT:-1}
+  export SLIPWAY_PG_PORT=$((${SLIPWAY_TEST_PG_PORT:-25432} + 1))
+  export SLIPWAY_DATA_SERVER_PORT=$((${SLIPWAY_TEST_DATA_PORT:-25500} + 1))
+}
+
+platform_selected() { selected e2e_platform || selected e2e_platform_isolation || selected e2e_platform_upgrade; }
+
+# Brings up what the e2e tier runs on, once the node's parts are built: the node, the Postgres its platform keeps
+# its database in, and, when a platform test is selected, the platform installed by its chart. Writes the exports
+# the tests need to $TEST_RUN/e2e.env. Started in the background when the cluster tier starts (its tests are busy
+# on the CPU, while starting a node and installing a chart mostly waits), and waited for by the e2e tier.
+e2e_prepare() {
+  local began=$SECONDS
+  e2e_settings
+  until [ -f "$TEST_RUN/node-parts.status" ]; do sleep 1; done
+  [ "$(cat "$TEST_RUN/node-parts.status")" = 0 ] || { echo "building the node's parts failed" >&2; return 1; }
+  "$HACK/node.sh" start
+  eval "$("$HACK/node.sh" env)"
+  # Pods reach this Postgres too: the chart-installed platform keeps its database here.
+  SLIPWAY_TEST_DATABASE_URL=$(SLIPWAY_PG_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_PG_CLIENTS=$SLIPWAY_POD_CIDR "$HACK/postgres.sh" start)
+  {
+    "$HACK/node.sh" env
+    echo "export SLIPWAY_TEST_DATABASE_URL=$SLIPWAY_TEST_DATABASE_URL"
+  } >"$TEST_RUN/e2e.env"
+  if platform_selected; then
+    log "e2e: installing the platform by its chart"
+    rm -rf "$SLIPWAY_RUN/platform"
+    SLIPWAY_TEST_DATABASE_URL=$SLIPWAY_TEST_DATABASE_URL "$HACK/install.sh" install
+    "$HACK/install.sh" env >>"$TEST_RUN/e2e.env"
+  fi
+  log "e2e: the node$(platform_selected && echo " and the platform") ready in $((SECONDS - began))s"
+}
+
+# Starts e2e_prepare in the background, its output kept for the e2e tier to print.
+e2e_prepare_in_background() {
+  [ -z "$e2e_prepared" ] || return 0
+  e2e_prepared=1
+  rm -f "$TEST_RUN/e2e.env"
+  (e2e_prepare) >"$TEST_RUN/e2e-prepare.log" 2>&1 &
+  e2e_prepare_pid=$!
+}
+
+# Kills process $1 and every process under it.
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+
+# Stops everything e2e_prepare started (on the way out, whether or not the e2e tier ran).
+e2e_teardown() {
+  [ -z "$e2e_prepare_pid" ] || kill_tree "$e2e_prepare_pid"
+  (
+    e2e_settings
+    "$HACK/node.sh" stop; "$HACK/postgres.sh" stop; "$HACK/data-server.sh" stop; "$HACK/oidc.sh" stop; "$HACK/smtp.sh" stop
+    rm -rf "$SLIPWAY_RUN/platform"
+  ) >/dev/null 2>&1 || true
+}
+
 tier_e2e() {
   log "tier e2e: end-to-end tests on a real single-node cluster"
-  if [ -n "$node_parts_pid" ]; then
-    log "e2e: the node's parts, built in the background since the run began:"
-    local built=0
-    wait "$node_parts_pid" || built=$?
-    node_parts_pid=
-    cat "$TEST_RUN/node-parts.log" >&2
-    [ "$built" = 0 ] || { echo "building the node's parts failed (exit $built)" >&2; exit 1; }
-  fi
+  e2e_prepare_in_background
+  local prepared=0
+  wait "$e2e_prepare_pid" || prepared=$?
+  e2e_prepare_pid=
+  log "e2e: the node's parts (built in the background since the run began), the node and the platform:"
+  cat "$TEST_RUN/node-parts.log" "$TEST_RUN/e2e-prepare.log" >&2
+  [ "$prepared" = 0 ] || { echo "preparing the e2e tier's cluster failed (exit $prepared)" >&2; exit 1; }
   (
-    export SLIPWAY_RUN="$TEST_RUN/e2e" SLIPWAY_ETCD_PORT=$((ETCD_PORT + 2)) SLIPWAY_APISERVER_PORT=$((APISERVER_PORT + 1))
-    export SLIPWAY_NODE_SLOT=${SLIPWAY_TEST_NODE_SLOT:-1}
-    export SLIPWAY_PG_PORT=$((${SLIPWAY_TEST_PG_PORT:-25432} + 1))
-    export SLIPWAY_DATA_SERVER_PORT=$((${SLIPWAY_TEST_DATA_PORT:-25500} + 1))
-    trap '"$HACK/node.sh" stop; "$HACK/postgres.sh" stop; "$HACK/data-server.sh" stop; "$HACK/oidc.sh" stop; "$HACK/smtp.sh" stop; rm -rf "$SLIPWAY_RUN/platform"' EXIT
-    "$HACK/node.sh" start
-    eval "$("$HACK/node.sh" env)"
-    # Pods reach this Postgres too: the chart-installed platform keeps its database here.
-    SLIPWAY_TEST_DATABASE_URL=$(SLIPWAY_PG_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_PG_CLIENTS=$SLIPWAY_POD_CIDR "$HACK/postgres.sh" start)
+    e2e_settings
+    source "$TEST_RUN/e2e.env"
     export SLIPWAY_TEST_DATABASE_URL
     export SLIPWAY_KUBECONFIG="$KUBECONFIG" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
     # 1. The platform as it ships: the chart installed from the image built here, used over its addresses;
     #    then upgraded under load and uninstalled (its tests run in that order).
-    if selected e2e_platform || selected e2e_platform_isolation || selected e2e_platform_upgrade; then
+    if platform_selected; then
       log "e2e: the platform installed by its chart"
-      rm -rf "$SLIPWAY_RUN/platform"
-      "$HACK/install.sh" install
-      eval "$("$HACK/install.sh" env)"
       # A failure prints what the components logged at WARN and ERROR, which the uninstall would take away.
       platform_failed() { log "the installed components' warnings and errors:"; "$HACK/install.sh" logs; exit 1; }
       # One binary (tests/e2e_platform/), a run per module: each leaves the release as the next expects it.
@@ -201,7 +256,9 @@ done
 # Warm, the build finds everything cached and ends at once.
 if [[ " ${tiers[*]} " == *" e2e "* ]]; then
   mkdir -p "$TEST_RUN"
-  setsid nice -n 19 "$HACK/node.sh" build >"$TEST_RUN/node-parts.log" 2>&1 &
+  rm -f "$TEST_RUN/node-parts.status"
+  setsid nice -n 19 bash -c '"$1" build >"$2" 2>&1; echo $? >"$3"' - "$HACK/node.sh" "$TEST_RUN/node-parts.log" \
+    "$TEST_RUN/node-parts.status" &
   node_parts_pid=$!
 fi
 for tier in "${tiers[@]}"; do
