@@ -9,13 +9,15 @@ oci_tar() {
   (cd "$dir" && find . -mindepth 1 -maxdepth 1 -printf '%P\n' | LC_ALL=C sort | tar --sort=name --numeric-owner -cf "$out" -T -)
 }
 
-# oci_layer LAYOUT TAR: compresses TAR into LAYOUT's blobs; prints "digest size diff_id" of the layer.
+# oci_layer LAYOUT TAR: compresses TAR into LAYOUT's blobs; prints "digest size diff_id" of the layer. gzip's fastest
+# level: the slipway image's layer (a 200 MB debug binary, built for every install and upgrade) compresses in 4 s
+# instead of 13 s, and comes out 15% larger, on its way to a registry on the same machine.
 oci_layer() {
   local layout=$1 tar=$2 diff_id digest tmp
   mkdir -p "$layout/blobs/sha256"
   diff_id=$(sha256sum <"$tar" | cut -d' ' -f1)
   tmp="$layout/blobs/.layer.$$"
-  gzip -n -c "$tar" >"$tmp"
+  gzip -1 -n -c "$tar" >"$tmp"
   digest=$(sha256sum <"$tmp" | cut -d' ' -f1)
   mv "$tmp" "$layout/blobs/sha256/$digest"
   echo "sha256:$digest $(stat -c %s "$layout/blobs/sha256/$digest") sha256:$diff_id"
