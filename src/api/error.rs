@@ -213,16 +213,42 @@ pub struct ErrorBody {
     pub fields: Option<Vec<FieldProblem>>,
 }
 
+/// What a request answers when every connection of the database pool stayed busy for the pool's whole acquire
+/// timeout: the platform is overloaded, not broken, so 503 `service_unavailable` (retry later) and not a 500.
+const BUSY: &str = "the platform is busy; try again shortly";
+
+/// Whether `e` comes from waiting for a database connection in vain.
+fn pool_exhausted(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|cause| matches!(cause.downcast_ref(), Some(sqlx::Error::PoolTimedOut)))
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
-        if let ApiError::Internal(e) = &self {
-            tracing::error!(error = format!("{e:#}"), "request failed");
+        let busy = matches!(&self, ApiError::Internal(e) if pool_exhausted(e));
+        let (status, code) = if busy {
+            (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable")
+        } else {
+            self.status_and_code()
+        };
+        match &self {
+            ApiError::Internal(e) if busy => {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "request failed: the database pool is exhausted"
+                );
+            }
+            ApiError::Internal(e) => tracing::error!(error = format!("{e:#}"), "request failed"),
+            _ => {}
         }
         let body = ErrorEnvelope {
             error: ErrorBody {
                 code,
-                message: self.to_string(),
+                message: if busy {
+                    BUSY.to_owned()
+                } else {
+                    self.to_string()
+                },
                 fields: match &self {
                     ApiError::Validation(problems) => Some(problems.clone()),
                     _ => None,
@@ -293,6 +319,29 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
         assert_eq!(retry_after_secs(Duration::from_secs(1)), 1);
         assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
+    }
+
+    #[tokio::test]
+    async fn a_request_that_waited_in_vain_for_a_database_connection_answers_503() {
+        for error in [
+            ApiError::from(sqlx::Error::PoolTimedOut),
+            ApiError::Internal(
+                anyhow::Error::from(sqlx::Error::PoolTimedOut).context("listing logs"),
+            ),
+        ] {
+            let response = error.into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            let body = axum::body::to_bytes(response.into_body(), 1024)
+                .await
+                .unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                body,
+                serde_json::json!({"error": {"code": "service_unavailable", "message": BUSY}})
+            );
+        }
+        let other = ApiError::from(sqlx::Error::PoolClosed).into_response();
+        assert_eq!(other.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[tokio::test]
