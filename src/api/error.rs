@@ -231,15 +231,15 @@ impl IntoResponse for ApiError {
         } else {
             self.status_and_code()
         };
-        match &self {
-            ApiError::Internal(e) if busy => {
+        if let ApiError::Internal(e) = &self {
+            if busy {
                 tracing::warn!(
                     error = format!("{e:#}"),
                     "request failed: the database pool is exhausted"
                 );
+            } else {
+                tracing::error!(error = format!("{e:#}"), "request failed");
             }
-            ApiError::Internal(e) => tracing::error!(error = format!("{e:#}"), "request failed"),
-            _ => {}
         }
         let body = ErrorEnvelope {
             error: ErrorBody {
@@ -321,6 +321,16 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
     }
 
+    /// The status and JSON body `error` answers with.
+    async fn answer(error: ApiError) -> (StatusCode, serde_json::Value) {
+        let response = error.into_response();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&body).unwrap())
+    }
+
     #[tokio::test]
     async fn a_request_that_waited_in_vain_for_a_database_connection_answers_503() {
         for error in [
@@ -329,12 +339,8 @@ mod tests {
                 anyhow::Error::from(sqlx::Error::PoolTimedOut).context("listing logs"),
             ),
         ] {
-            let response = error.into_response();
-            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-            let body = axum::body::to_bytes(response.into_body(), 1024)
-                .await
-                .unwrap();
-            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let (status, body) = answer(error).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
             assert_eq!(
                 body,
                 serde_json::json!({"error": {"code": "service_unavailable", "message": BUSY}})
@@ -346,12 +352,8 @@ mod tests {
 
     #[tokio::test]
     async fn internal_errors_do_not_leak_their_cause() {
-        let response = ApiError::Internal(anyhow::anyhow!("password=hunter2")).into_response();
-        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        let body = axum::body::to_bytes(response.into_body(), 1024)
-            .await
-            .unwrap();
-        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let (status, body) = answer(ApiError::Internal(anyhow::anyhow!("password=hunter2"))).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(
             body,
             serde_json::json!({"error": {"code": "internal_error", "message": "internal error"}})
