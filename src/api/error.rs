@@ -217,8 +217,9 @@ pub struct ErrorBody {
 /// timeout: the platform is overloaded, not broken, so 503 `service_unavailable` (retry later) and not a 500.
 const BUSY: &str = "the platform is busy; try again shortly";
 
-/// Whether `e` comes from waiting for a database connection in vain.
-fn pool_exhausted(e: &anyhow::Error) -> bool {
+/// Whether `e` comes from waiting for a database connection in vain: the platform was busy, and the same request
+/// may well succeed later.
+pub(crate) fn pool_exhausted(e: &anyhow::Error) -> bool {
     e.chain()
         .any(|cause| matches!(cause.downcast_ref(), Some(sqlx::Error::PoolTimedOut)))
 }

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::guard::InternalCaller;
 use crate::api::access;
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, pool_exhausted};
 use crate::api::extract::{Json, Path};
 use crate::api::state::AppState;
 use crate::checkpoints::{self, Checkpoint, SqlLeg};
@@ -177,24 +177,60 @@ async fn pre_deploy_snapshot(
         deploy_id: Some(deploy_id),
         git_sha: request.git_sha,
     };
-    Ok(Json(
-        match checkpoints::take(state.db(), channel_id, sql, blob, &occasion, plan).await {
-            Ok(Checkpoint {
-                sql: Some(snapshot),
-                ..
-            }) => PreDeploySnapshot::Taken {
-                snapshot_id: snapshot.id.to_string(),
-            },
-            Ok(Checkpoint { sql: None, .. }) => PreDeploySnapshot::Skipped {
-                reason: "the channel's database is not ready: only its bucket was checkpointed"
-                    .to_owned(),
-            },
-            Err(e) => {
-                tracing::warn!(%deploy_id, %channel_id, error = %e, "pre-deploy checkpoint failed");
-                PreDeploySnapshot::Failed {
-                    reason: format!("the pre-deploy SQL snapshot failed: {e}"),
-                }
-            }
+    let taken = checkpoints::take(state.db(), channel_id, sql, blob, &occasion, plan).await;
+    if let Err(e) = &taken {
+        tracing::warn!(%deploy_id, %channel_id, error = %e, "pre-deploy checkpoint failed");
+    }
+    checkpoint_answer(taken).map(Json)
+}
+
+/// What the operator hears of a pre-deploy checkpoint. A checkpoint that failed fails the deploy, unless all that
+/// failed was the wait for a database connection: the platform was busy, not the dump, so the call answers 503
+/// and the operator asks again (the occasion's legs already taken are not taken twice).
+fn checkpoint_answer(taken: anyhow::Result<Checkpoint>) -> Result<PreDeploySnapshot, ApiError> {
+    Ok(match taken {
+        Ok(Checkpoint {
+            sql: Some(snapshot),
+            ..
+        }) => PreDeploySnapshot::Taken {
+            snapshot_id: snapshot.id.to_string(),
         },
-    ))
+        Ok(Checkpoint { sql: None, .. }) => PreDeploySnapshot::Skipped {
+            reason: "the channel's database is not ready: only its bucket was checkpointed"
+                .to_owned(),
+        },
+        Err(e) if pool_exhausted(&e) => return Err(ApiError::Internal(e)),
+        Err(e) => PreDeploySnapshot::Failed {
+            reason: format!("the pre-deploy SQL snapshot failed: {e}"),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::response::IntoResponse;
+
+    #[test]
+    fn a_checkpoint_that_waited_in_vain_for_a_connection_is_retried_not_failed() {
+        let busy = anyhow::Error::new(sqlx::Error::PoolTimedOut).context("recording the snapshot");
+        let Err(error) = checkpoint_answer(Err(busy)) else {
+            panic!("a busy platform failed the deploy");
+        };
+        assert_eq!(
+            error.into_response().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_whose_dump_failed_fails_the_deploy() {
+        let dump = anyhow::anyhow!("pg_dump exited with status 1");
+        match checkpoint_answer(Err(dump)) {
+            Ok(PreDeploySnapshot::Failed { reason }) => {
+                assert!(reason.contains("pg_dump exited with status 1"), "{reason}");
+            }
+            other => panic!("expected a failed checkpoint, got {other:?}"),
+        }
+    }
 }
