@@ -1,9 +1,12 @@
 //! Object storage throughput through the platform's S3 gateway against the backend itself (versitygw, the same
-//! instance, the same client library): PUT and GET of 1 MiB and 64 MiB objects in MiB/s (one at a time), and 1 KiB
-//! objects in requests per second at a fixed concurrency, each figure the median of three timed rounds in which the
-//! sides take turns, with the gateway's ratio to the backend. The gateway runs with its real work per request: SigV4
-//! with the channel's key pair, the bucket mapping, and the quota's reservations, leases and counts in Postgres. Needs Postgres
-//! (`make bench` starts it); the backend is started here.
+//! instance, the same client library), and against nginx as a plain reverse proxy in front of the same backend in
+//! the same run: PUT and GET of 1 MiB and 64 MiB objects in MiB/s (one at a time), and 1 KiB objects in requests per
+//! second at a fixed concurrency, each figure the median of three timed rounds in which the sides take turns, with
+//! the gateway's ratio to the backend and to nginx. The gateway runs with its real work per request: SigV4 with the
+//! channel's key pair, the bucket mapping, and the quota's reservations, leases and counts in Postgres. nginx does
+//! none of it (it passes the client's own signature through, with two workers as the gateway has two threads): its
+//! ratio to the backend is what one more hop costs on this machine, the floor for any proxy. Needs Postgres (`make
+//! bench` starts it) and nginx (hack/install-deps.sh); the backend is started here.
 //!
 //! Prints one line per figure; it asserts nothing about time.
 
@@ -19,8 +22,11 @@ use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
 
+#[path = "common/nginx.rs"]
+mod nginx;
 #[path = "common/rounds.rs"]
 mod rounds;
+use nginx::Nginx;
 use rounds::median;
 
 const MIB: usize = 1024 * 1024;
@@ -81,9 +87,19 @@ async fn main() -> Result<()> {
         None,
     );
     let direct = backend::client(&root, None);
-    // The gateway first, then the backend: a client and the name it knows the bucket by.
+    let nginx_dir = std::env::temp_dir().join(format!("slipway-bench-blob-{}", std::process::id()));
+    let (_nginx, nginx_url) = start_nginx(&nginx_dir, &root.url).await?;
+    let proxied = backend::client(
+        &S3Endpoint {
+            url: nginx_url,
+            ..root.clone()
+        },
+        None,
+    );
+    // The gateway, nginx, then the backend: a client and the name it knows the bucket by.
     let sides = [
         (&through, row.virtual_bucket.as_str()),
+        (&proxied, row.backend_bucket.as_str()),
         (&direct, row.backend_bucket.as_str()),
     ];
 
@@ -91,7 +107,7 @@ async fn main() -> Result<()> {
     // machine's moment than about either side).
     for size in [MIB, 64 * MIB] {
         let data = bytes::Bytes::from(vec![0x5a; size]);
-        let [gateway, backend] = in_turns(sides, |(client, bucket)| {
+        let [gateway, nginx, backend] = in_turns(sides, |(client, bucket)| {
             let data = data.clone();
             async move {
                 Ok([
@@ -102,13 +118,21 @@ async fn main() -> Result<()> {
         })
         .await?;
         let label = format!("{} MiB", size / MIB);
-        report(&format!("PUT {label}"), "MiB/s", gateway[0], backend[0]);
-        report(&format!("GET {label}"), "MiB/s", gateway[1], backend[1]);
+        report(
+            &format!("PUT {label}"),
+            "MiB/s",
+            [gateway[0], nginx[0], backend[0]],
+        );
+        report(
+            &format!("GET {label}"),
+            "MiB/s",
+            [gateway[1], nginx[1], backend[1]],
+        );
     }
 
     // Small requests the same way, at a fixed concurrency.
     let small = bytes::Bytes::from(vec![0x5a; SMALL]);
-    let [gateway, backend] = in_turns(sides, |(client, bucket)| {
+    let [gateway, nginx, backend] = in_turns(sides, |(client, bucket)| {
         let small = small.clone();
         async move {
             Ok([
@@ -118,8 +142,8 @@ async fn main() -> Result<()> {
         }
     })
     .await?;
-    report("PUT 1 KiB", "req/s", gateway[0], backend[0]);
-    report("GET 1 KiB", "req/s", gateway[1], backend[1]);
+    report("PUT 1 KiB", "req/s", [gateway[0], nginx[0], backend[0]]);
+    report("GET 1 KiB", "req/s", [gateway[1], nginx[1], backend[1]]);
     Ok(())
 }
 
@@ -128,12 +152,15 @@ type Side<'a> = (&'a Client, &'a str);
 
 /// Each side's PUT and GET figures (`[put, get]` per side, in the order of `sides`): the medians of [`ROUNDS`]
 /// rounds in which the sides take turns, each round measured by `round`.
-async fn in_turns<'a, F, Fut>(sides: [Side<'a>; 2], mut round: F) -> Result<[[f64; 2]; 2]>
+async fn in_turns<'a, F, Fut, const SIDES: usize>(
+    sides: [Side<'a>; SIDES],
+    mut round: F,
+) -> Result<[[f64; 2]; SIDES]>
 where
     F: FnMut(Side<'a>) -> Fut,
     Fut: Future<Output = Result<[f64; 2]>>,
 {
-    let mut figures = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+    let mut figures = [(); SIDES].map(|_| [Vec::new(), Vec::new()]);
     for _ in 0..ROUNDS {
         for (of_side, side) in figures.iter_mut().zip(sides) {
             let [put, get] = round(side).await?;
@@ -144,11 +171,58 @@ where
     Ok(figures.map(|side| side.map(median)))
 }
 
-fn report(what: &str, unit: &str, gateway: f64, backend: f64) {
+/// One figure of the three sides, with the gateway's and nginx's ratios to the backend and the gateway's to nginx.
+fn report(what: &str, unit: &str, [gateway, nginx, backend]: [f64; 3]) {
     println!(
-        "blob {what:<10} gateway {gateway:>8.1} {unit}  backend {backend:>8.1} {unit}  ratio {:.2}x",
-        gateway / backend
+        "blob {what:<10} gateway {gateway:>8.1} {unit}  nginx {nginx:>8.1} {unit}  backend {backend:>8.1} {unit}  \
+         ratio {:.2}x (nginx {:.2}x; gateway / nginx {:.2}x)",
+        gateway / backend,
+        nginx / backend,
+        gateway / nginx
     );
+}
+
+/// nginx as a plain reverse proxy in front of the backend at `backend_url` (`http://host:port`), on a free port of
+/// its own: kept-alive upstream connections, bodies streamed both ways through memory buffers (no temporary
+/// files), the client's `Host` passed on so that its signature still holds. Answers it and its URL.
+async fn start_nginx(dir: &std::path::Path, backend_url: &str) -> Result<(Nginx, String)> {
+    let upstream = backend_url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow::anyhow!("the backend is not plain HTTP: {backend_url}"))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let d = dir.display();
+    let conf = format!(
+        r#"worker_processes 2;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+daemon off;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy; fastcgi_temp_path {d}/tmp/fastcgi;
+  uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
+  upstream backend {{ server {upstream}; keepalive 32; }}
+  server {{
+    listen 127.0.0.1:{port};
+    keepalive_requests 1000000;
+    client_max_body_size 0;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    proxy_set_header Host $http_host;
+    proxy_request_buffering off;
+    proxy_buffer_size 64k;
+    proxy_buffers 16 64k;
+    proxy_max_temp_file_size 0;
+    location / {{ proxy_pass http://backend; }}
+  }}
+}}
+"#
+    );
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let nginx = Nginx::start(dir, &conf, &[], address).await?;
+    Ok((nginx, format!("http://{address}")))
 }
 
 async fn put(client: &Client, bucket: &str, key: &str, data: bytes::Bytes) -> Result<()> {

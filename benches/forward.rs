@@ -21,8 +21,11 @@ use anyhow::Result;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+#[path = "common/nginx.rs"]
+mod nginx;
 #[path = "common/rounds.rs"]
 mod rounds;
+use nginx::Nginx;
 use rounds::median;
 
 const BULK: usize = 512 * 1024 * 1024;
@@ -146,32 +149,6 @@ async fn measure(cores: Cores, proxy: tokio::runtime::Handle) -> Result<()> {
     Ok(())
 }
 
-/// A running nginx, stopped (master and worker) and its directory removed when dropped.
-struct Nginx {
-    dir: std::path::PathBuf,
-    _child: tokio::process::Child,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let d = self.dir.display().to_string();
-        let _ = std::process::Command::new("nginx")
-            .args(["-p", &d, "-c", &format!("{d}/nginx.conf"), "-s", "stop"])
-            .stderr(std::process::Stdio::null())
-            .status();
-        // The master stops its worker and removes its pid file; only then may it be killed (a worker whose master
-        // was killed keeps the ports).
-        let pid_file = self.dir.join("nginx.pid");
-        for _ in 0..100 {
-            if !pid_file.exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// nginx proxying TCP from 127.0.0.1:`port` to `sink` and from `port + 1` to `echo`, with one worker (the forward
 /// is one process too) and its stream module (Debian's libnginx-mod-stream, from hack/install-deps.sh).
 async fn start_nginx(
@@ -181,8 +158,6 @@ async fn start_nginx(
     echo: SocketAddr,
     cores: Cores,
 ) -> Result<Nginx> {
-    use anyhow::Context as _;
-    std::fs::create_dir_all(dir)?;
     let d = dir.display();
     let conf = format!(
         r#"load_module /usr/lib/nginx/modules/ngx_stream_module.so;
@@ -200,32 +175,18 @@ stream {{
 "#,
         port + 1
     );
-    std::fs::write(dir.join("nginx.conf"), conf)?;
     // On a core of its own, nginx runs on the forward's core.
-    let (program, pinned): (&str, &[&str]) = match cores {
-        Cores::Shared => ("nginx", &[]),
-        Cores::ProxyApart => ("taskset", &["-c", "1", "nginx"]),
+    let prefix: &[&str] = match cores {
+        Cores::Shared => &[],
+        Cores::ProxyApart => &["taskset", "-c", "1"],
     };
-    let child = tokio::process::Command::new(program)
-        .args(pinned)
-        .args(["-p", &format!("{d}"), "-c", &format!("{d}/nginx.conf")])
-        .kill_on_drop(true)
-        .spawn()
-        .context(
-            "start nginx (hack/install-deps.sh installs nginx-light and libnginx-mod-stream)",
-        )?;
-    let ready = SocketAddr::from(([127, 0, 0, 1], port + 1));
-    let nginx = Nginx {
-        dir: dir.to_owned(),
-        _child: child,
-    };
-    for _ in 0..100 {
-        if TcpStream::connect(ready).await.is_ok() {
-            return Ok(nginx);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::bail!("nginx did not listen on {ready} (see {d}/error.log)")
+    Nginx::start(
+        dir,
+        &conf,
+        prefix,
+        SocketAddr::from(([127, 0, 0, 1], port + 1)),
+    )
+    .await
 }
 
 #[derive(Clone, Copy)]
