@@ -195,9 +195,6 @@ async fn start_nginx(dir: &std::path::Path, backend_url: &str) -> Result<(Nginx,
     let d = dir.display();
     let conf = format!(
         r#"worker_processes 2;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-daemon off;
 events {{ worker_connections 1024; }}
 http {{
   access_log off;

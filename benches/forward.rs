@@ -158,13 +158,9 @@ async fn start_nginx(
     echo: SocketAddr,
     cores: Cores,
 ) -> Result<Nginx> {
-    let d = dir.display();
     let conf = format!(
         r#"load_module /usr/lib/nginx/modules/ngx_stream_module.so;
 worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-daemon off;
 events {{ worker_connections 1024; }}
 stream {{
   tcp_nodelay on;

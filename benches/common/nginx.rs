@@ -15,12 +15,16 @@ pub struct Nginx {
 }
 
 impl Nginx {
-    /// Starts nginx with `conf` as its configuration in `dir` (created), run under `prefix` (e.g. `taskset -c 1`;
-    /// empty: nginx itself); ready once `ready` accepts a connection.
+    /// Starts nginx in `dir` (created) with `conf` (its workers, events and servers) after the settings this
+    /// helper owns (in the foreground, its pid file and error log in `dir`), run under `prefix` (e.g. `taskset -c
+    /// 1`; empty: nginx itself); ready once `ready` accepts a connection.
     pub async fn start(dir: &Path, conf: &str, prefix: &[&str], ready: SocketAddr) -> Result<Self> {
         std::fs::create_dir_all(dir.join("tmp"))?;
         let d = dir.display().to_string();
-        std::fs::write(dir.join("nginx.conf"), conf)?;
+        std::fs::write(
+            dir.join("nginx.conf"),
+            format!("daemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n{conf}"),
+        )?;
         let mut command = match prefix.split_first() {
             Some((program, args)) => {
                 let mut command = tokio::process::Command::new(program);
