@@ -71,8 +71,11 @@ pub struct NewStore<'a> {
 }
 
 /// Records the channel's store with a fresh key pair, unless it has one; answers the stored row either way.
+/// Under the channel's record lock ([`crate::db::lock_channel_records`]), which a transfer's swap of records holds.
 pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewStore<'_>) -> anyhow::Result<Store> {
-    if let Some(store) = by_channel(db, new.channel_id).await? {
+    let mut tx = db.begin().await?;
+    crate::db::lock_channel_records(&mut tx, new.channel_id).await?;
+    if let Some(store) = by_channel(&mut *tx, new.channel_id).await? {
         return Ok(store);
     }
     let KeyPair {
@@ -83,9 +86,9 @@ pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewStore<'_>) -> anyhow::
         secret_access_key.as_bytes(),
         &keys::aad(new.channel_id, &access_key_id),
     )?;
-    sqlx::query(
+    let store: Store = sqlx::query_as(
         "INSERT INTO blob_stores (channel_id, app_id, owner, virtual_bucket, backend_bucket, access_key_id, key_id, \
-         sealed_secret) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (channel_id) DO NOTHING",
+         sealed_secret) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *",
     )
     .bind(new.channel_id)
     .bind(new.app_id)
@@ -95,12 +98,10 @@ pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewStore<'_>) -> anyhow::
     .bind(&access_key_id)
     .bind(&sealed.key_id)
     .bind(&sealed.bytes)
-    .execute(db)
+    .fetch_one(&mut *tx)
     .await?;
-    // A concurrent call may have won the insert; its row is the store.
-    by_channel(db, new.channel_id)
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("the store of channel {} vanished", new.channel_id))
+    tx.commit().await?;
+    Ok(store)
 }
 
 /// Seals every store's secret key again with the keyring's first key (after a rotation); how many it resealed.
@@ -126,7 +127,10 @@ pub async fn reseal_all(db: &PgPool, ring: &Keyring) -> anyhow::Result<u64> {
 }
 
 /// The store of a channel.
-pub async fn by_channel(db: &PgPool, channel_id: Uuid) -> sqlx::Result<Option<Store>> {
+pub async fn by_channel(
+    db: impl sqlx::PgExecutor<'_>,
+    channel_id: Uuid,
+) -> sqlx::Result<Option<Store>> {
     sqlx::query_as("SELECT * FROM blob_stores WHERE channel_id = $1")
         .bind(channel_id)
         .fetch_optional(db)

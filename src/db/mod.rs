@@ -46,6 +46,25 @@ pub async fn lock_connection(pool: &PgPool) -> sqlx::Result<sqlx::PgConnection> 
     sqlx::PgConnection::connect_with(&pool.connect_options()).await
 }
 
+/// Takes the transaction-scoped lock on a channel's data records (its `channel_databases` and `blob_stores` rows),
+/// held until `tx` ends. Whoever creates such a record for a channel, or moves records between channels, takes it
+/// first: a row that does not exist yet cannot be locked with `FOR UPDATE`, and a transfer that swapped records
+/// while the operator recorded the new channel's bucket met that row half-way through its swap (a duplicate key).
+pub async fn lock_channel_records(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    channel_id: uuid::Uuid,
+) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, $2))")
+        .bind(channel_id)
+        .bind(CHANNEL_RECORDS_SEED)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The hash seed that keeps [`lock_channel_records`]' keys apart from other per-channel advisory locks.
+const CHANNEL_RECORDS_SEED: i64 = 0x7265_6373;
+
 /// Applies the migrations under `migrations/` that have not run yet.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     sqlx::migrate!("./migrations")

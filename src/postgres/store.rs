@@ -89,8 +89,11 @@ pub struct NewRecord<'a> {
 }
 
 /// Records the channel's database with fresh passwords, unless it has one; answers the stored row either way.
+/// Under the channel's record lock ([`crate::db::lock_channel_records`]), which a transfer's swap of records holds.
 pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewRecord<'_>) -> anyhow::Result<Record> {
-    if let Some(record) = by_channel(db, new.channel_id).await? {
+    let mut tx = db.begin().await?;
+    crate::db::lock_channel_records(&mut tx, new.channel_id).await?;
+    if let Some(record) = by_channel(&mut *tx, new.channel_id).await? {
         return Ok(record);
     }
     let names = new.names;
@@ -102,10 +105,10 @@ pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewRecord<'_>) -> anyhow:
         new_password().as_bytes(),
         &aad(new.channel_id, &names.readonly_role_name),
     )?;
-    sqlx::query(
+    let record: Record = sqlx::query_as(
         "INSERT INTO channel_databases (channel_id, app_id, owner, db_name, role_name, readonly_role_name, key_id, \
          sealed_password, sealed_readonly_password) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-         ON CONFLICT (channel_id) DO NOTHING",
+         RETURNING *",
     )
     .bind(new.channel_id)
     .bind(new.app_id)
@@ -116,16 +119,17 @@ pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewRecord<'_>) -> anyhow:
     .bind(&sealed.key_id)
     .bind(&sealed.bytes)
     .bind(&sealed_readonly.bytes)
-    .execute(db)
+    .fetch_one(&mut *tx)
     .await?;
-    // A concurrent call may have won the insert; its row is the record.
-    by_channel(db, new.channel_id)
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("the database of channel {} vanished", new.channel_id))
+    tx.commit().await?;
+    Ok(record)
 }
 
 /// The record of a channel.
-pub async fn by_channel(db: &PgPool, channel_id: Uuid) -> sqlx::Result<Option<Record>> {
+pub async fn by_channel(
+    db: impl sqlx::PgExecutor<'_>,
+    channel_id: Uuid,
+) -> sqlx::Result<Option<Record>> {
     sqlx::query_as("SELECT * FROM channel_databases WHERE channel_id = $1")
         .bind(channel_id)
         .fetch_optional(db)

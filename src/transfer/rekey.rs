@@ -102,6 +102,16 @@ pub(super) async fn rekey(
     }
     move_env(&mut tx, ring, old_app, new_app, &channel_ids).await?;
     move_mirror_key(&mut tx, ring, old_app, new_app).await?;
+    // The operator may be recording the new channels' databases and buckets right now: their rows must not appear
+    // half-way through a swap. Locked in one order, so two transactions never wait on each other's.
+    let mut locked: Vec<Uuid> = channel_ids
+        .iter()
+        .flat_map(|(old, new)| [*old, *new])
+        .collect();
+    locked.sort();
+    for id in locked {
+        crate::db::lock_channel_records(&mut tx, id).await?;
+    }
     let mut databases = Vec::new();
     for (old, new) in pairs {
         let (old_id, new_id) = (uid(old)?, uid(new)?);

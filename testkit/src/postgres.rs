@@ -43,6 +43,33 @@ impl TestDatabase {
     pub fn url(&self) -> &str {
         &self.url
     }
+
+    /// Returns once `sessions` sessions of this database wait on an advisory lock (as the server shows them), or
+    /// fails after `timeout`: a test's proof that work reached a lock and is held there, not that it was slow.
+    pub async fn until_waiting_on_advisory_locks(
+        &self,
+        sessions: i64,
+        timeout: std::time::Duration,
+    ) -> Result<()> {
+        let mut watcher = PgConnection::connect(&self.url).await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+            )
+            .fetch_one(&mut watcher)
+            .await?;
+            if waiting == sessions {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "{waiting} of {sessions} sessions wait on an advisory lock"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
 }
 
 impl Drop for TestDatabase {

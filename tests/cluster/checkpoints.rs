@@ -680,7 +680,6 @@ async fn a_bucket_restore_waits_for_an_idle_channel_and_both_routes_for_a_reacha
 /// the query timed out.)
 #[tokio::test]
 async fn checkpoint_locks_and_their_waiters_leave_the_pool_to_requests() -> Result<()> {
-    use sqlx::Connection;
     let database = slipway_testkit::postgres::TestDatabase::create().await?;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(2)
@@ -710,24 +709,9 @@ async fn checkpoint_locks_and_their_waiters_leave_the_pool_to_requests() -> Resu
         })
         .collect();
     // The waiters are at the lock once the server shows them waiting on an advisory lock.
-    let mut watcher = PgConnection::connect(database.url()).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
-        )
-        .fetch_one(&mut watcher)
+    database
+        .until_waiting_on_advisory_locks(3, Duration::from_secs(30))
         .await?;
-        if waiting == 3 {
-            break;
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "{waiting} of 3 waiters at the lock"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let answer: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await?;
     assert_eq!(answer, 1);
     let _ = release.send(());

@@ -987,6 +987,62 @@ async fn read_object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result
     Ok(String::from_utf8(object.body.collect().await?.to_vec())?)
 }
 
+/// A channel's bucket recorded while a transfer swaps records (the operator recording the new channel's store as
+/// the move commits) waits for the swap under the channel's record lock, and then answers the record moved there
+/// instead of making a second one: without the lock it met the moved row half-way, and the swap failed with a
+/// duplicate key.
+#[tokio::test]
+async fn a_store_recorded_during_a_swap_waits_for_it_and_answers_the_moved_record() -> Result<()> {
+    use slipway::blob::store::{self, NewStore};
+    let database = slipway_testkit::postgres::TestDatabase::create().await?;
+    let db = slipway::db::connect(database.url()).await?;
+    slipway::db::users::create(&db, &"mover".parse()?, "basic").await?;
+    let ring =
+        slipway::env::crypto::Keyring::parse(&slipway::env::crypto::Keyring::generate_line("k"))?;
+    let (moved, fresh, app) = (
+        uuid::Uuid::new_v4(),
+        uuid::Uuid::new_v4(),
+        uuid::Uuid::new_v4(),
+    );
+    let new = move |channel_id| NewStore {
+        channel_id,
+        app_id: app,
+        owner: "mover",
+        virtual_bucket: "files-mover",
+        backend_bucket: "slipway-files",
+    };
+    let before = store::ensure(&db, &ring, &new(moved)).await?;
+
+    // The swap, as a transfer makes it: the records' lock first, then the moved row goes under the new channel.
+    let mut swap = db.begin().await?;
+    slipway::db::lock_channel_records(&mut swap, fresh).await?;
+    sqlx::query("UPDATE blob_stores SET channel_id = $2 WHERE channel_id = $1")
+        .bind(moved)
+        .bind(fresh)
+        .execute(&mut *swap)
+        .await?;
+    let recording = {
+        let (db, ring) = (db.clone(), ring.clone());
+        tokio::spawn(async move { store::ensure(&db, &ring, &new(fresh)).await })
+    };
+    database
+        .until_waiting_on_advisory_locks(1, Duration::from_secs(30))
+        .await?;
+    swap.commit().await?;
+
+    let recorded = recording.await??;
+    assert_eq!(recorded.channel_id, fresh);
+    assert_eq!(
+        recorded.access_key_id, before.access_key_id,
+        "the moved record, not a new one"
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM blob_stores")
+        .fetch_one(&db)
+        .await?;
+    assert_eq!(rows, 1);
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_transfer_gives_the_database_and_the_bucket_new_credentials() -> Result<()> {
     use slipway::transfer::{Request, transfer};
