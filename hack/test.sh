@@ -102,6 +102,11 @@ tier_unit() {
   # One cargo run for every crate: two (the sub-crates, then slipway) resolved the dependencies' features twice and
   # built most dependencies and every workspace crate twice; the workspace's features are those of slipway's tests,
   # so the cluster and e2e tiers build on this build.
+  # When those tiers follow, their test binaries are built in this cargo run too: one run keeps both cores busy to
+  # the end, where a run per tier linked each test binary alone on one core (about a minute of a warm run).
+  if [[ " ${tiers[*]} " == *" cluster "* || " ${tiers[*]} " == *" e2e "* ]]; then
+    cargo test --workspace --locked --no-run --lib --bins --tests
+  fi
   cargo_test --workspace --locked --lib --bins --test crd_drift
 }
 
