@@ -54,19 +54,25 @@ go_build() {
 }
 
 # pypi_venv VENV MODULE REQUIREMENT: a virtualenv at VENV with REQUIREMENT (a pinned PyPI package) installed, made
-# once. It is complete once its marker is there; a half-made one (an interrupted install) is made anew.
+# once. It is complete once its marker is there; a half-made one (an interrupted install) is made anew. One maker at
+# a time (a lock beside it): on a cold machine the cluster tier and the e2e tier's background preparation both start
+# an SMTP server and an OIDC provider, and two installs into one directory broke each other's.
 pypi_venv() {
-  local venv=$1 module=$2 requirement=$3
+  local venv=$1 module=$2 requirement=$3 lock
+  mkdir -p "$(dirname "$venv")"
+  exec {lock}>"$venv.lock"
+  flock "$lock"
   if [ -f "$venv/.complete" ] && "$venv/bin/python" -c "import $module" 2>/dev/null; then
     log "$requirement cached in $venv"
-    return
+  else
+    log "$requirement: installing into $venv (first run only)"
+    rm -rf "$venv"
+    python3 -m venv "$venv" || die "python3 -m venv failed (is python3-venv installed?)"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+      "$requirement" >&2 || { rm -rf "$venv"; die "installing $requirement failed"; }
+    touch "$venv/.complete"
   fi
-  log "$requirement: installing into $venv (first run only)"
-  rm -rf "$venv"
-  python3 -m venv "$venv" || die "python3 -m venv failed (is python3-venv installed?)"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-    "$requirement" >&2 || { rm -rf "$venv"; die "installing $requirement failed"; }
-  touch "$venv/.complete"
+  exec {lock}>&-
 }
 
 # Process ids whose command line mentions PATH (a state directory only our processes name), this shell excluded.
