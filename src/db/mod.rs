@@ -65,9 +65,12 @@ pub async fn lock_channel_records(
 /// The hash seed that keeps [`lock_channel_records`]' keys apart from other per-channel advisory locks.
 const CHANNEL_RECORDS_SEED: i64 = 0x7265_6373;
 
+/// The platform database's migrations (`migrations/`), embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
 /// Applies the migrations under `migrations/` that have not run yet.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    sqlx::migrate!("./migrations")
+    MIGRATOR
         .run(pool)
         .await
         .context("migrate the platform database")

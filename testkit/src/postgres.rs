@@ -11,6 +11,60 @@ pub fn admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:15432/postgres".into())
 }
 
+/// A connection to the server's maintenance database.
+async fn admin_connection() -> Result<PgConnection> {
+    let admin = admin_url();
+    PgConnection::connect(&admin).await.with_context(|| {
+        format!("no Postgres at {admin} — start one with `hack/postgres.sh start` (make test does)")
+    })
+}
+
+/// The URL of the database `name` on the server.
+fn database_url(name: &str) -> Result<String> {
+    let admin = admin_url();
+    let (base, _) = admin
+        .rsplit_once('/')
+        .context("database URL without a path")?;
+    Ok(format!("{base}/{name}"))
+}
+
+/// Makes the database `name` with `prepare` (given its URL) unless the server has it already, for
+/// [`TestDatabase::copy_of`]: one maker at a time, across processes, and a database `prepare` failed on is dropped
+/// again. `prepare` must close every connection it opened, as a database with sessions cannot be copied. The
+/// database stays until the server is thrown away: name it after what `prepare` puts in it.
+pub async fn ensure_template<F, Fut>(name: &str, prepare: F) -> Result<()>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let mut conn = admin_connection().await?;
+    sqlx::query("SELECT pg_advisory_lock(hashtext('slipway-testkit-template:' || $1))")
+        .bind(name)
+        .execute(&mut conn)
+        .await?;
+    let made: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(name)
+            .fetch_one(&mut conn)
+            .await?;
+    if !made {
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await?;
+        if let Err(e) = prepare(database_url(name)?).await {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&mut conn)
+            .await?;
+            return Err(e.context(format!("prepare the template database {name}")));
+        }
+    }
+    // Closing the session releases the lock.
+    conn.close().await?;
+    Ok(())
+}
+
 /// A database of one test, dropped (with its connections) when this is dropped.
 pub struct TestDatabase {
     name: String,
@@ -20,21 +74,24 @@ pub struct TestDatabase {
 impl TestDatabase {
     /// Creates an empty database `t_<random>`.
     pub async fn create() -> Result<Self> {
-        let admin = admin_url();
-        let mut conn = PgConnection::connect(&admin).await.with_context(|| {
-            format!(
-                "no Postgres at {admin} — start one with `hack/postgres.sh start` (make test does)"
-            )
-        })?;
+        Self::create_as("").await
+    }
+
+    /// Creates a database `t_<random>` as a copy of the database `template` (made by [`ensure_template`]).
+    pub async fn copy_of(template: &str) -> Result<Self> {
+        Self::create_as(&format!(" TEMPLATE {template}")).await
+    }
+
+    async fn create_as(clause: &str) -> Result<Self> {
+        let mut conn = admin_connection().await?;
         let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut conn)
-            .await?;
-        let (base, _) = admin
-            .rsplit_once('/')
-            .context("database URL without a path")?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE {name}{clause}"
+        )))
+        .execute(&mut conn)
+        .await?;
         Ok(Self {
-            url: format!("{base}/{name}"),
+            url: database_url(&name)?,
             name,
         })
     }

@@ -43,7 +43,7 @@ impl Gateway {
     /// A store owned by `owner` on `plan`, its bucket made, and the gateway serving it; returns once the gateway
     /// answers keys from memory (it listens to the database's announcements).
     async fn start(owner: &str, plan: &str) -> Result<Self> {
-        let database = TestDatabase::create().await?;
+        let database = crate::support::migrated_database().await?;
         let db = slipway::db::connect(database.url()).await?;
         let backend = TestS3::start().await?;
         slipway::db::users::create(&db, &owner.parse()?, plan).await?;

@@ -994,7 +994,7 @@ async fn read_object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result
 #[tokio::test]
 async fn a_store_recorded_during_a_swap_waits_for_it_and_answers_the_moved_record() -> Result<()> {
     use slipway::blob::store::{self, NewStore};
-    let database = slipway_testkit::postgres::TestDatabase::create().await?;
+    let database = support::migrated_database().await?;
     let db = slipway::db::connect(database.url()).await?;
     slipway::db::users::create(&db, &"mover".parse()?, "basic").await?;
     let ring =
