@@ -91,6 +91,10 @@ pub struct NewRecord<'a> {
 /// Records the channel's database with fresh passwords, unless it has one; answers the stored row either way.
 /// Under the channel's record lock ([`crate::db::lock_channel_records`]), which a transfer's swap of records holds.
 pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewRecord<'_>) -> anyhow::Result<Record> {
+    // Most calls find the record made: one query, no lock.
+    if let Some(record) = by_channel(db, new.channel_id).await? {
+        return Ok(record);
+    }
     let mut tx = db.begin().await?;
     crate::db::lock_channel_records(&mut tx, new.channel_id).await?;
     if let Some(record) = by_channel(&mut *tx, new.channel_id).await? {
