@@ -1,8 +1,8 @@
 //! `POST /registrations` and `POST /auth/ssh-key`: an agent makes its own `starter` account by signing a message
 //! with an Ed25519 SSH key, and later gets a fresh token by signing again. No bearer: the signature is the proof
 //! (see [`crate::registration::proof`]). Both bodies are read strictly: a field the route does not take, a
-//! missing one or one of the wrong type answers 422 with each problem listed; a proof that does not hold answers
-//! 400 saying why.
+//! missing one or one of the wrong type answers 422 with each problem listed; a value that breaks its rule (the
+//! username's pattern, the label's length) or a proof that does not hold answers 400 saying why.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -178,21 +178,11 @@ const PROOF_FIELDS: [FieldRule; 3] = [
 ];
 
 /// What a registration takes besides its proof.
+/// Their values' own rules (the username's pattern, the label's length) are checked after the body's shape, and a
+/// value that breaks one is invalid input (400), as everywhere else in the API.
 const REGISTRATION_EXTRA_FIELDS: [FieldRule; 2] = [
-    field(
-        "username",
-        Kind::String {
-            max_chars: Some(64),
-        },
-        false,
-    ),
-    field(
-        "label",
-        Kind::String {
-            max_chars: Some(LABEL_MAX_CHARS),
-        },
-        false,
-    ),
+    field("username", Kind::String { max_chars: None }, false),
+    field("label", Kind::String { max_chars: None }, false),
 ];
 
 const REGISTRATION_FIELDS: [&[FieldRule]; 2] = [&PROOF_FIELDS, &REGISTRATION_EXTRA_FIELDS];
@@ -253,7 +243,10 @@ impl Checked {
     }
 }
 
-/// The username a registration asks for: `^agent[a-z0-9]{5,35}$`.
+/// The pattern of the username a registration asks for.
+pub const USERNAME_PATTERN: &str = "^agent[a-z0-9]{5,35}$";
+
+/// The username a registration asks for: [`USERNAME_PATTERN`].
 pub fn is_agent_username(name: &str) -> bool {
     name.strip_prefix("agent").is_some_and(|rest| {
         (5..=35).contains(&rest.len())
@@ -290,7 +283,7 @@ pub fn replayed() -> ApiError {
 /// Create a `starter` account for an agent, proven by an SSH signature.
 #[utoipa::path(post, path = "/registrations", tag = "registration", request_body = RegistrationRequest,
     responses((status = 200, body = Registration),
-              (status = 400, body = ErrorEnvelope, description = "the key is not ssh-ed25519, the timestamp is outside 300 s, or the signature does not verify over the message in namespace svc-register (or was used before)"),
+              (status = 400, body = ErrorEnvelope, description = "bad_request: the username does not match ^agent[a-z0-9]{5,35}$, the label is not 1-64 characters, the key is not ssh-ed25519, the timestamp is outside 300 s, or the signature does not verify over the message in namespace svc-register (or was used before)"),
               (status = 409, body = ErrorEnvelope, description = "conflict: the username is taken, the key is registered, or no free username was found"),
               (status = 422, body = ErrorEnvelope, description = "validation_failed: unknown, missing or mistyped fields, listed in error.fields"),
               (status = 429, body = ErrorEnvelope, description = "too_many_requests: the budget of the source address or of the platform is spent (Retry-After)"),
@@ -313,17 +306,18 @@ async fn register(
     if let Some(name) = requested
         && !is_agent_username(name)
     {
-        return Err(ApiError::Validation(vec![FieldProblem::new(
-            "username",
-            "must match ^agent[a-z0-9]{5,35}$",
-        )]));
+        return Err(ApiError::bad_request(format!(
+            "username {name:?} does not match ^agent[a-z0-9]{{5,35}}$"
+        )));
     }
     let label = body.string("label").map_or(DEFAULT_LABEL, str::trim);
-    if label.is_empty() || label.chars().any(char::is_control) {
-        return Err(ApiError::Validation(vec![FieldProblem::new(
-            "label",
-            "1-64 characters without control characters",
-        )]));
+    if label.is_empty()
+        || label.chars().count() > LABEL_MAX_CHARS
+        || label.chars().any(char::is_control)
+    {
+        return Err(ApiError::bad_request(
+            "label must be 1-64 characters without control characters",
+        ));
     }
     let timestamp = body.integer("timestamp");
     let verified = key
@@ -521,7 +515,8 @@ mod tests {
 
     #[test]
     fn bodies_are_read_strictly_with_every_problem_listed() {
-        let body = serde_json::json!({"public_key": 7, "signature": "s", "extra": true, "label": "x".repeat(65)});
+        // A label's length is a value rule (400 after the shape); its type is the shape's.
+        let body = serde_json::json!({"public_key": 7, "signature": "s", "extra": true, "label": 65});
         let Err(ApiError::Validation(problems)) = Checked::new(
             body.as_object().cloned().unwrap_or_default(),
             &REGISTRATION_FIELDS,
