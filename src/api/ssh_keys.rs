@@ -1,5 +1,12 @@
 //! `/ssh-keys`: the SSH public keys of the caller's account. A registered key authenticates git over SSH for
 //! that account; a key belongs to one account only. Only `ssh-ed25519` keys are accepted, as at registration.
+//!
+//! The body is the spec's `{public_key, label, api_login}`. A proof of possession (`timestamp` and `signature`, as
+//! for `POST /auth/ssh-key`) may be added and is then checked, but is never required: a public key is public, so
+//! an account could hold a key it copied. What that buys it is little: a key is unique platform-wide, so the
+//! copy shuts the holder's own registration of it out (409), a push over SSH with it authenticates as the copier
+//! and reaches nothing of the holder's, and a sign-in with it (`POST /auth/ssh-key`) answers the copier's
+//! username, which the holder sees is not theirs.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -33,15 +40,15 @@ pub struct AddKey {
     /// A name for the key, at most 64 characters; default: the key's comment, else `ssh key`.
     pub label: Option<String>,
     /// Whether the key may also sign in to the API (`POST /auth/ssh-key`); needs the nine default scopes and an
-    /// `email:bind` token (or a verified address), and proof that the caller holds the key: `timestamp` and
-    /// `signature` as for `POST /auth/ssh-key`.
+    /// `email:bind` token (or a verified address).
     #[serde(default)]
     pub api_login: bool,
-    /// With `api_login`: Unix seconds, within 300 s of the server's clock.
+    /// Optional proof that the caller holds the key, with `signature`: Unix seconds, within 300 s of the server's
+    /// clock.
     pub timestamp: Option<i64>,
-    /// With `api_login`: the armored signature (`ssh-keygen -Y sign -n svc-login`) over
-    /// `svc-login\n<SHA256:fingerprint>\n<timestamp>\n`, made with this key. Without it anyone could put
-    /// somebody else's public key on their account and have its holder sign in there.
+    /// Optional proof that the caller holds the key, with `timestamp`: the armored signature (`ssh-keygen -Y sign
+    /// -n svc-login`) over `svc-login\n<SHA256:fingerprint>\n<timestamp>\n`, made with this key. When sent, it
+    /// must verify (and is spent, as a login's); a key added with it cannot have been copied from somebody else.
     pub signature: Option<String>,
 }
 
@@ -88,7 +95,7 @@ impl From<SshKey> for KeyView {
 #[utoipa::path(post, path = "/ssh-keys", tag = "ssh-keys", security(("bearer" = [])), request_body = AddKey,
     responses((status = 200, body = KeyView), (status = 401, body = ErrorEnvelope),
               (status = 403, body = ErrorEnvelope, description = "scope_denied (repo:*)"),
-              (status = 400, body = ErrorEnvelope, description = "not one ssh-ed25519 line, a bad label, or api_login without a valid svc-login signature of the key"),
+              (status = 400, body = ErrorEnvelope, description = "not one ssh-ed25519 line, a bad label, or a proof of possession sent that does not verify (or only half of one)"),
               (status = 409, body = ErrorEnvelope, description = "the key is already registered, or api_login without the scopes it needs")))]
 async fn add_key(
     State(state): State<AppState>,
@@ -124,26 +131,16 @@ async fn add_key(
                 "api_login keys need a token with the nine default scopes, and either email:bind or a verified email address on the account".into(),
             ));
         }
-        let (Some(timestamp), Some(signature)) = (req.timestamp, req.signature.as_deref()) else {
+    }
+    match (req.timestamp, req.signature.as_deref()) {
+        (None, None) => {}
+        (Some(timestamp), Some(signature)) => {
+            prove_possession(&state, &key, timestamp, signature).await?;
+        }
+        _ => {
             return Err(ApiError::bad_request(
-                "an api_login key needs timestamp and signature: sign svc-login\\n<fingerprint>\\n<time>\\n with the key (ssh-keygen -Y sign -n svc-login), as for POST /auth/ssh-key",
+                "timestamp and signature prove possession of the key together; send both or neither",
             ));
-        };
-        let verified = key
-            .verify(
-                Purpose::Login,
-                fingerprint,
-                timestamp,
-                signature,
-                chrono::Utc::now().timestamp(),
-            )
-            .map_err(ApiError::bad_request)?;
-        let mut conn = state.db().acquire().await?;
-        let until = proof::remembered_until(timestamp);
-        if !crate::db::registrations::spend_signature(&mut conn, &verified.signature_hash, until)
-            .await?
-        {
-            return Err(super::registrations::replayed());
         }
     }
     let new = NewKey {
@@ -157,6 +154,33 @@ async fn add_key(
         ApiError::Conflict(format!("the key {fingerprint} is already registered"))
     })?;
     Ok(Json(stored.into()))
+}
+
+/// Checks a proof that the caller holds `key`: a `svc-login` signature over its fingerprint and `timestamp`, not
+/// used before (it is spent here, as a login's would be).
+async fn prove_possession(
+    state: &AppState,
+    key: &Ed25519Key,
+    timestamp: i64,
+    signature: &str,
+) -> Result<(), ApiError> {
+    let verified = key
+        .verify(
+            Purpose::Login,
+            &key.fingerprint,
+            timestamp,
+            signature,
+            chrono::Utc::now().timestamp(),
+        )
+        .map_err(ApiError::bad_request)?;
+    let mut conn = state.db().acquire().await?;
+    let until = proof::remembered_until(timestamp);
+    if crate::db::registrations::spend_signature(&mut conn, &verified.signature_hash, until).await?
+    {
+        Ok(())
+    } else {
+        Err(super::registrations::replayed())
+    }
 }
 
 /// List the SSH keys of the caller's account.

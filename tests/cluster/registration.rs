@@ -120,6 +120,20 @@ async fn an_agent_registers_with_ssh_keygen_signs_in_again_and_its_tokens_create
     assert_eq!(keys["ssh_keys"][0]["id"], made["ssh_key_id"]);
     assert_eq!(keys["ssh_keys"][0]["api_login"], true);
     assert_eq!(keys["ssh_keys"][0]["label"], "registration");
+    // With email:bind, the spec's body adds another api_login key, which signs in to this account.
+    let laptop = AgentKey::new("ed25519")?;
+    post(
+        &api,
+        "/ssh-keys",
+        Some(&token),
+        json!({"public_key": laptop.public, "label": "laptop", "api_login": true}),
+    )
+    .await
+    .expect(200, None);
+    let renewed = post(&api, "/auth/ssh-key", None, laptop.login(now())?)
+        .await
+        .expect(200, None);
+    assert_eq!(renewed["username"], name);
     post(&api, "/apps", Some(&token), json!({"name": "hello"}))
         .await
         .expect(200, None);
@@ -458,6 +472,8 @@ async fn an_account_holds_at_most_twenty_tokens_from_ssh_login() -> Result<()> {
 /// An API that mails codes through the SMTP server of `hack/smtp.sh`; its Maildir.
 async fn api_with_mail() -> Result<(TestApi, std::path::PathBuf)> {
     let api = api().await?;
+    // GET /me/usage measures the account's databases on the data server.
+    support::postgres::attach(&api)?;
     let url = std::env::var("SLIPWAY_TEST_SMTP_URL")
         .context("SLIPWAY_TEST_SMTP_URL is not set: start hack/smtp.sh (hack/test.sh does)")?;
     let maildir =
@@ -659,28 +675,65 @@ async fn a_mailed_code_verifies_the_address_moves_the_account_to_basic_and_resiz
     )
     .await
     .expect(409, Some("conflict"));
-    // An api_login key is taken only with its holder's signature: none, or another key's, is refused.
-    let add = |proof: Value| {
+    // The spec's body, {public_key, label, api_login}, is all an api_login key needs; the key then signs in.
+    let add = |public_key: &str, proof: Value| {
         let mut body = proof;
         body["label"] = json!("ci");
         body["api_login"] = json!(true);
-        body["public_key"] = json!(second_key.public);
+        body["public_key"] = json!(public_key);
         body
     };
-    post(&api, "/ssh-keys", Some(&minted), add(json!({})))
-        .await
-        .expect(400, Some("bad_request"));
-    let mut not_its_holder = key.login(now() - 1)?;
-    not_its_holder.as_object_mut().unwrap().remove("public_key");
-    let reply = post(&api, "/ssh-keys", Some(&minted), add(not_its_holder)).await;
-    assert!(reply.message().contains("another key"), "{}", reply.body);
-    reply.expect(400, Some("bad_request"));
-    let mut proof = second_key.login(now() - 1)?;
-    proof.as_object_mut().unwrap().remove("public_key");
-    post(&api, "/ssh-keys", Some(&minted), add(proof))
+    let added = post(
+        &api,
+        "/ssh-keys",
+        Some(&minted),
+        add(&second_key.public, json!({})),
+    )
+    .await
+    .expect(200, None);
+    assert_eq!(added["api_login"], true);
+    let signed_in = post(&api, "/auth/ssh-key", None, second_key.login(now())?)
         .await
         .expect(200, None);
-    post(&api, "/auth/ssh-key", None, second_key.login(now())?)
+    assert_eq!(signed_in["username"], username);
+    // A proof of possession may be added; when it is, it must hold: another key's signature, or half a proof, is
+    // refused, and the key's own is taken.
+    let third_key = AgentKey::new("ed25519")?;
+    let mut not_its_holder = key.login(now() - 1)?;
+    not_its_holder.as_object_mut().unwrap().remove("public_key");
+    let reply = post(
+        &api,
+        "/ssh-keys",
+        Some(&minted),
+        add(&third_key.public, not_its_holder),
+    )
+    .await;
+    assert!(reply.message().contains("another key"), "{}", reply.body);
+    reply.expect(400, Some("bad_request"));
+    let reply = post(
+        &api,
+        "/ssh-keys",
+        Some(&minted),
+        add(&third_key.public, json!({"timestamp": now()})),
+    )
+    .await;
+    assert!(
+        reply.message().contains("both or neither"),
+        "{}",
+        reply.body
+    );
+    reply.expect(400, Some("bad_request"));
+    let mut proof = third_key.login(now() - 1)?;
+    proof.as_object_mut().unwrap().remove("public_key");
+    post(
+        &api,
+        "/ssh-keys",
+        Some(&minted),
+        add(&third_key.public, proof),
+    )
+    .await
+    .expect(200, None);
+    post(&api, "/auth/ssh-key", None, third_key.login(now())?)
         .await
         .expect(200, None);
 
