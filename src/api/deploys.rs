@@ -432,7 +432,7 @@ pub fn rewound_from(
 }
 
 /// The deploy `id` of `channel`; 404 when the channel has no such deploy.
-fn deploy_of(
+pub(super) fn deploy_of(
     state: &AppState,
     namespace: &str,
     channel: &Channel,

@@ -6,6 +6,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use slipway_crds::Template;
 use slipway_crds::names::EnvKey;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -277,7 +278,8 @@ async fn reveal_env(
     }))
 }
 
-/// The env a deploy received: secret values null, system-injected keys by name only.
+/// The env a deploy received: secret values null, system-injected keys by name only. A static deploy runs no
+/// container and answers an empty snapshot.
 #[utoipa::path(get, path = "/apps/{app_id}/channels/{channel_id}/deploys/{deploy_id}/env", tag = "env", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id"),
            ("deploy_id" = Uuid, Path, description = "Deploy id")),
@@ -290,13 +292,22 @@ async fn deploy_env(
 ) -> Result<Json<SnapshotView>, ApiError> {
     caller.require_scope(scopes::DEPLOY)?;
     let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
-    access::channel_of(&state, &app, channel_id)?;
+    let channel = access::channel_of(&state, &app, channel_id)?;
     // A deploy pruned from its channel's history is gone, though the sweep may not have forgotten its row yet.
     if !state.cache().holds_deploy(&deploy_id.to_string()) {
         return Err(ApiError::NotFound("deploy env snapshot"));
     }
-    snapshot::view(state.db(), state.keyring(), deploy_id, channel_id)
-        .await?
-        .map(Json)
-        .ok_or(ApiError::NotFound("deploy env snapshot"))
+    if let Some(view) = snapshot::view(state.db(), state.keyring(), deploy_id, channel_id).await? {
+        return Ok(Json(view));
+    }
+    // A static deploy starts no container, so it ran with no environment: its snapshot is empty, not missing.
+    if app.app.spec.template == Template::Static {
+        super::deploys::deploy_of(&state, &app.namespace, &channel, &deploy_id.to_string())?;
+        return Ok(Json(SnapshotView {
+            deploy_id,
+            env: Vec::new(),
+            system_keys: Vec::new(),
+        }));
+    }
+    Err(ApiError::NotFound("deploy env snapshot"))
 }

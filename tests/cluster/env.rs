@@ -636,6 +636,53 @@ async fn deploy_snapshots_show_what_a_deploy_received() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_static_deploy_ran_with_an_empty_environment_and_its_snapshot_says_so() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "builder").await?;
+    let app = api.create_app(&alice, "site", "static").await;
+    let app_id = app["id"].as_str().unwrap();
+    let prod_id = app["channels"][0]["id"].as_str().unwrap();
+    api.post(
+        &format!("/apps/{app_id}/env"),
+        &alice,
+        json!({"key": "MODE", "value": "production"}),
+    )
+    .await
+    .expect(204, None);
+    // A Deploy of prod (no operator runs here, and a static deploy records no snapshot: it starts no container).
+    let deploys: Api<slipway_crds::Deploy> = Api::namespaced(api.kube.clone(), &alice.namespace);
+    let mut written = slipway_crds::Deploy::new(
+        "site.prod.first",
+        slipway_crds::DeploySpec {
+            channel: "site.prod".into(),
+            sha: Some("master".into()),
+            git_ref: None,
+            rewind_of: None,
+            image: None,
+        },
+    );
+    written.metadata.namespace = Some(alice.namespace.clone());
+    let written = deploys.create(&PostParams::default(), &written).await?;
+    let uid = written.metadata.uid.clone().unwrap_or_default();
+    slipway::platform::cache::poll_for(std::time::Duration::from_secs(10), || {
+        api.state.cache().holds_deploy(&uid).then_some(())
+    })
+    .await?;
+    let path = |deploy: &str| format!("/apps/{app_id}/channels/{prod_id}/deploys/{deploy}/env");
+    let snap = api.get(&path(&uid), &alice).await.expect(200, None);
+    assert_eq!(
+        snap,
+        json!({"deploy_id": uid, "env": [], "system_keys": []}),
+        "the deploy exists and does not predate snapshots: it ran with nothing"
+    );
+    // A deploy the channel does not have is still 404.
+    api.get(&path(&uuid::Uuid::new_v4().to_string()), &alice)
+        .await
+        .expect(404, Some("not_found"));
+    Ok(())
+}
+
+#[tokio::test]
 async fn key_rotation_reseals_every_value() -> Result<()> {
     use slipway::env::crypto::Keyring;
     let f = fixture().await?;
