@@ -1,6 +1,8 @@
 //! Which apps a caller can see, with what role, and what each role may do there. An app the caller cannot see is
 //! answered exactly like one that does not exist: 404 `not_found`; a role that does not permit an action is 403
-//! `permission_denied`. [`Action::minimum_role`] is the one table of who may do what; every route asks it.
+//! `permission_denied` (404 for the few actions whose routes the spec says answer so,
+//! [`Action::hidden_below_role`]). [`Action::minimum_role`] is the one table of who may do what; every route asks
+//! it.
 
 use std::sync::Arc;
 
@@ -133,6 +135,13 @@ impl Action {
     pub fn permitted_to(self, role: Role) -> bool {
         role >= self.minimum_role()
     }
+
+    /// Whether a role below [`Self::minimum_role`] is answered 404 `not_found`, as if the caller could not see the
+    /// app, rather than 403: the spec says so of the mirror's routes ("404 (not found or not owner)", "... or not
+    /// admin").
+    pub fn hidden_below_role(self) -> bool {
+        matches!(self, Action::ConnectMirror | Action::SyncMirror)
+    }
 }
 
 /// An app the caller can see.
@@ -180,6 +189,8 @@ impl VisibleApp {
     pub fn require(&self, action: Action) -> Result<(), ApiError> {
         if action.permitted_to(self.role) {
             Ok(())
+        } else if action.hidden_below_role() {
+            Err(ApiError::NotFound("app"))
         } else {
             Err(ApiError::PermissionDenied(format!(
                 "your role on this app ({}) does not permit {}; that needs {}",

@@ -50,8 +50,8 @@ async fn mirror_status(
 #[utoipa::path(post, path = "/apps/{app_id}/github/connect", tag = "mirror", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id")), request_body = ConnectRequest,
     responses((status = 200, body = Connected), (status = 400, body = ErrorEnvelope, description = "not an SSH URL"),
-              (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope, description = "scope_denied, permission_denied (not the owner) or protected_action"),
-              (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope, description = "already connected")))]
+              (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope, description = "scope_denied or protected_action"),
+              (status = 404, body = ErrorEnvelope, description = "no such app, or the caller is not its owner"), (status = 409, body = ErrorEnvelope, description = "already connected")))]
 async fn connect(
     State(state): State<AppState>,
     caller: Caller,
@@ -69,7 +69,7 @@ async fn connect(
     params(("app_id" = Uuid, Path, description = "App id")),
     responses((status = 200, body = MirrorStatus, description = "the status after the sync; a failed sync has last_sync_status failed and last_sync_error"),
               (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
-              (status = 404, body = ErrorEnvelope, description = "no such app, or none connected")))]
+              (status = 404, body = ErrorEnvelope, description = "no such app, none connected, or the caller is not an admin")))]
 async fn sync(
     State(state): State<AppState>,
     caller: Caller,
@@ -85,7 +85,7 @@ async fn sync(
 #[utoipa::path(delete, path = "/apps/{app_id}/github", tag = "mirror", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id")),
     responses((status = 204), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
-              (status = 404, body = ErrorEnvelope, description = "no such app, or none connected")))]
+              (status = 404, body = ErrorEnvelope, description = "no such app, none connected, or the caller is not its owner")))]
 async fn disconnect(
     State(state): State<AppState>,
     caller: Caller,
