@@ -27,11 +27,31 @@ use super::routes::{Objects, Upstreams};
 /// Longest wait for a pod to accept a forwarded connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Who may connect to one forward.
+#[derive(Debug, PartialEq)]
+enum Allow {
+    /// Anyone: the forward's allowlist is empty.
+    Anyone,
+    /// The peers in these networks only (none at all when no entry of the list could be read).
+    Only(Vec<IpNet>),
+}
+
+impl Allow {
+    /// The allowlist `nets` as written; empty means anyone.
+    fn of(nets: Vec<IpNet>) -> Self {
+        if nets.is_empty() {
+            Allow::Anyone
+        } else {
+            Allow::Only(nets)
+        }
+    }
+}
+
 /// Who may connect to one forward, and where its connections go.
 #[derive(Debug)]
 pub struct Entry {
-    /// The allowlist; empty: anyone.
-    allow: Vec<IpNet>,
+    /// The allowlist.
+    allow: Allow,
     /// The channel's ready pods, on the forward port.
     upstreams: Upstreams,
     /// `<namespace>/<forward>`, for logs.
@@ -42,7 +62,7 @@ impl Entry {
     /// An entry letting `allow` (empty: anyone) reach `pods`, logged as `name`.
     pub fn new(allow: Vec<IpNet>, pods: Vec<SocketAddr>, name: String) -> Self {
         Self {
-            allow,
+            allow: Allow::of(allow),
             upstreams: Upstreams::new(pods),
             name,
         }
@@ -51,18 +71,34 @@ impl Entry {
     /// Whether `peer` may connect (an IPv4 peer seen as IPv4-mapped IPv6 is judged as IPv4).
     pub fn allows(&self, peer: IpAddr) -> bool {
         let peer = peer.to_canonical();
-        self.allow.is_empty() || self.allow.iter().any(|net| net.contains(&peer))
+        match &self.allow {
+            Allow::Anyone => true,
+            Allow::Only(nets) => nets.iter().any(|net| net.contains(&peer)),
+        }
     }
 }
 
-/// The allowlist as networks (`Cidr` keeps host bits as written; the network is what is matched).
-fn networks(cidrs: &[slipway_crds::forward::Cidr]) -> Vec<IpNet> {
-    cidrs
-        .iter()
-        .filter_map(|c| c.0.parse::<Cidr>().ok())
-        .filter_map(|c| IpNet::new(c.addr, c.prefix).ok())
-        .map(|net| net.trunc())
-        .collect()
+/// The allowlist as networks (`Cidr` keeps host bits as written; the network is what is matched). It fails closed:
+/// an entry that cannot be read (the API and the CRD refuse one, but a resource may predate a rule) is left out
+/// with a warning and never widens the list, so a list of unreadable entries lets nobody in, not anybody.
+fn networks(forward: &str, cidrs: &[slipway_crds::forward::Cidr]) -> Allow {
+    if cidrs.is_empty() {
+        return Allow::Anyone;
+    }
+    let mut nets = Vec::with_capacity(cidrs.len());
+    for written in cidrs {
+        match written
+            .0
+            .parse::<Cidr>()
+            .map(|c| IpNet::new(c.addr, c.prefix))
+        {
+            Ok(Ok(net)) => nets.push(net.trunc()),
+            _ => {
+                tracing::warn!(%forward, entry = %written.0, "allowlist entry left out: not an address or range")
+            }
+        }
+    }
+    Allow::Only(nets)
 }
 
 /// The entries active Forwards ask for, by public port.
@@ -82,7 +118,7 @@ pub fn entries(forwards: &[Arc<Forward>], objects: &Objects) -> HashMap<u16, Ent
         out.insert(
             port,
             Entry {
-                allow: networks(&forward.spec.allow_cidrs),
+                allow: networks(&forward.name_any(), &forward.spec.allow_cidrs),
                 upstreams: Upstreams::new(pods),
                 name: format!("{namespace}/{}", forward.name_any()),
             },
@@ -248,6 +284,7 @@ mod tests {
     fn entry(cidrs: &[&str]) -> Entry {
         Entry {
             allow: networks(
+                "ns/f",
                 &cidrs
                     .iter()
                     .map(|c| Written((*c).into()))
@@ -278,5 +315,15 @@ mod tests {
         let e = entry(&[]);
         assert!(e.allows("192.0.2.1".parse().unwrap()));
         assert!(e.allows("2001:db8::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn an_unreadable_entry_never_widens_the_allowlist() {
+        let none_readable = entry(&["not-an-address", "10.0.0.0/99"]);
+        assert!(!none_readable.allows("192.0.2.1".parse().unwrap()));
+        assert!(!none_readable.allows("10.0.0.1".parse().unwrap()));
+        let one_readable = entry(&["bogus", "192.0.2.0/24"]);
+        assert!(one_readable.allows("192.0.2.7".parse().unwrap()));
+        assert!(!one_readable.allows("198.51.100.1".parse().unwrap()));
     }
 }
