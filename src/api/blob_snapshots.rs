@@ -254,7 +254,7 @@ async fn blob_download_token(
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
     request_body = BlobRestoreRequest,
     responses((status = 200, body = BlobStatus), (status = 400, body = ErrorEnvelope, description = "invalid_confirmation"),
-              (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope, description = "prod_restore_blocked"),
+              (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope, description = "scope_denied (blob:*: the spec states no scope for this route; rolling a bucket back is a blob:* act, so a narrow credential cannot), permission_denied or prod_restore_blocked"),
               (status = 404, body = ErrorEnvelope, description = "not_found, snapshot_not_found"),
               (status = 409, body = ErrorEnvelope, description = "channel_busy, no_aligned_blob_snapshot"),
               (status = 503, body = ErrorEnvelope, description = "blob_unavailable (the restore stopped; asking again finishes it)")))]
@@ -264,6 +264,7 @@ async fn restore_blob(
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
     Json(request): Json<BlobRestoreRequest>,
 ) -> Result<Json<BlobStatus>, ApiError> {
+    caller.require_scope(scopes::BLOB)?;
     let app = access::authorize(&state, &caller, app_id, Action::ReplaceData).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
     if request.confirm_channel_name != channel.channel_name() {

@@ -18,7 +18,7 @@ use super::access::{self, Action, VisibleApp};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::state::AppState;
-use crate::auth::Caller;
+use crate::auth::{Caller, scopes};
 use crate::postgres::store;
 
 /// The routes of this module.
@@ -132,7 +132,9 @@ pub async fn ready_record(
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
     request_body = Confirmation,
     responses((status = 204, description = "the database is empty"), (status = 400, body = ErrorEnvelope),
-              (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+              (status = 401, body = ErrorEnvelope),
+              (status = 403, body = ErrorEnvelope, description = "scope_denied (db:*: the spec states no scope for this route; emptying a database is a db:* act, so a narrow credential such as stats:read cannot) or permission_denied"),
+              (status = 404, body = ErrorEnvelope),
               (status = 409, body = ErrorEnvelope), (status = 503, body = ErrorEnvelope)))]
 async fn reset_postgres(
     State(state): State<AppState>,
@@ -140,6 +142,7 @@ async fn reset_postgres(
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
     Json(confirmation): Json<Confirmation>,
 ) -> Result<axum::http::StatusCode, ApiError> {
+    caller.require_scope(scopes::DB)?;
     let app = access::authorize(&state, &caller, app_id, Action::ReplaceData).await?;
     let channel = database_channel(&state, &app, channel_id)?;
     let server = configured(&state)?;
@@ -174,13 +177,16 @@ pub fn confirm(typed: &str, record: &store::Record) -> Result<(), ApiError> {
 #[utoipa::path(get, path = "/apps/{app_id}/channels/{channel_id}/postgres/dump", tag = "postgres", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
     responses((status = 200, description = "the dump", content_type = "application/sql", body = String),
-              (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+              (status = 401, body = ErrorEnvelope),
+              (status = 403, body = ErrorEnvelope, description = "scope_denied (db:*: the spec states no scope for this route; every row of the database is a db:* read) or permission_denied"),
+              (status = 404, body = ErrorEnvelope),
               (status = 409, body = ErrorEnvelope), (status = 503, body = ErrorEnvelope)))]
 async fn dump_postgres(
     State(state): State<AppState>,
     caller: Caller,
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
 ) -> Result<axum::response::Response, ApiError> {
+    caller.require_scope(scopes::DB)?;
     let app = access::authorize(&state, &caller, app_id, Action::DownloadData).await?;
     let channel = database_channel(&state, &app, channel_id)?;
     let server = configured(&state)?;

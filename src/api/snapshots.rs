@@ -21,7 +21,7 @@ use super::postgres::{
     DatabaseStatus, configured, database_channel, ready_record, status_of, unavailable,
 };
 use super::state::AppState;
-use crate::auth::Caller;
+use crate::auth::{Caller, scopes};
 use crate::postgres::archive::Archive;
 use crate::postgres::snapshots::{self, Snapshot};
 
@@ -289,7 +289,8 @@ pub(super) async fn require_restorable(
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
     request_body = RestoreRequest,
     responses((status = 200, body = DatabaseStatus), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
-              (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope),
+              (status = 403, body = ErrorEnvelope, description = "scope_denied (db:*: the spec states no scope for this route; replacing a database is a db:* act), permission_denied or prod_restore_blocked"),
+              (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope),
               (status = 503, body = ErrorEnvelope)))]
 async fn restore_snapshot(
     State(state): State<AppState>,
@@ -297,6 +298,7 @@ async fn restore_snapshot(
     Path((app_id, channel_id)): Path<(Uuid, Uuid)>,
     Json(request): Json<RestoreRequest>,
 ) -> Result<Json<DatabaseStatus>, ApiError> {
+    caller.require_scope(scopes::DB)?;
     let app = access::authorize(&state, &caller, app_id, Action::ReplaceData).await?;
     let channel = database_channel(&state, &app, channel_id)?;
     let server = configured(&state)?;

@@ -9,6 +9,7 @@
 use crate::support;
 
 use anyhow::{Context, Result};
+use axum::http::Method;
 use serde_json::{Value, json};
 use sqlx::Connection;
 use support::TestApi;
@@ -386,6 +387,43 @@ async fn reset_empties_the_database_and_keeps_the_roles_and_their_passwords() ->
         .post(&reset, &f.user, json!({}))
         .await
         .expect(400, Some("bad_request"));
+    // A narrow credential stays narrow: without db:* it neither empties, dumps nor restores the database, and
+    // without blob:* it does not roll the bucket back, though it names the database right.
+    let narrow = f
+        .api
+        .post("/credentials", &f.user, json!({"scopes": ["stats:read"]}))
+        .await
+        .expect(200, None)["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let channel = format!("/apps/{}/channels/{}", f.app_id, f.prod_id);
+    let refused = [
+        (
+            Method::POST,
+            reset.clone(),
+            Some(json!({"confirm_db_name": db_name})),
+        ),
+        (Method::GET, format!("{}/dump", f.path(&f.prod_id)), None),
+        (
+            Method::POST,
+            format!("{}/restore", f.path(&f.prod_id)),
+            Some(json!({"confirm_db_name": db_name, "snapshot_id": uuid::Uuid::new_v4()})),
+        ),
+        (
+            Method::POST,
+            format!("{channel}/blob/restore"),
+            Some(json!({"confirm_channel_name": "prod", "snapshot_id": uuid::Uuid::new_v4()})),
+        ),
+    ];
+    for (method, path, body) in refused {
+        let reply = f.api.call(method.clone(), &path, Some(&narrow), body).await;
+        assert_eq!(reply.status, 403, "{method} {path}: {}", reply.body);
+        assert_eq!(
+            reply.body["error"]["code"], "scope_denied",
+            "{method} {path}"
+        );
+    }
     let count: i64 = sqlx::query_scalar("SELECT count(*) FROM items")
         .fetch_one(&mut rw)
         .await?;
