@@ -317,8 +317,14 @@ async fn restore_snapshot(
     crate::postgres::restore::restore(server, &record.names(), file)
         .await
         .map_err(|e| {
-            tracing::warn!(%channel_id, snapshot_id = %snapshot.id, error = %e, "restore failed");
-            ApiError::PostgresUnavailable(format!("the restore did not complete: {e}"))
+            // The programs' words stay in the log: they can quote the dump's rows and the server's internals.
+            let failed = e.downcast_ref::<crate::postgres::restore::RestoreFailed>();
+            tracing::warn!(%channel_id, snapshot_id = %snapshot.id, error = %e,
+                detail = failed.map(|f| f.detail.as_str()), "restore failed");
+            let summary = failed.map_or("the data server could not be used", |f| f.summary);
+            ApiError::PostgresUnavailable(format!(
+                "the restore did not complete ({summary}); the database is unchanged"
+            ))
         })?;
     crate::db::audit::record(
         state.db(),

@@ -23,6 +23,22 @@ const STDERR_LIMIT: u64 = 4096;
 /// Settings pg_restore's preamble may set that older servers lack, with the `server_version_num` that brought each.
 const NEWER_SETTINGS: &[(&str, i32)] = &[("transaction_timeout", 170000)];
 
+/// Why a restore did not complete, nothing changed. It displays as `summary`, fit for the caller; `detail` is what
+/// the programs said, for the platform's log only: it can quote the dump's statements and rows, and the data
+/// server's internals.
+#[derive(Debug, thiserror::Error)]
+#[error("{summary}")]
+pub struct RestoreFailed {
+    /// What went wrong, in the platform's words.
+    pub summary: &'static str,
+    /// pg_restore's and psql's own words.
+    pub detail: String,
+}
+
+fn failed(summary: &'static str, detail: String) -> anyhow::Error {
+    RestoreFailed { summary, detail }.into()
+}
+
 /// Replaces the contents of `names`' database with the dump `file` streams.
 pub async fn restore<S>(server: &DataServer, names: &DatabaseNames, file: S) -> anyhow::Result<()>
 where
@@ -82,18 +98,24 @@ where
     let restored = pg_restore.wait().await?;
     if let Err(e) = fed.and(scripted) {
         abandon(psql).await;
-        anyhow::bail!(
-            "the snapshot did not apply, nothing was changed: {e}; pg_restore: {}; psql: {}",
-            restore_err.await.unwrap_or_default().trim(),
-            psql_err.await.unwrap_or_default().trim()
-        );
+        return Err(failed(
+            "the snapshot did not apply",
+            format!(
+                "{e}; pg_restore: {}; psql: {}",
+                restore_err.await.unwrap_or_default().trim(),
+                psql_err.await.unwrap_or_default().trim()
+            ),
+        ));
     }
     if !restored.success() {
         abandon(psql).await;
-        anyhow::bail!(
-            "pg_restore could not read the snapshot ({restored}), nothing was changed: {}",
-            restore_err.await.unwrap_or_default().trim()
-        );
+        return Err(failed(
+            "the snapshot file could not be read",
+            format!(
+                "pg_restore {restored}: {}",
+                restore_err.await.unwrap_or_default().trim()
+            ),
+        ));
     }
     let epilogue = format!("RESET ROLE;\n{}\nCOMMIT;\n", replacement.regrant);
     psql_in.write_all(epilogue.as_bytes()).await?;
@@ -101,10 +123,13 @@ where
     drop(psql_in);
     let applied = psql.wait().await?;
     if !applied.success() {
-        anyhow::bail!(
-            "the snapshot did not apply ({applied}), nothing was changed: {}",
-            psql_err.await.unwrap_or_default().trim()
-        );
+        return Err(failed(
+            "the snapshot did not apply",
+            format!(
+                "psql {applied}: {}",
+                psql_err.await.unwrap_or_default().trim()
+            ),
+        ));
     }
     Ok(())
 }
