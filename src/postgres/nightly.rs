@@ -2,7 +2,7 @@
 //! never dump the same database twice) looks for ready channel databases without a `nightly` snapshot of the
 //! current UTC day and takes a checkpoint of each (the SQL snapshot and, when the channel's bucket is ready, its
 //! object-store marker), pruning the channel to its owner's plan after each. A database that
-//! fails is logged and tried again at the next pass; the others go on.
+//! fails, or whose owner's account cannot be read, is logged and tried again at the next pass; the others go on.
 
 use std::time::Duration;
 
@@ -86,7 +86,14 @@ async fn take_due(state: &AppState, parts: Parts<'_>) -> anyhow::Result<usize> {
             deploy_id: None,
             git_sha: channel.status.as_ref().and_then(|s| s.current_sha.clone()),
         };
-        let plan = owner_plan(parts.db, &record.owner).await?;
+        // One account that cannot be read (no row, an unknown plan) holds back its own channels only.
+        let plan = match owner_plan(parts.db, &record.owner).await {
+            Ok(plan) => plan,
+            Err(e) => {
+                tracing::warn!(db_name = %record.db_name, error = %e, "nightly snapshot skipped; retried next pass");
+                continue;
+            }
+        };
         let blob = checkpoints::blob_leg(state, channel, record.channel_id).await;
         let sql = SqlLeg {
             parts,

@@ -693,6 +693,44 @@ async fn a_download_token_downloads_its_snapshot_and_nothing_else() -> Result<()
 }
 
 #[tokio::test]
+async fn the_nightly_pass_goes_on_past_a_channel_whose_owner_cannot_be_read() -> Result<()> {
+    let s = snapshots("snapowner", "builder").await?;
+    let next =
+        s.f.api
+            .post(
+                &format!("/apps/{}/channels", s.f.app_id),
+                &s.f.user,
+                json!({"name": "next", "git_ref_binding": "branch:next"}),
+            )
+            .await
+            .expect(200, None);
+    let next_id = next["id"].as_str().unwrap().to_owned();
+    s.f.ready(&next_id).await;
+    // The next channel's record comes first in the pass and names an owner with no account, as a row left by an
+    // account removed under it would.
+    sqlx::query(
+        "UPDATE channel_databases SET owner = 'gone', created_at = created_at - interval '1 day'          WHERE channel_id = $1",
+    )
+    .bind(Uuid::parse_str(&next_id)?)
+    .execute(s.f.api.state.db())
+    .await?;
+    let taken = slipway::postgres::nightly::pass(&s.f.api.state).await?;
+    assert_eq!(taken, 1, "prod's nightly is taken past the unreadable row");
+    let kinds: Vec<Value> = s
+        .rows(&s.f.prod_id)
+        .await
+        .iter()
+        .map(|r| r["kind"].clone())
+        .collect();
+    assert_eq!(kinds, [json!("nightly")]);
+    assert!(
+        s.rows(&next_id).await.is_empty(),
+        "the unreadable one waits"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn snapshots_are_pruned_to_the_owners_plan() -> Result<()> {
     // basic: the newest pre-deploy, nightlies for 24 hours (the newest always).
     let s = snapshots("snapbasic", "basic").await?;
