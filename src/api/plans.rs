@@ -49,21 +49,19 @@ async fn list_plans() -> Json<PlanList> {
 
 /// The caller's plan and what they use.
 #[utoipa::path(get, path = "/me/usage", tag = "plans", security(("bearer" = [])),
-    responses((status = 200, body = Usage), (status = 401, body = ErrorEnvelope), (status = 503, body = ErrorEnvelope)))]
+    responses((status = 200, body = Usage), (status = 401, body = ErrorEnvelope),
+              (status = 503, body = ErrorEnvelope, description = "postgres_unavailable: no data server is configured, or a database could not be measured")))]
 async fn usage(State(state): State<AppState>, caller: Caller) -> Result<Json<Usage>, ApiError> {
     let plan = Plan::by_tier(&caller.plan)
         .ok_or_else(|| anyhow::anyhow!("unknown plan {}", caller.plan))?;
     let bandwidth_month_bytes =
         crate::db::bandwidth::this_month(state.db(), &caller.username).await?;
-    // A platform without a data server holds no channel databases: they occupy no bytes.
-    let storage_bytes = match state.data_server() {
-        Some(server) => {
-            super::postgres::owned_databases(&state, server, &caller.username)
-                .await?
-                .0
-        }
-        None => 0,
-    };
+    // Database storage is measured on the data server; without one it cannot be, and a made-up 0 would read as a
+    // fact (503 postgres_unavailable, as the spec's row says).
+    let server = super::postgres::configured(&state)?;
+    let storage_bytes = super::postgres::owned_databases(&state, server, &caller.username)
+        .await?
+        .0;
     Ok(Json(Usage {
         plan: plan.tier.to_owned(),
         storage_bytes,

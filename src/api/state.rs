@@ -324,6 +324,13 @@ impl AppState {
         let _ = self.inner.data_server.set(server);
     }
 
+    /// The data server as set, to share with another state.
+    pub fn data_server_handle(
+        &self,
+    ) -> Option<Arc<slipway_controllers::postgres::server::DataServer>> {
+        self.inner.data_server.get().cloned()
+    }
+
     /// The data server; `None` when the platform runs without one (the database routes answer 503).
     pub fn data_server(&self) -> Option<&slipway_controllers::postgres::server::DataServer> {
         self.inner.data_server.get().map(|s| s.as_ref())

@@ -355,6 +355,10 @@ async fn static_channels_have_no_database_and_a_platform_without_a_data_server_a
     bare.get("/me/postgres/storage", &user)
         .await
         .expect(503, Some("postgres_unavailable"));
+    // Usage counts database storage too: not a 0 it never measured.
+    bare.get("/me/usage", &user)
+        .await
+        .expect(503, Some("postgres_unavailable"));
     Ok(())
 }
 

@@ -338,6 +338,9 @@ impl TestApi {
             self.callers_namespace.name(),
         )
         .await?;
+        if let Some(server) = self.state.data_server_handle() {
+            state.set_data_server(server);
+        }
         Ok(slipway::api::router(state))
     }
 
