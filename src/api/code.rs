@@ -24,6 +24,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 
 /// Query of the download route.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DownloadQuery {
     /// Serve the commit a snapshot recorded instead of the channel's current one.
     pub snapshot_id: Option<Uuid>,

@@ -198,6 +198,7 @@ pub(crate) async fn create_deploy(
 
 /// Query of the logs route.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct LogQuery {
     /// The deploy whose log is read.
     pub deploy: Option<String>,

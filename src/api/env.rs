@@ -44,6 +44,7 @@ pub struct SetEnv {
 
 /// The optional channel of env routes.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ChannelParam {
     /// A channel of this app: its override (set, delete), its resolved view (list, reveal).
     pub channel_id: Option<Uuid>,

@@ -12,6 +12,7 @@ pub const MAX_LIMIT: i64 = 200;
 
 /// `limit` and `cursor` of a paged list.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PageQuery {
     /// Entries per page, 1 to 200 (default 50).
     pub limit: Option<i64>,

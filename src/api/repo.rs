@@ -40,6 +40,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 
 /// Query of the tree route.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct TreeQuery {
     /// Branch name (bare or `refs/heads/...`) or 40-hex commit; default `master`.
     #[serde(rename = "ref")]
@@ -48,6 +49,7 @@ pub struct TreeQuery {
 
 /// Query of the blob route.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct BlobQuery {
     /// Branch name or 40-hex commit; default `master`.
     #[serde(rename = "ref")]
