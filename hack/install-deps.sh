@@ -45,6 +45,7 @@ log "system packages present"
 # (A satisfied pin is a quick no-op that asks no index.)
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r "$(dirname "$0")/../tests/requirements.txt"
 log "python test packages present"
+pypi_venv "$SCHEMATHESIS_VENV" schemathesis "schemathesis==$SCHEMATHESIS_VERSION"
 
 # JavaScript packages the tests' apps carry in their repositories, packed from npm once (apps' pods reach no registry).
 if [ ! -s "$SLIPWAY_CACHE/npm/jose-$JOSE_VERSION.tgz" ]; then

@@ -89,6 +89,8 @@ HELM=$("$HACK/build-helm.sh")
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 # The JWT library the sign-in test's app carries (hack/install-deps.sh packed it).
 export SLIPWAY_TEST_JOSE_TGZ="$SLIPWAY_CACHE/npm/jose-$JOSE_VERSION.tgz"
+# The OpenAPI document's check (hack/install-deps.sh installed it).
+export SLIPWAY_TEST_SCHEMATHESIS="$SCHEMATHESIS_VENV/bin/schemathesis"
 
 tier_lint() {
   log "tier lint: rustfmt, clippy, helm lint"

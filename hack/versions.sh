@@ -35,3 +35,7 @@ AIOSMTPD_VERSION=1.4.6
 # A JavaScript JWT library the sign-in test's app carries in its own repository (pods reach no registry): jose, from
 # npm (hack/install-deps.sh packs it into $SLIPWAY_CACHE/npm).
 JOSE_VERSION=6.2.18
+# The schema-driven generator the cluster tier checks the OpenAPI document with (tests/cluster/openapi.rs), from PyPI in a
+# virtualenv of its own (its dependencies stay apart from the tests' other Python clients).
+SCHEMATHESIS_VERSION=4.32.5
+SCHEMATHESIS_VENV="$SLIPWAY_CACHE/schemathesis-$SCHEMATHESIS_VERSION"

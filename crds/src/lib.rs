@@ -17,6 +17,7 @@ pub mod domain;
 pub mod forward;
 pub mod labels;
 pub mod names;
+pub mod patterns;
 pub mod plans;
 
 pub use app::{App, AppSpec, AppStatus, Template};

@@ -31,6 +31,7 @@ pub mod postgres;
 pub mod registrations;
 pub mod registry;
 pub mod repo;
+pub mod request_rules;
 pub mod rewind;
 pub mod runtime_log;
 pub(crate) mod sign_in_doc;
@@ -123,6 +124,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .split_for_parts();
     crate::mcp::doc::document(&mut doc);
     document_request_budget(&mut doc);
+    request_rules::document(&mut doc);
     sign_in_doc::document(&mut doc);
     (routes, doc)
 }

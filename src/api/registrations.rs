@@ -516,7 +516,8 @@ mod tests {
     #[test]
     fn bodies_are_read_strictly_with_every_problem_listed() {
         // A label's length is a value rule (400 after the shape); its type is the shape's.
-        let body = serde_json::json!({"public_key": 7, "signature": "s", "extra": true, "label": 65});
+        let body =
+            serde_json::json!({"public_key": 7, "signature": "s", "extra": true, "label": 65});
         let Err(ApiError::Validation(problems)) = Checked::new(
             body.as_object().cloned().unwrap_or_default(),
             &REGISTRATION_FIELDS,

@@ -7,6 +7,10 @@ use std::fmt;
 /// Longest path accepted, in bytes (git itself has no limit; file systems stop at 4096).
 pub const PATH_MAX_LEN: usize = 4096;
 
+/// [`RepoPath::parse`]'s rules but the length as a JSON Schema pattern (ECMA-262), stated in the OpenAPI document;
+/// a test holds it to the parser.
+pub const PATTERN: &str = r"^(?!/)(?!.*/$)(?!.*//)(?!(?:.*/)?\.{1,2}(?:/|$))(?!(?:.*/)?\.[Gg][Ii][Tt](?:/|$))[^\u0000-\u001F\u007F\\]+$";
+
 /// A validated repository-relative path: `/`-separated, non-empty components, none of them `.`, `..` or `.git`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RepoPath(String);
@@ -82,6 +86,22 @@ impl fmt::Display for RepoPath {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn the_pattern_says_what_the_parser_accepts(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec!["a", ".", "..", ".git", ".GiT", "", "b.c", "x\\y", "t\u{1}", "é"]),
+                1..5,
+            ),
+            lead in any::<bool>(),
+            trail in any::<bool>(),
+        ) {
+            let path = format!("{}{}{}", if lead { "/" } else { "" }, parts.join("/"), if trail { "/" } else { "" });
+            let matches = fancy_regex::Regex::new(PATTERN).unwrap().is_match(&path).unwrap();
+            prop_assert_eq!(matches, RepoPath::parse(&path).is_ok(), "{:?}", path);
+        }
+    }
 
     #[test]
     fn ordinary_paths_are_accepted() {

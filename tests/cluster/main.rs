@@ -31,6 +31,7 @@ mod leader;
 mod mcp;
 mod mcp_oauth;
 mod mirror;
+mod openapi;
 mod operator;
 mod postgres;
 mod registration;
