@@ -24,6 +24,7 @@ use crate::cel;
     category = "slipway",
     doc = "A customer-owned hostname attached to a channel, verified through DNS and served over HTTPS.",
     selectable = ".spec.channel",
+    selectable = ".spec.domain",
     printcolumn(
         name = "Domain",
         type_ = "string",
@@ -79,6 +80,12 @@ pub const VERIFY_ANNOTATION: &str = "slipway.dev/verify-requested";
 /// Set (to any new value) to ask for a new certificate now, before renewal is due; the operator records the value
 /// it answered in `status.certificate.renewRequest`.
 pub const RENEW_ANNOTATION: &str = "slipway.dev/renew-requested";
+/// The field selector of the Domains whose `spec.domain` is `domain` (a selectable field): one consistent read
+/// finds every Domain of a name, in every namespace, whatever the resources are called.
+pub fn domain_field_selector(domain: &str) -> String {
+    format!("spec.domain={domain}")
+}
+
 /// Prefix of every verification token (the TXT record's value).
 pub const TOKEN_PREFIX: &str = "svc-verify-";
 /// The host of the TXT record is this label under the domain.

@@ -12,9 +12,11 @@ use std::collections::BTreeSet;
 use std::hash::BuildHasher;
 use std::net::SocketAddr;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
+use futures::FutureExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -53,13 +55,97 @@ struct Webhook {
     addr: SocketAddr,
     ca_pem: String,
     caches: Caches,
+    /// What the replica's Domain list shows, when it is one that lags.
+    lagging: Option<Arc<Lagging>>,
+    /// Whether dropping it deletes its registration (the first replica of a registration holds it).
+    registered: bool,
     stop: Option<oneshot::Sender<()>>,
     _dir: TempDir,
+}
+
+/// A replica whose watch of Domains lags: its list of Domains is the one [`Lagging::catch_up`] last took, as a
+/// replica's cache is until the watch event of a deletion reaches it; everything else is its real caches'.
+struct Lagging {
+    caches: Caches,
+    domains: std::sync::Mutex<Vec<Arc<Domain>>>,
+}
+
+impl Lagging {
+    /// Takes the Domains the caches hold now as the list the replica shows from here on.
+    fn catch_up(&self) {
+        *self
+            .domains
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.caches.domains();
+    }
+}
+
+impl Lookup for Lagging {
+    async fn namespace_labels(
+        &self,
+        name: &str,
+    ) -> Result<Option<slipway_webhooks::lookup::Labels>, slipway_webhooks::lookup::LookupError>
+    {
+        self.caches.namespace_labels(name).await
+    }
+
+    async fn app(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<Arc<App>>, slipway_webhooks::lookup::LookupError> {
+        self.caches.app(ns, name).await
+    }
+
+    async fn channel(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<Arc<Channel>>, slipway_webhooks::lookup::LookupError> {
+        self.caches.channel(ns, name).await
+    }
+
+    fn readiness(&self) -> slipway_webhooks::lookup::Readiness {
+        self.caches.readiness()
+    }
+
+    fn apps(&self) -> Vec<Arc<App>> {
+        self.caches.apps()
+    }
+
+    fn channels(&self) -> Vec<Arc<Channel>> {
+        self.caches.channels()
+    }
+
+    fn domains(&self) -> Vec<Arc<Domain>> {
+        self.domains
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    async fn read_domains(
+        &self,
+        domain: &str,
+        ns: &str,
+        channel: &str,
+    ) -> Result<Vec<Arc<Domain>>, slipway_webhooks::lookup::LookupError> {
+        self.caches.read_domains(domain, ns, channel).await
+    }
+
+    fn app_domain(&self) -> Option<&str> {
+        self.caches.app_domain()
+    }
 }
 
 impl Webhook {
     /// Starts the webhook and waits until its caches are loaded. Registers nothing.
     async fn serve(client: &Client) -> Result<Self> {
+        Self::start(client, false).await
+    }
+
+    /// Starts the webhook (one whose Domain list lags, with `lagging`) and waits until its caches are loaded.
+    async fn start(client: &Client, lagging: bool) -> Result<Self> {
         slipway_testkit::ensure_crds(client).await?;
         let dir = TempDir::new("webhook")?;
         let pki = TestPki::new()?;
@@ -68,15 +154,26 @@ impl Webhook {
         let addr = listener.local_addr()?;
         let caches = Caches::start(client.clone(), Some(APP_DOMAIN.into()));
         let (stop, stopped) = oneshot::channel::<()>();
-        let served = slipway_webhooks::serve(
-            listener,
-            TlsFiles { cert, key },
-            Duration::from_secs(1),
-            caches.clone(),
-            async {
-                let _ = stopped.await;
-            },
-        );
+        let tls = TlsFiles { cert, key };
+        let reload = Duration::from_secs(1);
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        let lagging = lagging.then(|| {
+            Arc::new(Lagging {
+                caches: caches.clone(),
+                domains: Default::default(),
+            })
+        });
+        let served = match &lagging {
+            Some(lagging) => {
+                slipway_webhooks::serve_lookup(listener, tls, reload, lagging.clone(), shutdown)
+                    .boxed()
+            }
+            None => {
+                slipway_webhooks::serve(listener, tls, reload, caches.clone(), shutdown).boxed()
+            }
+        };
         tokio::spawn(async move {
             if let Err(e) = served.await {
                 eprintln!("webhook stopped: {e:#}");
@@ -87,11 +184,16 @@ impl Webhook {
             readiness == slipway_webhooks::lookup::Readiness::Ready,
             "webhook caches: {readiness:?}"
         );
+        if let Some(lagging) = &lagging {
+            lagging.catch_up();
+        }
         Ok(Self {
             id: random(),
             addr,
             ca_pem: pki.ca_pem().to_owned(),
             caches,
+            lagging,
+            registered: false,
             stop: Some(stop),
             _dir: dir,
         })
@@ -99,35 +201,61 @@ impl Webhook {
 
     /// Starts the webhook and registers it for namespaces labelled with this webhook's id.
     async fn register(client: &Client) -> Result<Self> {
-        let webhook = Self::serve(client).await?;
+        let mut webhook = Self::serve(client).await?;
+        webhook.register_with(client, &[]).await?;
+        Ok(webhook)
+    }
+
+    /// Starts two replicas, the second one lagging, and registers both, as two webhooks of one registration: the
+    /// apiserver asks each, so an object is admitted only when both admit it (and either refusing is what a
+    /// refusal from one replica of two would be, half of the time).
+    async fn register_replicas(client: &Client) -> Result<(Self, Self)> {
+        let mut first = Self::serve(client).await?;
+        let lagging = Self::start(client, true).await?;
+        first.register_with(client, &[&lagging]).await?;
+        Ok((first, lagging))
+    }
+
+    /// Registers this webhook and `others` in one registration named after this one, for namespaces labelled with
+    /// this one's id.
+    async fn register_with(&mut self, client: &Client, others: &[&Webhook]) -> Result<()> {
+        let hooks: Vec<Value> = std::iter::once(&*self)
+            .chain(others.iter().copied())
+            .enumerate()
+            .map(|(i, hook)| {
+                json!({
+                    "name": if i == 0 { WEBHOOK.to_owned() } else { format!("replica{i}.{WEBHOOK}") },
+                    "clientConfig": {"url": format!("https://{}/validate", hook.addr)},
+                    "rules": [{
+                        "apiGroups": ["slipway.dev"], "apiVersions": ["v1alpha1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["apps", "channels", "deploys", "domains", "forwards"],
+                        "scope": "Namespaced",
+                    }],
+                    "namespaceSelector": {"matchLabels": {SELECTOR: self.id}},
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "timeoutSeconds": 10,
+                })
+            })
+            .collect();
         let mut config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": webhook.config_name()},
-            "webhooks": [{
-                "name": WEBHOOK,
-                "clientConfig": {"url": format!("https://{}/validate", webhook.addr)},
-                "rules": [{
-                    "apiGroups": ["slipway.dev"], "apiVersions": ["v1alpha1"],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": ["apps", "channels", "deploys", "domains", "forwards"],
-                    "scope": "Namespaced",
-                }],
-                "namespaceSelector": {"matchLabels": {SELECTOR: webhook.id}},
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 10,
-            }],
+            "metadata": {"name": self.config_name()},
+            "webhooks": hooks,
         }))?;
-        for hook in config.webhooks.iter_mut().flatten() {
-            hook.client_config.ca_bundle = Some(ByteString(webhook.ca_pem.as_bytes().to_vec()));
+        let bundles = std::iter::once(&*self).chain(others.iter().copied());
+        for (hook, server) in config.webhooks.iter_mut().flatten().zip(bundles) {
+            hook.client_config.ca_bundle = Some(ByteString(server.ca_pem.as_bytes().to_vec()));
         }
         Api::<ValidatingWebhookConfiguration>::all(client.clone())
             .create(&PostParams::default(), &config)
             .await
             .context("register the webhook")?;
-        Ok(webhook)
+        self.registered = true;
+        Ok(())
     }
 
     fn config_name(&self) -> String {
@@ -216,6 +344,9 @@ impl Drop for Webhook {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        if !self.registered {
+            return;
         }
         let name = self.config_name();
         let deleted = std::thread::spawn(move || -> Result<()> {
@@ -539,6 +670,127 @@ async fn a_domain_is_attached_once_platform_wide() -> Result<()> {
     assert!(
         message.starts_with("invalid domain: platform_domain_forbidden"),
         "{message}"
+    );
+    Ok(())
+}
+
+/// A finalizer of the test's: a Domain holding it stays, on its way out, until the test lets go.
+const HOLD: &str = "test.slipway.dev/hold";
+
+/// A Domain named `name` of `hostname` on `channel`, holding [`HOLD`] when `held`.
+fn named_domain(name: &str, channel: &str, hostname: &str, held: bool) -> Value {
+    let finalizers: Vec<&str> = if held { vec![HOLD] } else { vec![] };
+    json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "Domain",
+           "metadata": {"name": name, "finalizers": finalizers},
+           "spec": {"channel": channel, "domain": hostname}})
+}
+
+/// Lets go of the Domain `name` of `ns` that [`HOLD`] kept.
+async fn let_go(client: &Client, ns: &str, name: &str) -> Result<()> {
+    Api::<Domain>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_deleted_domain_frees_its_name_at_once_though_a_replica_has_not_seen_it_go() -> Result<()>
+{
+    let client = slipway_testkit::client().await?;
+    let (webhook, lagging) = Webhook::register_replicas(&client).await?;
+    let view = lagging
+        .lagging
+        .clone()
+        .context("the lagging replica's view")?;
+    let mut namespaces = Vec::new();
+    for i in 0..2 {
+        let owner = format!("u{}", random());
+        let ns = webhook
+            .namespace(&client, &format!("wh-race{i}"), &[(labels::OWNER, &owner)])
+            .await?;
+        create::<App>(&client, ns.name(), app("blog", &owner)).await?;
+        create::<Channel>(&client, ns.name(), channel("blog", "prod", "master")).await?;
+        create::<Channel>(&client, ns.name(), channel("blog", "next", "next")).await?;
+        namespaces.push(ns);
+    }
+    let names: Vec<&str> = namespaces.iter().map(TestNamespace::name).collect();
+
+    // One name moves from channel to channel and from namespace to namespace. Each Domain is deleted once both
+    // replicas hold it, and the next is written at once: the lagging replica still lists the deleted one, every
+    // other time still there on its way out (a finalizer holds it) and otherwise gone.
+    let hostname = format!("www.race{}.example.com", random());
+    let spots = [
+        (names[0], "blog.prod"),
+        (names[0], "blog.next"),
+        (names[1], "blog.prod"),
+        (names[1], "blog.next"),
+    ];
+    let mut held_back: Option<(&str, String)> = None;
+    for round in 0..5 {
+        for (i, (ns, channel)) in spots.into_iter().enumerate() {
+            let name = format!("d{round}-{i}");
+            let held = (round + i) % 2 == 0;
+            create::<Domain>(&client, ns, named_domain(&name, channel, &hostname, held))
+                .await
+                .with_context(|| format!("round {round}: {hostname} on {channel} of {ns}"))?;
+            if let Some((ns, name)) = held_back.take() {
+                let_go(&client, ns, &name).await?;
+            }
+            webhook.settle(&client, ns).await?;
+            lagging.settle(&client, ns).await?;
+            view.catch_up();
+            Api::<Domain>::namespaced(client.clone(), ns)
+                .delete(&name, &DeleteParams::background())
+                .await?;
+            if held {
+                held_back = Some((ns, name));
+            }
+        }
+    }
+    if let Some((ns, name)) = held_back {
+        let_go(&client, ns, &name).await?;
+    }
+
+    // A channel one of whose five domains was just detached takes another.
+    let ns = names[0];
+    let r = random();
+    for i in 0..5 {
+        let hostname = format!("d{i}.limit{r}.example.com");
+        create::<Domain>(&client, ns, domain("blog.prod", &hostname)).await?;
+    }
+    webhook.settle(&client, ns).await?;
+    lagging.settle(&client, ns).await?;
+    view.catch_up();
+    Api::<Domain>::namespaced(client.clone(), ns)
+        .delete(
+            &format!("d0.limit{r}.example.com"),
+            &DeleteParams::background(),
+        )
+        .await?;
+    create::<Domain>(
+        &client,
+        ns,
+        domain("blog.prod", &format!("d5.limit{r}.example.com")),
+    )
+    .await?;
+    // Refusals still hold where the apiserver agrees (either replica may be the one that answers first).
+    let refused = |created: Result<Domain, kube::Error>| match created {
+        Err(kube::Error::Api(s)) if s.message.contains("denied the request") => Ok(s.code),
+        other => Err(anyhow::anyhow!("not refused by a webhook: {other:?}")),
+    };
+    let over = format!("d6.limit{r}.example.com");
+    assert_eq!(
+        refused(create(&client, ns, domain("blog.prod", &over)).await)?,
+        400
+    );
+    let taken = format!("d1.limit{r}.example.com");
+    assert_eq!(
+        refused(create(&client, names[1], domain("blog.prod", &taken)).await)?,
+        409
     );
     Ok(())
 }

@@ -2,8 +2,9 @@
 //! cluster-wide, so a review is answered without a round trip to the apiserver.
 //!
 //! Caches lag a watch event behind the apiserver. Where that would refuse a good object (an App created a moment
-//! before the Channel that names it, a namespace just made), a miss is confirmed with a direct read before the
-//! object is refused; uniqueness and counts come from the caches.
+//! before the Channel that names it, a namespace just made, a domain another namespace detached a moment ago), what
+//! the caches show is confirmed with a direct read before the object is refused. The other names and counts come
+//! from the caches alone.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -275,6 +276,34 @@ impl Lookup for Caches {
 
     fn domains(&self) -> Vec<Arc<Domain>> {
         self.inner.domains.state()
+    }
+
+    async fn read_domains(
+        &self,
+        domain: &str,
+        ns: &str,
+        channel: &str,
+    ) -> Result<Vec<Arc<Domain>>, LookupError> {
+        // No resourceVersion: the apiserver answers from the latest state (a quorum read), never from a cache
+        // behind it. Both are selectable fields, so each answer holds only what is asked for.
+        let all: Api<Domain> = Api::all(self.inner.client.clone());
+        let in_ns: Api<Domain> = Api::namespaced(self.inner.client.clone(), ns);
+        let named =
+            ListParams::default().fields(&slipway_crds::domain::domain_field_selector(domain));
+        let on_channel = ListParams::default().fields(&format!("spec.channel={channel}"));
+        let (named, on_channel) =
+            futures::future::try_join(all.list(&named), in_ns.list(&on_channel))
+                .await
+                .map_err(lookup_error(format!(
+                    "the domains of {domain} and of channel {channel}"
+                )))?;
+        let mut read: Vec<Arc<Domain>> = named.items.into_iter().map(Arc::new).collect();
+        for d in on_channel.items {
+            if !read.iter().any(|r| r.metadata.uid == d.metadata.uid) {
+                read.push(Arc::new(d));
+            }
+        }
+        Ok(read)
     }
 
     fn app_domain(&self) -> Option<&str> {

@@ -96,6 +96,22 @@ pub async fn serve(
     caches: Caches,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
+    let watched = caches.clone();
+    tokio::select! {
+        served = serve_lookup(listener, tls, cert_reload, Arc::new(caches), shutdown) => served,
+        why = watched.failed() => Err(anyhow::anyhow!(why)),
+    }
+}
+
+/// Serves admission reviews over TLS on `listener`, answered from `lookup`, until `shutdown` resolves ([`serve`]
+/// without the watch on the caches; tests serve a view of the caches with it).
+pub async fn serve_lookup<L: lookup::Lookup + 'static>(
+    listener: TcpListener,
+    tls: TlsFiles,
+    cert_reload: Duration,
+    lookup: Arc<L>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let resolver = Arc::new(tls::ReloadingCert::load(
         tls,
@@ -103,11 +119,7 @@ pub async fn serve(
         provider.clone(),
     )?);
     let config = Arc::new(tls::server_config(resolver, provider)?);
-    let app = server::router(Arc::new(caches.clone()));
-    tokio::select! {
-        served = server::serve_tls(listener, config, app, shutdown) => served,
-        why = caches.failed() => Err(anyhow::anyhow!(why)),
-    }
+    server::serve_tls(listener, config, server::router(lookup), shutdown).await
 }
 
 /// Resolves on SIGTERM (what the kubelet sends) or Ctrl-C.

@@ -75,6 +75,17 @@ pub trait Lookup: Send + Sync {
     /// Every Domain, in every namespace.
     fn domains(&self) -> Vec<Arc<Domain>>;
 
+    /// The Domains a domain rule looks at, read from the apiserver itself (a consistent read, not a cache): every
+    /// Domain of `domain`, in any namespace, and every Domain of the Channel `channel` in `ns`. A refusal the lists
+    /// above would give is confirmed against these before it is given: a list may still hold a Domain deleted a
+    /// moment ago, and a name a detach has freed must not be refused.
+    fn read_domains(
+        &self,
+        domain: &str,
+        ns: &str,
+        channel: &str,
+    ) -> impl Future<Output = Result<Vec<Arc<Domain>>, LookupError>> + Send;
+
     /// The platform's own domain ({app_domain}), under which no custom domain may be attached; `None` when the
     /// webhook was not told it.
     fn app_domain(&self) -> Option<&str> {
@@ -101,8 +112,10 @@ pub struct Snapshot {
     pub apps: Vec<Arc<App>>,
     /// Channels, in any namespace.
     pub channels: Vec<Arc<Channel>>,
-    /// Domains, in any namespace.
+    /// Domains, in any namespace, as the lists show them.
     pub domains: Vec<Arc<Domain>>,
+    /// Domains as a consistent read shows them, when the lists are behind it; `None`: the same as `domains`.
+    pub read_domains: Option<Vec<Arc<Domain>>>,
     /// The platform's own domain.
     pub app_domain: Option<String>,
 }
@@ -136,6 +149,23 @@ impl Lookup for Snapshot {
 
     fn domains(&self) -> Vec<Arc<Domain>> {
         self.domains.clone()
+    }
+
+    async fn read_domains(
+        &self,
+        domain: &str,
+        ns: &str,
+        channel: &str,
+    ) -> Result<Vec<Arc<Domain>>, LookupError> {
+        let read = self.read_domains.as_ref().unwrap_or(&self.domains);
+        Ok(read
+            .iter()
+            .filter(|d| {
+                d.spec.domain == domain
+                    || (d.namespace().as_deref() == Some(ns) && d.spec.channel == channel)
+            })
+            .cloned()
+            .collect())
     }
 
     fn app_domain(&self) -> Option<&str> {

@@ -299,6 +299,15 @@ mod tests {
         fn domains(&self) -> Vec<Arc<slipway_crds::Domain>> {
             self.0.domains()
         }
+        fn read_domains(
+            &self,
+            domain: &str,
+            ns: &str,
+            channel: &str,
+        ) -> impl Future<Output = Result<Vec<Arc<slipway_crds::Domain>>, LookupError>> + Send
+        {
+            self.0.read_domains(domain, ns, channel)
+        }
     }
 
     #[tokio::test]
