@@ -3,9 +3,8 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde::Deserialize;
 use slipway_crds::names::{self, AppName, ChannelName, GitRefBinding, Username};
 use slipway_crds::plans::Plan;
@@ -17,6 +16,7 @@ use uuid::Uuid;
 
 use super::access::{self, Action, VisibleApp};
 use super::claims;
+use super::domain_release::{self, Holder};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::state::AppState;
@@ -301,7 +301,7 @@ pub(crate) async fn create_channel_resource(
             env_secret: None,
         },
     );
-    resource.metadata.owner_references = Some(vec![owner_reference(app)?]);
+    resource.metadata.owner_references = Some(vec![super::owners::owned_by(app)?]);
     let namespace = app.namespace().unwrap_or_default();
     let channels: Api<Channel> = Api::namespaced(state.kube().clone(), &namespace);
     match channels
@@ -342,15 +342,6 @@ pub(crate) fn admission_or(e: kube::Error) -> ApiError {
         }
         other => other.into(),
     }
-}
-
-fn owner_reference(app: &App) -> Result<OwnerReference, ApiError> {
-    app.controller_owner_ref(&())
-        .map(|mut r| {
-            r.controller = Some(false);
-            r
-        })
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("App {} has no uid", app.name_any())))
 }
 
 /// Read one app with all its channels.
@@ -474,7 +465,7 @@ async fn update_app(
     Ok(Json(view(&state, &caller, &app).await?))
 }
 
-/// Delete an app: its channels, workloads, routes and repository.
+/// Delete an app: its channels, workloads, routes and repository; its custom domains are free at once.
 #[utoipa::path(delete, path = "/apps/{app_id}", tag = "apps", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id")),
     responses((status = 204), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
@@ -496,6 +487,7 @@ async fn delete_app(
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
+    domain_release::detach_all(&state, &app.namespace, Holder::App(&app.name)).await?;
     state.repos().delete(&app.owner, &app.name).await?;
     claims::release_app(&state, &app.namespace, &app.name).await?;
     crate::exports::forget_app(&state, app_id)

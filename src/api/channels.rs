@@ -1,5 +1,5 @@
 //! `/apps/{app_id}/channels`: list, create, read and delete an app's channels. A channel is a `Channel` resource
-//! named `<app>.<channel>`, owned by its App.
+//! named `<app>.<channel>`, owned by its App; deleting one detaches its custom domains before it answers.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::access::{self, Action};
 use super::apps::{check_new_channel, create_channel_resource};
 use super::claims;
+use super::domain_release::{self, Holder};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::state::AppState;
@@ -125,7 +126,7 @@ async fn get_channel(
     Ok(Json(ChannelView::build(&state, &app, &channel)))
 }
 
-/// Delete a channel (never prod): its workload and routes go with it.
+/// Delete a channel (never prod): its workload and routes go with it, and its custom domains are free at once.
 #[utoipa::path(delete, path = "/apps/{app_id}/channels/{channel_id}", tag = "channels", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
     responses((status = 204), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
@@ -153,6 +154,7 @@ async fn delete_channel(
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
+    domain_release::detach_all(&state, &app.namespace, Holder::Channel(&resource_name)).await?;
     let (_, channel_name) = slipway_crds::names::parse_channel_resource_name(&resource_name)?;
     claims::release(&state, &app.namespace, &app.name, &channel_name).await?;
     crate::env::store::delete_channel(state.db(), app_id, channel_id).await?;

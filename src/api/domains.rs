@@ -5,6 +5,8 @@
 //! - Attach checks the name (the shared IDNA rules and the platform's own domain), then re-attach on the same
 //!   channel (the existing row, same token), then `domain_taken` across every account, then the 5-domain limit —
 //!   the rules the webhook applies to Domains written with kubectl.
+//! - The Domain names its Channel as owner from its creation, so it goes with the channel and the app; deleting
+//!   either through the API detaches its domains at once ([`super::domain_release`]).
 //! - The verification token is derived from the new resource's uid ([`slipway_crds::domain::verification_token`]),
 //!   so the records are answered at once, before the operator has written them.
 //! - Verify asks the operator for a check (an annotation) and answers once the check is recorded.
@@ -13,7 +15,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde::{Deserialize, Serialize};
 use slipway_crds::domain::{VERIFY_ANNOTATION, dns_records};
 use slipway_crds::names::{ChannelName, DomainName};
@@ -24,14 +26,18 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::access::{self, Action, VisibleApp};
-use super::claims;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::state::AppState;
+use super::{claims, domain_release, owners};
 use crate::auth::{Caller, scopes};
 
 /// The longest a verify waits for the operator's check (two lookups, each retried once on a 3 s timeout, fit).
 const VERIFY_WAIT: Duration = Duration::from_secs(30);
+/// The longest an attach waits for a detached Domain of the same name in the namespace to finish going.
+const TERMINATING_WAIT: Duration = Duration::from_secs(30);
+/// How often it looks.
+const TERMINATING_POLL: Duration = Duration::from_millis(100);
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -200,7 +206,8 @@ async fn list_domains(
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
     request_body = AttachDomain,
     responses((status = 201, body = DomainView), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
-              (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope)))]
+              (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope),
+              (status = 503, body = ErrorEnvelope)))]
 async fn attach_domain(
     State(state): State<AppState>,
     caller: Caller,
@@ -228,34 +235,20 @@ async fn attach_domain(
     rules::domain_free(&domain, others.iter().map(String::as_str))?;
     rules::within_domain_limit(on_channel.len())?;
     claims::claim_domain(&state, &app, &channel_name, &domain).await?;
-    let resource = Domain::new(
+    let mut resource = Domain::new(
         domain.as_str(),
         DomainSpec {
             channel: channel_name.clone(),
             domain: domain.to_string(),
         },
     );
+    resource.metadata.owner_references = Some(vec![owners::owned_by(channel.as_ref())?]);
     let api: Api<Domain> = Api::namespaced(state.kube().clone(), &app.namespace);
-    let created = match api.create(&PostParams::default(), &resource).await {
+    let created = match create(&api, &resource, &domain).await {
         Ok(created) => created,
-        Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(domain.as_str()).await? {
-            // A parallel attachment of the same domain to this channel made it first: the answer of a re-attach,
-            // and the claim is that attachment's.
-            Some(existing) if existing.spec.channel == channel_name => existing,
-            // Another channel of this account holds a Domain of this name (made with kubectl): taken.
-            _ => {
-                claims::release_domain(&state, &app.namespace, domain.as_str()).await?;
-                return Err(rules::domain_taken(&domain).into());
-            }
-        },
         Err(e) => {
             claims::release_domain(&state, &app.namespace, domain.as_str()).await?;
-            return Err(match e {
-                kube::Error::Api(s) if s.code == 400 || s.code == 422 => {
-                    ApiError::bad_request(s.message)
-                }
-                e => e.into(),
-            });
+            return Err(e);
         }
     };
     let uid = created.metadata.uid.clone().unwrap_or_default();
@@ -264,6 +257,52 @@ async fn attach_domain(
         StatusCode::CREATED,
         Json(DomainView::build(&state, &cached, &hostname)),
     ))
+}
+
+/// Creates `resource`, or answers the Domain of its name its channel already has (a parallel attachment of the same
+/// domain to this channel made it first: the answer of a re-attach, and the claim is that attachment's). A Domain
+/// of the name on its way out of this namespace (detached a moment ago; its finalizer removes its certificate) is
+/// waited out, since once a detach has answered the name is free; it normally goes within a second, and one that
+/// stays past [`TERMINATING_WAIT`] (the operator is down) answers 503.
+async fn create(
+    api: &Api<Domain>,
+    resource: &Domain,
+    domain: &DomainName,
+) -> Result<Domain, ApiError> {
+    let deadline = tokio::time::Instant::now() + TERMINATING_WAIT;
+    loop {
+        match api.create(&PostParams::default(), resource).await {
+            Ok(created) => return Ok(created),
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {}
+            // The webhook's refusal: another channel holds the domain.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                return Err(rules::domain_taken(domain).into());
+            }
+            Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => {
+                return Err(ApiError::bad_request(s.message));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        match api.get_opt(domain.as_str()).await? {
+            Some(existing) if existing.metadata.deletion_timestamp.is_none() => {
+                return if existing.spec.channel == resource.spec.channel {
+                    Ok(existing)
+                } else {
+                    // Another channel of this account holds a Domain of this name (made with kubectl).
+                    Err(rules::domain_taken(domain).into())
+                };
+            }
+            // Going, or gone since: create again.
+            _ if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(TERMINATING_POLL).await;
+            }
+            _ => {
+                return Err(ApiError::Unavailable(format!(
+                    "{domain} was detached a moment ago and its removal has not finished; try again shortly"
+                )));
+            }
+        }
+    }
 }
 
 /// Check the domain's DNS records now (idempotent; retry while DNS propagates).
@@ -330,22 +369,6 @@ async fn detach_domain(
     let app = access::authorize(&state, &caller, app_id, Action::ManageDomains).await?;
     let (channel, _) = channel_and_host(&state, &app, channel_id)?;
     let resource = attached(&state, &app, &channel, &domain)?;
-    let api: Api<Domain> = Api::namespaced(state.kube().clone(), &app.namespace);
-    match api
-        .delete(
-            &resource.metadata.name.clone().unwrap_or_default(),
-            &DeleteParams::background(),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(e.into()),
-    }
-    state
-        .cache()
-        .domain_gone(resource.metadata.uid.as_deref().unwrap_or_default())
-        .await?;
-    claims::release_domain(&state, &app.namespace, &resource.spec.domain).await?;
+    domain_release::detach(&state, &app.namespace, &resource).await?;
     Ok(Json(Detached { ok: true }))
 }

@@ -221,7 +221,8 @@ async fn expose(
                     allow_cidrs: allow.clone(),
                 },
             );
-            resource.metadata.owner_references = Some(vec![owned_by(&channel)?]);
+            resource.metadata.owner_references =
+                Some(vec![super::owners::owned_by(channel.as_ref())?]);
             match api.create(&PostParams::default(), &resource).await {
                 Ok(_) => StatusCode::CREATED,
                 // A racing expose of the same channel made it first: this one replaces the allowlist.
@@ -248,20 +249,6 @@ async fn replace_allowlist(api: &Api<Forward>, name: &str, allow: &[Cidr]) -> Re
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
-}
-
-/// The owner reference that deletes a Forward with its Channel.
-fn owned_by(
-    channel: &Channel,
-) -> Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference, ApiError> {
-    use kube::Resource;
-    channel
-        .controller_owner_ref(&())
-        .map(|mut owner| {
-            owner.controller = Some(false);
-            owner
-        })
-        .ok_or_else(|| anyhow::anyhow!("channel {} has no uid", channel.channel_name()).into())
 }
 
 /// List the app's exposed channels.

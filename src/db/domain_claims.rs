@@ -154,3 +154,26 @@ pub async fn release(db: &PgPool, namespace: &str, domain: &str) -> sqlx::Result
         .await?;
     Ok(())
 }
+
+/// Releases every claim of the Channel resource `channel` in `namespace` (the channel is deleted).
+pub async fn release_channel(db: &PgPool, namespace: &str, channel: &str) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM domain_claims WHERE namespace = $1 AND channel = $2")
+        .bind(namespace)
+        .bind(channel)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Releases every claim of the channels of `app` in `namespace` (Channel resources `<app>.<channel>`; the app is
+/// deleted).
+pub async fn release_app(db: &PgPool, namespace: &str, app: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "DELETE FROM domain_claims WHERE namespace = $1 AND starts_with(channel, $2 || '.')",
+    )
+    .bind(namespace)
+    .bind(app)
+    .execute(db)
+    .await?;
+    Ok(())
+}

@@ -704,3 +704,200 @@ async fn a_verified_domain_is_served_over_https_with_its_acme_certificate() -> R
     assert_eq!(plain_get(http, &domain).await?.0, 404);
     Ok(())
 }
+
+/// Runs the operator for `namespace`, verifying against the test DNS, so each Domain holds its certificate
+/// finalizer until the operator has cleaned up after it, as on a platform.
+async fn finalizing_operator(api: &TestApi, namespace: &str) -> Result<()> {
+    api.start_operator_with_domains(namespace, https::domains_config(namespace, false)?)
+        .await?;
+    Ok(())
+}
+
+/// Creates the channel `name` (following branch `name`) of `app`; returns its id.
+async fn channel(api: &TestApi, user: &User, app: &str, name: &str) -> String {
+    let created = api
+        .post(
+            &format!("/apps/{app}/channels"),
+            user,
+            json!({"name": name, "git_ref_binding": format!("branch:{name}")}),
+        )
+        .await
+        .expect(200, None);
+    created["id"].as_str().unwrap().to_owned()
+}
+
+/// Attaches `domain` to the channel; returns the reply.
+async fn attach(
+    api: &TestApi,
+    user: &User,
+    app: &str,
+    channel: &str,
+    domain: &str,
+) -> support::Reply {
+    api.post(&domains_path(app, channel), user, json!({"domain": domain}))
+        .await
+}
+
+/// The Domain of `domain` in `namespace` once the operator has put its finalizer on.
+async fn finalized(api: &TestApi, namespace: &str, domain: &str) -> Result<Domain> {
+    let domains: Api<Domain> = Api::namespaced(api.kube.clone(), namespace);
+    eventually("the Domain's finalizer", async || {
+        domains
+            .get_opt(domain)
+            .await
+            .ok()
+            .flatten()
+            .filter(|d| !d.metadata.finalizers.clone().unwrap_or_default().is_empty())
+    })
+    .await
+}
+
+/// Checks that the Domain of `domain` in `namespace` names its Channel `channel`, and nothing else, as its owner.
+async fn assert_owned_by_its_channel(
+    api: &TestApi,
+    namespace: &str,
+    domain: &str,
+    channel: &str,
+) -> Result<()> {
+    let written = Api::<Domain>::namespaced(api.kube.clone(), namespace)
+        .get(domain)
+        .await?;
+    let channel = Api::<slipway_crds::Channel>::namespaced(api.kube.clone(), namespace)
+        .get(channel)
+        .await?;
+    let owners: Vec<_> = written
+        .metadata
+        .owner_references
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| (o.kind, o.name, Some(o.uid)))
+        .collect();
+    assert_eq!(
+        owners,
+        [(
+            "Channel".to_owned(),
+            channel.metadata.name.unwrap(),
+            channel.metadata.uid
+        )]
+    );
+    Ok(())
+}
+
+/// How many domain claims the platform database holds in `namespace`.
+async fn claims_in(api: &TestApi, namespace: &str) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM domain_claims WHERE namespace = $1")
+            .bind(namespace)
+            .fetch_one(api.state.db())
+            .await?,
+    )
+}
+
+#[tokio::test]
+async fn deleting_an_app_frees_its_domains_at_once() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("domf", "builder").await?;
+    let bob = api.user("domg", "builder").await?;
+    finalizing_operator(&api, &alice.namespace).await?;
+    let (app, prod, _) = static_app(&api, &alice, "site").await;
+    let next = channel(&api, &alice, &app, "next").await;
+    let r = random();
+    let (on_prod, on_next) = (format!("p-{r}.example"), format!("n-{r}.example"));
+    attach(&api, &alice, &app, &prod, &on_prod)
+        .await
+        .expect(201, None);
+    attach(&api, &alice, &app, &next, &on_next)
+        .await
+        .expect(201, None);
+    finalized(&api, &alice.namespace, &on_prod).await?;
+    finalized(&api, &alice.namespace, &on_next).await?;
+
+    api.delete(&format!("/apps/{app}"), &alice)
+        .await
+        .expect(204, None);
+    assert_eq!(claims_in(&api, &alice.namespace).await?, 0);
+    // Free at once: for another account, and for a new app of the same account (whose namespace the old Domain of
+    // the name may not have left yet).
+    let (shop, shop_prod, _) = static_app(&api, &bob, "shop").await;
+    attach(&api, &bob, &shop, &shop_prod, &on_prod)
+        .await
+        .expect(201, None);
+    let (again, again_prod, _) = static_app(&api, &alice, "again").await;
+    attach(&api, &alice, &again, &again_prod, &on_next)
+        .await
+        .expect(201, None);
+    // A Domain names its Channel as owner from its creation (no operator runs in bob's namespace to add it later),
+    // so it goes with the channel however that goes.
+    assert_owned_by_its_channel(&api, &bob.namespace, &on_prod, "shop.prod").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn deleting_a_channel_frees_its_domains_at_once() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("domh", "builder").await?;
+    let bob = api.user("domi", "builder").await?;
+    finalizing_operator(&api, &alice.namespace).await?;
+    let (app, prod, _) = static_app(&api, &alice, "site").await;
+    let next = channel(&api, &alice, &app, "next").await;
+    let r = random();
+    let (mine, theirs) = (format!("m-{r}.example"), format!("t-{r}.example"));
+    for domain in [&mine, &theirs] {
+        attach(&api, &alice, &app, &next, domain)
+            .await
+            .expect(201, None);
+        finalized(&api, &alice.namespace, domain).await?;
+    }
+    attach(&api, &alice, &app, &prod, &format!("stays-{r}.example"))
+        .await
+        .expect(201, None);
+
+    api.delete(&format!("/apps/{app}/channels/{next}"), &alice)
+        .await
+        .expect(204, None);
+    assert_eq!(claims_in(&api, &alice.namespace).await?, 1, "prod's stays");
+    attach(&api, &alice, &app, &prod, &mine)
+        .await
+        .expect(201, None);
+    let (shop, shop_prod, _) = static_app(&api, &bob, "shop").await;
+    attach(&api, &bob, &shop, &shop_prod, &theirs)
+        .await
+        .expect(201, None);
+    assert_owned_by_its_channel(&api, &bob.namespace, &theirs, "shop.prod").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_name_is_free_the_moment_its_detach_answered() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("domj", "builder").await?;
+    let bob = api.user("domk", "builder").await?;
+    finalizing_operator(&api, &alice.namespace).await?;
+    finalizing_operator(&api, &bob.namespace).await?;
+    let (site, site_prod, _) = static_app(&api, &alice, "site").await;
+    let site_next = channel(&api, &alice, &site, "next").await;
+    let (shop, shop_prod, _) = static_app(&api, &bob, "shop").await;
+    // From channel to channel of one app (one namespace, where the detached Domain of the name is still finishing
+    // when the next attach comes), and from account to account.
+    let spots = [
+        (&alice, &site, &site_prod),
+        (&alice, &site, &site_next),
+        (&bob, &shop, &shop_prod),
+    ];
+    let domain = format!("race-{}.example", random());
+    for round in 0..8 {
+        for (user, app, channel) in spots {
+            let reply = attach(&api, user, app, channel, &domain).await;
+            assert_eq!(
+                reply.status, 201,
+                "round {round}, to channel {channel} of {}: {}",
+                user.username, reply.body
+            );
+            finalized(&api, &user.namespace, &domain).await?;
+            api.delete(&format!("{}/{domain}", domains_path(app, channel)), user)
+                .await
+                .expect(200, None);
+        }
+    }
+    Ok(())
+}
