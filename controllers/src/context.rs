@@ -81,6 +81,9 @@ pub struct Context {
     pub max_builds: usize,
     /// The Channel controller's caches, once it runs ([`crate::run::run`]).
     pub caches: std::sync::OnceLock<crate::caches::Caches>,
+    /// How long a Domain may be without its Channel before the sweep deletes it
+    /// ([`crate::domain::ownership::ORPHAN_GRACE`]).
+    pub orphan_domain_grace: std::time::Duration,
 }
 
 impl Context {
@@ -113,7 +116,14 @@ impl Context {
             backoff: Default::default(),
             max_builds: crate::build::DEFAULT_MAX_BUILDS.into(),
             caches: Default::default(),
+            orphan_domain_grace: crate::domain::ownership::ORPHAN_GRACE,
         }
+    }
+
+    /// The same context with another grace for Domains without their Channel (tests shorten it).
+    pub fn with_orphan_domain_grace(mut self, grace: std::time::Duration) -> Self {
+        self.orphan_domain_grace = grace;
+        self
     }
 
     /// The same context with raw TCP forwarding on `ports`.

@@ -13,15 +13,15 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use slipway_crds::conditions::{self, reasons};
 use slipway_crds::{App, Channel, Forward, ForwardStatus, Template};
 use tokio::sync::Mutex;
 
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::Context;
 use crate::error::Error;
 
 /// How often an exposed channel is looked at again without a change (the owner's plan is not watched).
@@ -286,32 +286,16 @@ async fn adopt(
     forward: Arc<Forward>,
     channel: &Channel,
 ) -> Result<Arc<Forward>, Error> {
-    let Some(uid) = channel.meta().uid.clone() else {
+    let Some(uid) = channel.meta().uid.as_deref() else {
         return Err(Error::Incomplete("channel uid"));
     };
     if forward.owner_references().iter().any(|o| o.uid == uid) {
         return Ok(forward);
     }
-    let mut owners = forward.owner_references().to_vec();
-    owners.push(OwnerReference {
-        api_version: Channel::api_version(&()).into_owned(),
-        kind: Channel::kind(&()).into_owned(),
-        name: channel.name_any(),
-        uid,
-        controller: Some(false),
-        block_owner_deletion: None,
-    });
-    let patch = serde_json::json!({"metadata": {
-        "ownerReferences": owners, "resourceVersion": forward.resource_version(),
-    }});
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    let adopted = api
-        .patch(&forward.name_any(), &params, &Patch::Merge(&patch))
-        .await?;
-    Ok(Arc::new(adopted))
+    let owner = crate::adopt::reference::<Channel>(&channel.name_any(), uid);
+    Ok(Arc::new(
+        crate::adopt::add_owner(api, &forward, owner).await?,
+    ))
 }
 
 #[cfg(test)]

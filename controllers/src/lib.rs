@@ -1,6 +1,7 @@
 //! Reconcilers that turn slipway's custom resources into workloads on the cluster: one module per resource, each
 //! a `reconcile` and an `error_policy` built from small steps (read, validate, build children, apply, status).
 
+pub mod adopt;
 pub mod app;
 pub mod backoff;
 pub mod blob;

@@ -149,7 +149,7 @@ where
 }
 
 /// The objects of kind `K` the operator follows: in its one namespace when it has one, else in every namespace.
-fn scoped<K>(ctx: &Context) -> Api<K>
+pub(crate) fn scoped<K>(ctx: &Context) -> Api<K>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
 {
@@ -401,10 +401,12 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             plan_controller
         )
     };
-    // The runtime log archive has no shutdown of its own: it stops with the controllers.
+    // The runtime log archive and the sweep of Domains have no shutdown of their own: they stop with the
+    // controllers.
     tokio::select! {
         _ = controllers => {}
         () = crate::log_archive::run(ctx.clone()) => {}
+        () = crate::domain::ownership::every(ctx.clone()) => {}
     }
     Ok(())
 }

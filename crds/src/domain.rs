@@ -1,7 +1,8 @@
 //! The `Domain` resource: a customer-owned hostname attached to a channel, verified by DNS and served with a
 //! certificate from ACME once verified.
 //!
-//! The REST API creates one per attach (named after the domain); a Domain written with kubectl works the same. The
+//! The REST API creates one per attach (named after the domain, owned by its Channel, so it goes with the channel
+//! and its app); a Domain written with kubectl works the same (the operator adopts it). The
 //! operator writes everything under `status`: the DNS records to create (the verification token among them, which
 //! only the platform sets), the outcome of each check, and the certificate's state. Two annotations ask it for
 //! work: [`VERIFY_ANNOTATION`] (a check now) and [`RENEW_ANNOTATION`] (a new certificate now).

@@ -15,7 +15,7 @@ use super::access::VisibleApp;
 use super::error::ApiError;
 use super::state::AppState;
 use crate::db::claims::{self, Claim, Cluster, Refused};
-use crate::db::domain_claims::{self, DomainClaim, DomainCluster, DomainRefused};
+use crate::db::domain_claims::{self, DomainClaim, DomainRefused};
 use crate::platform::cache::Cache;
 
 /// The cluster as the API's cache sees it.
@@ -40,16 +40,6 @@ impl Cluster for Cached<'_> {
         .into_iter()
         .filter_map(|c| c.metadata.name.clone())
         .collect()
-    }
-}
-
-impl DomainCluster for Cached<'_> {
-    fn domains_on(&self, namespace: &str, channel: &str) -> BTreeSet<String> {
-        self.0
-            .domains_of(namespace, channel)
-            .iter()
-            .map(|d| d.spec.domain.clone())
-            .collect()
     }
 }
 
@@ -140,7 +130,7 @@ pub async fn claim_domain(
         state.db(),
         &claim,
         rules::MAX_DOMAINS_PER_CHANNEL,
-        &Cached(state.cache()),
+        state.cache(),
     )
     .await?;
     match outcome {

@@ -177,3 +177,33 @@ pub async fn release_app(db: &PgPool, namespace: &str, app: &str) -> sqlx::Resul
     .await?;
     Ok(())
 }
+
+/// Forgets every claim that has lapsed: settled, and without its Domain (deleted with kubectl, with its channel or
+/// its app by an older version that left the claim behind, or never made by a request that died). A lapsed claim
+/// already binds nothing; forgetting it keeps the table to the claims that do. A claim made again meanwhile (a
+/// fresh time) stays. Answers how many went.
+pub async fn forget_lapsed(db: &PgPool, cluster: &(dyn DomainCluster + Sync)) -> sqlx::Result<u64> {
+    let grace = GRACE.as_secs_f64();
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT domain, namespace, channel, claimed_at < now() - make_interval(secs => $1) AS settled
+         FROM domain_claims",
+    )
+    .bind(grace)
+    .fetch_all(db)
+    .await?;
+    let mut forgotten = 0;
+    for row in rows.iter().filter(|r| r.lapsed(cluster)) {
+        forgotten += sqlx::query(
+            "DELETE FROM domain_claims WHERE domain = $1 AND namespace = $2 AND channel = $3
+             AND claimed_at < now() - make_interval(secs => $4)",
+        )
+        .bind(&row.domain)
+        .bind(&row.namespace)
+        .bind(&row.channel)
+        .bind(grace)
+        .execute(db)
+        .await?
+        .rows_affected();
+    }
+    Ok(forgotten)
+}

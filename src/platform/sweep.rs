@@ -1,12 +1,16 @@
-//! Rows of the platform database whose deploy or app is gone. A Deploy pruned from its channel's history, or an
-//! app deleted with kubectl rather than through the API, leaves rows behind that nothing reads again: deploy logs
-//! and env snapshots, and an app's env variables, members, mirror, notes, feedback and runtime logs. Every hour
-//! each API process forgets them, judging by its cache of the cluster (which holds every namespace):
+//! Rows of the platform database whose deploy, app or domain is gone. A Deploy pruned from its channel's history, or
+//! an app deleted with kubectl rather than through the API, leaves rows behind that nothing reads again: deploy
+//! logs and env snapshots, and an app's env variables, members, mirror, notes, feedback and runtime logs. Every hour
+//! (the first time at start) each API process forgets them, judging by its cache of the cluster (which holds every
+//! namespace):
 //!
 //! - a deploy's rows go once the cluster no longer holds the Deploy and they were last written more than [`GRACE`]
 //!   ago (the operator can write a deploy's first log line before this process's cache has seen the Deploy);
 //! - an app's rows go once two sweeps in a row, an hour apart, found the app missing (some of them carry no
-//!   time, and an app being created is in the cluster long before the next sweep).
+//!   time, and an app being created is in the cluster long before the next sweep);
+//! - a domain claim goes once it has lapsed: settled and without its Domain (see
+//!   [`crate::db::domain_claims::forget_lapsed`]), such as the claims older versions left behind when they deleted
+//!   a channel or an app.
 //!
 //! Deleting an app through the API forgets its rows at once ([`forget_app`]); the sweep is for the rest.
 
@@ -30,6 +34,8 @@ pub struct Swept {
     pub deploys: usize,
     /// Apps whose rows were forgotten.
     pub apps: usize,
+    /// Domain claims forgotten.
+    pub domain_claims: u64,
 }
 
 /// Sweeps one process's view; remembers the apps found missing last time.
@@ -59,10 +65,11 @@ impl Sweeper {
                 Ok(swept) => tracing::info!(
                     deploys = swept.deploys,
                     apps = swept.apps,
-                    "rows of deploys and apps that are gone forgotten"
+                    domain_claims = swept.domain_claims,
+                    "rows of deploys, apps and domains that are gone forgotten"
                 ),
                 Err(e) => {
-                    tracing::warn!(error = %e, "sweeping rows of deploys and apps that are gone failed")
+                    tracing::warn!(error = %e, "sweeping rows of deploys, apps and domains that are gone failed")
                 }
             }
         }
@@ -117,9 +124,11 @@ impl Sweeper {
             .into_iter()
             .filter(|id| !confirmed.contains(id))
             .collect();
+        let domain_claims = crate::db::domain_claims::forget_lapsed(&self.db, &self.cache).await?;
         Ok(Swept {
             deploys: gone.len(),
             apps: confirmed.len(),
+            domain_claims,
         })
     }
 }

@@ -901,3 +901,109 @@ async fn a_name_is_free_the_moment_its_detach_answered() -> Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn leftovers_of_older_versions_are_swept() -> Result<()> {
+    use slipway::db::domain_claims::{DomainClaim, claim};
+    let api = TestApi::start().await?;
+    let alice = api.user("doml", "builder").await?;
+    let bob = api.user("domm", "builder").await?;
+    let ns = alice.namespace.clone();
+    static_app(&api, &alice, "old").await;
+    static_app(&api, &alice, "site").await;
+    let r = random();
+    let (left, adopted, stale) = (
+        format!("left-{r}.example"),
+        format!("adopted-{r}.example"),
+        format!("stale-{r}.example"),
+    );
+    // What an older version left behind: Domains naming no owner, with their claims (made long ago), one of them on a
+    // channel since deleted with its app, and a claim whose Domain is gone too.
+    let domains: Api<Domain> = Api::namespaced(api.kube.clone(), &ns);
+    for (domain, channel) in [(&left, "old.prod"), (&adopted, "site.prod")] {
+        let written: Domain = serde_json::from_value(json!({
+            "apiVersion": "slipway.dev/v1alpha1", "kind": "Domain", "metadata": {"name": domain},
+            "spec": {"channel": channel, "domain": domain}}))?;
+        domains.create(&Default::default(), &written).await?;
+    }
+    for (domain, channel) in [
+        (&left, "old.prod"),
+        (&adopted, "site.prod"),
+        (&stale, "old.prod"),
+    ] {
+        let new = DomainClaim {
+            user_id: alice.id,
+            namespace: &ns,
+            channel,
+            domain,
+        };
+        assert_eq!(
+            claim(api.state.db(), &new, 5, api.state.cache()).await?,
+            Ok(())
+        );
+    }
+    sqlx::query(
+        "UPDATE domain_claims SET claimed_at = now() - interval '1 hour' WHERE namespace = $1",
+    )
+    .bind(&ns)
+    .execute(api.state.db())
+    .await?;
+    Api::<slipway_crds::App>::namespaced(api.kube.clone(), &ns)
+        .delete("old", &kube::api::DeleteParams::background())
+        .await?;
+    eventually("the old app's channel to go", async || {
+        Api::<slipway_crds::Channel>::namespaced(api.kube.clone(), &ns)
+            .get_opt("old.prod")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await?;
+    let (shop, shop_prod, _) = static_app(&api, &bob, "shop").await;
+    attach(&api, &bob, &shop, &shop_prod, &left)
+        .await
+        .expect(409, Some("domain_taken"));
+
+    // The operator sweeps when it starts.
+    api.start_operator_with_domains_extended(&ns, https::domains_config(&ns, false)?, |ctx| {
+        ctx.with_orphan_domain_grace(Duration::ZERO)
+    })
+    .await?;
+    eventually("the orphan to go", async || {
+        domains.get_opt(&left).await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    eventually("the Domain to be adopted", async || {
+        let owned = domains
+            .get(&adopted)
+            .await
+            .ok()?
+            .metadata
+            .owner_references?;
+        (!owned.is_empty()).then_some(())
+    })
+    .await?;
+    assert_owned_by_its_channel(&api, &ns, &adopted, "site.prod").await?;
+    attach(&api, &bob, &shop, &shop_prod, &left)
+        .await
+        .expect(201, None);
+
+    // The claims whose Domain is gone go with the API's sweep; the adopted Domain's stays.
+    let mut sweeper =
+        slipway::platform::sweep::Sweeper::new(api.state.db().clone(), api.state.cache().clone());
+    assert_eq!(
+        sweeper
+            .sweep(Duration::from_secs(3600))
+            .await?
+            .domain_claims,
+        1
+    );
+    let held: Vec<String> =
+        sqlx::query_scalar("SELECT domain FROM domain_claims WHERE namespace = $1")
+            .bind(&ns)
+            .fetch_all(api.state.db())
+            .await?;
+    assert_eq!(held, [adopted]);
+    Ok(())
+}

@@ -654,7 +654,18 @@ impl TestApi {
         namespace: &str,
         extend: impl FnOnce(slipway_controllers::Context) -> slipway_controllers::Context,
     ) -> Result<tokio::task::JoinHandle<()>> {
-        let config = self.nodeless_config(namespace, Default::default()).await?;
+        self.start_operator_with_domains_extended(namespace, Default::default(), extend)
+            .await
+    }
+
+    /// [`TestApi::start_operator_with_domains`] with the operator's context extended by `extend`.
+    pub async fn start_operator_with_domains_extended(
+        &self,
+        namespace: &str,
+        domains: slipway_controllers::domain::DomainsConfig,
+        extend: impl FnOnce(slipway_controllers::Context) -> slipway_controllers::Context,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        let config = self.nodeless_config(namespace, domains).await?;
         Ok(Self::spawn_operator(self.context_extended(config, extend)))
     }
 

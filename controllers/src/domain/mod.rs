@@ -4,8 +4,9 @@
 //! issued and renewed. The channel reconciler adds verified domains to the channel's Ingress, which is what routes
 //! them.
 //!
-//! Steps: read the channel ([`dns_records`](slipway_crds::domain::dns_records) need its hostname) → check DNS when
-//! due ([`dns`], judged by [`apply_check`]) → issue or renew the certificate when due ([`acme`], stored by
+//! Steps: read the channel ([`dns_records`](slipway_crds::domain::dns_records) need its hostname) and make it the
+//! Domain's owner if the Domain names none ([`ownership`], which also sweeps Domains whose channel is gone) → check
+//! DNS when due ([`dns`], judged by [`apply_check`]) → issue or renew the certificate when due ([`acme`], stored by
 //! [`certificate`]) → write the status with server-side apply (only when it changed) and Events on transitions.
 //! The certificate Secret lives in the certificate namespace (one of its own, which the edge may read), where an
 //! owner reference cannot reach, so a finalizer removes it when the Domain goes.
@@ -13,6 +14,7 @@
 pub mod acme;
 pub mod certificate;
 pub mod dns;
+pub mod ownership;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -129,19 +131,23 @@ pub async fn reconcile(domain: Arc<Domain>, ctx: Arc<Context>) -> Result<Action,
         }
         return Ok(Action::await_change());
     }
-    if !has_finalizer {
-        set_finalizer(&domains, &domain, true).await?;
-    }
+    let domain = if has_finalizer {
+        domain
+    } else {
+        Arc::new(set_finalizer(&domains, &domain, true).await?)
+    };
     let now = Timestamp::now();
     let generation = domain.metadata.generation;
     let mut status = domain.status.clone().unwrap_or_default();
     status.observed_generation = generation;
 
     let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
-    let hostname = channels
-        .get_opt(&domain.spec.channel)
-        .await?
-        .and_then(|c| c.status.and_then(|s| s.hostname));
+    let channel = channels.get_opt(&domain.spec.channel).await?;
+    let domain = match &channel {
+        Some(channel) => ownership::adopt(&domains, domain, channel).await?,
+        None => domain,
+    };
+    let hostname = channel.and_then(|c| c.status.and_then(|s| s.hostname));
     let parsed: Result<DomainName, _> = domain.spec.domain.parse();
     let (name, hostname) = match (parsed, hostname) {
         (Ok(name), Some(hostname)) => (name, hostname),
@@ -420,7 +426,8 @@ async fn remove_certificate(ctx: &Context, domain: &Domain) -> Result<(), Error>
     }
 }
 
-async fn set_finalizer(api: &Api<Domain>, domain: &Domain, present: bool) -> Result<(), Error> {
+/// Adds or removes the certificate finalizer; answers the Domain as written.
+async fn set_finalizer(api: &Api<Domain>, domain: &Domain, present: bool) -> Result<Domain, Error> {
     let mut finalizers: Vec<String> = domain
         .finalizers()
         .iter()
@@ -438,9 +445,9 @@ async fn set_finalizer(api: &Api<Domain>, domain: &Domain, present: bool) -> Res
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    api.patch(&domain.name_any(), &params, &Patch::Merge(&patch))
-        .await?;
-    Ok(())
+    Ok(api
+        .patch(&domain.name_any(), &params, &Patch::Merge(&patch))
+        .await?)
 }
 
 /// Applies `status` (all of the fields this reconciler owns) unless the Domain already has it.

@@ -307,6 +307,17 @@ impl Cache {
     }
 }
 
+/// The cluster a domain claim is judged against: the live Domains of each channel (one on its way out holds its
+/// name no longer).
+impl crate::db::domain_claims::DomainCluster for Cache {
+    fn domains_on(&self, namespace: &str, channel: &str) -> std::collections::BTreeSet<String> {
+        self.domains_of(namespace, channel)
+            .iter()
+            .map(|d| d.spec.domain.clone())
+            .collect()
+    }
+}
+
 /// What orders Deploys by age: creation time, then name (borrowed: a listing compares many).
 fn age_key(
     d: &Deploy,
