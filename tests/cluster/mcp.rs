@@ -16,20 +16,13 @@ use anyhow::Result;
 use axum::http::Method;
 use serde_json::{Value, json};
 use support::agent::{AgentKey, now};
-use support::mcp::{McpClient, SPEC_TOOLS};
+use support::mcp::{McpClient, SPEC_TOOLS, initialize, serving};
 use support::{TestApi, User, call_on};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
 fn random() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
-}
-
-/// The API on a socket; returns it with the MCP endpoint's URL.
-async fn serving() -> Result<(TestApi, String)> {
-    let api = TestApi::start().await?;
-    let base = api.serve().await?;
-    Ok((api, format!("{base}/mcp")))
 }
 
 /// Makes `member` a member of `owner`'s app.
@@ -853,12 +846,6 @@ async fn tools_refuse_exactly_as_their_routes_do() -> Result<()> {
         .await;
     assert_eq!(tool.refusal(), route_refusal(route));
     Ok(())
-}
-
-/// `initialize`, as a client's first POST sends it.
-fn initialize() -> Value {
-    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "curl", "version": "1"}}})
 }
 
 async fn post_mcp(url: &str, token: Option<&str>) -> Result<reqwest::Response> {

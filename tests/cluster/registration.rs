@@ -11,7 +11,7 @@ use crate::support;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use axum::http::Method;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
@@ -20,7 +20,9 @@ use serde_json::{Value, json};
 use slipway::api::state::Limits;
 use slipway::registration::budget::RegistrationLimits;
 use slipway::registration::mailer::Mailer;
-use support::agent::{AgentKey, code_mailed_to, mails_to, now};
+use support::agent::{
+    AgentKey, agent_name, attach_mailer, code_mailed_to, mails_to, now, register,
+};
 use support::{Reply, TestApi, call_on};
 
 /// An API whose registration takes every source without a budget (these tests register many accounts from one
@@ -47,27 +49,6 @@ async fn post(api: &TestApi, path: &str, token: Option<&str>, body: Value) -> Re
 
 async fn get(api: &TestApi, path: &str, token: &str) -> Reply {
     call_on(&api.router, Method::GET, path, Some(token), None).await
-}
-
-/// A fresh agent username.
-fn agent_name() -> String {
-    format!("agent{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
-}
-
-/// Registers a new agent with a new key; returns the key and the registration response.
-async fn register(api: &TestApi) -> Result<(AgentKey, Value)> {
-    let key = AgentKey::new("ed25519")?;
-    let name = agent_name();
-    let made = post(
-        api,
-        "/registrations",
-        None,
-        key.registration(Some(&name), now())?,
-    )
-    .await
-    .expect(200, None);
-    api.forget_namespace_later(&format!("slipway-user-{name}"));
-    Ok((key, made))
 }
 
 /// The number of accounts in the platform database.
@@ -474,13 +455,8 @@ async fn api_with_mail() -> Result<(TestApi, std::path::PathBuf)> {
     let api = api().await?;
     // GET /me/usage measures the account's databases on the data server.
     support::postgres::attach(&api)?;
-    let url = std::env::var("SLIPWAY_TEST_SMTP_URL")
-        .context("SLIPWAY_TEST_SMTP_URL is not set: start hack/smtp.sh (hack/test.sh does)")?;
-    let maildir =
-        std::env::var("SLIPWAY_TEST_MAILDIR").context("SLIPWAY_TEST_MAILDIR is not set")?;
-    api.state
-        .set_mailer(Mailer::new(&url, "slipway <noreply@slipway.test>")?);
-    Ok((api, maildir.into()))
+    let maildir = attach_mailer(&api)?;
+    Ok((api, maildir))
 }
 
 /// A Deployment shaped as the operator makes one for a running app of `plan` in `namespace`.

@@ -16,66 +16,11 @@ use anyhow::Result;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use slipway_crds::{Deploy, DeployPhase, DeploySpec, names::messages};
+use slipway_crds::{Deploy, DeploySpec, names::messages};
+use support::deploys::{image, succeeded, web_prod};
 use support::{TestApi, User};
 
 const WITHIN: Duration = Duration::from_secs(60);
-
-/// An image reference of the channel's repository whose digest is `fill` repeated.
-fn image(namespace: &str, fill: char) -> String {
-    format!(
-        "registry.test:5000/{namespace}/web-prod@sha256:{}",
-        fill.to_string().repeat(64)
-    )
-}
-
-fn spec(sha: &str) -> DeploySpec {
-    DeploySpec {
-        channel: "web.prod".into(),
-        sha: Some(sha.into()),
-        git_ref: None,
-        rewind_of: None,
-        image: None,
-    }
-}
-
-/// A Deploy of web.prod as the operator leaves a successful build-deploy of `sha` with image `fill`.
-async fn succeeded(
-    api: &TestApi,
-    user: &User,
-    name: &str,
-    sha: &str,
-    fill: char,
-) -> Result<Deploy> {
-    let deploys: Api<Deploy> = Api::namespaced(api.kube.clone(), &user.namespace);
-    let mut deploy = Deploy::new(name, spec(sha));
-    deploy.metadata.namespace = Some(user.namespace.clone());
-    deploys.create(&PostParams::default(), &deploy).await?;
-    let now = "2026-01-01T00:00:00Z";
-    let status = json!({"status": {
-        "phase": "success", "resolvedSha": sha, "startedAt": now, "finishedAt": now, "readyBy": "http",
-        "image": {"reference": image(&user.namespace, fill), "tag": sha, "sizeBytes": 1000, "created": now},
-    }});
-    let done = deploys
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await?;
-    // The API answers from its cache: wait until it holds the deploy as successful.
-    let uid = done.metadata.uid.clone().unwrap_or_default();
-    slipway::platform::cache::poll_for(std::time::Duration::from_secs(10), || {
-        api.state
-            .cache()
-            .deploys_of(&user.namespace, "web.prod")
-            .into_iter()
-            .find(|d| {
-                d.metadata.uid.as_deref() == Some(uid.as_str())
-                    && d.status
-                        .as_ref()
-                        .is_some_and(|s| s.phase == DeployPhase::Success)
-            })
-    })
-    .await?;
-    Ok(done)
-}
 
 /// Creates the app `web` of `template` and returns (app id, prod channel id).
 async fn web(api: &TestApi, user: &User, template: &str) -> (String, String) {
@@ -245,7 +190,7 @@ async fn the_apiserver_and_the_operator_hold_rewinds_written_with_kubectl_to_the
             DeploySpec {
                 rewind_of: rewind_of.map(str::to_owned),
                 image,
-                ..spec(sha)
+                ..web_prod(sha)
             },
         );
         deploy.metadata.namespace = Some(dave.namespace.clone());

@@ -3,8 +3,9 @@
 Usage: client.py URL [TOKEN]. It initializes a session at URL over the streamable HTTP transport (with
 `Authorization: Bearer TOKEN` when given), prints `{"initialized": {...}}`, then answers one JSON line per request
 line: `{"op": "list"}` prints `{"tools": [...]}` (each tool as the SDK parsed it); `{"op": "call", "name": N,
-"arguments": {...}}` prints `{"is_error", "text", "structured"}`. A failure prints `{"failure": "..."}` and the
-client exits non-zero.
+"arguments": {...}}` prints `{"is_error", "text", "structured"}`, or `{"rpc_error": {"code", "message"}}` when the
+server answers the call with a JSON-RPC error (the session goes on, as an agent's would). A failure prints
+`{"failure": "..."}` and the client exits non-zero.
 
 Usage: client.py --fork-server SOCKET. Importing the SDK takes seconds of CPU, and the tests open dozens of sessions:
 this imports it once, binds a datagram socket at SOCKET.fork, says `ready` to SOCKET, and then forks a client per
@@ -23,6 +24,7 @@ import sys
 
 from mcp import ClientSession
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 
 def emit(value):
@@ -41,7 +43,11 @@ async def serve(session):
             listed = await session.list_tools()
             emit({"tools": [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in listed.tools]})
         elif request["op"] == "call":
-            result = await session.call_tool(request["name"], request.get("arguments") or {})
+            try:
+                result = await session.call_tool(request["name"], request.get("arguments") or {})
+            except MCPError as refused:
+                emit({"rpc_error": {"code": refused.error.code, "message": refused.error.message}})
+                continue
             text = "".join(block.text for block in result.content if block.type == "text")
             emit({"is_error": bool(result.is_error), "text": text, "structured": result.structured_content})
         else:

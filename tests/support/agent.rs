@@ -1,6 +1,6 @@
 //! An agent's side of registration: a key made by `ssh-keygen`, messages signed by `ssh-keygen -Y sign` exactly as
-//! the hosting API tells agents to, and the mail that carries an email verification code (read from the Maildir of
-//! `hack/smtp.sh`).
+//! the hosting API tells agents to, registration with them, and the mail that carries an email verification code
+//! (sent through the SMTP server of `hack/smtp.sh` and read from its Maildir).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,6 +8,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 use slipway_testkit::tls::TempDir;
+
+use super::TestApi;
 
 /// A key pair in a directory of its own.
 pub struct AgentKey {
@@ -157,4 +159,41 @@ pub fn mails_to(maildir: &Path, to: &str) -> Result<usize> {
         }
     }
     Ok(count)
+}
+
+/// A fresh agent username.
+pub fn agent_name() -> String {
+    format!("agent{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
+}
+
+/// Registers a new agent with a new key on `api`; returns the key and the registration's answer (`token`,
+/// `user_id`, ...).
+pub async fn register(api: &TestApi) -> Result<(AgentKey, Value)> {
+    let key = AgentKey::new("ed25519")?;
+    let name = agent_name();
+    let made = api
+        .call(
+            axum::http::Method::POST,
+            "/registrations",
+            None,
+            Some(key.registration(Some(&name), now())?),
+        )
+        .await
+        .expect(200, None);
+    api.forget_namespace_later(&format!("slipway-user-{name}"));
+    Ok((key, made))
+}
+
+/// Has `api` mail codes through the SMTP server of `hack/smtp.sh`; returns the Maildir they arrive in.
+pub fn attach_mailer(api: &TestApi) -> Result<PathBuf> {
+    let url = std::env::var("SLIPWAY_TEST_SMTP_URL")
+        .context("SLIPWAY_TEST_SMTP_URL is not set: start hack/smtp.sh (hack/test.sh does)")?;
+    let maildir =
+        std::env::var("SLIPWAY_TEST_MAILDIR").context("SLIPWAY_TEST_MAILDIR is not set")?;
+    api.state
+        .set_mailer(slipway::registration::mailer::Mailer::new(
+            &url,
+            "slipway <noreply@slipway.test>",
+        )?);
+    Ok(maildir.into())
 }

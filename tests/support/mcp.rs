@@ -78,6 +78,44 @@ pub const SPEC_TOOLS: [&str; 54] = [
     "list_app_feedback",
 ];
 
+/// The API on a socket; returns it with the MCP endpoint's URL.
+pub async fn serving() -> Result<(super::TestApi, String)> {
+    let api = super::TestApi::start().await?;
+    let base = api.serve().await?;
+    Ok((api, format!("{base}/mcp")))
+}
+
+/// `initialize`, as a client's first POST sends it.
+pub fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "curl", "version": "1"}}})
+}
+
+/// POSTs `body` to the MCP endpoint at `url` the way a client does, with `token` and `headers`, in raw HTTP (for
+/// what an SDK would not send); the status and the answer (JSON when it is).
+pub async fn post_raw(
+    url: &str,
+    token: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<reqwest::Body>,
+) -> Result<(u16, Value)> {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let answer = request.send().await?;
+    let status = answer.status().as_u16();
+    let text = answer.text().await?;
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok((status, body))
+}
+
 /// A tool's answer as the client read it.
 #[derive(Debug, Clone)]
 pub struct ToolReply {
@@ -95,6 +133,15 @@ impl ToolReply {
         } else {
             self.structured.clone()
         }
+    }
+
+    /// The message of a refusal.
+    pub fn message(&self) -> String {
+        assert!(self.is_error, "the tool did not refuse: {}", self.text);
+        self.structured["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// `(status, code)` of a refusal.
@@ -221,16 +268,41 @@ impl McpClient {
         Ok(answer["tools"].as_array().cloned().unwrap_or_default())
     }
 
-    /// `tools/call name arguments`.
+    /// `tools/call name arguments`: the tool's answer; a JSON-RPC error instead is an error.
     pub async fn call(&mut self, name: &str, arguments: Value) -> Result<ToolReply> {
+        match self.call_answered(name, arguments).await? {
+            Ok(reply) => Ok(reply),
+            Err(rpc) => bail!("the server answered {name} with JSON-RPC error {rpc:?}"),
+        }
+    }
+
+    /// `tools/call name arguments` that the server answers with a JSON-RPC error: its `(code, message)`. The
+    /// session goes on.
+    pub async fn rpc_error(&mut self, name: &str, arguments: Value) -> Result<(i64, String)> {
+        match self.call_answered(name, arguments).await? {
+            Ok(reply) => bail!("{name} answered as a tool: {}", reply.text),
+            Err(rpc) => Ok(rpc),
+        }
+    }
+
+    /// The tool's answer, or the JSON-RPC error's `(code, message)`.
+    async fn call_answered(
+        &mut self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<std::result::Result<ToolReply, (i64, String)>> {
         self.ask(json!({"op": "call", "name": name, "arguments": arguments}))
             .await?;
         let answer = self.answer().await?;
-        Ok(ToolReply {
+        if let Some(rpc) = answer.get("rpc_error") {
+            let message = rpc["message"].as_str().unwrap_or_default().to_owned();
+            return Ok(Err((rpc["code"].as_i64().unwrap_or_default(), message)));
+        }
+        Ok(Ok(ToolReply {
             is_error: answer["is_error"].as_bool().unwrap_or(true),
             text: answer["text"].as_str().unwrap_or_default().to_owned(),
             structured: answer["structured"].clone(),
-        })
+        }))
     }
 
     async fn ask(&mut self, request: Value) -> Result<()> {

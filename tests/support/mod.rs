@@ -14,6 +14,7 @@ pub mod blob;
 pub mod browser;
 pub mod chromium;
 pub mod console;
+pub mod deploys;
 pub mod dns;
 pub mod git;
 pub mod git_peer;
