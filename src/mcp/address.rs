@@ -1,7 +1,8 @@
 //! How tools name things: an app by `app_name` (its name for the caller's own app, `owner/name` for a shared one,
-//! or its UUID) and a channel by `channel` (its name). `app_id` and `channel_id` are the deprecated spellings and
-//! still work. Resolution reads the same routes a client would (`GET /apps`, `GET /apps/{id}`), so an app the
-//! caller cannot see resolves to the same 404 as one that does not exist.
+//! or its UUID) and a channel by `channel` (its name). The deprecated spellings `app_id` and `channel_id` retired
+//! after 2026-10-01: a call that still uses one is told so ([`super::arguments`]). Resolution reads the same routes
+//! a client would (`GET /apps`, `GET /apps/{id}`), so an app the caller cannot see resolves to the same 404 as one
+//! that does not exist.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -11,27 +12,17 @@ use uuid::Uuid;
 use super::rest::{Failure, Rest, segment};
 
 /// The app a tool acts on.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct AppAddress {
     /// The app: its name as listed (`blog`), `owner/name` for an app shared with you (`alice/blog`), or its UUID.
-    #[serde(default)]
-    pub app_name: Option<String>,
-    /// Deprecated: the app's UUID. Use `app_name`.
-    #[serde(default)]
-    #[schemars(extend("deprecated" = true))]
-    pub app_id: Option<String>,
+    pub app_name: String,
 }
 
 /// The channel of an app a tool acts on.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct ChannelAddress {
     /// The channel's name, e.g. `prod`.
-    #[serde(default)]
-    pub channel: Option<String>,
-    /// Deprecated: the channel's UUID. Use `channel`.
-    #[serde(default)]
-    #[schemars(extend("deprecated" = true))]
-    pub channel_id: Option<String>,
+    pub channel: String,
 }
 
 /// An app as resolved: its id and, for channel lookups, the app as `GET /apps/{id}` answers it.
@@ -51,31 +42,12 @@ impl ResolvedApp {
 
     /// The id of the channel named by `address`; 404 when the app has no such channel.
     pub fn channel_id(&self, address: &ChannelAddress) -> Result<String, Failure> {
-        let channels = self.view["channels"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let field = |c: &Value, key: &str| c[key].as_str().map(str::to_owned);
-        let found = match (&address.channel, &address.channel_id) {
-            (Some(name), _) => channels
-                .iter()
-                .find(|c| c["name"].as_str() == Some(name.as_str())),
-            (None, Some(id)) => channels
-                .iter()
-                .find(|c| c["id"].as_str() == Some(id.as_str())),
-            (None, None) => return Err(Failure::bad_request("`channel` is required")),
-        };
-        found
-            .and_then(|c| field(c, "id"))
-            .ok_or_else(|| Failure::not_found("channel"))
+        self.channel_named(&address.channel)
     }
 
-    /// The id of the channel named by `address`, or `None` when it names none (an app-wide setting).
-    pub fn optional_channel_id(&self, address: &ChannelAddress) -> Result<Option<String>, Failure> {
-        if address.channel.is_none() && address.channel_id.is_none() {
-            return Ok(None);
-        }
-        self.channel_id(address).map(Some)
+    /// The id of the channel `name`, or `None` when no channel is named (an app-wide setting).
+    pub fn optional_channel_id(&self, name: Option<&str>) -> Result<Option<String>, Failure> {
+        name.map(|name| self.channel_named(name)).transpose()
     }
 
     /// `/apps/{id}/channels/{channel_id}` of the channel named by `address`.
@@ -86,17 +58,27 @@ impl ResolvedApp {
             segment(&self.channel_id(address)?)
         ))
     }
+
+    fn channel_named(&self, name: &str) -> Result<String, Failure> {
+        self.view["channels"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"].as_str() == Some(name))
+            .and_then(|c| c["id"].as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| Failure::not_found("channel"))
+    }
 }
 
 /// Resolves `address` for the caller behind `rest`.
 pub async fn app(rest: &Rest, address: &AppAddress) -> Result<ResolvedApp, Failure> {
-    let given = address
-        .app_name
-        .as_deref()
-        .or(address.app_id.as_deref())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| Failure::bad_request("`app_name` is required"))?;
+    let given = address.app_name.trim();
+    if given.is_empty() {
+        return Err(Failure::bad_request(
+            "argument `app_name` must not be empty",
+        ));
+    }
     if Uuid::parse_str(given).is_ok() {
         let view = rest.get(&format!("/apps/{}", segment(given))).await?;
         return Ok(ResolvedApp {
@@ -183,31 +165,29 @@ mod tests {
     }
 
     #[test]
-    fn a_channel_is_found_by_name_or_by_its_deprecated_id() {
+    fn a_channel_is_found_by_name() {
         let app = ResolvedApp {
             id: "a".into(),
             view: json!({"channels": [{"id": "c1", "name": "prod"}, {"id": "c2", "name": "dev"}]}),
         };
-        let by_name = ChannelAddress {
-            channel: Some("dev".into()),
-            channel_id: None,
+        let named = |name: &str| ChannelAddress {
+            channel: name.into(),
         };
-        assert_eq!(app.channel_path(&by_name).unwrap(), "/apps/a/channels/c2");
-        let by_id = ChannelAddress {
-            channel: None,
-            channel_id: Some("c1".into()),
-        };
-        assert_eq!(app.channel_id(&by_id).unwrap(), "c1");
         assert_eq!(
-            app.channel_id(&ChannelAddress::default())
-                .unwrap_err()
-                .status,
-            400
+            app.channel_path(&named("dev")).unwrap(),
+            "/apps/a/channels/c2"
         );
-        let missing = ChannelAddress {
-            channel: Some("qa".into()),
-            channel_id: None,
-        };
-        assert_eq!(app.channel_id(&missing).unwrap_err().status, 404);
+        assert_eq!(app.channel_id(&named("prod")).unwrap(), "c1");
+        assert_eq!(app.optional_channel_id(None).unwrap(), None);
+        assert_eq!(
+            app.optional_channel_id(Some("dev")).unwrap().as_deref(),
+            Some("c2")
+        );
+        assert_eq!(app.channel_id(&named("qa")).unwrap_err().status, 404);
+        assert_eq!(
+            app.channel_id(&named("c1")).unwrap_err().status,
+            404,
+            "not by id"
+        );
     }
 }

@@ -16,8 +16,9 @@ pub fn document(doc: &mut utoipa::openapi::OpenApi) {
         .summary(Some("The MCP server (streamable HTTP, stateless)"))
         .description(Some(
             "A JSON-RPC message of the Model Context Protocol: initialize, tools/list, tools/call. Each tool calls \
-             the REST route it wraps with the caller's bearer, so it answers as that route does; a route's refusal \
-             is a tool result with isError and the error envelope as structured content.",
+             the REST route it wraps with the caller's bearer, so it answers as that route does; a route's refusal, \
+             or an argument the tool does not take, is a tool result with isError and the error envelope as \
+             structured content.",
         ))
         .security(SecurityRequirement::new("bearer", Vec::<String>::new()))
         .request_body(Some(

@@ -11,13 +11,16 @@
 //! without a good one the answer is 401 with `WWW-Authenticate: Bearer`, naming the protected-resource metadata
 //! when OAuth is on. The transport's Host allowlist (DNS-rebinding protection for servers on loopback) is
 //! off: the API answers on several names (node ports, Service DNS, a public host), and a page that rebinds a name
-//! has no token to send.
+//! has no token to send. An argument a tool does not take is answered with a tool error ([`arguments`]), and a
+//! route's message in the words of tools ([`wording`]).
 
 pub mod address;
+pub mod arguments;
 pub mod doc;
 pub mod rest;
 mod server;
 pub mod tools;
+pub mod wording;
 
 use axum::Router;
 use axum::extract::{Request, State};

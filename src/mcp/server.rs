@@ -1,6 +1,6 @@
 //! The MCP handler: `initialize`, `tools/list` from the catalogue and `tools/call` through it. A tool's refusal
-//! (the route's 4xx) is a tool result with `isError` and the route's envelope, so the agent reads why; only an
-//! unknown tool is a protocol error.
+//! (the route's 4xx, or arguments the tool does not take) is a tool result with `isError` and the envelope, so the
+//! agent reads why; only an unknown tool is a protocol error.
 
 use axum::Router;
 use axum::http::header;
@@ -15,6 +15,7 @@ use serde_json::json;
 
 use super::rest::{Failure, Rest};
 use super::tools::{self, Ctx, Output};
+use super::wording;
 
 /// What the server tells a client at `initialize`.
 const INSTRUCTIONS: &str = "slipway hosts apps from git. Name an app by `app_name` (its name, or owner/name for \
@@ -69,11 +70,8 @@ impl ServerHandler for Server {
             rest: Rest::new(self.api.clone(), authorization),
             public_base: parts.map(public_base).unwrap_or_default(),
         };
-        let arguments = request
-            .arguments
-            .map(serde_json::Value::Object)
-            .unwrap_or_default();
-        let reply = tool.call(ctx, arguments).await;
+        let arguments = request.arguments.unwrap_or_default();
+        let reply = tool.call(ctx, arguments).await.map_err(wording::for_agents);
         tracing::info!(tool = tool.name, ok = reply.is_ok(), "mcp tool call");
         Ok(result_of(reply).into())
     }

@@ -72,7 +72,8 @@ impl Mailer {
         let body = format!(
             "Your verification code for the account {username} is:\n\n    {code}\n\n\
              It works for {life_minutes} minutes. Send it with POST /me/email-verifications/complete \
-             {{\"code\": \"{code}\"}}.\n\nIf you did not ask for it, ignore this message: \
+             {{\"code\": \"{code}\"}}, or with the MCP tool complete_email_verification.\n\n\
+             If you did not ask for it, ignore this message: \
              nothing changes without the code.\n"
         );
         self.send(to, format!("Your verification code: {code}"), body)

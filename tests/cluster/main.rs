@@ -29,6 +29,7 @@ mod internal;
 mod kubectl;
 mod leader;
 mod mcp;
+mod mcp_arguments;
 mod mcp_oauth;
 mod mirror;
 mod openapi;

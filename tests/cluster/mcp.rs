@@ -106,14 +106,47 @@ async fn tools_list_names_the_spec_tools_each_with_a_description_a_schema_and_hi
     assert_eq!(hint("delete_app", "destructiveHint"), true);
     assert_eq!(hint("restore_channel_db", "destructiveHint"), true);
     assert_eq!(hint("commit_files", "readOnlyHint"), false);
-    // Apps are addressed by name, with the deprecated id still accepted.
-    let deploy = tools.iter().find(|t| t["name"] == "deploy").unwrap();
-    for argument in ["app_name", "app_id", "channel", "channel_id", "sha", "ref"] {
+    // Apps and channels are addressed by name; the deprecated ids retired after 2026-10-01.
+    let schema =
+        |name: &str| tools.iter().find(|t| t["name"] == name).unwrap()["inputSchema"].clone();
+    for argument in ["app_name", "channel", "sha", "ref"] {
         assert!(
-            deploy["inputSchema"]["properties"][argument].is_object(),
+            schema("deploy")["properties"][argument].is_object(),
             "deploy takes {argument}"
         );
     }
+    // Each schema says which arguments the server needs, and that it takes no others.
+    let optional_channel = ["set_env", "delete_env", "list_env", "get_blob_usage"];
+    for tool in &tools {
+        let name = tool["name"].as_str().unwrap();
+        let schema = &tool["inputSchema"];
+        for retired in ["app_id", "channel_id"] {
+            assert!(
+                schema["properties"][retired].is_null(),
+                "{name} still lists {retired}"
+            );
+        }
+        assert_eq!(schema["additionalProperties"], false, "{name}");
+        let required: BTreeSet<&str> = schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if schema["properties"]["app_name"].is_object() && name != "get_blob_usage" {
+            assert!(required.contains("app_name"), "{name} requires app_name");
+        }
+        if schema["properties"]["channel"].is_object() && !optional_channel.contains(&name) {
+            assert!(required.contains("channel"), "{name} requires channel");
+        }
+    }
+    // create_channel shows a binding the route takes.
+    let binding = schema("create_channel")["properties"]["git_ref_binding"]["description"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(binding.contains("`branch:dev`"), "{binding}");
+    assert!(!binding.contains("refs/heads"), "{binding}");
     Ok(())
 }
 
@@ -149,8 +182,11 @@ async fn a_registered_agent_builds_and_deploys_a_site_through_tools_alone() -> R
         .await?
         .ok();
     assert_eq!(got["id"], app_id.as_str());
-    let by_id = agent.call("get_app", json!({"app_id": app_id})).await?.ok();
-    assert_eq!(by_id["name"], "site", "the deprecated app_id still works");
+    let by_id = agent
+        .call("get_app", json!({"app_name": app_id}))
+        .await?
+        .ok();
+    assert_eq!(by_id["name"], "site", "an app by its UUID");
     let listed = agent.call("list_apps", json!({})).await?.ok();
     assert_eq!(listed["apps"].as_array().unwrap().len(), 1);
 

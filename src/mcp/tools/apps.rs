@@ -27,7 +27,7 @@ pub struct CreateChannel {
     app: AppAddress,
     /// The new channel's name (a DNS label; `prod` exists already).
     name: String,
-    /// The git branch the channel follows, e.g. `refs/heads/dev`.
+    /// The git branch the channel follows, as `branch:<name>`, e.g. `branch:dev` (one channel per branch).
     git_ref_binding: String,
 }
 
@@ -79,8 +79,8 @@ pub(super) fn tools() -> Vec<ToolDef> {
         ),
         tool(
             "create_channel",
-            "Create a channel of an app that follows a git branch, with its own hostname, environment, database \
-             and bucket.",
+            "Create a channel of an app that follows a git branch (`git_ref_binding` `branch:<name>`, e.g. \
+             `branch:dev`), with its own hostname, environment, database and bucket.",
             ADDS,
             |ctx: Ctx, a: CreateChannel| async move {
                 let app = address::app(&ctx.rest, &a.app).await?;

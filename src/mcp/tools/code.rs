@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ADDS, Ctx, OfApp, OfChannel, Output, READS, SETS, ToolDef, body, json, tool};
+use crate::api::deploys::{DeployRequest, checked_request};
 use crate::mcp::address::{self, AppAddress, ChannelAddress};
 use crate::mcp::rest::{Failure, with_query};
 
@@ -76,10 +77,11 @@ pub struct Deploy {
     app: AppAddress,
     #[serde(flatten)]
     channel: ChannelAddress,
-    /// The commit to deploy (40 hex digits). Give this or `ref`.
+    /// The commit to deploy: 40 hex digits, or a branch name (its head now). Give this or `ref`; with both,
+    /// `sha` wins.
     #[serde(default)]
     sha: Option<String>,
-    /// A branch whose head is deployed. Give this or `sha`.
+    /// A branch (`dev` or `refs/heads/dev`) whose head is deployed. Give this or `sha`.
     #[serde(default, rename = "ref")]
     reference: Option<String>,
 }
@@ -91,8 +93,9 @@ pub struct DeployLog {
     app: AppAddress,
     #[serde(flatten)]
     channel: ChannelAddress,
-    /// The deploy, as `deploy` answered it.
-    deploy_id: String,
+    /// The deploy, as `deploy` answered it (a UUID).
+    #[schemars(with = "String", extend("format" = "uuid"))]
+    deploy_id: uuid::Uuid,
     /// Byte offset to read from; without it, the log's last `max_bytes`, starting on a whole line.
     #[serde(default)]
     offset: Option<u64>,
@@ -178,12 +181,15 @@ pub(super) fn tools() -> Vec<ToolDef> {
              with `get_deploy_log`.",
             ADDS,
             |ctx: Ctx, a: Deploy| async move {
-                if a.sha.is_none() && a.reference.is_none() {
-                    return Err(Failure::bad_request("give `sha` or `ref`"));
-                }
+                // The route's own check, before anything is looked up or queued.
+                let (sha, reference) = checked_request(DeployRequest {
+                    sha: a.sha,
+                    git_ref: a.reference,
+                })
+                .map_err(|e| Failure::of_error(&e))?;
                 let app = address::app(&ctx.rest, &a.app).await?;
                 let path = format!("{}/deploy", app.channel_path(&a.channel)?);
-                let request = body(json!({"sha": a.sha, "ref": a.reference}));
+                let request = body(json!({"sha": sha, "ref": reference}));
                 json(ctx.rest.write(Method::POST, &path, &request).await?)
             },
         ),
@@ -208,7 +214,7 @@ pub(super) fn tools() -> Vec<ToolDef> {
                 let path = with_query(
                     &format!("{}/logs", app.channel_path(&a.channel)?),
                     &[
-                        ("deploy", Some(a.deploy_id)),
+                        ("deploy", Some(a.deploy_id.to_string())),
                         ("offset", a.offset.map(|o| o.to_string())),
                         ("max_bytes", a.max_bytes.map(|m| m.to_string())),
                     ],

@@ -23,8 +23,8 @@ pub struct SetEnv {
     #[serde(default)]
     secret: bool,
     /// The channel, for its own value; omitted means the app-wide value.
-    #[serde(flatten)]
-    channel: ChannelAddress,
+    #[serde(default)]
+    channel: Option<String>,
 }
 
 /// Arguments of an env tool that names a key.
@@ -35,8 +35,8 @@ pub struct OfKey {
     /// The variable's name.
     key: String,
     /// The channel, for its own value; omitted means the app-wide value.
-    #[serde(flatten)]
-    channel: ChannelAddress,
+    #[serde(default)]
+    channel: Option<String>,
 }
 
 /// `list_env` arguments.
@@ -44,9 +44,9 @@ pub struct OfKey {
 pub struct ListEnv {
     #[serde(flatten)]
     app: AppAddress,
-    /// The channel, for its own value; omitted means the app-wide value.
-    #[serde(flatten)]
-    channel: ChannelAddress,
+    /// The channel, for its resolved view (its own values over the app-wide ones); omitted means every row.
+    #[serde(default)]
+    channel: Option<String>,
 }
 
 /// `get_deploy_env` arguments.
@@ -56,8 +56,9 @@ pub struct DeployEnv {
     app: AppAddress,
     #[serde(flatten)]
     channel: ChannelAddress,
-    /// The deploy whose environment to show.
-    deploy_id: String,
+    /// The deploy whose environment to show (a UUID, as `deploy` answered it).
+    #[schemars(with = "String", extend("format" = "uuid"))]
+    deploy_id: uuid::Uuid,
 }
 
 pub(super) fn tools() -> Vec<ToolDef> {
@@ -69,7 +70,7 @@ pub(super) fn tools() -> Vec<ToolDef> {
             SETS,
             |ctx: Ctx, a: SetEnv| async move {
                 let app = address::app(&ctx.rest, &a.app).await?;
-                let channel_id = app.optional_channel_id(&a.channel)?;
+                let channel_id = app.optional_channel_id(a.channel.as_deref())?;
                 let kind = if a.secret { "secret" } else { "env" };
                 let request = body(
                     json!({"key": a.key, "value": a.value, "kind": kind, "channel_id": channel_id}),
@@ -87,7 +88,7 @@ pub(super) fn tools() -> Vec<ToolDef> {
             DESTROYS,
             |ctx: Ctx, a: OfKey| async move {
                 let app = address::app(&ctx.rest, &a.app).await?;
-                let channel_id = app.optional_channel_id(&a.channel)?;
+                let channel_id = app.optional_channel_id(a.channel.as_deref())?;
                 let path = with_query(
                     &format!("{}/env/{}", app.path(), segment(&a.key)),
                     &[("channel_id", channel_id)],
@@ -103,7 +104,7 @@ pub(super) fn tools() -> Vec<ToolDef> {
             READS,
             |ctx: Ctx, a: ListEnv| async move {
                 let app = address::app(&ctx.rest, &a.app).await?;
-                let channel_id = app.optional_channel_id(&a.channel)?;
+                let channel_id = app.optional_channel_id(a.channel.as_deref())?;
                 let path = with_query(
                     &format!("{}/env", app.path()),
                     &[("channel_id", channel_id)],
@@ -121,7 +122,7 @@ pub(super) fn tools() -> Vec<ToolDef> {
                 let path = format!(
                     "{}/deploys/{}/env",
                     app.channel_path(&a.channel)?,
-                    segment(&a.deploy_id)
+                    a.deploy_id
                 );
                 json(ctx.rest.get(&path).await?)
             },

@@ -1,6 +1,7 @@
 //! The tool catalogue: each tool's name, description, argument schema, hints, and the call it makes. A tool is a
 //! typed argument struct (its doc comments are the schema's descriptions) and an async function from it to the
-//! route(s) it calls; [`tool`] erases the types so the catalogue is one list.
+//! route(s) it calls; [`tool`] erases the types so the catalogue is one list, and checks every call's arguments
+//! against the tool's schema ([`super::arguments`]) before reading them.
 
 mod apps;
 mod code;
@@ -21,6 +22,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::address::{AppAddress, ChannelAddress};
+use super::arguments;
 use super::rest::{Failure, Rest, with_query};
 
 /// What a tool needs to act: the REST API as its caller sees it, and the public base URL of this API (for links
@@ -81,7 +83,7 @@ pub const DESTROYS: Hints = Hints {
     idempotent: true,
 };
 
-type Run = dyn Fn(Ctx, Value) -> BoxFuture<'static, Reply> + Send + Sync;
+type Run = dyn Fn(Ctx, JsonObject) -> BoxFuture<'static, Reply> + Send + Sync;
 
 /// One tool of the catalogue.
 pub struct ToolDef {
@@ -106,7 +108,7 @@ impl ToolDef {
     }
 
     /// Calls the tool with its JSON arguments; arguments that do not fit its schema answer 400 `bad_request`.
-    pub fn call(&self, ctx: Ctx, arguments: Value) -> BoxFuture<'static, Reply> {
+    pub fn call(&self, ctx: Ctx, arguments: JsonObject) -> BoxFuture<'static, Reply> {
         (self.run)(ctx, arguments)
     }
 
@@ -139,25 +141,28 @@ where
     Fut: Future<Output = Reply> + Send + 'static,
 {
     let run = Arc::new(run);
+    let schema = input_schema::<A>();
     ToolDef {
         name,
         description,
         hints,
-        schema: rmcp::handler::server::common::schema_for_type::<A>(),
-        run: Box::new(move |ctx, arguments| {
-            let run = run.clone();
+        schema: schema.clone(),
+        run: Box::new(move |ctx, given| {
+            let (run, schema) = (run.clone(), schema.clone());
             Box::pin(async move {
-                let arguments = if arguments.is_null() {
-                    Value::Object(JsonObject::new())
-                } else {
-                    arguments
-                };
-                let arguments: A = serde_json::from_value(arguments)
-                    .map_err(|e| Failure::bad_request(format!("invalid arguments: {e}")))?;
+                arguments::check(name, &schema, &given)?;
+                let arguments = arguments::read::<A>(given)?;
                 run(ctx, arguments).await
             })
         }),
     }
+}
+
+/// The input schema of arguments `A`, saying that it takes no other arguments (a call with another is refused).
+fn input_schema<A: JsonSchema + 'static>() -> Arc<JsonObject> {
+    let mut schema = rmcp::handler::server::common::schema_for_type::<A>();
+    Arc::make_mut(&mut schema).insert("additionalProperties".into(), Value::Bool(false));
+    schema
 }
 
 /// Arguments naming an app.
@@ -321,6 +326,37 @@ mod tests {
                     tool.name
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_schema_requires_what_the_server_requires_and_takes_nothing_else() {
+        let optional_channel = ["set_env", "delete_env", "list_env", "get_blob_usage"];
+        for tool in catalogue() {
+            let schema = tool.schema();
+            assert_eq!(
+                schema.get("additionalProperties"),
+                Some(&Value::Bool(false))
+            );
+            let required: Vec<&str> = schema
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let takes = |argument: &str| {
+                schema
+                    .get("properties")
+                    .is_some_and(|p| p.get(argument).is_some())
+            };
+            if takes("app_name") && tool.name != "get_blob_usage" {
+                assert!(required.contains(&"app_name"), "{}", tool.name);
+            }
+            if takes("channel") && !optional_channel.contains(&tool.name) {
+                assert!(required.contains(&"channel"), "{}", tool.name);
+            }
+            assert!(!takes("app_id") && !takes("channel_id"), "{}", tool.name);
         }
     }
 
