@@ -1,7 +1,8 @@
-//! What tools make of their arguments, through the official Python MCP SDK against the API on a socket: an
-//! argument a tool does not take, a retired alias, a missing or mistyped one is a tool error that names it, and
-//! nothing is done; `deploy` checks `sha` with its route's own check before anything is queued; refusals name
-//! tools and their arguments, never REST routes.
+//! What tools make of their arguments, through the official Python MCP SDK against the API on a socket: `set_env`
+//! keeps a secret a secret unless told otherwise and answers the kind the key has; an argument a tool does not
+//! take, a retired alias, a missing or mistyped one is a tool error that names it, and nothing is done; `deploy`
+//! checks `sha` with its route's own check before anything is queued; refusals name tools and their arguments,
+//! never REST routes.
 
 // A test panics on a reply that lacks what it checks.
 #![allow(clippy::unwrap_used)]
@@ -18,6 +19,121 @@ fn names_no_route(message: &str) {
     for method in ["GET /", "POST /", "PUT /", "PATCH /", "DELETE /"] {
         assert!(!message.contains(method), "{message}");
     }
+}
+
+#[tokio::test]
+async fn set_env_keeps_a_secret_secret_unless_told_otherwise() -> Result<()> {
+    let (api, url) = serving().await?;
+    let alice = api.user("alice", "basic").await?;
+    let app = api.create_app(&alice, "vault", "static").await;
+    let app_id = app["id"].as_str().unwrap().to_owned();
+    let prod_id = app["channels"][0]["id"].as_str().unwrap().to_owned();
+    let mut agent = McpClient::connect(&url, &alice.token).await?;
+    let shown = |entry: &Value| {
+        (
+            entry["key"].clone(),
+            entry["kind"].clone(),
+            entry["scope"].clone(),
+            entry["channel_id"].clone(),
+            entry["value"].clone(),
+        )
+    };
+
+    let first = agent
+        .call(
+            "set_env",
+            json!({"app_name": "vault", "key": "API_KEY", "value": "f1rst", "secret": true}),
+        )
+        .await?;
+    assert!(!first.text.contains("f1rst"));
+    assert_eq!(
+        shown(&first.ok()),
+        shown(
+            &json!({"key": "API_KEY", "kind": "secret", "scope": "app", "channel_id": null, "value": null})
+        )
+    );
+    // Rotated without `secret`: still a secret, and the answer says so.
+    let rotated = agent
+        .call(
+            "set_env",
+            json!({"app_name": "vault", "key": "API_KEY", "value": "r0tated"}),
+        )
+        .await?;
+    assert!(!rotated.text.contains("r0tated"), "{}", rotated.text);
+    assert_eq!(rotated.ok()["kind"], "secret");
+    let listed = agent.call("list_env", json!({"app_name": "vault"})).await?;
+    assert!(!listed.text.contains("r0tated"), "{}", listed.text);
+    let entries = listed.ok()["env"].clone();
+    assert_eq!(entries.as_array().unwrap().len(), 1);
+    assert_eq!(
+        shown(&entries[0]),
+        shown(
+            &json!({"key": "API_KEY", "kind": "secret", "scope": "app", "channel_id": null, "value": null})
+        )
+    );
+    let revealed = api
+        .get(&format!("/apps/{app_id}/env/API_KEY/value"), &alice)
+        .await
+        .expect(200, None);
+    assert_eq!(revealed["value"], "r0tated", "the value did change");
+
+    // A new key without `secret` is a plain variable.
+    let plain = agent
+        .call(
+            "set_env",
+            json!({"app_name": "vault", "key": "GREETING", "value": "hello"}),
+        )
+        .await?
+        .ok();
+    assert_eq!(
+        (plain["kind"].clone(), plain["value"].clone()),
+        (json!("env"), json!("hello"))
+    );
+    // Only an explicit `secret: false` turns a secret into a plain variable.
+    let downgraded = agent
+        .call(
+            "set_env",
+            json!({"app_name": "vault", "key": "API_KEY", "value": "n0w-plain", "secret": false}),
+        )
+        .await?
+        .ok();
+    assert_eq!(
+        (downgraded["kind"].clone(), downgraded["value"].clone()),
+        (json!("env"), json!("n0w-plain"))
+    );
+
+    // A channel's own value: sealed with `secret: true`, and it stays sealed when rotated without it.
+    let channel_secret = agent
+        .call(
+            "set_env",
+            json!({"app_name": "vault", "channel": "prod", "key": "DB_PASS", "value": "p1", "secret": true}),
+        )
+        .await?
+        .ok();
+    assert_eq!(
+        shown(&channel_secret),
+        shown(
+            &json!({"key": "DB_PASS", "kind": "secret", "scope": "channel", "channel_id": prod_id, "value": null})
+        )
+    );
+    let channel_rotated = agent
+        .call(
+            "set_env",
+            json!({"app_name": "vault", "channel": "prod", "key": "DB_PASS", "value": "p2"}),
+        )
+        .await?;
+    assert!(
+        !channel_rotated.text.contains("p2\""),
+        "{}",
+        channel_rotated.text
+    );
+    assert_eq!(
+        shown(&channel_rotated.ok()),
+        shown(
+            &json!({"key": "DB_PASS", "kind": "secret", "scope": "channel", "channel_id": prod_id, "value": null})
+        )
+    );
+    Ok(())
 }
 
 #[tokio::test]

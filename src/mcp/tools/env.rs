@@ -4,11 +4,11 @@
 use axum::http::Method;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{Ctx, DESTROYS, READS, SETS, ToolDef, body, json, tool};
-use crate::mcp::address::{self, AppAddress, ChannelAddress};
-use crate::mcp::rest::{segment, with_query};
+use crate::mcp::address::{self, AppAddress, ChannelAddress, ResolvedApp};
+use crate::mcp::rest::{Failure, Rest, segment, with_query};
 
 /// `set_env` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -19,9 +19,11 @@ pub struct SetEnv {
     key: String,
     /// Its value.
     value: String,
-    /// Store it as a secret: sealed at rest, never shown again by any tool.
+    /// `true` stores it as a secret (sealed at rest, never shown again by any tool); `false` stores a plain
+    /// variable that lists show, turning a secret of that name into one. Omitted: an existing key keeps its kind,
+    /// a new key is a plain variable.
     #[serde(default)]
-    secret: bool,
+    secret: Option<bool>,
     /// The channel, for its own value; omitted means the app-wide value.
     #[serde(default)]
     channel: Option<String>,
@@ -61,24 +63,49 @@ pub struct DeployEnv {
     deploy_id: uuid::Uuid,
 }
 
+/// `kind` of the env route for `secret`: omitted when it is, so that an existing key keeps its kind.
+fn kind_of(secret: Option<bool>) -> Option<&'static str> {
+    secret.map(|secret| if secret { "secret" } else { "env" })
+}
+
+/// The entry of `key` at the scope `channel_id` names, as the list route shows it (a secret without its value).
+async fn entry(
+    rest: &Rest,
+    app: &ResolvedApp,
+    key: &str,
+    channel_id: Option<String>,
+) -> Result<Value, Failure> {
+    let path = with_query(
+        &format!("{}/env", app.path()),
+        &[("channel_id", channel_id.clone())],
+    );
+    let listed = rest.get(&path).await?;
+    listed["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["key"] == key && e["channel_id"].as_str() == channel_id.as_deref())
+        .cloned()
+        .ok_or_else(|| Failure::not_found("variable"))
+}
+
 pub(super) fn tools() -> Vec<ToolDef> {
     vec![
         tool(
             "set_env",
             "Set an environment variable of an app, or of one of its channels. It reaches the containers at the \
-             next deploy; it is never available at build time.",
+             next deploy; it is never available at build time. Answers the variable as `list_env` shows it, with \
+             the kind it has now (`secret` keeps its value hidden).",
             SETS,
             |ctx: Ctx, a: SetEnv| async move {
                 let app = address::app(&ctx.rest, &a.app).await?;
                 let channel_id = app.optional_channel_id(a.channel.as_deref())?;
-                let kind = if a.secret { "secret" } else { "env" };
-                let request = body(
-                    json!({"key": a.key, "value": a.value, "kind": kind, "channel_id": channel_id}),
-                );
+                let request = body(json!({"key": a.key, "value": a.value,
+                                          "kind": kind_of(a.secret), "channel_id": channel_id}));
                 ctx.rest
                     .write(Method::POST, &format!("{}/env", app.path()), &request)
                     .await?;
-                json(json!({"key": a.key, "kind": kind, "channel_id": channel_id}))
+                json(entry(&ctx.rest, &app, &a.key, channel_id).await?)
             },
         ),
         tool(
