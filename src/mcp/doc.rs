@@ -35,8 +35,27 @@ pub fn document(doc: &mut utoipa::openapi::OpenApi) {
         )
         .response("202", ResponseBuilder::new().description("a notification, taken").build())
         .response(
+            "400",
+            ResponseBuilder::new()
+                .description(
+                    "a JSON-RPC error: the body is not JSON (-32700) or not a JSON-RPC message (-32600)",
+                )
+                .content("application/json", object())
+                .build(),
+        )
+        .response(
             "401",
             error("auth_required, token_invalid or token_revoked, with WWW-Authenticate: Bearer"),
+        )
+        .response(
+            "413",
+            ResponseBuilder::new()
+                .description(format!(
+                    "a JSON-RPC error: the body is over {} bytes",
+                    super::transport::BODY_LIMIT
+                ))
+                .content("application/json", object())
+                .build(),
         )
         .build();
     let item = PathItemBuilder::new()

@@ -11,8 +11,8 @@
 //! without a good one the answer is 401 with `WWW-Authenticate: Bearer`, naming the protected-resource metadata
 //! when OAuth is on. The transport's Host allowlist (DNS-rebinding protection for servers on loopback) is
 //! off: the API answers on several names (node ports, Service DNS, a public host), and a page that rebinds a name
-//! has no token to send. An argument a tool does not take is answered with a tool error ([`arguments`]), and a
-//! route's message in the words of tools ([`wording`]).
+//! has no token to send. A malformed request is answered with a JSON-RPC error ([`transport`]), an argument a tool
+//! does not take with a tool error ([`arguments`]), and a route's message in the words of tools ([`wording`]).
 
 pub mod address;
 pub mod arguments;
@@ -20,6 +20,7 @@ pub mod doc;
 pub mod rest;
 mod server;
 pub mod tools;
+pub mod transport;
 pub mod wording;
 
 use axum::Router;
@@ -29,7 +30,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use tower_http::limit::RequestBodyLimitLayer;
 
 use crate::api::state::AppState;
 
@@ -43,6 +43,7 @@ pub fn routes(api: Router, state: AppState) -> Router {
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
+        .with_max_request_body_bytes(transport::BODY_LIMIT)
         .disable_allowed_hosts();
     let service: StreamableHttpService<Server, LocalSessionManager> = StreamableHttpService::new(
         move || Ok(Server::new(api.clone())),
@@ -51,7 +52,7 @@ pub fn routes(api: Router, state: AppState) -> Router {
     );
     Router::new()
         .route_service(PATH, service)
-        .layer(RequestBodyLimitLayer::new(crate::api::BODY_LIMIT))
+        .layer(middleware::from_fn(transport::require_jsonrpc))
         .layer(middleware::from_fn_with_state(state, require_bearer))
 }
 

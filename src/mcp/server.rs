@@ -1,16 +1,18 @@
 //! The MCP handler: `initialize`, `tools/list` from the catalogue and `tools/call` through it. A tool's refusal
 //! (the route's 4xx, or arguments the tool does not take) is a tool result with `isError` and the envelope, so the
-//! agent reads why; only an unknown tool is a protocol error.
+//! agent reads why; only an unknown tool and params that are not what a method takes are protocol errors.
 
 use axum::Router;
 use axum::http::header;
 use rmcp::ErrorData;
 use rmcp::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, Implementation, InitializeRequestParams, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::rest::{Failure, Rest};
@@ -74,6 +76,40 @@ impl ServerHandler for Server {
         let reply = tool.call(ctx, arguments).await.map_err(wording::for_agents);
         tracing::info!(tool = tool.name, ok = reply.is_ok(), "mcp tool call");
         Ok(result_of(reply).into())
+    }
+
+    /// A request the transport could not read as any method it knows: -32602 when the method is one this server
+    /// answers (its params are not what it takes), -32601 otherwise.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let CustomRequest { method, params, .. } = request;
+        let why = match method.as_str() {
+            "tools/call" => params_error::<CallToolRequestParams>(params),
+            "tools/list" => params_error::<PaginatedRequestParams>(params),
+            "initialize" => params_error::<InitializeRequestParams>(params),
+            _ => {
+                return Err(ErrorData::new(
+                    rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                    method,
+                    None,
+                ));
+            }
+        };
+        Err(ErrorData::invalid_params(
+            format!("the params of {method} are not what it takes: {why}"),
+            None,
+        ))
+    }
+}
+
+/// Why `params` do not read as `P`.
+fn params_error<P: DeserializeOwned>(params: Option<serde_json::Value>) -> String {
+    match serde_json::from_value::<P>(params.unwrap_or_default()) {
+        Err(e) => e.to_string(),
+        Ok(_) => "they do not fit its schema".to_owned(),
     }
 }
 
