@@ -201,9 +201,9 @@ pub struct ApiArgs {
     /// Runtime-log commands one API process runs at once; more wait up to 10 s, then answer 503.
     #[arg(long, env = "SLIPWAY_LOG_SANDBOX_CONCURRENCY", default_value_t = 4)]
     pub log_sandbox_concurrency: usize,
-    /// The API's public URL, an origin such as https://api.example.com: {mcp_url} is its `/mcp`, and it is the
-    /// issuer of the MCP server's OAuth sign-in for people (metadata, client registration, authorization, tokens).
-    /// Unset: no OAuth (people use tokens from POST /tokens).
+    /// The API's public URL, an origin such as https://api.example.com: {mcp_url} is its `/mcp`, it is the issuer
+    /// of the MCP server's OAuth sign-in for people (metadata, client registration, authorization, tokens), and a
+    /// browser origin the MCP endpoint answers. Unset: no OAuth (people use tokens from POST /tokens).
     #[arg(long, env = "SLIPWAY_PUBLIC_URL")]
     pub public_url: Option<String>,
     /// Issuer URL of the upstream OpenID Connect provider people sign in at for the MCP server (the one end-user
@@ -359,6 +359,10 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         crate::platform::sweep::Sweeper::new(state.db().clone(), state.cache().clone())
             .every_hour(),
     );
+    state.set_public_urls(crate::api::public_urls::PublicUrls::new(
+        args.public_url.as_deref(),
+        args.console.console_url.as_deref(),
+    )?);
     if let Some(server) = args.oauth()? {
         tracing::info!(issuer = %server.issuer, upstream = server.upstream.is_some(), "OAuth for the MCP server on");
         state.set_oauth(server);

@@ -30,6 +30,7 @@ pub mod owners;
 pub mod paging;
 pub mod plans;
 pub mod postgres;
+pub mod public_urls;
 pub mod registrations;
 pub mod registry;
 pub mod repo;

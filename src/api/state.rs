@@ -161,6 +161,7 @@ struct Inner {
     log_sandbox: std::sync::OnceLock<crate::runtime_logs::sandbox::Sandbox>,
     tokens: Arc<crate::auth::token_cache::TokenCache>,
     oauth: std::sync::OnceLock<Arc<crate::oauth::OAuthServer>>,
+    public_urls: std::sync::OnceLock<super::public_urls::PublicUrls>,
     token_uses: crate::auth::uses::Uses,
 }
 
@@ -194,6 +195,7 @@ impl AppState {
                 mailer: std::sync::OnceLock::new(),
                 log_sandbox: std::sync::OnceLock::new(),
                 oauth: std::sync::OnceLock::new(),
+                public_urls: std::sync::OnceLock::new(),
                 token_uses: Default::default(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
@@ -272,6 +274,16 @@ impl AppState {
     /// The MCP server's authorization server; `None` without a public URL (its routes answer 404).
     pub fn oauth(&self) -> Option<Arc<crate::oauth::OAuthServer>> {
         self.inner.oauth.get().cloned()
+    }
+
+    /// Sets where the API and its console are reached from outside (once, at start).
+    pub fn set_public_urls(&self, urls: super::public_urls::PublicUrls) {
+        let _ = self.inner.public_urls.set(urls);
+    }
+
+    /// Where the API and its console are reached from outside; neither is known until set.
+    pub fn public_urls(&self) -> super::public_urls::PublicUrls {
+        self.inner.public_urls.get().cloned().unwrap_or_default()
     }
 
     /// Takes one SSH login from the hourly budget of the key `fingerprint`; `Err` says how long until the next fits.

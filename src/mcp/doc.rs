@@ -48,6 +48,16 @@ pub fn document(doc: &mut utoipa::openapi::OpenApi) {
             error("auth_required, token_invalid or token_revoked, with WWW-Authenticate: Bearer"),
         )
         .response(
+            "403",
+            ResponseBuilder::new()
+                .description(
+                    "a JSON-RPC error: the Origin header names none of the API's origins (its public URL, its \
+                     console, loopback)",
+                )
+                .content("application/json", object())
+                .build(),
+        )
+        .response(
             "413",
             ResponseBuilder::new()
                 .description(format!(

@@ -9,10 +9,11 @@
 //! Every request carries `Authorization: Bearer svc_...` (a registered agent's token, any token of the account,
 //! or one from the OAuth sign-in for people, [`crate::oauth`]), checked before the transport sees the request;
 //! without a good one the answer is 401 with `WWW-Authenticate: Bearer`, naming the protected-resource metadata
-//! when OAuth is on. The transport's Host allowlist (DNS-rebinding protection for servers on loopback) is
-//! off: the API answers on several names (node ports, Service DNS, a public host), and a page that rebinds a name
-//! has no token to send. A malformed request is answered with a JSON-RPC error ([`transport`]), an argument a tool
-//! does not take with a tool error ([`arguments`]), and a route's message in the words of tools ([`wording`]).
+//! when OAuth is on. Against DNS rebinding the endpoint checks a request's `Origin` (the transport's rule: the
+//! API's public URL, its console, or loopback; agents send none), not its `Host`: the API answers on several names
+//! (node ports, Service DNS, a public host). A malformed request is answered with a JSON-RPC error
+//! ([`transport`]), an argument a tool does not take with a tool error ([`arguments`]), and a route's message in
+//! the words of tools ([`wording`]).
 
 pub mod address;
 pub mod arguments;
@@ -53,7 +54,14 @@ pub fn routes(api: Router, state: AppState) -> Router {
     Router::new()
         .route_service(PATH, service)
         .layer(middleware::from_fn(transport::require_jsonrpc))
-        .layer(middleware::from_fn_with_state(state, require_bearer))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_bearer,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state,
+            transport::require_own_origin,
+        ))
 }
 
 /// 401 (with `WWW-Authenticate`) unless the request carries a live token; 429 past the token's budget.

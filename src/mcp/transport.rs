@@ -1,11 +1,12 @@
-//! What the MCP endpoint checks of a request after the bearer check ([`super::routes`]) and before the transport
-//! (`rmcp`) reads it: the JSON-RPC framing of the body. A refusal is a JSON-RPC error (a client SDK reads its code
-//! and message, and the session goes on) where the transport would answer in plain text: a body over the limit,
-//! a body that is not JSON (-32700) or not a JSON-RPC message (-32600).
+//! What the MCP endpoint checks of a request around the bearer check ([`super::routes`]) and before the transport
+//! (`rmcp`) reads it: the browser origin first, then the JSON-RPC framing of the body. A refusal is a JSON-RPC
+//! error (a client SDK reads its code and message, and the session goes on) where the transport would answer in
+//! plain text: a body over the limit, a body that is not JSON (-32700) or not a JSON-RPC message (-32600), a
+//! browser page of another origin (403).
 
 use axum::body::Body;
-use axum::extract::Request;
-use axum::http::{Method, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -13,11 +14,36 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use rmcp::model::{ClientJsonRpcMessage, ErrorCode, ErrorData, RequestId};
 use serde_json::json;
 
+use crate::api::state::AppState;
+
 /// Largest request body: a changeset as large as the REST changeset route takes, in its JSON-RPC envelope.
 pub const BODY_LIMIT: usize = crate::api::repo::CHANGESET_BODY_LIMIT + ENVELOPE_BYTES;
 
 /// Room for the JSON-RPC envelope and the tool's other arguments around a changeset.
 const ENVELOPE_BYTES: usize = 64 * 1024;
+
+/// 403 unless a request's `Origin`, when it has one, is the platform's own (its public URL, its console, or
+/// loopback): the streamable HTTP transport's rule against DNS rebinding. Agents send no `Origin`.
+pub async fn require_own_origin(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let foreign = request
+        .headers()
+        .get(header::ORIGIN)
+        .map(|origin| String::from_utf8_lossy(origin.as_bytes()).into_owned())
+        .filter(|origin| !state.public_urls().owns(origin));
+    match foreign {
+        None => next.run(request).await,
+        Some(origin) => rpc_error(
+            StatusCode::FORBIDDEN,
+            None,
+            ErrorCode::INVALID_REQUEST,
+            format!("the Origin {origin} is not one of this API's origins"),
+        ),
+    }
+}
 
 /// A POST's body read up to [`BODY_LIMIT`] and passed on when it is one JSON-RPC message; otherwise the JSON-RPC
 /// error for it.

@@ -73,16 +73,8 @@ impl OAuthServer {
     /// The server of the API at `public_url` (an http(s) origin: the API's routes are at its root), whose people
     /// sign in at `upstream`.
     pub fn new(public_url: &str, upstream: Option<UpstreamConfig>) -> anyhow::Result<Self> {
-        let url = openidconnect::url::Url::parse(public_url)
+        let url = crate::api::public_urls::checked(public_url)
             .with_context(|| format!("the public URL {public_url}"))?;
-        anyhow::ensure!(
-            matches!(url.scheme(), "https" | "http")
-                && url.host_str().is_some()
-                && url.path() == "/"
-                && url.query().is_none()
-                && url.fragment().is_none(),
-            "the public URL {public_url} must be an http(s) origin, without path, query or fragment"
-        );
         let issuer = url.as_str().trim_end_matches('/').to_owned();
         let redirect = format!("{issuer}{PREFIX}/callback");
         Ok(Self {

@@ -1,6 +1,6 @@
 //! The MCP endpoint's transport against the API on a socket. In raw HTTP, what it answers requests an SDK would
 //! not send: a body that is not JSON (-32700), not a JSON-RPC message (-32600), params that are not a method's
-//! (-32602). Through the official Python SDK: a changeset as large
+//! (-32602), and a browser page of another origin (403). Through the official Python SDK: a changeset as large
 //! as the REST route takes goes through, and one over the limit is a JSON-RPC error the session survives.
 
 // A test panics on a reply that lacks what it checks.
@@ -10,7 +10,8 @@ use crate::support;
 
 use anyhow::Result;
 use serde_json::{Value, json};
-use support::mcp::{McpClient, post_raw, serving};
+use slipway::api::public_urls::PublicUrls;
+use support::mcp::{McpClient, initialize, post_raw, serving};
 
 #[tokio::test]
 async fn a_request_that_is_not_a_method_call_answers_its_json_rpc_error() -> Result<()> {
@@ -84,6 +85,43 @@ async fn a_request_that_is_not_a_method_call_answers_its_json_rpc_error() -> Res
         json!([]),
         "{body}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_browser_page_of_another_origin_is_refused() -> Result<()> {
+    let (api, url) = serving().await?;
+    api.state.set_public_urls(PublicUrls::new(
+        Some("https://api.example.test"),
+        Some("https://console.example.test"),
+    )?);
+    let alice = api.user("alice", "basic").await?;
+    let init = initialize().to_string();
+    for origin in [
+        "https://evil.example",
+        "null",
+        "https://api.example.test.evil.example",
+        "http://api.example.test",
+    ] {
+        let (status, body) =
+            post_raw(&url, &alice.token, &[("origin", origin)], init.clone()).await?;
+        assert_eq!(status, 403, "{origin}: {body}");
+        assert_eq!(body["error"]["code"], -32600, "{origin}: {body}");
+    }
+    for origin in [
+        "https://api.example.test",
+        "https://console.example.test",
+        "http://localhost:6274",
+        "http://127.0.0.1:3000",
+    ] {
+        let (status, body) =
+            post_raw(&url, &alice.token, &[("origin", origin)], init.clone()).await?;
+        assert_eq!(status, 200, "{origin}: {body}");
+    }
+    // Agents send no Origin.
+    let (status, body) = post_raw(&url, &alice.token, &[], init).await?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["serverInfo"]["name"], "slipway");
     Ok(())
 }
 
