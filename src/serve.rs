@@ -202,8 +202,9 @@ pub struct ApiArgs {
     #[arg(long, env = "SLIPWAY_LOG_SANDBOX_CONCURRENCY", default_value_t = 4)]
     pub log_sandbox_concurrency: usize,
     /// The API's public URL, an origin such as https://api.example.com: {mcp_url} is its `/mcp`, it is the issuer
-    /// of the MCP server's OAuth sign-in for people (metadata, client registration, authorization, tokens), and a
-    /// browser origin the MCP endpoint answers. Unset: no OAuth (people use tokens from POST /tokens).
+    /// of the MCP server's OAuth sign-in for people (metadata, client registration, authorization, tokens), the
+    /// base of the download links MCP tools hand out, and a browser origin the MCP endpoint answers. Unset: no
+    /// OAuth (people use tokens from POST /tokens), and download links are paths on the host the client reached.
     #[arg(long, env = "SLIPWAY_PUBLIC_URL")]
     pub public_url: Option<String>,
     /// Issuer URL of the upstream OpenID Connect provider people sign in at for the MCP server (the one end-user

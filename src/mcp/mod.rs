@@ -46,8 +46,9 @@ pub fn routes(api: Router, state: AppState) -> Router {
         .with_json_response(true)
         .with_max_request_body_bytes(transport::BODY_LIMIT)
         .disable_allowed_hosts();
+    let handler_state = state.clone();
     let service: StreamableHttpService<Server, LocalSessionManager> = StreamableHttpService::new(
-        move || Ok(Server::new(api.clone())),
+        move || Ok(Server::new(api.clone(), handler_state.clone())),
         Default::default(),
         config,
     );

@@ -18,6 +18,7 @@ use serde_json::json;
 use super::rest::{Failure, Rest};
 use super::tools::{self, Ctx, Output};
 use super::wording;
+use crate::api::state::AppState;
 
 /// What the server tells a client at `initialize`.
 const INSTRUCTIONS: &str = "slipway hosts apps from git. Name an app by `app_name` (its name, or owner/name for \
@@ -25,16 +26,17 @@ an app shared with you) and a channel by `channel` (e.g. prod). A typical sessio
 deploy, get_deploy_log until its first line says success, then get_runtime_log. Refusals carry the REST API's \
 error code (scope_denied, protected_action, not_found, ...).";
 
-/// One MCP handler; the transport makes one per request (stateless), so it holds only the router.
+/// One MCP handler; the transport makes one per request (stateless), so it holds only the router and the state.
 #[derive(Clone)]
 pub struct Server {
     api: Router,
+    state: AppState,
 }
 
 impl Server {
-    /// A handler whose tools call `api`.
-    pub fn new(api: Router) -> Self {
-        Server { api }
+    /// A handler whose tools call `api`, forming links on the public URL of `state`.
+    pub fn new(api: Router, state: AppState) -> Self {
+        Server { api, state }
     }
 }
 
@@ -70,7 +72,7 @@ impl ServerHandler for Server {
         let authorization = parts.and_then(|p| p.headers.get(header::AUTHORIZATION).cloned());
         let ctx = Ctx {
             rest: Rest::new(self.api.clone(), authorization),
-            public_base: parts.map(public_base).unwrap_or_default(),
+            public_base: self.state.public_urls().api_base(),
         };
         let arguments = request.arguments.unwrap_or_default();
         let reply = tool.call(ctx, arguments).await.map_err(wording::for_agents);
@@ -111,22 +113,6 @@ fn params_error<P: DeserializeOwned>(params: Option<serde_json::Value>) -> Strin
         Err(e) => e.to_string(),
         Ok(_) => "they do not fit its schema".to_owned(),
     }
-}
-
-/// `scheme://host` of the request: the proxy's `X-Forwarded-Proto` when present, else http.
-fn public_base(parts: &axum::http::request::Parts) -> String {
-    let header = |name: &str| {
-        parts
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
-    let scheme = header("x-forwarded-proto").unwrap_or_else(|| "http".to_owned());
-    let host = header("host")
-        .or_else(|| parts.uri.authority().map(|a| a.to_string()))
-        .unwrap_or_default();
-    format!("{scheme}://{host}")
 }
 
 /// The tool result of a reply: JSON as text (and as structured content when it is an object), plain text as is,

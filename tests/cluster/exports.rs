@@ -686,6 +686,13 @@ async fn the_export_tools_start_an_export_and_hand_out_its_download() -> Result<
         .commit(&f.user, &f.app_id, json!({"launch.sh": "exec ./serve\n"}))
         .await;
     let base = f.api.serve().await?;
+    // Download links are on the API's public URL: here, the socket it is served on.
+    f.api
+        .state
+        .set_public_urls(slipway::api::public_urls::PublicUrls::new(
+            Some(&base),
+            None,
+        )?);
     let url = format!("{base}/mcp");
     let mut owner = McpClient::connect(&url, &f.user.token).await?;
 

@@ -16,7 +16,7 @@ use anyhow::Result;
 use axum::http::Method;
 use serde_json::{Value, json};
 use support::agent::{AgentKey, now};
-use support::mcp::{McpClient, SPEC_TOOLS, initialize, serving};
+use support::mcp::{McpClient, SPEC_TOOLS, initialize, post_raw, serving};
 use support::{TestApi, User, call_on};
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -558,6 +558,50 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
         .fetch_all(&mut db)
         .await?;
     assert_eq!(rows, ["kept"], "the checkpoint's rows are back");
+
+    // A download link. Without a public URL the API knows no address of its own: the link is a path on the host
+    // the client reached. With one, the link is on it, whatever Host a request names.
+    let download = json!({"app_name": "notes", "channel": "prod", "snapshot_id": snapshot_id});
+    let path =
+        format!("/apps/{app_id}/channels/{prod_id}/postgres/snapshots/{snapshot_id}/download");
+    let relative = agent
+        .call("download_channel_snapshot", download.clone())
+        .await?
+        .ok();
+    assert_eq!(relative["download"]["url"], path.as_str(), "{relative}");
+    assert!(relative["download"]["curl"].is_null(), "{relative}");
+    let public = "https://api.example.test";
+    api.state
+        .set_public_urls(slipway::api::public_urls::PublicUrls::new(
+            Some(public),
+            None,
+        )?);
+    let link = agent
+        .call("download_channel_snapshot", download.clone())
+        .await?
+        .ok();
+    assert_eq!(link["download"]["url"], format!("{public}{path}"), "{link}");
+    assert!(link["expires_at"].is_string());
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "download_channel_snapshot", "arguments": download}});
+    let forged = [
+        ("host", "attacker.example"),
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-host", "attacker.example"),
+    ];
+    let (status, answer) = post_raw(&url, &token, &forged, call.to_string()).await?;
+    assert_eq!(status, 200, "{answer}");
+    let link = &answer["result"]["structuredContent"]["download"];
+    assert_eq!(link["url"], format!("{public}{path}"), "{answer}");
+    assert!(!answer.to_string().contains("attacker.example"), "{answer}");
+    // The link works.
+    let authorization = link["headers"]["Authorization"].as_str().unwrap();
+    let fetched = reqwest::Client::new()
+        .get(url.replace("/mcp", &path))
+        .header("authorization", authorization)
+        .send()
+        .await?;
+    assert_eq!(fetched.status(), 200);
 
     // A port: refused while the app's toggle is off (no tool turns it on), opened once the owner's person does.
     let expose = json!({"app_name": "notes", "channel": "prod", "allow_cidrs": ["10.0.0.0/8"]});

@@ -25,14 +25,15 @@ use super::address::{AppAddress, ChannelAddress};
 use super::arguments;
 use super::rest::{Failure, Rest, with_query};
 
-/// What a tool needs to act: the REST API as its caller sees it, and the public base URL of this API (for links
-/// the caller follows itself, such as a snapshot's download).
+/// What a tool needs to act: the REST API as its caller sees it, and the API's public origin (for links the
+/// caller follows itself, such as a snapshot's download).
 #[derive(Clone)]
 pub struct Ctx {
     /// The caller's view of the REST API.
     pub rest: Rest,
-    /// `scheme://host` the MCP request came to.
-    pub public_base: String,
+    /// The API's configured public origin (`https://api.example.com`); `None` when none is configured. Never the
+    /// request's `Host`, which its sender chooses.
+    pub public_base: Option<String>,
 }
 
 /// A tool's successful answer.
@@ -261,16 +262,23 @@ pub fn download_link(ctx: &Ctx, token: &Value) -> Reply {
     )
 }
 
-/// The `{url, headers, curl}` of a download token.
+/// The `{url, headers, curl}` of a download token, on the API's public origin. Without a configured one the `url`
+/// is the path alone, to be taken relative to the address the client reached the MCP server at, and there is no
+/// `curl` line: the request's `Host` names whatever its sender likes, and the link carries a bearer token.
 pub fn download_of(ctx: &Ctx, token: &Value) -> Value {
     let path = token["download_url"].as_str().unwrap_or_default();
-    let url = format!("{}{path}", ctx.public_base);
     let authorization = format!("Bearer {}", token["token"].as_str().unwrap_or_default());
-    serde_json::json!({
-        "url": url,
-        "headers": {"Authorization": authorization},
-        "curl": format!("curl -fSLOJ -H 'Authorization: {authorization}' '{url}'"),
-    })
+    match &ctx.public_base {
+        Some(base) => {
+            let url = format!("{base}{path}");
+            serde_json::json!({
+                "url": url,
+                "headers": {"Authorization": authorization},
+                "curl": format!("curl -fSLOJ -H 'Authorization: {authorization}' '{url}'"),
+            })
+        }
+        None => serde_json::json!({"url": path, "headers": {"Authorization": authorization}}),
+    }
 }
 
 /// `value` without its null fields, for compact request bodies.
