@@ -31,6 +31,7 @@ mod leader;
 mod mcp;
 mod mcp_arguments;
 mod mcp_oauth;
+mod mcp_parts;
 mod mcp_transport;
 mod mirror;
 mod openapi;

@@ -140,6 +140,12 @@ async fn tools_list_names_the_spec_tools_each_with_a_description_a_schema_and_hi
             assert!(required.contains("channel"), "{name} requires channel");
         }
     }
+    assert!(
+        schema("get_blob_usage")["required"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "get_blob_usage needs no argument"
+    );
     // create_channel shows a binding the route takes.
     let binding = schema("create_channel")["properties"]["git_ref_binding"]["description"]
         .as_str()

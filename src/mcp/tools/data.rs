@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::{ADDS, Ctx, DESTROYS, OfChannel, READS, ToolDef, download_link, json, tool};
 use crate::mcp::address::{self, AppAddress, ChannelAddress};
-use crate::mcp::rest::segment;
+use crate::mcp::rest::{Failure, segment};
 
 /// Arguments naming one snapshot of a channel.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -45,6 +45,17 @@ pub struct RestoreBlobs {
     snapshot_id: String,
     /// The channel's name again, confirming which bucket is rolled back.
     confirm_channel_name: String,
+}
+
+/// `get_blob_usage` arguments: a channel of an app, or neither for the account's total alone.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct BlobUsage {
+    /// The app whose channel's bucket to show, with `channel`; omitted (with `channel`) for your account's total.
+    #[serde(default)]
+    app_name: Option<String>,
+    /// The channel's name, e.g. `prod`, with `app_name`.
+    #[serde(default)]
+    channel: Option<String>,
 }
 
 pub(super) fn tools() -> Vec<ToolDef> {
@@ -106,17 +117,29 @@ pub(super) fn tools() -> Vec<ToolDef> {
         ),
         tool(
             "get_blob_usage",
-            "Show a channel's bucket status and bytes stored (every version counts), and your account's total \
-             against its plan.",
+            "Show your account's object storage (bytes stored in all your buckets, and how many), and with \
+             `app_name` and `channel` that channel's bucket status and bytes stored (every version counts).",
             READS,
-            |ctx: Ctx, a: OfChannel| async move {
-                let app = address::app(&ctx.rest, &a.app).await?;
-                let channel = ctx
-                    .rest
-                    .get(&format!("{}/blob", app.channel_path(&a.channel)?))
-                    .await?;
+            |ctx: Ctx, a: BlobUsage| async move {
+                let channel = match (a.app_name, a.channel) {
+                    (Some(app_name), Some(channel)) => {
+                        let app = address::app(&ctx.rest, &AppAddress { app_name }).await?;
+                        let path = app.channel_path(&ChannelAddress { channel })?;
+                        Some(ctx.rest.get(&format!("{path}/blob")).await?)
+                    }
+                    (None, None) => None,
+                    _ => {
+                        return Err(Failure::bad_request(
+                            "give `app_name` and `channel` together for a channel's bucket, or neither for your \
+                             account's total",
+                        ));
+                    }
+                };
                 let account = ctx.rest.get("/me/blob/storage").await?;
-                json(json!({"channel": channel, "account": account}))
+                json(match channel {
+                    Some(channel) => json!({"channel": channel, "account": account}),
+                    None => json!({"account": account}),
+                })
             },
         ),
         tool(
