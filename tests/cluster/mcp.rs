@@ -310,6 +310,34 @@ async fn a_registered_agent_builds_and_deploys_a_site_through_tools_alone() -> R
     let keys: BTreeSet<&str> = entries.iter().filter_map(|e| e["key"].as_str()).collect();
     assert_eq!(keys, BTreeSet::from(["API_KEY", "GREETING"]));
     assert!(!env.text.contains("s3cret"), "no tool shows a secret");
+    // The environment the deploy ran with, recorded the way the operator records it when a container starts.
+    let internal =
+        slipway_internal::InternalClient::new(api.operator_endpoint(&api.serve_internal().await?));
+    internal
+        .deploy_env(
+            &deploy_id,
+            &slipway_internal::protocol::EnvRequest {
+                app_id: app_id.clone(),
+                channel_id: app["channels"][0]["id"].as_str().unwrap().to_owned(),
+                system_keys: vec!["SVC_SHA".into()],
+            },
+        )
+        .await?;
+    let ran = agent
+        .call(
+            "get_deploy_env",
+            json!({"app_name": "site", "channel": "prod", "deploy_id": deploy_id}),
+        )
+        .await?;
+    let snapshot = ran.ok();
+    assert_eq!(snapshot["deploy_id"], deploy_id.as_str());
+    assert_eq!(
+        snapshot["env"],
+        json!([{"key": "API_KEY", "kind": "secret", "source": "app", "value": null},
+               {"key": "GREETING", "kind": "env", "source": "app", "value": "hello"}])
+    );
+    assert_eq!(snapshot["system_keys"], json!(["SVC_SHA"]));
+    assert!(!ran.text.contains("s3cret"), "no tool shows a secret");
     agent
         .call("delete_env", json!({"app_name": "site", "key": "GREETING"}))
         .await?
@@ -564,6 +592,34 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
         .fetch_all(&mut db)
         .await?;
     assert_eq!(rows, ["kept"], "the checkpoint's rows are back");
+
+    // The bucket's leg of that checkpoint: the route's refusals name the channel and the checkpoint given (this
+    // platform has no object storage, so the checkpoint has no bucket leg).
+    let blobs = |confirm: &str| json!({"app_name": "notes", "channel": "prod", "snapshot_id": snapshot_id, "confirm_channel_name": confirm});
+    let mistyped = agent.call("restore_channel_blobs", blobs("notes")).await?;
+    assert_eq!(mistyped.refusal(), (400, "invalid_confirmation".to_owned()));
+    assert!(
+        mistyped.message().ends_with("the channel's name, prod"),
+        "{}",
+        mistyped.text
+    );
+    let legless = agent.call("restore_channel_blobs", blobs("prod")).await?;
+    let no_leg = (409, "no_aligned_blob_snapshot".to_owned());
+    let names_it = format!("checkpoint {snapshot_id} has no object-store leg");
+    assert_eq!(legless.refusal(), no_leg);
+    assert!(legless.message().starts_with(&names_it), "{}", legless.text);
+    let undownloadable = agent
+        .call(
+            "download_channel_blobs",
+            json!({"app_name": "notes", "channel": "prod", "snapshot_id": snapshot_id}),
+        )
+        .await?;
+    assert_eq!(undownloadable.refusal(), no_leg);
+    assert!(
+        undownloadable.message().starts_with(&names_it),
+        "{}",
+        undownloadable.text
+    );
 
     // A download link. Without a public URL the API knows no address of its own: the link is a path on the host
     // the client reached. With one, the link is on it, whatever Host a request names.
