@@ -28,7 +28,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
 /// `value` as a `T`, its integral numbers read as integers first.
 fn typed<T: DeserializeOwned>(mut value: serde_json::Value) -> Result<T, ApiError> {
     integral_as_integers(&mut value);
-    serde_json::from_value(value).map_err(|e| {
+    // The path names the field at fault (`changes.x: invalid type...`), as the framework's own extractor does.
+    serde_path_to_error::deserialize(value).map_err(|e| {
         ApiError::bad_request(format!(
             "Failed to deserialize the JSON body into the target type: {e}"
         ))
@@ -158,6 +159,11 @@ mod tests {
         assert!(
             typed::<Vote>(json!({"value": 1.5})).is_err(),
             "a fraction stays a float"
+        );
+        let refusal = typed::<Vote>(json!({"value": "one"})).unwrap_err();
+        assert!(
+            refusal.to_string().contains("value:"),
+            "the refusal names the field: {refusal}"
         );
     }
 }
