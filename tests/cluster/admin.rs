@@ -41,6 +41,7 @@ async fn create_user_prints_a_token_with_the_nine_default_scopes() -> Result<()>
     );
 
     let api = TestApi::on(db).await?;
+    crate::support::postgres::attach(&api)?;
     api.forget_namespace_later(&format!("slipway-user-{username}"));
     let apps = api
         .call(Method::GET, "/apps", Some(&token), None)

@@ -597,6 +597,7 @@ async fn credentials_never_exceed_the_caller() -> Result<()> {
 #[tokio::test]
 async fn plans_are_public_and_usage_reports_the_plan() -> Result<()> {
     let api = TestApi::start().await?;
+    crate::support::postgres::attach(&api)?;
     let plans = api
         .call(Method::GET, "/plans", None, None)
         .await

@@ -429,6 +429,8 @@ async fn sign_out(c: &Client) -> Result<()> {
 #[tokio::test]
 async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
     let api = TestApi::start().await?;
+    // The account page shows usage, which needs the data server to measure databases.
+    support::postgres::attach(&api)?;
     let console = TestConsole::start(&api).await?;
     let base = api.serve().await?;
     let (ann, ann_address) = person(&api, "ann").await?;

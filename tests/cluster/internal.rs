@@ -38,6 +38,8 @@ struct Fixture {
 
 async fn fixture(prefix: &str) -> Result<Fixture> {
     let api = TestApi::start().await?;
+    // Usage, which the edge's bandwidth feeds, needs the data server to measure databases.
+    crate::support::postgres::attach(&api)?;
     let alice = api.user(prefix, "builder").await?;
     let site = api.create_app(&alice, "site", "static").await;
     let site_id = site["id"].as_str().unwrap().to_owned();
