@@ -217,6 +217,10 @@ pub struct ErrorBody {
 /// timeout: the platform is overloaded, not broken, so 503 `service_unavailable` (retry later) and not a 500.
 const BUSY: &str = "the platform is busy; try again shortly";
 
+/// How long a client is asked to wait before it tries a request the busy platform refused again: the pool's
+/// connections are held for milliseconds, so a second is enough for one to come free.
+const BUSY_RETRY_AFTER_SECS: u64 = 1;
+
 /// Whether `e` comes from waiting for a database connection in vain: the platform was busy, and the same request
 /// may well succeed later.
 pub(crate) fn pool_exhausted(e: &anyhow::Error) -> bool {
@@ -257,10 +261,17 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (status, Json(body)).into_response();
-        if let ApiError::TooManyRequests(wait) | ApiError::Throttled(_, wait) = &self {
+        let retry_after = match &self {
+            ApiError::TooManyRequests(wait) | ApiError::Throttled(_, wait) => {
+                Some(retry_after_secs(*wait))
+            }
+            _ if busy => Some(BUSY_RETRY_AFTER_SECS),
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from(retry_after_secs(*wait)),
+                axum::http::HeaderValue::from(secs),
             );
         }
         response
@@ -324,7 +335,11 @@ mod tests {
 
     /// The status and JSON body `error` answers with.
     async fn answer(error: ApiError) -> (StatusCode, serde_json::Value) {
-        let response = error.into_response();
+        answer_of(error.into_response()).await
+    }
+
+    /// The status and JSON body of `response`.
+    async fn answer_of(response: Response) -> (StatusCode, serde_json::Value) {
         let status = response.status();
         let body = axum::body::to_bytes(response.into_body(), 1024)
             .await
@@ -340,7 +355,13 @@ mod tests {
                 anyhow::Error::from(sqlx::Error::PoolTimedOut).context("listing logs"),
             ),
         ] {
-            let (status, body) = answer(error).await;
+            let response = error.into_response();
+            assert_eq!(
+                response.headers().get(axum::http::header::RETRY_AFTER),
+                Some(&axum::http::HeaderValue::from(BUSY_RETRY_AFTER_SECS)),
+                "the client is told when to try again"
+            );
+            let (status, body) = answer_of(response).await;
             assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
             assert_eq!(
                 body,

@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 
 /// How long a build, a rollout and readiness may take on a loaded 2-core machine.
 pub const DEPLOY_WITHIN: Duration = Duration::from_secs(600);
+/// How many times [`Installed::call`] sends a request the busy platform answered 503 with `Retry-After`.
+const BUSY_TRIES: u32 = 5;
 
 /// An HTTP answer.
 #[derive(Debug)]
@@ -244,7 +246,8 @@ impl Installed {
         })
     }
 
-    /// A call to the REST API as `account`.
+    /// A call to the REST API as `account`. A 503 with `Retry-After` (the platform is busy) is tried again after
+    /// the wait it names, a few times, as the spec tells clients to; any other answer is the caller's to judge.
     pub async fn call(
         &self,
         method: &str,
@@ -252,14 +255,24 @@ impl Installed {
         account: &Account,
         body: Option<Value>,
     ) -> Result<Answer> {
-        self.request(
-            method,
-            &format!("{}{path}", self.api),
-            None,
-            Some(&account.token),
-            body,
-        )
-        .await
+        let url = format!("{}{path}", self.api);
+        let mut tries = 1;
+        loop {
+            let answer = self
+                .request(method, &url, None, Some(&account.token), body.clone())
+                .await?;
+            let retry_after = (answer.status == 503)
+                .then(|| answer.headers.get(http::header::RETRY_AFTER))
+                .flatten()
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            match retry_after {
+                Some(secs) if tries < BUSY_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_secs(secs)).await;
+                }
+                _ => return Ok(answer),
+            }
+        }
     }
 
     /// GET `path` of `host` through the edge.
