@@ -6,10 +6,10 @@
 # node's own). Git repositories and the bundled object-store backend's data live on
 # PersistentVolumes this script provides (host directories) for the chart's claims to bind; the backend runs from
 # the versitygw image hack/build-images.sh makes, pushed to the node's registry. The API, git over SSH and the edge
-# (HTTP and HTTPS) are NodePort Services on the node's address. HTTPS serves channel hostnames with a wildcard
-# certificate signed by a local CA made here (<state>/platform/tls/ca.pem, for clients to trust), kept in the
-# certificate namespace this script creates (tls.certificateNamespace, apart from slipway-system: the edge reads
-# Secrets there); no ACME CA is reachable from here, so custom domains get no certificate (domains.acme stays empty).
+# (HTTP and HTTPS) are NodePort Services on the node's address. HTTPS serves channel hostnames and their public S3
+# endpoints (<label>.s3.<app domain>) with a wildcard certificate signed by a local CA made here
+# (<state>/platform/tls/ca.pem, for clients to trust), kept in the certificate namespace this script creates
+# (tls.certificateNamespace, apart from slipway-system: the edge reads Secrets there); no ACME CA is reachable from here, so custom domains get no certificate (domains.acme stays empty).
 #
 # usage: hack/install.sh install          build the image, install or upgrade the release, create the admin user,
 #                                         write the addresses to <state>/platform/env and print them
@@ -128,22 +128,24 @@ push_sandbox_image() {
   oci_push "$("$HACK/build-images.sh" sandbox)" "$SLIPWAY_REGISTRY" >/dev/null
 }
 
-# The certificate for *.$APP_DOMAIN the edge serves channel hostnames with, in the Secret tls.wildcardSecret names
-# (in the certificate namespace): signed by a CA made once per state directory, so clients trust ca.pem across
-# reinstalls.
+# The certificate for *.$APP_DOMAIN (channel hostnames) and *.s3.$APP_DOMAIN (their public S3 endpoints) the edge
+# serves, in the Secret tls.wildcardSecret names (in the certificate namespace): signed by a CA made once per state
+# directory, so clients trust ca.pem across reinstalls. One made before it named both is made again.
 wildcard_certificate() {
   local d="$DIR/tls" cert="$DIR/tls/$APP_DOMAIN.crt" key="$DIR/tls/$APP_DOMAIN.key"
+  local names="DNS:*.$APP_DOMAIN, DNS:*.s3.$APP_DOMAIN"
   mkdir -p "$d"
   if [ ! -s "$d/ca.pem" ]; then
     (umask 077 && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
       -subj "/CN=slipway local CA" -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null)
   fi
-  if [ ! -s "$cert" ] || ! openssl x509 -checkend $((30 * 86400)) -noout -in "$cert" >/dev/null; then
+  if [ ! -s "$cert" ] || ! openssl x509 -checkend $((30 * 86400)) -noout -in "$cert" >/dev/null ||
+    ! openssl x509 -noout -ext subjectAltName -in "$cert" | grep -qF "$names"; then
     (umask 077 && openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=*.$APP_DOMAIN" \
       -keyout "$key" 2>/dev/null |
       openssl x509 -req -CA "$d/ca.pem" -CAkey "$d/ca.key" -set_serial "0x$(openssl rand -hex 16)" -days 365 \
-        -extfile <(printf 'subjectAltName=DNS:*.%s\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n' \
-          "$APP_DOMAIN") -out "$cert" 2>/dev/null)
+        -extfile <(printf 'subjectAltName=%s\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+          "$names") -out "$cert" 2>/dev/null)
   fi
   kubectl -n "$CERT_NAMESPACE" create secret tls "$WILDCARD_SECRET" --cert="$cert" --key="$key" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null

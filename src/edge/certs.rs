@@ -1,11 +1,12 @@
 //! Which certificate the edge serves for which name, and the ACME HTTP-01 answers it gives on port 80.
 //!
-//! The table is rebuilt from three watches: the platform's wildcard Secret for `*.{app_domain}` (one the platform
-//! operator provides, named by `--tls-wildcard-secret`), the custom domains' certificate Secrets the operator
-//! writes (label `slipway.dev/certificate=domain`), all in the certificate namespace, a namespace of their own: the
-//! edge reads no other Secret), and the Domains themselves. A custom domain's certificate is served only while its Domain is verified,
-//! so an SNI that is not a verified domain (nor a name under the wildcard) gets no certificate at all, and nothing
-//! here ever asks for one: issuance is the operator's alone.
+//! The table is rebuilt from three watches: the platform's wildcard Secret for `*.{app_domain}` and
+//! `*.s3.{app_domain}` (the channels' hostnames and their public S3 endpoints; one the platform operator provides,
+//! named by `--tls-wildcard-secret`), the custom domains' certificate Secrets the operator writes (label
+//! `slipway.dev/certificate=domain`), all in the certificate namespace (a namespace of their own: the edge reads no
+//! other Secret), and the Domains themselves. A custom domain's certificate is served only while its Domain is
+//! verified, so an SNI that is not a verified domain (nor a name under the wildcard) gets no certificate at all, and
+//! nothing here ever asks for one: issuance is the operator's alone.
 //!
 //! A verified domain whose certificate is not out yet makes the handshake wait a little for it
 //! ([`Certificates::wait_for`]) instead of failing at once: the operator starts issuing at verification.
@@ -42,8 +43,8 @@ pub struct Table {
 }
 
 impl Table {
-    /// The table for these objects. `wildcard` is served for names one label under `app_domain`. Secrets that do
-    /// not load are left out (and logged).
+    /// The table for these objects. `wildcard` is served for names one label under `app_domain` or under
+    /// `s3.{app_domain}`. Secrets that do not load are left out (and logged).
     pub fn build(
         secrets: &[Arc<Secret>],
         domains: &[Arc<Domain>],
@@ -105,14 +106,19 @@ impl Table {
     }
 
     /// The certificate for `name` (lowercase): a verified domain's own, or the wildcard for a name one label under
-    /// the platform's domain.
+    /// the platform's domain (a channel's hostname) or under its `s3.` subdomain (a channel's public S3 endpoint).
     pub fn resolve(&self, name: &str) -> Option<Arc<CertifiedKey>> {
         if let Some(key) = self.hosts.get(name) {
             return Some(key.clone());
         }
         let (domain, key) = self.wildcard.as_ref()?;
-        let label = name.strip_suffix(domain.as_str())?.strip_suffix('.')?;
-        (!label.is_empty() && !label.contains('.')).then(|| key.clone())
+        let (label, parent) = name.split_once('.')?;
+        let under = parent == domain
+            || parent
+                .strip_suffix(domain.as_str())
+                .and_then(|p| p.strip_suffix('.'))
+                == Some(super::routes::PUBLIC_S3_LABEL);
+        (!label.is_empty() && under).then(|| key.clone())
     }
 }
 
@@ -261,7 +267,7 @@ mod tests {
                 domain("old.example", "pending", None),
                 domain("new.example", "verified", None),
             ],
-            Some(&secret(&["*.apps.test"])),
+            Some(&secret(&["*.apps.test", "*.s3.apps.test"])),
             Some("apps.test"),
             &provider(),
         );
@@ -270,6 +276,20 @@ mod tests {
         assert!(table.resolve("new.example").is_none(), "no certificate yet");
         assert!(table.resolve("blog-alice.apps.test").is_some());
         assert!(table.resolve("a.b.apps.test").is_none(), "one label only");
+        assert!(
+            table.resolve("blog-alice.s3.apps.test").is_some(),
+            "a public S3 endpoint"
+        );
+        assert!(
+            table.resolve("a.b.s3.apps.test").is_none(),
+            "one label only"
+        );
+        assert!(
+            table.resolve("s3.apps.test").is_some(),
+            "a channel may be called s3"
+        );
+        assert!(table.resolve(".s3.apps.test").is_none());
+        assert!(table.resolve("blog-alice.s3x.apps.test").is_none());
         assert!(table.resolve("apps.test").is_none());
         assert!(table.resolve("www.google.com").is_none());
     }

@@ -16,8 +16,8 @@
 //!   ([`pages`]).
 //!
 //! Over HTTPS ([`tls`]) the same answers are given on HTTP/2 or HTTP/1.1, with the certificate chosen by SNI
-//! ([`certs`]): the platform's wildcard for channel hostnames, a verified custom domain's own certificate (issued
-//! by the operator) for that domain, none for any other name. Plain HTTP then redirects to HTTPS every host it
+//! ([`certs`]): the platform's wildcard for channel hostnames and public S3 endpoints, a verified custom domain's
+//! own certificate (issued by the operator) for that domain, none for any other name. Plain HTTP then redirects to HTTPS every host it
 //! has a certificate for, except ACME's HTTP-01 challenges, which it answers from the Domains' status.
 //!
 //! Metrics per host ([`metrics`]) are served with `/healthz` and `/readyz` on the admin port; the bytes sent per
@@ -155,7 +155,7 @@ pub struct EdgeArgs {
     #[arg(long, env = "SLIPWAY_CERTIFICATE_NAMESPACE")]
     pub certificate_namespace: Option<String>,
     /// Name of the kubernetes.io/tls Secret (in the certificate namespace) holding the certificate for
-    /// `*.{app_domain}`.
+    /// `*.{app_domain}` and `*.s3.{app_domain}` (channel hostnames and their public S3 endpoints).
     #[arg(long, env = "SLIPWAY_TLS_WILDCARD_SECRET")]
     pub tls_wildcard_secret: Option<String>,
     /// Redirect plain HTTP to HTTPS for every host the edge has a certificate for (ACME challenges excepted).

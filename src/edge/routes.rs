@@ -423,11 +423,14 @@ pub fn object_store_targets(objects: &Objects, gateway: SocketAddr) -> BTreeMap<
     out
 }
 
+/// The label under the app domain that the public S3 endpoints live under: `<hostname label>.s3.<app domain>`.
+pub const PUBLIC_S3_LABEL: &str = "s3";
+
 /// A channel's public S3 endpoint host, `<hostname label>.s3.<app domain>` (lowercase), once it has a hostname.
 fn public_s3_host(channel: &Channel) -> Option<String> {
     let hostname = channel.status.as_ref()?.hostname.as_deref()?;
     let (label, domain) = hostname.split_once('.')?;
-    Some(format!("{label}.s3.{domain}").to_ascii_lowercase())
+    Some(format!("{label}.{PUBLIC_S3_LABEL}.{domain}").to_ascii_lowercase())
 }
 
 /// The account a user namespace belongs to.
