@@ -3,6 +3,7 @@
 //!
 //! - [`gateway`] is the S3 service (`slipway s3`, [`serve`]): SigV4 with each channel's own key pair, the
 //!   channel's virtual bucket mapped onto its backend bucket, versioning kept on, the owner's byte quota enforced.
+//!   [`front`] is what every request gets around s3s (request ids, the presigned URLs refused before it),
 //!   [`forward`] is its lean path for plain GETs, HEADs and PUTs of objects, [`tenants`] what it keeps per access
 //!   key, [`quota`] how its writes reserve and count their bytes, and [`lease`] the slices of quota its small
 //!   writes take from.
@@ -22,6 +23,7 @@ pub mod access;
 pub mod bucket;
 pub mod checkpoints;
 pub mod forward;
+pub mod front;
 pub mod gateway;
 pub mod keys;
 pub mod lease;

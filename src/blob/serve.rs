@@ -16,6 +16,7 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 
 use super::forward::Forward;
+use super::front::Front;
 use super::gateway::Gateway;
 use super::quota::{Quota, Settler};
 use super::tenants::{ChannelKeys, Tenants};
@@ -112,15 +113,16 @@ pub fn service(db: PgPool, ring: Keyring, backend: &S3Endpoint) -> Service {
     }
 }
 
-/// Serves `service` on `listener` until `shutdown` resolves, then lets every open connection finish the request
-/// it is in (idle keep-alive connections close at once), for at most [`DRAIN_LIMIT`].
+/// Serves `service` behind its [`Front`] on `listener` until `shutdown` resolves, then lets every open connection
+/// finish the request it is in (idle keep-alive connections close at once), for at most [`DRAIN_LIMIT`].
 pub async fn serve(
     service: S3Service,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let front = Front(service);
     crate::serve::accept_until(listener, shutdown, DRAIN_LIMIT, |stream, peer, draining| {
-        let service = service.clone();
+        let service = front.clone();
         async move {
             crate::serve::serve_http1(stream, peer, service, draining).await;
         }

@@ -304,8 +304,7 @@ async fn plain_gets_heads_and_puts_answer_as_s3_does_and_name_only_the_virtual_b
         .key("presigned.txt")
         .presigned(PresigningConfig::expires_in(Duration::from_secs(300))?)
         .await?;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let http = reqwest::Client::new();
+    let http = http();
     let res = http.put(presigned_put.uri()).body("by url").send().await?;
     assert_eq!(res.status(), 200);
     let presigned_get = s3
@@ -729,5 +728,116 @@ async fn a_plan_change_applies_to_the_quota_at_once() -> Result<()> {
         Ok(g.put("limited.txt", b"y".to_vec()).await == Err((507, "QuotaExceeded".into())))
     })
     .await?;
+    Ok(())
+}
+
+/// A plain HTTP client for presigned URLs.
+fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// The `<RequestId>` of an error document.
+fn body_request_id(document: &str) -> Option<&str> {
+    let (_, rest) = document.split_once("<RequestId>")?;
+    Some(rest.split_once("</RequestId>")?.0)
+}
+
+#[tokio::test]
+async fn every_error_names_the_request_id_its_header_gives() -> Result<()> {
+    let g = Gateway::start("reqid", "basic").await?;
+    let s3 = g.client();
+    let presign = PresigningConfig::expires_in(Duration::from_secs(300))?;
+    // A missing key on the lean path, the same through the SDK (a response override), another bucket (the
+    // gateway's own answer) and a bad signature (s3s's): each answer's body names the id its header gives.
+    let lean = s3
+        .get_object()
+        .bucket(g.bucket())
+        .key("missing")
+        .presigned(presign.clone())
+        .await?;
+    let through_sdk = s3
+        .get_object()
+        .bucket(g.bucket())
+        .key("missing")
+        .response_content_type("text/plain")
+        .presigned(presign.clone())
+        .await?;
+    let other_bucket = s3
+        .get_object()
+        .bucket("other")
+        .key("x")
+        .presigned(presign.clone())
+        .await?;
+    let (signed, signature) = lean.uri().split_once("X-Amz-Signature=").unwrap();
+    let flipped = if signature.starts_with('0') { '1' } else { '0' };
+    let forged = format!("{signed}X-Amz-Signature={flipped}{}", &signature[1..]);
+    let mut ids = Vec::new();
+    for (url, code) in [
+        (lean.uri(), "NoSuchKey"),
+        (through_sdk.uri(), "NoSuchKey"),
+        (other_bucket.uri(), "NoSuchBucket"),
+        (forged.as_str(), "SignatureDoesNotMatch"),
+    ] {
+        let res = http().get(url).send().await?;
+        let header = res
+            .headers()
+            .get("x-amz-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = res.text().await?;
+        assert!(body.contains(&format!("<Code>{code}</Code>")), "{body}");
+        assert_eq!(body.matches("<RequestId>").count(), 1, "{body}");
+        let header = header.unwrap_or_else(|| panic!("no x-amz-request-id header: {body}"));
+        assert_eq!(body_request_id(&body), Some(header.as_str()), "{body}");
+        ids.push(header);
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "one id per request: {ids:?}");
+
+    // A success carries one too, and the SDK reads it.
+    let put = s3
+        .put_object()
+        .bucket(g.bucket())
+        .key("k")
+        .body(ByteStream::from_static(b"k"))
+        .send()
+        .await?;
+    use aws_sdk_s3::operation::RequestId;
+    assert_eq!(put.request_id().map(str::len), Some(16));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_presigned_url_valid_for_over_a_week_is_refused_as_s3_does() -> Result<()> {
+    let g = Gateway::start("week", "basic").await?;
+    let s3 = g.client();
+    g.put("k", b"body".to_vec()).await.unwrap();
+    // The SDK presigns a week at most; a longer URL is one edited afterwards, refused before its signature is
+    // checked.
+    let week = s3
+        .get_object()
+        .bucket(g.bucket())
+        .key("k")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(604_800))?)
+        .await?;
+    let res = http().get(week.uri()).send().await?;
+    assert_eq!(res.status(), 200);
+    for method in [reqwest::Method::GET, reqwest::Method::PUT] {
+        let longer = week
+            .uri()
+            .replace("X-Amz-Expires=604800", "X-Amz-Expires=604801");
+        let res = http().request(method, longer).send().await?;
+        assert_eq!(res.status(), 400);
+        let body = res.text().await?;
+        assert!(
+            body.contains("<Code>AuthorizationQueryParametersError</Code>")
+                && body.contains("604800"),
+            "{body}"
+        );
+    }
+    let got = s3.get_object().bucket(g.bucket()).key("k").send().await?;
+    assert_eq!(got.body.collect().await?.into_bytes().as_ref(), b"body");
     Ok(())
 }

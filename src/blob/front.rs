@@ -1,0 +1,143 @@
+//! What every request to the gateway gets around s3s, as S3 gives it and s3s does not:
+//!
+//! - a request id of the gateway's own, in the `x-amz-request-id` header of every answer and in the `<RequestId>`
+//!   of every error document, so a client (boto3 reads both) can quote one id for a failed request; the backend's
+//!   ids, which the SDK path passes on, are replaced;
+//! - the refusal of a presigned URL valid for more than a week: SigV4 caps `X-Amz-Expires` at 604800 seconds and
+//!   S3 answers a longer one 400 `AuthorizationQueryParametersError`, where s3s would take it.
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use s3s::service::S3Service;
+use s3s::{Body, HttpError, S3Error, S3ErrorCode};
+
+/// Longest validity of a presigned URL SigV4 allows, in seconds (seven days).
+pub const MAX_PRESIGNED_EXPIRES: u64 = 604_800;
+
+/// The gateway's S3 service behind its front: request ids, and the presigned URLs refused before s3s.
+#[derive(Clone)]
+pub struct Front(pub S3Service);
+
+impl hyper::service::Service<Request<Incoming>> for Front {
+    type Response = Response<Body>;
+    type Error = HttpError;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move {
+            let id = request_id();
+            let mut res = match refusal(req.uri()) {
+                Some(err) => err
+                    .to_http_response()
+                    .map_err(|e| HttpError::new(Box::new(e)))?,
+                None => service.call(req.map(Body::from)).await?,
+            };
+            stamp(&mut res, &id);
+            Ok(res)
+        })
+    }
+}
+
+/// A new request id: 16 uppercase hex digits, as S3's.
+fn request_id() -> String {
+    format!("{:016X}", rand::random::<u64>())
+}
+
+/// The error a request's URL is refused with before its signature is checked, if any.
+fn refusal(uri: &Uri) -> Option<S3Error> {
+    let query = uri.query()?;
+    let (_, expires) =
+        form_urlencoded::parse(query.as_bytes()).find(|(name, _)| name == "X-Amz-Expires")?;
+    let seconds: u64 = expires.parse().ok()?;
+    (seconds > MAX_PRESIGNED_EXPIRES).then(|| {
+        S3Error::with_message(
+            S3ErrorCode::AuthorizationQueryParametersError,
+            format!("X-Amz-Expires must be less than a week (in seconds) that is {MAX_PRESIGNED_EXPIRES}"),
+        )
+    })
+}
+
+/// Puts `id` on `res`: its `x-amz-request-id` header, and the `<RequestId>` of its error document if it is one.
+fn stamp(res: &mut Response<Body>, id: &str) {
+    if let Ok(value) = HeaderValue::from_str(id) {
+        res.headers_mut().insert("x-amz-request-id", value);
+    }
+    let xml = res
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().ends_with(b"xml"));
+    if !(res.status().is_client_error() || res.status().is_server_error()) || !xml {
+        return;
+    }
+    let Some(document) = res.body().bytes() else {
+        return;
+    };
+    if let Some(stamped) = with_request_id(&document, id) {
+        res.headers_mut().remove(CONTENT_LENGTH);
+        *res.body_mut() = Body::from(stamped);
+    }
+}
+
+/// The error document `document` with `id` as its `<RequestId>` (one it had replaced); `None` for a body that is
+/// not an S3 `<Error>` document.
+fn with_request_id(document: &[u8], id: &str) -> Option<Bytes> {
+    let text = std::str::from_utf8(document).ok()?;
+    let end = text.rfind("</Error>")?;
+    let (mut head, tail) = (text[..end].to_owned(), &text[end..]);
+    if let Some(start) = head.find("<RequestId>")
+        && let Some(len) = head[start..].find("</RequestId>")
+    {
+        head.replace_range(start..start + len + "</RequestId>".len(), "");
+    }
+    Some(Bytes::from(format!(
+        "{head}<RequestId>{id}</RequestId>{tail}"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_documents_carry_the_request_id_once() {
+        let plain =
+            b"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey</Code></Error>";
+        assert_eq!(
+            with_request_id(plain, "AB12").unwrap(),
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey</Code>\
+             <RequestId>AB12</RequestId></Error>"
+        );
+        let backends = b"<Error><Code>NoSuchKey</Code><RequestId>backend</RequestId><Message>m</Message></Error>";
+        assert_eq!(
+            with_request_id(backends, "AB12").unwrap(),
+            "<Error><Code>NoSuchKey</Code><Message>m</Message><RequestId>AB12</RequestId></Error>"
+        );
+        assert!(with_request_id(b"<ListBucketResult/>", "AB12").is_none());
+        assert!(with_request_id(&[0xff, 0xfe], "AB12").is_none());
+    }
+
+    #[test]
+    fn presigned_urls_valid_for_over_a_week_are_refused() {
+        let refused = |q: &str| refusal(&format!("/b/k?{q}").parse().unwrap());
+        let err = refused("X-Amz-Expires=604801&X-Amz-Signature=s").unwrap();
+        assert_eq!(*err.code(), S3ErrorCode::AuthorizationQueryParametersError);
+        assert!(refused("X-Amz-Expires=604800").is_none());
+        assert!(refused("X-Amz-Expires=60").is_none());
+        assert!(refused("versionId=1").is_none());
+        assert!(refusal(&"/b/k".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn request_ids_look_like_s3s() {
+        let id = request_id();
+        assert_eq!(id.len(), 16);
+        assert!(
+            id.bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+        );
+    }
+}
