@@ -104,6 +104,18 @@ impl Gateway {
     }
 }
 
+/// The attributes a GetObjectAttributes asks for, one a name: s3s reads the `x-amz-object-attributes` header
+/// (`ETag,ObjectSize`) as one value, which the SDK would send on quoted, as a single unknown name.
+fn attribute_names(asked: &[ObjectAttributes]) -> Vec<ObjectAttributes> {
+    asked
+        .iter()
+        .flat_map(|a| a.as_str().split(','))
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(|name| ObjectAttributes::from(name.to_owned()))
+        .collect()
+}
+
 /// Names the tenant's virtual bucket where an answer would name the backend's.
 fn virtual_name(name: &mut Option<String>, tenant: &Tenant) {
     if name.is_some() {
@@ -159,6 +171,15 @@ s3_impl! {
         list_parts(ListPartsInput) -> ListPartsOutput.bucket,
         list_multipart_uploads(ListMultipartUploadsInput) -> ListMultipartUploadsOutput.bucket,
     ],
+
+    async fn get_object_attributes(
+        &self,
+        mut req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        self.route(&mut req, |i| &mut i.bucket).await?;
+        req.input.object_attributes = attribute_names(&req.input.object_attributes);
+        self.proxy.get_object_attributes(req).await
+    }
 
     async fn list_buckets(
         &self,
@@ -402,6 +423,19 @@ s3_impl! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attributes_asked_in_one_header_are_one_name_each() {
+        let asked = [
+            ObjectAttributes::from("ETag, ObjectSize".to_owned()),
+            ObjectAttributes::from("Checksum".to_owned()),
+        ];
+        let names: Vec<_> = attribute_names(&asked)
+            .iter()
+            .map(|a| a.as_str().to_owned())
+            .collect();
+        assert_eq!(names, ["ETag", "ObjectSize", "Checksum"]);
+    }
 
     #[test]
     fn copy_ranges_count_their_bytes() {

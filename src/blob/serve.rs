@@ -92,11 +92,7 @@ pub struct Service {
 pub fn service(db: PgPool, ring: Keyring, backend: &S3Endpoint) -> Service {
     let tenants = Tenants::listening(db.clone(), ring);
     let (quota, settler) = Quota::start(db);
-    let gateway = Gateway::new(
-        backend::client(backend, None),
-        tenants.clone(),
-        quota.clone(),
-    );
+    let gateway = Gateway::new(super::sdk::client(backend), tenants.clone(), quota.clone());
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(ChannelKeys(tenants.clone()));
     match Forward::new(backend, tenants.clone(), quota) {

@@ -841,3 +841,46 @@ async fn a_presigned_url_valid_for_over_a_week_is_refused_as_s3_does() -> Result
     assert_eq!(got.body.collect().await?.into_bytes().as_ref(), b"body");
     Ok(())
 }
+
+#[tokio::test]
+async fn object_attributes_answer_as_s3_does() -> Result<()> {
+    use aws_sdk_s3::types::ObjectAttributes;
+    let g = Gateway::start("attrs", "basic").await?;
+    let s3 = g.client();
+    let first = s3
+        .put_object()
+        .bucket(g.bucket())
+        .key("k")
+        .body(ByteStream::from_static(b"first"))
+        .send()
+        .await?;
+    g.put("k", b"second!".to_vec()).await.unwrap();
+    let attributes = |version: Option<&str>| {
+        s3.get_object_attributes()
+            .bucket(g.bucket())
+            .key("k")
+            .set_version_id(version.map(str::to_owned))
+            .object_attributes(ObjectAttributes::Etag)
+            .object_attributes(ObjectAttributes::ObjectSize)
+            .send()
+    };
+    let latest = attributes(None).await?;
+    assert_eq!(latest.object_size(), Some(7));
+    let old = attributes(first.version_id()).await?;
+    assert_eq!(old.object_size(), Some(5));
+    assert_eq!(
+        old.e_tag().map(|e| e.trim_matches('"')),
+        first.e_tag().map(|e| e.trim_matches('"'))
+    );
+    assert_eq!(old.version_id(), first.version_id());
+    let err = s3
+        .get_object_attributes()
+        .bucket("other")
+        .key("k")
+        .object_attributes(ObjectAttributes::ObjectSize)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(failure(&err), (404, "NoSuchBucket".into()));
+    Ok(())
+}
