@@ -164,8 +164,6 @@ s3_impl! {
         delete_object_tagging(DeleteObjectTaggingInput) -> DeleteObjectTaggingOutput,
     ],
     rename: [
-        list_objects(ListObjectsInput) -> ListObjectsOutput.name,
-        list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output.name,
         list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput.name,
         create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput.bucket,
         list_parts(ListPartsInput) -> ListPartsOutput.bucket,
@@ -179,6 +177,36 @@ s3_impl! {
         self.route(&mut req, |i| &mut i.bucket).await?;
         req.input.object_attributes = attribute_names(&req.input.object_attributes);
         self.proxy.get_object_attributes(req).await
+    }
+
+    async fn list_objects(
+        &self,
+        mut req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
+        let (prefix, marker) = (req.input.prefix.clone(), req.input.marker.clone());
+        let mut res = self.proxy.list_objects(req).await?;
+        let out = &mut res.output;
+        virtual_name(&mut out.name, &tenant);
+        // S3 names the prefix and marker it listed from, empty ones too; the backend may leave them out.
+        out.prefix = out.prefix.take().or(prefix).or_else(|| Some(String::new()));
+        out.marker = out.marker.take().or(marker).or_else(|| Some(String::new()));
+        Ok(res)
+    }
+
+    async fn list_objects_v2(
+        &self,
+        mut req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
+        let (prefix, token) = (req.input.prefix.clone(), req.input.continuation_token.clone());
+        let mut res = self.proxy.list_objects_v2(req).await?;
+        let out = &mut res.output;
+        virtual_name(&mut out.name, &tenant);
+        // As above: the prefix always, and the continuation token the client sent, even an empty one.
+        out.prefix = out.prefix.take().or(prefix).or_else(|| Some(String::new()));
+        out.continuation_token = out.continuation_token.take().or(token);
+        Ok(res)
     }
 
     async fn list_buckets(

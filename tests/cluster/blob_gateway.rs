@@ -884,3 +884,44 @@ async fn object_attributes_answer_as_s3_does() -> Result<()> {
     assert_eq!(failure(&err), (404, "NoSuchBucket".into()));
     Ok(())
 }
+
+#[tokio::test]
+async fn listings_name_the_prefix_marker_and_token_asked_for_even_empty_ones() -> Result<()> {
+    let g = Gateway::start("listing", "basic").await?;
+    g.put("a", b"a".to_vec()).await.unwrap();
+    let s3 = g.client();
+    // S3 always names the prefix (and, in version 1, the marker) it listed from.
+    let unasked = s3.list_objects().bucket(g.bucket()).send().await?;
+    let empty = s3
+        .list_objects()
+        .bucket(g.bucket())
+        .prefix("")
+        .marker("")
+        .send()
+        .await?;
+    for v1 in [&unasked, &empty] {
+        assert_eq!((v1.prefix(), v1.marker()), (Some(""), Some("")));
+        assert_eq!(v1.name(), Some(g.bucket()));
+        assert_eq!(v1.contents().len(), 1);
+    }
+    let asked = s3
+        .list_objects()
+        .bucket(g.bucket())
+        .prefix("a")
+        .send()
+        .await?;
+    assert_eq!(asked.prefix(), Some("a"));
+    // Version 2 names the prefix too, and the continuation token a client sent, even an empty one.
+    let unasked = s3.list_objects_v2().bucket(g.bucket()).send().await?;
+    assert_eq!(unasked.prefix(), Some(""));
+    assert_eq!(unasked.continuation_token(), None);
+    let empty = s3
+        .list_objects_v2()
+        .bucket(g.bucket())
+        .continuation_token("")
+        .send()
+        .await?;
+    assert_eq!(empty.continuation_token(), Some(""));
+    assert_eq!(empty.contents().len(), 1);
+    Ok(())
+}
