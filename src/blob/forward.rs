@@ -1,13 +1,15 @@
-//! The hot object operations (GetObject, HeadObject, PutObject) forwarded to the backend as they came, without the
-//! AWS SDK. Through the SDK (s3s-aws) every request was parsed into s3s's typed input, rebuilt as an SDK call that
+//! The hot object operations (GetObject, HeadObject, PutObject, DeleteObject) forwarded to the backend as they
+//! came, without the AWS SDK. Through the SDK (s3s-aws) every request was parsed into s3s's typed input, rebuilt as an SDK call that
 //! ran the SDK's orchestrator (endpoint rules, interceptors, retries, its own signing), and its answer parsed and
 //! written out again: for a small object that cost several times the backend's own work. Here the request, already
 //! authenticated by s3s (the channel's SigV4, header or presigned), is re-signed for the backend with the
 //! platform's key pair ([`aws_sigv4`]) and sent over a pooled HTTP/1 connection, its body streamed both ways; only
 //! the listed headers cross in either direction, so nothing a tenant adds reaches the backend and nothing of the
 //! backend's (its bucket name included) reaches the tenant. The gateway's rules hold as on every other operation:
-//! a key reaches only its own channel's bucket ([`Tenant::enter`]), and a PUT reserves its bytes against the
-//! owner's quota before any byte reaches the backend ([`Quota::counted`]).
+//! a key reaches only its own channel's bucket ([`Tenant::enter`]), a PUT reserves its bytes against the owner's
+//! quota before any byte reaches the backend ([`Quota::counted`]), and deleting a version by id frees its bytes.
+//! DELETEs take this path for a reason of their own too: the SDK refuses a key made only of whitespace (its
+//! endpoint parameters count it as missing), which S3 and the backend take.
 //!
 //! Only plain requests take this path ([`forwards`]): a query or header that makes the request another operation
 //! (a copy, a part, tagging, ACLs), asks for response header overrides or a part number, or carries an aws-chunked
@@ -37,7 +39,7 @@ use s3s::route::S3Route;
 use s3s::{Body, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use slipway_controllers::blob::backend::{REGION, S3Endpoint};
 
-use super::quota::Quota;
+use super::quota::{Quota, Settlement};
 use super::tenants::{Tenant, Tenants};
 
 /// Longest an idle connection to the backend is kept.
@@ -153,12 +155,13 @@ const RESPONSE_HEADERS: [&str; 39] = [
 ];
 const META_PREFIX: &str = "x-amz-meta-";
 
-/// Whether a request (already authenticated) takes this path: a GET, HEAD or PUT of an object, path-style, whose
-/// query holds nothing but a version id (reads only), the SDKs' `x-id` and a presigned URL's signature, and, for a
-/// PUT, that is not a copy and has a plain body.
+/// Whether a request (already authenticated) takes this path: a GET, HEAD, DELETE or PUT of an object,
+/// path-style, whose query holds nothing but a version id (not on a PUT), the SDKs' `x-id` and a presigned URL's
+/// signature, and, for a PUT, that is not a copy and has a plain body.
 pub fn forwards(method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
     let read = *method == Method::GET || *method == Method::HEAD;
-    if !read && *method != Method::PUT {
+    let versioned = read || *method == Method::DELETE;
+    if !versioned && *method != Method::PUT {
         return false;
     }
     let Some((bucket, key)) = uri.path().strip_prefix('/').and_then(|p| p.split_once('/')) else {
@@ -171,13 +174,13 @@ pub fn forwards(method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
         let name = pair.split_once('=').map_or(pair, |(name, _)| name);
         name.is_empty()
             || name == "x-id"
-            || (read && name == "versionId")
+            || (versioned && name == "versionId")
             || PRESIGNED.contains(&name)
     });
     if !plain_query {
         return false;
     }
-    if read {
+    if versioned {
         return true;
     }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -232,41 +235,40 @@ impl Forward {
         tenant: &Tenant,
         req: &mut S3Request<Body>,
     ) -> S3Result<Request<Body>> {
-        let path = percent_decode_str(req.uri.path())
-            .decode_utf8()
-            .map_err(|_| s3_error!(InvalidURI))?;
-        let (bucket, key) = path
-            .strip_prefix('/')
-            .and_then(|p| p.split_once('/'))
-            .ok_or_else(|| s3_error!(InvalidURI))?;
-        let mut bucket = bucket.to_owned();
+        let (mut bucket, key) = object_path(&req.uri)?;
         tenant.enter(&mut bucket)?;
-        let mut uri = format!("{}/{bucket}/{}", self.base, utf8_percent_encode(key, PATH));
-        let read = req.method != Method::PUT;
-        if read && let Some(version) = query_value(&req.uri, "versionId") {
-            uri.push_str("?versionId=");
-            uri.extend(utf8_percent_encode(&version, QUERY_VALUE));
-        }
+        let write = req.method == Method::PUT;
+        let uri = self.object_uri(
+            &bucket,
+            &key,
+            query_value(&req.uri, "versionId")
+                .filter(|_| !write)
+                .as_deref(),
+        );
         let mut headers = HeaderMap::new();
-        let listed: &[&str] = if read { &READ_HEADERS } else { &WRITE_HEADERS };
+        let listed: &[&str] = match req.method {
+            Method::PUT => &WRITE_HEADERS,
+            Method::DELETE => &[],
+            _ => &READ_HEADERS,
+        };
         for (name, value) in &req.headers {
             let name_str = name.as_str();
             if REQUEST_HEADERS.contains(&name_str)
                 || listed.contains(&name_str)
-                || (!read && name_str.starts_with(META_PREFIX))
+                || (write && name_str.starts_with(META_PREFIX))
             {
                 headers.append(name.clone(), value.clone());
             }
         }
-        if !read && !headers.contains_key(CONTENT_LENGTH) {
+        if write && !headers.contains_key(CONTENT_LENGTH) {
             return Err(s3_error!(MissingContentLength));
         }
         let payload = match req.headers.get("x-amz-content-sha256") {
-            Some(hash) if !read && is_sha256(hash.as_bytes()) => {
+            Some(hash) if write && is_sha256(hash.as_bytes()) => {
                 // The client signed its body's hash: the backend checks the body against it.
                 SignableBody::Precomputed(String::from_utf8_lossy(hash.as_bytes()).into_owned())
             }
-            _ if read => SignableBody::Bytes(&[]),
+            _ if !write => SignableBody::Bytes(&[]),
             _ => SignableBody::UnsignedPayload,
         };
         let signed = self.sign(&req.method, &uri, &headers, payload)?;
@@ -278,6 +280,42 @@ impl Forward {
         *out.headers_mut() = headers;
         signed.apply_to_request_http1x(&mut out);
         Ok(out)
+    }
+
+    /// The backend's URL of `key` in `bucket` (the backend's name), of `version` if given.
+    fn object_uri(&self, bucket: &str, key: &str, version: Option<&str>) -> String {
+        let mut uri = format!("{}/{bucket}/{}", self.base, utf8_percent_encode(key, PATH));
+        if let Some(version) = version {
+            uri.push_str("?versionId=");
+            uri.extend(utf8_percent_encode(version, QUERY_VALUE));
+        }
+        uri
+    }
+
+    /// Bytes of a stored version (0 for a delete marker or when it cannot be read), as the SDK path's
+    /// `stored_size` but for any key.
+    async fn stored_size(&self, bucket: &str, key: &str, version: &str) -> i64 {
+        let uri = self.object_uri(bucket, key, Some(version));
+        let Ok(signed) = self.sign(
+            &Method::HEAD,
+            &uri,
+            &HeaderMap::new(),
+            SignableBody::Bytes(&[]),
+        ) else {
+            return 0;
+        };
+        let Ok(mut head) = Request::builder()
+            .method(Method::HEAD)
+            .uri(uri)
+            .body(Body::empty())
+        else {
+            return 0;
+        };
+        signed.apply_to_request_http1x(&mut head);
+        match self.client.request(head).await {
+            Ok(res) if res.status().is_success() => content_length(res.headers()).unwrap_or(0),
+            _ => 0,
+        }
     }
 
     /// How to sign a request of `method` to `uri` with `headers` and `payload` for the backend.
@@ -337,6 +375,30 @@ impl Forward {
     }
 }
 
+impl Forward {
+    /// Sends a DELETE of an object: without a version it adds a marker and frees nothing; a version deleted by id
+    /// frees its bytes before the answer.
+    async fn delete(
+        &self,
+        tenant: &Tenant,
+        req: &S3Request<Body>,
+        backend_req: Request<Body>,
+    ) -> S3Result<S3Response<Body>> {
+        let Some(version) = query_value(&req.uri, "versionId") else {
+            return self.send(backend_req).await;
+        };
+        let (_, key) = object_path(&req.uri)?;
+        let bytes = self
+            .stored_size(&tenant.backend_bucket, &key, &version)
+            .await;
+        self.quota
+            .counted(tenant, 0, async {
+                Ok((self.send(backend_req).await?, Settlement::Delta(-bytes)))
+            })
+            .await
+    }
+}
+
 #[async_trait::async_trait]
 impl S3Route for Forward {
     fn is_match(
@@ -352,14 +414,29 @@ impl S3Route for Forward {
     async fn call(&self, mut req: S3Request<Body>) -> S3Result<S3Response<Body>> {
         let tenant = self.tenants.signer(req.credentials.as_ref()).await?;
         let backend_req = self.backend_request(&tenant, &mut req)?;
-        if req.method != Method::PUT {
-            return self.send(backend_req).await;
+        match req.method {
+            Method::PUT => {
+                let bytes = content_length(backend_req.headers())?;
+                self.quota
+                    .write(&tenant, bytes, self.send(backend_req))
+                    .await
+            }
+            Method::DELETE => self.delete(&tenant, &req, backend_req).await,
+            _ => self.send(backend_req).await,
         }
-        let bytes = content_length(backend_req.headers())?;
-        self.quota
-            .write(&tenant, bytes, self.send(backend_req))
-            .await
     }
+}
+
+/// The bucket and key a path-style object URL names, decoded.
+fn object_path(uri: &Uri) -> S3Result<(String, String)> {
+    let path = percent_decode_str(uri.path())
+        .decode_utf8()
+        .map_err(|_| s3_error!(InvalidURI))?;
+    let (bucket, key) = path
+        .strip_prefix('/')
+        .and_then(|p| p.split_once('/'))
+        .ok_or_else(|| s3_error!(InvalidURI))?;
+    Ok((bucket.to_owned(), key.to_owned()))
 }
 
 /// The (first) value of query parameter `name`, decoded.
@@ -465,6 +542,12 @@ mod tests {
         assert!(takes(Method::GET, "/b/k", &[]));
         assert!(takes(Method::GET, "/b/dir/k.txt?x-id=GetObject", &[]));
         assert!(takes(Method::HEAD, "/b/k?versionId=abc", &[]));
+        assert!(takes(Method::DELETE, "/b/k", &[]));
+        assert!(takes(
+            Method::DELETE,
+            "/b/%20?versionId=abc&x-id=DeleteObject",
+            &[]
+        ));
         assert!(takes(
             Method::GET,
             "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=a&X-Amz-Date=d&X-Amz-Expires=300\
@@ -488,7 +571,10 @@ mod tests {
         assert!(!takes(Method::HEAD, "/b/", &[]));
         assert!(!takes(Method::PUT, "/b", &[]));
         // Other operations on objects.
-        assert!(!takes(Method::DELETE, "/b/k", &[]));
+        assert!(!takes(Method::DELETE, "/b", &[]));
+        assert!(!takes(Method::DELETE, "/b/k?tagging", &[]));
+        assert!(!takes(Method::DELETE, "/b/k?uploadId=u", &[]));
+        assert!(!takes(Method::POST, "/b?delete", &[]));
         assert!(!takes(Method::POST, "/b/k?uploads", &[]));
         assert!(!takes(Method::GET, "/b/k?tagging", &[]));
         assert!(!takes(Method::GET, "/b/k?acl", &[]));

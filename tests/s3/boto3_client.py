@@ -1,9 +1,11 @@
 """Drives a channel's bucket through slipway's S3 gateway with boto3, as a tenant's Python code would.
 
-Usage: boto3_client.py full|probe|read KEY|write KEY BODY|delete KEY, with S3_ENDPOINT, S3_BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY in
-the environment. With SLIPWAY_RESOLVE=<host>=<ip> the endpoint's host name is resolved to <ip> (the public
-endpoint's name exists only in the test). Prints one line: "ok" (`read`: "ok " and the object's body), or
-"error <status> <code>" for an S3 error. Any other failure raises, so the test sees the traceback.
+Usage: boto3_client.py full|probe|read KEY|write KEY BODY|delete KEY|put-version KEY BODY|delete-version KEY VERSION|
+versions PREFIX, with S3_ENDPOINT, S3_BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY in the environment. With
+SLIPWAY_RESOLVE=<host>=<ip> the endpoint's host name is resolved to <ip> (the public endpoint's name exists only in
+the test). Prints one line: "ok" (`read`: "ok " and the object's body; `put-version` and `delete-version`: "ok "
+and the version's id; `versions`: "ok " and a JSON list of [key, version id] pairs), or "error <status> <code>" for
+an S3 error. Any other failure raises, so the test sees the traceback.
 """
 
 import hashlib
@@ -118,4 +120,29 @@ def delete():
     answer(lambda: s3.delete_object(Bucket=BUCKET, Key=sys.argv[2]) and None)
 
 
-{"full": full, "probe": probe, "read": read, "write": write, "delete": delete}[sys.argv[1]]()
+def put_version():
+    answer(lambda: s3.put_object(Bucket=BUCKET, Key=sys.argv[2], Body=sys.argv[3].encode())["VersionId"])
+
+
+def delete_version():
+    answer(lambda: s3.delete_object(Bucket=BUCKET, Key=sys.argv[2], VersionId=sys.argv[3])["VersionId"])
+
+
+def versions():
+    def listed():
+        found = s3.list_object_versions(Bucket=BUCKET, Prefix=sys.argv[2]).get("Versions", [])
+        return json.dumps([[v["Key"], v["VersionId"]] for v in found])
+
+    answer(listed)
+
+
+{
+    "full": full,
+    "probe": probe,
+    "read": read,
+    "write": write,
+    "delete": delete,
+    "put-version": put_version,
+    "delete-version": delete_version,
+    "versions": versions,
+}[sys.argv[1]]()
