@@ -15,6 +15,7 @@ pub mod edge;
 pub mod env;
 pub mod exports;
 pub mod git;
+pub mod jobs;
 pub mod mcp;
 pub mod mirror;
 pub mod oauth;

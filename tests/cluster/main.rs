@@ -26,6 +26,7 @@ mod forward;
 mod git;
 mod history;
 mod internal;
+mod jobs;
 mod kubectl;
 mod leader;
 mod mcp;
