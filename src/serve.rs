@@ -391,6 +391,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
             tokio::spawn(crate::postgres::nightly::run(state.clone()));
         }
     }
+    tokio::spawn(crate::jobs::kinds::run(state.clone()));
     tokio::spawn(crate::git::gc::run(
         state.clone(),
         args.git_gc_prune.clone(),

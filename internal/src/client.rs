@@ -31,9 +31,6 @@ impl InternalEndpoint {
     }
 }
 
-/// Longest the operator waits for a pre-deploy snapshot (a large database's dump).
-pub const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-
 /// What went wrong calling the internal listener.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
@@ -230,7 +227,8 @@ impl InternalClient {
         }
     }
 
-    /// Takes the deploy's `pre_deploy` snapshot (once; later calls answer the same), waiting for the dump.
+    /// Starts the deploy's `pre_deploy` checkpoint (once; later calls answer the same) and answers how it is: done,
+    /// skipped, failed, or still running (ask again).
     pub async fn pre_deploy_snapshot(
         &self,
         deploy_id: &str,
@@ -239,9 +237,19 @@ impl InternalClient {
         let req = self
             .http
             .put(self.url(&format!("/deploys/{deploy_id}/postgres-snapshot")))
-            .timeout(SNAPSHOT_TIMEOUT)
             .json(request);
         self.json(req).await
+    }
+
+    /// Stops the deploy's `pre_deploy` checkpoint if it still runs (the deploy gave up on it).
+    pub async fn cancel_pre_deploy_snapshot(&self, deploy_id: &str) -> Result<(), CallError> {
+        let req = self
+            .http
+            .delete(self.url(&format!("/deploys/{deploy_id}/postgres-snapshot")));
+        match self.send(req).await {
+            Ok(_) | Err(CallError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Records a container generation of a channel (or its new state); `NotFound` when the app is gone.

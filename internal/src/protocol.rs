@@ -147,6 +147,11 @@ pub enum PreDeploySnapshot {
         /// Why.
         reason: String,
     },
+    /// The checkpoint runs (as a job of the API's, which goes on whoever asks): ask again.
+    Running {
+        /// How far it is, in words: "1.2 GiB of 2.5 GiB, 38 s", "queued".
+        progress: String,
+    },
 }
 
 /// Body of `PUT /internal/v1/runtime/containers/{container_id}`: the operator's log archive records a generation of

@@ -100,6 +100,7 @@ pub struct AppState {
     inner: Arc<Inner>,
     guard: Arc<Guard>,
     mirrors: Arc<Mirrors>,
+    jobs: Arc<crate::jobs::Runner>,
 }
 
 /// The limits in force and the per-token buckets they fill.
@@ -200,7 +201,19 @@ impl AppState {
             }),
             guard: Arc::new(Guard::new(Limits::default())),
             mirrors: Arc::new(Mirrors::default()),
+            jobs: Arc::new(crate::jobs::Runner::new(crate::jobs::Timing::default())),
         }
+    }
+
+    /// The same state with a job runner of this timing (before its loop starts: [`crate::jobs::kinds::run`]).
+    pub fn with_job_timing(mut self, timing: crate::jobs::Timing) -> Self {
+        self.jobs = Arc::new(crate::jobs::Runner::new(timing));
+        self
+    }
+
+    /// This process's job runner.
+    pub fn jobs(&self) -> &Arc<crate::jobs::Runner> {
+        &self.jobs
     }
 
     /// Tokens read from the platform database, kept in memory (revocations and account changes clear it).

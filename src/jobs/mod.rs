@@ -21,6 +21,7 @@
 //!   only reads the row, so a client that goes away, or a request cut short, leaves the job running; the job's own
 //!   task belongs to the runner, not to the request.
 
+pub mod kinds;
 pub mod runner;
 pub mod store;
 
@@ -206,6 +207,18 @@ impl NewJob {
             params: Value::Null,
             max_attempts: kind.max_attempts(),
         }
+    }
+}
+
+/// Runs `work` with `meanwhile` beside it (a loop that reads or tells progress, say) until `work` ends; what
+/// `work` returns.
+pub async fn alongside<T>(
+    work: impl Future<Output = T>,
+    meanwhile: impl Future<Output = std::convert::Infallible>,
+) -> T {
+    tokio::select! {
+        done = work => done,
+        never = meanwhile => match never {},
     }
 }
 

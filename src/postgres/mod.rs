@@ -4,7 +4,8 @@
 //!   both roles' passwords, sealed like env secrets.
 //! - [`settings`] is how the operator and the API server are told where the data server is.
 //! - [`snapshots`] takes `pg_dump -Fc` snapshots into the [`archive`] (the object store's system bucket) and
-//!   prunes them by plan; [`nightly`] takes the daily ones; [`restore`] puts one back in one transaction.
+//!   prunes them by plan, with the dump's [`progress`] read from the data server; [`nightly`] takes the daily
+//!   ones; [`restore`] puts one back in one transaction.
 //! - [`stream`] turns a client program's output into a response body that breaks when the program fails.
 //!
 //! Provisioning and dropping (with the channel) are the Channel reconciler's (`slipway_controllers::postgres`),
@@ -12,6 +13,7 @@
 
 pub mod archive;
 pub mod nightly;
+pub mod progress;
 pub mod restore;
 pub mod settings;
 pub mod snapshots;

@@ -12,7 +12,7 @@ use slipway_crds::plans::Plan;
 use super::snapshots::{Kind, Occasion, Parts};
 use super::store::Record;
 use crate::api::state::AppState;
-use crate::checkpoints::{self, SqlLeg};
+use crate::checkpoints::{self, Legs, SqlLeg};
 
 /// How often the API server looks for databases due a nightly snapshot.
 pub const CHECK_EVERY: Duration = Duration::from_secs(600);
@@ -94,18 +94,21 @@ async fn take_due(state: &AppState, parts: Parts<'_>) -> anyhow::Result<usize> {
                 continue;
             }
         };
-        let blob = checkpoints::blob_leg(state, channel, record.channel_id).await;
-        let sql = SqlLeg {
-            parts,
-            record: &record,
+        let legs = Legs {
+            sql: Some(SqlLeg {
+                parts,
+                record: &record,
+            }),
+            blob: checkpoints::blob_leg(state, channel, record.channel_id).await,
         };
+        let progress = crate::jobs::Progress::default();
         match checkpoints::take(
             parts.db,
             record.channel_id,
-            Some(sql),
-            blob,
+            legs,
             &occasion,
             plan,
+            &progress,
         )
         .await
         {

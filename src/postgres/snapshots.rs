@@ -11,7 +11,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::archive::{self, Archive};
+use super::progress::{DumpWatch, dump_session_name};
 use super::store::Record;
+use crate::jobs::Progress;
 
 /// Why a snapshot was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,23 +148,29 @@ where
     }
 }
 
-/// Takes the occasion's snapshot of `record`'s database, unless it has one; the snapshot either way. Pruning is
-/// the checkpoint's ([`crate::checkpoints`]).
+/// Takes the occasion's snapshot of `record`'s database, unless it has one; the snapshot either way. How far the
+/// dump has got goes into `progress` as it runs. Pruning is the checkpoint's ([`crate::checkpoints`]).
 pub async fn take(
     parts: Parts<'_>,
     record: &Record,
     occasion: &Occasion,
+    progress: &Progress,
 ) -> anyhow::Result<Snapshot> {
     if let Some(snapshot) = existing(parts.db, record.channel_id, occasion).await? {
         return Ok(snapshot);
     }
     let id = Uuid::new_v4();
     let key = archive::object_key(record.channel_id, id);
-    let dump = parts
+    let session = dump_session_name(id);
+    let mut dump = parts
         .server
         .dump_command(&record.db_name, DumpFormat::Custom);
+    dump.env("PGAPPNAME", &session);
+    let watch = DumpWatch::start(parts.server, &record.db_name, session).await?;
     let body = super::stream::stdout_of(dump, "pg_dump")?;
-    let size = parts.archive.upload(&key, body).await?;
+    let size = watch
+        .during(progress, Box::pin(parts.archive.upload(&key, body)))
+        .await?;
     let inserted: Option<Snapshot> = sqlx::query_as(
         "INSERT INTO postgres_snapshots (id, channel_id, app_id, kind, deploy_id, git_sha, object_key, size_bytes) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING *",

@@ -116,16 +116,16 @@ impl Fixture {
     async fn checkpoint(&self, git_sha: Option<&str>) -> Result<String> {
         let base = self.api.serve_internal().await?;
         let client = InternalClient::new(self.api.operator_endpoint(&base));
-        let answer = client
-            .pre_deploy_snapshot(
-                &Uuid::new_v4().to_string(),
-                &PreDeploySnapshotRequest {
-                    app_id: self.app_id.clone(),
-                    channel_id: self.prod_id.clone(),
-                    git_sha: git_sha.map(str::to_owned),
-                },
-            )
-            .await?;
+        let answer = support::pre_deploy_checkpoint(
+            &client,
+            &Uuid::new_v4().to_string(),
+            &PreDeploySnapshotRequest {
+                app_id: self.app_id.clone(),
+                channel_id: self.prod_id.clone(),
+                git_sha: git_sha.map(str::to_owned),
+            },
+        )
+        .await?;
         match answer {
             PreDeploySnapshot::Taken { snapshot_id } => Ok(snapshot_id),
             other => panic!("no checkpoint: {other:?}"),
@@ -719,5 +719,106 @@ async fn checkpoint_locks_and_their_waiters_leave_the_pool_to_requests() -> Resu
     for waiter in waiters {
         waiter.await??;
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_checkpoint_that_outlasts_a_request_runs_on_as_a_job_and_logs_its_progress() -> Result<()>
+{
+    let f = fixture("bigdump", "basic").await?;
+    // A few hundred MB, so that the dump takes seconds: well past the test API's one-second answer.
+    let mut app = f.database().await?;
+    execute(
+        &mut app,
+        "CREATE TABLE big AS SELECT g AS id, md5(g::text) || md5((g + 1)::text) AS body \
+         FROM generate_series(1, 2500000) g",
+    )
+    .await?;
+    let base = f.api.serve_internal().await?;
+    let operator = InternalClient::new(f.api.operator_endpoint(&base));
+    let deploy_id = Uuid::new_v4();
+    let request = PreDeploySnapshotRequest {
+        app_id: f.app_id.clone(),
+        channel_id: f.prod_id.clone(),
+        git_sha: None,
+    };
+    let first = operator
+        .pre_deploy_snapshot(&deploy_id.to_string(), &request)
+        .await?;
+    assert!(
+        matches!(first, PreDeploySnapshot::Running { .. }),
+        "the dump answered within a request: {first:?}"
+    );
+    // Nobody asks again: the job goes on by itself, and says how far it is in the deploy's log.
+    let db = f.api.state.db();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let log = loop {
+        let size = slipway::db::deploy_logs::size(db, deploy_id).await?;
+        let log = slipway::db::deploy_logs::read(db, deploy_id, 0, size).await?;
+        let log = String::from_utf8(log)?;
+        if log.contains("[snapshot] done") {
+            break log;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the checkpoint never finished: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // "[snapshot] 38 MiB of 210 MiB, 2 s", with some bytes done.
+    let progressed = log.lines().any(|line| {
+        line.strip_prefix("[snapshot] ")
+            .and_then(|rest| rest.split_once(" of "))
+            .is_some_and(|(done, rest)| {
+                done.ends_with("iB") && !done.starts_with("0 ") && rest.ends_with(" s")
+            })
+    });
+    assert!(progressed, "no progress line in {log}");
+    assert!(
+        log.starts_with("[snapshot] taking the pre-deploy checkpoint\n"),
+        "{log}"
+    );
+    let PreDeploySnapshot::Taken { snapshot_id } = operator
+        .pre_deploy_snapshot(&deploy_id.to_string(), &request)
+        .await?
+    else {
+        panic!("the finished checkpoint is not taken");
+    };
+    let rows = f.rows("postgres").await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["snapshot_id"], snapshot_id.as_str());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_skipped_checkpoint_says_why_in_the_deploy_log() -> Result<()> {
+    // A platform without a data server, a snapshot archive or object storage: nothing to keep.
+    let api = TestApi::start().await?;
+    let user = api.user("skiplog", "basic").await?;
+    let app = api.create_app(&user, "shop", "app").await;
+    let base = api.serve_internal().await?;
+    let operator = InternalClient::new(api.operator_endpoint(&base));
+    let deploy_id = Uuid::new_v4();
+    let answer = support::pre_deploy_checkpoint(
+        &operator,
+        &deploy_id.to_string(),
+        &PreDeploySnapshotRequest {
+            app_id: app["id"].as_str().unwrap().to_owned(),
+            channel_id: app["channels"][0]["id"].as_str().unwrap().to_owned(),
+            git_sha: None,
+        },
+    )
+    .await?;
+    let PreDeploySnapshot::Skipped { reason } = answer else {
+        panic!("expected a skipped checkpoint, got {answer:?}");
+    };
+    let db = api.state.db();
+    let size = slipway::db::deploy_logs::size(db, deploy_id).await?;
+    let log = String::from_utf8(slipway::db::deploy_logs::read(db, deploy_id, 0, size).await?)?;
+    assert_eq!(log, format!("[snapshot] no SQL snapshot: {reason}\n"));
+    assert!(
+        reason.contains("no data server or snapshot archive is configured"),
+        "{reason}"
+    );
     Ok(())
 }

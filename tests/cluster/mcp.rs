@@ -451,16 +451,16 @@ async fn a_registered_agent_builds_and_deploys_a_site_through_tools_alone() -> R
 async fn checkpoint(api: &TestApi, app_id: &str, channel_id: &str) -> Result<String> {
     let base = api.serve_internal().await?;
     let client = slipway_internal::InternalClient::new(api.operator_endpoint(&base));
-    let answer = client
-        .pre_deploy_snapshot(
-            &uuid::Uuid::new_v4().to_string(),
-            &slipway_internal::protocol::PreDeploySnapshotRequest {
-                app_id: app_id.to_owned(),
-                channel_id: channel_id.to_owned(),
-                git_sha: None,
-            },
-        )
-        .await?;
+    let answer = support::pre_deploy_checkpoint(
+        &client,
+        &uuid::Uuid::new_v4().to_string(),
+        &slipway_internal::protocol::PreDeploySnapshotRequest {
+            app_id: app_id.to_owned(),
+            channel_id: channel_id.to_owned(),
+            git_sha: None,
+        },
+    )
+    .await?;
     match answer {
         slipway_internal::protocol::PreDeploySnapshot::Taken { snapshot_id } => Ok(snapshot_id),
         other => anyhow::bail!("no checkpoint: {other:?}"),

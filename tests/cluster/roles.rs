@@ -699,16 +699,16 @@ async fn fixture() -> Result<Fixture> {
     api.state.set_snapshot_archive(archive);
     let operator =
         slipway_internal::InternalClient::new(api.operator_endpoint(&api.serve_internal().await?));
-    let snapshot_id = match operator
-        .pre_deploy_snapshot(
-            &uuid::Uuid::new_v4().to_string(),
-            &slipway_internal::protocol::PreDeploySnapshotRequest {
-                app_id: sql_app_id.clone(),
-                channel_id: sql_channel_id.clone(),
-                git_sha: None,
-            },
-        )
-        .await?
+    let snapshot_id = match support::pre_deploy_checkpoint(
+        &operator,
+        &uuid::Uuid::new_v4().to_string(),
+        &slipway_internal::protocol::PreDeploySnapshotRequest {
+            app_id: sql_app_id.clone(),
+            channel_id: sql_channel_id.clone(),
+            git_sha: None,
+        },
+    )
+    .await?
     {
         slipway_internal::protocol::PreDeploySnapshot::Taken { snapshot_id } => snapshot_id,
         other => anyhow::bail!("the shared app's snapshot was not taken: {other:?}"),

@@ -78,21 +78,26 @@ impl Snapshots {
     ) -> Result<PreDeploySnapshot> {
         let base = self.f.api.serve_internal().await?;
         let client = InternalClient::new(self.f.api.operator_endpoint(&base));
-        Ok(client
-            .pre_deploy_snapshot(
-                &Uuid::new_v4().to_string(),
-                &PreDeploySnapshotRequest {
-                    app_id: self.f.app_id.clone(),
-                    channel_id: channel_id.to_owned(),
-                    git_sha: git_sha.map(str::to_owned),
-                },
-            )
-            .await?)
+        support::pre_deploy_checkpoint(
+            &client,
+            &Uuid::new_v4().to_string(),
+            &PreDeploySnapshotRequest {
+                app_id: self.f.app_id.clone(),
+                channel_id: channel_id.to_owned(),
+                git_sha: git_sha.map(str::to_owned),
+            },
+        )
+        .await
     }
 
     /// Takes a pre-deploy snapshot of prod; its id.
     async fn snapshot(&self, git_sha: Option<&str>) -> Result<String> {
-        match self.pre_deploy(&self.f.prod_id, git_sha).await? {
+        self.snapshot_of(&self.f.prod_id, git_sha).await
+    }
+
+    /// Takes a pre-deploy snapshot of `channel_id`; its id.
+    async fn snapshot_of(&self, channel_id: &str, git_sha: Option<&str>) -> Result<String> {
+        match self.pre_deploy(channel_id, git_sha).await? {
             PreDeploySnapshot::Taken { snapshot_id } => Ok(snapshot_id),
             other => panic!("no snapshot: {other:?}"),
         }
@@ -814,7 +819,7 @@ async fn the_pre_deploy_route_is_the_operators_and_skips_what_it_cannot_keep() -
         channel_id: s.f.prod_id.clone(),
         git_sha: None,
     };
-    let first = operator.pre_deploy_snapshot(&deploy_id, &request).await?;
+    let first = support::pre_deploy_checkpoint(&operator, &deploy_id, &request).await?;
     let again = operator.pre_deploy_snapshot(&deploy_id, &request).await?;
     assert_eq!(first, again);
     assert_eq!(s.rows(&s.f.prod_id).await.len(), 1);
@@ -828,16 +833,16 @@ async fn the_pre_deploy_route_is_the_operators_and_skips_what_it_cannot_keep() -
     assert_eq!(s.rows(&s.f.prod_id).await.len(), 1);
     // A channel whose database is not there yet: skipped, and the deploy goes on.
     let unready = s.f.new_channel("fresh").await;
-    let skipped = operator
-        .pre_deploy_snapshot(
-            &Uuid::new_v4().to_string(),
-            &PreDeploySnapshotRequest {
-                app_id: s.f.app_id.clone(),
-                channel_id: unready.clone(),
-                git_sha: None,
-            },
-        )
-        .await?;
+    let skipped = support::pre_deploy_checkpoint(
+        &operator,
+        &Uuid::new_v4().to_string(),
+        &PreDeploySnapshotRequest {
+            app_id: s.f.app_id.clone(),
+            channel_id: unready.clone(),
+            git_sha: None,
+        },
+    )
+    .await?;
     // It may have become ready in between; then the snapshot is taken. Either way nothing fails.
     assert!(
         !matches!(skipped, PreDeploySnapshot::Failed { .. }),
@@ -845,9 +850,8 @@ async fn the_pre_deploy_route_is_the_operators_and_skips_what_it_cannot_keep() -
     );
     // The snapshot store down: the snapshot fails, and says so (the operator fails the deploy).
     s.backend.pause();
-    let failed = operator
-        .pre_deploy_snapshot(&Uuid::new_v4().to_string(), &request)
-        .await?;
+    let failed =
+        support::pre_deploy_checkpoint(&operator, &Uuid::new_v4().to_string(), &request).await?;
     s.backend.resume().await?;
     match failed {
         PreDeploySnapshot::Failed { reason } => assert!(

@@ -72,6 +72,8 @@ pub struct TestApi {
     /// The namespace of those two ServiceAccounts.
     pub callers_namespace: TestNamespace,
     namespaces: std::sync::Mutex<Vec<String>>,
+    /// The API's job runner, stopped with the API.
+    _jobs: tokio_util::task::AbortOnDropHandle<()>,
     _db: TestDatabase,
 }
 
@@ -160,6 +162,36 @@ pub async fn send_to(router: &axum::Router, req: Request<Body>) -> Reply {
         body,
     }
 }
+
+/// Asks for a deploy's pre-deploy checkpoint the way the operator does, again while it runs, until it is done (or
+/// a minute has passed); its last answer.
+pub async fn pre_deploy_checkpoint(
+    client: &slipway_internal::InternalClient,
+    deploy_id: &str,
+    request: &slipway_internal::protocol::PreDeploySnapshotRequest,
+) -> Result<slipway_internal::protocol::PreDeploySnapshot> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let answer = Box::pin(client.pre_deploy_snapshot(deploy_id, request)).await?;
+        if !matches!(
+            answer,
+            slipway_internal::protocol::PreDeploySnapshot::Running { .. }
+        ) || tokio::time::Instant::now() > deadline
+        {
+            return Ok(answer);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The test APIs' job runner: leases that lapse within a test, and an answer to a caller within a second, so a
+/// checkpoint of a few hundred MB outlasts a request the way a large one does in production.
+pub const JOB_TIMING: slipway::jobs::Timing = slipway::jobs::Timing {
+    lease: std::time::Duration::from_secs(3),
+    heartbeat: std::time::Duration::from_millis(500),
+    poll: std::time::Duration::from_millis(500),
+    answer_within: std::time::Duration::from_secs(1),
+};
 
 /// An API process's state on the database at `db_url` and the repositories under `repos_dir`, with a cache of its
 /// own, checking internal callers against the `operator` and `edge` ServiceAccounts of `callers_namespace`.
@@ -271,7 +303,12 @@ impl TestApi {
             slipway_testkit::service_accounts::token_for(&kube, ns, "operator", DEFAULT_AUDIENCE),
             slipway_testkit::service_accounts::token_for(&kube, ns, "edge", DEFAULT_AUDIENCE),
         )?;
-        let state = api_state(db.url(), &kube, &repos_dir, &keyring_line, ns).await?;
+        let state = api_state(db.url(), &kube, &repos_dir, &keyring_line, ns)
+            .await?
+            .with_job_timing(JOB_TIMING);
+        let jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            slipway::jobs::kinds::run(state.clone()),
+        ));
         let router = slipway::api::router(state.clone());
         let internal_router = slipway::api::internal_router(state.clone());
         Ok(Self {
@@ -285,6 +322,7 @@ impl TestApi {
             edge_token,
             callers_namespace,
             namespaces: Default::default(),
+            _jobs: jobs,
             _db: db,
         })
     }

@@ -6,6 +6,7 @@
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
@@ -84,11 +85,30 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
     if let Some(settings) = &ctx.postgres {
         env.extend(crate::postgres::container_env(ctx, settings, &scene.channel).await?);
     }
-    if (ctx.postgres.is_some() || ctx.blob.is_some())
-        && let Some(reason) = pre_deploy_snapshot(ctx, scene).await?
-    {
-        fail(ctx, deploy, &reason).await?;
-        return Ok(Action::await_change());
+    if ctx.postgres.is_some() || ctx.blob.is_some() {
+        match pre_deploy_snapshot(ctx, scene).await? {
+            Checkpoint::Done => {}
+            Checkpoint::Failed(reason) => {
+                fail(ctx, deploy, &reason).await?;
+                return Ok(Action::await_change());
+            }
+            Checkpoint::Running(progress) => {
+                let started = deploy.status.as_ref().and_then(|s| s.started_at.as_ref());
+                if past_deadline(started.map(|t| t.0), Timestamp::now(), DEPLOY_DEADLINE) {
+                    let uid = deploy.uid().ok_or(Error::Incomplete("uid"))?;
+                    ctx.internal.cancel_pre_deploy_snapshot(&uid).await?;
+                    let reason = format!(
+                        "the deploy passed its deadline of {} min waiting for the pre-deploy checkpoint, \
+                         which got to {progress}",
+                        DEPLOY_DEADLINE.as_secs() / 60
+                    );
+                    fail(ctx, deploy, &reason).await?;
+                    return Ok(Action::await_change());
+                }
+                // The checkpoint is the API's job, which sends no event: look again shortly.
+                return Ok(Action::requeue(POLL));
+            }
+        }
     }
     let release = Release {
         deploy,
@@ -120,9 +140,23 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
     }
 }
 
-/// Takes the deploy's `pre_deploy` checkpoint (the channel's database and bucket) before its new container starts
-/// (the API server takes it once; later calls answer the same); why the deploy must fail when the dump failed.
-async fn pre_deploy_snapshot(ctx: &Context, scene: &Scene) -> Result<Option<String>, Error> {
+/// How long after it started a deploy may still wait for its pre-deploy checkpoint; past it the deploy fails,
+/// saying what it waited for, and the channel's next deploy can run.
+pub const DEPLOY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+
+/// Where a deploy's pre-deploy checkpoint is.
+enum Checkpoint {
+    /// Taken, or nothing to take: the deploy goes on.
+    Done,
+    /// Still running, this far: the deploy waits.
+    Running(String),
+    /// The dump failed, for this reason: the deploy must not start a container that may migrate data nobody kept.
+    Failed(String),
+}
+
+/// Starts (or asks after) the deploy's `pre_deploy` checkpoint of the channel's database and bucket, which the API
+/// server takes as a job before the new container starts; where it is.
+async fn pre_deploy_snapshot(ctx: &Context, scene: &Scene) -> Result<Checkpoint, Error> {
     let deploy = scene.deploy.as_ref();
     let request = PreDeploySnapshotRequest {
         app_id: scene.app.uid().ok_or(Error::Incomplete("uid"))?,
@@ -136,14 +170,23 @@ async fn pre_deploy_snapshot(ctx: &Context, scene: &Scene) -> Result<Option<Stri
     let uid = deploy.uid().ok_or(Error::Incomplete("uid"))?;
     Ok(
         match ctx.internal.pre_deploy_snapshot(&uid, &request).await? {
-            PreDeploySnapshot::Taken { .. } => None,
-            PreDeploySnapshot::Skipped { reason } => {
-                tracing::debug!(deploy = %deploy.name_any(), %reason, "no pre-deploy snapshot");
-                None
-            }
-            PreDeploySnapshot::Failed { reason } => Some(reason),
+            PreDeploySnapshot::Taken { .. } | PreDeploySnapshot::Skipped { .. } => Checkpoint::Done,
+            PreDeploySnapshot::Running { progress } => Checkpoint::Running(progress),
+            PreDeploySnapshot::Failed { reason } => Checkpoint::Failed(reason),
         },
     )
+}
+
+/// Whether a deploy that started at `started` (unknown: not yet) has passed `deadline` at `now`.
+fn past_deadline(
+    started: Option<Timestamp>,
+    now: Timestamp,
+    deadline: std::time::Duration,
+) -> bool {
+    started.is_some_and(|started| {
+        std::time::Duration::try_from(now.duration_since(started))
+            .is_ok_and(|waited| waited > deadline)
+    })
 }
 
 /// Whether the channel's route serves only the new version: every ready endpoint of its Service is a pod of
@@ -187,4 +230,39 @@ pub async fn owner_plan(ctx: &Context, namespace: &str) -> Result<&'static Plan,
             labels::PLAN
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deploy_passes_its_deadline_only_once_it_has_waited_longer() {
+        let started: Timestamp = "2026-12-02T03:00:00Z".parse().unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        let at = |s: &str| s.parse::<Timestamp>().unwrap();
+        assert!(!past_deadline(
+            Some(started),
+            at("2026-12-02T03:59:59Z"),
+            hour
+        ));
+        assert!(!past_deadline(
+            Some(started),
+            at("2026-12-02T04:00:00Z"),
+            hour
+        ));
+        assert!(past_deadline(
+            Some(started),
+            at("2026-12-02T04:00:01Z"),
+            hour
+        ));
+        assert!(
+            !past_deadline(None, at("2026-12-03T00:00:00Z"), hour),
+            "not started"
+        );
+        assert!(
+            !past_deadline(Some(started), at("2026-12-02T02:00:00Z"), hour),
+            "a clock behind the start is no wait"
+        );
+    }
 }

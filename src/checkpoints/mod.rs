@@ -16,9 +16,12 @@ use slipway_crds::plans::Plan;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+pub mod pre_deploy;
+
 use crate::api::state::AppState;
 use crate::blob::bucket::Bucket;
 use crate::blob::checkpoints::{self as markers, Marker, Owner};
+use crate::jobs::Progress;
 use crate::postgres::snapshots::{self, Occasion, Parts, Snapshot};
 use crate::postgres::store::Record;
 
@@ -83,21 +86,29 @@ async fn try_blob_leg(
 }
 
 /// Takes the occasion's checkpoint of the legs given (a leg the occasion already has is not taken again), then
-/// prunes the channel to `plan`.
+/// prunes the channel to `plan`. The dump's progress goes into `progress`.
 pub async fn take(
     db: &PgPool,
     channel_id: Uuid,
-    sql: Option<SqlLeg<'_>>,
-    blob: Option<BlobLeg>,
+    legs: Legs<'_>,
     occasion: &Occasion,
     plan: &Plan,
+    progress: &Progress,
 ) -> anyhow::Result<Checkpoint> {
     exclusively(
         db,
         channel_id,
-        take_locked(db, channel_id, sql, blob, occasion, plan),
+        take_locked(db, channel_id, legs, occasion, plan, progress),
     )
     .await?
+}
+
+/// The legs a checkpoint takes.
+pub struct Legs<'a> {
+    /// The SQL leg, when the channel's database can be dumped.
+    pub sql: Option<SqlLeg<'a>>,
+    /// The bucket leg, when the channel's bucket is ready.
+    pub blob: Option<BlobLeg>,
 }
 
 /// Runs `work` holding the channel's checkpoint lock (a Postgres advisory lock): checkpoints, prunes and restores
@@ -143,10 +154,10 @@ const LOCK_SPACE: i32 = 0x636b_7074;
 async fn take_locked(
     db: &PgPool,
     channel_id: Uuid,
-    sql: Option<SqlLeg<'_>>,
-    blob: Option<BlobLeg>,
+    Legs { sql, blob }: Legs<'_>,
     occasion: &Occasion,
     plan: &Plan,
+    progress: &Progress,
 ) -> anyhow::Result<Checkpoint> {
     let mut checkpoint = Checkpoint {
         marker: markers::existing(db, channel_id, occasion).await?,
@@ -171,7 +182,7 @@ async fn take_locked(
         _ => None,
     };
     if let Some(leg) = &sql {
-        checkpoint.sql = Some(snapshots::take(leg.parts, leg.record, occasion).await?);
+        checkpoint.sql = Some(snapshots::take(leg.parts, leg.record, occasion, progress).await?);
     }
     if let (Some(listing), Some(leg)) = (&listing, &blob) {
         let pg_snapshot_id = checkpoint.sql.as_ref().map(|s| s.id);
