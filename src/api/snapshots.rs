@@ -305,27 +305,34 @@ async fn restore_snapshot(
     let record = ready_record(&channel, channel_id, &state).await?;
     super::postgres::confirm(&request.confirm_db_name, &record)?;
     require_restorable(&state, &app, &channel, channel_id).await?;
-    let snapshot = snapshot_of(&state, channel_id, request.snapshot_id).await?;
-    let key = snapshot.object_key.clone().ok_or_else(|| {
-        ApiError::Missing(
-            "snapshot_not_found",
-            "the snapshot has no stored file".into(),
-        )
-    })?;
+    snapshot_of(&state, channel_id, request.snapshot_id).await?;
     require_idle(&state, &app, &channel).await?;
-    let file = archive(&state)?.download(&key).await.map_err(unavailable)?;
-    crate::postgres::restore::restore(server, &record.names(), file)
-        .await
-        .map_err(|e| {
-            // The programs' words stay in the log: they can quote the dump's rows and the server's internals.
-            let failed = e.downcast_ref::<crate::postgres::restore::RestoreFailed>();
-            tracing::warn!(%channel_id, snapshot_id = %snapshot.id, error = %e,
-                detail = failed.map(|f| f.detail.as_str()), "restore failed");
-            let summary = failed.map_or("the data server could not be used", |f| f.summary);
-            ApiError::PostgresUnavailable(format!(
-                "the restore did not complete ({summary}); the database is unchanged"
-            ))
+    // Under the channel's checkpoint lock, so no prune removes the file this restore reads; the snapshot is looked
+    // up again there, since a checkpoint may have pruned it meanwhile.
+    let snapshot = crate::checkpoints::exclusively(state.db(), channel_id, async {
+        let snapshot = snapshot_of(&state, channel_id, request.snapshot_id).await?;
+        let key = snapshot.object_key.clone().ok_or_else(|| {
+            ApiError::Missing(
+                "snapshot_not_found",
+                "the snapshot has no stored file".into(),
+            )
         })?;
+        let file = archive(&state)?.download(&key).await.map_err(unavailable)?;
+        crate::postgres::restore::restore(server, &record.names(), file)
+            .await
+            .map_err(|e| {
+                // The programs' words stay in the log: they can quote the dump's rows and the server's internals.
+                let failed = e.downcast_ref::<crate::postgres::restore::RestoreFailed>();
+                tracing::warn!(%channel_id, snapshot_id = %snapshot.id, error = %e,
+                    detail = failed.map(|f| f.detail.as_str()), "restore failed");
+                let summary = failed.map_or("the data server could not be used", |f| f.summary);
+                ApiError::PostgresUnavailable(format!(
+                    "the restore did not complete ({summary}); the database is unchanged"
+                ))
+            })?;
+        Ok::<_, ApiError>(snapshot)
+    })
+    .await??;
     crate::db::audit::record(
         state.db(),
         &caller,

@@ -228,8 +228,8 @@ pub async fn retention_expired(
         .await
 }
 
-/// Removes the rows (and files) the plan no longer keeps; a file that cannot be removed keeps its row for the
-/// next pass.
+/// Removes the rows (and files) the plan no longer keeps. The caller holds the channel's checkpoint lock
+/// ([`crate::checkpoints::exclusively`]), which restores take too, so no restore is reading a file removed here.
 pub async fn prune(parts: Parts<'_>, channel_id: Uuid, plan: &Plan) -> anyhow::Result<()> {
     for id in retention_expired("postgres_snapshots", parts.db, channel_id, plan).await? {
         if let Some(snapshot) = by_id(parts.db, channel_id, id).await? {
@@ -239,15 +239,17 @@ pub async fn prune(parts: Parts<'_>, channel_id: Uuid, plan: &Plan) -> anyhow::R
     Ok(())
 }
 
-/// Removes a snapshot's file, then its row.
+/// Removes a snapshot's row, then its file: a row always has its whole file (a restore or download of a listed
+/// snapshot never finds it half-gone). A file whose removal fails is left without a row, bytes in the archive
+/// that nothing lists, rather than a row that lists nothing.
 async fn forget(db: &PgPool, archive: &Archive, snapshot: &Snapshot) -> anyhow::Result<()> {
-    if let Some(key) = &snapshot.object_key {
-        archive.delete(key).await?;
-    }
     sqlx::query("DELETE FROM postgres_snapshots WHERE id = $1")
         .bind(snapshot.id)
         .execute(db)
         .await?;
+    if let Some(key) = &snapshot.object_key {
+        archive.delete(key).await?;
+    }
     Ok(())
 }
 

@@ -863,3 +863,68 @@ async fn the_pre_deploy_route_is_the_operators_and_skips_what_it_cannot_keep() -
     assert_eq!(s.files().await.len(), 1, "a failed dump leaves no file");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_restore_waits_for_the_channels_checkpoint_lock() -> Result<()> {
+    let s = snapshots("snaplock", "builder").await?;
+    let staging = s.f.new_channel("staging").await;
+    let status = s.f.ready(&staging).await;
+    let db_name = status["db_name"].as_str().unwrap().to_owned();
+    let mut app = s.app_connection(&staging).await?;
+    execute(
+        &mut app,
+        "CREATE TABLE notes (id serial PRIMARY KEY, body text); INSERT INTO notes (body) VALUES ('kept')",
+    )
+    .await?;
+    let snapshot = s.snapshot_of(&staging, None).await?;
+    execute(&mut app, "UPDATE notes SET body = 'changed'").await?;
+    // Something of the channel's holds its checkpoint lock: a checkpoint pruning the files a restore reads.
+    let db = s.f.api.state.db().clone();
+    let channel: Uuid = staging.parse()?;
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let (started, under_way) = tokio::sync::oneshot::channel::<()>();
+    let holder = tokio::spawn(async move {
+        slipway::checkpoints::exclusively(&db, channel, async move {
+            let _ = started.send(());
+            let _ = released.await;
+        })
+        .await
+    });
+    under_way.await?;
+    let restoring = s.restore(
+        &staging,
+        json!({"confirm_db_name": db_name, "snapshot_id": snapshot}),
+    );
+    let watching = async {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            )
+            .fetch_one(s.f.api.state.db())
+            .await
+            .unwrap();
+            if waiting == 1 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the restore never waited for the channel's lock"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            notes(&mut app).await,
+            ["changed"],
+            "restored under the lock"
+        );
+        let _ = release.send(());
+    };
+    let (reply, ()) = tokio::join!(restoring, watching);
+    reply.expect(200, None);
+    holder.await??;
+    let mut app = s.app_connection(&staging).await?;
+    assert_eq!(notes(&mut app).await, ["kept"]);
+    Ok(())
+}

@@ -114,9 +114,13 @@ async fn delete_record(
 ) -> Result<StatusCode, ApiError> {
     caller.require(&state, RouteGroup::Databases)?;
     if let Some(archive) = state.snapshot_archive() {
-        snapshots::forget_channel(state.db(), archive, channel_id)
-            .await
-            .map_err(ApiError::Internal)?;
+        crate::checkpoints::exclusively(
+            state.db(),
+            channel_id,
+            snapshots::forget_channel(state.db(), archive, channel_id),
+        )
+        .await?
+        .map_err(ApiError::Internal)?;
     }
     store::delete(state.db(), channel_id).await?;
     Ok(StatusCode::NO_CONTENT)
