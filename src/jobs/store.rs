@@ -145,16 +145,20 @@ pub async fn by_id(db: &PgPool, id: Uuid) -> sqlx::Result<Option<Job>> {
 
 /// Claims one runnable job for `runner` with a lease of `lease`: the oldest queued job that is first in its scope
 /// with nothing of its scope running, or a running job whose lease lapsed with attempts left (its process died: a
-/// takeover, one more attempt). `None` when there is none, or another runner claimed the scope in the same instant.
+/// takeover, one more attempt). Only jobs of [`Kind::ALL`] are claimed: during a rolling upgrade a replica of the
+/// older version leaves a kind it does not know to the newer ones. `None` when there is none, or another runner
+/// claimed the scope in the same instant.
 pub async fn claim(db: &PgPool, runner: &str, lease: Duration) -> sqlx::Result<Option<Job>> {
+    let known: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
     let claimed = sqlx::query_as(
         "WITH candidate AS (
              SELECT j.id FROM jobs j
-             WHERE (j.state = 'queued' AND (j.lease_until IS NULL OR j.lease_until < now())
+             WHERE j.kind = ANY($3) AND (
+                   (j.state = 'queued' AND (j.lease_until IS NULL OR j.lease_until < now())
                     AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.scope = j.scope AND r.state = 'running')
                     AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.scope = j.scope AND o.state = 'queued'
                                     AND (o.created_at, o.id) < (j.created_at, j.id)))
-                OR (j.state = 'running' AND j.lease_until < now() AND j.attempts < j.max_attempts)
+                OR (j.state = 'running' AND j.lease_until < now() AND j.attempts < j.max_attempts))
              ORDER BY j.created_at, j.id
              LIMIT 1
              FOR UPDATE SKIP LOCKED)
@@ -165,6 +169,7 @@ pub async fn claim(db: &PgPool, runner: &str, lease: Duration) -> sqlx::Result<O
     )
     .bind(runner)
     .bind(lease.as_secs_f64())
+    .bind(&known)
     .fetch_optional(db)
     .await;
     match claimed {

@@ -230,3 +230,22 @@ async fn an_exclusive_job_is_refused_while_its_scope_has_one_and_a_subject_is_as
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_runner_leaves_a_kind_it_does_not_know_to_a_newer_version() -> Result<()> {
+    let (_db, pool) = database().await?;
+    // A job a newer version of the platform queued, of a kind this one has never heard of.
+    let newer: Uuid = sqlx::query_scalar(
+        "INSERT INTO jobs (id, kind, scope, params, state, max_attempts) \
+         VALUES (gen_random_uuid(), 'from_a_newer_version', 'channel:newer', 'null', 'queued', 3) RETURNING id",
+    )
+    .fetch_one(&pool)
+    .await?;
+    assert!(store::claim(&pool, "older", QUICK.lease).await?.is_none());
+    let known = queue(&pool, "channel:known", 3).await;
+    let claimed = store::claim(&pool, "older", QUICK.lease).await?.unwrap();
+    assert_eq!(claimed.id, known.id);
+    let left = store::by_id(&pool, newer).await?.unwrap();
+    assert_eq!((left.state.as_str(), left.attempts), (state::QUEUED, 0));
+    Ok(())
+}
