@@ -17,11 +17,12 @@ use super::blob::{BlobStatus, configured, probe, status_of};
 use super::downloads::{self, DownloadToken, Grant};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
-use super::snapshots::{require_idle, require_restorable};
+use super::snapshots::{require_idle, require_restorable, restore_as_job};
 use super::state::AppState;
 use crate::auth::{Caller, scopes};
 use crate::blob::bucket::Bucket;
 use crate::blob::checkpoints::{self, Marker};
+use crate::jobs;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -249,7 +250,10 @@ async fn blob_download_token(
 }
 
 /// Restore the channel's bucket to a checkpoint by copying forward: each key's checkpoint version is written again
-/// as its newest, keys made later get a delete marker, and no version is removed; audit-logged.
+/// as its newest, keys made later get a delete marker, and no version is removed; audit-logged. The restore runs
+/// as a job of the platform: the call waits for it for as long as it takes (no request timeout applies), and a
+/// client that goes away does not stop it. A second restore, or one while the channel's checkpoint runs, answers
+/// 409 `channel_busy`.
 #[utoipa::path(post, path = "/apps/{app_id}/channels/{channel_id}/blob/restore", tag = "blob", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
     request_body = BlobRestoreRequest,
@@ -276,37 +280,19 @@ async fn restore_blob(
     require_restorable(&state, &app, &channel, channel_id).await?;
     marker_of(&state, channel_id, request.snapshot_id).await?;
     require_idle(&state, &app, &channel).await?;
-    let bucket = bucket_of(&state, channel_id).await?;
-    // Under the channel's checkpoint lock, so no prune removes a version this restore is about to copy; the
-    // marker is looked up again there, since a checkpoint may have pruned it meanwhile.
-    let outcome = crate::checkpoints::exclusively(state.db(), channel_id, async {
-        let marker = marker_of(&state, channel_id, request.snapshot_id).await?;
-        let manifest = checkpoints::manifest(state.db(), marker.id).await?;
-        let restored = crate::blob::restore::restore(&bucket, &manifest).await;
-        Ok::<_, ApiError>((marker, restored))
-    })
-    .await?;
-    let (marker, restored) = outcome?;
-    let (copied, hidden, stopped) = match &restored {
-        Ok(r) => (r.copied, r.hidden, None),
-        Err(e) => (e.done, 0, Some(e.to_string())),
+    bucket_of(&state, channel_id).await?;
+    let params = crate::checkpoints::bucket_restore::Params {
+        app_id,
+        channel_id,
+        snapshot_id: request.snapshot_id,
+        actor: crate::db::audit::Actor::of(&caller),
     };
-    crate::db::audit::record(
-        state.db(),
-        &caller,
-        Some(app_id),
-        "blob.restore",
-        serde_json::json!({
-            "channel_id": channel_id, "snapshot_id": request.snapshot_id, "marker_id": marker.id,
-            "copied": copied, "hidden": hidden, "stopped": stopped,
-        }),
-    )
-    .await?;
-    if let Err(e) = restored {
-        tracing::warn!(%channel_id, marker_id = %marker.id, error = %e.cause, "bucket restore stopped");
-        return Err(ApiError::BlobUnavailable(format!(
-            "the restore stopped: {e}; no version was removed, and asking again finishes it"
-        )));
+    let job = restore_as_job(&state, &crate::checkpoints::bucket_restore::job(&params)).await?;
+    if job.state != jobs::state::SUCCEEDED {
+        marker_of(&state, channel_id, request.snapshot_id).await?;
+        return Err(ApiError::BlobUnavailable(job.error.unwrap_or_else(|| {
+            "the restore stopped; no version was removed, and asking again finishes it".into()
+        })));
     }
     Ok(Json(status_of(&state, &app, &channel, channel_id).await?))
 }

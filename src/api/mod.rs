@@ -48,12 +48,10 @@ pub mod views;
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa_axum::router::OpenApiRouter;
@@ -63,8 +61,14 @@ use self::state::AppState;
 
 /// Largest request body accepted (JSON routes).
 pub const BODY_LIMIT: usize = 1024 * 1024;
-/// Longest a request may take.
+/// Longest a request may take, but for [`UNBOUNDED_ROUTES`].
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Routes that wait for a job of the platform ([`crate::jobs`]), which runs for as long as its data takes and
+/// outlives the request: they answer its outcome whenever it comes, not cut at [`REQUEST_TIMEOUT`].
+pub const UNBOUNDED_ROUTES: &[&str] = &[
+    "/apps/{app_id}/channels/{channel_id}/postgres/restore",
+    "/apps/{app_id}/channels/{channel_id}/blob/restore",
+];
 
 /// The OpenAPI document's fixed parts.
 #[derive(utoipa::OpenApi)]
@@ -238,13 +242,27 @@ fn with_layers(routes: Router<AppState>) -> Router<AppState> {
         .fallback(|| std::future::ready(ApiError::NotFound("route")))
         .method_not_allowed_fallback(|| std::future::ready(ApiError::MethodNotAllowed))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            REQUEST_TIMEOUT,
-        ))
+        .layer(axum::middleware::from_fn(bounded))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
             tracing::info_span!("request", method = %req.method(), route = route_of(req))
         }))
+}
+
+/// Cuts a request at [`REQUEST_TIMEOUT`] (503 `service_unavailable`), unless its route is one of
+/// [`UNBOUNDED_ROUTES`].
+async fn bounded(req: Request, next: axum::middleware::Next) -> Response {
+    if UNBOUNDED_ROUTES.contains(&route_of(&req)) {
+        return next.run(req).await;
+    }
+    tokio::time::timeout(REQUEST_TIMEOUT, next.run(req))
+        .await
+        .unwrap_or_else(|_| {
+            ApiError::Unavailable(format!(
+                "the request took longer than {} s; try again",
+                REQUEST_TIMEOUT.as_secs()
+            ))
+            .into_response()
+        })
 }
 
 /// The outermost layer of every route: a handler that panics answers [`panic_response`] instead of dropping the
@@ -283,7 +301,7 @@ mod tests {
             .body(axum::body::Body::empty())
             .unwrap();
         let res = app.oneshot(req).await.unwrap();
-        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(res.status(), axum::http::StatusCode::INTERNAL_SERVER_ERROR);
         let body = axum::body::to_bytes(res.into_body(), 1024).await.unwrap();
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(

@@ -22,6 +22,7 @@ use super::postgres::{
 };
 use super::state::AppState;
 use crate::auth::{Caller, scopes};
+use crate::jobs::{self, store::Admission, store::Enqueued};
 use crate::postgres::archive::Archive;
 use crate::postgres::snapshots::{self, Snapshot};
 
@@ -244,6 +245,28 @@ pub(super) async fn require_idle(
     Ok(())
 }
 
+/// Runs restore `job` in its channel's scope and waits for it, for as long as it takes: the job as it ended. 409
+/// `channel_busy` while another of the channel's checkpoints or restores is unfinished.
+pub(super) async fn restore_as_job(
+    state: &AppState,
+    job: &jobs::NewJob,
+) -> Result<jobs::Job, ApiError> {
+    let job = match jobs::store::enqueue(state.db(), job, Admission::Exclusive).await? {
+        Enqueued::New(job) | Enqueued::Existing(job) => job,
+        Enqueued::Busy(_) => {
+            return Err(ApiError::ChannelBusy(
+                "a checkpoint or restore of this channel is running; restore once it has finished"
+                    .into(),
+            ));
+        }
+    };
+    state.jobs().wake();
+    // The job runs to its end whether or not this request does.
+    jobs::runner::wait_at_most(state.db(), job.id, None)
+        .await?
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the restore's job row vanished")))
+}
+
 /// 403 `prod_restore_blocked` for prod unless the app (or its prod channel) sets `SVC_ALLOW_PROD_RESTORE=1`.
 pub(super) async fn require_restorable(
     state: &AppState,
@@ -284,14 +307,17 @@ pub(super) async fn require_restorable(
 
 /// Restore an SQL snapshot in place: the channel's data is replaced in one transaction (a failed restore changes
 /// nothing), `DATABASE_URL` keeps working, no snapshot of the replaced data is taken and code is not restored;
-/// audit-logged.
+/// audit-logged. The restore runs as a job of the platform: the call waits for it for as long as it takes (no
+/// request timeout applies), and a client that goes away does not stop it. A second restore, or one while the
+/// channel's checkpoint runs, answers 409 `channel_busy`.
 #[utoipa::path(post, path = "/apps/{app_id}/channels/{channel_id}/postgres/restore", tag = "postgres", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id"), ("channel_id" = Uuid, Path, description = "Channel id")),
     request_body = RestoreRequest,
     responses((status = 200, body = DatabaseStatus), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
               (status = 403, body = ErrorEnvelope, description = "scope_denied (db:*: the spec states no scope for this route; replacing a database is a db:* act), permission_denied or prod_restore_blocked"),
-              (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope),
-              (status = 503, body = ErrorEnvelope)))]
+              (status = 404, body = ErrorEnvelope, description = "not_found, snapshot_not_found"),
+              (status = 409, body = ErrorEnvelope, description = "channel_busy: a deploy of the channel is in flight, or its checkpoint or another restore runs"),
+              (status = 503, body = ErrorEnvelope, description = "postgres_unavailable: the restore did not complete and the database is unchanged")))]
 async fn restore_snapshot(
     State(state): State<AppState>,
     caller: Caller,
@@ -301,45 +327,26 @@ async fn restore_snapshot(
     caller.require_scope(scopes::DB)?;
     let app = access::authorize(&state, &caller, app_id, Action::ReplaceData).await?;
     let channel = database_channel(&state, &app, channel_id)?;
-    let server = configured(&state)?;
+    configured(&state)?;
+    archive(&state)?;
     let record = ready_record(&channel, channel_id, &state).await?;
     super::postgres::confirm(&request.confirm_db_name, &record)?;
     require_restorable(&state, &app, &channel, channel_id).await?;
     snapshot_of(&state, channel_id, request.snapshot_id).await?;
     require_idle(&state, &app, &channel).await?;
-    // Under the channel's checkpoint lock, so no prune removes the file this restore reads; the snapshot is looked
-    // up again there, since a checkpoint may have pruned it meanwhile.
-    let snapshot = crate::checkpoints::exclusively(state.db(), channel_id, async {
-        let snapshot = snapshot_of(&state, channel_id, request.snapshot_id).await?;
-        let key = snapshot.object_key.clone().ok_or_else(|| {
-            ApiError::Missing(
-                "snapshot_not_found",
-                "the snapshot has no stored file".into(),
-            )
-        })?;
-        let file = archive(&state)?.download(&key).await.map_err(unavailable)?;
-        crate::postgres::restore::restore(server, &record.names(), file)
-            .await
-            .map_err(|e| {
-                // The programs' words stay in the log: they can quote the dump's rows and the server's internals.
-                let failed = e.downcast_ref::<crate::postgres::restore::RestoreFailed>();
-                tracing::warn!(%channel_id, snapshot_id = %snapshot.id, error = %e,
-                    detail = failed.map(|f| f.detail.as_str()), "restore failed");
-                let summary = failed.map_or("the data server could not be used", |f| f.summary);
-                ApiError::PostgresUnavailable(format!(
-                    "the restore did not complete ({summary}); the database is unchanged"
-                ))
-            })?;
-        Ok::<_, ApiError>(snapshot)
-    })
-    .await??;
-    crate::db::audit::record(
-        state.db(),
-        &caller,
-        Some(app_id),
-        "postgres.restore",
-        serde_json::json!({"channel_id": channel_id, "db_name": record.db_name, "snapshot_id": snapshot.id}),
-    )
-    .await?;
+    let params = crate::checkpoints::sql_restore::Params {
+        app_id,
+        channel_id,
+        snapshot_id: request.snapshot_id,
+        db_name: record.db_name.clone(),
+        actor: crate::db::audit::Actor::of(&caller),
+    };
+    let job = restore_as_job(&state, &crate::checkpoints::sql_restore::job(&params)).await?;
+    if job.state != jobs::state::SUCCEEDED {
+        snapshot_of(&state, channel_id, request.snapshot_id).await?;
+        return Err(ApiError::PostgresUnavailable(job.error.unwrap_or_else(
+            || "the restore did not complete; the database is unchanged".into(),
+        )));
+    }
     Ok(Json(status_of(&state, &app, &channel, channel_id).await?))
 }

@@ -7,8 +7,12 @@
 
 use std::collections::HashMap;
 
+use futures::StreamExt;
+use futures::future::BoxFuture;
+
 use super::bucket::{Bucket, Version};
 use super::checkpoints::Entry;
+use crate::jobs::Progress;
 
 /// One write of a restore.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,31 +95,59 @@ pub struct Stopped {
     pub cause: anyhow::Error,
 }
 
-/// Restores `bucket` to `manifest`.
-pub async fn restore(bucket: &Bucket, manifest: &[Entry]) -> Result<Restored, Stopped> {
+/// Makes one write of a restore; the step, with how it went.
+fn write<'a>(bucket: &'a Bucket, step: &'a Step) -> BoxFuture<'a, (&'a Step, anyhow::Result<()>)> {
+    Box::pin(async move {
+        let written = match step {
+            Step::CopyForward { key, version_id } => bucket.copy_forward(key, version_id).await,
+            Step::Hide { key } => bucket.hide(key).await,
+        };
+        (step, written)
+    })
+}
+
+/// Writes a restore has in flight at once: each is a server-side copy (or a delete marker), the backend's work,
+/// and a few at a time keep it busy where one at a time waits on each round trip.
+const AT_ONCE: usize = 16;
+
+/// Restores `bucket` to `manifest`, adding to `progress` the bytes of each object written back (those the bucket
+/// holds already count as done at once).
+pub async fn restore(
+    bucket: &Bucket,
+    manifest: &[Entry],
+    progress: &Progress,
+) -> Result<Restored, Stopped> {
     let now = bucket.versions().await.map_err(|cause| Stopped {
         done: 0,
         total: 0,
         cause,
     })?;
     let steps = plan(manifest, &now);
+    let size: HashMap<&str, u64> = manifest
+        .iter()
+        .map(|e| (e.key.as_str(), u64::try_from(e.size_bytes).unwrap_or(0)))
+        .collect();
+    let copied_bytes = |step: &Step| match step {
+        Step::CopyForward { key, .. } => size.get(key.as_str()).copied().unwrap_or(0),
+        Step::Hide { .. } => 0,
+    };
+    let to_copy: u64 = steps.iter().map(copied_bytes).sum();
+    progress.add(size.values().sum::<u64>().saturating_sub(to_copy));
+    let total = steps.len();
+    // Made before they are streamed (each is idle until polled): a closure mapping the steps inside the stream
+    // would make the whole restore's future not `Send`.
+    let writes: Vec<_> = steps.iter().map(|step| write(bucket, step)).collect();
+    let mut writes = futures::stream::iter(writes).buffer_unordered(AT_ONCE);
     let mut restored = Restored::default();
-    for (done, step) in steps.iter().enumerate() {
-        let written = match step {
-            Step::CopyForward { key, version_id } => {
-                restored.copied += 1;
-                bucket.copy_forward(key, version_id).await
-            }
-            Step::Hide { key } => {
-                restored.hidden += 1;
-                bucket.hide(key).await
-            }
-        };
-        written.map_err(|cause| Stopped {
-            done,
-            total: steps.len(),
-            cause,
-        })?;
+    let mut done = 0;
+    while let Some((step, written)) = writes.next().await {
+        written.map_err(|cause| Stopped { done, total, cause })?;
+        done += 1;
+        match step {
+            Step::CopyForward { .. } => restored.copied += 1,
+            Step::Hide { .. } => restored.hidden += 1,
+        }
+        progress.add(copied_bytes(step));
     }
     Ok(restored)
 }

@@ -9,6 +9,10 @@
 //! nobody kept. After each checkpoint the channel's SQL snapshots, markers and object versions are pruned to the
 //! owner's plan, under a per-channel lock ([`exclusively`]) that restores take too, so neither a checkpoint being
 //! taken nor a restore under way loses a version to a concurrent prune.
+//!
+//! Taking a checkpoint before a deploy ([`pre_deploy`]) and restoring either leg ([`sql_restore`],
+//! [`bucket_restore`]) run as jobs of the platform ([`crate::jobs`]) in the channel's scope: they last as long as
+//! the data takes, not as long as a request may, and one runs at a time per channel.
 
 use slipway_crds::Channel;
 use slipway_crds::conditions;
@@ -16,7 +20,9 @@ use slipway_crds::plans::Plan;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+pub mod bucket_restore;
 pub mod pre_deploy;
+pub mod sql_restore;
 
 use crate::api::state::AppState;
 use crate::blob::bucket::Bucket;

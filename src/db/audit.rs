@@ -13,9 +13,39 @@ pub async fn record(
     action: &str,
     detail: serde_json::Value,
 ) -> sqlx::Result<()> {
+    record_for(db, Actor::of(caller), app, action, detail).await
+}
+
+/// Who an entry names: the account and the token it acted with.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct Actor {
+    /// The account.
+    pub user_id: Uuid,
+    /// The token.
+    pub token_id: Uuid,
+}
+
+impl Actor {
+    /// The account and token of `caller`.
+    pub fn of(caller: &Caller) -> Self {
+        Self {
+            user_id: caller.user_id,
+            token_id: caller.token_id,
+        }
+    }
+}
+
+/// Records `action` by `actor` (work a caller asked for that finishes after its request, as a job's does).
+pub async fn record_for(
+    db: &PgPool,
+    actor: Actor,
+    app: Option<Uuid>,
+    action: &str,
+    detail: serde_json::Value,
+) -> sqlx::Result<()> {
     sqlx::query("INSERT INTO audit_events (user_id, token_id, app_id, action, detail) VALUES ($1, $2, $3, $4, $5)")
-        .bind(caller.user_id)
-        .bind(caller.token_id)
+        .bind(actor.user_id)
+        .bind(actor.token_id)
         .bind(app)
         .bind(action)
         .bind(detail)

@@ -17,17 +17,21 @@ impl Work for Kinds {
         job: &'a Job,
         progress: &'a Progress,
     ) -> BoxFuture<'a, Result<Value, JobError>> {
-        Box::pin(async move {
-            match job.kind() {
-                Some(Kind::Checkpoint) => {
-                    crate::checkpoints::pre_deploy::perform(&self.0, job, progress).await
-                }
-                None => Err(JobError::Failed(format!(
-                    "this version of the platform does not know jobs of kind {}",
-                    job.kind
-                ))),
-            }
-        })
+        match job.kind() {
+            Some(Kind::Checkpoint) => Box::pin(crate::checkpoints::pre_deploy::perform(
+                &self.0, job, progress,
+            )),
+            Some(Kind::SqlRestore) => Box::pin(crate::checkpoints::sql_restore::perform(
+                &self.0, job, progress,
+            )),
+            Some(Kind::BucketRestore) => Box::pin(crate::checkpoints::bucket_restore::perform(
+                &self.0, job, progress,
+            )),
+            None => Box::pin(std::future::ready(Err(JobError::Failed(format!(
+                "this version of the platform does not know jobs of kind {}",
+                job.kind
+            ))))),
+        }
     }
 }
 

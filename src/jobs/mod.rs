@@ -38,16 +38,22 @@ pub use runner::{JobError, Progress, Runner, Timing, Work};
 pub enum Kind {
     /// A channel's checkpoint before a deploy: its SQL snapshot and bucket marker.
     Checkpoint,
+    /// An SQL snapshot put back into its channel's database.
+    SqlRestore,
+    /// A bucket copied forward to a checkpoint.
+    BucketRestore,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 1] = [Kind::Checkpoint];
+    pub const ALL: [Kind; 3] = [Kind::Checkpoint, Kind::SqlRestore, Kind::BucketRestore];
 
     /// The name rows use.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Checkpoint => "checkpoint",
+            Kind::SqlRestore => "sql_restore",
+            Kind::BucketRestore => "bucket_restore",
         }
     }
 
@@ -60,7 +66,7 @@ impl Kind {
     /// failed as interrupted.
     pub fn max_attempts(self) -> i32 {
         match self {
-            Kind::Checkpoint => 3,
+            Kind::Checkpoint | Kind::SqlRestore | Kind::BucketRestore => 3,
         }
     }
 }

@@ -5,7 +5,8 @@
 //! - [`settings`] is how the operator and the API server are told where the data server is.
 //! - [`snapshots`] takes `pg_dump -Fc` snapshots into the [`archive`] (the object store's system bucket) and
 //!   prunes them by plan, with the dump's [`progress`] read from the data server; [`nightly`] takes the daily
-//!   ones; [`restore`] puts one back in one transaction.
+//!   ones; [`restore`] puts one back in one transaction, as a job
+//!   (`crate::checkpoints::sql_restore`) that outlives the request.
 //! - [`stream`] turns a client program's output into a response body that breaks when the program fails.
 //!
 //! Provisioning and dropping (with the channel) are the Channel reconciler's (`slipway_controllers::postgres`),

@@ -928,3 +928,103 @@ async fn a_restore_waits_for_the_channels_checkpoint_lock() -> Result<()> {
     assert_eq!(notes(&mut app).await, ["kept"]);
     Ok(())
 }
+
+/// The restore job of `channel` in the platform database: its state, once there is one.
+async fn restore_job_state(db: &sqlx::PgPool, channel: Uuid) -> Option<String> {
+    sqlx::query_scalar(
+        "SELECT state FROM jobs WHERE kind = 'sql_restore' AND channel_id = $1 ORDER BY created_at DESC LIMIT 1",
+    )
+    .bind(channel)
+    .fetch_optional(db)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_restore_runs_on_when_its_caller_leaves_and_refuses_a_second_meanwhile() -> Result<()> {
+    let s = snapshots("snapjob", "builder").await?;
+    let staging = s.f.new_channel("staging").await;
+    let status = s.f.ready(&staging).await;
+    let db_name = status["db_name"].as_str().unwrap().to_owned();
+    let mut app = s.app_connection(&staging).await?;
+    execute(
+        &mut app,
+        "CREATE TABLE notes (id serial PRIMARY KEY, body text); INSERT INTO notes (body) VALUES ('kept')",
+    )
+    .await?;
+    let snapshot = s.snapshot_of(&staging, None).await?;
+    execute(&mut app, "UPDATE notes SET body = 'changed'").await?;
+    // A prune holds the channel's checkpoint lock: the restore's job starts and waits there.
+    let db = s.f.api.state.db().clone();
+    let channel: Uuid = staging.parse()?;
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let (started, under_way) = tokio::sync::oneshot::channel::<()>();
+    let holder = tokio::spawn({
+        let db = db.clone();
+        async move {
+            slipway::checkpoints::exclusively(&db, channel, async move {
+                let _ = started.send(());
+                let _ = released.await;
+            })
+            .await
+        }
+    });
+    under_way.await?;
+    let body = json!({"confirm_db_name": db_name, "snapshot_id": snapshot});
+    let caller = {
+        let path = format!("{}/restore", s.f.path(&staging));
+        let (api, token, body) = (s.f.api.router.clone(), s.f.user.token.clone(), body.clone());
+        tokio::spawn(async move {
+            let req = Request::builder()
+                .method(Method::POST)
+                .uri(path)
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string()))
+                .unwrap();
+            api.oneshot(req).await
+        })
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while restore_job_state(&db, channel).await.as_deref() != Some("running") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the restore's job never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // A second restore while the first runs is refused, and the caller of the first goes away.
+    let second = s.restore(&staging, body.clone()).await;
+    second.expect(409, Some("channel_busy"));
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    assert_eq!(notes(&mut app).await, ["changed"], "nothing restored yet");
+    let _ = release.send(());
+    holder.await??;
+    // The job finishes without its caller: the data is the snapshot's, and the journal says who restored it.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match restore_job_state(&db, channel).await.as_deref() {
+            Some("succeeded") => break,
+            Some("failed") => panic!("the restore's job failed"),
+            _ => {}
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the restore's job never finished"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let mut app = s.app_connection(&staging).await?;
+    assert_eq!(notes(&mut app).await, ["kept"]);
+    let journaled: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_events WHERE action = 'postgres.restore' AND detail->>'snapshot_id' = $1",
+    )
+    .bind(&snapshot)
+    .fetch_one(&db)
+    .await?;
+    assert_eq!(journaled, 1);
+    // With the channel idle again, a restore is taken and answered in the request.
+    s.restore(&staging, body).await.expect(200, None);
+    Ok(())
+}
