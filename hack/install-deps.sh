@@ -47,6 +47,7 @@ python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ig
 log "python test packages present"
 pypi_venv "$SCHEMATHESIS_VENV" schemathesis "schemathesis==$SCHEMATHESIS_VERSION"
 
+pypi_venv "$S3_CLIENTS_VENV" "boto3, pytest, awscli" -r "$S3_CLIENTS_REQUIREMENTS"
 # JavaScript packages the tests' apps carry in their repositories, packed from npm once (apps' pods reach no registry).
 if [ ! -s "$SLIPWAY_CACHE/npm/jose-$JOSE_VERSION.tgz" ]; then
   command -v npm >/dev/null 2>&1 || die "npm is not installed; the sign-in test's app needs jose from npm"

@@ -53,12 +53,15 @@ go_build() {
   log "$name $version: done in $((SECONDS - started))s"
 }
 
-# pypi_venv VENV MODULE REQUIREMENT: a virtualenv at VENV with REQUIREMENT (a pinned PyPI package) installed, made
-# once. It is complete once its marker is there; a half-made one (an interrupted install) is made anew. One maker at
-# a time (a lock beside it): on a cold machine the cluster tier and the e2e tier's background preparation both start
-# an SMTP server and an OIDC provider, and two installs into one directory broke each other's.
+# pypi_venv VENV MODULES REQUIREMENT...: a virtualenv at VENV with REQUIREMENT (a pinned PyPI package, or pip's
+# `-r FILE` of pinned ones) installed, made once; MODULES (`a, b`) must import in it. It is complete once its marker
+# is there; a half-made one (an interrupted install) is made anew. One maker at a time (a lock beside it): on a cold
+# machine the cluster tier and the e2e tier's background preparation both start an SMTP server and an OIDC
+# provider, and two installs into one directory broke each other's.
 pypi_venv() {
-  local venv=$1 module=$2 requirement=$3 lock
+  local venv=$1 module=$2 lock requirement
+  shift 2
+  requirement="$*"
   mkdir -p "$(dirname "$venv")"
   exec {lock}>"$venv.lock"
   flock "$lock"
@@ -69,7 +72,7 @@ pypi_venv() {
     rm -rf "$venv"
     python3 -m venv "$venv" || die "python3 -m venv failed (is python3-venv installed?)"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-      "$requirement" >&2 || { rm -rf "$venv"; die "installing $requirement failed"; }
+      "$@" >&2 || { rm -rf "$venv"; die "installing $requirement failed"; }
     touch "$venv/.complete"
   fi
   exec {lock}>&-

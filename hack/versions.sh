@@ -39,3 +39,7 @@ JOSE_VERSION=6.2.18
 # virtualenv of its own (its dependencies stay apart from the tests' other Python clients).
 SCHEMATHESIS_VERSION=4.32.5
 SCHEMATHESIS_VENV="$SLIPWAY_CACHE/schemathesis-$SCHEMATHESIS_VERSION"
+# The S3 clients the e2e tier drives the gateway's public endpoint with (Ceph's s3-tests, the aws CLI), from PyPI in a
+# virtualenv of their own, named after their pinned requirements so that a change of a pin makes a new one.
+S3_CLIENTS_REQUIREMENTS="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/s3/requirements-conformance.txt"
+S3_CLIENTS_VENV="$SLIPWAY_CACHE/s3-clients-$(sha256sum <"$S3_CLIENTS_REQUIREMENTS" | cut -c1-12)"

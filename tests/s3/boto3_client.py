@@ -2,17 +2,16 @@
 
 Usage: boto3_client.py full|probe|read KEY|write KEY BODY|delete KEY|put-version KEY BODY|delete-version KEY VERSION|
 versions PREFIX, with S3_ENDPOINT, S3_BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY in the environment. With
-SLIPWAY_RESOLVE=<host>=<ip> the endpoint's host name is resolved to <ip> (the public endpoint's name exists only in
-the test). Prints one line: "ok" (`read`: "ok " and the object's body; `put-version` and `delete-version`: "ok "
-and the version's id; `versions`: "ok " and a JSON list of [key, version id] pairs), or "error <status> <code>" for
-an S3 error. Any other failure raises, so the test sees the traceback.
+SLIPWAY_RESOLVE=<host>=<ip> (and tests/s3/resolve on PYTHONPATH) the endpoint's host name is resolved to <ip> (the
+public endpoint's name exists only in the test). Prints one line: "ok" (`read`: "ok " and the object's body;
+`put-version` and `delete-version`: "ok " and the version's id; `versions`: "ok " and a JSON list of [key, version
+id] pairs), or "error <status> <code>" for an S3 error. Any other failure raises, so the test sees the traceback.
 """
 
 import hashlib
 import io
 import json
 import os
-import socket
 import sys
 import urllib.request
 
@@ -20,16 +19,6 @@ import boto3
 import botocore.config
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
-
-resolve = os.environ.get("SLIPWAY_RESOLVE")
-if resolve:
-    name, ip = resolve.split("=", 1)
-    real_getaddrinfo = socket.getaddrinfo
-
-    def getaddrinfo(host, *args, **kwargs):
-        return real_getaddrinfo(ip if host == name else host, *args, **kwargs)
-
-    socket.getaddrinfo = getaddrinfo
 
 BUCKET = os.environ["S3_BUCKET"]
 s3 = boto3.client(

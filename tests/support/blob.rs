@@ -124,7 +124,10 @@ pub async fn boto3(
         .env("S3_SECRET_ACCESS_KEY", &keys.secret_access_key)
         .kill_on_drop(true);
     if let Some((host, ip)) = resolve {
-        command.env("SLIPWAY_RESOLVE", format!("{host}={ip}"));
+        command.env("SLIPWAY_RESOLVE", format!("{host}={ip}")).env(
+            "PYTHONPATH",
+            super::platform::root().join("tests/s3/resolve"),
+        );
     }
     let out = command.output().await?;
     anyhow::ensure!(
