@@ -158,7 +158,9 @@ e2e_settings() {
   export SLIPWAY_DATA_SERVER_PORT=$((${SLIPWAY_TEST_DATA_PORT:-25500} + 1))
 }
 
-platform_selected() { selected e2e_platform || selected e2e_platform_isolation || selected e2e_platform_upgrade; }
+platform_selected() {
+  selected e2e_platform || selected e2e_platform_s3 || selected e2e_platform_isolation || selected e2e_platform_upgrade
+}
 
 # Brings up what the e2e tier runs on, once the node's parts are built: the node, the Postgres its platform keeps
 # its database in, and, when a platform test is selected, the platform installed by its chart. Writes the exports
@@ -235,6 +237,8 @@ tier_e2e() {
       # One binary (tests/e2e_platform/), a run per module: each leaves the release as the next expects it.
       platform_tests() { cargo_test -p slipway --locked --test e2e_platform -- "$@" || platform_failed; }
       if selected e2e_platform; then platform_tests platform:: --test-threads="$TEST_THREADS"; fi
+      # --show-output: s3-tests' counts (versitygw alone, through the gateway) belong in the log.
+      if selected e2e_platform_s3; then platform_tests s3:: --show-output --test-threads="$TEST_THREADS"; fi
       # --show-output: the hostile tenant's attempts and their outcomes, with isolation on and off.
       if selected e2e_platform_isolation; then platform_tests isolation:: --show-output --test-threads="$TEST_THREADS"; fi
       # --show-output: its count of requests answered during the upgrade belongs in the log.

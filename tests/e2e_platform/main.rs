@@ -1,7 +1,8 @@
 //! The platform as it ships, on a real single-node cluster (`hack/node.sh`): slipway installed by its Helm chart
 //! (`hack/install.sh`, run by `hack/test.sh e2e` before these tests) and used over its addresses. `hack/test.sh`
 //! runs the modules one after another, each a run of its own, because each leaves the release as the next expects
-//! it: `platform::` (the user's view; `SLIPWAY_TESTS=e2e_platform`), then `isolation::` (a hostile tenant, with
+//! it: `platform::` (the user's view; `SLIPWAY_TESTS=e2e_platform`), then `s3::` (S3 clients and Ceph's s3-tests
+//! against a channel's public endpoint; `e2e_platform_s3`), then `isolation::` (a hostile tenant, with
 //! the chart's isolation switched off and on again; `e2e_platform_isolation`), then `upgrade::` (`helm upgrade`
 //! under load and `helm uninstall`; `e2e_platform_upgrade`).
 //!
@@ -12,4 +13,5 @@ mod support;
 
 mod isolation;
 mod platform;
+mod s3;
 mod upgrade;

@@ -21,11 +21,12 @@ use crate::support;
 use anyhow::{Context, Result};
 use fantoccini::Locator;
 use serde_json::{Value, json};
-use support::blob::{Keys, boto3};
 use support::browser::{Browser, upstream_user};
 use support::chromium::Chromium;
 use support::git::{Workspace, http_remote};
-use support::platform::{Account, Installed, kubectl, kubectl_run, service_account_token};
+use support::platform::{
+    Account, Installed, PublicBucket, kubectl, kubectl_run, service_account_token,
+};
 
 /// A web server that answers GET / with its version and the uid it runs as.
 const SERVER: &str = r#"import os, http.server
@@ -684,81 +685,6 @@ async fn can(
     args.extend_from_slice(scope);
     let out = kubectl_run(&args).await?;
     Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
-}
-
-/// A channel's bucket reached from outside as a tenant's S3 client reaches it: boto3 with the credentials route's
-/// key pair, through the edge's public endpoint `<label>.s3.<app domain>` (opened with the app's toggle).
-struct PublicBucket {
-    endpoint: String,
-    host: String,
-    edge_ip: String,
-    keys: Keys,
-}
-
-impl PublicBucket {
-    /// Turns the app's external object-store access on and waits until the endpoint answers.
-    async fn open(
-        platform: &Installed,
-        account: &support::platform::Account,
-        app: &str,
-        channel: &str,
-    ) -> Result<Self> {
-        let keys = Keys::from_credentials(
-            &platform
-                .call(
-                    "POST",
-                    &format!("/apps/{app}/channels/{channel}/blob/credentials"),
-                    account,
-                    Some(json!({})),
-                )
-                .await?
-                .expect(200),
-        );
-        let host = format!("{}.s3.{}", keys.bucket, platform.app_domain);
-        let edge = platform
-            .edge
-            .strip_prefix("http://")
-            .unwrap_or(&platform.edge);
-        let (edge_ip, edge_port) = edge.rsplit_once(':').unwrap();
-        let bucket = Self {
-            endpoint: format!("http://{host}:{edge_port}"),
-            host,
-            edge_ip: edge_ip.to_owned(),
-            keys,
-        };
-        platform
-            .call(
-                "PATCH",
-                &format!("/apps/{app}"),
-                account,
-                Some(json!({"external_blob_access_enabled": true})),
-            )
-            .await?
-            .expect(200);
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let probe = bucket.run(&["probe"]).await?;
-            if probe == "ok" {
-                return Ok(bucket);
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "through the edge: {probe}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        }
-    }
-
-    /// `tests/s3/boto3_client.py ARGS` against the bucket; its one line.
-    async fn run(&self, args: &[&str]) -> Result<String> {
-        boto3(
-            args,
-            &self.endpoint,
-            Some((&self.host, &self.edge_ip)),
-            &self.keys,
-        )
-        .await
-    }
 }
 
 /// Commits the files of `version` of the notes app and pushes them over HTTP; returns the commit.

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::blob::Keys;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -509,4 +510,86 @@ pub async fn service_account_token(namespace: &str, name: &str, audience: &str) 
     .await?
     .trim()
     .to_owned())
+}
+
+/// A channel's bucket reached from outside as a tenant's S3 client reaches it: with the credentials route's key
+/// pair, through the edge's public endpoint `<label>.s3.<app domain>` (opened with the app's toggle).
+pub struct PublicBucket {
+    /// The endpoint over plain HTTP (`http://<host>:<edge port>`).
+    pub endpoint: String,
+    /// The endpoint's HTTPS URL (`https://<host>:<edge HTTPS port>`), with the platform's wildcard certificate.
+    pub https_endpoint: String,
+    /// The endpoint's host name, which exists only in the test: clients resolve it to `edge_ip`.
+    pub host: String,
+    /// The edge's address.
+    pub edge_ip: String,
+    /// The channel's key pair and bucket.
+    pub keys: Keys,
+}
+
+impl PublicBucket {
+    /// Turns the app's external object-store access on and waits until the endpoint answers.
+    pub async fn open(
+        platform: &Installed,
+        account: &Account,
+        app: &str,
+        channel: &str,
+    ) -> Result<Self> {
+        let keys = Keys::from_credentials(
+            &platform
+                .call(
+                    "POST",
+                    &format!("/apps/{app}/channels/{channel}/blob/credentials"),
+                    account,
+                    Some(json!({})),
+                )
+                .await?
+                .expect(200),
+        );
+        let host = format!("{}.s3.{}", keys.bucket, platform.app_domain);
+        let edge = platform
+            .edge
+            .strip_prefix("http://")
+            .unwrap_or(&platform.edge);
+        let (edge_ip, edge_port) = edge.rsplit_once(':').unwrap();
+        let bucket = Self {
+            endpoint: format!("http://{host}:{edge_port}"),
+            https_endpoint: format!("https://{host}:{}", platform.edge_https.port()),
+            host,
+            edge_ip: edge_ip.to_owned(),
+            keys,
+        };
+        platform
+            .call(
+                "PATCH",
+                &format!("/apps/{app}"),
+                account,
+                Some(json!({"external_blob_access_enabled": true})),
+            )
+            .await?
+            .expect(200);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let probe = bucket.run(&["probe"]).await?;
+            if probe == "ok" {
+                return Ok(bucket);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "through the edge: {probe}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    }
+
+    /// `tests/s3/boto3_client.py ARGS` against the bucket; its one line.
+    pub async fn run(&self, args: &[&str]) -> Result<String> {
+        super::blob::boto3(
+            args,
+            &self.endpoint,
+            Some((&self.host, &self.edge_ip)),
+            &self.keys,
+        )
+        .await
+    }
 }
