@@ -19,6 +19,7 @@ packages=(
   nginx-light wrk nghttp2-client                # the edge benchmark (its own nginx instance, never the service; h2load)
   libnginx-mod-stream                           # the forward benchmark: nginx's TCP proxy beside the edge's forwards
   chromium chromium-driver                      # end-user sign-in tests in a real browser (headless, driven over WebDriver)
+  rclone                                        # a client users type, against a channel's public S3 endpoint
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -46,8 +47,8 @@ log "system packages present"
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r "$(dirname "$0")/../tests/requirements.txt"
 log "python test packages present"
 pypi_venv "$SCHEMATHESIS_VENV" schemathesis "schemathesis==$SCHEMATHESIS_VERSION"
-
 pypi_venv "$S3_CLIENTS_VENV" "boto3, pytest, awscli" -r "$S3_CLIENTS_REQUIREMENTS"
+
 # JavaScript packages the tests' apps carry in their repositories, packed from npm once (apps' pods reach no registry).
 if [ ! -s "$SLIPWAY_CACHE/npm/jose-$JOSE_VERSION.tgz" ]; then
   command -v npm >/dev/null 2>&1 || die "npm is not installed; the sign-in test's app needs jose from npm"
