@@ -535,17 +535,27 @@ impl PublicBucket {
         app: &str,
         channel: &str,
     ) -> Result<Self> {
-        let keys = Keys::from_credentials(
-            &platform
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+        // A new channel's bucket is made by the operator after the app: until then the route answers 409
+        // blob_not_ready, as the spec has it.
+        let credentials = loop {
+            let answer = platform
                 .call(
                     "POST",
                     &format!("/apps/{app}/channels/{channel}/blob/credentials"),
                     account,
                     Some(json!({})),
                 )
-                .await?
-                .expect(200),
-        );
+                .await?;
+            if answer.status != 409
+                || answer.json()["error"]["code"] != "blob_not_ready"
+                || tokio::time::Instant::now() >= deadline
+            {
+                break answer.expect(200);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        };
+        let keys = Keys::from_credentials(&credentials);
         let host = format!("{}.s3.{}", keys.bucket, platform.app_domain);
         let edge = platform
             .edge
