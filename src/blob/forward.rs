@@ -12,8 +12,10 @@
 //! endpoint parameters count it as missing), which S3 and the backend take.
 //!
 //! Only plain requests take this path ([`forwards`]): a query or header that makes the request another operation
-//! (a copy, a part, tagging, ACLs), asks for response header overrides or a part number, or carries an aws-chunked
-//! body goes through the s3s operations and the SDK as before. Backends over HTTPS always do.
+//! (a copy, a part, tagging, ACLs), or asks for response header overrides or a part number, goes through the s3s
+//! operations and the SDK as before. Backends over HTTPS always do. An aws-chunked PUT (the SDKs stream uploads
+//! so, with a signature per chunk, or over HTTPS with a trailing checksum) takes this path too: s3s has checked
+//! and decoded its chunks, and the backend is sent the plain bytes ([`plain_body_headers`]).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -27,7 +29,7 @@ use aws_sigv4::http_request::{
 use aws_sigv4::sign::v4;
 use aws_smithy_runtime_api::client::identity::Identity;
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, HeaderName};
+use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::http::Extensions;
@@ -170,12 +172,20 @@ pub fn forwards(method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
     if bucket.is_empty() || key.is_empty() {
         return false;
     }
-    let plain_query = uri.query().unwrap_or_default().split('&').all(|pair| {
-        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+    let names: Vec<&str> = uri
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .map(|pair| pair.split_once('=').map_or(pair, |(name, _)| name))
+        .collect();
+    // A part's number must be one: anything else is the operations' to refuse.
+    let part = !versioned && part_of(uri).is_some();
+    let plain_query = names.iter().all(|name| {
         name.is_empty()
-            || name == "x-id"
-            || (versioned && name == "versionId")
-            || PRESIGNED.contains(&name)
+            || *name == "x-id"
+            || (versioned && *name == "versionId")
+            || (part && (*name == "partNumber" || *name == "uploadId"))
+            || PRESIGNED.contains(name)
     });
     if !plain_query {
         return false;
@@ -183,10 +193,85 @@ pub fn forwards(method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
     if versioned {
         return true;
     }
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     headers.get("x-amz-copy-source").is_none()
-        && !header("x-amz-content-sha256").is_some_and(|v| v.starts_with("STREAMING-"))
-        && !header("content-encoding").is_some_and(|v| v.contains("aws-chunked"))
+}
+
+/// Whether a request's body came aws-chunked (s3s decodes it before this path sees it).
+fn aws_chunked(headers: &HeaderMap) -> bool {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    header("x-amz-content-sha256").is_some_and(|v| v.starts_with("STREAMING-"))
+        || header("content-encoding").is_some_and(|v| v.contains("aws-chunked"))
+}
+
+/// The bytes of a write's object (or part): its `Content-Length`, or for an aws-chunked body the decoded length
+/// it declares (s3s holds the body to it).
+fn object_bytes(headers: &HeaderMap) -> S3Result<i64> {
+    let declared = aws_chunked(headers)
+        .then(|| headers.get("x-amz-decoded-content-length"))
+        .flatten();
+    declared
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .filter(|n: &i64| *n >= 0)
+        .map_or_else(|| content_length(headers), Ok)
+}
+
+/// How a write's body goes to the backend.
+enum Payload {
+    /// As it came (a plain body, or aws-chunked without a trailer, which s3s has decoded to plain bytes).
+    Plain,
+    /// Chunked again with the client's trailing checksum ([`super::trailer`]).
+    Trailer {
+        /// The trailer's name.
+        name: &'static str,
+        /// Bytes of its value.
+        value_len: u64,
+    },
+}
+
+/// Makes `headers` (a write's, for the backend, with `from` the client's) describe what the backend is sent of an
+/// aws-chunked body s3s decoded: the plain bytes, their length and no `aws-chunked` coding; or, when the client's
+/// checksum comes in a trailer, those bytes chunked again with the trailer, declared as S3 declares them.
+fn body_headers(from: &HeaderMap, headers: &mut HeaderMap) -> S3Result<Payload> {
+    if !aws_chunked(from) {
+        return Ok(Payload::Plain);
+    }
+    let bytes = object_bytes(from)?;
+    let mut codings: Vec<String> = headers
+        .get(CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
+        .map(str::to_owned)
+        .collect();
+    let payload = match super::trailer::declared(from.get("x-amz-trailer"))? {
+        None => {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes));
+            Payload::Plain
+        }
+        Some((name, value_len)) => {
+            let decoded = u64::try_from(bytes).unwrap_or(0);
+            codings.insert(0, "aws-chunked".to_owned());
+            headers.insert(
+                CONTENT_LENGTH,
+                HeaderValue::from(super::trailer::encoded_len(decoded, name, value_len)),
+            );
+            headers.insert("x-amz-decoded-content-length", HeaderValue::from(decoded));
+            headers.insert("x-amz-trailer", HeaderValue::from_static(name));
+            Payload::Trailer { name, value_len }
+        }
+    };
+    match HeaderValue::from_str(&codings.join(", ")) {
+        Ok(value) if !value.is_empty() => {
+            headers.insert(CONTENT_ENCODING, value);
+        }
+        _ => {
+            headers.remove(CONTENT_ENCODING);
+        }
+    }
+    Ok(payload)
 }
 
 /// The backend, as this path reaches it.
@@ -238,13 +323,16 @@ impl Forward {
         let (mut bucket, key) = object_path(&req.uri)?;
         tenant.enter(&mut bucket)?;
         let write = req.method == Method::PUT;
-        let uri = self.object_uri(
-            &bucket,
-            &key,
-            query_value(&req.uri, "versionId")
-                .filter(|_| !write)
-                .as_deref(),
-        );
+        let uri = if write {
+            self.object_uri(&bucket, &key, None, part_of(&req.uri).as_ref())
+        } else {
+            self.object_uri(
+                &bucket,
+                &key,
+                query_value(&req.uri, "versionId").as_deref(),
+                None,
+            )
+        };
         let mut headers = HeaderMap::new();
         let listed: &[&str] = match req.method {
             Method::PUT => &WRITE_HEADERS,
@@ -260,34 +348,60 @@ impl Forward {
                 headers.append(name.clone(), value.clone());
             }
         }
+        let payload = if write {
+            body_headers(&req.headers, &mut headers)?
+        } else {
+            Payload::Plain
+        };
         if write && !headers.contains_key(CONTENT_LENGTH) {
             return Err(s3_error!(MissingContentLength));
         }
-        let payload = match req.headers.get("x-amz-content-sha256") {
-            Some(hash) if write && is_sha256(hash.as_bytes()) => {
+        let signable = match (&payload, req.headers.get("x-amz-content-sha256")) {
+            (Payload::Trailer { .. }, _) => SignableBody::StreamingUnsignedPayloadTrailer,
+            (_, Some(hash)) if write && is_sha256(hash.as_bytes()) => {
                 // The client signed its body's hash: the backend checks the body against it.
                 SignableBody::Precomputed(String::from_utf8_lossy(hash.as_bytes()).into_owned())
             }
             _ if !write => SignableBody::Bytes(&[]),
             _ => SignableBody::UnsignedPayload,
         };
-        let signed = self.sign(&req.method, &uri, &headers, payload)?;
+        let signed = self.sign(&req.method, &uri, &headers, signable)?;
+        let body = std::mem::take(&mut req.input);
+        let body = match payload {
+            Payload::Plain => body,
+            Payload::Trailer { name, value_len } => {
+                let trailers = req.trailing_headers.clone();
+                super::trailer::encode(body, name, value_len, move || {
+                    trailers.and_then(|t| t.read(|h| h.get(name).cloned()).flatten())
+                })
+            }
+        };
         let mut out = Request::builder()
             .method(req.method.clone())
             .uri(uri)
-            .body(std::mem::take(&mut req.input))
+            .body(body)
             .map_err(|e| S3Error::with_source(S3ErrorCode::InvalidURI, Box::new(e)))?;
         *out.headers_mut() = headers;
         signed.apply_to_request_http1x(&mut out);
         Ok(out)
     }
 
-    /// The backend's URL of `key` in `bucket` (the backend's name), of `version` if given.
-    fn object_uri(&self, bucket: &str, key: &str, version: Option<&str>) -> String {
+    /// The backend's URL of `key` in `bucket` (the backend's name), of `version` or of `part` if given.
+    fn object_uri(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        part: Option<&Part>,
+    ) -> String {
         let mut uri = format!("{}/{bucket}/{}", self.base, utf8_percent_encode(key, PATH));
         if let Some(version) = version {
             uri.push_str("?versionId=");
             uri.extend(utf8_percent_encode(version, QUERY_VALUE));
+        }
+        if let Some(part) = part {
+            uri.push_str(&format!("?partNumber={}&uploadId=", part.number));
+            uri.extend(utf8_percent_encode(&part.upload_id, QUERY_VALUE));
         }
         uri
     }
@@ -295,7 +409,7 @@ impl Forward {
     /// Bytes of a stored version (0 for a delete marker or when it cannot be read), as the SDK path's
     /// `stored_size` but for any key.
     async fn stored_size(&self, bucket: &str, key: &str, version: &str) -> i64 {
-        let uri = self.object_uri(bucket, key, Some(version));
+        let uri = self.object_uri(bucket, key, Some(version), None);
         let Ok(signed) = self.sign(
             &Method::HEAD,
             &uri,
@@ -416,15 +530,46 @@ impl S3Route for Forward {
         let backend_req = self.backend_request(&tenant, &mut req)?;
         match req.method {
             Method::PUT => {
-                let bytes = content_length(backend_req.headers())?;
-                self.quota
-                    .write(&tenant, bytes, self.send(backend_req))
-                    .await
+                let bytes = object_bytes(&req.headers)?;
+                match part_of(&req.uri) {
+                    None => {
+                        self.quota
+                            .write(&tenant, bytes, self.send(backend_req))
+                            .await
+                    }
+                    Some(Part { number, upload_id }) => {
+                        self.quota
+                            .counted(&tenant, bytes, async {
+                                let res = self.send(backend_req).await?;
+                                let settled = Settlement::Part {
+                                    upload_id,
+                                    part_number: number,
+                                    bytes,
+                                };
+                                Ok((res, settled))
+                            })
+                            .await
+                    }
+                }
             }
             Method::DELETE => self.delete(&tenant, &req, backend_req).await,
             _ => self.send(backend_req).await,
         }
     }
+}
+
+/// A part of a multipart upload an `UploadPart` URL names.
+struct Part {
+    number: i32,
+    upload_id: String,
+}
+
+/// The part `uri` names, if it names one.
+fn part_of(uri: &Uri) -> Option<Part> {
+    Some(Part {
+        number: query_value(uri, "partNumber")?.parse().ok()?,
+        upload_id: query_value(uri, "uploadId")?.into_owned(),
+    })
 }
 
 /// The bucket and key a path-style object URL names, decoded.
@@ -581,7 +726,6 @@ mod tests {
         assert!(!takes(Method::GET, "/b/k?uploadId=u", &[]));
         assert!(!takes(Method::GET, "/b/k?attributes", &[]));
         assert!(!takes(Method::PUT, "/b/k?tagging", &[]));
-        assert!(!takes(Method::PUT, "/b/k?partNumber=1&uploadId=u", &[]));
         assert!(!takes(Method::PUT, "/b/k?versionId=v", &[]));
         assert!(!takes(
             Method::PUT,
@@ -595,16 +739,97 @@ mod tests {
             &[]
         ));
         assert!(!takes(Method::GET, "/b/k?partNumber=1", &[]));
-        assert!(!takes(
+    }
+
+    #[test]
+    fn aws_chunked_writes_reach_the_backend_as_plain_bytes() {
+        assert!(takes(
             Method::PUT,
             "/b/k",
             &[("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER")]
         ));
-        assert!(!takes(
-            Method::PUT,
-            "/b/k",
-            &[("content-encoding", "aws-chunked,gzip")]
+        let header_map = |pairs: &[(&str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(
+                    HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    value.parse().unwrap(),
+                );
+            }
+            map
+        };
+        // boto3 over HTTPS: no Content-Length, a trailing checksum: chunked again, the trailer declared.
+        let from = header_map(&[
+            ("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER"),
+            ("content-encoding", "aws-chunked"),
+            ("x-amz-decoded-content-length", "11"),
+            ("x-amz-trailer", "x-amz-checksum-crc32"),
+            ("x-amz-sdk-checksum-algorithm", "CRC32"),
+        ]);
+        let mut headers = header_map(&[
+            ("content-encoding", "aws-chunked"),
+            ("x-amz-sdk-checksum-algorithm", "CRC32"),
+        ]);
+        let payload = body_headers(&from, &mut headers).unwrap();
+        assert!(matches!(
+            payload,
+            Payload::Trailer {
+                name: "x-amz-checksum-crc32",
+                value_len: 8
+            }
         ));
+        let encoded = crate::blob::trailer::encoded_len(11, "x-amz-checksum-crc32", 8);
+        assert_eq!(headers.get(CONTENT_LENGTH).unwrap(), &encoded.to_string());
+        assert_eq!(headers.get("x-amz-decoded-content-length").unwrap(), "11");
+        assert_eq!(headers.get(CONTENT_ENCODING).unwrap(), "aws-chunked");
+        assert_eq!(
+            headers.get("x-amz-trailer").unwrap(),
+            "x-amz-checksum-crc32"
+        );
+        assert_eq!(object_bytes(&from).unwrap(), 11);
+        // Signed chunks of a gzip file without a trailer: plain bytes, its own coding kept.
+        let from = header_map(&[
+            ("x-amz-content-sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"),
+            ("content-encoding", "aws-chunked,gzip"),
+            ("x-amz-decoded-content-length", "5"),
+        ]);
+        let mut headers = header_map(&[
+            ("content-encoding", "aws-chunked,gzip"),
+            ("content-length", "5"),
+        ]);
+        assert!(matches!(
+            body_headers(&from, &mut headers).unwrap(),
+            Payload::Plain
+        ));
+        assert_eq!(headers.get(CONTENT_LENGTH).unwrap(), "5");
+        assert_eq!(headers.get(CONTENT_ENCODING).unwrap(), "gzip");
+        // A trailer S3 does not know is refused; a plain body is left as it came.
+        let from = header_map(&[
+            ("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER"),
+            ("x-amz-decoded-content-length", "5"),
+            ("x-amz-trailer", "x-amz-meta-a"),
+        ]);
+        assert!(body_headers(&from, &mut HeaderMap::new()).is_err());
+        let mut headers = header_map(&[("content-encoding", "gzip"), ("content-length", "5")]);
+        assert!(matches!(
+            body_headers(&HeaderMap::new(), &mut headers).unwrap(),
+            Payload::Plain
+        ));
+        assert_eq!(headers.get(CONTENT_ENCODING).unwrap(), "gzip");
+    }
+
+    #[test]
+    fn parts_take_the_lean_path_when_they_name_one() {
+        assert!(takes(
+            Method::PUT,
+            "/b/k?partNumber=2&uploadId=u%2Fv&x-id=UploadPart",
+            &[]
+        ));
+        assert!(!takes(Method::PUT, "/b/k?partNumber=two&uploadId=u", &[]));
+        assert!(!takes(Method::PUT, "/b/k?uploadId=u", &[]));
+        assert!(!takes(Method::GET, "/b/k?partNumber=2&uploadId=u", &[]));
+        let part = part_of(&"/b/k?partNumber=2&uploadId=u%2Fv".parse().unwrap()).unwrap();
+        assert_eq!((part.number, part.upload_id.as_str()), (2, "u/v"));
     }
 
     #[test]

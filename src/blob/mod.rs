@@ -4,7 +4,8 @@
 //! - [`gateway`] is the S3 service (`slipway s3`, [`serve`]): SigV4 with each channel's own key pair, the
 //!   channel's virtual bucket mapped onto its backend bucket, versioning kept on, the owner's byte quota enforced.
 //!   [`front`] is what every request gets around s3s (request ids, the presigned URLs refused before it),
-//!   [`forward`] is its lean path for plain GETs, HEADs, PUTs and DELETEs of objects, [`sdk`] its SDK client for
+//!   [`forward`] is its lean path for plain GETs, HEADs, PUTs and DELETEs of objects and their parts ([`trailer`]
+//!   chunks a body again for a client's trailing checksum), [`sdk`] its SDK client for
 //!   every other operation, [`tenants`] what it keeps per access key, [`quota`] how its writes reserve and count
 //!   their bytes, and [`lease`] the slices of quota its small writes take from.
 //! - [`store`] holds each channel's store in the platform database (the key pair, the secret sealed like env
@@ -36,3 +37,4 @@ pub mod settings;
 pub mod store;
 pub mod tarball;
 pub mod tenants;
+pub mod trailer;
