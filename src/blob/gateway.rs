@@ -104,6 +104,36 @@ impl Gateway {
     }
 }
 
+/// The length of a write's object bytes, put into its input (`content_length`) for the backend: the
+/// `Content-Length` it came with, or for an aws-chunked body sent without one (boto3 and the aws CLI over HTTPS
+/// stream with `Transfer-Encoding: chunked` and a trailing checksum) the `x-amz-decoded-content-length` it
+/// declares, which s3s holds the decoded body to. A write with neither is refused 411, as S3 does.
+fn body_length(headers: &http::HeaderMap, content_length: &mut Option<i64>) -> S3Result<i64> {
+    let declared = || {
+        headers
+            .get("x-amz-decoded-content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|n| *n >= 0)
+    };
+    let bytes = content_length
+        .or_else(declared)
+        .ok_or_else(|| s3_error!(MissingContentLength))?;
+    *content_length = Some(bytes);
+    Ok(bytes)
+}
+
+/// Leaves out the checksum algorithm of a write whose checksum comes in the aws-chunked body's trailer
+/// (`x-amz-trailer`), on this path only: s3s decodes that body and the SDK sends the backend the plain bytes, so
+/// naming an algorithm with no checksum beside it would make the backend refuse the write. Such writes take the
+/// lean path ([`super::forward`]), which sends the trailer on, whenever the backend is reached over HTTP; this one
+/// serves them for a backend over HTTPS, without the client's checksum.
+fn checksum_sent_later(headers: &http::HeaderMap, algorithm: &mut Option<ChecksumAlgorithm>) {
+    if headers.contains_key("x-amz-trailer") {
+        *algorithm = None;
+    }
+}
+
 /// The attributes a GetObjectAttributes asks for, one a name: s3s reads the `x-amz-object-attributes` header
 /// (`ETag,ObjectSize`) as one value, which the SDK would send on quoted, as a single unknown name.
 fn attribute_names(asked: &[ObjectAttributes]) -> Vec<ObjectAttributes> {
@@ -294,10 +324,8 @@ s3_impl! {
         mut req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
-        let bytes = req
-            .input
-            .content_length
-            .ok_or_else(|| s3_error!(MissingContentLength))?;
+        let bytes = body_length(&req.headers, &mut req.input.content_length)?;
+        checksum_sent_later(&req.headers, &mut req.input.checksum_algorithm);
         self.quota
             .write(&tenant, bytes, self.proxy.put_object(req))
             .await
@@ -368,10 +396,8 @@ s3_impl! {
         mut req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
-        let bytes = req
-            .input
-            .content_length
-            .ok_or_else(|| s3_error!(MissingContentLength))?;
+        let bytes = body_length(&req.headers, &mut req.input.content_length)?;
+        checksum_sent_later(&req.headers, &mut req.input.checksum_algorithm);
         let (upload_id, part_number) = (req.input.upload_id.clone(), req.input.part_number);
         self.quota.counted(&tenant, bytes, async {
             let res = self.proxy.upload_part(req).await?;
@@ -451,6 +477,21 @@ s3_impl! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_is_as_long_as_its_content_length_or_its_declared_decoded_length() {
+        let mut headers = http::HeaderMap::new();
+        let mut length = Some(7);
+        assert_eq!(body_length(&headers, &mut length).unwrap(), 7);
+        let mut length = None;
+        let err = body_length(&headers, &mut length).unwrap_err();
+        assert_eq!(*err.code(), S3ErrorCode::MissingContentLength);
+        headers.insert("x-amz-decoded-content-length", "12".parse().unwrap());
+        assert_eq!(body_length(&headers, &mut length).unwrap(), 12);
+        assert_eq!(length, Some(12), "the backend is sent the length");
+        headers.insert("x-amz-decoded-content-length", "-1".parse().unwrap());
+        assert!(body_length(&headers, &mut None).is_err());
+    }
 
     #[test]
     fn attributes_asked_in_one_header_are_one_name_each() {
