@@ -4,7 +4,9 @@
 //!   of every error document, so a client (boto3 reads both) can quote one id for a failed request; the backend's
 //!   ids, which the SDK path passes on, are replaced;
 //! - the refusal of a presigned URL valid for more than a week: SigV4 caps `X-Amz-Expires` at 604800 seconds and
-//!   S3 answers a longer one 400 `AuthorizationQueryParametersError`, where s3s would take it.
+//!   S3 answers a longer one 400 `AuthorizationQueryParametersError`, where s3s would take it;
+//! - a bare ETag in a `GetObjectAttributes` answer: s3s writes every XML ETag in quotes, and that answer is the one
+//!   place S3 writes it without them (clients compare it with the checksum they computed, unquoted).
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -30,6 +32,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
         let service = self.0.clone();
         Box::pin(async move {
             let id = request_id();
+            let attributes = asks_attributes(&req);
             let mut res = match refusal(req.uri()) {
                 Some(err) => err
                     .to_http_response()
@@ -37,6 +40,9 @@ impl hyper::service::Service<Request<Incoming>> for Front {
                 None => service.call(req.map(Body::from)).await?,
             };
             stamp(&mut res, &id);
+            if attributes {
+                unquote_etag(&mut res);
+            }
             Ok(res)
         })
     }
@@ -59,6 +65,43 @@ fn refusal(uri: &Uri) -> Option<S3Error> {
             format!("X-Amz-Expires must be less than a week (in seconds) that is {MAX_PRESIGNED_EXPIRES}"),
         )
     })
+}
+
+/// Whether `req` is a `GetObjectAttributes` call (`GET /bucket/key?attributes`).
+fn asks_attributes<B>(req: &Request<B>) -> bool {
+    req.method() == http::Method::GET
+        && req.uri().query().is_some_and(|q| {
+            q.split('&')
+                .any(|pair| pair == "attributes" || pair.starts_with("attributes="))
+        })
+}
+
+/// Takes the quotes off the `<ETag>` of a successful `GetObjectAttributes` answer.
+fn unquote_etag(res: &mut Response<Body>) {
+    if !res.status().is_success() {
+        return;
+    }
+    let Some(document) = res.body().bytes() else {
+        return;
+    };
+    if let Some(bare) = with_bare_etag(&document) {
+        res.headers_mut().remove(CONTENT_LENGTH);
+        *res.body_mut() = Body::from(bare);
+    }
+}
+
+/// `document` with its `<ETag>"v"</ETag>` written `<ETag>v</ETag>`; `None` when it has no quoted ETag.
+fn with_bare_etag(document: &[u8]) -> Option<Bytes> {
+    let text = std::str::from_utf8(document).ok()?;
+    let start = text.find("<ETag>")? + "<ETag>".len();
+    let len = text[start..].find("</ETag>")?;
+    let etag = &text[start..start + len];
+    let bare = etag.strip_prefix('"')?.strip_suffix('"')?;
+    Some(Bytes::from(format!(
+        "{}{bare}{}",
+        &text[..start],
+        &text[start + len..]
+    )))
 }
 
 /// Puts `id` on `res`: its `x-amz-request-id` header, and the `<RequestId>` of its error document if it is one.
@@ -129,6 +172,29 @@ mod tests {
         assert!(refused("X-Amz-Expires=60").is_none());
         assert!(refused("versionId=1").is_none());
         assert!(refusal(&"/b/k".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn attribute_answers_carry_a_bare_etag() {
+        let quoted = b"<GetObjectAttributesResponse><ETag>\"abc\"</ETag><ObjectSize>3</ObjectSize>\
+                       </GetObjectAttributesResponse>";
+        assert_eq!(
+            with_bare_etag(quoted).unwrap(),
+            "<GetObjectAttributesResponse><ETag>abc</ETag><ObjectSize>3</ObjectSize>\
+             </GetObjectAttributesResponse>"
+        );
+        assert!(
+            with_bare_etag(
+                b"<GetObjectAttributesResponse><ETag>abc</ETag></GetObjectAttributesResponse>"
+            )
+            .is_none()
+        );
+        assert!(with_bare_etag(b"<GetObjectAttributesResponse/>").is_none());
+        let asks = |uri: &str| asks_attributes(&Request::get(uri).body(()).unwrap());
+        assert!(asks("/b/k?attributes"));
+        assert!(asks("/b/k?versionId=1&attributes="));
+        assert!(!asks("/b/k?attributesx"));
+        assert!(!asks("/b/k"));
     }
 
     #[test]
