@@ -64,12 +64,16 @@ async fn connect(
     Ok(Json(service::connect(&state, &app, &req.remote_url).await?))
 }
 
-/// Fetch from the external repository now; answers the mirror status with the outcome (admin).
+/// Fetch from the external repository now; answers the mirror status with the outcome (admin). The sync runs as a
+/// job of the platform, behind any sync of the app already running: the call waits for it for as long as it takes
+/// (each sync is bounded by the platform's sync time limit, 10 minutes by default), and a client that goes away
+/// does not stop it.
 #[utoipa::path(post, path = "/apps/{app_id}/github/sync", tag = "mirror", security(("bearer" = [])),
     params(("app_id" = Uuid, Path, description = "App id")),
     responses((status = 200, body = MirrorStatus, description = "the status after the sync; a failed sync has last_sync_status failed and last_sync_error"),
               (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
-              (status = 404, body = ErrorEnvelope, description = "no such app, none connected, or the caller is not an admin")))]
+              (status = 404, body = ErrorEnvelope, description = "no such app, none connected, or the caller is not an admin"),
+              (status = 503, body = ErrorEnvelope, description = "service_unavailable: the sync could not run (its process stopped twice)")))]
 async fn sync(
     State(state): State<AppState>,
     caller: Caller,

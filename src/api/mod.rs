@@ -68,6 +68,9 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 pub const UNBOUNDED_ROUTES: &[&str] = &[
     "/apps/{app_id}/channels/{channel_id}/postgres/restore",
     "/apps/{app_id}/channels/{channel_id}/blob/restore",
+    // A mirror's sync, and the fetch a deploy of a mirrored app starts with (bounded by the sync's own limit).
+    "/apps/{app_id}/github/sync",
+    "/apps/{app_id}/channels/{channel_id}/deploy",
 ];
 
 /// The OpenAPI document's fixed parts.

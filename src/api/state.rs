@@ -232,7 +232,7 @@ impl AppState {
         self
     }
 
-    /// The mirror settings and sync locks.
+    /// The mirror settings.
     pub fn mirrors(&self) -> &Mirrors {
         &self.mirrors
     }

@@ -42,11 +42,18 @@ pub enum Kind {
     SqlRestore,
     /// A bucket copied forward to a checkpoint.
     BucketRestore,
+    /// An app's repository fetched from the external one it mirrors.
+    MirrorSync,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 3] = [Kind::Checkpoint, Kind::SqlRestore, Kind::BucketRestore];
+    pub const ALL: [Kind; 4] = [
+        Kind::Checkpoint,
+        Kind::SqlRestore,
+        Kind::BucketRestore,
+        Kind::MirrorSync,
+    ];
 
     /// The name rows use.
     pub fn as_str(self) -> &'static str {
@@ -54,6 +61,7 @@ impl Kind {
             Kind::Checkpoint => "checkpoint",
             Kind::SqlRestore => "sql_restore",
             Kind::BucketRestore => "bucket_restore",
+            Kind::MirrorSync => "mirror_sync",
         }
     }
 
@@ -67,6 +75,8 @@ impl Kind {
     pub fn max_attempts(self) -> i32 {
         match self {
             Kind::Checkpoint | Kind::SqlRestore | Kind::BucketRestore => 3,
+            // A fetch is safe to run again, but one whose process died twice is more likely the fetch's fault.
+            Kind::MirrorSync => 2,
         }
     }
 }

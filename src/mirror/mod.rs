@@ -7,9 +7,11 @@
 //! host key on first contact and refuses a changed one, and lets the real `git fetch` pull every branch and tag
 //! over that connection ([`transport`]). The external repository is authoritative: a force-push there rewrites the
 //! branch here, a deleted branch goes. While connected, pushes and changesets are refused, so the two cannot
-//! diverge.
+//! diverge. Each sync runs as a job of the platform ([`job`]): the syncs of one app run one at a time on whichever
+//! API replica claims them, and outlive the request that asked.
 
 pub mod cluster;
+pub mod job;
 pub mod keys;
 pub mod relay;
 pub mod remote;
@@ -18,10 +20,8 @@ pub mod service;
 pub mod transport;
 pub mod vet;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -63,37 +63,21 @@ impl Default for MirrorConfig {
     }
 }
 
-/// The mirror settings and one lock per app, so a sync and a deploy's fetch of one app queue rather than race.
+/// The mirror settings.
 #[derive(Debug, Default)]
 pub struct Mirrors {
     config: MirrorConfig,
-    locks: std::sync::Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Mirrors {
     /// Mirrors under `config`.
     pub fn new(config: MirrorConfig) -> Self {
-        Self {
-            config,
-            locks: Default::default(),
-        }
+        Self { config }
     }
 
     /// The settings.
     pub fn config(&self) -> &MirrorConfig {
         &self.config
-    }
-
-    /// The lock of `app`'s syncs.
-    pub fn lock(&self, app: Uuid) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self
-            .locks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if locks.len() > 1024 {
-            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-        }
-        locks.entry(app).or_default().clone()
     }
 }
 

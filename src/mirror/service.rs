@@ -160,40 +160,18 @@ pub async fn fetch_before_deploy(state: &AppState, app: &VisibleApp) -> Result<(
     }
 }
 
-/// Runs one sync of `mirror` (queued behind any other of the same app) in a task of its own, so a client that
-/// stops waiting does not cut a fetch short, and records the outcome; returns the row after it (`None` when the app
-/// was disconnected meanwhile).
+/// Runs one sync of `mirror` as a job ([`super::job`]) and records the outcome; returns the row after it (`None`
+/// when the app was disconnected meanwhile).
 async fn run_sync(
     state: &AppState,
     app: &VisibleApp,
     mirror: Mirror,
 ) -> Result<Option<Mirror>, ApiError> {
-    let repo = state.repos().path(&app.owner, &app.name);
-    let state = state.clone();
-    let task = tokio::spawn(async move {
-        let lock = state.mirrors().lock(mirror.app_id);
-        let _queued = lock.lock().await;
-        let timeout = state.mirrors().config().timeout;
-        let outcome = match tokio::time::timeout(timeout, sync_once(&state, &mirror, &repo)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(format!(
-                "the sync did not finish within {} s",
-                timeout.as_secs()
-            )),
-        };
-        if let Err(e) = &outcome {
-            tracing::info!(app = %mirror.app_id, error = %e, "mirror sync failed");
-        }
-        let outcome = outcome.as_ref().map_err(String::as_str);
-        mirrors::record_sync(state.db(), mirror.app_id, mirror.connected_at, outcome).await
-    });
-    Ok(task
-        .await
-        .map_err(|e| anyhow::anyhow!("the sync task ended: {e}"))??)
+    super::job::sync_and_wait(state, app, &mirror).await
 }
 
 /// Resolves and vets the server, opens the deploy key, fetches, and pins the host key on first contact.
-async fn sync_once(
+pub(super) async fn sync_once(
     state: &AppState,
     mirror: &Mirror,
     repo: &std::path::Path,

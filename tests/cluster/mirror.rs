@@ -701,3 +701,82 @@ impl FakeNode {
         Ok(())
     }
 }
+
+#[tokio::test]
+async fn a_sync_waits_behind_the_apps_running_one_and_finishes_without_its_caller() -> Result<()> {
+    use tower::ServiceExt;
+    let (peer, m) = peer_and_site().await?;
+    // Connected, the deploy key not installed upstream: a sync fails quickly, and says so on the mirror's row.
+    m.connect(&peer.url("site")).await.expect(200, None);
+    let db = m.api.state.db().clone();
+    let app: uuid::Uuid = m.app_id.parse()?;
+    // A sync of the app that another replica runs: its lease holds for an hour, so no runner here takes it.
+    let elsewhere: uuid::Uuid = sqlx::query_scalar(
+        "INSERT INTO jobs (id, kind, scope, app_id, params, state, runner, attempts, max_attempts, lease_until, \
+         started_at) VALUES (gen_random_uuid(), 'mirror_sync', $1, $2, 'null', 'running', 'elsewhere', 1, 2, \
+         now() + interval '1 hour', now()) RETURNING id",
+    )
+    .bind(format!("mirror:{app}"))
+    .bind(app)
+    .fetch_one(&db)
+    .await?;
+    let caller = {
+        let (router, token) = (m.api.router.clone(), m.alice.token.clone());
+        let path = m.route("/sync");
+        tokio::spawn(async move {
+            let req = axum::http::Request::post(path)
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from("{}"))
+                .unwrap();
+            router.oneshot(req).await
+        })
+    };
+    let queued = async {
+        loop {
+            let id: Option<uuid::Uuid> = sqlx::query_scalar(
+                "SELECT id FROM jobs WHERE kind = 'mirror_sync' AND app_id = $1 AND state = 'queued'",
+            )
+            .bind(app)
+            .fetch_optional(&db)
+            .await
+            .unwrap();
+            if let Some(id) = id {
+                return id;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let queued = tokio::time::timeout(WITHIN, queued).await?;
+    // Behind the running sync it waits; its caller goes away meanwhile.
+    assert_eq!(m.status().await["last_sync_status"], Value::Null);
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    sqlx::query(
+        "UPDATE jobs SET state = 'succeeded', finished_at = now(), runner = NULL WHERE id = $1",
+    )
+    .bind(elsewhere)
+    .execute(&db)
+    .await?;
+    // The queued sync runs once the other has ended, and records its outcome though nobody waits for it.
+    let recorded = async {
+        loop {
+            let status = m.status().await;
+            if status["last_sync_status"] != Value::Null {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let status = tokio::time::timeout(WITHIN, recorded).await?;
+    assert_eq!(status["last_sync_status"], "failed", "{status}");
+    let state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+        .bind(queued)
+        .fetch_one(&db)
+        .await?;
+    assert_eq!(
+        state, "succeeded",
+        "a failed fetch is the sync's outcome, not a failed job"
+    );
+    Ok(())
+}

@@ -364,6 +364,11 @@ impl TestApi {
     pub fn with_mirrors(mut self, config: slipway::mirror::MirrorConfig) -> Self {
         self.state = self.state.clone().with_mirrors(config);
         self.router = slipway::api::router(self.state.clone());
+        // Syncs are jobs: the runner works with the state it was started with, so it starts again with this one
+        // (the old loop is aborted as the handle is replaced).
+        self._jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            slipway::jobs::kinds::run(self.state.clone()),
+        ));
         self
     }
 
