@@ -68,7 +68,9 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 pub const UNBOUNDED_ROUTES: &[&str] = &[
     "/apps/{app_id}/channels/{channel_id}/postgres/restore",
     "/apps/{app_id}/channels/{channel_id}/blob/restore",
-    // A mirror's sync, and the fetch a deploy of a mirrored app starts with (bounded by the sync's own limit).
+    // A mirror's sync, and the fetch a deploy of a mirrored app starts with: each attempt of a sync is bounded by
+    // the sync's own limit, but it may first queue behind the app's other syncs. The deploy route's other steps
+    // are short: the repository and the cluster's API.
     "/apps/{app_id}/github/sync",
     "/apps/{app_id}/channels/{channel_id}/deploy",
 ];

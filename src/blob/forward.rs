@@ -11,11 +11,12 @@
 //! DELETEs take this path for a reason of their own too: the SDK refuses a key made only of whitespace (its
 //! endpoint parameters count it as missing), which S3 and the backend take.
 //!
-//! Only plain requests take this path ([`forwards`]): a query or header that makes the request another operation
-//! (a copy, a part, tagging, ACLs), or asks for response header overrides or a part number, goes through the s3s
-//! operations and the SDK as before. Backends over HTTPS always do. An aws-chunked PUT (the SDKs stream uploads
-//! so, with a signature per chunk, or over HTTPS with a trailing checksum) takes this path too: s3s has checked
-//! and decoded its chunks, and the backend is sent the plain bytes ([`plain_body_headers`]).
+//! Only plain requests take this path ([`forwards`]), and a part's upload (`UploadPart`): a query or header that
+//! makes the request another operation (a copy, tagging, ACLs), or asks for response header overrides or a part
+//! number, goes through the s3s operations and the SDK as before. Backends over HTTPS always do. An aws-chunked
+//! PUT (the SDKs stream uploads so, with a signature per chunk, or over HTTPS with a trailing checksum) takes this
+//! path too: s3s has checked and decoded its chunks, and the backend is sent the plain bytes, or with a trailing
+//! checksum those bytes chunked again with the client's trailer ([`body_headers`], [`super::trailer`]).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -158,8 +159,8 @@ const RESPONSE_HEADERS: [&str; 39] = [
 const META_PREFIX: &str = "x-amz-meta-";
 
 /// Whether a request (already authenticated) takes this path: a GET, HEAD, DELETE or PUT of an object,
-/// path-style, whose query holds nothing but a version id (not on a PUT), the SDKs' `x-id` and a presigned URL's
-/// signature, and, for a PUT, that is not a copy and has a plain body.
+/// path-style, whose query holds nothing but a version id (not on a PUT), a part's number and upload (only on a
+/// PUT), the SDKs' `x-id` and a presigned URL's signature, and, for a PUT, that is not a copy.
 pub fn forwards(method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
     let read = *method == Method::GET || *method == Method::HEAD;
     let versioned = read || *method == Method::DELETE;
@@ -196,11 +197,13 @@ pub fn forwards(method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
     headers.get("x-amz-copy-source").is_none()
 }
 
-/// Whether a request's body came aws-chunked (s3s decodes it before this path sees it).
+/// Whether a request's body came aws-chunked and s3s decoded it before this path sees it: s3s decodes a body
+/// whose `x-amz-content-sha256` is one of the `STREAMING-` kinds, and no other (a `Content-Encoding: aws-chunked`
+/// alone changes nothing).
 fn aws_chunked(headers: &HeaderMap) -> bool {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    header("x-amz-content-sha256").is_some_and(|v| v.starts_with("STREAMING-"))
-        || header("content-encoding").is_some_and(|v| v.contains("aws-chunked"))
+    headers
+        .get("x-amz-content-sha256")
+        .is_some_and(|v| v.as_bytes().starts_with(b"STREAMING-"))
 }
 
 /// The bytes of a write's object (or part): its `Content-Length`, or for an aws-chunked body the decoded length

@@ -126,8 +126,9 @@ fn body_length(headers: &http::HeaderMap, content_length: &mut Option<i64>) -> S
 /// Leaves out the checksum algorithm of a write whose checksum comes in the aws-chunked body's trailer
 /// (`x-amz-trailer`), on this path only: s3s decodes that body and the SDK sends the backend the plain bytes, so
 /// naming an algorithm with no checksum beside it would make the backend refuse the write. Such writes take the
-/// lean path ([`super::forward`]), which sends the trailer on, whenever the backend is reached over HTTP; this one
-/// serves them for a backend over HTTPS, without the client's checksum.
+/// lean path ([`super::forward`]), which sends the trailer on, whenever the backend is reached over HTTP; for a
+/// backend over HTTPS a single PUT is stored without the client's checksum, and a part of an upload created with
+/// a checksum algorithm is still refused by the backend.
 fn checksum_sent_later(headers: &http::HeaderMap, algorithm: &mut Option<ChecksumAlgorithm>) {
     if headers.contains_key("x-amz-trailer") {
         *algorithm = None;

@@ -111,11 +111,14 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
     }
 }
 
-/// The job's error for `e`: put back for a busy platform, else failed.
+/// The job's error for `e`: put back for a busy platform, else failed, its words (which can name the database's
+/// internals) kept in the log.
 fn busy_or(e: anyhow::Error) -> JobError {
     if pool_exhausted(&e) {
-        JobError::Busy(e)
-    } else {
-        JobError::Failed(format!("the platform database could not be used: {e}"))
+        return JobError::Busy(e);
     }
+    tracing::warn!(error = %e, "a bucket restore could not use the platform database");
+    JobError::Failed(
+        "the platform database could not be used; no version was changed, and asking again finishes it".into(),
+    )
 }

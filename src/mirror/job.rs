@@ -1,4 +1,4 @@
-//! A mirror sync as a job ([`crate::jobs`]): `POST …/mirror/sync` and the fetch a deploy of a mirrored app starts
+//! A mirror sync as a job ([`crate::jobs`]): `POST …/github/sync` and the fetch a deploy of a mirrored app starts
 //! with each record one and wait for it. A first fetch of a repository of hundreds of megabytes takes longer than
 //! a request may last; run by the request, it was cut by the request's timeout, queued behind a lock that only
 //! its own process knew, and lost with that process. As a job, the syncs of one app run one at a time in the
@@ -69,10 +69,11 @@ pub async fn perform(state: &AppState, job: &Job, _progress: &Progress) -> Resul
     let busy_or = |e: sqlx::Error| {
         let e = anyhow::Error::from(e);
         if pool_exhausted(&e) {
-            JobError::Busy(e)
-        } else {
-            JobError::Failed(format!("the platform database could not be used: {e}"))
+            return JobError::Busy(e);
         }
+        // Its words can name the database's internals: the log has them, the caller does not.
+        tracing::warn!(error = %e, "a mirror sync could not use the platform database");
+        JobError::Failed("the platform database could not be used".into())
     };
     let mirror = mirrors::get(state.db(), params.app_id)
         .await
