@@ -22,7 +22,7 @@ use super::postgres::{
 };
 use super::state::AppState;
 use crate::auth::{Caller, scopes};
-use crate::jobs::{self, store::Admission, store::Enqueued};
+use crate::jobs::{self, store::Admission};
 use crate::postgres::archive::Archive;
 use crate::postgres::snapshots::{self, Snapshot};
 
@@ -251,19 +251,14 @@ pub(super) async fn restore_as_job(
     state: &AppState,
     job: &jobs::NewJob,
 ) -> Result<jobs::Job, ApiError> {
-    let job = match jobs::store::enqueue(state.db(), job, Admission::Exclusive).await? {
-        Enqueued::New(job) | Enqueued::Existing(job) => job,
-        Enqueued::Busy(_) => {
-            return Err(ApiError::ChannelBusy(
+    jobs::runner::ask_and_wait(state.db(), state.jobs(), job, Admission::Exclusive)
+        .await?
+        .map_err(|_| {
+            ApiError::ChannelBusy(
                 "a checkpoint or restore of this channel is running; restore once it has finished"
                     .into(),
-            ));
-        }
-    };
-    state.jobs().wake();
-    // The job runs to its end whether or not this request does.
-    jobs::runner::wait_at_most(state.db(), job.id, None)
-        .await?
+            )
+        })?
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the restore's job row vanished")))
 }
 

@@ -17,7 +17,7 @@ use crate::api::error::pool_exhausted;
 use crate::api::state::AppState;
 use crate::blob::checkpoints as markers;
 use crate::db::audit::{self, Actor};
-use crate::jobs::{self, Job, JobError, Kind, NewJob, Progress};
+use crate::jobs::{Job, JobError, Kind, NewJob, Progress};
 
 /// What the job needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -34,12 +34,12 @@ pub struct Params {
 
 /// The job of `params`, in the channel's scope.
 pub fn job(params: &Params) -> NewJob {
-    NewJob {
-        app_id: Some(params.app_id),
-        channel_id: Some(params.channel_id),
-        params: serde_json::json!(params),
-        ..NewJob::new(Kind::BucketRestore, jobs::scope::channel(params.channel_id))
-    }
+    NewJob::for_channel(
+        Kind::BucketRestore,
+        params.app_id,
+        params.channel_id,
+        serde_json::json!(params),
+    )
 }
 
 /// The job's work: the bucket copied forward to the checkpoint's marker; the journal entry either way.

@@ -39,11 +39,13 @@ pub struct Params {
 /// channel's other jobs.
 pub fn job(params: &Params) -> NewJob {
     NewJob {
-        app_id: Some(params.app_id),
-        channel_id: Some(params.channel_id),
         subject: Some(subject(params.deploy_id)),
-        params: serde_json::json!(params),
-        ..NewJob::new(Kind::Checkpoint, jobs::scope::channel(params.channel_id))
+        ..NewJob::for_channel(
+            Kind::Checkpoint,
+            params.app_id,
+            params.channel_id,
+            serde_json::json!(params),
+        )
     }
 }
 

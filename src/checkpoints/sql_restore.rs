@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::api::error::pool_exhausted;
 use crate::api::state::AppState;
 use crate::db::audit::{self, Actor};
-use crate::jobs::{self, Job, JobError, Kind, NewJob, Progress};
+use crate::jobs::{Job, JobError, Kind, NewJob, Progress};
 use crate::postgres::restore::RestoreFailed;
 
 /// What the job needs.
@@ -39,12 +39,12 @@ pub struct Params {
 
 /// The job of `params`, in the channel's scope.
 pub fn job(params: &Params) -> NewJob {
-    NewJob {
-        app_id: Some(params.app_id),
-        channel_id: Some(params.channel_id),
-        params: serde_json::json!(params),
-        ..NewJob::new(Kind::SqlRestore, jobs::scope::channel(params.channel_id))
-    }
+    NewJob::for_channel(
+        Kind::SqlRestore,
+        params.app_id,
+        params.channel_id,
+        serde_json::json!(params),
+    )
 }
 
 /// Why the job could not apply the snapshot, for the caller; the data is unchanged in every case.

@@ -212,6 +212,16 @@ pub struct NewJob {
 }
 
 impl NewJob {
+    /// A job of `kind` on channel `channel_id` of app `app_id`, in the channel's scope, that needs `params`.
+    pub fn for_channel(kind: Kind, app_id: Uuid, channel_id: Uuid, params: Value) -> Self {
+        Self {
+            app_id: Some(app_id),
+            channel_id: Some(channel_id),
+            params,
+            ..Self::new(kind, scope::channel(channel_id))
+        }
+    }
+
     /// A job of `kind` in `scope`, for no subject in particular, that needs nothing.
     pub fn new(kind: Kind, scope: String) -> Self {
         Self {

@@ -286,3 +286,22 @@ pub async fn wait_at_most(
         pause = (pause * 2).min(Duration::from_secs(1));
     }
 }
+
+/// Asks for `new` as `admission` allows ([`store::enqueue`]), wakes `runner` to claim it, and waits for it to
+/// finish for as long as it takes (the row is read, so any process may run it, and a caller that goes away stops
+/// nothing): the job as it ended (`None` when its row is gone), or `Err` with the scope's unfinished job when an
+/// exclusive ask is refused.
+pub async fn ask_and_wait(
+    db: &PgPool,
+    runner: &Runner,
+    new: &super::NewJob,
+    admission: store::Admission,
+) -> sqlx::Result<Result<Option<Job>, Job>> {
+    let job = match store::enqueue(db, new, admission).await? {
+        store::Enqueued::New(job) | store::Enqueued::Existing(job) => job,
+        store::Enqueued::Busy(job) if admission == store::Admission::Queue => job,
+        store::Enqueued::Busy(job) => return Ok(Err(job)),
+    };
+    runner.wake();
+    Ok(Ok(wait_at_most(db, job.id, None).await?))
+}

@@ -17,7 +17,7 @@ use crate::api::access::{Role, VisibleApp};
 use crate::api::error::{ApiError, pool_exhausted};
 use crate::api::state::AppState;
 use crate::db::mirrors::{self, Mirror};
-use crate::jobs::store::{Admission, Enqueued};
+use crate::jobs::store::Admission;
 use crate::jobs::{self, Job, JobError, Kind, NewJob, Progress};
 
 /// What the job needs: the app, and which connection of it (a mirror disconnected and connected again is another).
@@ -45,12 +45,11 @@ pub async fn sync_and_wait(
         params: serde_json::json!(params),
         ..NewJob::new(Kind::MirrorSync, jobs::scope::mirror(app.id))
     };
-    let job = match jobs::store::enqueue(state.db(), &new, Admission::Queue).await? {
-        Enqueued::New(job) | Enqueued::Existing(job) | Enqueued::Busy(job) => job,
-    };
-    state.jobs().wake();
-    let job = jobs::runner::wait_at_most(state.db(), job.id, None)
+    // Queued behind the app's other syncs: never refused.
+    let job = jobs::runner::ask_and_wait(state.db(), state.jobs(), &new, Admission::Queue)
         .await?
+        .ok()
+        .flatten()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the sync's job row vanished")))?;
     if job.state == jobs::state::FAILED {
         return Err(ApiError::Unavailable(format!(

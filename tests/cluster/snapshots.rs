@@ -159,6 +159,23 @@ impl Snapshots {
         keys
     }
 
+    /// A staging channel whose table `notes` held `kept` when its snapshot was taken and `changed` since: the
+    /// channel's id, its database's name, the snapshot's id and the app's connection.
+    async fn kept_then_changed(&self) -> Result<(String, String, String, PgConnection)> {
+        let staging = self.f.new_channel("staging").await;
+        let status = self.f.ready(&staging).await;
+        let db_name = status["db_name"].as_str().unwrap().to_owned();
+        let mut app = self.app_connection(&staging).await?;
+        execute(
+            &mut app,
+            "CREATE TABLE notes (id serial PRIMARY KEY, body text); INSERT INTO notes (body) VALUES ('kept')",
+        )
+        .await?;
+        let snapshot = self.snapshot_of(&staging, None).await?;
+        execute(&mut app, "UPDATE notes SET body = 'changed'").await?;
+        Ok((staging, db_name, snapshot, app))
+    }
+
     async fn restore(&self, channel_id: &str, body: Value) -> support::Reply {
         self.f
             .api
@@ -169,6 +186,29 @@ impl Snapshots {
             )
             .await
     }
+}
+
+/// Holds `channel`'s checkpoint lock, as a checkpoint pruning the files a restore reads does, until the sender is
+/// used or dropped; returns once the lock is held.
+async fn hold_checkpoint_lock(
+    db: &sqlx::PgPool,
+    channel: Uuid,
+) -> Result<(
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<sqlx::Result<()>>,
+)> {
+    let db = db.clone();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let (started, under_way) = tokio::sync::oneshot::channel::<()>();
+    let holder = tokio::spawn(async move {
+        slipway::checkpoints::exclusively(&db, channel, async move {
+            let _ = started.send(());
+            let _ = released.await;
+        })
+        .await
+    });
+    under_way.await?;
+    Ok((release, holder))
 }
 
 async fn notes(conn: &mut PgConnection) -> Vec<String> {
@@ -867,30 +907,10 @@ async fn the_pre_deploy_route_is_the_operators_and_skips_what_it_cannot_keep() -
 #[tokio::test]
 async fn a_restore_waits_for_the_channels_checkpoint_lock() -> Result<()> {
     let s = snapshots("snaplock", "builder").await?;
-    let staging = s.f.new_channel("staging").await;
-    let status = s.f.ready(&staging).await;
-    let db_name = status["db_name"].as_str().unwrap().to_owned();
-    let mut app = s.app_connection(&staging).await?;
-    execute(
-        &mut app,
-        "CREATE TABLE notes (id serial PRIMARY KEY, body text); INSERT INTO notes (body) VALUES ('kept')",
-    )
-    .await?;
-    let snapshot = s.snapshot_of(&staging, None).await?;
-    execute(&mut app, "UPDATE notes SET body = 'changed'").await?;
+    let (staging, db_name, snapshot, mut app) = s.kept_then_changed().await?;
     // Something of the channel's holds its checkpoint lock: a checkpoint pruning the files a restore reads.
-    let db = s.f.api.state.db().clone();
     let channel: Uuid = staging.parse()?;
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let (started, under_way) = tokio::sync::oneshot::channel::<()>();
-    let holder = tokio::spawn(async move {
-        slipway::checkpoints::exclusively(&db, channel, async move {
-            let _ = started.send(());
-            let _ = released.await;
-        })
-        .await
-    });
-    under_way.await?;
+    let (release, holder) = hold_checkpoint_lock(s.f.api.state.db(), channel).await?;
     let restoring = s.restore(
         &staging,
         json!({"confirm_db_name": db_name, "snapshot_id": snapshot}),
@@ -943,33 +963,11 @@ async fn restore_job_state(db: &sqlx::PgPool, channel: Uuid) -> Option<String> {
 #[tokio::test]
 async fn a_restore_runs_on_when_its_caller_leaves_and_refuses_a_second_meanwhile() -> Result<()> {
     let s = snapshots("snapjob", "builder").await?;
-    let staging = s.f.new_channel("staging").await;
-    let status = s.f.ready(&staging).await;
-    let db_name = status["db_name"].as_str().unwrap().to_owned();
-    let mut app = s.app_connection(&staging).await?;
-    execute(
-        &mut app,
-        "CREATE TABLE notes (id serial PRIMARY KEY, body text); INSERT INTO notes (body) VALUES ('kept')",
-    )
-    .await?;
-    let snapshot = s.snapshot_of(&staging, None).await?;
-    execute(&mut app, "UPDATE notes SET body = 'changed'").await?;
+    let (staging, db_name, snapshot, mut app) = s.kept_then_changed().await?;
     // A prune holds the channel's checkpoint lock: the restore's job starts and waits there.
     let db = s.f.api.state.db().clone();
     let channel: Uuid = staging.parse()?;
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let (started, under_way) = tokio::sync::oneshot::channel::<()>();
-    let holder = tokio::spawn({
-        let db = db.clone();
-        async move {
-            slipway::checkpoints::exclusively(&db, channel, async move {
-                let _ = started.send(());
-                let _ = released.await;
-            })
-            .await
-        }
-    });
-    under_way.await?;
+    let (release, holder) = hold_checkpoint_lock(&db, channel).await?;
     let body = json!({"confirm_db_name": db_name, "snapshot_id": snapshot});
     let caller = {
         let path = format!("{}/restore", s.f.path(&staging));
