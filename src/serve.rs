@@ -388,7 +388,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         state.set_snapshot_archive(archive);
         tokio::spawn(crate::exports::sweep_every(state.clone()));
         if state.data_server().is_some() {
-            tokio::spawn(crate::postgres::nightly::run(state.clone()));
+            tokio::spawn(crate::checkpoints::nightly::run(state.clone()));
         }
     }
     tokio::spawn(crate::jobs::kinds::run(state.clone()));

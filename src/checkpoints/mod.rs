@@ -10,8 +10,8 @@
 //! owner's plan, under a per-channel lock ([`exclusively`]) that restores take too, so neither a checkpoint being
 //! taken nor a restore under way loses a version to a concurrent prune.
 //!
-//! Taking a checkpoint before a deploy ([`pre_deploy`]) and restoring either leg ([`sql_restore`],
-//! [`bucket_restore`]) run as jobs of the platform ([`crate::jobs`]) in the channel's scope: they last as long as
+//! Taking a checkpoint before a deploy ([`pre_deploy`]) or nightly ([`nightly`]) and restoring either leg
+//! ([`sql_restore`], [`bucket_restore`]) run as jobs of the platform ([`crate::jobs`]) in the channel's scope: they last as long as
 //! the data takes, not as long as a request may, and one runs at a time per channel.
 
 use slipway_crds::Channel;
@@ -21,6 +21,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 pub mod bucket_restore;
+pub mod nightly;
 pub mod pre_deploy;
 pub mod sql_restore;
 
@@ -217,4 +218,12 @@ async fn prune(
         markers::prune_versions(db, &leg.bucket, channel_id).await?;
     }
     Ok(())
+}
+
+/// The plan of the account `owner`, which bounds how many checkpoints its channels keep.
+pub async fn owner_plan(db: &PgPool, owner: &str) -> anyhow::Result<&'static Plan> {
+    let user = crate::db::users::by_username(db, owner)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("owner {owner} has no account"))?;
+    Plan::by_tier(&user.plan).ok_or_else(|| anyhow::anyhow!("unknown plan {}", user.plan))
 }

@@ -153,7 +153,7 @@ async fn checkpoint(
         )
         .await);
     }
-    let plan = crate::postgres::nightly::owner_plan(state.db(), app.owner.as_str()).await?;
+    let plan = super::owner_plan(state.db(), app.owner.as_str()).await?;
     let occasion = Occasion {
         kind: SnapshotKind::PreDeploy,
         deploy_id: Some(params.deploy_id),

@@ -21,6 +21,9 @@ impl Work for Kinds {
             Some(Kind::Checkpoint) => Box::pin(crate::checkpoints::pre_deploy::perform(
                 &self.0, job, progress,
             )),
+            Some(Kind::NightlyCheckpoint) => {
+                Box::pin(crate::checkpoints::nightly::perform(&self.0, job, progress))
+            }
             Some(Kind::SqlRestore) => Box::pin(crate::checkpoints::sql_restore::perform(
                 &self.0, job, progress,
             )),

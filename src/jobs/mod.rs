@@ -38,6 +38,8 @@ pub use runner::{JobError, Progress, Runner, Timing, Work};
 pub enum Kind {
     /// A channel's checkpoint before a deploy: its SQL snapshot and bucket marker.
     Checkpoint,
+    /// A channel's daily checkpoint.
+    NightlyCheckpoint,
     /// An SQL snapshot put back into its channel's database.
     SqlRestore,
     /// A bucket copied forward to a checkpoint.
@@ -48,8 +50,9 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 4] = [
+    pub const ALL: [Kind; 5] = [
         Kind::Checkpoint,
+        Kind::NightlyCheckpoint,
         Kind::SqlRestore,
         Kind::BucketRestore,
         Kind::MirrorSync,
@@ -59,6 +62,7 @@ impl Kind {
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Checkpoint => "checkpoint",
+            Kind::NightlyCheckpoint => "nightly_checkpoint",
             Kind::SqlRestore => "sql_restore",
             Kind::BucketRestore => "bucket_restore",
             Kind::MirrorSync => "mirror_sync",
@@ -70,11 +74,19 @@ impl Kind {
         Self::ALL.into_iter().find(|k| k.as_str() == name)
     }
 
+    /// Whether it is background work nobody asked for (the nightly checkpoint): an exclusive ask in its scope
+    /// waits behind it rather than being refused.
+    pub fn is_background(self) -> bool {
+        self == Kind::NightlyCheckpoint
+    }
+
     /// How many times a job of this kind is claimed (a takeover after its process died is one more) before it is
     /// failed as interrupted.
     pub fn max_attempts(self) -> i32 {
         match self {
-            Kind::Checkpoint | Kind::SqlRestore | Kind::BucketRestore => 3,
+            Kind::Checkpoint | Kind::NightlyCheckpoint | Kind::SqlRestore | Kind::BucketRestore => {
+                3
+            }
             // A fetch is safe to run again, but one whose process died twice is more likely the fetch's fault.
             Kind::MirrorSync => 2,
         }
@@ -106,9 +118,6 @@ pub mod scope {
     pub fn mirror(app_id: Uuid) -> String {
         format!("mirror:{app_id}")
     }
-
-    /// The nightly pass.
-    pub const NIGHTLY: &str = "nightly";
 }
 
 /// A row of `jobs`.

@@ -15,7 +15,8 @@ use super::{Job, Kind, NewJob, state};
 pub enum Admission {
     /// Behind whatever its scope runs (it waits `queued`).
     Queue,
-    /// Only when nothing of its scope is unfinished (a restore while a checkpoint runs is refused).
+    /// Only when nothing of its scope is unfinished but background work (a restore while a deploy's checkpoint
+    /// runs is refused; one asked while the nightly checkpoint runs waits behind it).
     Exclusive,
 }
 
@@ -121,16 +122,23 @@ pub async fn by_subject(
     .await
 }
 
-/// The unfinished job of `scope` that runs (else the oldest queued), if any.
+/// The unfinished job of `scope` that someone asked for ([`Kind::is_background`] ones aside) and that runs, else
+/// the oldest queued, if any.
 pub async fn unfinished_in(
     db: impl sqlx::PgExecutor<'_>,
     scope: &str,
 ) -> sqlx::Result<Option<Job>> {
+    let background: Vec<&str> = Kind::ALL
+        .iter()
+        .filter(|k| k.is_background())
+        .map(|k| k.as_str())
+        .collect();
     sqlx::query_as(
-        "SELECT * FROM jobs WHERE scope = $1 AND state IN ('queued', 'running') \
+        "SELECT * FROM jobs WHERE scope = $1 AND state IN ('queued', 'running') AND kind <> ALL($2) \
          ORDER BY (state = 'running') DESC, created_at, id LIMIT 1",
     )
     .bind(scope)
+    .bind(&background)
     .fetch_optional(db)
     .await
 }

@@ -4,8 +4,8 @@
 //!   both roles' passwords, sealed like env secrets.
 //! - [`settings`] is how the operator and the API server are told where the data server is.
 //! - [`snapshots`] takes `pg_dump -Fc` snapshots into the [`archive`] (the object store's system bucket) and
-//!   prunes them by plan, with the dump's [`progress`] read from the data server; [`nightly`] takes the daily
-//!   ones; [`restore`] puts one back in one transaction, as a job
+//!   prunes them by plan, with the dump's [`progress`] read from the data server (the daily ones are
+//!   `crate::checkpoints::nightly`'s jobs); [`restore`] puts one back in one transaction, as a job
 //!   (`crate::checkpoints::sql_restore`) that outlives the request.
 //! - [`stream`] turns a client program's output into a response body that breaks when the program fails.
 //!
@@ -13,7 +13,6 @@
 //! which asks the API server to record and forget databases; the API server measures them for the status routes.
 
 pub mod archive;
-pub mod nightly;
 pub mod progress;
 pub mod restore;
 pub mod settings;
