@@ -232,6 +232,36 @@ async fn an_exclusive_job_is_refused_while_its_scope_has_one_and_a_subject_is_as
 }
 
 #[tokio::test]
+async fn an_exclusive_job_waits_behind_the_nightly_checkpoint_and_runs_after_it() -> Result<()> {
+    let (_db, db) = database().await?;
+    let nightly = NewJob::new(Kind::NightlyCheckpoint, "channel:night".to_owned());
+    let Enqueued::New(nightly) = store::enqueue(&db, &nightly, Admission::Queue).await? else {
+        panic!("the nightly made no job");
+    };
+    let running = store::claim(&db, "runner-a", QUICK.lease).await?.unwrap();
+    assert_eq!(running.id, nightly.id);
+    // A restore asked now is not refused: it waits, queued, until the nightly has finished.
+    let restore = NewJob::new(Kind::SqlRestore, "channel:night".to_owned());
+    let Enqueued::New(restore) = store::enqueue(&db, &restore, Admission::Exclusive).await? else {
+        panic!("a restore during the nightly was refused");
+    };
+    assert!(
+        store::claim(&db, "runner-b", QUICK.lease).await?.is_none(),
+        "nothing else of the scope runs beside the nightly"
+    );
+    assert!(store::succeed(&db, nightly.id, "runner-a", 0, &json!({})).await?);
+    let next = store::claim(&db, "runner-b", QUICK.lease).await?.unwrap();
+    assert_eq!(next.id, restore.id);
+    // While the restore runs, another exclusive ask is refused, as a deploy's checkpoint would be.
+    let again = NewJob::new(Kind::SqlRestore, "channel:night".to_owned());
+    match store::enqueue(&db, &again, Admission::Exclusive).await? {
+        Enqueued::Busy(job) => assert_eq!(job.id, restore.id),
+        other => panic!("expected the scope to be busy, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_runner_leaves_a_kind_it_does_not_know_to_a_newer_version() -> Result<()> {
     let (_db, pool) = database().await?;
     // A job a newer version of the platform queued, of a kind this one has never heard of.
