@@ -1,14 +1,23 @@
-//! SQL snapshots of a ~200 MB channel database: throughput of a snapshot through slipway (`pg_dump -Fc` streamed
-//! into the object-storage backend, versitygw, as a multipart upload, and its row written) against `pg_dump -Fc`
-//! with the same options into a local file, in MB/s of database size, with the ratio; then the time a restore
-//! takes (the file back from the backend through `pg_restore` into one `psql` transaction). Needs the platform
-//! Postgres and the data server (`make bench` starts both); the backend is started here.
+//! SQL snapshots at production size: a channel database of `SLIPWAY_BENCH_DB_GB` (default 5) gigabytes, filled on
+//! the data server. Each figure is printed beside the plain tool's in the same run, with the ratio:
+//!
+//! - the checkpoint (`pg_dump -Fc` streamed into the object-storage backend, versitygw, as a multipart upload, and
+//!   its row written) against `pg_dump -Fc` with the same options into a local file;
+//! - the restore (the file streamed back out of the backend through `pg_restore` into one `psql` transaction that
+//!   replaces the database) against `pg_restore` of the local file into an empty database;
+//! - the download (the file streamed out of the backend, as the download route sends it) against reading the
+//!   local file;
+//! - this process's peak resident memory after each (slipway's side of the work runs in it), which must not grow
+//!   with the database's size.
+//!
+//! Needs the platform Postgres and the data server (`make bench` starts both); the backend is started here.
 //!
 //! Prints one line per figure; it asserts nothing about time.
 
 use std::time::Instant;
 
 use anyhow::{Context, Result, ensure};
+use futures::StreamExt;
 use slipway::env::crypto::Keyring;
 use slipway::postgres::archive::{self, Archive};
 use slipway::postgres::snapshots::{self, Kind, Occasion, Parts};
@@ -19,9 +28,31 @@ use slipway_controllers::postgres::server::{DataServer, DumpFormat, RoleSettings
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
 
-/// Rows of ~250 bytes: about 200 MB of table.
-const ROWS: i64 = 800_000;
+/// Bytes a row of the generated table takes on disk, headers and the primary key's index entry included.
+const ROW_BYTES: i64 = 290;
 const MB: f64 = 1_000_000.0;
+
+/// The database's size to generate, in bytes (`SLIPWAY_BENCH_DB_GB`, default 5).
+fn wanted_bytes() -> Result<i64> {
+    let gb: f64 = std::env::var("SLIPWAY_BENCH_DB_GB")
+        .unwrap_or_else(|_| "5".to_owned())
+        .parse()
+        .context("SLIPWAY_BENCH_DB_GB is a number of gigabytes")?;
+    Ok((gb * 1e9) as i64)
+}
+
+/// This process's peak resident memory so far, in MiB (`VmHWM`).
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -55,11 +86,12 @@ async fn main() -> Result<()> {
             },
         )
         .await?;
+    let rows = wanted_bytes()? / ROW_BYTES;
     let fill = Instant::now();
     let mut conn = server.connect_to(&record.db_name).await?;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE events AS SELECT g AS id, now() - g * interval '1 second' AS at, \
-         md5(g::text) || repeat(md5((g * 7)::text), 6) AS body FROM generate_series(1, {ROWS}) g; \
+         md5(g::text) || repeat(md5((g * 7)::text), 6) AS body FROM generate_series(1, {rows}) g; \
          ALTER TABLE events ADD PRIMARY KEY (id); ALTER TABLE events OWNER TO {}",
         slipway_controllers::postgres::server::ident(&record.role_name)
     )))
@@ -71,8 +103,9 @@ async fn main() -> Result<()> {
     drop(conn);
     let size_mb = size as f64 / MB;
     println!(
-        "snapshot database: {size_mb:.0} MB ({ROWS} rows, filled in {:.1} s)",
-        fill.elapsed().as_secs_f64()
+        "snapshot database: {size_mb:.0} MB ({rows} rows, filled in {:.1} s); peak RSS {:.0} MiB",
+        fill.elapsed().as_secs_f64(),
+        peak_rss_mib()
     );
 
     // The alternative: pg_dump with the same format and compression into a local file.
@@ -88,7 +121,6 @@ async fn main() -> Result<()> {
     );
     let to_file = started.elapsed().as_secs_f64();
     let file_bytes = std::fs::metadata(&file)?.len();
-    std::fs::remove_file(&file)?;
 
     // Through slipway: streamed into the backend's system bucket, then the row.
     let backend = TestS3::start().await?;
@@ -120,21 +152,89 @@ async fn main() -> Result<()> {
     .await?;
     let through = started.elapsed().as_secs_f64();
     println!(
-        "snapshot ({:.0} MB file): pg_dump -Fc to a file {:.1} MB/s ({to_file:.1} s), through slipway into the object store {:.1} MB/s ({through:.1} s), ratio {:.2}x",
+        "checkpoint ({:.0} MB file): pg_dump -Fc to a file {:.1} MB/s ({to_file:.1} s), through slipway into the object store {:.1} MB/s ({through:.1} s), ratio {:.2}x (target 0.9x); peak RSS {:.0} MiB",
         file_bytes as f64 / MB,
         size_mb / to_file,
         size_mb / through,
-        to_file / through
+        to_file / through,
+        peak_rss_mib()
     );
 
     let key = snapshot.object_key.context("the snapshot's file")?;
+
+    // The download: the file streamed out of the backend, against reading the local file.
+    let started = Instant::now();
+    let mut read = 0u64;
+    let mut file_stream =
+        tokio_util::io::ReaderStream::with_capacity(tokio::fs::File::open(&file).await?, 1 << 20);
+    while let Some(chunk) = file_stream.next().await {
+        read += chunk?.len() as u64;
+    }
+    let from_file = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let mut downloaded = 0u64;
+    let mut stream = std::pin::pin!(archive.download(&key).await?);
+    while let Some(chunk) = stream.next().await {
+        downloaded += chunk?.len() as u64;
+    }
+    let through = started.elapsed().as_secs_f64();
+    ensure!(
+        downloaded == read,
+        "downloaded {downloaded} bytes of {read}"
+    );
+    println!(
+        "download ({:.0} MB): reading the file {:.1} MB/s ({from_file:.1} s), out of the object store {:.1} MB/s ({through:.1} s), ratio {:.2}x (target 0.8x); peak RSS {:.0} MiB",
+        read as f64 / MB,
+        read as f64 / MB / from_file,
+        read as f64 / MB / through,
+        from_file / through,
+        peak_rss_mib()
+    );
+
+    // The restore: pg_restore of the file into an empty database, against slipway's restore in place.
+    let plain = format!("{}_plain", record.db_name);
+    let mut admin = server.connect_to("postgres").await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {}",
+        slipway_controllers::postgres::server::ident(&plain)
+    )))
+    .execute(&mut admin)
+    .await?;
+    let mut pg_restore = server.client_command("pg_restore", &plain);
+    pg_restore
+        .args([
+            "--no-owner",
+            "--no-privileges",
+            "--single-transaction",
+            "--no-password",
+        ])
+        .arg(format!("--dbname={plain}"))
+        .arg(&file);
+    let started = Instant::now();
+    let out = pg_restore.output().await?;
+    ensure!(
+        out.status.success(),
+        "pg_restore: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plain_restore = started.elapsed().as_secs_f64();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {} WITH (FORCE)",
+        slipway_controllers::postgres::server::ident(&plain)
+    )))
+    .execute(&mut admin)
+    .await?;
+    std::fs::remove_file(&file)?;
     let started = Instant::now();
     slipway::postgres::restore::restore(&server, &record.names(), archive.download(&key).await?)
         .await?;
+    let through = started.elapsed().as_secs_f64();
     println!(
-        "restore of that snapshot in one transaction: {:.1} s ({:.1} MB/s of database)",
-        started.elapsed().as_secs_f64(),
-        size_mb / started.elapsed().as_secs_f64()
+        "restore: pg_restore of the file into an empty database {:.1} MB/s ({plain_restore:.1} s), through slipway from the object store in one transaction {:.1} MB/s ({through:.1} s), ratio {:.2}x (target 0.9x); peak RSS {:.0} MiB",
+        size_mb / plain_restore,
+        size_mb / through,
+        plain_restore / through,
+        peak_rss_mib()
     );
     server.drop_database(&record.names()).await?;
     Ok(())
