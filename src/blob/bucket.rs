@@ -72,6 +72,9 @@ impl Bucket {
     /// Every version and delete marker in the bucket, a key's newest first; an error past [`MAX_VERSIONS`].
     pub async fn versions(&self) -> anyhow::Result<Vec<Version>> {
         let mut all = Vec::new();
+        // A backend may repeat the entry a page ended on at the start of the next (versitygw does past a few
+        // thousand keys): an entry already listed is listed once.
+        let mut seen = std::collections::HashSet::new();
         let (mut key_marker, mut version_marker) = (None::<String>, None::<String>);
         loop {
             let page = self
@@ -84,6 +87,13 @@ impl Bucket {
                 .await
                 .map_err(|e| anyhow::anyhow!("list versions: {}", backend::describe(&e)))?;
             for v in page.versions() {
+                let id = (
+                    v.key().unwrap_or_default(),
+                    v.version_id().unwrap_or(NULL_VERSION),
+                );
+                if !seen.insert((id.0.to_owned(), id.1.to_owned())) {
+                    continue;
+                }
                 all.push(Version {
                     key: v.key().unwrap_or_default().to_owned(),
                     version_id: v.version_id().unwrap_or(NULL_VERSION).to_owned(),
@@ -95,6 +105,13 @@ impl Bucket {
                 });
             }
             for m in page.delete_markers() {
+                let id = (
+                    m.key().unwrap_or_default(),
+                    m.version_id().unwrap_or(NULL_VERSION),
+                );
+                if !seen.insert((id.0.to_owned(), id.1.to_owned())) {
+                    continue;
+                }
                 all.push(Version {
                     key: m.key().unwrap_or_default().to_owned(),
                     version_id: m.version_id().unwrap_or(NULL_VERSION).to_owned(),

@@ -78,7 +78,13 @@ pub fn current_entries(versions: &[Version]) -> Vec<Entry> {
             last_modified: v.last_modified,
         })
         .collect();
-    entries.sort_by(|a, b| a.key.cmp(&b.key));
+    // One entry per key: should a listing call two versions of a key current, the newest is.
+    entries.sort_by(|a, b| {
+        a.key
+            .cmp(&b.key)
+            .then(b.last_modified.cmp(&a.last_modified))
+    });
+    entries.dedup_by(|later, kept| later.key == kept.key);
     entries
 }
 
@@ -283,6 +289,20 @@ mod tests {
             .map(|e| (e.key, e.version_id))
             .collect();
         assert_eq!(keys, [("a".into(), "a1".into()), ("b".into(), "b2".into())]);
+    }
+
+    #[test]
+    fn a_manifest_holds_one_entry_per_key_however_the_listing_repeats_it() {
+        let mut older = version("a", "a1", true, false);
+        older.last_modified = Some(DateTime::from_timestamp(1_000, 0).unwrap());
+        let mut newer = version("a", "a2", true, false);
+        newer.last_modified = Some(DateTime::from_timestamp(2_000, 0).unwrap());
+        let versions = [older, newer.clone(), newer];
+        let keys: Vec<(String, String)> = current_entries(&versions)
+            .into_iter()
+            .map(|e| (e.key, e.version_id))
+            .collect();
+        assert_eq!(keys, [("a".into(), "a2".into())]);
     }
 
     #[test]
