@@ -196,7 +196,6 @@ async fn download_blob_snapshot(
     let (app, marker) = downloadable(&state, &caller, ids).await?;
     within_limits(&state, &marker)?;
     let bucket = bucket_of(&state, channel_id).await?;
-    let manifest = checkpoints::manifest(state.db(), marker.id).await?;
     crate::db::audit::record(
         state.db(),
         &caller,
@@ -212,7 +211,7 @@ async fn download_blob_snapshot(
         marker.snapshot_ts.format("%Y%m%dT%H%M%SZ")
     );
     downloads::attachment(
-        crate::blob::tarball::tar_gz(bucket, manifest, marker.snapshot_ts),
+        crate::blob::tarball::tar_gz(bucket, state.db().clone(), marker.id, marker.snapshot_ts),
         "application/gzip",
         &filename,
     )

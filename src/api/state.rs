@@ -50,7 +50,8 @@ pub struct Limits {
 }
 
 /// What one bucket checkpoint download may hold; past any of these the route answers 409 `conflict` (the files
-/// are read with an S3 client instead).
+/// are read with an S3 client instead). The download streams a page of the manifest and one object at a time, so
+/// these bound how long one response runs, not memory: the defaults admit a whole indie-plan bucket (50 GiB).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlobDownloadLimits {
     /// Oldest checkpoint, in days.
@@ -65,8 +66,8 @@ impl Default for BlobDownloadLimits {
     fn default() -> Self {
         Self {
             max_age_days: 30,
-            max_files: 10_000,
-            max_bytes: 1 << 30,
+            max_files: 1_000_000,
+            max_bytes: 50 << 30,
         }
     }
 }

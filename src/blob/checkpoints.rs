@@ -141,6 +141,25 @@ pub async fn manifest(db: &PgPool, marker_id: Uuid) -> sqlx::Result<Vec<Entry>> 
     .await
 }
 
+/// At most `limit` entries of a marker's manifest after key `after` (from the first without it), by key: a reader
+/// of a manifest of any size holds one page at a time.
+pub async fn manifest_page(
+    db: &PgPool,
+    marker_id: Uuid,
+    after: Option<&str>,
+    limit: i64,
+) -> sqlx::Result<Vec<Entry>> {
+    sqlx::query_as(
+        "SELECT key, version_id, size_bytes, etag, last_modified FROM blob_snapshot_objects \
+         WHERE snapshot_id = $1 AND ($2::text IS NULL OR key > $2) ORDER BY key LIMIT $3",
+    )
+    .bind(marker_id)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
 /// What a marker is recorded for.
 #[derive(Debug, Clone, Copy)]
 pub struct Owner {

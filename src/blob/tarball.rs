@@ -1,6 +1,6 @@
 //! A bucket as of a checkpoint, as a `tar.gz` stream ([`crate::tar_stream`]): for each object of the marker's
-//! manifest a tar entry whose body is that version read through the gateway. Only one object is in flight, so
-//! memory stays flat whatever the size; a read that fails aborts the stream, so a broken download never looks like
+//! manifest a tar entry whose body is that version read through the gateway. The manifest is read a page at a time
+//! and only one object is in flight, so memory stays flat whatever the size; a read that fails aborts the stream, so a broken download never looks like
 //! a short complete archive. Exports append a channel's current objects the same way ([`append`]).
 //!
 //! Entry names follow the keys. A key is not always a safe path, so a leading `/` is dropped and a `..` or `.`
@@ -9,17 +9,31 @@
 use axum::body::Body;
 use chrono::{DateTime, Utc};
 
-use super::bucket::Bucket;
-use super::checkpoints::Entry;
+use sqlx::PgPool;
+use uuid::Uuid;
 
-/// The tar.gz of `entries` (a manifest) read from `bucket`; `fallback_mtime` for versions with no time.
-pub fn tar_gz(bucket: Bucket, entries: Vec<Entry>, fallback_mtime: DateTime<Utc>) -> Body {
+use super::bucket::Bucket;
+use super::checkpoints::{Entry, manifest_page};
+
+/// Manifest entries read from the platform database per page of a download.
+const PAGE: i64 = 1000;
+
+/// The tar.gz of marker `marker_id`'s manifest read from `bucket`, a page of the manifest at a time;
+/// `fallback_mtime` for versions with no time.
+pub fn tar_gz(bucket: Bucket, db: PgPool, marker_id: Uuid, fallback_mtime: DateTime<Utc>) -> Body {
     let what = format!("bucket {}", bucket.name);
     Body::from_stream(crate::tar_stream::tar_gz(what, move |tar| async move {
-        for entry in &entries {
-            append(&tar, &bucket, entry, "", fallback_mtime).await?;
+        let mut after: Option<String> = None;
+        loop {
+            let page = manifest_page(&db, marker_id, after.as_deref(), PAGE).await?;
+            for entry in &page {
+                append(&tar, &bucket, entry, "", fallback_mtime).await?;
+            }
+            match page.last() {
+                Some(last) if page.len() == PAGE as usize => after = Some(last.key.clone()),
+                _ => return Ok(()),
+            }
         }
-        Ok(())
     }))
 }
 
