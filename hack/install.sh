@@ -75,6 +75,8 @@ ALTER ROLE slipway PASSWORD :'pw';
 SELECT 'CREATE DATABASE slipway OWNER slipway' WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'slipway') \gexec
 SQL
   local port=${admin##*:}; port=${port%%/*}
+  # The tests read the platform database (its jobs) over the loopback, as its administrator.
+  echo "${admin%/*}/slipway" >"$DIR/database-url"
   # Over TLS, as a managed Postgres service requires (hack/postgres.sh takes pods over TLS only).
   echo "postgres://slipway:$password@$SLIPWAY_NODE_HOST_IP:$port/slipway?sslmode=require"
 }
@@ -307,6 +309,7 @@ export SLIPWAY_PLATFORM_NAMESPACE=$NAMESPACE
 export SLIPWAY_PLATFORM_CERTIFICATE_NAMESPACE=$CERT_NAMESPACE
 export SLIPWAY_PLATFORM_RELEASE=$RELEASE
 export SLIPWAY_PLATFORM_DATA_SERVER_URL=$(cat "$DIR/data-server-url")
+export SLIPWAY_PLATFORM_DATABASE_URL=$(cat "$DIR/database-url")
 export SLIPWAY_PLATFORM_ADMIN_TOKEN=$(cat "$DIR/admin-token")
 export SLIPWAY_PLATFORM_AUTH_URL=https://auth.$APP_DOMAIN:$EDGE_TLS_NODE_PORT
 export SLIPWAY_PLATFORM_OIDC_ISSUER=$SLIPWAY_TEST_OIDC_ISSUER

@@ -159,7 +159,8 @@ e2e_settings() {
 }
 
 platform_selected() {
-  selected e2e_platform || selected e2e_platform_s3 || selected e2e_platform_isolation || selected e2e_platform_upgrade
+  selected e2e_platform || selected e2e_platform_s3 || selected e2e_platform_isolation || selected e2e_platform_size \
+    || selected e2e_platform_upgrade
 }
 
 # Brings up what the e2e tier runs on, once the node's parts are built: the node, the Postgres its platform keeps
@@ -241,6 +242,8 @@ tier_e2e() {
       if selected e2e_platform_s3; then platform_tests s3:: --show-output --test-threads="$TEST_THREADS"; fi
       # --show-output: the hostile tenant's attempts and their outcomes, with isolation on and off.
       if selected e2e_platform_isolation; then platform_tests isolation:: --show-output --test-threads="$TEST_THREADS"; fi
+      # One at a time (a test kills the API's pod); --show-output: the sizes and times belong in the log.
+      if selected e2e_platform_size; then platform_tests size:: --show-output --test-threads=1; fi
       # --show-output: its count of requests answered during the upgrade belongs in the log.
       if selected e2e_platform_upgrade; then platform_tests upgrade:: --show-output; fi
       "$HACK/install.sh" uninstall

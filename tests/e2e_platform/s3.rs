@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::support;
-use support::platform::{Installed, PublicBucket, root};
+use support::platform::{Installed, PublicBucket, output, root};
 
 /// Objects under the prefix the clients sync: more than a listing page of some clients, a full one of S3's.
 const MANY: usize = 1000;
@@ -45,19 +45,6 @@ fn python_command(
         .env("PYTHONPATH", root().join("tests/s3/resolve"))
         .kill_on_drop(true);
     command
-}
-
-/// Runs `command`; its stdout, or an error with everything it printed.
-async fn output(mut command: tokio::process::Command, what: &str) -> Result<String> {
-    let out = command.output().await?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    anyhow::ensure!(
-        out.status.success(),
-        "{what} failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(stdout)
 }
 
 #[tokio::test]
@@ -196,30 +183,8 @@ async fn the_aws_cli_and_rclone_copy_sync_and_list_over_https() -> Result<()> {
 
     // rclone, the same way.
     std::fs::remove_dir_all(&back)?;
-    let rclone = |args: &[&str]| {
-        // rclone resolves names itself: the endpoint's name goes into /etc/hosts of a mount namespace of its own.
-        let mut command = tokio::process::Command::new("unshare");
-        command
-            .args(["--mount", "sh", "-c", r#"printf '%s %s\n' "$EDGE" "$HOST" >"$HOSTS" && mount --bind "$HOSTS" /etc/hosts && exec rclone "$@""#, "rclone"])
-            .args(["--ca-cert", &ca, "--s3-chunk-size", "5M", "--s3-upload-cutoff", "5M"])
-            .args(args)
-            .env("EDGE", &bucket.edge_ip)
-            .env("HOST", &bucket.host)
-            .env("HOSTS", work.path().join("hosts"))
-            // rclone's S3 SDK cannot take a CA bundle from the environment beside `--ca-cert` (it fails with
-            // "unsupported transport"); the platform's CA comes from `--ca-cert` alone.
-            .env_remove("AWS_CA_BUNDLE")
-            .env("RCLONE_CONFIG", "/dev/null")
-            .env("RCLONE_CONFIG_CHANNEL_TYPE", "s3")
-            .env("RCLONE_CONFIG_CHANNEL_PROVIDER", "Other")
-            .env("RCLONE_CONFIG_CHANNEL_ENDPOINT", &bucket.https_endpoint)
-            .env("RCLONE_CONFIG_CHANNEL_ACCESS_KEY_ID", &bucket.keys.access_key_id)
-            .env("RCLONE_CONFIG_CHANNEL_SECRET_ACCESS_KEY", &bucket.keys.secret_access_key)
-            .env("RCLONE_CONFIG_CHANNEL_REGION", "us-east-1")
-            .env("RCLONE_CONFIG_CHANNEL_FORCE_PATH_STYLE", "true")
-            .kill_on_drop(true);
-        command
-    };
+    let hosts = work.path().join("hosts");
+    let rclone = |args: &[&str]| bucket.rclone(&ca, &hosts, args);
     let remote = format!("channel:{}/rclone", bucket.keys.bucket);
     output(
         rclone(&[

@@ -106,6 +106,19 @@ pub async fn kubectl(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Runs `command`; its stdout, or an error with everything it printed.
+pub async fn output(mut command: tokio::process::Command, what: &str) -> Result<String> {
+    let out = command.output().await?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    anyhow::ensure!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(stdout)
+}
+
 /// Runs `hack/SCRIPT ARGS...` (the installer, the node's controls), failing with its stderr when it fails.
 pub async fn hack(script: &str, args: &[&str]) -> Result<()> {
     let out = tokio::process::Command::new(root().join("hack").join(script))
@@ -124,15 +137,18 @@ pub async fn hack(script: &str, args: &[&str]) -> Result<()> {
 
 /// Runs kubectl and returns its whole output, whatever the exit.
 pub async fn kubectl_run(args: &[&str]) -> Result<std::process::Output> {
-    let kubectl = var("SLIPWAY_KUBECTL")?;
-    let kubeconfig = var("SLIPWAY_KUBECONFIG")?;
-    Ok(tokio::process::Command::new(kubectl)
+    Ok(kubectl_command(args)?.output().await?)
+}
+
+/// The test cluster's kubectl with `args`, to run as the caller needs (its input from a file, say).
+pub fn kubectl_command(args: &[&str]) -> Result<tokio::process::Command> {
+    let mut command = tokio::process::Command::new(var("SLIPWAY_KUBECTL")?);
+    command
         .arg("--kubeconfig")
-        .arg(kubeconfig)
+        .arg(var("SLIPWAY_KUBECONFIG")?)
         .args(args)
-        .kill_on_drop(true)
-        .output()
-        .await?)
+        .kill_on_drop(true);
+    Ok(command)
 }
 
 impl Installed {
@@ -233,18 +249,77 @@ impl Installed {
             }
             None => Bytes::new(),
         };
-        let res = tokio::time::timeout(
-            Duration::from_secs(60),
-            self.http.request(req.body(Full::new(body))?),
-        )
-        .await
-        .with_context(|| format!("{method} {url} timed out"))??;
-        let (parts, body) = res.into_parts();
-        Ok(Answer {
-            status: parts.status.as_u16(),
-            headers: parts.headers,
-            body: body.collect().await?.to_bytes(),
-        })
+        self.send(req.body(Full::new(body))?, Duration::from_secs(60))
+            .await
+    }
+
+    /// Sends `req`, failing when the whole answer has not arrived within `limit`.
+    async fn send(&self, req: http::Request<Full<Bytes>>, limit: Duration) -> Result<Answer> {
+        let what = format!("{} {}", req.method(), req.uri());
+        let answer = async {
+            let (parts, body) = self.http.request(req).await?.into_parts();
+            anyhow::Ok(Answer {
+                status: parts.status.as_u16(),
+                headers: parts.headers,
+                body: body.collect().await?.to_bytes(),
+            })
+        };
+        tokio::time::timeout(limit, answer)
+            .await
+            .with_context(|| format!("{what} timed out after {limit:?}"))?
+    }
+
+    /// A call to the REST API as `account` that may take up to `limit` (a restore of a large database answers
+    /// once it is done); sent once.
+    pub async fn call_within(
+        &self,
+        method: &str,
+        path: &str,
+        account: &Account,
+        body: Value,
+        limit: Duration,
+    ) -> Result<Answer> {
+        let req = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.api))
+            .header("authorization", format!("Bearer {}", account.token))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))?;
+        self.send(req, limit).await
+    }
+
+    /// GETs `path` of the REST API as `account` into the file `to`, chunk by chunk (a large download is never
+    /// held in memory); the bytes written. Any answer but 200 fails with its body.
+    pub async fn download(
+        &self,
+        path: &str,
+        account: &Account,
+        to: &std::path::Path,
+    ) -> Result<u64> {
+        use tokio::io::AsyncWriteExt;
+        let req = http::Request::builder()
+            .uri(format!("{}{path}", self.api))
+            .header("authorization", format!("Bearer {}", account.token))
+            .body(Full::new(Bytes::new()))?;
+        let (parts, mut body) = self.http.request(req).await?.into_parts();
+        if parts.status != 200 {
+            let text = body.collect().await?.to_bytes();
+            bail!(
+                "GET {path} answered {}: {}",
+                parts.status,
+                String::from_utf8_lossy(&text)
+            );
+        }
+        let mut file = tokio::fs::File::create(to).await?;
+        let mut written = 0u64;
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame?.into_data() {
+                file.write_all(&data).await?;
+                written += data.len() as u64;
+            }
+        }
+        file.flush().await?;
+        Ok(written)
     }
 
     /// A call to the REST API as `account`. A 503 with `Retry-After` (the platform is busy) is tried again after
@@ -590,6 +665,38 @@ impl PublicBucket {
             );
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
+    }
+
+    /// rclone with `args` against the endpoint over HTTPS, as the remote `channel:` with the channel's key pair,
+    /// trusting only `ca`. rclone resolves names itself: the endpoint's name goes into /etc/hosts of a mount
+    /// namespace of its own, written to `hosts` first.
+    pub fn rclone(
+        &self,
+        ca: &str,
+        hosts: &std::path::Path,
+        args: &[&str],
+    ) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new("unshare");
+        command
+            .args(["--mount", "sh", "-c", r#"printf '%s %s\n' "$EDGE" "$HOST" >"$HOSTS" && mount --bind "$HOSTS" /etc/hosts && exec rclone "$@""#, "rclone"])
+            .args(["--ca-cert", ca, "--s3-chunk-size", "5M", "--s3-upload-cutoff", "5M"])
+            .args(args)
+            .env("EDGE", &self.edge_ip)
+            .env("HOST", &self.host)
+            .env("HOSTS", hosts)
+            // rclone's S3 SDK cannot take a CA bundle from the environment beside `--ca-cert` (it fails with
+            // "unsupported transport"); the platform's CA comes from `--ca-cert` alone.
+            .env_remove("AWS_CA_BUNDLE")
+            .env("RCLONE_CONFIG", "/dev/null")
+            .env("RCLONE_CONFIG_CHANNEL_TYPE", "s3")
+            .env("RCLONE_CONFIG_CHANNEL_PROVIDER", "Other")
+            .env("RCLONE_CONFIG_CHANNEL_ENDPOINT", &self.https_endpoint)
+            .env("RCLONE_CONFIG_CHANNEL_ACCESS_KEY_ID", &self.keys.access_key_id)
+            .env("RCLONE_CONFIG_CHANNEL_SECRET_ACCESS_KEY", &self.keys.secret_access_key)
+            .env("RCLONE_CONFIG_CHANNEL_REGION", "us-east-1")
+            .env("RCLONE_CONFIG_CHANNEL_FORCE_PATH_STYLE", "true")
+            .kill_on_drop(true);
+        command
     }
 
     /// `tests/s3/boto3_client.py ARGS` against the bucket; its one line.
