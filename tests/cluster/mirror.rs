@@ -1,8 +1,8 @@
 //! Git mirroring against a real SSH git server (Debian's sshd with git-shell on loopback, `hack/git-peer.sh`), a
 //! real kube-apiserver and Postgres: connect, install the deploy key upstream, push there, sync, deploy the mirrored
 //! commit; a force-push upstream after the next sync; pushes and changesets refused while connected; disconnect and
-//! commit again; a deploy whose fetch fails; a changed host key; and every address class a sync must not reach,
-//! through a DNS server of the test's own.
+//! commit again; a deploy whose fetch fails; a changed host key; every address class a sync must not reach,
+//! through a DNS server of the test's own; and a repository of 200 MB mirrored and cloned back whole.
 
 // A test fails loudly on a reply of the wrong shape.
 #![allow(clippy::unwrap_used)]
@@ -778,5 +778,111 @@ async fn a_sync_waits_behind_the_apps_running_one_and_finishes_without_its_calle
         state, "succeeded",
         "a failed fetch is the sync's outcome, not a failed job"
     );
+    Ok(())
+}
+
+/// Bytes of the large repository's content: incompressible, in files of 10 MiB over four commits.
+const LARGE_REPOSITORY: usize = 200 << 20;
+
+#[tokio::test]
+async fn a_repository_of_two_hundred_megabytes_mirrors_and_clones_back_whole() -> Result<()> {
+    let (peer, m) = peer_and_site().await?;
+    let connected = m.connect(&peer.url("site")).await.expect(200, None);
+    peer.authorize(connected["public_key"].as_str().unwrap())?;
+    // The content is pushed to the peer's repository by path: random bytes, which no delta or zlib shrinks.
+    // Random blobs gain nothing from delta search, which costs minutes on 10 MiB blobs: above
+    // core.bigFileThreshold git stores and sends them whole, here and in the peer's upload-pack.
+    let upstream = support::git::Workspace::new()?;
+    upstream
+        .git(".", &["init", "-q", "--initial-branch=master", "big"])
+        .await?;
+    upstream
+        .git("big", &["config", "core.bigFileThreshold", "1m"])
+        .await?;
+    upstream
+        .git(
+            ".",
+            &[
+                "--git-dir",
+                peer.repo_path("site").to_str().unwrap(),
+                "config",
+                "core.bigFileThreshold",
+                "1m",
+            ],
+        )
+        .await?;
+    let file = 10 << 20;
+    let per_commit = LARGE_REPOSITORY / file / 4;
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    for commit in 0..4 {
+        for n in 0..per_commit {
+            let mut bytes = vec![0u8; file];
+            for chunk in bytes.chunks_mut(8) {
+                // xorshift64: fast, and nothing compresses it.
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                chunk.copy_from_slice(&seed.to_le_bytes()[..chunk.len()]);
+            }
+            upstream.write(&format!("big/data/{commit}-{n}.bin"), bytes)?;
+        }
+        upstream.git("big", &["add", "-A"]).await?;
+        upstream
+            .git("big", &["commit", "-q", "-m", &format!("part {commit}")])
+            .await?;
+    }
+    let head = upstream.git("big", &["rev-parse", "HEAD"]).await?;
+    let head = head.trim();
+    upstream
+        .git(
+            "big",
+            &[
+                "push",
+                "-q",
+                peer.repo_path("site").to_str().unwrap(),
+                "HEAD:master",
+            ],
+        )
+        .await?;
+
+    // The sync fetches all of it as a job; the route waits for it, however long it takes.
+    let started = std::time::Instant::now();
+    let synced = m.sync().await;
+    println!(
+        "synced {} MiB in {:.1} s",
+        LARGE_REPOSITORY >> 20,
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(synced["last_sync_status"], "success", "{synced}");
+    assert_eq!(
+        synced["last_sync_refs"]["refs/heads/master"], head,
+        "{synced}"
+    );
+
+    // A clone over HTTP brings back the same commit and the same bytes.
+    let base = m.api.serve().await?;
+    let remote = http_remote(&base, &m.alice.token, &m.alice.username, "site");
+    let ws = support::git::Workspace::new()?;
+    ws.git(".", &["clone", "-q", &remote, "back"]).await?;
+    assert_eq!(ws.git("back", &["rev-parse", "HEAD"]).await?.trim(), head);
+    let count = ws.git("back", &["count-objects", "-v"]).await?;
+    let packed_kib: usize = count
+        .lines()
+        .find_map(|l| l.strip_prefix("size-pack: "))
+        .unwrap()
+        .parse()?;
+    assert!(
+        packed_kib << 10 >= LARGE_REPOSITORY,
+        "the clone's pack holds {packed_kib} KiB"
+    );
+    for commit in 0..4 {
+        for n in 0..per_commit {
+            let path = format!("data/{commit}-{n}.bin");
+            assert!(
+                ws.read(&format!("back/{path}"))? == upstream.read(&format!("big/{path}"))?,
+                "{path} came back changed"
+            );
+        }
+    }
     Ok(())
 }
