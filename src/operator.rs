@@ -255,8 +255,11 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             result = slipway_controllers::run::run(ctx.clone()) => result,
             lost = elector.hold() => Err(anyhow::anyhow!("lost leadership: {lost}")),
         };
-        if let Err(e) = elector.release().await {
-            tracing::warn!(error = %e, "could not release the leader lease");
+        // Bounded: an apiserver that stalls the release must not keep the process from exiting.
+        match tokio::time::timeout(elector.renew_deadline(), elector.release()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not release the leader lease"),
+            Err(_) => tracing::warn!("releasing the leader lease timed out"),
         }
         outcome
     };

@@ -78,8 +78,8 @@ pub fn kubectl() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("kubectl"))
 }
 
-/// A client for the test control plane.
-pub async fn client() -> Result<Client> {
+/// The control plane's client settings from its kubeconfig (a test that routes its client elsewhere changes them).
+pub async fn config() -> Result<Config> {
     // ring and aws-lc are both compiled into the test binaries (the S3 client brings aws-lc), so rustls cannot
     // pick a process provider by itself; the platform uses ring, as `slipway`'s main does.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -90,8 +90,13 @@ pub async fn client() -> Result<Client> {
             path.display()
         )
     })?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let client = Client::try_from(config)?;
+    Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+}
+
+/// A client for the test control plane.
+pub async fn client() -> Result<Client> {
+    let path = kubeconfig_path();
+    let client = Client::try_from(config().await?)?;
     client.apiserver_version().await.with_context(|| {
         format!(
             "the control plane of {} does not answer — is `hack/control-plane.sh start` running?",

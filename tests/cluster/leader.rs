@@ -1,6 +1,7 @@
-//! Leader election on a real Lease: one candidate leads while it renews, another takes over when it stops, and a
-//! released lease is free at once. The test watches the Lease and asserts on what it records (holders, renewal and
-//! acquisition times, transitions); deadlines only stop a test that would otherwise wait forever.
+//! Leader election on a real Lease: one candidate leads while it renews, another takes over when it stops, a
+//! released lease is free at once, and a leader whose renewals the apiserver stalls stops before another can take
+//! over. The tests watch the Lease and assert on what it records (holders, renewal and acquisition times,
+//! transitions) and on when each candidate led; deadlines only stop a test that would otherwise wait forever.
 
 use std::time::Duration;
 
@@ -12,7 +13,10 @@ use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use slipway_controllers::leader::LeaderElector;
 use slipway_testkit::setup;
-use tokio::sync::mpsc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 const LEASE_SECS: u64 = 2;
 const LEASE: Duration = Duration::from_secs(LEASE_SECS);
@@ -179,5 +183,128 @@ async fn one_candidate_leads_and_another_takes_over() -> Result<()> {
             Some("replica-a")
         ]
     );
+    Ok(())
+}
+
+/// A TCP relay to the apiserver that can stall: while stalled it passes no byte either way on any connection, old
+/// or new, as an apiserver does that hangs without closing anything.
+struct StallingRelay {
+    url: String,
+    stalled: watch::Sender<bool>,
+}
+
+impl StallingRelay {
+    async fn start(upstream: String) -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("https://{}", listener.local_addr()?);
+        let (stalled, watching) = watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                let watching = watching.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    tokio::join!(
+                        pass(client_read, server_write, watching.clone()),
+                        pass(server_read, client_write, watching),
+                    );
+                });
+            }
+        });
+        Ok(Self { url, stalled })
+    }
+
+    fn stall(&self, on: bool) {
+        self.stalled.send_replace(on);
+    }
+}
+
+/// Copies `from` to `to`, holding each chunk while the relay is stalled.
+async fn pass(
+    mut from: impl AsyncReadExt + Unpin,
+    mut to: impl AsyncWriteExt + Unpin,
+    mut stalled: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0; 64 * 1024];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0
+            || stalled.wait_for(|s| !s).await.is_err()
+            || to.write_all(&buf[..n]).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_leader_whose_renewals_stall_stops_before_another_takes_over() -> Result<()> {
+    let (client, ns) = setup("leader-stall").await?;
+    let leases: Api<Lease> = Api::namespaced(client, ns.name());
+    // A reaches the apiserver through the relay, B directly.
+    let mut config = slipway_testkit::config().await?;
+    let upstream = config
+        .cluster_url
+        .authority()
+        .context("the apiserver's address")?
+        .to_string();
+    let relay = StallingRelay::start(upstream).await?;
+    config.cluster_url = relay.url.parse()?;
+    let through_relay: Api<Lease> = Api::namespaced(kube::Client::try_from(config)?, ns.name());
+    let a = LeaderElector::new(through_relay, NAME, "replica-a", LEASE);
+    let b = LeaderElector::new(leases.clone(), NAME, "replica-b", LEASE);
+    let mut observer = Observer::start(leases);
+
+    a.acquire().await?;
+    // A leads from here until `hold` returns; its end is taken the moment it does.
+    let a_leading = tokio::spawn({
+        let a = a.clone();
+        async move {
+            let why = a.hold().await;
+            (Instant::now(), why)
+        }
+    });
+    let b_leading = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.acquire().await?;
+            anyhow::Ok(Instant::now())
+        }
+    });
+    // B has looked at A's renewals for a while (two of A's renewals seen), then the apiserver stops answering A:
+    // its renewals hang rather than fail.
+    observer
+        .until("A renewing twice", |log| {
+            log.iter().filter(|s| held_by(s, "replica-a")).count() >= 3
+        })
+        .await?;
+    relay.stall(true);
+    let stalled_at = Instant::now();
+
+    // A gives up although no renewal ever came back to fail (each is cut off at its renew deadline), and B leads
+    // only after A has stopped.
+    let (a_ended, why) = tokio::time::timeout(GUARD, a_leading).await??;
+    assert!(why.contains("could not renew"), "{why}");
+    let b_began = tokio::time::timeout(GUARD, b_leading).await???;
+    assert!(
+        a_ended < b_began,
+        "B began leading {:?} after the stall, before A stopped ({:?} after it)",
+        b_began - stalled_at,
+        a_ended - stalled_at
+    );
+    let log = observer
+        .until("B holding the lease", |log| {
+            log.iter().any(|s| held_by(s, "replica-b"))
+        })
+        .await?;
+    let takeover = log
+        .iter()
+        .position(|s| held_by(s, "replica-b"))
+        .expect("seen");
+    assert_eq!(log[takeover].transitions, 1, "{log:#?}");
+    relay.stall(false);
     Ok(())
 }
