@@ -126,9 +126,7 @@ pub async fn build(
             if let Some((bucket, entries)) = &channel.bucket {
                 let objects = format!("{dir}bucket/");
                 tar.directory(&objects, started).await?;
-                for entry in entries {
-                    crate::blob::tarball::append(&tar, bucket, entry, &objects, started).await?;
-                }
+                crate::blob::tarball::append_all(&tar, bucket, entries, &objects, started).await?;
             }
         }
         Ok(())
