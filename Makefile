@@ -45,7 +45,7 @@ crds: ## Regenerate the committed CRD YAML from the Rust types
 	cargo run --quiet -- crds --dir crds/yaml
 	cargo run --quiet -- crds --dir charts/slipway/crds
 
-bench: ## Benchmarks that print figures (API, git, edge vs nginx, edge at scale, deploy to ready, S3, forwarding, SQL snapshots, SQL proxy)
+bench: ## Benchmarks that print figures (API, git, edge vs nginx, edge at scale, deploy to ready, S3, forwarding, SQL snapshots, bucket checkpoints, SQL proxy)
 	@hack/bench.sh
 
 build: ## Build the slipway binary (release)

@@ -2,7 +2,8 @@
 # Runs the benchmarks against the real parts and prints their figures. Benchmarks measure; they assert nothing
 # about time.
 #
-# usage: hack/bench.sh [get_apps|git_transport|edge|edge_scale|deploy_to_ready|blob|forward|postgres|sql_proxy|scale]...
+# usage: hack/bench.sh [get_apps|git_transport|edge|edge_scale|deploy_to_ready|blob|forward|postgres|
+#                      bucket_checkpoint|sql_proxy|scale]...
 #        (default: all)
 #
 # Every benchmark but `scale` runs on a single-node cluster and Postgres of their own (node slot
@@ -15,7 +16,7 @@ HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
 source "$HACK/versions.sh"
 requested=("$@")
-[ ${#requested[@]} -gt 0 ] || requested=(get_apps git_transport edge edge_scale deploy_to_ready blob forward postgres sql_proxy scale)
+[ ${#requested[@]} -gt 0 ] || requested=(get_apps git_transport edge edge_scale deploy_to_ready blob forward postgres bucket_checkpoint sql_proxy scale)
 benches=()
 scale=""
 for bench in "${requested[@]}"; do
@@ -26,7 +27,7 @@ done
 
 # The benchmarks on a node.
 on_node() {
-  # The blob benchmark starts its own versitygw from this build.
+  # The blob benchmarks start their own versitygw from this build.
   "$HACK/s3.sh" build
   export SLIPWAY_RUN="$SLIPWAY_CACHE/run-bench" SLIPWAY_ETCD_PORT=21389 SLIPWAY_APISERVER_PORT=21643 SLIPWAY_PG_PORT=21442
   export SLIPWAY_NODE_SLOT=${SLIPWAY_BENCH_NODE_SLOT:-6}
