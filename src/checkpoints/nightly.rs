@@ -41,13 +41,26 @@ pub struct Params {
     pub channel_id: Uuid,
 }
 
-/// Asks for the due channels' nightly checkpoints every [`CHECK_EVERY`], for the life of the process.
+/// Age past which an unfinished upload into the snapshot store is abandoned: no dump or export runs this long.
+pub const STALE_UPLOAD: Duration = Duration::from_secs(24 * 3600);
+
+/// Asks for the due channels' nightly checkpoints every [`CHECK_EVERY`], for the life of the process, and aborts
+/// the snapshot store's abandoned uploads ([`STALE_UPLOAD`]).
 pub async fn run(state: AppState) {
     loop {
         match schedule(&state).await {
             Ok(asked) if asked.is_empty() => {}
             Ok(asked) => tracing::info!(asked = asked.len(), "nightly checkpoints asked for"),
             Err(e) => tracing::warn!(error = %e, "the nightly pass failed"),
+        }
+        if let Some(archive) = state.snapshot_archive() {
+            match archive.abort_stale_uploads(STALE_UPLOAD).await {
+                Ok(0) => {}
+                Ok(aborted) => tracing::info!(aborted, "abandoned snapshot uploads aborted"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the sweep of abandoned snapshot uploads failed")
+                }
+            }
         }
         tokio::time::sleep(CHECK_EVERY).await;
     }

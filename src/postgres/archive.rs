@@ -2,7 +2,9 @@
 //! gateway serves only channel buckets, named by channel uid), `<prefix>system`, with each file at
 //! `postgres/<channel id>/<snapshot id>.dump`, and app exports under `exports/` ([`crate::exports`]). Files are
 //! streamed in (multipart, a few parts in memory at a time) and out; a file is complete or absent, since a
-//! multipart upload shows nothing until it is completed and an abandoned one is aborted.
+//! multipart upload shows nothing until it is completed and an abandoned one is aborted: by the upload itself when
+//! it fails, else by the API servers' sweep of uploads older than a day (a process killed mid-way, a cancelled
+//! checkpoint).
 
 use std::collections::VecDeque;
 
@@ -263,6 +265,61 @@ impl Archive {
             if token.is_none() {
                 return Ok(());
             }
+        }
+    }
+
+    /// Aborts every multipart upload started more than `older_than` ago: those of uploads whose process died or
+    /// whose work was cancelled mid-way (a clean failure aborts its own). Their parts are invisible but take space.
+    /// The uploads aborted.
+    pub async fn abort_stale_uploads(
+        &self,
+        older_than: std::time::Duration,
+    ) -> Result<usize, ArchiveError> {
+        let cutoff = std::time::SystemTime::now() - older_than;
+        let mut aborted = 0;
+        let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
+        loop {
+            let page = self
+                .client
+                .list_multipart_uploads()
+                .bucket(&self.bucket)
+                .set_key_marker(key_marker.clone())
+                .set_upload_id_marker(id_marker.clone())
+                .send()
+                .await
+                .map_err(|e| failed("list unfinished uploads", &e))?;
+            for upload in page.uploads() {
+                let started = upload
+                    .initiated()
+                    .and_then(|t| std::time::SystemTime::try_from(*t).ok());
+                let (Some(key), Some(id), Some(started)) =
+                    (upload.key(), upload.upload_id(), started)
+                else {
+                    continue;
+                };
+                if started > cutoff {
+                    continue;
+                }
+                match self
+                    .client
+                    .abort_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(id)
+                    .send()
+                    .await
+                {
+                    Ok(_) => aborted += 1,
+                    // Another replica's sweep got there first.
+                    Err(e) if e.code() == Some("NoSuchUpload") => {}
+                    Err(e) => return Err(failed("abort an unfinished upload", &e)),
+                }
+            }
+            if !page.is_truncated().unwrap_or(false) {
+                return Ok(aborted);
+            }
+            key_marker = page.next_key_marker().map(str::to_owned);
+            id_marker = page.next_upload_id_marker().map(str::to_owned);
         }
     }
 

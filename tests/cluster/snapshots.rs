@@ -1026,3 +1026,90 @@ async fn a_restore_runs_on_when_its_caller_leaves_and_refuses_a_second_meanwhile
     s.restore(&staging, body).await.expect(200, None);
     Ok(())
 }
+
+/// Unfinished uploads in the snapshot store's bucket, by key.
+async fn unfinished_uploads(client: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<String>> {
+    let listed = client
+        .list_multipart_uploads()
+        .bucket(bucket)
+        .send()
+        .await?;
+    let mut keys: Vec<String> = listed
+        .uploads()
+        .iter()
+        .filter_map(|u| u.key().map(str::to_owned))
+        .collect();
+    keys.sort();
+    Ok(keys)
+}
+
+#[tokio::test]
+async fn abandoned_uploads_into_the_snapshot_store_are_aborted_and_files_kept() -> Result<()> {
+    let backend = TestS3::start().await?;
+    let endpoint = S3Endpoint {
+        url: backend.url.clone(),
+        access_key_id: backend.access_key_id.clone(),
+        secret_access_key: backend.secret_access_key.clone(),
+    };
+    let bucket = archive::system_bucket("slipway-");
+    let archive = Archive::new(&endpoint, bucket.clone());
+    archive.ensure_bucket().await?;
+    let client = slipway_controllers::blob::backend::client(&endpoint, None);
+
+    // A finished file, and two uploads with a part each, as a process killed mid-dump leaves them.
+    let file = futures::stream::iter([Ok(bytes::Bytes::from_static(b"PGDMP finished"))]);
+    archive.upload("postgres/c/kept.dump", file).await?;
+    for key in ["postgres/a/1.dump", "postgres/b/2.dump"] {
+        let upload = client
+            .create_multipart_upload()
+            .bucket(&bucket)
+            .key(key)
+            .send()
+            .await?;
+        client
+            .upload_part()
+            .bucket(&bucket)
+            .key(key)
+            .upload_id(upload.upload_id().unwrap_or_default())
+            .part_number(1)
+            .body(aws_sdk_s3::primitives::ByteStream::from(vec![7u8; 1024]))
+            .send()
+            .await?;
+    }
+    assert_eq!(
+        unfinished_uploads(&client, &bucket).await?,
+        ["postgres/a/1.dump", "postgres/b/2.dump"]
+    );
+
+    // Uploads younger than the sweep's age are someone's work in progress: kept.
+    assert_eq!(
+        archive
+            .abort_stale_uploads(std::time::Duration::from_secs(3600))
+            .await?,
+        0
+    );
+    assert_eq!(unfinished_uploads(&client, &bucket).await?.len(), 2);
+
+    // Past it, both are aborted; the finished file reads back whole.
+    assert_eq!(
+        archive
+            .abort_stale_uploads(std::time::Duration::ZERO)
+            .await?,
+        2
+    );
+    assert!(unfinished_uploads(&client, &bucket).await?.is_empty());
+    let mut read = Vec::new();
+    let mut body = archive.download("postgres/c/kept.dump").await?;
+    while let Some(chunk) = futures::StreamExt::next(&mut body).await {
+        read.extend_from_slice(&chunk?);
+    }
+    assert_eq!(read, b"PGDMP finished");
+    // A second sweep finds nothing left to do.
+    assert_eq!(
+        archive
+            .abort_stale_uploads(std::time::Duration::ZERO)
+            .await?,
+        0
+    );
+    Ok(())
+}
