@@ -258,7 +258,7 @@ async fn blob_download_token(
     request_body = BlobRestoreRequest,
     responses((status = 200, body = BlobStatus), (status = 400, body = ErrorEnvelope, description = "invalid_confirmation"),
               (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope, description = "scope_denied (blob:*: the spec states no scope for this route; rolling a bucket back is a blob:* act, so a narrow credential cannot), permission_denied or prod_restore_blocked"),
-              (status = 404, body = ErrorEnvelope, description = "not_found, snapshot_not_found"),
+              (status = 404, body = ErrorEnvelope, description = "not_found, snapshot_not_found (also when versions the checkpoint recorded were deleted from the bucket since; nothing is changed then)"),
               (status = 409, body = ErrorEnvelope, description = "channel_busy, no_aligned_blob_snapshot"),
               (status = 503, body = ErrorEnvelope, description = "blob_unavailable (the restore stopped; asking again finishes it)")))]
 async fn restore_blob(
@@ -292,6 +292,9 @@ async fn restore_blob(
         return Err(ApiError::BlobUnavailable(job.error.unwrap_or_else(|| {
             "the restore stopped; no version was removed, and asking again finishes it".into()
         })));
+    }
+    if let Some(refused) = job.result_field("refused").and_then(|r| r.as_str()) {
+        return Err(ApiError::Missing("snapshot_not_found", refused.to_owned()));
     }
     Ok(Json(status_of(&state, &app, &channel, channel_id).await?))
 }

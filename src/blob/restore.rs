@@ -3,9 +3,10 @@
 //! marker. Nothing is rewound or removed, so every later version stays listed (until a later checkpoint's prune
 //! finds that no retained checkpoint needs it). A key whose current version is the checkpoint's, or has the same content (size and ETag:
 //! an earlier restore's copy), is left alone, which also makes a restore that stopped half-way (the store went
-//! away) finish when it is asked again.
+//! away) finish when it is asked again. A checkpoint some of whose versions were deleted from the bucket since (a
+//! client removed them) is refused before the first write, so a restore never stops half-way for that.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -68,6 +69,40 @@ fn holds(now: &Version, entry: &Entry) -> bool {
         || (now.size == entry.size_bytes && now.etag.is_some() && now.etag == entry.etag)
 }
 
+/// The keys of `steps` whose checkpoint version `now` no longer lists: deleted from the bucket since the
+/// checkpoint (a client that removed versions, a purge), so the restore cannot bring them back.
+pub fn gone<'a>(steps: &'a [Step], now: &[Version]) -> Vec<&'a str> {
+    let listed: HashSet<(&str, &str)> = now
+        .iter()
+        .filter(|v| !v.delete_marker)
+        .map(|v| (v.key.as_str(), v.version_id.as_str()))
+        .collect();
+    steps
+        .iter()
+        .filter_map(|step| match step {
+            Step::CopyForward { key, version_id }
+                if !listed.contains(&(key.as_str(), version_id.as_str())) =>
+            {
+                Some(key.as_str())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A restore refused before its first write: versions the checkpoint needs were deleted from the bucket.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the checkpoint can no longer be restored: the versions it recorded of {count} keys (first {first:?}) were deleted \
+     from the bucket since; nothing was changed"
+)]
+pub struct VersionsGone {
+    /// Keys whose version is gone.
+    pub count: usize,
+    /// The first of them, by key.
+    pub first: String,
+}
+
 fn step_key(step: &Step) -> &str {
     match step {
         Step::CopyForward { key, .. } | Step::Hide { key } => key,
@@ -123,6 +158,18 @@ pub async fn restore(
         cause,
     })?;
     let steps = plan(manifest, &now);
+    let missing = gone(&steps, &now);
+    if let Some(first) = missing.first() {
+        return Err(Stopped {
+            done: 0,
+            total: steps.len(),
+            cause: VersionsGone {
+                count: missing.len(),
+                first: (*first).to_owned(),
+            }
+            .into(),
+        });
+    }
     let size: HashMap<&str, u64> = manifest
         .iter()
         .map(|e| (e.key.as_str(), u64::try_from(e.size_bytes).unwrap_or(0)))
@@ -200,6 +247,31 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn versions_deleted_since_the_checkpoint_are_found_before_any_write() {
+        let manifest = [
+            entry("kept", "k1"),
+            entry("purged", "p1"),
+            entry("same", "s1"),
+        ];
+        // `kept` changed but its checkpoint version is listed; `purged` changed and its version was removed.
+        let now = [
+            version("kept", "k2", true, false),
+            version("kept", "k1", false, false),
+            version("purged", "p2", true, false),
+            version("same", "s1", true, false),
+        ];
+        let steps = plan(&manifest, &now);
+        assert_eq!(gone(&steps, &now), ["purged"]);
+        // A delete marker with the version's id does not count as the version.
+        let marker = [version("kept", "k1", true, true)];
+        assert_eq!(
+            gone(&plan(&[entry("kept", "k1")], &marker), &marker),
+            ["kept"]
+        );
+        assert!(gone(&plan(&manifest[..1], &now), &now).is_empty());
     }
 
     #[test]

@@ -102,6 +102,10 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
     }
     match restored {
         Ok(r) => Ok(serde_json::json!({"copied": r.copied, "hidden": r.hidden})),
+        // Decided, not failed: asking again would be refused the same way.
+        Err(e) if e.cause.is::<crate::blob::restore::VersionsGone>() => {
+            Ok(serde_json::json!({"refused": e.cause.to_string()}))
+        }
         Err(e) => {
             tracing::warn!(channel_id = %params.channel_id, marker_id = %marker.id, error = %e.cause, "bucket restore stopped");
             Err(JobError::Failed(format!(

@@ -463,6 +463,50 @@ async fn a_checkpoint_brings_back_the_rows_objects_and_code_of_its_instant() -> 
         .expect(200, None);
     assert_eq!(histories(&s3, &bucket).await, history);
 
+    // A client changes a key and deletes the version the checkpoint recorded of it (as a purge does): that key
+    // cannot come back, so the restore is refused before its first write, with the key named.
+    let changed = s3
+        .list_object_versions()
+        .bucket(&bucket)
+        .prefix("changed.txt")
+        .send()
+        .await?;
+    let recorded = changed
+        .versions()
+        .iter()
+        .min_by_key(|v| v.last_modified().map(|t| (t.secs(), t.subsec_nanos())))
+        .and_then(|v| v.version_id())
+        .expect("changed.txt has versions")
+        .to_owned();
+    s3.put_object()
+        .bucket(&bucket)
+        .key("changed.txt")
+        .body(aws_sdk_s3::primitives::ByteStream::from_static(b"v3"))
+        .send()
+        .await?;
+    s3.delete_object()
+        .bucket(&bucket)
+        .key("changed.txt")
+        .version_id(&recorded)
+        .send()
+        .await?;
+    let before = histories(&s3, &bucket).await;
+    let refused = f
+        .api
+        .post(
+            &format!("{}/blob/restore", f.channel_path()),
+            &f.user,
+            json!({"confirm_channel_name": "prod", "snapshot_id": checkpoint}),
+        )
+        .await
+        .expect(404, Some("snapshot_not_found"));
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("\"changed.txt\"") && message.contains("nothing was changed"),
+        "{message}"
+    );
+    assert_eq!(histories(&s3, &bucket).await, before);
+
     // The first checkpoint recorded no commit; a pruned one is not found.
     f.api
         .get(&f.code_download_path(&first), &f.user)
