@@ -20,7 +20,9 @@ use serde_json::{Value, json};
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use support::git::{Workspace, http_remote};
-use support::platform::{Account, Installed, PublicBucket, kubectl, kubectl_command, output};
+use support::platform::{
+    Account, Installed, PublicBucket, VERSION_SERVER, kubectl, kubectl_command, output,
+};
 
 /// Rows of the generated table: 7 distinct MD5 sums each (224 bytes), about 1.1 GB of table in all.
 const ROWS: i64 = 4_200_000;
@@ -28,21 +30,6 @@ const ROWS: i64 = 4_200_000;
 const DELETED_EVERY: i64 = 100;
 /// How long a restore of the generated database may take on a loaded 2-core machine, takeover included.
 const RESTORE_WITHIN: Duration = Duration::from_secs(1200);
-
-/// A web server that answers GET / with its version.
-const SERVER: &str = r#"import os, http.server
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = "version={}\n".format(open("/app/VERSION").read().strip()).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-http.server.HTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Handler).serve_forever()
-"#;
 
 /// Commits the web server as app `name` and pushes it over HTTP; the commit.
 async fn push_server(
@@ -52,7 +39,7 @@ async fn push_server(
     name: &str,
 ) -> Result<String> {
     ws.git(".", &["init", "-q", "-b", "master", name]).await?;
-    ws.write(&format!("{name}/server.py"), SERVER)?;
+    ws.write(&format!("{name}/server.py"), VERSION_SERVER)?;
     ws.write(&format!("{name}/VERSION"), "v1\n")?;
     ws.write(&format!("{name}/launch.sh"), "exec python3 server.py\n")?;
     let remote = http_remote(&platform.api, &account.token, &account.username, name);
@@ -412,8 +399,9 @@ async fn a_gigabyte_database_deploys_through_an_operator_restart_and_restores_th
         "{checkpoint}"
     );
     // A dump streamed into the store has its table of contents ahead of the data, so pg_restore lists it from the
-    // first megabytes. Those cross the exec stream, and `head` in the pod ends pg_restore's input after them: the
-    // exec stream does not pass on the end of its stdin, so a pg_restore reading it directly waits forever.
+    // first megabytes. Those cross the exec stream into a file in the pod, which pg_restore then reads: `head`
+    // ends the copy after exactly those bytes (the exec stream never passes on the end of its stdin), and
+    // pg_restore reading that pipe itself hung after the first lines of its list.
     const HEAD: u64 = 4 << 20;
     let head = ws.path("checkpoint.head");
     let mut whole = std::fs::File::open(&file)?;
@@ -432,7 +420,10 @@ async fn a_gigabyte_database_deploys_through_an_operator_restart_and_restores_th
         "--",
         "sh",
         "-c",
-        &format!("head -c {head_bytes} | pg_restore --list"),
+        &format!(
+            "head -c {head_bytes} > /tmp/checkpoint.head && pg_restore --list /tmp/checkpoint.head; \
+             status=$?; rm -f /tmp/checkpoint.head; exit $status"
+        ),
     ])?
     .stdin(std::fs::File::open(&head)?)
     .output()
