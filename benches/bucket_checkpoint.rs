@@ -31,6 +31,10 @@ use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
 
+#[path = "common/rss.rs"]
+mod rss;
+use rss::peak_rss_mib;
+
 const MB: f64 = 1_000_000.0;
 /// Requests in flight while filling the bucket and in the direct copies (the restore's own figure).
 const AT_ONCE: usize = 16;
@@ -40,19 +44,6 @@ fn setting(name: &str, default: f64) -> Result<f64> {
     std::env::var(name)
         .map_or(Ok(default), |v| v.parse())
         .with_context(|| format!("{name} is a number"))
-}
-
-/// This process's peak resident memory so far, in MiB (`VmHWM`).
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
 /// Key of object `n`: a hundred keys under each prefix, as a tenant's uploads land.

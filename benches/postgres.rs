@@ -28,6 +28,10 @@ use slipway_controllers::postgres::server::{DataServer, DumpFormat, RoleSettings
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
 
+#[path = "common/rss.rs"]
+mod rss;
+use rss::peak_rss_mib;
+
 /// Bytes a row of the generated table takes on disk, headers and the primary key's index entry included.
 const ROW_BYTES: i64 = 290;
 const MB: f64 = 1_000_000.0;
@@ -39,19 +43,6 @@ fn wanted_bytes() -> Result<i64> {
         .parse()
         .context("SLIPWAY_BENCH_DB_GB is a number of gigabytes")?;
     Ok((gb * 1e9) as i64)
-}
-
-/// This process's peak resident memory so far, in MiB (`VmHWM`).
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
 #[tokio::main]

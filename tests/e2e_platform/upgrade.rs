@@ -18,21 +18,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use support::git::{Workspace, http_remote};
-use support::platform::{Installed, hack, kubectl};
-
-const SERVER: &str = r#"import os, http.server
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = "version={}\n".format(open("/app/VERSION").read().strip()).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Handler).serve_forever()
-"#;
+use support::platform::{Installed, VERSION_SERVER, hack, kubectl};
 
 /// What the readers saw.
 #[derive(Default)]
@@ -141,7 +127,7 @@ async fn an_upgrade_under_load_loses_nothing_and_an_uninstall_leaves_only_what_i
         "web",
         &web_remote,
         &[
-            ("server.py", SERVER),
+            ("server.py", VERSION_SERVER),
             ("VERSION", "v1\n"),
             ("launch.sh", "exec python3 server.py\n"),
         ],

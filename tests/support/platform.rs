@@ -14,6 +14,22 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
+/// An app's web server (`server.py`) that answers `GET /` with the contents of its `VERSION` file, for tests that
+/// deploy versions and tell them apart.
+pub const VERSION_SERVER: &str = r#"import os, http.server
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = "version={}\n".format(open("/app/VERSION").read().strip()).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Handler).serve_forever()
+"#;
+
 /// How long a build, a rollout and readiness may take on a loaded 2-core machine.
 pub const DEPLOY_WITHIN: Duration = Duration::from_secs(600);
 /// How many times [`Installed::call`] sends a request the busy platform answered 503 with `Retry-After`.
