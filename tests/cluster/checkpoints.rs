@@ -341,8 +341,14 @@ async fn a_checkpoint_brings_back_the_rows_objects_and_code_of_its_instant() -> 
     ] {
         put(&s3, &bucket, key, body).await;
     }
-    let churn_before = histories(&s3, &bucket).await["churn.txt"].clone();
+    let v1_histories = histories(&s3, &bucket).await;
+    let churn_before = v1_histories["churn.txt"].clone();
     assert_eq!(churn_before.len(), 3);
+    // The one version of changed.txt v1 wrote: the one the checkpoint records.
+    let [recorded] = &v1_histories["changed.txt"][..] else {
+        panic!("changed.txt has one version: {v1_histories:?}");
+    };
+    let recorded = recorded.clone();
 
     // v2 is deployed: its checkpoint holds v1's data and v1's commit, all three legs aligned.
     let v2 = f
@@ -465,19 +471,6 @@ async fn a_checkpoint_brings_back_the_rows_objects_and_code_of_its_instant() -> 
 
     // A client changes a key and deletes the version the checkpoint recorded of it (as a purge does): that key
     // cannot come back, so the restore is refused before its first write, with the key named.
-    let changed = s3
-        .list_object_versions()
-        .bucket(&bucket)
-        .prefix("changed.txt")
-        .send()
-        .await?;
-    let recorded = changed
-        .versions()
-        .iter()
-        .min_by_key(|v| v.last_modified().map(|t| (t.secs(), t.subsec_nanos())))
-        .and_then(|v| v.version_id())
-        .expect("changed.txt has versions")
-        .to_owned();
     s3.put_object()
         .bucket(&bucket)
         .key("changed.txt")
