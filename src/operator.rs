@@ -150,6 +150,13 @@ pub struct OperatorArgs {
           default_value_t = slipway_controllers::workload::FULL_CPU_REQUEST_PERCENT,
           value_parser = clap::value_parser!(u8).range(1..=100))]
     pub cpu_request_percent: u8,
+    /// Minutes a deploy may wait for its pre-deploy checkpoint (the dump of the channel's database and the
+    /// bucket's marker). Past them the checkpoint is cancelled, the deploy fails saying how far it got, and the
+    /// channel's next deploy can run. Raise it when a channel's database takes longer than this to dump.
+    #[arg(long, env = "SLIPWAY_DEPLOY_DEADLINE_MINUTES",
+          default_value_t = slipway_controllers::deploy::DEPLOY_DEADLINE.as_secs() / 60,
+          value_parser = clap::value_parser!(u64).range(1..=10_080))]
+    pub deploy_deadline_minutes: u64,
 }
 
 /// The readiness sidecar's image unless told otherwise.
@@ -193,6 +200,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)
             .context("--tenant-network-policies")?,
         readiness_window: slipway_controllers::workload::READINESS_WINDOW,
+        deploy_deadline: std::time::Duration::from_secs(args.deploy_deadline_minutes * 60),
         cpu_request_percent: args.cpu_request_percent,
         domains: slipway_controllers::domain::DomainsConfig {
             resolver: args.dns_resolver,

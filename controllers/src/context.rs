@@ -46,6 +46,10 @@ pub struct OperatorConfig {
     /// ([`crate::workload::READINESS_WINDOW`]), which the operator binary always uses. Tests of the failure shorten
     /// it rather than wait two minutes.
     pub readiness_window: std::time::Duration,
+    /// How long after it started a deploy may wait for its pre-deploy checkpoint
+    /// ([`crate::deploy::DEPLOY_DEADLINE`] unless the operator is told otherwise): past it the checkpoint is
+    /// cancelled, the deploy fails saying what it waited for, and the channel's next deploy can run.
+    pub deploy_deadline: std::time::Duration,
     /// How much of its plan's CPU share an app's pod requests, in percent (1-100): 100
     /// ([`crate::workload::FULL_CPU_REQUEST_PERCENT`]) reserves it all, less overcommits the nodes' CPU.
     pub cpu_request_percent: u8,

@@ -41,14 +41,32 @@ struct Fixture {
 }
 
 async fn fixture(prefix: &str, plan: &str) -> Result<Fixture> {
-    let f = unannounced_fixture(prefix, plan).await?;
+    fixture_configured(prefix, plan, |_| {}).await
+}
+
+/// A fixture whose API is not told of object storage yet (the operator makes the bucket all the same).
+async fn unannounced_fixture(prefix: &str, plan: &str) -> Result<Fixture> {
+    unannounced_fixture_configured(prefix, plan, |_| {}).await
+}
+
+/// [`fixture`] with the operator's settings changed by `configure`.
+async fn fixture_configured(
+    prefix: &str,
+    plan: &str,
+    configure: impl FnOnce(&mut slipway_controllers::OperatorConfig),
+) -> Result<Fixture> {
+    let f = unannounced_fixture_configured(prefix, plan, configure).await?;
     f.store.announce(&f.api);
     f.wait_until_ready(&["postgres", "blob"]).await;
     Ok(f)
 }
 
-/// A fixture whose API is not told of object storage yet (the operator makes the bucket all the same).
-async fn unannounced_fixture(prefix: &str, plan: &str) -> Result<Fixture> {
+/// [`unannounced_fixture`] with the operator's settings changed by `configure`.
+async fn unannounced_fixture_configured(
+    prefix: &str,
+    plan: &str,
+    configure: impl FnOnce(&mut slipway_controllers::OperatorConfig),
+) -> Result<Fixture> {
     let api = TestApi::start().await?;
     postgres::attach(&api)?;
     let store = ObjectStore::start_unannounced(&api, "127.0.0.1").await?;
@@ -67,11 +85,12 @@ async fn unannounced_fixture(prefix: &str, plan: &str) -> Result<Fixture> {
     let app_id = app["id"].as_str().unwrap().to_owned();
     let prod_id = app["channels"][0]["id"].as_str().unwrap().to_owned();
     let operator = api
-        .start_nodeless_operator_with_postgres(
+        .start_nodeless_operator_with_postgres_configured(
             &user.namespace,
             Default::default(),
             Some(store.settings()),
             postgres::settings()?,
+            configure,
         )
         .await?;
     Ok(Fixture {
@@ -85,6 +104,43 @@ async fn unannounced_fixture(prefix: &str, plan: &str) -> Result<Fixture> {
 }
 
 impl Fixture {
+    /// Records a finished build of `sha` on deploy `deploy_id`'s build Job, once the operator made it, as the
+    /// operator records one: the deploy goes on with that image.
+    async fn record_build(&self, deploy_id: &str, sha: &str) -> Result<()> {
+        use slipway_controllers::build::{Recorded, job};
+        let jobs: kube::Api<k8s_openapi::api::batch::v1::Job> =
+            kube::Api::namespaced(self.api.kube.clone(), &self.user.namespace);
+        let name = job::job_name(deploy_id);
+        slipway_testkit::wait_until(WITHIN, || async {
+            Ok(jobs.get_opt(&name).await?.is_some())
+        })
+        .await?;
+        let image = slipway_crds::DeployImage {
+            reference: format!(
+                "127.0.0.1:9/{}/prod@sha256:{}",
+                self.user.namespace,
+                "0".repeat(64)
+            ),
+            tag: sha.to_owned(),
+            size_bytes: 1,
+            charged_size_bytes: None,
+            matched_base: None,
+            created: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ),
+        };
+        let patch = json!({"metadata": {"annotations": {
+            job::RESULT: serde_json::to_string(&Recorded::Built(image))?
+        }}});
+        jobs.patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+        Ok(())
+    }
+
     fn channel_path(&self) -> String {
         format!("/apps/{}/channels/{}", self.app_id, self.prod_id)
     }
@@ -857,5 +913,125 @@ async fn a_skipped_checkpoint_says_why_in_the_deploy_log() -> Result<()> {
         reason.contains("no data server or snapshot archive is configured"),
         "{reason}"
     );
+    Ok(())
+}
+
+/// A deploy whose pre-deploy checkpoint cannot finish (the app holds a lock its dump waits for) fails at the
+/// operator's deadline, its log saying what it waited for; the dump stops, keeps nothing, and the channel's next
+/// deploy takes its checkpoint and goes on to start its version. (The build is recorded on its Job as the operator
+/// records a finished one: this tier has no node to run it.)
+#[tokio::test]
+async fn a_deploy_past_its_deadline_fails_saying_what_it_waited_for_and_the_next_runs() -> Result<()>
+{
+    let deadline = Duration::from_secs(15);
+    let f = fixture_configured("ckdead", "basic", |config| {
+        config.deploy_deadline = deadline;
+    })
+    .await?;
+    let mut db = f.database().await?;
+    execute(
+        &mut db,
+        "CREATE TABLE orders (id serial PRIMARY KEY); INSERT INTO orders DEFAULT VALUES;",
+    )
+    .await?;
+    let mut holder = f.database().await?;
+    execute(
+        &mut holder,
+        "BEGIN; LOCK TABLE orders IN ACCESS EXCLUSIVE MODE;",
+    )
+    .await?;
+    let sha = f
+        .api
+        .commit(
+            &f.user,
+            &f.app_id,
+            json!({"launch.sh": "exec sleep infinity\n"}),
+        )
+        .await;
+
+    let first = f
+        .api
+        .deploy(&f.user, &f.app_id, &f.prod_id, json!({"ref": "master"}))
+        .await;
+    f.record_build(&first, &sha).await?;
+    let log = f
+        .api
+        .finished_deploy(&f.user, &f.app_id, &f.prod_id, &first, WITHIN + deadline)
+        .await?;
+    let text = log["log"].as_str().unwrap_or_default();
+    assert_eq!(log["status"], "failed", "{text}");
+    assert!(
+        text.contains("[snapshot] taking the pre-deploy checkpoint\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "[deploy] failed: the deploy passed its deadline of 15s waiting for the pre-deploy checkpoint, \
+             which got to "
+        ),
+        "{text}"
+    );
+    assert!(f.rows("postgres").await.is_empty());
+
+    // The lock goes: the cancelled dump's session ends rather than dumping for nobody, and nothing is kept.
+    execute(&mut holder, "COMMIT").await?;
+    let db_name = f
+        .api
+        .get(&format!("{}/postgres", f.channel_path()), &f.user)
+        .await
+        .expect(200, None)["db_name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let server = postgres::server()?;
+    slipway_testkit::wait_until(WITHIN, || async {
+        let dumping: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE 'slipway-dump-%'",
+        )
+        .bind(&db_name)
+        .fetch_one(server.pool())
+        .await?;
+        Ok(dumping == 0)
+    })
+    .await?;
+    assert!(f.rows("postgres").await.is_empty());
+
+    // The next deploy (an operator with the shipped deadline, which a restart does not disturb) runs.
+    f.operator.abort();
+    f.api
+        .start_nodeless_operator_with_postgres(
+            &f.user.namespace,
+            Default::default(),
+            Some(f.store.settings()),
+            postgres::settings()?,
+        )
+        .await?;
+    let second = f
+        .api
+        .deploy(&f.user, &f.app_id, &f.prod_id, json!({"ref": "master"}))
+        .await;
+    f.record_build(&second, &sha).await?;
+    let url = format!("{}/logs?deploy={second}&max_bytes=262144", f.channel_path());
+    slipway_testkit::wait_until(WITHIN, || async {
+        let log = f.api.get(&url, &f.user).await.expect(200, None);
+        let text = log["log"].as_str().unwrap_or_default();
+        anyhow::ensure!(log["status"] != "failed", "{text}");
+        Ok(text.contains("[snapshot] done: an SQL snapshot of"))
+    })
+    .await?;
+    let rows = f.rows("postgres").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["kind"], "pre_deploy");
+    // Past its checkpoint the deploy starts its version.
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(f.api.kube.clone(), &f.user.namespace);
+    slipway_testkit::wait_until(WITHIN, || async {
+        Ok(!deployments
+            .list(&Default::default())
+            .await?
+            .items
+            .is_empty())
+    })
+    .await?;
     Ok(())
 }

@@ -50,6 +50,7 @@ fn context(client: kube::Client, namespace: &str) -> Arc<Context> {
         tenant_grants: Vec::new(),
         tenant_network_policies: None,
         readiness_window: slipway_controllers::workload::READINESS_WINDOW,
+        deploy_deadline: slipway_controllers::deploy::DEPLOY_DEADLINE,
         cpu_request_percent: slipway_controllers::workload::FULL_CPU_REQUEST_PERCENT,
         domains: Default::default(),
     };

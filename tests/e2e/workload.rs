@@ -137,6 +137,7 @@ impl Tenant {
             tenant_grants: Vec::new(),
             tenant_network_policies: None,
             readiness_window,
+            deploy_deadline: slipway_controllers::deploy::DEPLOY_DEADLINE,
             cpu_request_percent: slipway_testkit::node::cpu_request_percent()?,
             domains: Default::default(),
         };

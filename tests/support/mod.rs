@@ -587,6 +587,7 @@ impl TestApi {
             tenant_grants: Vec::new(),
             tenant_network_policies: None,
             readiness_window: slipway_controllers::workload::READINESS_WINDOW,
+            deploy_deadline: slipway_controllers::deploy::DEPLOY_DEADLINE,
             cpu_request_percent: slipway_testkit::node::cpu_request_percent()?,
             domains: Default::default(),
         })
@@ -680,7 +681,28 @@ impl TestApi {
         blob: Option<slipway_controllers::blob::BlobSettings>,
         postgres: slipway_controllers::postgres::PostgresSettings,
     ) -> Result<tokio::task::JoinHandle<()>> {
-        let config = self.nodeless_config(namespace, domains).await?;
+        self.start_nodeless_operator_with_postgres_configured(
+            namespace,
+            domains,
+            blob,
+            postgres,
+            |_| {},
+        )
+        .await
+    }
+
+    /// [`TestApi::start_nodeless_operator_with_postgres`] with the operator's settings changed by `configure` (a
+    /// deploy deadline a test can wait out, say).
+    pub async fn start_nodeless_operator_with_postgres_configured(
+        &self,
+        namespace: &str,
+        domains: slipway_controllers::domain::DomainsConfig,
+        blob: Option<slipway_controllers::blob::BlobSettings>,
+        postgres: slipway_controllers::postgres::PostgresSettings,
+        configure: impl FnOnce(&mut slipway_controllers::OperatorConfig),
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        let mut config = self.nodeless_config(namespace, domains).await?;
+        configure(&mut config);
         let ctx = self.context_extended(config, |ctx| {
             let ctx = match blob {
                 Some(blob) => ctx.with_blob(blob),
@@ -734,6 +756,7 @@ impl TestApi {
             tenant_grants: Vec::new(),
             tenant_network_policies: None,
             readiness_window: slipway_controllers::workload::READINESS_WINDOW,
+            deploy_deadline: slipway_controllers::deploy::DEPLOY_DEADLINE,
             cpu_request_percent: slipway_controllers::workload::FULL_CPU_REQUEST_PERCENT,
             domains,
         })

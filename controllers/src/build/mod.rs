@@ -94,11 +94,14 @@ pub enum BuildState {
     Failed(String),
 }
 
-/// The outcome recorded on a finished build Job.
+/// The outcome recorded on a finished build Job, in its [`job::RESULT`] annotation: what a later reconcile (of
+/// this operator or the next) reads instead of the Job's pods, which are gone by then.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-enum Recorded {
+pub enum Recorded {
+    /// Pushed, sized and within the cap.
     Built(DeployImage),
+    /// No usable image, for this reason.
     Failed(String),
 }
 

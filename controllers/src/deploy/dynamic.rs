@@ -94,13 +94,14 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
             }
             Checkpoint::Running(progress) => {
                 let started = deploy.status.as_ref().and_then(|s| s.started_at.as_ref());
-                if past_deadline(started.map(|t| t.0), Timestamp::now(), DEPLOY_DEADLINE) {
+                let deadline = ctx.config.deploy_deadline;
+                if past_deadline(started.map(|t| t.0), Timestamp::now(), deadline) {
                     let uid = deploy.uid().ok_or(Error::Incomplete("uid"))?;
                     ctx.internal.cancel_pre_deploy_snapshot(&uid).await?;
                     let reason = format!(
-                        "the deploy passed its deadline of {} min waiting for the pre-deploy checkpoint, \
+                        "the deploy passed its deadline of {} waiting for the pre-deploy checkpoint, \
                          which got to {progress}",
-                        DEPLOY_DEADLINE.as_secs() / 60
+                        build::human_duration(deadline)
                     );
                     fail(ctx, deploy, &reason).await?;
                     return Ok(Action::await_change());
@@ -140,8 +141,9 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
     }
 }
 
-/// How long after it started a deploy may still wait for its pre-deploy checkpoint; past it the deploy fails,
-/// saying what it waited for, and the channel's next deploy can run.
+/// How long after it started a deploy may still wait for its pre-deploy checkpoint unless the operator is told
+/// otherwise (`--deploy-deadline-minutes`); past it the deploy fails, saying what it waited for, and the channel's
+/// next deploy can run.
 pub const DEPLOY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 
 /// Where a deploy's pre-deploy checkpoint is.

@@ -9,7 +9,7 @@
 //! the Service switch (`dynamic`). A failed deploy leaves the serving version untouched.
 
 pub(crate) mod dynamic;
-pub use dynamic::owner_plan;
+pub use dynamic::{DEPLOY_DEADLINE, owner_plan};
 pub mod history;
 pub mod queue;
 pub mod rewind;
