@@ -141,6 +141,17 @@ impl Fixture {
         Ok(())
     }
 
+    /// The channel's database's name, as its status route gives it.
+    async fn db_name(&self) -> String {
+        self.api
+            .get(&format!("{}/postgres", self.channel_path()), &self.user)
+            .await
+            .expect(200, None)["db_name"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     fn channel_path(&self) -> String {
         format!("/apps/{}/channels/{}", self.app_id, self.prod_id)
     }
@@ -463,14 +474,7 @@ async fn a_checkpoint_brings_back_the_rows_objects_and_code_of_its_instant() -> 
 
     // Restore both legs of the checkpoint.
     f.allow_prod_restore().await;
-    let db_name = f
-        .api
-        .get(&format!("{}/postgres", f.channel_path()), &f.user)
-        .await
-        .expect(200, None)["db_name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let db_name = f.db_name().await;
     f.api
         .post(
             &format!("{}/postgres/restore", f.channel_path()),
@@ -975,14 +979,7 @@ async fn a_deploy_past_its_deadline_fails_saying_what_it_waited_for_and_the_next
 
     // The lock goes: the cancelled dump's session ends rather than dumping for nobody, and nothing is kept.
     execute(&mut holder, "COMMIT").await?;
-    let db_name = f
-        .api
-        .get(&format!("{}/postgres", f.channel_path()), &f.user)
-        .await
-        .expect(200, None)["db_name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let db_name = f.db_name().await;
     let server = postgres::server()?;
     slipway_testkit::wait_until(WITHIN, || async {
         let dumping: i64 = sqlx::query_scalar(
