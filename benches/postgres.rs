@@ -217,8 +217,13 @@ async fn main() -> Result<()> {
     .await?;
     std::fs::remove_file(&file)?;
     let started = Instant::now();
-    slipway::postgres::restore::restore(&server, &record.names(), archive.download(&key).await?)
-        .await?;
+    slipway::postgres::restore::restore(
+        &server,
+        &record.names(),
+        archive.download(&key).await?,
+        |_transaction| async { Ok(()) },
+    )
+    .await?;
     let through = started.elapsed().as_secs_f64();
     println!(
         "restore: pg_restore of the file into an empty database {:.1} MB/s ({plain_restore:.1} s), through slipway from the object store in one transaction {:.1} MB/s ({through:.1} s), ratio {:.2}x (target 0.9x); peak RSS {:.0} MiB",

@@ -3,7 +3,10 @@
 //! was cut by the request's timeout and rolled back, and a client that went away took it down with it. As a job
 //! it runs to its end on whichever API replica claims it; a replica that dies mid-way leaves the transaction open,
 //! the data server rolls it back (the data is all old), and another replica applies the snapshot again from the
-//! start (then all new), or fails the job once its attempts are spent, the data unchanged.
+//! start (then all new), or fails the job once its attempts are spent, the data unchanged. A replica that dies
+//! after the restore committed but before the job recorded it is not mistaken for one that died mid-way: the
+//! restore's transaction id is handed over with the job before `COMMIT`, and the next attempt asks the data server
+//! whether that transaction committed; if it did, the snapshot is not applied again over what the app wrote since.
 //!
 //! It runs in the channel's job scope, so no checkpoint of the channel's overlaps it, and under the channel's
 //! checkpoint lock ([`super::exclusively`]), so no prune removes the file it reads. The journal entry
@@ -47,6 +50,9 @@ pub fn job(params: &Params) -> NewJob {
     )
 }
 
+/// The handover field naming the restore's transaction on the data server, recorded before its `COMMIT`.
+const TRANSACTION: &str = "transaction";
+
 /// Why the job could not apply the snapshot, for the caller; the data is unchanged in every case.
 fn failed(summary: &str) -> JobError {
     JobError::Failed(format!(
@@ -84,9 +90,23 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
         }) else {
             return Ok(Err(failed("the snapshot is gone")));
         };
+        if let Some(transaction) = job.handover_field(TRANSACTION).and_then(Value::as_str)
+            && crate::postgres::restore::committed(server, transaction).await?
+        {
+            tracing::info!(job_id = %job.id, channel_id = %params.channel_id, transaction, "an earlier attempt's restore had committed; not applying it again");
+            progress.set_done(progress.total().unwrap_or(0));
+            return anyhow::Ok(Ok(()));
+        }
         progress.set_done(0);
         let file = counted(archive.download(&key).await?, progress);
-        crate::postgres::restore::restore(server, &record.names(), file).await?;
+        let runner = job.runner.as_deref().unwrap_or_default();
+        let hand_over = |transaction: String| async move {
+            let handover = serde_json::json!({ TRANSACTION: transaction });
+            let ours = crate::jobs::store::hand_over(db, job.id, runner, &handover).await?;
+            anyhow::ensure!(ours, "the restore's job was taken over or cancelled");
+            Ok(())
+        };
+        crate::postgres::restore::restore(server, &record.names(), file, hand_over).await?;
         anyhow::Ok(Ok(()))
     });
     // Boxed: a restore's futures nest deep, and a task's stack is small.

@@ -157,6 +157,8 @@ pub struct Job {
     pub error: Option<String>,
     /// What it produced.
     pub result: Option<sqlx::types::Json<Value>>,
+    /// What its work recorded mid-way for a runner that takes it over ([`store::hand_over`]).
+    pub handover: Option<sqlx::types::Json<Value>>,
     /// When it was asked for.
     pub created_at: DateTime<Utc>,
     /// When it was first claimed.
@@ -186,6 +188,11 @@ impl Job {
     /// A field of its result.
     pub fn result_field(&self, name: &str) -> Option<&Value> {
         self.result.as_ref().and_then(|r| r.0.get(name))
+    }
+
+    /// A field of what an earlier attempt handed over.
+    pub fn handover_field(&self, name: &str) -> Option<&Value> {
+        self.handover.as_ref().and_then(|h| h.0.get(name))
     }
 
     /// Where it is, in words: "1.2 GiB of 2.5 GiB, 38 s", "queued", "640 MiB, 12 s".

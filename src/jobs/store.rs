@@ -224,6 +224,25 @@ pub async fn heartbeat(
     Ok(renewed.rows_affected() == 1)
 }
 
+/// Records `handover` on `runner`'s job `id`, for whoever takes the job over should this process die; false when it
+/// was no longer `runner`'s (its work must stop).
+pub async fn hand_over(
+    db: &PgPool,
+    id: Uuid,
+    runner: &str,
+    handover: &Value,
+) -> sqlx::Result<bool> {
+    let recorded = sqlx::query(
+        "UPDATE jobs SET handover = $3 WHERE id = $1 AND runner = $2 AND state = 'running'",
+    )
+    .bind(id)
+    .bind(runner)
+    .bind(sqlx::types::Json(handover))
+    .execute(db)
+    .await?;
+    Ok(recorded.rows_affected() == 1)
+}
+
 /// `runner`'s job `id` succeeded with `result`; false when it was no longer `runner`'s.
 pub async fn succeed(
     db: &PgPool,

@@ -7,6 +7,11 @@
 //! server rolls it back: the data is exactly as before. The database, its roles and their passwords are never
 //! touched, so `DATABASE_URL` keeps working.
 //!
+//! A process that dies between `COMMIT` and recording the job's success leaves a job another process takes over,
+//! which must not apply the snapshot again over what the app wrote since. So before `COMMIT` the restore hands its
+//! transaction's id on the server to its caller (who records it with the job), and [`committed`] asks the server,
+//! on the next attempt, whether that transaction committed.
+//!
 //! The client tools may be newer than the data server (the image carries Debian's current ones): the dump comes
 //! from the server's own catalog, but pg_restore writes the preamble of its own version, so settings the server
 //! does not know are left out of that preamble ([`copy_for_server`]).
@@ -39,10 +44,19 @@ fn failed(summary: &'static str, detail: String) -> anyhow::Error {
     RestoreFailed { summary, detail }.into()
 }
 
-/// Replaces the contents of `names`' database with the dump `file` streams.
-pub async fn restore<S>(server: &DataServer, names: &DatabaseNames, file: S) -> anyhow::Result<()>
+/// Replaces the contents of `names`' database with the dump `file` streams. Once every statement ran, and before
+/// `COMMIT` is sent, `before_commit` gets the transaction's id on the server (`pg_current_xact_id()`, as text): an
+/// error from it rolls the restore back.
+pub async fn restore<S, F, Fut>(
+    server: &DataServer,
+    names: &DatabaseNames,
+    file: S,
+    before_commit: F,
+) -> anyhow::Result<()>
 where
     S: Stream<Item = std::io::Result<Bytes>> + Send,
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
 {
     let replacement = server.replacement(names).await?;
     let mut pg_restore = server.client_command("pg_restore", &names.db_name);
@@ -56,11 +70,13 @@ where
         "--no-psqlrc",
         "--quiet",
         "--no-password",
+        "--tuples-only",
+        "--no-align",
         "-v",
         "ON_ERROR_STOP=1",
     ])
     .stdin(Stdio::piped())
-    .stdout(Stdio::null())
+    .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     let mut pg_restore = pg_restore.spawn()?;
     let mut psql = psql.spawn()?;
@@ -73,6 +89,7 @@ where
     };
     let restore_err = drain(pg_restore.stderr.take());
     let psql_err = drain(psql.stderr.take());
+    let transaction = first_line(psql.stdout.take());
 
     // The file into pg_restore, as it arrives.
     let feed = async move {
@@ -86,7 +103,7 @@ where
     // The script into psql, between the emptying and the commit.
     let script = async {
         let prelude = format!(
-            "BEGIN;\nSET LOCAL lock_timeout = '30s';\n{}\nSET LOCAL ROLE {};\n",
+            "BEGIN;\nSELECT pg_current_xact_id();\nSET LOCAL lock_timeout = '30s';\n{}\nSET LOCAL ROLE {};\n",
             replacement.emptying,
             ident(&names.role_name)
         );
@@ -117,6 +134,23 @@ where
             ),
         ));
     }
+    let transaction = match transaction.await {
+        Ok(id) if !id.is_empty() => id,
+        _ => {
+            abandon(psql).await;
+            return Err(failed(
+                "the snapshot did not apply",
+                format!(
+                    "psql named no transaction: {}",
+                    psql_err.await.unwrap_or_default().trim()
+                ),
+            ));
+        }
+    };
+    if let Err(e) = before_commit(transaction).await {
+        abandon(psql).await;
+        return Err(e);
+    }
     let epilogue = format!("RESET ROLE;\n{}\nCOMMIT;\n", replacement.regrant);
     psql_in.write_all(epilogue.as_bytes()).await?;
     psql_in.shutdown().await?;
@@ -133,6 +167,37 @@ where
     }
     Ok(())
 }
+
+/// Whether the restore whose transaction had id `transaction` (what [`restore`] handed its caller) committed. One
+/// still open, its process gone and the server not yet aware of it, is ended first, so the answer is final. An
+/// id the server no longer knows counts as not committed (it would have to be billions of transactions old).
+pub async fn committed(server: &DataServer, transaction: &str) -> anyhow::Result<bool> {
+    for _ in 0..TRANSACTION_END_TRIES {
+        let status: Option<String> = sqlx::query_scalar("SELECT pg_xact_status($1::text::xid8)")
+            .bind(transaction)
+            .fetch_one(server.pool())
+            .await?;
+        match status.as_deref() {
+            Some("committed") => return Ok(true),
+            Some("in progress") => {
+                // `backend_xid` is the id's low 32 bits (the xid8 without its epoch).
+                sqlx::query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE backend_xid::text::bigint = ($1::text::bigint & 4294967295)",
+                )
+                .bind(transaction)
+                .execute(server.pool())
+                .await?;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            _ => return Ok(false),
+        }
+    }
+    anyhow::bail!("an earlier attempt's transaction {transaction} is still open on the data server")
+}
+
+/// How many times [`committed`] ends a transaction still open and looks again, a second apart.
+const TRANSACTION_END_TRIES: u32 = 30;
 
 /// Copies pg_restore's script to psql, leaving out of its preamble (the settings, comments and blank lines before
 /// the dump's first statement) each setting a server of `server_version` does not know; the rest is copied as is.
@@ -184,6 +249,24 @@ fn unknown_setting(line: &[u8], server_version: i32) -> bool {
 async fn abandon(mut psql: tokio::process::Child) {
     let _ = psql.start_kill();
     let _ = psql.wait().await;
+}
+
+/// The first line psql prints (the transaction's id the prelude selects), as soon as it is printed; the rest of its
+/// output (what the dump's own `SELECT`s print) is read and dropped, so psql never blocks on it.
+fn first_line(
+    stdout: Option<tokio::process::ChildStdout>,
+) -> tokio::sync::oneshot::Receiver<String> {
+    let (send, line) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let Some(stdout) = stdout else { return };
+        let mut reader = tokio::io::BufReader::new(stdout);
+        let mut first = String::new();
+        if reader.read_line(&mut first).await.is_ok() {
+            let _ = send.send(first.trim().to_owned());
+        }
+        let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
+    });
+    line
 }
 
 /// Collects a program's stderr alongside (so a chatty program never blocks), up to [`STDERR_LIMIT`].

@@ -1027,6 +1027,131 @@ async fn a_restore_runs_on_when_its_caller_leaves_and_refuses_a_second_meanwhile
     Ok(())
 }
 
+/// Puts `channel`'s last restore job back as its process leaves it on dying after the restore's outcome and before
+/// the job recorded it: running under a runner that is gone, its lease lapsed, one attempt spent, with `handover`
+/// as that attempt recorded it. Returns once the API's runner has taken it over and finished it: its state.
+async fn taken_over_after_its_runner_died(
+    db: &sqlx::PgPool,
+    channel: Uuid,
+    handover: Option<&Value>,
+) -> Result<String> {
+    let id: Uuid = sqlx::query_scalar(
+        "UPDATE jobs SET state = 'running', runner = 'a-replica-that-died', attempts = 1, max_attempts = 3,
+             lease_until = now() - interval '1 second', finished_at = NULL, result = NULL, error = NULL,
+             handover = $2
+         WHERE id = (SELECT id FROM jobs WHERE kind = 'sql_restore' AND channel_id = $1
+                     ORDER BY created_at DESC LIMIT 1)
+         RETURNING id",
+    )
+    .bind(channel)
+    .bind(handover.map(sqlx::types::Json))
+    .fetch_one(db)
+    .await?;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (state, attempts): (String, i32) =
+            sqlx::query_as("SELECT state, attempts FROM jobs WHERE id = $1")
+                .bind(id)
+                .fetch_one(db)
+                .await?;
+        if state != "running" {
+            assert_eq!(attempts, 2, "the takeover is one more attempt");
+            return Ok(state);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the restore's job was never taken over"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Opens a transaction of the app's that changes `notes`, and leaves it open: the connection and the
+/// transaction's id on the data server.
+async fn open_transaction(app: &mut PgConnection, body: &str) -> Result<String> {
+    execute(app, "BEGIN").await?;
+    sqlx::query("UPDATE notes SET body = $1")
+        .bind(body)
+        .execute(&mut *app)
+        .await?;
+    Ok(sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+        .fetch_one(&mut *app)
+        .await?)
+}
+
+#[tokio::test]
+async fn a_restore_taken_over_after_its_runner_died_applies_the_snapshot_only_if_it_had_not_committed()
+-> Result<()> {
+    let s = snapshots("snaphandover", "builder").await?;
+    let (staging, db_name, snapshot, app) = s.kept_then_changed().await?;
+    drop(app);
+    let db = s.f.api.state.db().clone();
+    let channel: Uuid = staging.parse()?;
+    let body = json!({"confirm_db_name": db_name, "snapshot_id": snapshot});
+    s.restore(&staging, body).await.expect(200, None);
+    let handover: Option<sqlx::types::Json<Value>> = sqlx::query_scalar(
+        "SELECT handover FROM jobs WHERE kind = 'sql_restore' AND channel_id = $1",
+    )
+    .bind(channel)
+    .fetch_one(&db)
+    .await?;
+    let handover = handover
+        .expect("the restore named its transaction before COMMIT")
+        .0;
+    assert!(handover["transaction"].is_string(), "{handover}");
+
+    // The restore committed, the app wrote since, and the process died before the job said so: the takeover
+    // leaves the data alone.
+    let mut app = s.app_connection(&staging).await?;
+    assert_eq!(notes(&mut app).await, ["kept"]);
+    execute(&mut app, "UPDATE notes SET body = 'written since'").await?;
+    let state = taken_over_after_its_runner_died(&db, channel, Some(&handover)).await?;
+    assert_eq!(state, "succeeded");
+    assert_eq!(
+        notes(&mut app).await,
+        ["written since"],
+        "a committed restore is not applied again"
+    );
+
+    // The restore's transaction rolled back (its process died before COMMIT reached the server): the takeover
+    // applies the snapshot.
+    let rolled_back = open_transaction(&mut app, "rolled back").await?;
+    execute(&mut app, "ROLLBACK").await?;
+    let state = taken_over_after_its_runner_died(
+        &db,
+        channel,
+        Some(&json!({ "transaction": rolled_back })),
+    )
+    .await?;
+    assert_eq!(state, "succeeded");
+    let mut app = s.app_connection(&staging).await?;
+    assert_eq!(notes(&mut app).await, ["kept"]);
+
+    // The restore's transaction is still open (its process is gone, and the server has not noticed yet): the
+    // takeover ends it, then applies the snapshot.
+    execute(&mut app, "UPDATE notes SET body = 'written since'").await?;
+    let mut orphan = s.app_connection(&staging).await?;
+    let open = open_transaction(&mut orphan, "never committed").await?;
+    let state =
+        taken_over_after_its_runner_died(&db, channel, Some(&json!({ "transaction": open })))
+            .await?;
+    assert_eq!(state, "succeeded");
+    assert!(
+        sqlx::query("SELECT 1").execute(&mut orphan).await.is_err(),
+        "the open transaction's session was ended"
+    );
+    let mut app = s.app_connection(&staging).await?;
+    assert_eq!(notes(&mut app).await, ["kept"]);
+
+    // No transaction was named (the process died before it had one): the snapshot is applied.
+    execute(&mut app, "UPDATE notes SET body = 'written since'").await?;
+    let state = taken_over_after_its_runner_died(&db, channel, None).await?;
+    assert_eq!(state, "succeeded");
+    let mut app = s.app_connection(&staging).await?;
+    assert_eq!(notes(&mut app).await, ["kept"]);
+    Ok(())
+}
+
 /// Unfinished uploads in the snapshot store's bucket, by key.
 async fn unfinished_uploads(client: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<String>> {
     let listed = client
