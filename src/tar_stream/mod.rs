@@ -1,8 +1,9 @@
 //! A `tar.gz` written as a stream: entries are appended one at a time by a writer task (a header, then the body
-//! streamed through, then padding), gzipped on the fly, and read by whoever consumes the stream (a response body,
-//! an upload to the object store). Nothing is staged and only one body is in flight, so memory stays flat whatever
-//! the size. A writer that fails ends the stream with an error, so a broken archive never looks like a short
-//! complete one; a consumer that goes away stops the writer.
+//! streamed through, then padding), gzipped on the fly ([`gzip`]: what shrinks is deflated, what does not is
+//! stored), and read by whoever consumes the stream (a response body, an upload to the object store). Nothing is
+//! staged and only one body is in flight, so memory stays flat whatever the size. A writer that fails ends the
+//! stream with an error, so a broken archive never looks like a short complete one; a consumer that goes away
+//! stops the writer.
 //!
 //! Bucket checkpoint downloads ([`crate::blob::tarball`]) and app exports ([`crate::exports`]) are written with it.
 
@@ -13,6 +14,8 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
+
+mod gzip;
 
 /// Chunks in flight between the writer and the gzip encoder.
 const IN_FLIGHT: usize = 16;
@@ -110,13 +113,37 @@ where
             let _ = tx.send(Err(io::Error::other(e.to_string()))).await;
         }
     });
-    let tar = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
-    let gzip =
-        async_compression::tokio::bufread::GzipEncoder::new(tokio_util::io::StreamReader::new(tar));
-    tokio_util::io::ReaderStream::with_capacity(gzip, 64 * 1024)
+    gzipped(rx)
 }
+
+/// The tar chunks `rx` yields, gzipped ([`gzip::AdaptiveGzip`]) into chunks of about [`OUT_CHUNK`] bytes; an error
+/// from the writer ends the stream with that error.
+fn gzipped(
+    rx: mpsc::Receiver<io::Result<Bytes>>,
+) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
+    let state = Some((rx, gzip::AdaptiveGzip::default()));
+    futures::stream::unfold(state, |state| async move {
+        let (mut rx, mut gz) = state?;
+        let mut out = Vec::with_capacity(OUT_CHUNK);
+        while out.len() < OUT_CHUNK {
+            let written = match rx.recv().await {
+                Some(Ok(chunk)) => gz.write(&chunk, &mut out),
+                Some(Err(e)) => Err(e),
+                None => {
+                    let ended = gz.finish(&mut out).map(|()| Bytes::from(out));
+                    return Some((ended, None));
+                }
+            };
+            if let Err(e) = written {
+                return Some((Err(e), None));
+            }
+        }
+        Some((Ok(Bytes::from(out)), Some((rx, gz))))
+    })
+}
+
+/// About how many bytes of the archive each chunk of the stream carries.
+const OUT_CHUNK: usize = 64 * 1024;
 
 /// Zero bytes that round an entry of `size` bytes up to the 512-byte block.
 fn padding(size: u64) -> usize {
