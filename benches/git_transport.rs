@@ -1,6 +1,7 @@
 //! Git over slipway's smart HTTP against plain `git http-backend` on the same machine in the same run: push and
-//! clone of a repository of incompressible files (100 MiB by default), with MB/s for each and the ratio, plus the
-//! latency of a 10-file changeset. Needs the control plane and Postgres (`make bench` starts them).
+//! clone of a repository of incompressible files (1000 MiB by default, under the platform's 1 GiB push limit), with
+//! MB/s for each and the ratio, plus the latency of a 10-file changeset. Needs the control plane and Postgres
+//! (`make bench` starts them).
 //!
 //! `git http-backend` is served by a minimal streaming CGI bridge in this file, so both sides stream through one
 //! HTTP server implementation and the difference is slipway's own work (auth, lookups, process plumbing).
@@ -29,7 +30,7 @@ const FILE_MB: usize = 4;
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let total_mb: usize = env_or("SLIPWAY_BENCH_MB", 100);
+    let total_mb: usize = env_or("SLIPWAY_BENCH_MB", 1000);
     let rounds: usize = env_or("SLIPWAY_BENCH_ROUNDS", 2);
     let api = support::TestApi::start().await?;
     let user = api.user("bench", "pro").await?;
