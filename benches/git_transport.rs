@@ -1,7 +1,8 @@
 //! Git over slipway's smart HTTP against plain `git http-backend` on the same machine in the same run: push and
 //! clone of a repository of incompressible files (1000 MiB by default, under the platform's 1 GiB push limit), with
 //! MB/s for each and the ratio, plus the latency of a 10-file changeset. Needs the control plane and Postgres
-//! (`make bench` starts them).
+//! (`make bench` starts them). The peak RSS printed is this process's, which serves slipway's API and the CGI
+//! bridge (git's own processes are outside it on both sides).
 //!
 //! `git http-backend` is served by a minimal streaming CGI bridge in this file, so both sides stream through one
 //! HTTP server implementation and the difference is slipway's own work (auth, lookups, process plumbing).
@@ -11,6 +12,10 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+#[path = "common/rss.rs"]
+mod rss;
+use rss::peak_rss_mib;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -99,8 +104,9 @@ async fn main() -> Result<()> {
     for (op, i) in [("push", 0), ("clone", 1)] {
         let (ours, native) = (mb / best[0][i], mb / best[1][i]);
         println!(
-            "git {op} over HTTP ({mb:.0} MB, best of {rounds}): slipway {ours:.1} MB/s, git http-backend {native:.1} MB/s, ratio {:.2}",
-            ours / native
+            "git {op} over HTTP ({mb:.0} MB, best of {rounds}): slipway {ours:.1} MB/s, git http-backend {native:.1} MB/s, ratio {:.2}; peak RSS {:.0} MiB",
+            ours / native,
+            peak_rss_mib()
         );
     }
 

@@ -1,5 +1,5 @@
 //! This process's peak resident memory, for benchmarks that show their memory stays flat whatever the data's size
-//! (`postgres`, `bucket_checkpoint`). Included with `#[path]`.
+//! (`postgres`, `bucket_checkpoint`, `git_transport`). Included with `#[path]`.
 
 /// This process's peak resident memory so far, in MiB (`VmHWM`).
 pub fn peak_rss_mib() -> f64 {
