@@ -2,7 +2,7 @@
 //! against nginx's TCP proxy (the `stream` module, one worker) in front of the same server in the same run: bulk
 //! throughput (MiB/s one way, into a sink; the median of five rounds the three paths take in turn) and round-trip
 //! latency of 64-byte messages (p50, p99), with each proxy's ratio to the direct connection and the latency it adds.
-//! The listener is the edge's own (`slipway::edge::forward`), with an allowlist to check on every accept; the server
+//! The listener is the edge's own (`slipway_edge::forward`), with an allowlist to check on every accept; the server
 //! stands in for the channel's pod, on this machine's address.
 //!
 //! Everything is measured twice. First with client, proxy and server sharing this machine's cores: every byte
@@ -90,18 +90,18 @@ async fn measure(cores: Cores, proxy: tokio::runtime::Handle) -> Result<()> {
     let echo = serve(Echo).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let forwarder =
-        slipway::edge::forward::Forwarder::new(IpAddr::V4(Ipv4Addr::LOCALHOST), &mut registry);
+        slipway_edge::forward::Forwarder::new(IpAddr::V4(Ipv4Addr::LOCALHOST), &mut registry);
     let allow: Vec<ipnet::IpNet> = vec!["127.0.0.0/8".parse()?, "2001:db8::/32".parse()?];
     // The forward's listeners and sessions run on the proxy's runtime.
     let _proxy = proxy.enter();
     forwarder.apply(HashMap::from([
         (
             PORT,
-            slipway::edge::forward::Entry::new(allow.clone(), vec![sink], "bench/sink".into()),
+            slipway_edge::forward::Entry::new(allow.clone(), vec![sink], "bench/sink".into()),
         ),
         (
             PORT + 1,
-            slipway::edge::forward::Entry::new(allow, vec![echo], "bench/echo".into()),
+            slipway_edge::forward::Entry::new(allow, vec![echo], "bench/echo".into()),
         ),
     ]));
     let via = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));

@@ -45,7 +45,7 @@ pub enum Command {
     Webhook(slipway_webhooks::WebhookArgs),
     /// Serve HTTP for every channel: the Ingress controller of IngressClass `slipway`, static sites from git, and
     /// the proxy to dynamic channels, with /healthz, /readyz and /metrics on an admin port.
-    Edge(crate::edge::EdgeArgs),
+    Edge(slipway_edge::EdgeArgs),
     /// Administrative tasks that have no route, such as creating the first user.
     #[command(subcommand)]
     Admin(crate::admin::AdminCommand),
@@ -74,7 +74,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Admin(command) => crate::admin::run(command).await,
         Command::Operator(args) => crate::operator::run(args).await,
         Command::Webhook(args) => slipway_webhooks::run(args).await,
-        Command::Edge(args) => crate::edge::run(args).await,
+        Command::Edge(args) => slipway_edge::run(args).await,
         Command::S3(args) => crate::blob::serve::run(args).await,
         Command::Crds { dir: None } => {
             print!("{}", slipway_crds::crds_yaml()?);

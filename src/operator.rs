@@ -4,10 +4,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use axum::Router;
-use axum::http::header::CONTENT_TYPE;
-use axum::response::IntoResponse;
-use axum::routing::get;
 use kube::Api;
 use prometheus_client::registry::Registry;
 use slipway_controllers::leader::LeaderElector;
@@ -238,8 +234,12 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("listen on {addr}"))?;
-    let admin = axum::serve(listener, admin_router(Arc::new(registry), || true))
-        .with_graceful_shutdown(crate::serve::shutdown_signal());
+    let admin = slipway_http::serve_router(
+        listener,
+        slipway_http::admin_router(Arc::new(registry), || true),
+        slipway_http::shutdown_signal(),
+        std::time::Duration::from_secs(5),
+    );
     tracing::info!(%addr, "operator running; admin endpoints on /healthz, /readyz, /metrics");
     let elector = args.lease_namespace.as_deref().map(|ns| {
         let identity = std::env::var("POD_NAME")
@@ -273,48 +273,6 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     };
     tokio::select! {
         result = reconcile => result,
-        result = admin => result.context("admin server"),
+        () = admin => Ok(()),
     }
-}
-
-/// /healthz, /readyz (200 while `ready` says so, else 503) and /metrics.
-pub fn admin_router(
-    registry: Arc<Registry>,
-    ready: impl Fn() -> bool + Clone + Send + Sync + 'static,
-) -> Router {
-    Router::new()
-        .route("/healthz", get(|| std::future::ready("ok")))
-        .route(
-            "/readyz",
-            get(move || {
-                let ready = ready();
-                async move {
-                    if ready {
-                        (axum::http::StatusCode::OK, "ok")
-                    } else {
-                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready")
-                    }
-                }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(move || {
-                let registry = registry.clone();
-                async move {
-                    let mut body = String::new();
-                    match prometheus_client::encoding::text::encode(&mut body, &registry) {
-                        Ok(()) => (
-                            [(
-                                CONTENT_TYPE,
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            )],
-                            body,
-                        )
-                            .into_response(),
-                        Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-                    }
-                }
-            }),
-        )
 }

@@ -19,7 +19,7 @@
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::sign_in::upstream::Upstreamed;
+use slipway_identity::upstream::Upstreamed;
 
 /// The account a person signs in to.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]

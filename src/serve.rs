@@ -254,23 +254,11 @@ impl ApiArgs {
         let Some(public_url) = &self.public_url else {
             return Ok(None);
         };
-        let upstream = match (
-            &self.sign_in_issuer,
-            &self.sign_in_client_id,
-            &self.sign_in_client_secret_file,
-        ) {
-            (Some(issuer), Some(client_id), Some(secret_file)) => {
-                let client_secret = std::fs::read_to_string(secret_file).with_context(|| {
-                    format!("read the sign-in client secret {}", secret_file.display())
-                })?;
-                Some(crate::sign_in::UpstreamConfig {
-                    issuer: issuer.clone(),
-                    client_id: client_id.clone(),
-                    client_secret: client_secret.trim().to_owned(),
-                })
-            }
-            _ => None,
-        };
+        let upstream = slipway_identity::UpstreamConfig::from_flags(
+            self.sign_in_issuer.as_ref(),
+            self.sign_in_client_id.as_ref(),
+            self.sign_in_client_secret_file.as_ref(),
+        )?;
         Ok(Some(crate::oauth::OAuthServer::new(public_url, upstream)?))
     }
 
@@ -329,6 +317,10 @@ pub async fn state(
         tasks,
     ))
 }
+
+/// How long the API's listeners let open requests finish once the process is told to stop: inside the chart's
+/// 30-second grace period, so the process exits before it is killed.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(25);
 
 /// Serves the API until SIGTERM or Ctrl-C; a cache task that dies takes the process down.
 pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
@@ -438,7 +430,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
                 listener,
                 tls,
                 console,
-                shutdown_signal(),
+                slipway_http::shutdown_signal(),
             ))
         }
         // No console: nothing to wait for when the others drain.
@@ -448,22 +440,30 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listen on {}", args.internal_listen))?;
     tracing::info!(addr = %args.internal_listen, "serving the internal routes");
-    let internal = axum::serve(
+    let internal = slipway_http::serve_router(
         internal_listener,
         crate::api::internal_router(state.clone()),
-    )
-    .with_graceful_shutdown(shutdown_signal());
+        slipway_http::shutdown_signal(),
+        DRAIN_LIMIT,
+    );
     // The peer address reaches the handlers: registration budgets are per source address.
-    let server = axum::serve(
+    let server = slipway_http::serve_router(
         listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown_signal());
+        router,
+        slipway_http::shutdown_signal(),
+        DRAIN_LIMIT,
+    );
     // Both listeners drain on the signal; either failing ends the process.
     let servers = async {
         tokio::try_join!(
-            async { server.await.context("serve the API") },
-            async { internal.await.context("serve the internal routes") },
+            async {
+                server.await;
+                anyhow::Ok(())
+            },
+            async {
+                internal.await;
+                anyhow::Ok(())
+            },
             console,
         )
         .map(|_| ())
@@ -475,158 +475,6 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         sql = sql => sql.and_then(|()| Err(anyhow::anyhow!("the SQL listener stopped"))),
         (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a cache task stopped: {ended:?}")),
     }
-}
-
-/// Accepts connections on `listener` until `shutdown` resolves, with TCP_NODELAY, running `serve(stream, peer,
-/// draining)` for each as a task of its own. Then it stops accepting (the listener closes), tells every connection to
-/// finish the request it is in ([`Draining`]), and waits for them for at most `drain_limit`. An accept error (out of
-/// file descriptors and the like) waits a moment instead of spinning.
-pub async fn accept_until<F>(
-    listener: tokio::net::TcpListener,
-    shutdown: impl std::future::Future<Output = ()>,
-    drain_limit: std::time::Duration,
-    mut serve: impl FnMut(tokio::net::TcpStream, SocketAddr, Draining) -> F,
-) where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    tokio::pin!(shutdown);
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    let connections = tokio_util::task::TaskTracker::new();
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
-        connections.spawn(serve(stream, peer, Draining(stopping.clone())));
-    }
-    drop(listener);
-    let _ = stop.send(true);
-    connections.close();
-    if tokio::time::timeout(drain_limit, connections.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            open = connections.len(),
-            "connections still open after the drain limit"
-        );
-    }
-}
-
-/// Longest wait for a request head on a connection [`serve_http1`] or [`serve_http`] serves (slow clients cannot
-/// hold connections open for free). hyper runs it while a kept-alive connection idles between requests too, so it is
-/// also how long such a connection may idle; clients that pool connections here keep them for less.
-pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Drives a hyper connection until it ends or, once `draining` starts, until the request it is in is answered.
-macro_rules! serve_until_drained {
-    ($conn:expr, $draining:expr, $peer:expr) => {{
-        let conn = $conn;
-        tokio::pin!(conn);
-        let served = tokio::select! {
-            served = conn.as_mut() => served,
-            () = $draining.started() => {
-                conn.as_mut().graceful_shutdown();
-                conn.await
-            }
-        };
-        if let Err(e) = served {
-            tracing::debug!(error = %e, peer = %$peer, "connection ended with an error");
-        }
-    }};
-}
-
-/// Serves one connection [`accept_until`] accepted over HTTP/1.1 with `service` (keep-alive, upgrades allowed),
-/// until the client closes it or, once `draining` starts, until the request it is in is answered.
-pub async fn serve_http1<S, B>(
-    stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    service: S,
-    draining: Draining,
-) where
-    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: hyper::body::Body + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    serve_until_drained!(
-        hyper::server::conn::http1::Builder::new()
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
-            .keep_alive(true)
-            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-            .with_upgrades(),
-        draining,
-        peer
-    );
-}
-
-/// Like [`serve_http1`], over any stream (a TLS session) and speaking HTTP/2 or HTTP/1.1, whichever the client
-/// starts with (ALPN's choice).
-pub async fn serve_http<I, S, B>(io: I, peer: SocketAddr, service: S, draining: Draining)
-where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .keep_alive(true);
-    builder.http2().timer(TokioTimer::new());
-    serve_until_drained!(
-        builder.serve_connection_with_upgrades(TokioIo::new(io), service),
-        draining,
-        peer
-    );
-}
-
-/// Tells a connection served by [`accept_until`] that the server is stopping: it should finish the request it is
-/// in and close (hyper's `graceful_shutdown`).
-pub struct Draining(tokio::sync::watch::Receiver<bool>);
-
-impl Draining {
-    /// Resolves once the server is stopping.
-    pub async fn started(mut self) {
-        let _ = self.0.wait_for(|stopping| *stopping).await;
-    }
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
-    tracing::info!("shutting down");
 }
 
 #[cfg(test)]

@@ -19,8 +19,7 @@ use slipway_crds::{App, Channel, labels, names};
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
 
-/// The IngressClass slipway's edge serves.
-pub const INGRESS_CLASS: &str = "slipway";
+use slipway_crds::labels::INGRESS_CLASS;
 /// The controller name of that IngressClass (`spec.controller`).
 pub const INGRESS_CONTROLLER: &str = "slipway.dev/edge";
 /// Name of the Service port a dynamic channel's Ingress targets.

@@ -35,3 +35,14 @@ pub const COMPONENT_RUN: &str = "run";
 pub const COMPONENT_ENV: &str = "deploy-env";
 /// [`COMPONENT`] of a channel's registry pull credential.
 pub const COMPONENT_PULL: &str = "registry-pull";
+
+/// Label on every certificate Secret the operator writes; the edge watches Secrets with it.
+pub const CERTIFICATE: &str = "slipway.dev/certificate";
+/// [`CERTIFICATE`]'s value on a custom domain's certificate.
+pub const CERTIFICATE_DOMAIN: &str = "domain";
+/// cert-manager's annotation listing a certificate's DNS names (comma-separated); the edge serves a certificate for
+/// the names it lists.
+pub const ALT_NAMES: &str = "cert-manager.io/alt-names";
+
+/// The IngressClass slipway's edge serves, and the operator writes on every channel's Ingress.
+pub const INGRESS_CLASS: &str = "slipway";

@@ -26,7 +26,7 @@ use crate::oauth::{
     BROWSER_COOKIE, CODE_LIFETIME, OAuthError, OAuthServer, PREFIX, REQUEST_LIFETIME,
     TOKEN_LIFETIME, no_store, pkce, redirect_with,
 };
-use crate::sign_in::upstream::Pending;
+use slipway_identity::upstream::Pending;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -117,10 +117,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let front = Front(service);
-    crate::serve::accept_until(listener, shutdown, DRAIN_LIMIT, |stream, peer, draining| {
+    slipway_http::accept_until(listener, shutdown, DRAIN_LIMIT, |stream, peer, draining| {
         let service = front.clone();
         async move {
-            crate::serve::serve_http1(stream, peer, service, draining).await;
+            slipway_http::serve_http1(stream, peer, service, draining).await;
         }
     })
     .await;
@@ -164,13 +164,13 @@ pub async fn run(args: S3Args) -> anyhow::Result<()> {
     tracing::info!(addr = %args.listen, backend = %endpoint.url, "serving S3");
     let Service { s3, settler, .. } = service(db, ring, &endpoint);
     tokio::select! {
-        served = serve(s3, listener, crate::serve::shutdown_signal()) => {
+        served = serve(s3, listener, slipway_http::shutdown_signal()) => {
             // Every connection has ended: count the writes they answered before going.
             settler.finish(SETTLE_LIMIT).await;
             served.context("serve S3")
         }
-        admin = axum::serve(admin, admin_routes) => {
-            admin.context("serve the admin port").and_then(|()| Err(anyhow::anyhow!("the admin server stopped")))
+        () = slipway_http::serve_router(admin, admin_routes, std::future::pending(), Duration::ZERO) => {
+            Err(anyhow::anyhow!("the admin server stopped"))
         }
         ended = recount => Err(anyhow::anyhow!("the recount task stopped: {ended:?}")),
     }

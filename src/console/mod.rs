@@ -28,8 +28,8 @@ use axum::routing::get;
 
 use crate::api::state::AppState;
 use crate::mcp::rest::Failure;
-use crate::sign_in::seal::Sealer;
-use crate::sign_in::upstream::{Upstream, UpstreamConfig};
+use slipway_identity::seal::Sealer;
+use slipway_identity::upstream::{Upstream, UpstreamConfig};
 
 /// The console's router type.
 pub type ConsoleRouter = axum::Router<Arc<Console>>;
@@ -143,23 +143,11 @@ impl ConsoleArgs {
         };
         let secret = std::fs::read(secret_file)
             .with_context(|| format!("read the console secret {}", secret_file.display()))?;
-        let upstream = match (
-            &self.console_sign_in_issuer,
-            &self.console_sign_in_client_id,
-            &self.console_sign_in_client_secret_file,
-        ) {
-            (Some(issuer), Some(client_id), Some(secret_file)) => Some(UpstreamConfig {
-                issuer: issuer.clone(),
-                client_id: client_id.clone(),
-                client_secret: std::fs::read_to_string(secret_file)
-                    .with_context(|| {
-                        format!("read the console's client secret {}", secret_file.display())
-                    })?
-                    .trim()
-                    .to_owned(),
-            }),
-            _ => None,
-        };
+        let upstream = UpstreamConfig::from_flags(
+            self.console_sign_in_issuer.as_ref(),
+            self.console_sign_in_client_id.as_ref(),
+            self.console_sign_in_client_secret_file.as_ref(),
+        )?;
         let console = Console::new(url, secret.trim_ascii(), upstream, api, state)?;
         tracing::info!(
             addr = %listen,
@@ -334,6 +322,9 @@ impl session::Person {
     }
 }
 
+/// How long open console requests may finish once the process is told to stop.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves the console on `listener` until `shutdown`: TLS when `tls` is set, else plain HTTP.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -342,43 +333,17 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let app = router(console);
-    let Some(tls) = tls else {
-        return axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .context("serve the console");
-    };
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    crate::serve::accept_until(
-        listener,
-        shutdown,
-        std::time::Duration::from_secs(10),
-        move |stream, peer, draining| {
-            let acceptor = acceptor.clone();
-            let app = app.clone();
-            async move {
-                let handshake = tokio::time::timeout(
-                    crate::serve::HEADER_READ_TIMEOUT,
-                    acceptor.accept(stream),
-                )
-                .await;
-                let Ok(Ok(tls)) = handshake else {
-                    tracing::debug!(%peer, "a console TLS handshake failed");
-                    return;
-                };
-                let service =
-                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let app = app.clone();
-                        async move {
-                            use tower::ServiceExt as _;
-                            app.oneshot(req.map(axum::body::Body::new)).await
-                        }
-                    });
-                crate::serve::serve_http(tls, peer, service, draining).await;
-            }
-        },
-    )
-    .await;
+    match tls {
+        None => slipway_http::serve_router(listener, app, shutdown, DRAIN_LIMIT).await,
+        Some(tls) => {
+            let limits = slipway_http::TlsServing {
+                handshake: slipway_http::HEADER_READ_TIMEOUT,
+                header_read: slipway_http::HEADER_READ_TIMEOUT,
+                drain: DRAIN_LIMIT,
+            };
+            slipway_http::serve_router_tls(listener, tls, app, shutdown, limits).await;
+        }
+    }
     Ok(())
 }
 

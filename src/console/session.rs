@@ -2,7 +2,7 @@
 //!
 //! A sign-in mints a token for the person's account (origin `console_session`, the nine default scopes, as long
 //! as the session) and keeps its plaintext in the session cookie `__Host-slipway_session`, sealed (AES-256-GCM
-//! under a key derived from the console secret; see [`crate::sign_in::seal`]) with the session's CSRF token. The
+//! under a key derived from the console secret; see [`slipway_identity::seal`]) with the session's CSRF token. The
 //! cookie is `Secure; HttpOnly; SameSite=Lax; Path=/` without a `Domain`: the `__Host-` prefix makes a browser
 //! refuse it from anywhere but the console's own host over HTTPS. Every page calls the REST API with that token,
 //! so the API decides what the person sees and may do; a revoked or expired token signs the browser out.
@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 use super::Console;
 use crate::mcp::rest::Rest;
-use crate::sign_in::seal::Purpose;
+use slipway_identity::seal::Purpose;
 
 /// The session cookie.
 pub const SESSION_COOKIE: &str = "__Host-slipway_session";
@@ -118,7 +118,7 @@ impl SignedOut {
     /// Back to the sign-in page, returning to `path` afterwards (the session cookie is cleared).
     pub fn returning_to(path: &str) -> Self {
         Self {
-            return_to: crate::sign_in::same_host_path(path)
+            return_to: slipway_identity::same_host_path(path)
                 .unwrap_or("/apps")
                 .to_owned(),
         }

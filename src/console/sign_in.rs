@@ -1,6 +1,6 @@
 //! Signing in to the console, two ways, both ending at the account [`crate::people`] names for the person:
 //!
-//! - **at the upstream OpenID Connect provider** (the platform's relying party, [`crate::sign_in::upstream`]:
+//! - **at the upstream OpenID Connect provider** (the platform's relying party, [`slipway_identity::upstream`]:
 //!   authorization code with PKCE, state and nonce): `GET /sign-in/upstream` seals the pending sign-in into the
 //!   cookie `__Host-slipway_flow` for ten minutes and sends the browser to the provider, which returns it to
 //!   `GET /sign-in/callback`; the state must be the sealed one, and the ID token's verified `email` names the
@@ -34,8 +34,8 @@ use crate::db::console_codes::{self, Code};
 use crate::db::tokens::NewToken;
 use crate::people::{self, Account};
 use crate::registration::codes;
-use crate::sign_in::seal::Purpose;
-use crate::sign_in::upstream::Pending;
+use slipway_identity::seal::Purpose;
+use slipway_identity::upstream::Pending;
 
 /// The cookie carrying a sign-in across the upstream provider.
 pub const FLOW_COOKIE: &str = "__Host-slipway_flow";
@@ -63,7 +63,7 @@ struct ReturnTo {
 /// `return_to` when it is a console path, else the app list.
 fn return_path(return_to: Option<&str>) -> String {
     return_to
-        .and_then(crate::sign_in::same_host_path)
+        .and_then(slipway_identity::same_host_path)
         .filter(|p| !p.starts_with("/sign-in"))
         .unwrap_or("/apps")
         .to_owned()

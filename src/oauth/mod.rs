@@ -8,7 +8,7 @@
 //! - **Clients** register themselves (RFC 7591, [`clients`]): public clients only (no secret; PKCE stands in for
 //!   it), with redirect URIs that are https, or http on a loopback address, matched exactly later.
 //! - **Authorization** (authorization code with PKCE, S256 only, [`requests`]): the person signs in at the same
-//!   upstream OpenID Connect provider as end-user sign-in ([`crate::sign_in::upstream`], with this server's own
+//!   upstream OpenID Connect provider as end-user sign-in ([`slipway_identity::upstream`], with this server's own
 //!   redirect URI), is mapped to their account by their verified address ([`crate::people`]), and allows the
 //!   client on a consent page. The request is bound to the browser that started it by a cookie, so a sign-in
 //!   carried to another browser opens nothing, and a client registered by anyone gets a code only after the
@@ -36,7 +36,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::sign_in::upstream::{Upstream, UpstreamConfig};
+use slipway_identity::upstream::{Upstream, UpstreamConfig};
 
 /// How long an authorization request may take, sign-in and consent included.
 pub const REQUEST_LIFETIME: Duration = Duration::from_secs(600);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rustls::ServerConfig;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-use slipway_webhooks::tls::{ReloadingCert, TlsFiles};
+use slipway_http::tls::{ReloadingCert, TlsFiles};
 
 /// How often the certificate files are checked for a new pair.
 const RELOAD_INTERVAL: Duration = Duration::from_secs(60);

@@ -743,7 +743,7 @@ async fn boto3_probe(endpoint: &str, host: &str, keys: &Keys) -> Result<String> 
 
 #[tokio::test]
 async fn the_toggle_opens_and_closes_the_public_endpoint_through_the_edge() -> Result<()> {
-    use slipway::edge::Edge;
+    use slipway_edge::Edge;
 
     let f = fixture("blobedge", "basic").await?;
     f.ready(&f.user, &f.prod_id).await;
@@ -755,10 +755,10 @@ async fn the_toggle_opens_and_closes_the_public_endpoint_through_the_edge() -> R
     let (edge, _tasks) = Edge::start(f.api.kube.clone(), config, &mut registry).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    tokio::spawn(slipway::edge::server::serve(
+    tokio::spawn(slipway_edge::server::serve(
         edge,
         listener,
-        slipway::edge::server::Scheme::Http,
+        slipway_edge::server::Scheme::Http,
         std::future::pending(),
     ));
     let host = format!("{}.s3.{}", keys.bucket, support::APP_DOMAIN);

@@ -34,9 +34,9 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
-use slipway::edge::site_cache::{DiskCacheConfig, SiteCacheConfig};
-use slipway::edge::site_metrics::Tier;
 use slipway_crds::Channel;
+use slipway_edge::site_cache::{DiskCacheConfig, SiteCacheConfig};
+use slipway_edge::site_metrics::Tier;
 use support::TestApi;
 use support::answer::Answer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -140,15 +140,15 @@ async fn start_edge(
     api: &TestApi,
     user: &support::User,
     registry: &mut prometheus_client::registry::Registry,
-) -> Result<(Arc<slipway::edge::Edge>, SocketAddr)> {
+) -> Result<(Arc<slipway_edge::Edge>, SocketAddr)> {
     let config = api.edge_config(&user.namespace, false).await?;
-    let (edge, _tasks) = slipway::edge::Edge::start(api.kube.clone(), config, registry).await?;
+    let (edge, _tasks) = slipway_edge::Edge::start(api.kube.clone(), config, registry).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let at = listener.local_addr()?;
-    tokio::spawn(slipway::edge::server::serve(
+    tokio::spawn(slipway_edge::server::serve(
         edge.clone(),
         listener,
-        slipway::edge::server::Scheme::Http,
+        slipway_edge::server::Scheme::Http,
         std::future::pending(),
     ));
     Ok((edge, at))
@@ -393,21 +393,20 @@ async fn start_static_edge(
     user: &support::User,
     internal_url: &str,
     sites: SiteCacheConfig,
-) -> Result<(Arc<slipway::edge::Edge>, SocketAddr)> {
-    let config = slipway::edge::EdgeConfig {
+) -> Result<(Arc<slipway_edge::Edge>, SocketAddr)> {
+    let config = slipway_edge::EdgeConfig {
         internal: api.edge_endpoint(internal_url),
         sites,
         ..api.edge_config(&user.namespace, false).await?
     };
     let mut registry = prometheus_client::registry::Registry::default();
-    let (edge, _tasks) =
-        slipway::edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
+    let (edge, _tasks) = slipway_edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let at = listener.local_addr()?;
-    tokio::spawn(slipway::edge::server::serve(
+    tokio::spawn(slipway_edge::server::serve(
         edge.clone(),
         listener,
-        slipway::edge::server::Scheme::Http,
+        slipway_edge::server::Scheme::Http,
         std::future::pending(),
     ));
     Ok((edge, at))

@@ -65,7 +65,7 @@ struct Fixture {
     user: User,
     app_id: String,
     channel_id: String,
-    edge: Arc<slipway::edge::Edge>,
+    edge: Arc<slipway_edge::Edge>,
     echo: Echo,
     operator: tokio::task::JoinHandle<()>,
     ports: ForwardPorts,
@@ -104,14 +104,13 @@ async fn fixture(prefix: &str, first_port: u16) -> Result<Fixture> {
     let operator = api
         .start_operator_with_forwards(&user.namespace, ports.clone())
         .await?;
-    let config = slipway::edge::EdgeConfig {
+    let config = slipway_edge::EdgeConfig {
         forward_listen: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         sign_in: None,
         ..api.edge_config(&user.namespace, false).await?
     };
     let mut registry = prometheus_client::registry::Registry::default();
-    let (edge, _tasks) =
-        slipway::edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
+    let (edge, _tasks) = slipway_edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
     Ok(Fixture {
         api,
         user,

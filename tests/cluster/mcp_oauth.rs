@@ -46,7 +46,7 @@ async fn fixture(prefix: &str) -> Result<Fixture> {
     let issuer = upstream_issuer()?;
     api.state.set_oauth(slipway::oauth::OAuthServer::new(
         &base,
-        Some(slipway::sign_in::UpstreamConfig {
+        Some(slipway_identity::UpstreamConfig {
             issuer: issuer.clone(),
             client_id: "slipway".into(),
             client_secret: "slipway-secret".into(),

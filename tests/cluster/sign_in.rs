@@ -199,13 +199,13 @@ impl Keys {
     }
 
     /// Sign-in with the auth host on `port`.
-    fn sign_in(&self, port: u16) -> Result<Arc<slipway::sign_in::SignIn>> {
-        let sign_in = slipway::sign_in::SignIn::load(slipway::sign_in::SignInConfig {
+    fn sign_in(&self, port: u16) -> Result<Arc<slipway_identity::SignIn>> {
+        let sign_in = slipway_identity::SignIn::load(slipway_identity::SignInConfig {
             auth_url: auth_url(port).parse()?,
             signing_key: self.dir.join("signing.pem"),
             published_keys: vec![],
             secret: self.dir.join("secret"),
-            upstream: Some(slipway::sign_in::UpstreamConfig {
+            upstream: Some(slipway_identity::UpstreamConfig {
                 issuer: upstream_issuer()?,
                 client_id: "slipway".into(),
                 client_secret: std::fs::read_to_string(self.dir.join("client-secret"))?,

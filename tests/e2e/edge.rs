@@ -20,8 +20,8 @@ use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-use slipway::edge::Edge;
 use slipway_crds::Channel;
+use slipway_edge::Edge;
 use support::answer::Answer;
 use support::{APP_DOMAIN, TestApi, User};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -51,10 +51,10 @@ impl Platform {
         let (edge, _tasks) = Edge::start(api.kube.clone(), config, &mut registry).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        tokio::spawn(slipway::edge::server::serve(
+        tokio::spawn(slipway_edge::server::serve(
             edge,
             listener,
-            slipway::edge::server::Scheme::Http,
+            slipway_edge::server::Scheme::Http,
             std::future::pending(),
         ));
         let http = Client::builder(TokioExecutor::new()).build_http();

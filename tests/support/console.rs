@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use slipway::console::Console;
-use slipway::sign_in::UpstreamConfig;
+use slipway_identity::UpstreamConfig;
 
 use super::TestApi;
 

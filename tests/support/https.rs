@@ -191,7 +191,7 @@ pub fn domains_config(
 }
 
 /// Sign-in for a test edge, made once its HTTPS port is known (the auth URL names it).
-pub type SignInFor<'a> = Box<dyn FnOnce(u16) -> Result<Arc<slipway::sign_in::SignIn>> + Send + 'a>;
+pub type SignInFor<'a> = Box<dyn FnOnce(u16) -> Result<Arc<slipway_identity::SignIn>> + Send + 'a>;
 
 /// How a test edge runs.
 pub struct EdgeOptions<'a> {
@@ -221,16 +221,16 @@ pub async fn start_edge(
     namespace: &str,
     options: EdgeOptions<'_>,
 ) -> Result<StartedEdge> {
-    use slipway::edge::server::Scheme;
+    use slipway_edge::server::Scheme;
     let https = tokio::net::TcpListener::bind((super::EDGE_ADDRESS, 0)).await?;
     let sign_in = match options.sign_in {
         Some(make) => Some(make(https.local_addr()?.port())?),
         None => None,
     };
-    let config = slipway::edge::EdgeConfig {
+    let config = slipway_edge::EdgeConfig {
         sign_in,
-        tls: slipway::edge::TlsSettings {
-            sources: slipway::edge::watch::CertificateSources {
+        tls: slipway_edge::TlsSettings {
+            sources: slipway_edge::watch::CertificateSources {
                 namespace: Some(namespace.into()),
                 wildcard_secret: Some(options.wildcard_secret.into()),
                 app_domain: Some(super::APP_DOMAIN.into()),
@@ -241,8 +241,7 @@ pub async fn start_edge(
         ..api.edge_config(namespace, options.access_log).await?
     };
     let mut registry = prometheus_client::registry::Registry::default();
-    let (edge, _tasks) =
-        slipway::edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
+    let (edge, _tasks) = slipway_edge::Edge::start(api.kube.clone(), config, &mut registry).await?;
     let http_port: u16 = match options.acme_http {
         true => pebble_var("SLIPWAY_TEST_ACME_HTTP_PORT")?.parse()?,
         false => 0,
@@ -252,7 +251,7 @@ pub async fn start_edge(
         .context("bind the HTTP-01 port (is another run going on?)")?;
     let (http_addr, https_addr) = (http.local_addr()?, https.local_addr()?);
     for (listener, scheme) in [(http, Scheme::Http), (https, Scheme::Https)] {
-        tokio::spawn(slipway::edge::server::serve(
+        tokio::spawn(slipway_edge::server::serve(
             edge.clone(),
             listener,
             scheme,

@@ -542,18 +542,18 @@ impl TestApi {
         &self,
         namespace: &str,
         access_log: bool,
-    ) -> Result<slipway::edge::EdgeConfig> {
+    ) -> Result<slipway_edge::EdgeConfig> {
         let url = self.serve_internal().await?;
-        Ok(slipway::edge::EdgeConfig {
+        Ok(slipway_edge::EdgeConfig {
             namespace: Some(namespace.into()),
             internal: self.edge_endpoint(&url),
             access_log,
-            sites: slipway::edge::site_cache::SiteCacheConfig {
+            sites: slipway_edge::site_cache::SiteCacheConfig {
                 memory_bytes: 256 << 20,
                 max_site_bytes: 64 << 20,
                 disk: None,
             },
-            proxy: slipway::edge::proxy::ProxyConfig::default(),
+            proxy: slipway_edge::proxy::ProxyConfig::default(),
             object_store: None,
             tls: Default::default(),
             forward_listen: None,

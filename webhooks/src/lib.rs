@@ -10,7 +10,6 @@ pub mod caches;
 pub mod lookup;
 pub mod rules;
 pub mod server;
-pub mod tls;
 pub mod validate;
 
 use std::future::Future;
@@ -23,7 +22,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 pub use caches::Caches;
-pub use tls::TlsFiles;
+pub use slipway_http::tls::TlsFiles;
 
 /// Options of `slipway webhook`.
 #[derive(Debug, Clone, clap::Args)]
@@ -113,12 +112,12 @@ pub async fn serve_lookup<L: lookup::Lookup + 'static>(
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let resolver = Arc::new(tls::ReloadingCert::load(
+    let resolver = Arc::new(slipway_http::tls::ReloadingCert::load(
         tls,
         cert_reload,
         provider.clone(),
     )?);
-    let config = Arc::new(tls::server_config(resolver, provider)?);
+    let config = Arc::new(slipway_http::tls::server_config(resolver, provider)?);
     server::serve_tls(listener, config, server::router(lookup), shutdown).await
 }
 

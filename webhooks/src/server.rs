@@ -12,12 +12,8 @@ use axum::extract::{MatchedPath, State};
 use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use kube::core::admission::AdmissionResponse;
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 use tower_http::trace::TraceLayer;
 use tracing::field::Empty;
 
@@ -119,51 +115,12 @@ pub async fn serve_tls(
     app: Router,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    let acceptor = TlsAcceptor::from(tls);
-    let graceful = GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(NEXT_REQUEST_TIMEOUT)
-                .serve_connection(TokioIo::new(tls), TowerToHyperService::new(app));
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(DRAIN_TIMEOUT) => tracing::warn!("requests still in flight after {DRAIN_TIMEOUT:?}; closing"),
-    }
+    let limits = slipway_http::TlsServing {
+        handshake: HANDSHAKE_TIMEOUT,
+        header_read: NEXT_REQUEST_TIMEOUT,
+        drain: DRAIN_TIMEOUT,
+    };
+    slipway_http::serve_router_tls(listener, tls, app, shutdown, limits).await;
     Ok(())
 }
 
@@ -358,11 +315,12 @@ mod tests {
         let first = pki.serving_cert(&["127.0.0.1"]).unwrap();
         let (cert, key) = first.write_to(dir.path()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let files = crate::tls::TlsFiles { cert, key };
+        let files = slipway_http::tls::TlsFiles { cert, key };
         let resolver = Arc::new(
-            crate::tls::ReloadingCert::load(files, Duration::ZERO, provider.clone()).unwrap(),
+            slipway_http::tls::ReloadingCert::load(files, Duration::ZERO, provider.clone())
+                .unwrap(),
         );
-        let config = Arc::new(crate::tls::server_config(resolver, provider).unwrap());
+        let config = Arc::new(slipway_http::tls::server_config(resolver, provider).unwrap());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

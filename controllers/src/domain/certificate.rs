@@ -11,13 +11,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use slipway_crds::labels;
 
-/// Label on every certificate Secret the operator writes; the edge watches Secrets with it.
-pub const CERTIFICATE_LABEL: &str = "slipway.dev/certificate";
-/// [`CERTIFICATE_LABEL`]'s value on a custom domain's certificate.
-pub const CERTIFICATE_DOMAIN: &str = "domain";
-/// cert-manager's annotation listing a certificate's DNS names (comma-separated); the edge serves a certificate for
-/// the names it lists.
-pub const ALT_NAMES: &str = "cert-manager.io/alt-names";
+use slipway_crds::labels::{ALT_NAMES, CERTIFICATE as CERTIFICATE_LABEL, CERTIFICATE_DOMAIN};
 /// On a certificate Secret: the Domain (`<namespace>/<name>`) it belongs to.
 pub const DOMAIN_ANNOTATION: &str = "slipway.dev/domain";
 /// On a certificate Secret: the value of the Domain's renew-requested annotation its issuance answered.

@@ -44,6 +44,28 @@ pub struct UpstreamConfig {
     pub client_secret: String,
 }
 
+impl UpstreamConfig {
+    /// The provider the flags name: its issuer, slipway's client id, and the file holding the client secret.
+    /// `None` unless all three are set.
+    pub fn from_flags(
+        issuer: Option<&String>,
+        client_id: Option<&String>,
+        secret_file: Option<&std::path::PathBuf>,
+    ) -> anyhow::Result<Option<Self>> {
+        let (Some(issuer), Some(client_id), Some(secret_file)) = (issuer, client_id, secret_file)
+        else {
+            return Ok(None);
+        };
+        let client_secret = std::fs::read_to_string(secret_file)
+            .with_context(|| format!("read the sign-in client secret {}", secret_file.display()))?;
+        Ok(Some(Self {
+            issuer: issuer.clone(),
+            client_id: client_id.clone(),
+            client_secret: client_secret.trim().to_owned(),
+        }))
+    }
+}
+
 impl std::fmt::Debug for UpstreamConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamConfig")

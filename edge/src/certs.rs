@@ -21,7 +21,7 @@ use kube::ResourceExt;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use slipway_controllers::domain::certificate::{ALT_NAMES, CERTIFICATE_DOMAIN, CERTIFICATE_LABEL};
+use slipway_crds::labels::{ALT_NAMES, CERTIFICATE as CERTIFICATE_LABEL, CERTIFICATE_DOMAIN};
 use slipway_crds::{Domain, DomainPhase};
 
 /// The label selector of custom domains' certificate Secrets.
@@ -125,7 +125,7 @@ impl Table {
 fn load(secret: &Secret, provider: &CryptoProvider) -> Option<Arc<CertifiedKey>> {
     let data = secret.data.as_ref()?;
     let (chain, key) = (data.get("tls.crt")?, data.get("tls.key")?);
-    match slipway_webhooks::tls::certified_key(&chain.0, &key.0, provider) {
+    match slipway_http::tls::certified_key(&chain.0, &key.0, provider) {
         Ok(key) => Some(key),
         Err(e) => {
             tracing::warn!(secret = %secret.name_any(), error = %format!("{e:#}"), "a certificate Secret does not load");

@@ -56,7 +56,7 @@ pub async fn serve(
     scheme: Scheme,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    crate::serve::accept_until(listener, shutdown, DRAIN_LIMIT, |stream, peer, draining| {
+    slipway_http::accept_until(listener, shutdown, DRAIN_LIMIT, |stream, peer, draining| {
         let edge = edge.clone();
         async move {
             let service = service_fn({
@@ -78,7 +78,7 @@ pub async fn serve(
                 }
             });
             match scheme {
-                Scheme::Http => crate::serve::serve_http1(stream, peer, service, draining).await,
+                Scheme::Http => slipway_http::serve_http1(stream, peer, service, draining).await,
                 Scheme::Https => {
                     let handshake = super::tls::accept(
                         stream,
@@ -86,11 +86,18 @@ pub async fn serve(
                         &edge.certs,
                         edge.tls.issuance_wait,
                     );
-                    let limit = crate::serve::HEADER_READ_TIMEOUT + edge.tls.issuance_wait;
+                    let limit = slipway_http::HEADER_READ_TIMEOUT + edge.tls.issuance_wait;
                     let Ok(Some(tls)) = tokio::time::timeout(limit, handshake).await else {
                         return;
                     };
-                    crate::serve::serve_http(tls, peer, service, draining).await;
+                    slipway_http::serve_http(
+                        tls,
+                        peer,
+                        service,
+                        draining,
+                        slipway_http::HEADER_READ_TIMEOUT,
+                    )
+                    .await;
                 }
             }
         }

@@ -29,7 +29,7 @@ use super::metrics::HostMetrics;
 use super::site::SiteKey;
 
 /// The IngressClass the edge serves.
-pub const INGRESS_CLASS: &str = slipway_controllers::ingress::INGRESS_CLASS;
+pub use slipway_crds::labels::INGRESS_CLASS;
 /// The API group a resource backend naming a Channel carries.
 const CHANNEL_API_GROUP: &str = "slipway.dev";
 /// The annotation older Ingresses name their class with.

@@ -35,11 +35,11 @@ const HOP_BY_HOP: [&str; 8] = [
 ];
 
 /// How long an idle pooled connection is kept: less than slipway's own servers let a connection idle
-/// ([`crate::serve::HEADER_READ_TIMEOUT`]), so the edge drops a connection to the S3 gateway before the gateway
+/// ([`slipway_http::HEADER_READ_TIMEOUT`]), so the edge drops a connection to the S3 gateway before the gateway
 /// closes it and never sends a request down a connection the other end is closing (that request would fail with a
 /// reset, and one that is not idempotent cannot be retried).
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
-const _: () = assert!(POOL_IDLE_TIMEOUT.as_secs() < crate::serve::HEADER_READ_TIMEOUT.as_secs());
+const _: () = assert!(POOL_IDLE_TIMEOUT.as_secs() < slipway_http::HEADER_READ_TIMEOUT.as_secs());
 
 /// Limits of the proxy.
 #[derive(Debug, Clone)]

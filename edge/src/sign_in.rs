@@ -1,4 +1,4 @@
-//! End-user sign-in over HTTP ([`crate::sign_in`] has the flow and the keys): `/svc-auth/*` on every channel host
+//! End-user sign-in over HTTP ([`slipway_identity`] has the flow and the keys): `/svc-auth/*` on every channel host
 //! and custom domain (`login`, `callback`, `logout`, `whoami`), and the auth host `{auth_url}` (`authorize`, the
 //! upstream's `callback`, `jwks`, the discovery document). Nothing here gates a request: the app reads the cookie
 //! and decides.
@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 use super::metrics::{EdgeMetrics, SignInOutcome};
 use super::server::Scheme;
 use super::{EdgeBody, pages};
-use crate::sign_in::seal::Purpose;
-use crate::sign_in::upstream::Pending;
-use crate::sign_in::{
+use slipway_identity::seal::Purpose;
+use slipway_identity::upstream::Pending;
+use slipway_identity::{
     FLOW_COOKIE, FLOW_LIFETIME, HANDOFF_LIFETIME, ID_COOKIE, Person, SESSION_LIFETIME,
     STATE_COOKIE, SignIn, same_host_path,
 };

@@ -323,8 +323,8 @@ mod tests {
     use slipway_internal::CallError;
 
     use super::*;
-    use crate::edge::site::Content;
-    use crate::edge::site_load::{ArchiveStream, tar_of};
+    use crate::site::Content;
+    use crate::site_load::{ArchiveStream, tar_of};
 
     /// Archives by sha, counting fetches; while `gate` is closed, fetches wait.
     #[derive(Default)]

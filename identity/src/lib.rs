@@ -1,5 +1,6 @@
 //! End-user sign-in: slipway is the OpenID Connect identity provider of every deployed app, with zero
-//! configuration per app. The edge serves it ([`crate::edge::sign_in`]); this module holds what is not HTTP.
+//! configuration per app. The edge serves it over HTTP; this crate holds what is not HTTP, and the console and the
+//! MCP server's OAuth take its upstream relying party and sealed values too.
 //!
 //! People sign in at an upstream OpenID Connect provider the platform operator configures ([`upstream`]:
 //! authorization code with PKCE, state and nonce checked). The platform then vouches for them to one channel host
@@ -87,8 +88,17 @@ pub struct IdentityClaims {
     pub exp: u64,
 }
 
-/// How sign-in derives its keys from the secret (one label per key) and `sub`.
-pub(crate) use crate::env::crypto::hmac_sha256;
+/// HMAC-SHA256 of `parts` (concatenated) under `key`: how sign-in derives its keys from the secret (one label per
+/// key) and `sub`.
+pub(crate) fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    use hmac::{KeyInit as _, Mac as _};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().into()
+}
 
 /// `return_to` when it is a path on the same host: it starts with one `/`, and holds only printable ASCII without
 /// a backslash (`//evil`, `/\evil` and `https://evil` would leave the host in a browser; anything else non-ASCII

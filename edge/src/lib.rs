@@ -197,30 +197,18 @@ pub struct EdgeArgs {
 
 impl EdgeArgs {
     /// Sign-in as the flags configure it.
-    fn sign_in(&self) -> anyhow::Result<Option<Arc<crate::sign_in::SignIn>>> {
+    fn sign_in(&self) -> anyhow::Result<Option<Arc<slipway_identity::SignIn>>> {
         let (Some(auth_url), Some(key), Some(secret)) =
             (&self.auth_url, &self.sign_in_key, &self.sign_in_secret)
         else {
             return Ok(None);
         };
-        let upstream = match (
-            &self.sign_in_issuer,
-            &self.sign_in_client_id,
-            &self.sign_in_client_secret_file,
-        ) {
-            (Some(issuer), Some(client_id), Some(secret_file)) => {
-                let client_secret = std::fs::read_to_string(secret_file).with_context(|| {
-                    format!("read the sign-in client secret {}", secret_file.display())
-                })?;
-                Some(crate::sign_in::UpstreamConfig {
-                    issuer: issuer.clone(),
-                    client_id: client_id.clone(),
-                    client_secret: client_secret.trim().to_owned(),
-                })
-            }
-            _ => None,
-        };
-        let sign_in = crate::sign_in::SignIn::load(crate::sign_in::SignInConfig {
+        let upstream = slipway_identity::UpstreamConfig::from_flags(
+            self.sign_in_issuer.as_ref(),
+            self.sign_in_client_id.as_ref(),
+            self.sign_in_client_secret_file.as_ref(),
+        )?;
+        let sign_in = slipway_identity::SignIn::load(slipway_identity::SignInConfig {
             auth_url: auth_url.clone(),
             signing_key: key.clone(),
             published_keys: self.sign_in_published_keys.clone(),
@@ -257,7 +245,7 @@ pub struct EdgeConfig {
     /// Where forward listeners are opened; `None`: no raw TCP forwarding.
     pub forward_listen: Option<std::net::IpAddr>,
     /// End-user sign-in; `None`: `/svc-auth/*` answers 404.
-    pub sign_in: Option<Arc<crate::sign_in::SignIn>>,
+    pub sign_in: Option<Arc<slipway_identity::SignIn>>,
 }
 
 /// HTTPS settings of an edge.
@@ -287,7 +275,7 @@ pub struct Edge {
     tls_config: Arc<rustls::ServerConfig>,
     tls: TlsSettings,
     forwarder: Option<forward::Forwarder>,
-    sign_in: Option<Arc<crate::sign_in::SignIn>>,
+    sign_in: Option<Arc<slipway_identity::SignIn>>,
     /// The auth host's metrics (when sign-in is on).
     auth_host: Option<Arc<HostMetrics>>,
 }
@@ -503,7 +491,7 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
             edge.clone(),
             listener,
             scheme,
-            crate::serve::shutdown_signal(),
+            slipway_http::shutdown_signal(),
         )));
     }
     let admin_addr = SocketAddr::from(([0, 0, 0, 0], args.admin_port));
@@ -515,9 +503,11 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
     let ready = || true;
     // The admin server runs until the process ends: the HTTP and HTTPS servers decide when that is, once every one
     // of them has drained (a listener that finishes first must not cut the other's requests short).
-    let admin = axum::serve(
+    let admin = slipway_http::serve_router(
         admin_listener,
-        crate::operator::admin_router(Arc::new(registry), ready),
+        slipway_http::admin_router(Arc::new(registry), ready),
+        std::future::pending(),
+        std::time::Duration::ZERO,
     );
     tracing::info!(%admin_addr, "admin endpoints on /healthz, /readyz, /metrics");
     let servers = futures::future::join_all(servers);
@@ -529,7 +519,7 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
                 s.context("edge server task")?.context("serve HTTP")
             })
         }
-        admin = admin => admin.context("admin server"),
+        () = admin => Err(anyhow::anyhow!("the admin server stopped")),
         (ended, _, _) = watch_tasks => Err(anyhow::anyhow!("a watch task stopped: {ended:?}")),
     }
 }

@@ -235,7 +235,7 @@ pub fn tar_of(entries: &[(&str, &[u8])]) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::site::{FileEntry, Lookup};
+    use crate::site::{FileEntry, Lookup};
 
     fn tar(entries: &[(&str, &str)]) -> Vec<u8> {
         let entries: Vec<(&str, &[u8])> = entries.iter().map(|(p, c)| (*p, c.as_bytes())).collect();

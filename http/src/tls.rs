@@ -1,6 +1,6 @@
-//! The webhook's serving certificate, read from PEM files and reloaded when they change.
+//! A serving certificate read from PEM files and reloaded when they change (the webhook's, the SQL proxy's).
 //!
-//! The apiserver only calls a webhook over TLS, and the certificate is rotated underneath a running pod (a Secret
+//! A webhook is only called over TLS, and the certificate is rotated underneath a running pod (a Secret
 //! volume is updated in place, cert-manager renews). The resolver rereads the files at most once per interval, during
 //! a handshake, and swaps in the new pair when they changed; a pair that does not load (half written, key and
 //! certificate not matching) keeps the old one in service and is tried again at the next check.
@@ -121,7 +121,7 @@ impl ReloadingCert {
             Ok(key) => {
                 current.key = key;
                 current.stamp = stamp;
-                tracing::info!(cert = %self.files.cert.display(), "reloaded the webhook certificate");
+                tracing::info!(cert = %self.files.cert.display(), "reloaded the serving certificate");
                 true
             }
             Err(e) => {

@@ -126,7 +126,7 @@ impl SigningKeys {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::sign_in::Person;
+    use crate::Person;
 
     fn rsa_pem() -> Vec<u8> {
         slipway_testkit::tls::rsa_key_pem(false).unwrap()

@@ -1,0 +1,51 @@
+//! The admin endpoints every component serves on its own port: liveness, readiness and Prometheus metrics.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+
+/// /healthz, /readyz (200 while `ready` says so, else 503) and /metrics.
+pub fn admin_router(
+    registry: Arc<Registry>,
+    ready: impl Fn() -> bool + Clone + Send + Sync + 'static,
+) -> Router {
+    Router::new()
+        .route("/healthz", get(|| std::future::ready("ok")))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready();
+                async move {
+                    if ready {
+                        (axum::http::StatusCode::OK, "ok")
+                    } else {
+                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                    }
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let registry = registry.clone();
+                async move {
+                    let mut body = String::new();
+                    match prometheus_client::encoding::text::encode(&mut body, &registry) {
+                        Ok(()) => (
+                            [(
+                                CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            body,
+                        )
+                            .into_response(),
+                        Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                    }
+                }
+            }),
+        )
+}
