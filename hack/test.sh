@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test tier, in order, and stops at the first that fails:
-#   1. lint     cargo fmt --check, clippy with -D warnings, helm lint --strict
+#   1. lint     cargo fmt --check, hack/layers (no import cycle through a layer), clippy with -D warnings,
+#               helm lint --strict
 #   2. unit     every crate's unit tests and the CRD drift test (no cluster)
 #   3. cluster  tests/cluster/ against a real control plane, a real Postgres and Pebble (ACME CA and test DNS, for
 #               custom domains) started for this run and stopped after it
@@ -93,8 +94,9 @@ export SLIPWAY_TEST_JOSE_TGZ="$SLIPWAY_CACHE/npm/jose-$JOSE_VERSION.tgz"
 export SLIPWAY_TEST_SCHEMATHESIS="$SCHEMATHESIS_VENV/bin/schemathesis"
 
 tier_lint() {
-  log "tier lint: rustfmt, clippy, helm lint"
+  log "tier lint: rustfmt, layers, clippy, helm lint"
   cargo fmt --all --check
+  hack/layers
   cargo clippy --workspace --all-targets --locked -- -D warnings
   "$HELM" lint --strict charts/slipway
 }

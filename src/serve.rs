@@ -10,9 +10,9 @@ use ipnet::IpNet;
 
 use slipway_internal::{CallerSpec, Callers, SourceKey};
 
-use crate::api::internal::guard::InternalAccess;
-use crate::api::state::{AppState, BlobDownloadLimits, Limits, PublicNames};
 use crate::auth::rate::Budget;
+use crate::core::internal_access::InternalAccess;
+use crate::core::state::{AppState, BlobDownloadLimits, Limits, PublicNames};
 use crate::mirror::MirrorConfig;
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
@@ -352,7 +352,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         crate::platform::sweep::Sweeper::new(state.db().clone(), state.cache().clone())
             .every_hour(),
     );
-    state.set_public_urls(crate::api::public_urls::PublicUrls::new(
+    state.set_public_urls(crate::core::public_urls::PublicUrls::new(
         args.public_url.as_deref(),
         args.console.console_url.as_deref(),
     )?);
@@ -419,7 +419,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         }
         None => futures::future::Either::Right(std::future::pending()),
     };
-    let router = crate::api::router(state.clone());
+    let router = crate::routes::public(state.clone());
     let console = match args.console.console(router.clone(), state.clone())? {
         Some((addr, console)) => {
             let tls = args.console.tls()?;

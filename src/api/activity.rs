@@ -9,12 +9,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path, Query};
 use super::paging::{PageQuery, next_cursor};
-use super::state::AppState;
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Action};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -15,12 +15,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action, VisibleApp};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
-use super::state::AppState;
 use super::views::{ChannelView, PendingDeployView, deploy_phase_name};
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::db::runtime_logs::Generation;
 
 /// The routes of this module.

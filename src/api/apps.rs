@@ -8,20 +8,21 @@ use kube::{Api, ResourceExt};
 use serde::Deserialize;
 use slipway_crds::names::{self, AppName, ChannelName, GitRefBinding, Username};
 use slipway_crds::plans::Plan;
-use slipway_crds::{App, AppSpec, Channel, ChannelSpec, Template};
+use slipway_crds::{App, AppSpec, Channel, Template};
 use slipway_webhooks::rules;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action, VisibleApp};
-use super::claims;
 use super::domain_release::{self, Holder};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
-use super::state::AppState;
 use super::views::{AppView, OwnerFacts};
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::channels::{admission_or, create as create_channel_resource};
+use crate::core::claims;
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::platform::tenancy::{self, FIELD_MANAGER};
 
 /// The routes of this module.
@@ -283,65 +284,6 @@ pub(super) fn check_new_channel(
         taken.iter().map(String::as_str),
     )?;
     Ok(())
-}
-
-/// Writes the Channel resource of `channel`, owned by `app` so it goes when the app goes.
-pub(crate) async fn create_channel_resource(
-    state: &AppState,
-    app: &App,
-    channel: &ChannelName,
-    binding: &GitRefBinding,
-) -> Result<Channel, ApiError> {
-    let app_name: AppName = app.name_any().parse()?;
-    let mut resource = Channel::new(
-        &names::channel_resource_name(&app_name, channel),
-        ChannelSpec {
-            app: app_name.to_string(),
-            git_ref_binding: binding.to_string(),
-            env_secret: None,
-        },
-    );
-    resource.metadata.owner_references = Some(vec![super::owners::owned_by(app)?]);
-    let namespace = app.namespace().unwrap_or_default();
-    let channels: Api<Channel> = Api::namespaced(state.kube().clone(), &namespace);
-    match channels
-        .create(
-            &PostParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..Default::default()
-            },
-            &resource,
-        )
-        .await
-    {
-        Ok(c) => Ok(c),
-        Err(kube::Error::Api(s)) if s.code == 409 => Err(ApiError::BadRequest(format!(
-            "app {app_name} already has a channel named {channel}"
-        ))),
-        Err(e) => Err(admission_or(e)),
-    }
-}
-
-/// A refusal by the admission webhook is a 400 with its message (the same rules the API checks first, so this is
-/// only reached in a race); anything else is internal.
-pub(crate) fn admission_or(e: kube::Error) -> ApiError {
-    match e {
-        kube::Error::Api(s)
-            if s.code == 400
-                || s.code == 422
-                || s.code == 403
-                    && s.reason == "Forbidden"
-                    && s.message.contains("admission webhook") =>
-        {
-            let message = s
-                .message
-                .rsplit_once("denied the request: ")
-                .map(|(_, m)| m.to_owned())
-                .unwrap_or(s.message.clone());
-            ApiError::BadRequest(message)
-        }
-        other => other.into(),
-    }
 }
 
 /// Read one app with all its channels.

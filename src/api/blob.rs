@@ -13,13 +13,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action, VisibleApp};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
-use super::state::AppState;
 use crate::auth::{Caller, scopes};
 use crate::blob::access::{BlobAccess, ProbeFailure, public_endpoint};
 use crate::blob::store::{self, Store};
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -12,16 +12,16 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action, VisibleApp};
 use super::blob::{BlobStatus, configured, probe, status_of};
 use super::downloads::{self, DownloadToken, Grant};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
 use super::snapshots::{require_idle, require_restorable, restore_as_job};
-use super::state::AppState;
 use crate::auth::{Caller, scopes};
 use crate::blob::bucket::Bucket;
 use crate::blob::checkpoints::{self, Marker};
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::jobs;
 
 /// The routes of this module.

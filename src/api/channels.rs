@@ -13,15 +13,16 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action};
-use super::apps::{check_new_channel, create_channel_resource};
-use super::claims;
+use super::apps::check_new_channel;
 use super::domain_release::{self, Holder};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
-use super::state::AppState;
 use super::views::ChannelView;
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Action};
+use crate::core::channels::create as create_channel_resource;
+use crate::core::claims;
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -9,12 +9,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action};
 use super::downloads;
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Path, Query};
-use super::state::AppState;
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Action};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::git::store;
 
 /// The routes of this module.

@@ -3,27 +3,23 @@
 //! the images a channel's deploys built.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
-use kube::Api;
-use kube::api::PostParams;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 use slipway_crds::names::{BranchName, CommitSha, messages};
-use slipway_crds::{Channel, Deploy, DeploySpec, Template, labels, plans::Plan};
+use slipway_crds::{Channel, Deploy, DeploySpec, Template, plans::Plan};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action, VisibleApp};
-use super::apps::admission_or;
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path, Query};
-use super::state::AppState;
 use super::views::deploy_phase_name;
 use crate::auth::{Caller, scopes};
-use crate::platform::tenancy::FIELD_MANAGER;
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::deploys::create as create_deploy;
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 
 /// Largest log window a client may ask for.
 pub const MAX_WINDOW: u64 = 262_144;
@@ -78,16 +74,6 @@ pub fn checked_request(req: DeployRequest) -> Result<(Option<String>, Option<Str
             "a deploy needs sha (a commit or branch) or ref (a branch)",
         )),
     }
-}
-
-/// Name of a new Deploy resource: the Channel's name and the creation time in milliseconds (so deploys of one
-/// channel sort by age even within a second), plus a random suffix.
-fn deploy_resource_name(channel: &str) -> String {
-    let millis = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    let suffix = &Uuid::new_v4().simple().to_string()[..6];
-    format!("{channel}.{millis}-{suffix}")
 }
 
 /// Deploy a commit to a channel: builds (app and docker) and brings it live after readiness. A branch is resolved
@@ -154,46 +140,6 @@ async fn pinned(
         Some(commit) => (Some(commit), None),
         None => (sha, git_ref),
     })
-}
-
-/// Writes a Deploy of `spec` owned by `channel` and waits until the API's cache holds it (so the channel's
-/// `pending_deploy` shows it at once); answers its id.
-pub(crate) async fn create_deploy(
-    state: &AppState,
-    app: &VisibleApp,
-    channel: &Channel,
-    spec: DeploySpec,
-) -> Result<String, ApiError> {
-    let channel_resource = channel.name_any();
-    let mut resource = Deploy::new(&deploy_resource_name(&channel_resource), spec);
-    resource.metadata.labels = Some(
-        [
-            (labels::APP.to_owned(), app.name.to_string()),
-            (
-                labels::CHANNEL.to_owned(),
-                channel.channel_name().to_owned(),
-            ),
-            (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
-        ]
-        .into(),
-    );
-    resource.metadata.owner_references = Some(vec![channel.controller_owner_ref(&()).ok_or_else(
-        || ApiError::Internal(anyhow::anyhow!("channel {channel_resource} has no uid")),
-    )?]);
-    let deploys: Api<Deploy> = Api::namespaced(state.kube().clone(), &app.namespace);
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    let created = deploys
-        .create(&params, &resource)
-        .await
-        .map_err(admission_or)?;
-    let deploy_id = created
-        .uid()
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the new Deploy has no uid")))?;
-    state.cache().deploy_appeared(&deploy_id).await?;
-    Ok(deploy_id)
 }
 
 /// Query of the logs route.

@@ -12,9 +12,9 @@ use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use slipway_crds::Domain;
 use slipway_crds::names::AppName;
 
-use super::claims;
-use super::error::ApiError;
-use super::state::AppState;
+use crate::core::claims;
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 use crate::db::domain_claims;
 
 /// What held the Domains that go.

@@ -25,12 +25,14 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action, VisibleApp};
-use super::error::{ApiError, ErrorEnvelope};
+use super::domain_release;
 use super::extract::{Json, Path};
-use super::state::AppState;
-use super::{claims, domain_release, owners};
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::claims;
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::owners;
+use crate::core::state::AppState;
 
 /// The longest a verify waits for the operator's check (two lookups, each retried once on a 3 s timeout, fit).
 const VERIFY_WAIT: Duration = Duration::from_secs(30);

@@ -10,9 +10,9 @@ use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::error::ApiError;
-use super::state::AppState;
 use crate::auth::{Caller, token};
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 
 /// How long a download token lives at most.
 pub const TOKEN_LIFE: Duration = Duration::hours(1);

@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::Json;
-use super::state::AppState;
 use crate::auth::{Caller, scopes};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::db::email_challenges::{self, Challenge};
 use crate::registration::{STARTER, VERIFIED, codes, mailer};
 

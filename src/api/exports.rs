@@ -15,12 +15,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action, VisibleApp};
 use super::downloads::{self, DownloadToken, Grant};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
-use super::state::AppState;
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::exports::store::{self, Export, Queued};
 use crate::postgres::archive::Archive;
 

@@ -8,7 +8,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use super::error::ApiError;
+use crate::core::error::ApiError;
 
 /// A JSON body.
 #[derive(Debug, Clone, Copy, Default)]

@@ -10,12 +10,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path, Query};
 use super::paging::{self, PageQuery, next_cursor};
-use super::state::AppState;
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Action};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::db::notes::{self, Feedback};
 
 /// Longest feedback message, in characters.

@@ -22,11 +22,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action, VisibleApp};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, OptionalJson, Path};
-use super::state::AppState;
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 
 /// The longest an expose waits for the operator to allocate the endpoint's address.
 const ALLOCATION_WAIT: Duration = Duration::from_secs(15);
@@ -222,7 +222,7 @@ async fn expose(
                 },
             );
             resource.metadata.owner_references =
-                Some(vec![super::owners::owned_by(channel.as_ref())?]);
+                Some(vec![crate::core::owners::owned_by(channel.as_ref())?]);
             match api.create(&PostParams::default(), &resource).await {
                 Ok(_) => StatusCode::CREATED,
                 // A racing expose of the same channel made it first: this one replaces the allowlist.

@@ -1,14 +1,12 @@
 //! The REST API of the hosting platform (`slipway api`): an axum router built from one router per resource,
 //! testable without a socket, with its OpenAPI document generated from the same handlers.
 
-pub mod access;
 pub mod activity;
 pub mod app_health;
 pub mod apps;
 pub mod blob;
 pub mod blob_snapshots;
 pub mod channels;
-pub mod claims;
 pub mod code;
 pub mod deploys;
 pub mod domain_release;
@@ -16,7 +14,6 @@ pub mod domains;
 pub mod downloads;
 pub mod email;
 pub mod env;
-pub mod error;
 pub mod exports;
 pub mod extract;
 pub mod feedback;
@@ -26,11 +23,9 @@ pub mod members;
 pub mod mirror;
 pub mod notes;
 pub mod oauth;
-pub mod owners;
 pub mod paging;
 pub mod plans;
 pub mod postgres;
-pub mod public_urls;
 pub mod registrations;
 pub mod registry;
 pub mod repo;
@@ -40,7 +35,6 @@ pub mod runtime_log;
 pub(crate) mod sign_in_doc;
 pub mod snapshots;
 pub mod ssh_keys;
-pub mod state;
 pub mod stats;
 pub mod tokens;
 pub mod views;
@@ -56,8 +50,8 @@ use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa_axum::router::OpenApiRouter;
 
-use self::error::ApiError;
-use self::state::AppState;
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 
 /// Largest request body accepted (JSON routes).
 pub const BODY_LIMIT: usize = 1024 * 1024;
@@ -100,8 +94,11 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-/// The routes and their OpenAPI document.
-pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+/// The routes and their OpenAPI document. `beside` documents what the binary mounts beside these routes (the MCP
+/// endpoint), before the notes that hold for every route are added.
+pub fn openapi_router(
+    beside: impl FnOnce(&mut utoipa::openapi::OpenApi),
+) -> (Router<AppState>, utoipa::openapi::OpenApi) {
     use utoipa::OpenApi;
     let (routes, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(apps::routes())
@@ -134,7 +131,7 @@ pub fn openapi_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(mirror::routes())
         .merge(registry::routes())
         .split_for_parts();
-    crate::mcp::doc::document(&mut doc);
+    beside(&mut doc);
     document_request_budget(&mut doc);
     request_rules::document(&mut doc);
     sign_in_doc::document(&mut doc);
@@ -178,17 +175,12 @@ fn document_request_budget(doc: &mut utoipa::openapi::OpenApi) {
     }
 }
 
-/// The OpenAPI document of the REST API.
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    openapi_router().1
-}
-
-/// The whole public API as a router: every route, `/openapi.json`, `/healthz`, the layers every request passes,
-/// git's smart HTTP routes (`/<owner>/<app>.git/...`), which stream without the JSON routes' body limit and
-/// timeout, and the MCP endpoint ([`crate::mcp`]), whose tools call the rest of this router. The internal routes
-/// are not here: they are served by [`internal_router`] on a listener of their own.
-pub fn router(state: AppState) -> Router {
-    let (routes, doc) = openapi_router();
+/// The REST routes with `/openapi.json` (their document, `beside` adding what is mounted beside them), `/healthz`,
+/// and the layers every request passes (body limit, timeout, a span, the envelope's 404 and 405), state applied.
+/// The binary composes it with git's smart HTTP and the MCP endpoint (`crate::routes`); the internal routes are
+/// served by [`internal_router`] on a listener of their own.
+pub fn router(state: AppState, beside: impl FnOnce(&mut utoipa::openapi::OpenApi)) -> Router {
+    let (routes, doc) = openapi_router(beside);
     let doc = std::sync::Arc::new(doc);
     let routes = routes
         .route(
@@ -196,19 +188,7 @@ pub fn router(state: AppState) -> Router {
             get(move || std::future::ready(Json(doc.as_ref().clone()))),
         )
         .route("/healthz", get(|| std::future::ready("ok")));
-    let rest = with_layers(routes)
-        .merge(
-            crate::git::http::routes().layer(TraceLayer::new_for_http().make_span_with(
-                |req: &Request| tracing::info_span!("git", method = %req.method(), route = route_of(req)),
-            )),
-        )
-        .with_state(state.clone());
-    let mcp =
-        crate::mcp::routes(rest.clone(), state)
-            .layer(TraceLayer::new_for_http().make_span_with(
-                |req: &Request| tracing::info_span!("mcp", method = %req.method()),
-            ));
-    guarded(rest.merge(mcp))
+    with_layers(routes).with_state(state)
 }
 
 /// The internal listener's router: the `/internal/v1` routes the operator, the edge and build pods call,
@@ -234,7 +214,7 @@ async fn metrics(
 }
 
 /// The matched route of a request, for spans (never the raw path, which holds ids).
-fn route_of(req: &Request) -> &str {
+pub fn route_of(req: &Request) -> &str {
     req.extensions()
         .get::<MatchedPath>()
         .map(MatchedPath::as_str)

@@ -16,10 +16,10 @@ use std::collections::HashMap;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiError, ErrorEnvelope};
 use super::registrations::Source;
-use super::state::AppState;
 use crate::auth::{scopes, token};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::oauth::clients::{self, Client, Registration};
 use crate::oauth::requests::{self, NewRequest};
 use crate::oauth::{

@@ -6,10 +6,10 @@ use slipway_crds::plans::{PLANS, Plan};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::Json;
-use super::state::AppState;
 use crate::auth::Caller;
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -58,7 +58,7 @@ async fn usage(State(state): State<AppState>, caller: Caller) -> Result<Json<Usa
         crate::db::bandwidth::this_month(state.db(), &caller.username).await?;
     // Database storage is measured on the data server; without one it cannot be, and a made-up 0 would read as a
     // fact (503 postgres_unavailable, as the spec's row says).
-    let server = super::postgres::configured(&state)?;
+    let server = crate::postgres::channel::configured(&state)?;
     let storage_bytes = super::postgres::owned_databases(&state, server, &caller.username)
         .await?
         .0;

@@ -18,10 +18,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::error::{ApiError, ErrorEnvelope, FieldProblem};
 use super::extract::Json;
-use super::state::AppState;
 use crate::auth::{scopes, token};
+use crate::core::error::{ApiError, ErrorEnvelope, FieldProblem};
+use crate::core::state::AppState;
 use crate::db::registrations::{self, NewRegistration, NotCreated};
 use crate::db::tokens::NewToken;
 use crate::registration::proof::{self, Ed25519Key, Purpose};

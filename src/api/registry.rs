@@ -14,9 +14,9 @@ use slipway_internal::registry_token::{Access, PULL_TOKEN_LIFETIME, RegistryToke
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::Json;
-use super::state::AppState;
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -13,11 +13,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action, VisibleApp};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path, Query};
-use super::state::AppState;
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::git::changeset::{self, Changeset, ChangesetError, Identity};
 use crate::git::patch::Edit;
 use crate::git::paths::RepoPath;

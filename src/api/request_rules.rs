@@ -418,7 +418,7 @@ mod tests {
     use serde_json::Value;
 
     fn doc() -> Value {
-        serde_json::to_value(super::super::openapi()).unwrap_or_default()
+        serde_json::to_value(super::super::openapi_router(|_| {}).1).unwrap_or_default()
     }
 
     #[test]

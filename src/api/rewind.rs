@@ -16,11 +16,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::deploys::{create_deploy, deploy_target};
-use super::error::{ApiError, ErrorEnvelope};
+use super::deploys::deploy_target;
 use super::extract::{Json, Path};
-use super::state::AppState;
 use crate::auth::Caller;
+use crate::core::deploys::create as create_deploy;
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -7,12 +7,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
-use super::state::AppState;
 use crate::auth::Caller;
 use crate::auth::scopes;
+use crate::core::access::{self, Action};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::runtime_logs::{self, RuntimeLog, RuntimeLogRequest};
 
 /// The routes of this module.

@@ -13,17 +13,16 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Action, VisibleApp};
 use super::downloads::{self, DownloadToken, Grant};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
-use super::postgres::{
-    DatabaseStatus, configured, database_channel, ready_record, status_of, unavailable,
-};
-use super::state::AppState;
+use super::postgres::{DatabaseStatus, status_of};
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::jobs::{self, store::Admission};
 use crate::postgres::archive::Archive;
+use crate::postgres::channel::{configured, database_channel, ready_record, unavailable};
 use crate::postgres::snapshots::{self, Snapshot};
 
 /// The scope a snapshot download needs.

@@ -15,10 +15,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, Path};
-use super::state::AppState;
 use crate::auth::{Caller, scopes};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::db::ssh_keys::{self, NewKey, SshKey};
 use crate::registration::proof::{self, Ed25519Key, Purpose};
 

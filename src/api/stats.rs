@@ -12,11 +12,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::access::{self, Role};
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::Json;
-use super::state::AppState;
 use crate::auth::{Caller, scopes};
+use crate::core::access::{self, Role};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -10,10 +10,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{Json, OptionalJson, Path};
-use super::state::AppState;
 use crate::auth::{Caller, scopes, token};
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::db::tokens::NewToken;
 
 /// Longest life of a credential: 30 days.

@@ -5,8 +5,8 @@ use slipway_crds::names::{self, ChannelName};
 use slipway_crds::plans::Plan;
 use slipway_crds::{Channel, ChannelPhase, DeployPhase};
 
-use super::access::VisibleApp;
-use super::state::AppState;
+use crate::core::access::VisibleApp;
+use crate::core::state::AppState;
 
 /// An app.
 #[derive(Debug, Serialize, utoipa::ToSchema)]

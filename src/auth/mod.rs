@@ -19,8 +19,11 @@ use axum::http::request::Parts;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::api::error::ApiError;
-use crate::api::state::AppState;
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
+
+/// Path of the MCP endpoint on the API's listener: the one place a token minted by the MCP server's OAuth is good.
+pub const MCP_PATH: &str = "/mcp";
 
 /// The authenticated caller of a request.
 #[derive(Debug, Clone)]
@@ -160,7 +163,7 @@ async fn authenticate_at(
     if row.audience.as_deref() == Some(crate::db::tokens::MCP_AUDIENCE) && !at_mcp {
         return Err(ApiError::TokenLimited(format!(
             "the MCP endpoint {}",
-            crate::mcp::PATH
+            MCP_PATH
         )));
     }
     state

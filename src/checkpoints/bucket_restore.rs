@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::api::error::pool_exhausted;
-use crate::api::state::AppState;
 use crate::blob::checkpoints as markers;
+use crate::core::error::pool_exhausted;
+use crate::core::state::AppState;
 use crate::db::audit::{self, Actor};
 use crate::jobs::{Job, JobError, Kind, NewJob, Progress};
 

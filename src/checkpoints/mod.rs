@@ -25,9 +25,9 @@ pub mod nightly;
 pub mod pre_deploy;
 pub mod sql_restore;
 
-use crate::api::state::AppState;
 use crate::blob::bucket::Bucket;
 use crate::blob::checkpoints::{self as markers, Marker, Owner};
+use crate::core::state::AppState;
 use crate::jobs::Progress;
 use crate::postgres::snapshots::{self, Occasion, Parts, Snapshot};
 use crate::postgres::store::Record;

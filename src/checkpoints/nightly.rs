@@ -17,8 +17,8 @@ use slipway_crds::conditions;
 use uuid::Uuid;
 
 use super::{Checkpoint, Legs, SqlLeg};
-use crate::api::error::pool_exhausted;
-use crate::api::state::AppState;
+use crate::core::error::pool_exhausted;
+use crate::core::state::AppState;
 use crate::jobs::{Job, JobError, Kind, NewJob, Progress, runner, store};
 use crate::postgres::snapshots::{Kind as SnapshotKind, Occasion, Parts};
 

@@ -16,9 +16,9 @@ use slipway_internal::protocol::PreDeploySnapshot;
 use uuid::Uuid;
 
 use super::{Checkpoint, Legs, SqlLeg};
-use crate::api::access::{self, Role, VisibleApp};
-use crate::api::error::pool_exhausted;
-use crate::api::state::AppState;
+use crate::core::access::{self, Role, VisibleApp};
+use crate::core::error::pool_exhausted;
+use crate::core::state::AppState;
 use crate::jobs::{self, Job, JobError, Kind, NewJob, Progress, state};
 use crate::postgres::snapshots::{Kind as SnapshotKind, Occasion, Parts};
 

@@ -26,7 +26,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 
-use crate::api::state::AppState;
+use crate::core::state::AppState;
 use crate::mcp::rest::Failure;
 use slipway_identity::seal::Sealer;
 use slipway_identity::upstream::{Upstream, UpstreamConfig};

@@ -24,10 +24,10 @@ use slipway_controllers::postgres::server::DumpFormat;
 use slipway_crds::Template;
 use uuid::Uuid;
 
-use crate::api::access::VisibleApp;
-use crate::api::state::AppState;
 use crate::blob::bucket::Bucket;
 use crate::blob::checkpoints::Entry;
+use crate::core::access::VisibleApp;
+use crate::core::state::AppState;
 use crate::postgres::archive::Archive;
 
 /// Why a build stopped: `reason` is shown to the person who asked, `cause` is logged.
@@ -272,7 +272,7 @@ async fn database_of<'s>(
     crate::postgres::store::Record,
 )> {
     let server = state.data_server()?;
-    let record = crate::api::postgres::ready_record(channel, id, state)
+    let record = crate::postgres::channel::ready_record(channel, id, state)
         .await
         .ok()?;
     Some((server, record))

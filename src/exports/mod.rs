@@ -18,8 +18,8 @@ use chrono::Utc;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
-use crate::api::access::VisibleApp;
-use crate::api::state::AppState;
+use crate::core::access::VisibleApp;
+use crate::core::state::AppState;
 use crate::postgres::archive::Archive;
 
 /// How long a ready archive can be downloaded.

@@ -21,9 +21,9 @@ use tokio::io::{AsyncBufRead, BufReader};
 use tokio_util::io::{ReaderStream, StreamReader};
 
 use super::service::{self, Granted, Refusal, Service};
-use crate::api::error::ApiError;
-use crate::api::state::AppState;
 use crate::auth::{self, Caller, scopes};
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 
 /// Chunk size of the response streams.
 const CHUNK: usize = 64 * 1024;
@@ -65,7 +65,7 @@ impl IntoResponse for GitError {
             GitError::NotFound => (StatusCode::NOT_FOUND, "repository not found".to_owned()),
             GitError::BadRequest(m) => (StatusCode::BAD_REQUEST, m.to_owned()),
             GitError::TooManyRequests(wait) => {
-                let secs = crate::api::error::retry_after_secs(wait);
+                let secs = crate::core::error::retry_after_secs(wait);
                 let message = format!("too many requests with this token; retry in {secs} s\n");
                 let mut res = (StatusCode::TOO_MANY_REQUESTS, message).into_response();
                 res.headers_mut()

@@ -9,9 +9,9 @@ use slipway_crds::labels;
 use slipway_crds::names::{AppName, Username};
 use uuid::Uuid;
 
-use crate::api::access::{self, Action, VisibleApp};
-use crate::api::error::ApiError;
-use crate::api::state::AppState;
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 
 /// The git services slipway serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::{Job, JobError, Kind, Progress, Work};
-use crate::api::state::AppState;
+use crate::core::state::AppState;
 
 /// Each kind's work with the API's parts.
 struct Kinds(AppState);

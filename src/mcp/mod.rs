@@ -32,12 +32,12 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-use crate::api::state::AppState;
+use crate::core::state::AppState;
 
 pub use self::server::{Server, result_of};
 
 /// Path of the MCP endpoint on the API's listener.
-pub const PATH: &str = "/mcp";
+pub use crate::auth::MCP_PATH as PATH;
 
 /// The MCP endpoint, its tools calling `api` (the REST router, layers and state applied).
 pub fn routes(api: Router, state: AppState) -> Router {

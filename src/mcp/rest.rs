@@ -87,9 +87,9 @@ impl Failure {
     }
 
     /// What an error of the API's own answers (status, code and message, as its envelope would say them).
-    pub fn of_error(error: &crate::api::error::ApiError) -> Self {
+    pub fn of_error(error: &crate::core::error::ApiError) -> Self {
         let (status, code) = error.status_and_code();
-        if let crate::api::error::ApiError::Internal(e) = error {
+        if let crate::core::error::ApiError::Internal(e) = error {
             tracing::error!(error = format!("{e:#}"), "request failed");
         }
         Self::new(status, code, error.to_string())

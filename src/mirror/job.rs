@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::api::access::{Role, VisibleApp};
-use crate::api::error::{ApiError, pool_exhausted};
-use crate::api::state::AppState;
+use crate::core::access::{Role, VisibleApp};
+use crate::core::error::{ApiError, pool_exhausted};
+use crate::core::state::AppState;
 use crate::db::mirrors::{self, Mirror};
 use crate::jobs::store::Admission;
 use crate::jobs::{self, Job, JobError, Kind, NewJob, Progress};

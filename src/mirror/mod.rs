@@ -27,8 +27,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 use uuid::Uuid;
 
-use crate::api::error::ApiError;
-use crate::api::state::AppState;
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 
 /// How syncs reach external repositories (`slipway api --mirror-*` flags).
 #[derive(Debug, Clone)]

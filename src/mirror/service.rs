@@ -10,9 +10,9 @@ use serde::Serialize;
 
 use super::remote::{self, Host};
 use super::{cluster, keys, resolve, transport, vet};
-use crate::api::access::VisibleApp;
-use crate::api::error::ApiError;
-use crate::api::state::AppState;
+use crate::core::access::VisibleApp;
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 use crate::db::mirrors::{self, Mirror, NewMirror};
 use crate::env::crypto::Sealed;
 

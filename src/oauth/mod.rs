@@ -73,12 +73,12 @@ impl OAuthServer {
     /// The server of the API at `public_url` (an http(s) origin: the API's routes are at its root), whose people
     /// sign in at `upstream`.
     pub fn new(public_url: &str, upstream: Option<UpstreamConfig>) -> anyhow::Result<Self> {
-        let url = crate::api::public_urls::checked(public_url)
+        let url = crate::core::public_urls::checked(public_url)
             .with_context(|| format!("the public URL {public_url}"))?;
         let issuer = url.as_str().trim_end_matches('/').to_owned();
         let redirect = format!("{issuer}{PREFIX}/callback");
         Ok(Self {
-            mcp_url: format!("{issuer}{}", crate::mcp::PATH),
+            mcp_url: format!("{issuer}{}", crate::auth::MCP_PATH),
             upstream: upstream.map(|config| Upstream::new(config, redirect)),
             issuer,
         })
@@ -94,7 +94,7 @@ impl OAuthServer {
         format!(
             "{}/.well-known/oauth-protected-resource{}",
             self.issuer,
-            crate::mcp::PATH
+            crate::auth::MCP_PATH
         )
     }
 

@@ -8,8 +8,8 @@ use chrono::SecondsFormat;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::api::error::ApiError;
-use crate::api::state::AppState;
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 use crate::db::runtime_logs::{self, Generation};
 
 use self::sandbox::{COMMAND_LIMIT, SandboxError};

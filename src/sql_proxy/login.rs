@@ -15,8 +15,8 @@ use slipway_crds::names::Username;
 use uuid::Uuid;
 
 use super::target;
-use crate::api::state::AppState;
 use crate::auth::scopes;
+use crate::core::state::AppState;
 
 /// Why a login was refused (the metric label and the log line; never the client's answer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +125,7 @@ pub async fn check(
     ) else {
         return Err((Refusal::Database, "the resources have no uid yet".into()));
     };
-    let record = crate::api::postgres::ready_record(&target.channel, channel_id, state)
+    let record = crate::postgres::channel::ready_record(&target.channel, channel_id, state)
         .await
         .map_err(|e| (Refusal::NotReady, e.to_string()))?;
     let (password, _) = record.passwords(state.keyring()).map_err(|e| {

@@ -39,7 +39,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
 
-use crate::api::state::AppState;
+use crate::core::state::AppState;
 use login::Refusal;
 use wire::Startup;
 

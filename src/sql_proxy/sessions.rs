@@ -24,7 +24,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::api::state::AppState;
+use crate::core::state::AppState;
 
 /// How often every open session's token and app are checked.
 pub const RECHECK: Duration = Duration::from_secs(1);

@@ -47,11 +47,11 @@ use slipway_crds::plans::Plan;
 use slipway_crds::{App, AppSpec, Channel, DeploySpec, labels};
 use uuid::Uuid;
 
-use crate::api::access::{self, Action, VisibleApp};
-use crate::api::claims;
-use crate::api::error::ApiError;
-use crate::api::state::AppState;
 use crate::auth::Caller;
+use crate::core::access::{self, Action, VisibleApp};
+use crate::core::claims;
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 use crate::platform::tenancy::{self, FIELD_MANAGER};
 
 /// What the person asked for.
@@ -371,7 +371,7 @@ async fn write_new(
                 target.username, app.name
             )));
         }
-        Err(e) => return Err(crate::api::apps::admission_or(e)),
+        Err(e) => return Err(crate::core::channels::admission_or(e)),
     };
     let uid = created.metadata.uid.clone().unwrap_or_default();
     let written = async {
@@ -380,19 +380,16 @@ async fn write_new(
         for old in channels {
             let name: ChannelName = old.channel_name().parse()?;
             let binding: GitRefBinding = old.spec.git_ref_binding.parse()?;
-            let new =
-                match crate::api::apps::create_channel_resource(state, &created, &name, &binding)
-                    .await
-                {
-                    Ok(channel) => channel,
-                    // The operator makes a missing prod channel of a new App too; whichever write lands first is it.
-                    Err(ApiError::BadRequest(_)) => {
-                        Api::<Channel>::namespaced(state.kube().clone(), &target.namespace)
-                            .get(&names::channel_resource_name(&app.name, &name))
-                            .await?
-                    }
-                    Err(e) => return Err(e),
-                };
+            let new = match crate::core::channels::create(state, &created, &name, &binding).await {
+                Ok(channel) => channel,
+                // The operator makes a missing prod channel of a new App too; whichever write lands first is it.
+                Err(ApiError::BadRequest(_)) => {
+                    Api::<Channel>::namespaced(state.kube().clone(), &target.namespace)
+                        .get(&names::channel_resource_name(&app.name, &name))
+                        .await?
+                }
+                Err(e) => return Err(e),
+            };
             let new = state
                 .cache()
                 .channel_appeared(new.metadata.uid.as_deref().unwrap_or_default())
@@ -470,5 +467,5 @@ async fn redeploy(
         rewind_of: None,
         image: None,
     };
-    crate::api::deploys::create_deploy(state, &visible, channel, spec).await
+    crate::core::deploys::create(state, &visible, channel, spec).await
 }

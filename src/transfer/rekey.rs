@@ -18,8 +18,8 @@ use uuid::Uuid;
 use zeroize::Zeroizing;
 
 use super::Target;
-use crate::api::access::VisibleApp;
-use crate::api::state::AppState;
+use crate::core::access::VisibleApp;
+use crate::core::state::AppState;
 use crate::env::crypto::{Keyring, Sealed};
 
 /// The transaction of a re-keying, not yet committed, and the new passwords it recorded.

@@ -1168,7 +1168,7 @@ fn base64_basic(token: &str) -> String {
 
 #[tokio::test]
 async fn a_token_past_its_budget_gets_429_with_retry_after() -> Result<()> {
-    let limits = slipway::api::state::Limits {
+    let limits = slipway::core::state::Limits {
         rate: slipway::auth::rate::Budget::from_flags(60, 3),
         ..Default::default()
     };

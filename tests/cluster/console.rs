@@ -756,7 +756,7 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
         to: to.to_owned(),
         confirm_name: confirm.to_owned(),
     };
-    let status = |e: slipway::api::error::ApiError| {
+    let status = |e: slipway::core::error::ApiError| {
         let (status, code) = e.status_and_code();
         (status.as_u16(), code)
     };

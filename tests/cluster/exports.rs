@@ -658,7 +658,7 @@ async fn without_object_storage_or_with_downloads_off_no_export_starts() -> Resu
     api.post(&path, &user, json!({}))
         .await
         .expect(503, Some("service_unavailable"));
-    let api = api.with_limits(slipway::api::state::Limits {
+    let api = api.with_limits(slipway::core::state::Limits {
         downloads: false,
         ..Default::default()
     });
@@ -689,7 +689,7 @@ async fn the_export_tools_start_an_export_and_hand_out_its_download() -> Result<
     // Download links are on the API's public URL: here, the socket it is served on.
     f.api
         .state
-        .set_public_urls(slipway::api::public_urls::PublicUrls::new(
+        .set_public_urls(slipway::core::public_urls::PublicUrls::new(
             Some(&base),
             None,
         )?);

@@ -634,7 +634,7 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
     assert!(relative["download"]["curl"].is_null(), "{relative}");
     let public = "https://api.example.test";
     api.state
-        .set_public_urls(slipway::api::public_urls::PublicUrls::new(
+        .set_public_urls(slipway::core::public_urls::PublicUrls::new(
             Some(public),
             None,
         )?);

@@ -17,7 +17,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use serde_json::{Value, json};
-use slipway::api::state::Limits;
+use slipway::core::state::Limits;
 use slipway::registration::budget::RegistrationLimits;
 use slipway::registration::mailer::Mailer;
 use support::agent::{

@@ -32,9 +32,9 @@ use axum::http::{Method, Request, StatusCode};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::DeleteParams;
 use serde_json::Value;
-use slipway::api::internal::guard::InternalAccess;
-use slipway::api::state::{AppState, PublicNames};
 use slipway::auth::{scopes, token};
+use slipway::core::internal_access::InternalAccess;
+use slipway::core::state::{AppState, PublicNames};
 use slipway::db::tokens::NewToken;
 use slipway::env::crypto::Keyring;
 use slipway::platform::cache::Cache;
@@ -309,7 +309,7 @@ impl TestApi {
         let jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
             slipway::jobs::kinds::run(state.clone()),
         ));
-        let router = slipway::api::router(state.clone());
+        let router = slipway::routes::public(state.clone());
         let internal_router = slipway::api::internal_router(state.clone());
         Ok(Self {
             state,
@@ -354,16 +354,16 @@ impl TestApi {
     }
 
     /// The same API under other limits (a fresh router with fresh request budgets).
-    pub fn with_limits(mut self, limits: slipway::api::state::Limits) -> Self {
+    pub fn with_limits(mut self, limits: slipway::core::state::Limits) -> Self {
         self.state = self.state.clone().with_limits(limits);
-        self.router = slipway::api::router(self.state.clone());
+        self.router = slipway::routes::public(self.state.clone());
         self
     }
 
     /// The same API with other mirror settings (a fresh router).
     pub fn with_mirrors(mut self, config: slipway::mirror::MirrorConfig) -> Self {
         self.state = self.state.clone().with_mirrors(config);
-        self.router = slipway::api::router(self.state.clone());
+        self.router = slipway::routes::public(self.state.clone());
         // Syncs are jobs: the runner works with the state it was started with, so it starts again with this one
         // (the old loop is aborted as the handle is replaced).
         self._jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
@@ -385,7 +385,7 @@ impl TestApi {
         if let Some(server) = self.state.data_server_handle() {
             state.set_data_server(server);
         }
-        Ok(slipway::api::router(state))
+        Ok(slipway::routes::public(state))
     }
 
     /// Creates a user with a unique name starting with `prefix` (letters and digits, as usernames are) on `plan`,

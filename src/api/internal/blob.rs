@@ -13,11 +13,11 @@ use slipway_internal::protocol::{BlobCredentials, BlobStoreRequest, BlobStoreRes
 use uuid::Uuid;
 
 use super::guard::InternalCaller;
-use crate::api::access;
-use crate::api::error::ApiError;
 use crate::api::extract::{Json, Path};
-use crate::api::state::AppState;
 use crate::blob::store::{self, NewStore};
+use crate::core::access;
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 
 /// The routes of this module (state: the API's).
 pub fn routes() -> Router<AppState> {

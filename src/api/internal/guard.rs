@@ -4,47 +4,12 @@
 //! not permit the route (or that plays none) is 403; every refusal is logged with who was refused, never the
 //! token.
 
-use std::time::Duration;
-
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use slipway_internal::{
-    AuthError, Authenticator, Callers, Decision, Identity, KubeReviewer, Role, RouteGroup,
-    SourceKey,
-};
+use slipway_internal::{AuthError, Decision, Identity, Role, RouteGroup};
 
-use crate::api::error::ApiError;
-use crate::api::state::AppState;
-
-/// What the internal listener checks callers against: the token reviewer, the roles, and the key of signed
-/// source URLs.
-pub struct InternalAccess {
-    authenticator: Authenticator<KubeReviewer>,
-    callers: Callers,
-    source_key: SourceKey,
-}
-
-impl InternalAccess {
-    /// Checks tokens for `audience` with the apiserver `kube` talks to, trusting an accepted one for `ttl`.
-    pub fn new(
-        kube: kube::Client,
-        audience: &str,
-        ttl: Duration,
-        callers: Callers,
-        source_key: SourceKey,
-    ) -> Self {
-        Self {
-            authenticator: Authenticator::new(KubeReviewer::new(kube, audience), ttl),
-            callers,
-            source_key,
-        }
-    }
-
-    /// The key build source URLs are signed with.
-    pub fn source_key(&self) -> &SourceKey {
-        &self.source_key
-    }
-}
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 
 /// A caller of the internal routes whose token the apiserver accepted.
 #[derive(Debug, Clone)]
@@ -67,7 +32,7 @@ impl FromRequestParts<AppState> for InternalCaller {
             tracing::warn!(caller = "anonymous", "internal call refused: empty token");
             return Err(ApiError::TokenInvalid);
         }
-        match state.internal().authenticator.authenticate(token).await {
+        match state.internal().authenticator().authenticate(token).await {
             Ok(identity) => Ok(InternalCaller { identity }),
             Err(AuthError::Rejected { reason, claimed }) => {
                 tracing::warn!(
@@ -95,7 +60,7 @@ impl InternalCaller {
     /// The caller's role when it permits the routes of `group`; 403 `permission_denied` otherwise.
     pub fn require(&self, state: &AppState, group: RouteGroup) -> Result<Role, ApiError> {
         let identity = &self.identity;
-        match state.internal().callers.decide(identity, group) {
+        match state.internal().callers().decide(identity, group) {
             Decision::Allowed(role) => Ok(role),
             Decision::NoRole => {
                 tracing::warn!(caller = %identity, group = %group, "internal call refused: the caller plays no role");
@@ -119,7 +84,7 @@ impl InternalCaller {
         a: RouteGroup,
         b: RouteGroup,
     ) -> Result<Role, ApiError> {
-        match state.internal().callers.decide(&self.identity, b) {
+        match state.internal().callers().decide(&self.identity, b) {
             Decision::Allowed(role) => Ok(role),
             _ => self.require(state, a),
         }

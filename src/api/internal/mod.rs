@@ -29,10 +29,10 @@ use slipway_internal::source_url::unix_now;
 use uuid::Uuid;
 
 use self::guard::InternalCaller;
-use super::access::{self, Role, VisibleApp};
-use super::error::ApiError;
 use super::extract::{Json, Path, Query};
-use super::state::AppState;
+use crate::core::access::{self, Role, VisibleApp};
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 use crate::env::{self, EnvSources};
 
 /// Largest log chunk accepted in one append.

@@ -18,11 +18,11 @@ use slipway_internal::protocol::{
 use uuid::Uuid;
 
 use super::guard::InternalCaller;
-use crate::api::access;
-use crate::api::error::ApiError;
 use crate::api::extract::{Json, Path};
-use crate::api::state::AppState;
 use crate::checkpoints::pre_deploy;
+use crate::core::access;
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 use crate::jobs::{self, store::Admission, store::Enqueued};
 use crate::postgres::snapshots;
 use crate::postgres::store::{self, NewRecord, Record};

@@ -17,10 +17,10 @@ use uuid::Uuid;
 
 use super::app_by_id;
 use super::guard::InternalCaller;
-use crate::api::access;
-use crate::api::error::ApiError;
 use crate::api::extract::{Json, Path};
-use crate::api::state::AppState;
+use crate::core::access;
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 use crate::db::runtime_logs::{self, Facts};
 
 /// Largest append accepted (the archive sends far smaller batches).

@@ -9,9 +9,9 @@ use slipway_internal::RouteGroup;
 use slipway_internal::protocol::BandwidthReport;
 
 use super::guard::InternalCaller;
-use crate::api::error::ApiError;
 use crate::api::extract::Json;
-use crate::api::state::AppState;
+use crate::core::error::ApiError;
+use crate::core::state::AppState;
 
 /// The routes of this module (state: the API's).
 pub fn routes() -> Router<AppState> {

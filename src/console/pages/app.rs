@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 
 use super::apps::{channel_cells, soft_cap_warning};
 use super::{Done, list, may, notice, person_page, see, text};
-use crate::api::access::Action;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
 use crate::console::{Console, ConsoleRouter, error_page};
+use crate::core::access::Action;
 use crate::mcp::rest::Failure;
 
 /// The routes of this page.

@@ -9,10 +9,10 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::{Done, list, may, notice, person_page, see, text};
-use crate::api::access::Action;
 use crate::console::ConsoleRouter;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
+use crate::core::access::Action;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {

@@ -9,10 +9,10 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::{Done, list, may, notice, person_page, see, text};
-use crate::api::access::Action;
 use crate::console::ConsoleRouter;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
+use crate::core::access::Action;
 use crate::mcp::rest::with_query;
 
 /// The routes of this page.
@@ -48,7 +48,7 @@ async fn env(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
     };
     let csrf = html::csrf_field(&person.session.csrf);
     let writes = may(&app, Action::Write);
-    let reveals = super::role_of(&app) == Some(crate::api::access::Role::Owner);
+    let reveals = super::role_of(&app) == Some(crate::core::access::Role::Owner);
     let table_rows: Vec<Vec<String>> = list(&rows, "env")
         .iter()
         .map(|e| {

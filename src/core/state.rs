@@ -9,7 +9,7 @@ use std::sync::Arc;
 use kube::Client;
 use sqlx::PgPool;
 
-use super::internal::guard::InternalAccess;
+use super::internal_access::InternalAccess;
 use crate::auth::rate::{Budget, TokenLimiter};
 use crate::env::crypto::Keyring;
 use crate::mirror::{MirrorConfig, Mirrors};
