@@ -17,8 +17,8 @@ use anyhow::Result;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use slipway::blob::store::{self, NewStore};
-use slipway::env::crypto::Keyring;
 use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
+use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
 
@@ -42,7 +42,7 @@ const ROUNDS: usize = 3;
 #[tokio::main]
 async fn main() -> Result<()> {
     let database = TestDatabase::create().await?;
-    let db = slipway::db::connect(database.url()).await?;
+    let db = slipway_store::db::connect(database.url()).await?;
     let backend = TestS3::start().await?;
     let root = S3Endpoint {
         url: backend.url.clone(),
@@ -51,7 +51,7 @@ async fn main() -> Result<()> {
     };
 
     // One channel's store on an unlimited plan, its bucket made the way the operator makes it.
-    slipway::db::users::create(&db, &"bench".parse()?, "pro").await?;
+    slipway_store::db::users::create(&db, &"bench".parse()?, "pro").await?;
     let ring = Keyring::parse(&Keyring::generate_line("bench"))?;
     let channel = uuid::Uuid::new_v4();
     let row = store::ensure(

@@ -25,9 +25,9 @@ use futures::{StreamExt, TryStreamExt};
 use slipway::blob::access::BlobAccess;
 use slipway::blob::checkpoints::{self, Owner};
 use slipway::blob::store::{self, NewStore};
-use slipway::env::crypto::Keyring;
 use slipway::postgres::snapshots::{Kind, Occasion};
 use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
+use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
 
@@ -131,7 +131,7 @@ async fn main() -> Result<()> {
     let object_size = (setting("SLIPWAY_BENCH_BUCKET_GB", 5.0)? * 1e9 / objects as f64) as usize;
     ensure!(objects > 0, "SLIPWAY_BENCH_BUCKET_OBJECTS is at least 1");
     let database = TestDatabase::create().await?;
-    let db = slipway::db::connect(database.url()).await?;
+    let db = slipway_store::db::connect(database.url()).await?;
     let backend_s3 = TestS3::start().await?;
     let root = S3Endpoint {
         url: backend_s3.url.clone(),
@@ -141,7 +141,7 @@ async fn main() -> Result<()> {
 
     // One channel's store on the unlimited plan, its bucket made the way the operator makes it (versioned), and the
     // gateway in this process.
-    slipway::db::users::create(&db, &"bench".parse()?, "pro").await?;
+    slipway_store::db::users::create(&db, &"bench".parse()?, "pro").await?;
     let ring = Keyring::parse(&Keyring::generate_line("bench"))?;
     let owner = Owner {
         channel_id: uuid::Uuid::new_v4(),

@@ -19,13 +19,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, ensure};
 use futures::StreamExt;
-use slipway::env::crypto::Keyring;
 use slipway::postgres::archive::{self, Archive};
 use slipway::postgres::snapshots::{self, Kind, Occasion, Parts};
 use slipway::postgres::store::{self, NewRecord};
 use slipway_controllers::blob::backend::S3Endpoint;
 use slipway_controllers::postgres::names;
 use slipway_controllers::postgres::server::{DataServer, DumpFormat, RoleSettings};
+use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
 
@@ -52,9 +52,9 @@ async fn main() -> Result<()> {
         .context("SLIPWAY_TEST_DATA_SERVER_URL names the data server (make bench starts one)")?;
     let server = DataServer::new(&admin_url)?;
     let database = TestDatabase::create().await?;
-    let db = slipway::db::connect(database.url()).await?;
+    let db = slipway_store::db::connect(database.url()).await?;
     let ring = Keyring::parse(&Keyring::generate_line("bench"))?;
-    slipway::db::users::create(&db, &"bench".parse()?, "pro").await?;
+    slipway_store::db::users::create(&db, &"bench".parse()?, "pro").await?;
     let label = format!("snap-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let record = store::ensure(
         &db,

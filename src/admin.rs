@@ -5,7 +5,7 @@ use slipway_crds::names::Username;
 use slipway_crds::plans::Plan;
 
 use crate::auth::{scopes, token};
-use crate::db::tokens::NewToken;
+use slipway_store::db::tokens::NewToken;
 
 /// Administrative commands.
 #[derive(Debug, clap::Subcommand)]
@@ -104,12 +104,12 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
                     slipway_crds::plans::PLANS.map(|p| p.tier).join(", ")
                 );
             };
-            let db = crate::db::connect(&database_url).await?;
+            let db = slipway_store::db::connect(&database_url).await?;
             let kube = kube::Client::try_default()
                 .await
                 .context("connect to Kubernetes")?;
             let name: Username = username.parse()?;
-            crate::db::users::set_plan(&db, &name, plan.tier)
+            slipway_store::db::users::set_plan(&db, &name, plan.tier)
                 .await?
                 .then_some(())
                 .with_context(|| format!("there is no user named {username}"))?;
@@ -124,8 +124,8 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             username,
             database_url,
         } => {
-            let db = crate::db::connect(&database_url).await?;
-            if !crate::db::registrations::deactivate(&db, &username).await? {
+            let db = slipway_store::db::connect(&database_url).await?;
+            if !slipway_store::db::registrations::deactivate(&db, &username).await? {
                 bail!("there is no active user named {username}");
             }
             eprintln!("deactivated {username}: SSH keys removed, tokens revoked");
@@ -136,17 +136,20 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
                 !id.is_empty() && !id.contains(char::is_whitespace),
                 "the key id must be one word"
             );
-            println!("{}", crate::env::crypto::Keyring::generate_line(&id));
+            println!(
+                "{}",
+                slipway_store::env::crypto::Keyring::generate_line(&id)
+            );
             Ok(())
         }
         AdminCommand::ResealEnv {
             database_url,
             env_keys_file,
         } => {
-            let ring = crate::env::crypto::Keyring::load(&env_keys_file)?;
-            let db = crate::db::connect(&database_url).await?;
-            let rows = crate::env::store::reseal_all(&db, &ring).await?;
-            let snapshots = crate::env::snapshot::reseal_all(&db, &ring).await?;
+            let ring = slipway_store::env::crypto::Keyring::load(&env_keys_file)?;
+            let db = slipway_store::db::connect(&database_url).await?;
+            let rows = slipway_store::env::store::reseal_all(&db, &ring).await?;
+            let snapshots = slipway_store::env::snapshot::reseal_all(&db, &ring).await?;
             let stores = crate::blob::store::reseal_all(&db, &ring).await?;
             let mirror_keys = crate::mirror::keys::reseal_all(&db, &ring).await?;
             let databases = crate::postgres::store::reseal_all(&db, &ring).await?;
@@ -174,15 +177,15 @@ pub async fn create_user(
             slipway_crds::plans::PLANS.map(|p| p.tier).join(", ")
         );
     };
-    let db = crate::db::connect(database_url).await?;
+    let db = slipway_store::db::connect(database_url).await?;
     let kube = kube::Client::try_default()
         .await
         .context("connect to Kubernetes")?;
-    let user = crate::db::users::create(&db, &username, plan.tier)
+    let user = slipway_store::db::users::create(&db, &username, plan.tier)
         .await?
         .with_context(|| format!("a user named {username} already exists"))?;
     if let Some(email) = email {
-        crate::db::users::set_verified_email(&db, &username, email)
+        slipway_store::db::users::set_verified_email(&db, &username, email)
             .await
             .with_context(|| format!("{email} is the verified address of another account"))?;
     }
@@ -200,6 +203,6 @@ pub async fn create_user(
         only_path: None,
         audience: None,
     };
-    crate::db::tokens::insert(&db, &new).await?;
+    slipway_store::db::tokens::insert(&db, &new).await?;
     Ok(plaintext)
 }

@@ -11,8 +11,6 @@ pub mod checkpoints;
 pub mod cli;
 pub mod console;
 pub mod core;
-pub mod db;
-pub mod env;
 pub mod exports;
 pub mod git;
 pub mod jobs;

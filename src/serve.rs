@@ -279,7 +279,7 @@ pub async fn state(
     args: &ApiArgs,
     kube: kube::Client,
 ) -> anyhow::Result<(AppState, Vec<tokio::task::JoinHandle<()>>)> {
-    let keyring = crate::env::crypto::Keyring::load(&args.env_keys_file)?;
+    let keyring = slipway_store::env::crypto::Keyring::load(&args.env_keys_file)?;
     let source_key = SourceKey::load(&args.build_source_key_file)?;
     let callers =
         Callers::new(args.internal_callers.iter().cloned()).map_err(anyhow::Error::msg)?;
@@ -295,7 +295,7 @@ pub async fn state(
         callers,
         source_key,
     );
-    let db = crate::db::connect(&args.database_url).await?;
+    let db = slipway_store::db::connect(&args.database_url).await?;
     let (cache, tasks) = Cache::start(kube.clone()).await?;
     let names = PublicNames {
         app_domain: args.app_domain.clone(),

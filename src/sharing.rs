@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::core::access::{Role, VisibleApp};
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
-use crate::db::members;
+use slipway_store::db::members;
 
 /// A person with a role on an app.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -91,8 +91,11 @@ pub async fn remove(state: &AppState, app: &VisibleApp, username: &str) -> Resul
     }
 }
 
-async fn account(state: &AppState, username: &str) -> Result<crate::db::users::User, ApiError> {
-    crate::db::users::by_username(state.db(), username)
+async fn account(
+    state: &AppState,
+    username: &str,
+) -> Result<slipway_store::db::users::User, ApiError> {
+    slipway_store::db::users::by_username(state.db(), username)
         .await?
         .ok_or_else(|| ApiError::Missing("not_found", format!("no account is named {username:?}")))
 }

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use slipway::auth::{scopes, token};
-use slipway::db::tokens::NewToken;
+use slipway_store::db::tokens::NewToken;
 
 /// An account and a token of it with the default scopes.
 #[derive(Debug, Clone)]
@@ -22,13 +22,13 @@ pub async fn create_user(
     plan: &str,
 ) -> Result<User> {
     let name: slipway_crds::names::Username = username.parse()?;
-    let row = slipway::db::users::create(db, &name, plan)
+    let row = slipway_store::db::users::create(db, &name, plan)
         .await?
         .with_context(|| format!("the account {username} exists already"))?;
     let namespace = slipway::platform::tenancy::ensure_user_namespace(kube, &name, plan).await?;
     let plaintext = token::generate();
     let scopes = scopes::default_scopes();
-    slipway::db::tokens::insert(
+    slipway_store::db::tokens::insert(
         db,
         &NewToken {
             user_id: row.id,

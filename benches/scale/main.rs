@@ -74,7 +74,7 @@ async fn main() -> Result<()> {
     }
     let mut memory = vec![("started, no channels", platform.memory()?)];
 
-    let db = slipway::db::connect(&platform.db_url).await?;
+    let db = slipway_store::db::connect(&platform.db_url).await?;
     let rest = Rest::new(&platform.api_url)?;
     let users = create_users(&db, &kube).await?;
     phases.end(&format!("create {USERS} accounts"));

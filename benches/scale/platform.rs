@@ -123,7 +123,10 @@ impl Platform {
 
         let (api_port, internal_port) = (free_port()?, free_port()?);
         let keys = platform.dir.path().join("env-keys");
-        std::fs::write(&keys, slipway::env::crypto::Keyring::generate_line("bench"))?;
+        std::fs::write(
+            &keys,
+            slipway_store::env::crypto::Keyring::generate_line("bench"),
+        )?;
         let source_key = platform.dir.path().join("build-source-key");
         std::fs::write(
             &source_key,

@@ -58,7 +58,7 @@ async fn list_activity(
     caller.require_scope(scopes::STATS_READ)?;
     let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     let limit = page.limit()?;
-    let rows = crate::db::audit::journal(state.db(), app.id, page.after()?, limit).await?;
+    let rows = slipway_store::db::audit::journal(state.db(), app.id, page.after()?, limit).await?;
     let next_cursor = next_cursor(rows.len(), limit, rows.last().map(|r| r.id));
     let events = rows
         .into_iter()

@@ -21,7 +21,7 @@ use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::db::runtime_logs::Generation;
+use slipway_store::db::runtime_logs::Generation;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -258,7 +258,7 @@ async fn channel_health(
     let last_deploy = newest_finished(&deploys);
     let is_static = app.app.spec.template == Template::Static;
     let container = match view.id.parse::<Uuid>() {
-        Ok(id) if !is_static => crate::db::runtime_logs::newest(state.db(), id)
+        Ok(id) if !is_static => slipway_store::db::runtime_logs::newest(state.db(), id)
             .await?
             .as_ref()
             .map(ContainerState::from),

@@ -78,7 +78,7 @@ pub(crate) async fn owner_facts(
     let (plan, default) = if app.owner.as_str() == caller.username {
         (caller.plan.clone(), caller.agent_protected_actions_default)
     } else {
-        let owner = crate::db::users::by_username(state.db(), app.owner.as_str()).await?;
+        let owner = slipway_store::db::users::by_username(state.db(), app.owner.as_str()).await?;
         let owner = owner.ok_or_else(|| {
             anyhow::anyhow!("owner {} of app {} has no account", app.owner, app.name)
         })?;

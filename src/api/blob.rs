@@ -201,7 +201,7 @@ async fn blob_credentials(
         return Err(not_ready());
     }
     let secret_access_key = store.secret(state.keyring()).map_err(ApiError::Internal)?;
-    crate::db::audit::record(
+    slipway_store::db::audit::record(
         state.db(),
         &caller,
         Some(app_id),

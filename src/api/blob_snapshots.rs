@@ -196,7 +196,7 @@ async fn download_blob_snapshot(
     let (app, marker) = downloadable(&state, &caller, ids).await?;
     within_limits(&state, &marker)?;
     let bucket = bucket_of(&state, channel_id).await?;
-    crate::db::audit::record(
+    slipway_store::db::audit::record(
         state.db(),
         &caller,
         Some(app.id),
@@ -284,7 +284,7 @@ async fn restore_blob(
         app_id,
         channel_id,
         snapshot_id: request.snapshot_id,
-        actor: crate::db::audit::Actor::of(&caller),
+        actor: slipway_store::db::audit::Actor::from(&caller),
     };
     let job = restore_as_job(&state, &crate::checkpoints::bucket_restore::job(&params)).await?;
     if job.state != jobs::state::SUCCEEDED {

@@ -78,7 +78,7 @@ async fn create_channel(
         ));
     }
     let binding: GitRefBinding = req.git_ref_binding.parse()?;
-    let owner = crate::db::users::by_username(state.db(), app.owner.as_str())
+    let owner = slipway_store::db::users::by_username(state.db(), app.owner.as_str())
         .await?
         .ok_or_else(|| anyhow::anyhow!("owner {} has no account", app.owner))?;
     let plan =
@@ -158,9 +158,9 @@ async fn delete_channel(
     domain_release::detach_all(&state, &app.namespace, Holder::Channel(&resource_name)).await?;
     let (_, channel_name) = slipway_crds::names::parse_channel_resource_name(&resource_name)?;
     claims::release(&state, &app.namespace, &app.name, &channel_name).await?;
-    crate::env::store::delete_channel(state.db(), app_id, channel_id).await?;
+    slipway_store::env::store::delete_channel(state.db(), app_id, channel_id).await?;
     state.cache().channel_gone(&channel_id.to_string()).await?;
     // After the channel left the cache, so the log archive can no longer record a generation of it.
-    crate::db::runtime_logs::remove_channel(state.db(), channel_id).await?;
+    slipway_store::db::runtime_logs::remove_channel(state.db(), channel_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

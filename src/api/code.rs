@@ -72,7 +72,7 @@ async fn download_code(
             ),
         ));
     }
-    crate::db::audit::record(
+    slipway_store::db::audit::record(
         state.db(),
         &caller,
         Some(app_id),

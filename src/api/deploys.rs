@@ -252,11 +252,12 @@ async fn deploy_log(
     let id: Uuid = deploy_id
         .parse()
         .map_err(|_| ApiError::NotFound("deploy"))?;
-    let total = crate::db::deploy_logs::size(state.db(), id).await?;
+    let total = slipway_store::db::deploy_logs::size(state.db(), id).await?;
     let w = window(total, query.offset, max_bytes)?;
     let (start, bytes) = if w.snap {
         // One byte more in front tells whether the window already starts on a line.
-        let read = crate::db::deploy_logs::read(state.db(), id, w.start - 1, w.len + 1).await?;
+        let read =
+            slipway_store::db::deploy_logs::read(state.db(), id, w.start - 1, w.len + 1).await?;
         let (previous, rest) = read
             .split_first()
             .map_or((None, &[][..]), |(p, r)| (Some(*p), r));
@@ -265,7 +266,7 @@ async fn deploy_log(
     } else {
         (
             w.start,
-            crate::db::deploy_logs::read(state.db(), id, w.start, w.len).await?,
+            slipway_store::db::deploy_logs::read(state.db(), id, w.start, w.len).await?,
         )
     };
     let status = deploy.status.clone().unwrap_or_default();
@@ -439,7 +440,7 @@ async fn images(
     caller.require_scope(scopes::DEPLOY)?;
     let app = access::authorize(&state, &caller, app_id, Action::Read).await?;
     let channel = access::channel_of(&state, &app, channel_id)?;
-    let owner = crate::db::users::by_username(state.db(), app.owner.as_str())
+    let owner = slipway_store::db::users::by_username(state.db(), app.owner.as_str())
         .await?
         .ok_or_else(|| anyhow::anyhow!("owner {} has no account", app.owner))?;
     let plan = Plan::by_tier(&owner.plan)

@@ -15,7 +15,7 @@ use slipway_crds::names::AppName;
 use crate::core::claims;
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
-use crate::db::domain_claims;
+use slipway_store::db::domain_claims;
 
 /// What held the Domains that go.
 #[derive(Debug, Clone, Copy)]

@@ -83,9 +83,9 @@ pub async fn mint(state: &AppState, grant: Grant<'_>) -> Result<DownloadToken, A
     }
     let plaintext = token::generate();
     let scopes = [grant.scope.to_owned()];
-    crate::db::tokens::insert(
+    slipway_store::db::tokens::insert(
         state.db(),
-        &crate::db::tokens::NewToken {
+        &slipway_store::db::tokens::NewToken {
             user_id: caller.user_id,
             hash: token::hash(&plaintext),
             label: Some(&grant.label),
@@ -104,7 +104,7 @@ pub async fn mint(state: &AppState, grant: Grant<'_>) -> Result<DownloadToken, A
     if let Some(map) = details.as_object_mut() {
         map.insert("expires_at".into(), serde_json::json!(expires_at));
     }
-    crate::db::audit::record(
+    slipway_store::db::audit::record(
         state.db(),
         caller,
         Some(grant.app_id),

@@ -13,8 +13,8 @@ use super::extract::Json;
 use crate::auth::{Caller, scopes};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::db::email_challenges::{self, Challenge};
 use crate::registration::{STARTER, VERIFIED, codes, mailer};
+use slipway_store::db::email_challenges::{self, Challenge};
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -251,7 +251,7 @@ async fn complete(
             plan.clone(),
         );
     }
-    crate::db::audit::record(
+    slipway_store::db::audit::record(
         state.db(),
         &caller,
         None,

@@ -17,8 +17,8 @@ use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::env::snapshot::{self, SnapshotView};
-use crate::env::{self, EnvSources, Kind, Scope, resolve::Entry, store};
+use slipway_store::env::snapshot::{self, SnapshotView};
+use slipway_store::env::{self, EnvSources, Kind, Scope, resolve::Entry, store};
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -270,7 +270,8 @@ async fn reveal_env(
         .find(|e| e.key == key)
         .ok_or(ApiError::NotFound("variable"))?;
     let detail = serde_json::json!({"key": entry.key, "kind": entry.kind, "scope": entry.scope, "channel_id": channel_id});
-    crate::db::audit::record(state.db(), &caller, Some(app.id), "env.reveal", detail).await?;
+    slipway_store::db::audit::record(state.db(), &caller, Some(app.id), "env.reveal", detail)
+        .await?;
     Ok(Json(Revealed {
         key: entry.key,
         kind: entry.kind,

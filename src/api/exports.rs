@@ -144,7 +144,7 @@ async fn create_export(
             )));
         }
     };
-    crate::db::audit::record(
+    slipway_store::db::audit::record(
         state.db(),
         &caller,
         Some(app_id),
@@ -221,7 +221,8 @@ async fn download_export(
     if caller.only_path.is_some() {
         // A download token is good for one download: spent before the archive is opened, by one update that
         // revokes it only while it is live, so of two requests at once exactly one goes on.
-        let spent = crate::db::tokens::revoke(state.db(), caller.user_id, caller.token_id).await?;
+        let spent =
+            slipway_store::db::tokens::revoke(state.db(), caller.user_id, caller.token_id).await?;
         state.tokens().forget_all();
         if !spent {
             return Err(ApiError::TokenRevoked);
@@ -231,7 +232,7 @@ async fn download_export(
         tracing::warn!(%export_id, error = %e, "export archive unreadable");
         ApiError::Unavailable("the archive cannot be read right now; try again".into())
     })?;
-    crate::db::audit::record(
+    slipway_store::db::audit::record(
         state.db(),
         &caller,
         Some(app_id),

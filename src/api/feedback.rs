@@ -16,7 +16,7 @@ use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::db::notes::{self, Feedback};
+use slipway_store::db::notes::{self, Feedback};
 
 /// Longest feedback message, in characters.
 pub const MAX_MESSAGE: usize = 4000;

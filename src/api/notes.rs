@@ -18,7 +18,7 @@ use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::db::notes::{self, Note, Thread};
+use slipway_store::db::notes::{self, Note, Thread};
 
 /// Longest thread title, in characters.
 pub const MAX_TITLE: usize = 200;

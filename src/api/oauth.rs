@@ -559,7 +559,7 @@ async fn redeem(
     if request.code_used_at.is_some() {
         // Presented again: whoever holds it now may not be who redeemed it, so the token it bought goes too.
         if let (Some(token_id), Some(user_id)) = (request.token_id, request.user_id) {
-            crate::db::tokens::revoke(state.db(), user_id, token_id).await?;
+            slipway_store::db::tokens::revoke(state.db(), user_id, token_id).await?;
             state.tokens().forget_all();
         }
         return Err(invalid_grant(
@@ -611,9 +611,9 @@ async fn redeem(
         if active != Some(true) {
             return Err(invalid_grant("the account is deactivated"));
         }
-        crate::db::tokens::insert_on(
+        slipway_store::db::tokens::insert_on(
             &mut conn,
-            &crate::db::tokens::NewToken {
+            &slipway_store::db::tokens::NewToken {
                 user_id,
                 hash: token::hash(&plaintext),
                 label: Some(&label),
@@ -622,7 +622,7 @@ async fn redeem(
                 expires_at: Some(expires_at),
                 parent_id: None,
                 only_path: None,
-                audience: Some(crate::db::tokens::MCP_AUDIENCE),
+                audience: Some(slipway_store::db::tokens::MCP_AUDIENCE),
             },
             Some("oauth"),
         )

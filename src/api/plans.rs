@@ -55,7 +55,7 @@ async fn usage(State(state): State<AppState>, caller: Caller) -> Result<Json<Usa
     let plan = Plan::by_tier(&caller.plan)
         .ok_or_else(|| anyhow::anyhow!("unknown plan {}", caller.plan))?;
     let bandwidth_month_bytes =
-        crate::db::bandwidth::this_month(state.db(), &caller.username).await?;
+        slipway_store::db::bandwidth::this_month(state.db(), &caller.username).await?;
     // Database storage is measured on the data server; without one it cannot be, and a made-up 0 would read as a
     // fact (503 postgres_unavailable, as the spec's row says).
     let server = crate::postgres::channel::configured(&state)?;

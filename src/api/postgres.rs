@@ -91,7 +91,7 @@ async fn reset_postgres(
     let record = ready_record(&channel, channel_id, &state).await?;
     confirm(&confirmation.confirm_db_name, &record)?;
     server.reset(&record.names()).await.map_err(unavailable)?;
-    crate::db::audit::record(
+    slipway_store::db::audit::record(
         state.db(),
         &caller,
         Some(app_id),
@@ -137,7 +137,7 @@ async fn dump_postgres(
     server.measure(&record.names()).await.map_err(unavailable)?;
     let command = server.dump_command(&record.db_name, DumpFormat::Plain);
     let body = crate::postgres::stream::stdout_of(command, "pg_dump").map_err(unavailable)?;
-    crate::db::audit::record(
+    slipway_store::db::audit::record(
         state.db(),
         &caller,
         Some(app_id),

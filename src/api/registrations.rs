@@ -22,10 +22,10 @@ use super::extract::Json;
 use crate::auth::{scopes, token};
 use crate::core::error::{ApiError, ErrorEnvelope, FieldProblem};
 use crate::core::state::AppState;
-use crate::db::registrations::{self, NewRegistration, NotCreated};
-use crate::db::tokens::NewToken;
 use crate::registration::proof::{self, Ed25519Key, Purpose};
 use crate::registration::{MAX_LOGIN_TOKENS, STARTER, TOKEN_DAYS};
+use slipway_store::db::registrations::{self, NewRegistration, NotCreated};
+use slipway_store::db::tokens::NewToken;
 
 /// Longest key label.
 pub const LABEL_MAX_CHARS: usize = 64;

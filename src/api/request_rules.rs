@@ -137,7 +137,11 @@ fn body_rules() -> Vec<(&'static str, &'static str, Rule)> {
             "key",
             pattern(patterns::env_key(), slipway_crds::names::ENV_KEY_MAX_LEN),
         ),
-        ("SetEnv", "value", at_most(crate::env::MAX_VALUE_BYTES)),
+        (
+            "SetEnv",
+            "value",
+            at_most(slipway_store::env::MAX_VALUE_BYTES),
+        ),
         ("SetEnv", "kind", Rule::Choice(&["env", "secret"])),
         (
             "AttachDomain",

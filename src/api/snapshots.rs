@@ -159,7 +159,7 @@ async fn download_snapshot(
         )
     })?;
     let body = archive(&state)?.download(key).await.map_err(unavailable)?;
-    crate::db::audit::record(
+    slipway_store::db::audit::record(
         state.db(),
         &caller,
         Some(app.id),
@@ -271,7 +271,7 @@ pub(super) async fn require_restorable(
     if channel.channel_name() != "prod" {
         return Ok(());
     }
-    let rows = crate::env::store::rows(state.db(), app.id)
+    let rows = slipway_store::env::store::rows(state.db(), app.id)
         .await
         .map_err(ApiError::Internal)?;
     let setting = rows
@@ -333,7 +333,7 @@ async fn restore_snapshot(
         channel_id,
         snapshot_id: request.snapshot_id,
         db_name: record.db_name.clone(),
-        actor: crate::db::audit::Actor::of(&caller),
+        actor: slipway_store::db::audit::Actor::from(&caller),
     };
     let job = restore_as_job(&state, &crate::checkpoints::sql_restore::job(&params)).await?;
     if job.state != jobs::state::SUCCEEDED {

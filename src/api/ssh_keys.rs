@@ -19,8 +19,8 @@ use super::extract::{Json, Path};
 use crate::auth::{Caller, scopes};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::db::ssh_keys::{self, NewKey, SshKey};
 use crate::registration::proof::{self, Ed25519Key, Purpose};
+use slipway_store::db::ssh_keys::{self, NewKey, SshKey};
 
 /// Longest label.
 pub const LABEL_MAX_CHARS: usize = 64;
@@ -125,7 +125,7 @@ async fn add_key(
             .iter()
             .all(|s| caller.scopes.iter().any(|c| c == s));
         let bound = caller.scopes.iter().any(|s| s == scopes::EMAIL_BIND)
-            || crate::db::users::has_verified_email(state.db(), caller.user_id).await?;
+            || slipway_store::db::users::has_verified_email(state.db(), caller.user_id).await?;
         if !all_defaults || !bound {
             return Err(ApiError::Conflict(
                 "api_login keys need a token with the nine default scopes, and either email:bind or a verified email address on the account".into(),
@@ -175,7 +175,8 @@ async fn prove_possession(
         .map_err(ApiError::bad_request)?;
     let mut conn = state.db().acquire().await?;
     let until = proof::remembered_until(timestamp);
-    if crate::db::registrations::spend_signature(&mut conn, &verified.signature_hash, until).await?
+    if slipway_store::db::registrations::spend_signature(&mut conn, &verified.signature_hash, until)
+        .await?
     {
         Ok(())
     } else {

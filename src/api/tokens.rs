@@ -14,7 +14,7 @@ use super::extract::{Json, OptionalJson, Path};
 use crate::auth::{Caller, scopes, token};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::db::tokens::NewToken;
+use slipway_store::db::tokens::NewToken;
 
 /// Longest life of a credential: 30 days.
 pub const MAX_CREDENTIAL_SECONDS: i64 = 2_592_000;
@@ -148,7 +148,7 @@ async fn mint(
         // OAuth token stays good at `/mcp` only, or that token's audience would be a 30-day token away.
         audience: caller.audience.as_deref(),
     };
-    let id = crate::db::tokens::insert(state.db(), &new).await?;
+    let id = slipway_store::db::tokens::insert(state.db(), &new).await?;
     Ok((id, plaintext))
 }
 
@@ -190,7 +190,7 @@ async fn list_tokens(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<Json<TokenList>, ApiError> {
-    let tokens = crate::db::tokens::live_of_user(state.db(), caller.user_id)
+    let tokens = slipway_store::db::tokens::live_of_user(state.db(), caller.user_id)
         .await?
         .into_iter()
         .map(|t| TokenInfo {
@@ -252,8 +252,12 @@ pub async fn mint_for_person(
         only_path: None,
         audience: None,
     };
-    let id = crate::db::tokens::insert_on(&mut *state.db().acquire().await?, &new, Some("console"))
-        .await?;
+    let id = slipway_store::db::tokens::insert_on(
+        &mut *state.db().acquire().await?,
+        &new,
+        Some("console"),
+    )
+    .await?;
     Ok(TokenCreated {
         id,
         token: plaintext,
@@ -273,7 +277,7 @@ async fn revoke_token(
     caller: Caller,
     Path(token_id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
-    if crate::db::tokens::revoke(state.db(), caller.user_id, token_id).await? {
+    if slipway_store::db::tokens::revoke(state.db(), caller.user_id, token_id).await? {
         // This process refuses the chain from the next request on; the others hear of it from the database.
         state.tokens().forget_all();
         // External SQL sessions on the revoked chain end now, not at the next periodic check.

@@ -22,6 +22,16 @@ use uuid::Uuid;
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
 
+impl From<&Caller> for slipway_store::db::audit::Actor {
+    /// The account and token of `caller`.
+    fn from(caller: &Caller) -> Self {
+        Self {
+            user_id: caller.user_id,
+            token_id: caller.token_id,
+        }
+    }
+}
+
 /// Path of the MCP endpoint on the API's listener: the one place a token minted by the MCP server's OAuth is good.
 pub const MCP_PATH: &str = "/mcp";
 
@@ -160,7 +170,7 @@ async fn authenticate_at(
         return Err(ApiError::TokenLimited(format!("GET {only}")));
     }
     let at_mcp = matches!(place, Place::Mcp | Place::Route { via_mcp: true, .. });
-    if row.audience.as_deref() == Some(crate::db::tokens::MCP_AUDIENCE) && !at_mcp {
+    if row.audience.as_deref() == Some(slipway_store::db::tokens::MCP_AUDIENCE) && !at_mcp {
         return Err(ApiError::TokenLimited(format!(
             "the MCP endpoint {}",
             MCP_PATH

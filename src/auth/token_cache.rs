@@ -15,14 +15,14 @@
 //! New tokens need no notice: a token the cache has not read is read from the database. Unknown tokens are not
 //! kept, so a token works the moment it is minted.
 //!
-//! [`TTL`]: crate::db::notices::TTL
+//! [`TTL`]: slipway_store::db::notices::TTL
 
 use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use crate::db::notices::Noticed;
-use crate::db::tokens::TokenRow;
+use slipway_store::db::notices::Noticed;
+use slipway_store::db::tokens::TokenRow;
 
 /// The notification channel the trigger of migration `20261124300000` announces changes on.
 pub const CHANNEL: &str = "slipway_auth_changed";
@@ -41,7 +41,11 @@ impl TokenCache {
     /// The token whose plaintext hashes to `hash`, from memory or from `db`.
     pub async fn by_hash(&self, db: &PgPool, hash: &[u8; 32]) -> sqlx::Result<Option<TokenRow>> {
         self.0
-            .get(hash, crate::db::tokens::by_hash(db, hash), Option::is_some)
+            .get(
+                hash,
+                slipway_store::db::tokens::by_hash(db, hash),
+                Option::is_some,
+            )
             .await
     }
 

@@ -28,7 +28,7 @@ impl Uses {
         }
         let db = db.clone();
         tokio::spawn(async move {
-            if let Err(e) = crate::db::tokens::record_use(&db, token).await {
+            if let Err(e) = slipway_store::db::tokens::record_use(&db, token).await {
                 tracing::debug!(error = %e, "the token's use could not be recorded");
             }
         });

@@ -7,7 +7,7 @@ use std::time::Duration;
 use slipway_controllers::blob::backend::{self, S3Endpoint};
 
 use super::store::Store;
-use crate::env::crypto::Keyring;
+use slipway_store::env::crypto::Keyring;
 
 /// Longest a probe may take before the store counts as unavailable.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -10,7 +10,7 @@ use slipway_controllers::blob::backend::{self, S3Endpoint};
 
 use super::access::BlobAccess;
 use super::store::Store;
-use crate::env::crypto::Keyring;
+use slipway_store::env::crypto::Keyring;
 
 /// A channel's bucket, reached through the gateway.
 #[derive(Clone)]

@@ -72,9 +72,10 @@ mod tests {
 
     #[test]
     fn a_sealed_secret_opens_only_in_its_own_row() {
-        let ring =
-            crate::env::crypto::Keyring::parse(&crate::env::crypto::Keyring::generate_line("k"))
-                .unwrap();
+        let ring = slipway_store::env::crypto::Keyring::parse(
+            &slipway_store::env::crypto::Keyring::generate_line("k"),
+        )
+        .unwrap();
         let channel = Uuid::new_v4();
         let sealed = ring.seal(b"secret", &aad(channel, "SVCA")).unwrap();
         assert_eq!(

@@ -20,7 +20,7 @@ use super::front::Front;
 use super::gateway::Gateway;
 use super::quota::{Quota, Settler};
 use super::tenants::{ChannelKeys, Tenants};
-use crate::env::crypto::Keyring;
+use slipway_store::env::crypto::Keyring;
 
 /// Longest wait, once told to stop, for open connections to finish the requests they are in (an upload in flight
 /// included).
@@ -130,7 +130,7 @@ pub async fn serve(
 /// Runs the gateway until SIGTERM or Ctrl-C.
 pub async fn run(args: S3Args) -> anyhow::Result<()> {
     let ring = Keyring::load(&args.env_keys_file)?;
-    let db = crate::db::connect(&args.database_url).await?;
+    let db = slipway_store::db::connect(&args.database_url).await?;
     let endpoint = args.backend();
     let listener = TcpListener::bind(args.listen)
         .await

@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::keys::{self, KeyPair};
-use crate::env::crypto::{Keyring, Sealed};
+use slipway_store::env::crypto::{Keyring, Sealed};
 
 /// A row of `blob_stores`.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -71,14 +71,14 @@ pub struct NewStore<'a> {
 }
 
 /// Records the channel's store with a fresh key pair, unless it has one; answers the stored row either way.
-/// Under the channel's record lock ([`crate::db::lock_channel_records`]), which a transfer's swap of records holds.
+/// Under the channel's record lock ([`slipway_store::db::lock_channel_records`]), which a transfer's swap of records holds.
 pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewStore<'_>) -> anyhow::Result<Store> {
     // Most calls find the record made: one query, no lock.
     if let Some(store) = by_channel(db, new.channel_id).await? {
         return Ok(store);
     }
     let mut tx = db.begin().await?;
-    crate::db::lock_channel_records(&mut tx, new.channel_id).await?;
+    slipway_store::db::lock_channel_records(&mut tx, new.channel_id).await?;
     if let Some(store) = by_channel(&mut *tx, new.channel_id).await? {
         return Ok(store);
     }

@@ -14,7 +14,7 @@
 //! Unknown keys are kept too, so a client retrying a bad key costs one read per [`TTL`]; a store made later with
 //! that key is announced like any change.
 //!
-//! [`TTL`]: crate::db::notices::TTL
+//! [`TTL`]: slipway_store::db::notices::TTL
 
 use std::sync::Arc;
 
@@ -26,8 +26,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::store;
-use crate::db::notices::Noticed;
-use crate::env::crypto::Keyring;
+use slipway_store::db::notices::Noticed;
+use slipway_store::env::crypto::Keyring;
 
 /// The notification channel of migration `20261127000000`.
 pub const CHANNEL: &str = "slipway_blob_changed";

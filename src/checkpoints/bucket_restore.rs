@@ -16,8 +16,8 @@ use uuid::Uuid;
 use crate::blob::checkpoints as markers;
 use crate::core::error::pool_exhausted;
 use crate::core::state::AppState;
-use crate::db::audit::{self, Actor};
 use crate::jobs::{Job, JobError, Kind, NewJob, Progress};
+use slipway_store::db::audit::{self, Actor};
 
 /// What the job needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -89,7 +89,7 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
         "channel_id": params.channel_id, "snapshot_id": params.snapshot_id, "marker_id": marker.id,
         "copied": copied, "hidden": hidden, "stopped": stopped,
     });
-    if let Err(e) = audit::record_for(
+    if let Err(e) = audit::record(
         db,
         params.actor,
         Some(params.app_id),

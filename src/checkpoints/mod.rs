@@ -120,7 +120,7 @@ pub struct Legs<'a> {
 
 /// Runs `work` holding the channel's checkpoint lock (a Postgres advisory lock): checkpoints, prunes and restores
 /// of one channel never overlap, across API replicas too. The lock lives on a connection of its own, outside the
-/// pool ([`crate::db::lock_connection`]), so neither the work's length nor a wait for the lock takes a pooled
+/// pool ([`slipway_store::db::lock_connection`]), so neither the work's length nor a wait for the lock takes a pooled
 /// connection from the requests; at most [`AT_ONCE`] run at once per process, and the others wait without a
 /// connection. The connection is closed when `work` is dropped half-way (a request that timed out), so the lock
 /// never outlives it.
@@ -131,7 +131,7 @@ pub async fn exclusively<T>(
 ) -> sqlx::Result<T> {
     // SLOTS is never closed, so this never fails.
     let _slot = SLOTS.acquire().await.map_err(|_| sqlx::Error::PoolClosed)?;
-    let mut lock = crate::db::lock_connection(db).await?;
+    let mut lock = slipway_store::db::lock_connection(db).await?;
     let advisory = |function: &'static str| {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {function}($1, hashtext($2))"
@@ -222,7 +222,7 @@ async fn prune(
 
 /// The plan of the account `owner`, which bounds how many checkpoints its channels keep.
 pub async fn owner_plan(db: &PgPool, owner: &str) -> anyhow::Result<&'static Plan> {
-    let user = crate::db::users::by_username(db, owner)
+    let user = slipway_store::db::users::by_username(db, owner)
         .await?
         .ok_or_else(|| anyhow::anyhow!("owner {owner} has no account"))?;
     Plan::by_tier(&user.plan).ok_or_else(|| anyhow::anyhow!("unknown plan {}", user.plan))

@@ -86,7 +86,7 @@ pub async fn schedule(state: &AppState) -> anyhow::Result<Vec<Uuid>> {
         return Ok(Vec::new());
     }
     // Held while asking: on a connection of its own, not one of the requests'.
-    let mut lock = crate::db::lock_connection(state.db()).await?;
+    let mut lock = slipway_store::db::lock_connection(state.db()).await?;
     let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
         .bind(LOCK)
         .fetch_one(&mut lock)

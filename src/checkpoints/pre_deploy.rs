@@ -216,7 +216,8 @@ impl DeployLog<'_> {
     async fn line(&self, text: &str) {
         let line = format!("[snapshot] {text}\n");
         if let Err(e) =
-            crate::db::deploy_logs::append(self.state.db(), self.deploy_id, line.as_bytes()).await
+            slipway_store::db::deploy_logs::append(self.state.db(), self.deploy_id, line.as_bytes())
+                .await
         {
             tracing::warn!(deploy_id = %self.deploy_id, error = %e, "could not write the deploy's log");
         }

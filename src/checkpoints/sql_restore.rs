@@ -20,9 +20,9 @@ use uuid::Uuid;
 
 use crate::core::error::pool_exhausted;
 use crate::core::state::AppState;
-use crate::db::audit::{self, Actor};
 use crate::jobs::{Job, JobError, Kind, NewJob, Progress};
 use crate::postgres::restore::RestoreFailed;
+use slipway_store::db::audit::{self, Actor};
 
 /// What the job needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -121,7 +121,7 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
         "db_name": params.db_name,
         "snapshot_id": params.snapshot_id,
     });
-    if let Err(e) = audit::record_for(
+    if let Err(e) = audit::record(
         db,
         params.actor,
         Some(params.app_id),

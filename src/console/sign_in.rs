@@ -30,12 +30,12 @@ use super::session::{
 };
 use super::{Console, ConsoleRouter, html_page};
 use crate::auth::{scopes, token};
-use crate::db::console_codes::{self, Code};
-use crate::db::tokens::NewToken;
 use crate::people::{self, Account};
 use crate::registration::codes;
 use slipway_identity::seal::Purpose;
 use slipway_identity::upstream::Pending;
+use slipway_store::db::console_codes::{self, Code};
+use slipway_store::db::tokens::NewToken;
 
 /// The cookie carrying a sign-in across the upstream provider.
 pub const FLOW_COOKIE: &str = "__Host-slipway_flow";
@@ -520,7 +520,7 @@ async fn start_session(console: &Console, account: &Account, return_to: &str) ->
     };
     let minted = match console.state.db().acquire().await {
         Ok(mut conn) => {
-            crate::db::tokens::insert_on(&mut conn, &new, Some("console_session")).await
+            slipway_store::db::tokens::insert_on(&mut conn, &new, Some("console_session")).await
         }
         Err(e) => Err(e),
     };

@@ -223,7 +223,7 @@ pub async fn visible_apps(state: &AppState, caller: &Caller) -> Result<Vec<Visib
         .filter(|a| a.spec.owner == caller.username)
         .filter_map(|a| VisibleApp::from_resource(a, Role::Owner))
         .collect();
-    for (app_id, role) in crate::db::members::apps_of(state.db(), caller.user_id).await? {
+    for (app_id, role) in slipway_store::db::members::apps_of(state.db(), caller.user_id).await? {
         let shared = state.cache().app_by_uid(&app_id.to_string());
         if let (Some(app), Some(role)) = (shared, Role::parse_membership(&role)) {
             apps.extend(VisibleApp::from_resource(app, role));
@@ -266,7 +266,7 @@ pub async fn visible_app_to(
     {
         return VisibleApp::from_resource(app, Role::Owner).ok_or_else(not_found);
     }
-    let role = crate::db::members::apps_of(state.db(), user_id)
+    let role = slipway_store::db::members::apps_of(state.db(), user_id)
         .await?
         .into_iter()
         .find(|(app_id, _)| *app_id == id)
@@ -301,7 +301,7 @@ pub async fn require_protected(
     let owner_default = if app.owner.as_str() == caller.username {
         caller.agent_protected_actions_default
     } else {
-        crate::db::users::by_username(state.db(), app.owner.as_str())
+        slipway_store::db::users::by_username(state.db(), app.owner.as_str())
             .await?
             .ok_or_else(|| {
                 anyhow::anyhow!("owner {} of app {} has no account", app.owner, app.name)

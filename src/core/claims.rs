@@ -1,5 +1,5 @@
 //! The platform database as the arbiter of plan caps, hostnames and custom domains on the API path (see
-//! [`crate::db::claims`] and [`crate::db::domain_claims`]). The cache answers first, for a clear message without a
+//! [`slipway_store::db::claims`] and [`slipway_store::db::domain_claims`]). The cache answers first, for a clear message without a
 //! round trip; the claim decides, so parallel requests cannot beat the cap or the domain limit, or share a hostname
 //! or a domain. A claim is released when the write to the cluster fails and when the API deletes the channel, its
 //! app or the domain.
@@ -14,9 +14,9 @@ use uuid::Uuid;
 use super::access::VisibleApp;
 use super::error::ApiError;
 use super::state::AppState;
-use crate::db::claims::{self, Claim, Cluster, Refused};
-use crate::db::domain_claims::{self, DomainClaim, DomainRefused};
 use crate::platform::cache::Cache;
+use slipway_store::db::claims::{self, Claim, Cluster, Refused};
+use slipway_store::db::domain_claims::{self, DomainClaim, DomainRefused};
 
 /// The cluster as the API's cache sees it.
 struct Cached<'a>(&'a Cache);
@@ -117,7 +117,7 @@ pub async fn claim_domain(
     channel: &str,
     domain: &DomainName,
 ) -> Result<(), ApiError> {
-    let owner = crate::db::users::by_username(state.db(), app.owner.as_str())
+    let owner = slipway_store::db::users::by_username(state.db(), app.owner.as_str())
         .await?
         .ok_or_else(|| anyhow::anyhow!("owner {} has no account", app.owner))?;
     let claim = DomainClaim {

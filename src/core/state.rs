@@ -11,10 +11,10 @@ use sqlx::PgPool;
 
 use super::internal_access::InternalAccess;
 use crate::auth::rate::{Budget, TokenLimiter};
-use crate::env::crypto::Keyring;
 use crate::mirror::{MirrorConfig, Mirrors};
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
+use slipway_store::env::crypto::Keyring;
 
 /// The platform's public names, from which URLs and hostnames are formed.
 #[derive(Debug, Clone)]

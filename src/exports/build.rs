@@ -309,14 +309,15 @@ async fn names_of(
     app: &VisibleApp,
     channel: Option<(Uuid, Option<&str>)>,
 ) -> anyhow::Result<Value> {
-    let sources = crate::env::EnvSources {
+    let sources = slipway_store::env::EnvSources {
         app_id: app.id,
         namespace: &app.namespace,
         app_secret: app.app.spec.env_secret.as_deref(),
         channel,
     };
     let (entries, _warnings) =
-        crate::env::resolve_sources(state.db(), state.kube(), state.keyring(), &sources).await?;
+        slipway_store::env::resolve_sources(state.db(), state.kube(), state.keyring(), &sources)
+            .await?;
     Ok(entries
         .into_iter()
         .map(|e| json!({"key": e.key, "kind": e.kind, "scope": e.scope}))

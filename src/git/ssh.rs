@@ -111,7 +111,7 @@ impl Connection {
         key: &russh::keys::PublicKey,
     ) -> Result<Option<(Uuid, String)>, russh::Error> {
         let fingerprint = key.fingerprint(HashAlg::Sha256).to_string();
-        match crate::db::ssh_keys::owner_of(self.state.db(), &fingerprint).await {
+        match slipway_store::db::ssh_keys::owner_of(self.state.db(), &fingerprint).await {
             Ok(found) => Ok(found),
             Err(e) => {
                 tracing::error!(error = %e, "looking up an SSH key failed");

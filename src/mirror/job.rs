@@ -16,9 +16,9 @@ use uuid::Uuid;
 use crate::core::access::{Role, VisibleApp};
 use crate::core::error::{ApiError, pool_exhausted};
 use crate::core::state::AppState;
-use crate::db::mirrors::{self, Mirror};
 use crate::jobs::store::Admission;
 use crate::jobs::{self, Job, JobError, Kind, NewJob, Progress};
+use slipway_store::db::mirrors::{self, Mirror};
 
 /// What the job needs: the app, and which connection of it (a mirror disconnected and connected again is another).
 #[derive(Debug, Clone, Serialize, Deserialize)]

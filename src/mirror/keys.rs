@@ -8,7 +8,7 @@ use russh::keys::ssh_key::{LineEnding, PrivateKey};
 use uuid::Uuid;
 use zeroize::Zeroizing;
 
-use crate::env::crypto::{Keyring, Sealed};
+use slipway_store::env::crypto::{Keyring, Sealed};
 
 /// A new deploy key: the private key and its OpenSSH public line, commented with what it is for.
 pub fn generate(comment: &str) -> anyhow::Result<(PrivateKey, String)> {
@@ -39,7 +39,8 @@ pub fn open(ring: &Keyring, app: Uuid, sealed: &Sealed) -> anyhow::Result<Privat
 /// Re-seals every mirror key another keyring entry sealed (key rotation); returns how many changed.
 pub async fn reseal_all(db: &sqlx::PgPool, ring: &Keyring) -> anyhow::Result<u64> {
     let mut tx = db.begin().await?;
-    let stale = crate::db::mirrors::sealed_with_other_keys(&mut tx, ring.active_id()).await?;
+    let stale =
+        slipway_store::db::mirrors::sealed_with_other_keys(&mut tx, ring.active_id()).await?;
     for (app, key_id, bytes) in &stale {
         let value = Zeroizing::new(ring.open(
             &Sealed {
@@ -49,7 +50,7 @@ pub async fn reseal_all(db: &sqlx::PgPool, ring: &Keyring) -> anyhow::Result<u64
             &place(*app),
         )?);
         let sealed = ring.seal(&value, &place(*app))?;
-        crate::db::mirrors::reseal(&mut tx, *app, &sealed.key_id, &sealed.bytes).await?;
+        slipway_store::db::mirrors::reseal(&mut tx, *app, &sealed.key_id, &sealed.bytes).await?;
     }
     tx.commit().await?;
     Ok(stale.len() as u64)

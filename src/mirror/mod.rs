@@ -84,7 +84,7 @@ impl Mirrors {
 /// Why commits to `app` by push or changeset are refused, if they are: its commits come from the external
 /// repository it is connected to.
 pub async fn commits_refused(state: &AppState, app: Uuid) -> Result<Option<String>, ApiError> {
-    Ok(crate::db::mirrors::connected(state.db(), app)
+    Ok(slipway_store::db::mirrors::connected(state.db(), app)
         .await?
         .then(|| {
             "this app mirrors an external repository: commit there and sync, or disconnect the mirror first"

@@ -13,8 +13,8 @@ use super::{cluster, keys, resolve, transport, vet};
 use crate::core::access::VisibleApp;
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
-use crate::db::mirrors::{self, Mirror, NewMirror};
-use crate::env::crypto::Sealed;
+use slipway_store::db::mirrors::{self, Mirror, NewMirror};
+use slipway_store::env::crypto::Sealed;
 
 /// Git mirror status: when `connected` is false every other field is null.
 #[derive(Debug, Default, Serialize, utoipa::ToSchema)]

@@ -9,7 +9,7 @@
 //! - an app's rows go once two sweeps in a row, an hour apart, found the app missing (some of them carry no
 //!   time, and an app being created is in the cluster long before the next sweep);
 //! - a domain claim goes once it has lapsed: settled and without its Domain (see
-//!   [`crate::db::domain_claims::forget_lapsed`]), such as the claims older versions left behind when they deleted
+//!   [`slipway_store::db::domain_claims::forget_lapsed`]), such as the claims older versions left behind when they deleted
 //!   a channel or an app.
 //!
 //! Deleting an app through the API forgets its rows at once ([`forget_app`]); the sweep is for the rest.
@@ -124,7 +124,8 @@ impl Sweeper {
             .into_iter()
             .filter(|id| !confirmed.contains(id))
             .collect();
-        let domain_claims = crate::db::domain_claims::forget_lapsed(&self.db, &self.cache).await?;
+        let domain_claims =
+            slipway_store::db::domain_claims::forget_lapsed(&self.db, &self.cache).await?;
         Ok(Swept {
             deploys: gone.len(),
             apps: confirmed.len(),
@@ -137,11 +138,11 @@ impl Sweeper {
 /// feedback on it, runtime logs and env snapshots. Its deploys' logs follow at the next sweep. Call it once the
 /// app has left the cache, so the runtime-log archive can no longer record a generation of it.
 pub async fn forget_app(db: &PgPool, app: Uuid) -> sqlx::Result<()> {
-    crate::db::members::remove_app(db, app).await?;
-    crate::db::mirrors::remove(db, app).await?;
-    crate::db::notes::remove_app(db, app).await?;
-    crate::env::store::delete_app(db, app).await?;
-    crate::env::snapshot::delete_app(db, app).await?;
-    crate::db::runtime_logs::remove_app(db, app).await?;
+    slipway_store::db::members::remove_app(db, app).await?;
+    slipway_store::db::mirrors::remove(db, app).await?;
+    slipway_store::db::notes::remove_app(db, app).await?;
+    slipway_store::env::store::delete_app(db, app).await?;
+    slipway_store::env::snapshot::delete_app(db, app).await?;
+    slipway_store::db::runtime_logs::remove_app(db, app).await?;
     Ok(())
 }

@@ -6,8 +6,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::blob::keys::{SECRET_ALPHABET, random_string};
-use crate::env::crypto::{Keyring, Sealed};
 use slipway_controllers::postgres::server::DatabaseNames;
+use slipway_store::env::crypto::{Keyring, Sealed};
 
 /// Characters of a role password (letters and digits: nothing a connection URL must escape).
 const PASSWORD_LEN: usize = 40;
@@ -89,14 +89,14 @@ pub struct NewRecord<'a> {
 }
 
 /// Records the channel's database with fresh passwords, unless it has one; answers the stored row either way.
-/// Under the channel's record lock ([`crate::db::lock_channel_records`]), which a transfer's swap of records holds.
+/// Under the channel's record lock ([`slipway_store::db::lock_channel_records`]), which a transfer's swap of records holds.
 pub async fn ensure(db: &PgPool, ring: &Keyring, new: &NewRecord<'_>) -> anyhow::Result<Record> {
     // Most calls find the record made: one query, no lock.
     if let Some(record) = by_channel(db, new.channel_id).await? {
         return Ok(record);
     }
     let mut tx = db.begin().await?;
-    crate::db::lock_channel_records(&mut tx, new.channel_id).await?;
+    slipway_store::db::lock_channel_records(&mut tx, new.channel_id).await?;
     if let Some(record) = by_channel(&mut *tx, new.channel_id).await? {
         return Ok(record);
     }

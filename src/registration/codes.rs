@@ -29,7 +29,7 @@ pub fn generate() -> String {
 /// The stored form of `code` for `user`: HMAC-SHA256 under `key`. The user id is in it, so a hash cannot be moved
 /// to another account's challenge.
 pub fn hash(key: &[u8; 32], user: uuid::Uuid, code: &str) -> [u8; 32] {
-    crate::env::crypto::hmac_sha256(key, &[user.as_bytes(), code.trim().as_bytes()])
+    slipway_store::env::crypto::hmac_sha256(key, &[user.as_bytes(), code.trim().as_bytes()])
 }
 
 /// Whether `guess` is the code behind `stored`, compared in constant time.

@@ -1,5 +1,5 @@
 //! Runtime logs: what the runtime-log route answers, from the generations the operator's log archive recorded
-//! (`crate::db::runtime_logs`), and the sandbox a command runs in ([`sandbox`]). One service function for every
+//! (`slipway_store::db::runtime_logs`), and the sandbox a command runs in ([`sandbox`]). One service function for every
 //! surface that reads a runtime log (the REST route, and the MCP tool that wraps it).
 
 pub mod sandbox;
@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
-use crate::db::runtime_logs::{self, Generation};
+use slipway_store::db::runtime_logs::{self, Generation};
 
 use self::sandbox::{COMMAND_LIMIT, SandboxError};
 

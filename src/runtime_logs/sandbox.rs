@@ -199,7 +199,7 @@ impl Sandbox {
                 .map_err(|_| SandboxError::Busy)?
                 .map_err(|_| SandboxError::Busy)?;
             // Read only once a slot is held: queued callers hold no log in memory.
-            let packed = pack(&crate::db::runtime_logs::output(&db, generation).await?);
+            let packed = pack(&slipway_store::db::runtime_logs::output(&db, generation).await?);
             let pods: Api<Pod> = Api::namespaced(sandbox.kube.clone(), &sandbox.config.namespace);
             let pod = pods
                 .create(

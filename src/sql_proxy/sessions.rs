@@ -2,7 +2,7 @@
 //! is registered under its token and app, and is cut (both connections closed) when
 //!
 //! - its token is revoked, expires, or is deleted with its account: [`watch`] checks every open session's token
-//!   once a second, all in one query ([`crate::db::tokens::live_among`], which follows the chain of tokens a token
+//!   once a second, all in one query ([`slipway_store::db::tokens::live_among`], which follows the chain of tokens a token
 //!   was minted from), and at once when this process revokes a token ([`Sessions::recheck_soon`]);
 //! - its app's external access toggle is turned off, the app is deleted or changes hands: the same check reads the
 //!   apps from the cache, and `PATCH /apps/{id}` turning the toggle off cuts the app's sessions at once
@@ -281,7 +281,7 @@ async fn recheck(state: &AppState, sessions: &Sessions) -> sqlx::Result<()> {
         let unique: HashSet<Uuid> = open.values().map(|e| e.token_id).collect();
         unique.into_iter().collect()
     };
-    let live: HashSet<Uuid> = crate::db::tokens::live_among(state.db(), &tokens)
+    let live: HashSet<Uuid> = slipway_store::db::tokens::live_among(state.db(), &tokens)
         .await?
         .into_iter()
         .collect();

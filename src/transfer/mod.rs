@@ -187,7 +187,7 @@ pub async fn transfer(
     if let Err(e) = claims::release_app(state, &app.namespace, &app.name).await {
         tracing::error!(error = %e, "the transferred app's old claims could not be released");
     }
-    if let Err(e) = crate::db::audit::record(
+    if let Err(e) = slipway_store::db::audit::record(
         state.db(),
         caller,
         Some(new_app.id),
@@ -228,7 +228,7 @@ async fn target(state: &AppState, to: &str, app: &VisibleApp) -> Result<Target, 
             "the app already belongs to that account",
         ));
     }
-    let user = crate::db::users::by_username(state.db(), username.as_str())
+    let user = slipway_store::db::users::by_username(state.db(), username.as_str())
         .await?
         .ok_or(ApiError::NotFound("account"))?;
     let active: bool = sqlx::query_scalar("SELECT deactivated_at IS NULL FROM users WHERE id = $1")

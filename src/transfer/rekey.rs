@@ -20,7 +20,7 @@ use zeroize::Zeroizing;
 use super::Target;
 use crate::core::access::VisibleApp;
 use crate::core::state::AppState;
-use crate::env::crypto::{Keyring, Sealed};
+use slipway_store::env::crypto::{Keyring, Sealed};
 
 /// The transaction of a re-keying, not yet committed, and the new passwords it recorded.
 pub(super) struct Rekeyed {
@@ -110,7 +110,7 @@ pub(super) async fn rekey(
         .collect();
     locked.sort();
     for id in locked {
-        crate::db::lock_channel_records(&mut tx, id).await?;
+        slipway_store::db::lock_channel_records(&mut tx, id).await?;
     }
     let mut databases = Vec::new();
     for (old, new) in pairs {
@@ -204,8 +204,8 @@ async fn move_env(
             ring,
             &key_id,
             &sealed,
-            &crate::env::store::place(old_app, channel, &key),
-            &crate::env::store::place(new_app, new_channel, &key),
+            &slipway_store::env::store::place(old_app, channel, &key),
+            &slipway_store::env::store::place(new_app, new_channel, &key),
         )?;
         sqlx::query(
             "UPDATE env_vars SET app_id = $1, channel_id = $2, key_id = $3, sealed = $4

@@ -493,7 +493,7 @@ async fn credentials_need_the_blob_scope_and_every_read_is_audited() -> Result<(
     f.ready(&f.user, &f.prod_id).await;
     f.keys(&f.user, &f.prod_id).await;
     f.keys(&f.user, &f.prod_id).await;
-    let db = slipway::db::connect(f.api.db_url()).await?;
+    let db = slipway_store::db::connect(f.api.db_url()).await?;
     let rows: Vec<(String, Value)> = sqlx::query_as(
         "SELECT action, detail FROM audit_events WHERE app_id = $1 AND action = 'blob.credentials' ORDER BY id",
     )
@@ -709,7 +709,7 @@ async fn a_deleted_channel_takes_its_bucket_and_store_along() -> Result<()> {
         async move { Ok(backend.head_bucket().bucket(bucket).send().await.is_err()) }
     })
     .await?;
-    let db = slipway::db::connect(f.api.db_url()).await?;
+    let db = slipway_store::db::connect(f.api.db_url()).await?;
     slipway_testkit::wait_until(WITHIN, || {
         let db = db.clone();
         let id: uuid::Uuid = next_id.parse().unwrap();

@@ -15,8 +15,8 @@ use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use slipway::blob::store::{self, NewStore, Store};
 use slipway::blob::{keys, recount};
-use slipway::env::crypto::Keyring;
 use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
+use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
 use sqlx::PgPool;
@@ -45,9 +45,9 @@ impl Gateway {
     /// answers keys from memory (it listens to the database's announcements).
     async fn start(owner: &str, plan: &str) -> Result<Self> {
         let database = crate::support::migrated_database().await?;
-        let db = slipway::db::connect(database.url()).await?;
+        let db = slipway_store::db::connect(database.url()).await?;
         let backend = TestS3::start().await?;
-        slipway::db::users::create(&db, &owner.parse()?, plan).await?;
+        slipway_store::db::users::create(&db, &owner.parse()?, plan).await?;
         let ring = Keyring::parse(&Keyring::generate_line("k"))?;
         let channel = Uuid::new_v4();
         let store = store::ensure(
@@ -724,7 +724,7 @@ async fn a_plan_change_applies_to_the_quota_at_once() -> Result<()> {
         .execute(&g.db)
         .await?;
     g.put("unlimited.txt", b"x".to_vec()).await.unwrap();
-    slipway::db::users::set_plan(&g.db, &"plans".parse()?, "starter").await?;
+    slipway_store::db::users::set_plan(&g.db, &"plans".parse()?, "starter").await?;
     slipway_testkit::wait_until(ANNOUNCED_WITHIN, || async {
         Ok(g.put("limited.txt", b"y".to_vec()).await == Err((507, "QuotaExceeded".into())))
     })

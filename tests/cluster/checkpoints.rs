@@ -850,8 +850,8 @@ async fn a_checkpoint_that_outlasts_a_request_runs_on_as_a_job_and_logs_its_prog
     let db = f.api.state.db();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     let log = loop {
-        let size = slipway::db::deploy_logs::size(db, deploy_id).await?;
-        let log = slipway::db::deploy_logs::read(db, deploy_id, 0, size).await?;
+        let size = slipway_store::db::deploy_logs::size(db, deploy_id).await?;
+        let log = slipway_store::db::deploy_logs::read(db, deploy_id, 0, size).await?;
         let log = String::from_utf8(log)?;
         if log.contains("[snapshot] done") {
             break log;
@@ -910,8 +910,9 @@ async fn a_skipped_checkpoint_says_why_in_the_deploy_log() -> Result<()> {
         panic!("expected a skipped checkpoint, got {answer:?}");
     };
     let db = api.state.db();
-    let size = slipway::db::deploy_logs::size(db, deploy_id).await?;
-    let log = String::from_utf8(slipway::db::deploy_logs::read(db, deploy_id, 0, size).await?)?;
+    let size = slipway_store::db::deploy_logs::size(db, deploy_id).await?;
+    let log =
+        String::from_utf8(slipway_store::db::deploy_logs::read(db, deploy_id, 0, size).await?)?;
     assert_eq!(log, format!("[snapshot] no SQL snapshot: {reason}\n"));
     assert!(
         reason.contains("no data server or snapshot archive is configured"),

@@ -25,7 +25,7 @@ use support::{TestApi, User};
 async fn person(api: &TestApi, prefix: &str) -> Result<(User, String)> {
     let user = api.user(prefix, "basic").await?;
     let address = format!("{}@people.test", user.username);
-    slipway::db::users::set_verified_email(api.state.db(), &user.username.parse()?, &address)
+    slipway_store::db::users::set_verified_email(api.state.db(), &user.username.parse()?, &address)
         .await?;
     Ok((user, address))
 }
@@ -997,10 +997,11 @@ async fn read_object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result
 async fn a_store_recorded_during_a_swap_waits_for_it_and_answers_the_moved_record() -> Result<()> {
     use slipway::blob::store::{self, NewStore};
     let database = support::migrated_database().await?;
-    let db = slipway::db::connect(database.url()).await?;
-    slipway::db::users::create(&db, &"mover".parse()?, "basic").await?;
-    let ring =
-        slipway::env::crypto::Keyring::parse(&slipway::env::crypto::Keyring::generate_line("k"))?;
+    let db = slipway_store::db::connect(database.url()).await?;
+    slipway_store::db::users::create(&db, &"mover".parse()?, "basic").await?;
+    let ring = slipway_store::env::crypto::Keyring::parse(
+        &slipway_store::env::crypto::Keyring::generate_line("k"),
+    )?;
     let (moved, fresh, app) = (
         uuid::Uuid::new_v4(),
         uuid::Uuid::new_v4(),
@@ -1017,7 +1018,7 @@ async fn a_store_recorded_during_a_swap_waits_for_it_and_answers_the_moved_recor
 
     // The swap, as a transfer makes it: the records' lock first, then the moved row goes under the new channel.
     let mut swap = db.begin().await?;
-    slipway::db::lock_channel_records(&mut swap, fresh).await?;
+    slipway_store::db::lock_channel_records(&mut swap, fresh).await?;
     sqlx::query("UPDATE blob_stores SET channel_id = $2 WHERE channel_id = $1")
         .bind(moved)
         .bind(fresh)

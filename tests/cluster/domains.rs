@@ -192,7 +192,7 @@ struct ChangingView {
     looks: std::sync::atomic::AtomicUsize,
 }
 
-impl slipway::db::domain_claims::DomainCluster for ChangingView {
+impl slipway_store::db::domain_claims::DomainCluster for ChangingView {
     fn domains_on(&self, _: &str, _: &str) -> std::collections::BTreeSet<String> {
         let look = self.looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if look == 0 { &self.before } else { &self.after }.clone()
@@ -205,7 +205,7 @@ impl slipway::db::domain_claims::DomainCluster for ChangingView {
 /// succeeds instead of answering `domain_limit_reached`.
 #[tokio::test]
 async fn a_domain_claimed_again_while_its_domain_appears_does_not_count_twice() -> Result<()> {
-    use slipway::db::domain_claims::{DomainClaim, claim};
+    use slipway_store::db::domain_claims::{DomainClaim, claim};
     let api = TestApi::start().await?;
     let erin = api.user("dome", "builder").await?;
     let domain = format!("again-{}.example", random());
@@ -904,7 +904,7 @@ async fn a_name_is_free_the_moment_its_detach_answered() -> Result<()> {
 
 #[tokio::test]
 async fn leftovers_of_older_versions_are_swept() -> Result<()> {
-    use slipway::db::domain_claims::{DomainClaim, claim};
+    use slipway_store::db::domain_claims::{DomainClaim, claim};
     let api = TestApi::start().await?;
     let alice = api.user("doml", "builder").await?;
     let bob = api.user("domm", "builder").await?;

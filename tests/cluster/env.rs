@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use slipway::env::{self, EnvSources};
 use slipway_crds::App;
+use slipway_store::env::{self, EnvSources};
 use support::{TestApi, User};
 
 struct Fixture {
@@ -684,7 +684,7 @@ async fn a_static_deploy_ran_with_an_empty_environment_and_its_snapshot_says_so(
 
 #[tokio::test]
 async fn key_rotation_reseals_every_value() -> Result<()> {
-    use slipway::env::crypto::Keyring;
+    use slipway_store::env::crypto::Keyring;
     let f = fixture().await?;
     f.set(json!({"key": "A", "value": "one"}))
         .await
@@ -695,7 +695,7 @@ async fn key_rotation_reseals_every_value() -> Result<()> {
     let new_line = Keyring::generate_line("next");
     let during = Keyring::parse(&format!("{new_line}\n{}", f.api.keyring_line))?;
     assert_eq!(
-        slipway::env::store::reseal_all(f.api.state.db(), &during).await?,
+        slipway_store::env::store::reseal_all(f.api.state.db(), &during).await?,
         2
     );
     let ids: Vec<(String,)> = sqlx::query_as("SELECT DISTINCT key_id FROM env_vars")
@@ -705,7 +705,7 @@ async fn key_rotation_reseals_every_value() -> Result<()> {
     // The new key alone opens everything now, so the old one can go.
     let after = Keyring::parse(&new_line)?;
     let app_id = uuid::Uuid::parse_str(&f.app_id)?;
-    let rows = slipway::env::store::rows(f.api.state.db(), app_id).await?;
+    let rows = slipway_store::env::store::rows(f.api.state.db(), app_id).await?;
     let values: Vec<String> = rows
         .iter()
         .map(|r| r.open(&after, app_id))

@@ -276,7 +276,7 @@ async fn the_operator_reaches_every_route_and_the_edge_only_site_archives_and_ba
         }
     }
     // The operator's line is the whole log: the edge's refused call wrote nothing.
-    let written = slipway::db::deploy_logs::size(f.api.state.db(), f.deploy).await?;
+    let written = slipway_store::db::deploy_logs::size(f.api.state.db(), f.deploy).await?;
     assert_eq!(written, "\"a line\"".len() as u64);
     // Both reports count: the operator's and the edge's.
     let usage = f.api.get("/me/usage", &f.alice).await.expect(200, None);

@@ -76,7 +76,7 @@ impl Work for TestWork {
 
 async fn database() -> Result<(slipway_testkit::postgres::TestDatabase, PgPool)> {
     let db = support::migrated_database().await?;
-    let pool = slipway::db::connect(db.url()).await?;
+    let pool = slipway_store::db::connect(db.url()).await?;
     Ok((db, pool))
 }
 

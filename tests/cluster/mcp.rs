@@ -499,7 +499,7 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
     .expect(200, None);
     let token = registered["token"].as_str().unwrap().to_owned();
     let user_id: uuid::Uuid = registered["user_id"].as_str().unwrap().parse()?;
-    slipway::db::users::set_plan(api.state.db(), &name.parse()?, "builder").await?;
+    slipway_store::db::users::set_plan(api.state.db(), &name.parse()?, "builder").await?;
     api.state.tokens().forget_all();
     let namespace = format!("slipway-user-{name}");
     api.forget_namespace_later(&namespace);
@@ -1023,7 +1023,7 @@ async fn the_endpoint_answers_401_without_a_live_token() -> Result<()> {
     let listed = open.call("list_apps", json!({})).await?;
     assert!(!listed.is_error);
     let hash = slipway::auth::token::hash(&alice.token);
-    let row = slipway::db::tokens::by_hash(api.state.db(), &hash)
+    let row = slipway_store::db::tokens::by_hash(api.state.db(), &hash)
         .await?
         .unwrap();
     api.delete(&format!("/tokens/{}", row.id), &alice)

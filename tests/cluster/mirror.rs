@@ -440,7 +440,7 @@ async fn each_sync_resolves_the_name_once_and_fetches_from_the_address_it_vetted
 #[tokio::test]
 async fn the_deploy_key_is_stored_sealed_resealed_on_rotation_and_discarded_on_disconnect()
 -> Result<()> {
-    use slipway::env::crypto::{Keyring, Sealed};
+    use slipway_store::env::crypto::{Keyring, Sealed};
     let m = Mirrored::new(TestApi::start().await?, "static").await?;
     let app: uuid::Uuid = m.app_id.parse()?;
     let url = "ssh://git@127.0.0.1:9/x.git";

@@ -842,8 +842,11 @@ async fn a_deactivated_account_loses_its_keys_and_tokens_at_once() -> Result<()>
     get(&api, "/apps", token).await.expect(200, None);
     // The admin CLI deactivates from a process of its own: the API hears of it from the database.
     assert!(
-        slipway::db::registrations::deactivate(api.state.db(), made["username"].as_str().unwrap())
-            .await?
+        slipway_store::db::registrations::deactivate(
+            api.state.db(),
+            made["username"].as_str().unwrap()
+        )
+        .await?
     );
     api.get_until("/apps", token, 401, Duration::from_secs(5))
         .await?

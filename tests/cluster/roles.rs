@@ -279,7 +279,7 @@ impl Fixture {
 
     /// Records a running container generation of the prod channel, as the operator's log archive would.
     async fn record_generation(&self) {
-        let facts = slipway::db::runtime_logs::Facts {
+        let facts = slipway_store::db::runtime_logs::Facts {
             app_id: self.app_id.parse().unwrap(),
             channel_id: self.channel_id.parse().unwrap(),
             container_id: format!("c-{}", self.channel_id),
@@ -292,7 +292,7 @@ impl Fixture {
             started_at: None,
             finished_at: None,
         };
-        slipway::db::runtime_logs::upsert(self.api.state.db(), &facts)
+        slipway_store::db::runtime_logs::upsert(self.api.state.db(), &facts)
             .await
             .unwrap();
     }
@@ -729,7 +729,7 @@ async fn fixture() -> Result<Fixture> {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    slipway::env::snapshot::record(
+    slipway_store::env::snapshot::record(
         api.state.db(),
         api.state.keyring(),
         deploy_id.parse()?,

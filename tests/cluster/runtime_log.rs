@@ -11,9 +11,9 @@ use crate::support;
 use anyhow::Result;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
-use slipway::db::runtime_logs::CHANNEL_BYTES;
 use slipway_internal::protocol::{RuntimeContainer, RuntimeSettle};
 use slipway_internal::{CallError, InternalClient};
+use slipway_store::db::runtime_logs::CHANNEL_BYTES;
 use support::{TestApi, User};
 
 struct Fixture {

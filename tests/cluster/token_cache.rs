@@ -29,7 +29,7 @@ async fn listening_api() -> Result<TestApi> {
 async fn tokens_are_served_from_memory_until_the_database_announces_a_change() -> Result<()> {
     let api = listening_api().await?;
     let alice = api.user("alice", "basic").await?;
-    let elsewhere = slipway::db::connect(api.db_url()).await?;
+    let elsewhere = slipway_store::db::connect(api.db_url()).await?;
     api.get("/me/usage", &alice).await.expect(200, None);
 
     // Silenced, a revocation goes unseen: the token is answered from memory.
@@ -50,7 +50,7 @@ async fn tokens_are_served_from_memory_until_the_database_announces_a_change() -
         .await?;
 
     // Announced, a plan changed by another process shows on the next requests...
-    slipway::db::users::set_plan(&elsewhere, &alice.username.parse()?, "pro").await?;
+    slipway_store::db::users::set_plan(&elsewhere, &alice.username.parse()?, "pro").await?;
     let deadline = tokio::time::Instant::now() + ANNOUNCED_WITHIN;
     while api.get("/me/usage", &alice).await.expect(200, None)["plan"] != "pro" {
         anyhow::ensure!(
@@ -60,7 +60,7 @@ async fn tokens_are_served_from_memory_until_the_database_announces_a_change() -
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // ...and an account deactivated by the admin CLI stops its tokens.
-    assert!(slipway::db::registrations::deactivate(&elsewhere, &alice.username).await?);
+    assert!(slipway_store::db::registrations::deactivate(&elsewhere, &alice.username).await?);
     api.get_until("/me/usage", &alice.token, 401, ANNOUNCED_WITHIN)
         .await?
         .expect(401, Some("token_revoked"));
@@ -71,7 +71,7 @@ async fn tokens_are_served_from_memory_until_the_database_announces_a_change() -
 async fn a_cache_whose_connection_is_cut_listens_again_and_still_hears_revocations() -> Result<()> {
     let api = listening_api().await?;
     let bob = api.user("bob", "basic").await?;
-    let elsewhere = slipway::db::connect(api.db_url()).await?;
+    let elsewhere = slipway_store::db::connect(api.db_url()).await?;
     api.get("/apps", &bob).await.expect(200, None);
 
     // The database drops the cache's connection (a restart, a failover).
@@ -103,7 +103,7 @@ async fn a_cache_whose_connection_is_cut_listens_again_and_still_hears_revocatio
     }
 
     api.get("/apps", &bob).await.expect(200, None);
-    assert!(slipway::db::registrations::deactivate(&elsewhere, &bob.username).await?);
+    assert!(slipway_store::db::registrations::deactivate(&elsewhere, &bob.username).await?);
     api.get_until("/apps", &bob.token, 401, ANNOUNCED_WITHIN)
         .await?
         .expect(401, Some("token_revoked"));

@@ -78,7 +78,7 @@ async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<(
     assert_eq!(body.as_ref(), b"written by the app, version 1");
 
     // The snapshot names the store's keys as system keys and holds none of their values.
-    let db = slipway::db::connect(api.db_url()).await?;
+    let db = slipway_store::db::connect(api.db_url()).await?;
     let (system_keys, entries): (Vec<String>, serde_json::Value) = sqlx::query_as(
         "SELECT system_keys, entries FROM deploy_env_snapshots WHERE deploy_id = $1",
     )

@@ -154,7 +154,8 @@ impl Fixture {
     /// The deploy's log as the logs route would serve it.
     async fn log(&self, deploy: &Deploy) -> Result<String> {
         let id = deploy.uid().context("deploy uid")?.parse()?;
-        let bytes = slipway::db::deploy_logs::read(self.api.state.db(), id, 0, 64 << 20).await?;
+        let bytes =
+            slipway_store::db::deploy_logs::read(self.api.state.db(), id, 0, 64 << 20).await?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 

@@ -34,8 +34,8 @@ impl ObjectStore {
     /// no bucket leg until [`ObjectStore::announce`]).
     pub async fn start_unannounced(api: &TestApi, gateway_host: &str) -> Result<Self> {
         let backend = TestS3::start().await?;
-        let db = slipway::db::connect(api.db_url()).await?;
-        let ring = slipway::env::crypto::Keyring::parse(&api.keyring_line)?;
+        let db = slipway_store::db::connect(api.db_url()).await?;
+        let ring = slipway_store::env::crypto::Keyring::parse(&api.keyring_line)?;
         let service = slipway::blob::serve::service(db, ring, &super::s3_calls::root(&backend)).s3;
         let listener = tokio::net::TcpListener::bind((gateway_host, 0)).await?;
         let gateway = listener.local_addr()?;

@@ -35,14 +35,14 @@ use serde_json::Value;
 use slipway::auth::{scopes, token};
 use slipway::core::internal_access::InternalAccess;
 use slipway::core::state::{AppState, PublicNames};
-use slipway::db::tokens::NewToken;
-use slipway::env::crypto::Keyring;
 use slipway::platform::cache::Cache;
 use slipway::platform::repos::Repos;
 use slipway_internal::review::{DEFAULT_AUDIENCE, DEFAULT_TTL};
 use slipway_internal::{
     CallerSpec, Callers, Identity, InternalEndpoint, Role, SourceKey, TokenSource,
 };
+use slipway_store::db::tokens::NewToken;
+use slipway_store::env::crypto::Keyring;
 use slipway_testkit::TestNamespace;
 use slipway_testkit::postgres::TestDatabase;
 use tower::ServiceExt;
@@ -202,7 +202,7 @@ async fn api_state(
     keyring_line: &str,
     callers_namespace: &str,
 ) -> Result<AppState> {
-    let pool = slipway::db::connect(db_url).await?;
+    let pool = slipway_store::db::connect(db_url).await?;
     let (cache, _tasks) = Cache::start(kube.clone()).await?;
     let names = PublicNames {
         app_domain: APP_DOMAIN.into(),
@@ -266,13 +266,13 @@ pub async fn migrated_database() -> Result<TestDatabase> {
     let template = TEMPLATE
         .get_or_try_init(|| async {
             let mut migrations = sha2::Sha256::new();
-            for migration in slipway::db::MIGRATOR.iter() {
+            for migration in slipway_store::db::MIGRATOR.iter() {
                 migrations.update(migration.version.to_be_bytes());
                 migrations.update(&migration.checksum);
             }
             let name = format!("schema_{}", &hex::encode(migrations.finalize())[..16]);
             slipway_testkit::postgres::ensure_template(&name, |url| async move {
-                slipway::db::connect(&url).await?.close().await;
+                slipway_store::db::connect(&url).await?.close().await;
                 Ok(())
             })
             .await?;
@@ -395,7 +395,7 @@ impl TestApi {
             "{prefix}{}",
             &uuid::Uuid::new_v4().simple().to_string()[..6]
         );
-        let row = slipway::db::users::create(self.state.db(), &username.parse()?, plan)
+        let row = slipway_store::db::users::create(self.state.db(), &username.parse()?, plan)
             .await?
             .expect("new username");
         let namespace =
@@ -446,7 +446,7 @@ impl TestApi {
             only_path: None,
             audience: None,
         };
-        slipway::db::tokens::insert(self.state.db(), &new).await?;
+        slipway_store::db::tokens::insert(self.state.db(), &new).await?;
         Ok(plaintext)
     }
 

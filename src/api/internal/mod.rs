@@ -33,7 +33,7 @@ use super::extract::{Json, Path, Query};
 use crate::core::access::{self, Role, VisibleApp};
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
-use crate::env::{self, EnvSources};
+use slipway_store::env::{self, EnvSources};
 
 /// Largest log chunk accepted in one append.
 const LOG_CHUNK_LIMIT: usize = 4 * 1024 * 1024;
@@ -230,6 +230,6 @@ async fn append_log(
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     caller.require(&state, RouteGroup::Logs)?;
-    crate::db::deploy_logs::append(state.db(), deploy_id, &body).await?;
+    slipway_store::db::deploy_logs::append(state.db(), deploy_id, &body).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -21,7 +21,7 @@ use crate::api::extract::{Json, Path};
 use crate::core::access;
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
-use crate::db::runtime_logs::{self, Facts};
+use slipway_store::db::runtime_logs::{self, Facts};
 
 /// Largest append accepted (the archive sends far smaller batches).
 const APPEND_LIMIT: usize = 1024 * 1024;

@@ -31,7 +31,7 @@ async fn report_bandwidth(
         .map(|(owner, b)| (owner, i64::try_from(b).unwrap_or(i64::MAX)))
         .collect();
     if !bytes.is_empty() {
-        crate::db::bandwidth::add(state.db(), &bytes).await?;
+        slipway_store::db::bandwidth::add(state.db(), &bytes).await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }

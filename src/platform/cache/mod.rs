@@ -309,7 +309,7 @@ impl Cache {
 
 /// The cluster a domain claim is judged against: the live Domains of each channel (one on its way out holds its
 /// name no longer).
-impl crate::db::domain_claims::DomainCluster for Cache {
+impl slipway_store::db::domain_claims::DomainCluster for Cache {
     fn domains_on(&self, namespace: &str, channel: &str) -> std::collections::BTreeSet<String> {
         self.domains_of(namespace, channel)
             .iter()

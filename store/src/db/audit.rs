@@ -3,46 +3,16 @@
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::auth::Caller;
-
-/// Records `action` by `caller`, optionally on an app, with details.
+/// Records `action` by `actor` (a request's caller, or the one a job works for), optionally on an app, with
+/// details.
 pub async fn record(
     db: &PgPool,
-    caller: &Caller,
+    actor: impl Into<Actor>,
     app: Option<Uuid>,
     action: &str,
     detail: serde_json::Value,
 ) -> sqlx::Result<()> {
-    record_for(db, Actor::of(caller), app, action, detail).await
-}
-
-/// Who an entry names: the account and the token it acted with.
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
-pub struct Actor {
-    /// The account.
-    pub user_id: Uuid,
-    /// The token.
-    pub token_id: Uuid,
-}
-
-impl Actor {
-    /// The account and token of `caller`.
-    pub fn of(caller: &Caller) -> Self {
-        Self {
-            user_id: caller.user_id,
-            token_id: caller.token_id,
-        }
-    }
-}
-
-/// Records `action` by `actor` (work a caller asked for that finishes after its request, as a job's does).
-pub async fn record_for(
-    db: &PgPool,
-    actor: Actor,
-    app: Option<Uuid>,
-    action: &str,
-    detail: serde_json::Value,
-) -> sqlx::Result<()> {
+    let actor = actor.into();
     sqlx::query("INSERT INTO audit_events (user_id, token_id, app_id, action, detail) VALUES ($1, $2, $3, $4, $5)")
         .bind(actor.user_id)
         .bind(actor.token_id)
@@ -52,6 +22,15 @@ pub async fn record_for(
         .execute(db)
         .await?;
     Ok(())
+}
+
+/// Who an entry names: the account and the token it acted with.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct Actor {
+    /// The account.
+    pub user_id: Uuid,
+    /// The token.
+    pub token_id: Uuid,
 }
 
 /// One entry of an app's journal, as members read it.

@@ -1,6 +1,6 @@
 //! What registration and SSH login keep: the accounts registration made (the global budget counts them), the
 //! signatures already used (a replay is refused), and where a token came from (registration and SSH-login tokens
-//! carry `email:bind`; an account holds at most [`crate::registration::MAX_LOGIN_TOKENS`] SSH-login tokens).
+//! carry `email:bind`; an account holds at most the API's `registration::MAX_LOGIN_TOKENS` SSH-login tokens).
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};

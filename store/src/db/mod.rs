@@ -66,7 +66,7 @@ pub async fn lock_channel_records(
 const CHANNEL_RECORDS_SEED: i64 = 0x7265_6373;
 
 /// The platform database's migrations (`migrations/`), embedded in the binary.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// Applies the migrations under `migrations/` that have not run yet.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
