@@ -17,7 +17,7 @@ use anyhow::Result;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use slipway::blob::store::{self, NewStore};
-use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
+use slipway_backends::object_store::{self, Backend, S3Endpoint};
 use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
@@ -78,7 +78,7 @@ async fn main() -> Result<()> {
         listener,
         std::future::pending(),
     ));
-    let through = backend::client(
+    let through = object_store::client(
         &S3Endpoint {
             url: gateway_url,
             access_key_id: row.access_key_id.clone(),
@@ -86,10 +86,10 @@ async fn main() -> Result<()> {
         },
         None,
     );
-    let direct = backend::client(&root, None);
+    let direct = object_store::client(&root, None);
     let nginx_dir = std::env::temp_dir().join(format!("slipway-bench-blob-{}", std::process::id()));
     let (_nginx, nginx_url) = start_nginx(&nginx_dir, &root.url).await?;
-    let proxied = backend::client(
+    let proxied = object_store::client(
         &S3Endpoint {
             url: nginx_url,
             ..root.clone()

@@ -26,7 +26,7 @@ use slipway::blob::access::BlobAccess;
 use slipway::blob::checkpoints::{self, Owner};
 use slipway::blob::store::{self, NewStore};
 use slipway::postgres::snapshots::{Kind, Occasion};
-use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
+use slipway_backends::object_store::{self, Backend, S3Endpoint};
 use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
@@ -173,7 +173,7 @@ async fn main() -> Result<()> {
         std::future::pending(),
     ));
     let bucket = access.bucket(&ring, &row)?;
-    let direct = backend::client(&root, None);
+    let direct = object_store::client(&root, None);
     let raw = row.backend_bucket.as_str();
 
     // The bucket, written directly to the backend (the fill is not measured).

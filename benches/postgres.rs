@@ -22,9 +22,9 @@ use futures::StreamExt;
 use slipway::postgres::archive::{self, Archive};
 use slipway::postgres::snapshots::{self, Kind, Occasion, Parts};
 use slipway::postgres::store::{self, NewRecord};
-use slipway_controllers::blob::backend::S3Endpoint;
-use slipway_controllers::postgres::names;
-use slipway_controllers::postgres::server::{DataServer, DumpFormat, RoleSettings};
+use slipway_backends::data_server::names;
+use slipway_backends::data_server::{DataServer, DumpFormat, RoleSettings};
+use slipway_backends::object_store::S3Endpoint;
 use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
@@ -85,7 +85,7 @@ async fn main() -> Result<()> {
         "CREATE TABLE events AS SELECT g AS id, now() - g * interval '1 second' AS at, \
          md5(g::text) || repeat(md5((g * 7)::text), 6) AS body FROM generate_series(1, {rows}) g; \
          ALTER TABLE events ADD PRIMARY KEY (id); ALTER TABLE events OWNER TO {}",
-        slipway_controllers::postgres::server::ident(&record.role_name)
+        slipway_backends::data_server::ident(&record.role_name)
     )))
     .execute(&mut conn)
     .await?;
@@ -197,7 +197,7 @@ async fn main() -> Result<()> {
     let mut admin = server.connect_to("postgres").await?;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE DATABASE {}",
-        slipway_controllers::postgres::server::ident(&plain)
+        slipway_backends::data_server::ident(&plain)
     )))
     .execute(&mut admin)
     .await?;
@@ -221,7 +221,7 @@ async fn main() -> Result<()> {
     let plain_restore = started.elapsed().as_secs_f64();
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE {} WITH (FORCE)",
-        slipway_controllers::postgres::server::ident(&plain)
+        slipway_backends::data_server::ident(&plain)
     )))
     .execute(&mut admin)
     .await?;

@@ -5,7 +5,7 @@
 
 use axum::extract::State;
 use serde::Serialize;
-use slipway_controllers::blob::backend::REGION;
+use slipway_backends::object_store::REGION;
 use slipway_crds::Channel;
 use slipway_crds::conditions::{self, reasons};
 use slipway_crds::names::{self, ChannelName};

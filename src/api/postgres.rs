@@ -5,8 +5,8 @@
 
 use axum::extract::State;
 use serde::Serialize;
-use slipway_controllers::postgres::names;
-use slipway_controllers::postgres::server::{DataServer, DumpFormat};
+use slipway_backends::data_server::names;
+use slipway_backends::data_server::{DataServer, DumpFormat};
 use slipway_crds::Channel;
 use slipway_crds::names::{self as crd_names, ChannelName};
 use utoipa_axum::router::OpenApiRouter;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use slipway_controllers::blob::backend::{self, S3Endpoint};
+use slipway_backends::object_store::{self, S3Endpoint};
 
 use super::store::Store;
 use slipway_store::env::crypto::Keyring;
@@ -30,7 +30,7 @@ impl BlobAccess {
         let secret = store
             .secret(ring)
             .map_err(|e| ProbeFailure::Unanswered(e.to_string()))?;
-        let client = backend::client(
+        let client = object_store::client(
             &S3Endpoint {
                 url: self.gateway_url.clone(),
                 access_key_id: store.access_key_id.clone(),
@@ -46,7 +46,7 @@ impl BlobAccess {
             .map(|_| ())
             .map_err(|e| {
                 let status = e.raw_response().map(|r| r.status().as_u16());
-                let detail = backend::describe(&e);
+                let detail = object_store::describe(&e);
                 if status == Some(404) {
                     ProbeFailure::NoBucket(detail)
                 } else {

@@ -6,7 +6,7 @@
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use chrono::{DateTime, Utc};
-use slipway_controllers::blob::backend::{self, S3Endpoint};
+use slipway_backends::object_store::{self, S3Endpoint};
 
 use super::access::BlobAccess;
 use super::store::Store;
@@ -53,7 +53,7 @@ fn time_of(t: Option<&aws_sdk_s3::primitives::DateTime>) -> Option<DateTime<Utc>
 impl BlobAccess {
     /// The channel's bucket, signed with its key pair.
     pub fn bucket(&self, ring: &Keyring, store: &Store) -> anyhow::Result<Bucket> {
-        let client = backend::client(
+        let client = object_store::client(
             &S3Endpoint {
                 url: self.gateway_url.clone(),
                 access_key_id: store.access_key_id.clone(),
@@ -85,7 +85,7 @@ impl Bucket {
                 .set_version_id_marker(version_marker.clone())
                 .send()
                 .await
-                .map_err(|e| anyhow::anyhow!("list versions: {}", backend::describe(&e)))?;
+                .map_err(|e| anyhow::anyhow!("list versions: {}", object_store::describe(&e)))?;
             for v in page.versions() {
                 let id = (
                     v.key().unwrap_or_default(),
@@ -153,7 +153,7 @@ impl Bucket {
             .copy_source(source)
             .send()
             .await
-            .map_err(|e| anyhow::anyhow!("copy {key} forward: {}", backend::describe(&e)))?;
+            .map_err(|e| anyhow::anyhow!("copy {key} forward: {}", object_store::describe(&e)))?;
         Ok(())
     }
 
@@ -165,7 +165,7 @@ impl Bucket {
             .key(key)
             .send()
             .await
-            .map_err(|e| anyhow::anyhow!("delete {key}: {}", backend::describe(&e)))?;
+            .map_err(|e| anyhow::anyhow!("delete {key}: {}", object_store::describe(&e)))?;
         Ok(())
     }
 
@@ -181,7 +181,7 @@ impl Bucket {
             .map_err(|e| {
                 anyhow::anyhow!(
                     "remove {key} version {version_id}: {}",
-                    backend::describe(&e)
+                    object_store::describe(&e)
                 )
             })?;
         Ok(())
@@ -197,7 +197,7 @@ impl Bucket {
             .version_id(version_id)
             .send()
             .await
-            .map_err(|e| anyhow::anyhow!("read {key}: {}", backend::describe(&e)))?;
+            .map_err(|e| anyhow::anyhow!("read {key}: {}", object_store::describe(&e)))?;
         Ok(object.body)
     }
 }

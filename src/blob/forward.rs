@@ -40,7 +40,7 @@ use hyper_util::rt::TokioExecutor;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use s3s::route::S3Route;
 use s3s::{Body, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
-use slipway_controllers::blob::backend::{REGION, S3Endpoint};
+use slipway_backends::object_store::{REGION, S3Endpoint};
 
 use super::quota::{Quota, Settlement};
 use super::tenants::{Tenant, Tenants};

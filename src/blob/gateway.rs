@@ -250,7 +250,7 @@ s3_impl! {
             creation_date: Some(Timestamp::from(std::time::SystemTime::from(
                 tenant.created_at,
             ))),
-            bucket_region: Some(slipway_controllers::blob::backend::REGION.into()),
+            bucket_region: Some(slipway_backends::object_store::REGION.into()),
         };
         Ok(S3Response::new(ListBucketsOutput {
             buckets: Some(vec![bucket]),

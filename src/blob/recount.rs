@@ -24,7 +24,7 @@ pub async fn listed_bytes(backend: &aws_sdk_s3::Client, bucket: &str) -> anyhow:
             .map_err(|e| {
                 anyhow::anyhow!(
                     "list versions of {bucket}: {}",
-                    slipway_controllers::blob::backend::describe(&e)
+                    slipway_backends::object_store::describe(&e)
                 )
             })?;
         total += page.versions().iter().filter_map(|v| v.size()).sum::<i64>();

@@ -1,5 +1,5 @@
 //! The AWS SDK client the gateway's operations reach the backend with: the platform's client
-//! ([`backend::client`]) with the backend's answers made readable to the SDK where a backend answers otherwise
+//! ([`object_store::client`]) with the backend's answers made readable to the SDK where a backend answers otherwise
 //! than S3. versitygw dates GetObjectAttributes' `Last-Modified` in C's `asctime` form (`Wed Dec  2 04:07:41
 //! 2026`), which HTTP allows readers to take but the SDK does not: it failed the whole answer, so the gateway
 //! answered 500. The header is rewritten to HTTP's own form before the SDK reads it.
@@ -8,11 +8,11 @@ use aws_sdk_s3::config::interceptors::BeforeDeserializationInterceptorContextMut
 use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_s3::error::BoxError;
 use chrono::NaiveDateTime;
-use slipway_controllers::blob::backend::{self, S3Endpoint};
+use slipway_backends::object_store::{self, S3Endpoint};
 
 /// The gateway's SDK client of `endpoint`.
 pub fn client(endpoint: &S3Endpoint) -> aws_sdk_s3::Client {
-    let platform = backend::client(endpoint, None);
+    let platform = object_store::client(endpoint, None);
     let config = platform
         .config()
         .to_builder()

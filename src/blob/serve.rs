@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::routing::get;
 use s3s::service::{S3Service, S3ServiceBuilder};
-use slipway_controllers::blob::backend::{self, S3Endpoint};
+use slipway_backends::object_store::{self, S3Endpoint};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 
@@ -158,7 +158,7 @@ pub async fn run(args: S3Args) -> anyhow::Result<()> {
         );
     let recount = tokio::spawn(super::recount::run(
         db.clone(),
-        backend::client(&endpoint, Some(Duration::from_secs(60))),
+        object_store::client(&endpoint, Some(Duration::from_secs(60))),
         Duration::from_secs(args.recount_seconds.max(60)),
     ));
     tracing::info!(addr = %args.listen, backend = %endpoint.url, "serving S3");

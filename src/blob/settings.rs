@@ -3,7 +3,7 @@
 //! gateway (`S3_ENDPOINT`). Without a backend URL channels get no bucket and no snapshots are taken, which suits
 //! clusters that run slipway without object storage.
 
-use slipway_controllers::blob::backend::{Backend, S3Endpoint};
+use slipway_backends::object_store::{Backend, S3Endpoint};
 use slipway_controllers::blob::{self, BlobSettings};
 
 /// The backend and the platform's root key pair on it.

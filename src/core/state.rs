@@ -155,7 +155,7 @@ struct Inner {
     keyring: Keyring,
     internal: InternalAccess,
     blob: std::sync::OnceLock<crate::blob::access::BlobAccess>,
-    data_server: std::sync::OnceLock<Arc<slipway_controllers::postgres::server::DataServer>>,
+    data_server: std::sync::OnceLock<Arc<slipway_backends::data_server::DataServer>>,
     snapshot_archive: std::sync::OnceLock<crate::postgres::archive::Archive>,
     registry_tokens: std::sync::OnceLock<slipway_internal::registry_token::RegistryTokens>,
     sql_sessions: Arc<crate::sql_proxy::sessions::Sessions>,
@@ -346,19 +346,17 @@ impl AppState {
     }
 
     /// Turns channel databases on: the routes measure them on `server`. Set once, at start.
-    pub fn set_data_server(&self, server: Arc<slipway_controllers::postgres::server::DataServer>) {
+    pub fn set_data_server(&self, server: Arc<slipway_backends::data_server::DataServer>) {
         let _ = self.inner.data_server.set(server);
     }
 
     /// The data server as set, to share with another state.
-    pub fn data_server_handle(
-        &self,
-    ) -> Option<Arc<slipway_controllers::postgres::server::DataServer>> {
+    pub fn data_server_handle(&self) -> Option<Arc<slipway_backends::data_server::DataServer>> {
         self.inner.data_server.get().cloned()
     }
 
     /// The data server; `None` when the platform runs without one (the database routes answer 503).
-    pub fn data_server(&self) -> Option<&slipway_controllers::postgres::server::DataServer> {
+    pub fn data_server(&self) -> Option<&slipway_backends::data_server::DataServer> {
         self.inner.data_server.get().map(|s| s.as_ref())
     }
 

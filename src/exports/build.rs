@@ -20,7 +20,7 @@ use std::process::Stdio;
 use bytes::Bytes;
 use chrono::Utc;
 use serde_json::{Value, json};
-use slipway_controllers::postgres::server::DumpFormat;
+use slipway_backends::data_server::DumpFormat;
 use slipway_crds::Template;
 use uuid::Uuid;
 
@@ -268,7 +268,7 @@ async fn database_of<'s>(
     channel: &slipway_crds::Channel,
     id: Uuid,
 ) -> Option<(
-    &'s slipway_controllers::postgres::server::DataServer,
+    &'s slipway_backends::data_server::DataServer,
     crate::postgres::store::Record,
 )> {
     let server = state.data_server()?;

@@ -14,7 +14,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use slipway_controllers::blob::backend::{self, S3Endpoint};
+use slipway_backends::object_store::{self, S3Endpoint};
 use uuid::Uuid;
 
 /// Size of an uploaded part (S3's minimum is 5 MiB for every part but the last).
@@ -75,14 +75,14 @@ pub fn object_key(channel_id: Uuid, snapshot_id: Uuid) -> String {
 pub struct ArchiveError(pub String);
 
 fn failed<E: ProvideErrorMetadata + std::error::Error>(what: &str, e: &E) -> ArchiveError {
-    ArchiveError(format!("{what}: {}", backend::describe(e)))
+    ArchiveError(format!("{what}: {}", object_store::describe(e)))
 }
 
 impl Archive {
     /// The archive in `bucket` of the backend at `endpoint`.
     pub fn new(endpoint: &S3Endpoint, bucket: String) -> Self {
         Self {
-            client: backend::client(endpoint, None),
+            client: object_store::client(endpoint, None),
             bucket,
         }
     }
@@ -154,7 +154,7 @@ impl Archive {
                     .send()
                     .await
                 {
-                    tracing::warn!(key, error = %backend::describe(&abort), "could not abort a failed upload");
+                    tracing::warn!(key, error = %object_store::describe(&abort), "could not abort a failed upload");
                 }
                 Err(e)
             }

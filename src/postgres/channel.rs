@@ -1,7 +1,7 @@
 //! A channel's SQL database as the routes, the SQL proxy and exports meet it: the data server or 503, the channel
 //! that can have a database, and its record once provisioning has succeeded.
 
-use slipway_controllers::postgres::server::DataServer;
+use slipway_backends::data_server::DataServer;
 use slipway_crds::conditions::{self, reasons};
 use slipway_crds::{Channel, Template};
 use uuid::Uuid;

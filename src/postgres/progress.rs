@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use slipway_controllers::postgres::server::DataServer;
+use slipway_backends::data_server::DataServer;
 
 use crate::jobs::Progress;
 

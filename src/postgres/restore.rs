@@ -18,7 +18,7 @@
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use slipway_controllers::postgres::server::{DataServer, DatabaseNames, ident};
+use slipway_backends::data_server::{DataServer, DatabaseNames, ident};
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use slipway_backends::data_server::DataServer;
 use slipway_controllers::postgres::PostgresSettings;
-use slipway_controllers::postgres::server::DataServer;
 
 /// The admin connection, as both the operator and the API server take it.
 #[derive(Debug, Clone, clap::Args)]

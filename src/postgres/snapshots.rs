@@ -5,7 +5,7 @@
 //! channel's older rows are pruned to its owner's plan ([`prune`]).
 
 use chrono::{DateTime, Utc};
-use slipway_controllers::postgres::server::{DataServer, DumpFormat};
+use slipway_backends::data_server::{DataServer, DumpFormat};
 use slipway_crds::plans::Plan;
 use sqlx::PgPool;
 use uuid::Uuid;

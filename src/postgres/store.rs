@@ -6,7 +6,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::blob::keys::{SECRET_ALPHABET, random_string};
-use slipway_controllers::postgres::server::DatabaseNames;
+use slipway_backends::data_server::DatabaseNames;
 use slipway_store::env::crypto::{Keyring, Sealed};
 
 /// Characters of a role password (letters and digits: nothing a connection URL must escape).

@@ -10,7 +10,7 @@
 //! record to setting its passwords) from before the new passwords are set until the re-keying committed or the
 //! old passwords are back: a reconcile either finished before, or reads the record once it is committed.
 
-use slipway_controllers::postgres::server::{DataServer, RoleSettings, RolesLock};
+use slipway_backends::data_server::{DataServer, RoleSettings, RolesLock};
 use slipway_crds::plans::Plan;
 use uuid::Uuid;
 
@@ -126,7 +126,7 @@ fn server(state: &AppState) -> Result<&DataServer, ApiError> {
     })
 }
 
-fn refused(e: slipway_controllers::postgres::server::ServerError) -> ApiError {
+fn refused(e: slipway_backends::data_server::ServerError) -> ApiError {
     tracing::warn!(error = %e, "a transfer could not give its databases new passwords");
     ApiError::PostgresUnavailable(
         "the data server could not give the app's databases new passwords; nothing was moved, try again".into(),

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use slipway_controllers::postgres::server::DatabaseNames;
+use slipway_backends::data_server::DatabaseNames;
 use slipway_crds::Channel;
 use slipway_crds::names;
 use uuid::Uuid;

@@ -15,7 +15,7 @@ use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use slipway::blob::store::{self, NewStore, Store};
 use slipway::blob::{keys, recount};
-use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
+use slipway_backends::object_store::{self, Backend, S3Endpoint};
 use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
@@ -92,7 +92,7 @@ impl Gateway {
 
     /// A client of the gateway signing with `secret` for the store's access key.
     fn client_with(&self, secret: &str) -> aws_sdk_s3::Client {
-        backend::client(
+        object_store::client(
             &S3Endpoint {
                 url: self.url.clone(),
                 access_key_id: self.store.access_key_id.clone(),
@@ -109,7 +109,7 @@ impl Gateway {
 
     /// A client of the backend itself, with its root key pair.
     fn backend_client(&self) -> aws_sdk_s3::Client {
-        backend::client(&root(&self.backend), None)
+        object_store::client(&root(&self.backend), None)
     }
 
     fn bucket(&self) -> &str {

@@ -17,7 +17,7 @@ use anyhow::Result;
 use aws_sdk_s3::primitives::ByteStream;
 use serde_json::{Value, json};
 use slipway::postgres::archive::{self, Archive};
-use slipway_controllers::blob::backend::S3Endpoint;
+use slipway_backends::object_store::S3Endpoint;
 use slipway_internal::InternalClient;
 use slipway_internal::protocol::{PreDeploySnapshot, PreDeploySnapshotRequest};
 use sqlx::PgConnection;

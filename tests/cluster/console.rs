@@ -837,7 +837,7 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
 
     // A bucket's and a database's records as the operator keeps them, for the move to carry.
     let prod: uuid::Uuid = prod_id.parse()?;
-    let names = slipway_controllers::postgres::names::for_label(&format!("shop-{}", dee.username));
+    let names = slipway_backends::data_server::names::for_label(&format!("shop-{}", dee.username));
     slipway::postgres::store::ensure(
         api.state.db(),
         api.state.keyring(),
@@ -1170,7 +1170,7 @@ async fn a_transfer_gives_the_database_and_the_bucket_new_credentials() -> Resul
 #[tokio::test]
 async fn a_reconcile_that_read_the_old_passwords_cannot_set_them_after_a_transfer() -> Result<()> {
     use slipway::transfer::{Request, transfer};
-    use slipway_controllers::postgres::server::RoleSettings;
+    use slipway_backends::data_server::RoleSettings;
     use support::postgres::{self, refusal};
     let api = TestApi::start().await?;
     postgres::attach(&api)?;

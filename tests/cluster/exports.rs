@@ -19,7 +19,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use axum::http::Method;
 use serde_json::{Value, json};
 use slipway::postgres::archive::{self, Archive};
-use slipway_controllers::blob::backend::S3Endpoint;
+use slipway_backends::object_store::S3Endpoint;
 use slipway_testkit::tls::TempDir;
 use sqlx::{Connection, PgConnection};
 use support::blob::{Keys, ObjectStore};

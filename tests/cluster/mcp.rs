@@ -475,7 +475,7 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
     support::postgres::attach(&api)?;
     let backend = slipway_testkit::s3::TestS3::start().await?;
     let archive = slipway::postgres::archive::Archive::new(
-        &slipway_controllers::blob::backend::S3Endpoint {
+        &slipway_backends::object_store::S3Endpoint {
             url: backend.url.clone(),
             access_key_id: backend.access_key_id.clone(),
             secret_access_key: backend.secret_access_key.clone(),

@@ -228,7 +228,7 @@ async fn a_server_without_pgextwlist_fails_the_channel_until_a_retry_works() -> 
     let prod_id = app["channels"][0]["id"].as_str().unwrap().to_owned();
     // The platform database's server has no pgextwlist: channel roles could not create postgis there.
     let bare = slipway_controllers::postgres::PostgresSettings {
-        server: std::sync::Arc::new(slipway_controllers::postgres::server::DataServer::new(
+        server: std::sync::Arc::new(slipway_backends::data_server::DataServer::new(
             &slipway_testkit::postgres::admin_url(),
         )?),
         pod_address: "127.0.0.1:9".into(),

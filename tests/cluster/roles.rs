@@ -688,7 +688,7 @@ async fn fixture() -> Result<Fixture> {
     }
     // Snapshots go to the object store's backend; the shared SQL app has one, and allows restoring its prod.
     let archive = slipway::postgres::archive::Archive::new(
-        &slipway_controllers::blob::backend::S3Endpoint {
+        &slipway_backends::object_store::S3Endpoint {
             url: store.backend.url.clone(),
             access_key_id: store.backend.access_key_id.clone(),
             secret_access_key: store.backend.secret_access_key.clone(),

@@ -15,7 +15,7 @@ use axum::http::{Method, Request};
 use chrono::Utc;
 use serde_json::{Value, json};
 use slipway::postgres::archive::{self, Archive};
-use slipway_controllers::blob::backend::S3Endpoint;
+use slipway_backends::object_store::S3Endpoint;
 use slipway_internal::InternalClient;
 use slipway_internal::protocol::{PreDeploySnapshot, PreDeploySnapshotRequest};
 use slipway_testkit::s3::TestS3;
@@ -136,7 +136,7 @@ impl Snapshots {
 
     /// The object keys in the system bucket.
     async fn files(&self) -> Vec<String> {
-        let client = slipway_controllers::blob::backend::client(
+        let client = slipway_backends::object_store::client(
             &S3Endpoint {
                 url: self.backend.url.clone(),
                 access_key_id: self.backend.access_key_id.clone(),
@@ -1179,7 +1179,7 @@ async fn abandoned_uploads_into_the_snapshot_store_are_aborted_and_files_kept() 
     let bucket = archive::system_bucket("slipway-");
     let archive = Archive::new(&endpoint, bucket.clone());
     archive.ensure_bucket().await?;
-    let client = slipway_controllers::blob::backend::client(&endpoint, None);
+    let client = slipway_backends::object_store::client(&endpoint, None);
 
     // A finished file, and two uploads with a part each, as a process killed mid-dump leaves them.
     let file = futures::stream::iter([Ok(bytes::Bytes::from_static(b"PGDMP finished"))]);

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 
 use anyhow::Result;
 use serde_json::Value;
+use slipway_backends::object_store::{self, Backend, S3Endpoint};
 use slipway_controllers::blob::BlobSettings;
-use slipway_controllers::blob::backend::{self, Backend, S3Endpoint};
 use slipway_testkit::s3::TestS3;
 
 use super::TestApi;
@@ -70,7 +70,7 @@ impl ObjectStore {
 
     /// An S3 client of the gateway with a channel's key pair.
     pub fn client(&self, access_key_id: &str, secret_access_key: &str) -> aws_sdk_s3::Client {
-        backend::client(
+        object_store::client(
             &S3Endpoint {
                 url: self.gateway_url.clone(),
                 access_key_id: access_key_id.into(),
@@ -82,7 +82,7 @@ impl ObjectStore {
 
     /// An S3 client of the backend itself, with its root key pair (what tenants never get).
     pub fn backend_client(&self) -> aws_sdk_s3::Client {
-        backend::client(&super::s3_calls::root(&self.backend), None)
+        object_store::client(&super::s3_calls::root(&self.backend), None)
     }
 }
 

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use slipway_backends::data_server::DataServer;
 use slipway_controllers::postgres::PostgresSettings;
-use slipway_controllers::postgres::server::DataServer;
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
@@ -86,7 +86,7 @@ pub async fn roles_lock_waited_for(
             "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
              AND objsubid = 2 AND classid::bigint = $1 AND objid::bigint = hashtext($2)::bigint & 4294967295)",
         )
-        .bind(i64::from(slipway_controllers::postgres::server::ROLES_LOCK_CLASS))
+        .bind(i64::from(slipway_backends::data_server::ROLES_LOCK_CLASS))
         .bind(channel_id)
         .fetch_one(server.pool())
         .await?;

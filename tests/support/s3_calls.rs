@@ -2,7 +2,7 @@
 //! API): the backend's root endpoint, and a failed S3 call read as its status and error code.
 
 use aws_sdk_s3::error::ProvideErrorMetadata;
-use slipway_controllers::blob::backend::S3Endpoint;
+use slipway_backends::object_store::S3Endpoint;
 use slipway_testkit::s3::TestS3;
 
 /// `backend`'s endpoint with its root key pair, as the gateway and the operator are given it.

@@ -6,8 +6,6 @@
 //!
 //! Deploys of `app` and `docker` channels get the store's `S3_*` variables from [`container_env`].
 
-pub mod backend;
-
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
@@ -17,6 +15,7 @@ use slipway_crds::{App, Channel};
 
 use crate::context::Context;
 use crate::error::Error;
+use slipway_backends::object_store;
 use slipway_internal::protocol::BlobStoreRequest;
 
 /// Held by every channel until its bucket is gone from the backend and its store forgotten.
@@ -36,7 +35,7 @@ pub const ENV_KEYS: [&str; 5] = [
 #[derive(Clone, Debug)]
 pub struct BlobSettings {
     /// The backend, with the platform's root key pair.
-    pub backend: backend::Backend,
+    pub backend: object_store::Backend,
     /// Prefix of backend bucket names (`<prefix><channel uid>`), so several installations can share a backend.
     pub bucket_prefix: String,
     /// The gateway as pods reach it (`S3_ENDPOINT`).
@@ -164,7 +163,7 @@ pub async fn container_env(
             "S3_SECRET_ACCESS_KEY".to_owned(),
             credentials.secret_access_key,
         ),
-        ("S3_REGION".to_owned(), backend::REGION.to_owned()),
+        ("S3_REGION".to_owned(), object_store::REGION.to_owned()),
     ]))
 }
 

@@ -7,9 +7,6 @@
 //!
 //! Deploys of `app` and `docker` channels get the `DATABASE_*` variables from [`container_env`].
 
-pub mod names;
-pub mod server;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -20,7 +17,7 @@ use slipway_internal::protocol::{DatabaseRecord, DatabaseRequest};
 
 use crate::context::Context;
 use crate::error::Error;
-use server::{DataServer, DatabaseNames, RoleSettings};
+use slipway_backends::data_server::{DataServer, DatabaseNames, RoleSettings};
 
 /// Held by every non-static channel until its database and roles are dropped and its record forgotten.
 pub const FINALIZER: &str = "slipway.dev/postgres";

@@ -75,7 +75,7 @@ async fn ensure_record(
     let channel = access::channel_of(&state, &app, channel_id)?;
     let channel_name: ChannelName = channel.channel_name().parse()?;
     let label = names::channel_host_label(&app.name, &channel_name, &app.owner)?;
-    let names = slipway_controllers::postgres::names::for_label(&label);
+    let names = slipway_backends::data_server::names::for_label(&label);
     let record = store::ensure(
         state.db(),
         state.keyring(),

@@ -4,7 +4,9 @@
 //! API server measures them. Tenants reach it only with their channel's own roles.
 //!
 //! Role and database names cannot be bound as parameters, so every identifier is quoted ([`ident`]) and every
-//! password literal escaped ([`literal`]); the names themselves are made by the platform ([`super::names`]).
+//! password literal escaped ([`literal`]); the names themselves are made by the platform ([`names`]).
+
+pub mod names;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -181,7 +183,7 @@ impl DataServer {
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options.clone());
-        let password = reqwest::Url::parse(url)
+        let password = url::Url::parse(url)
             .ok()
             .and_then(|u| u.password().map(str::to_owned))
             .map(|p| {

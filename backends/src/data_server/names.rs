@@ -6,7 +6,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::server::DatabaseNames;
+use super::DatabaseNames;
 
 /// Postgres truncates identifiers to 63 bytes; the read-only role's suffix must fit too.
 const MAX_DB_NAME: usize = 63 - READONLY_SUFFIX.len();
