@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use crate::telemetry::LogFormat;
+use slipway::telemetry::LogFormat;
 
 /// slipway — a self-hostable hosting platform for Kubernetes.
 ///
@@ -34,13 +34,13 @@ pub struct Cli {
 pub enum Command {
     /// Serve the hosting REST API (apps, channels, deploys, env, git, tokens, plans, object-storage status and
     /// credentials), its OpenAPI document, its MCP server (/mcp) and, with --console-listen, the web console.
-    Api(crate::serve::ApiArgs),
+    Api(slipway::serve::ApiArgs),
     /// Run the reconcilers that turn apps, channels and deploys into builds, workloads and routes, with /healthz,
     /// /readyz and /metrics.
-    Operator(crate::operator::OperatorArgs),
+    Operator(slipway::operator::OperatorArgs),
     /// Serve S3 for the channels' buckets: each channel's key pair reaches only its own bucket, versioning stays
     /// on, and the owner's byte quota holds; objects live on the S3 backend behind it.
-    S3(crate::blob::serve::S3Args),
+    S3(slipway::blob::serve::S3Args),
     /// Serve validating admission over TLS for the five kinds: the rules one object cannot check alone.
     Webhook(slipway_webhooks::WebhookArgs),
     /// Serve HTTP for every channel: the Ingress controller of IngressClass `slipway`, static sites from git, and
@@ -48,7 +48,7 @@ pub enum Command {
     Edge(slipway_edge::EdgeArgs),
     /// Administrative tasks that have no route, such as creating the first user.
     #[command(subcommand)]
-    Admin(crate::admin::AdminCommand),
+    Admin(slipway::admin::AdminCommand),
     /// Print the CustomResourceDefinitions of the five kinds as YAML (or write one file per CRD).
     ///
     /// The output is generated from the Rust types; `kubectl apply -f -` installs it.
@@ -70,18 +70,18 @@ pub enum Command {
 /// Runs the chosen subcommand.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Api(args) => crate::serve::run(args).await,
-        Command::Admin(command) => crate::admin::run(command).await,
-        Command::Operator(args) => crate::operator::run(args).await,
+        Command::Api(args) => slipway::serve::run(args).await,
+        Command::Admin(command) => slipway::admin::run(command).await,
+        Command::Operator(args) => slipway::operator::run(args).await,
         Command::Webhook(args) => slipway_webhooks::run(args).await,
         Command::Edge(args) => slipway_edge::run(args).await,
-        Command::S3(args) => crate::blob::serve::run(args).await,
+        Command::S3(args) => slipway::blob::serve::run(args).await,
         Command::Crds { dir: None } => {
             print!("{}", slipway_crds::crds_yaml()?);
             Ok(())
         }
         Command::Crds { dir: Some(dir) } => write_crds(&dir),
-        Command::MirrorRelay { .. } => crate::mirror::relay::run(),
+        Command::MirrorRelay { .. } => slipway::mirror::relay::run(),
     }
 }
 

@@ -8,7 +8,6 @@ pub mod api;
 pub mod auth;
 pub mod blob;
 pub mod checkpoints;
-pub mod cli;
 pub mod console;
 pub mod core;
 pub mod exports;

@@ -1,4 +1,8 @@
-//! The `slipway` binary: parses the command line and hands over to the library.
+//! The `slipway` binary: parses the command line and hands over to the role it names. The roles are crates of
+//! their own (the edge, the webhook) or modules of the library; only this binary depends on all of them, so a
+//! change in one role recompiles that role and relinks the binary.
+
+mod cli;
 
 use clap::Parser;
 
@@ -7,9 +11,9 @@ async fn main() -> std::process::ExitCode {
     // ring and aws-lc are both compiled in (the S3 client library brings aws-lc), so rustls cannot pick the
     // process's provider by itself: every TLS client and server of slipway's own uses ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = slipway::cli::Cli::parse();
+    let cli = cli::Cli::parse();
     slipway::telemetry::init(cli.log_format);
-    match slipway::cli::run(cli).await {
+    match cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

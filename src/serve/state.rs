@@ -1,0 +1,54 @@
+//! Building the API's state from its flags: the platform database (migrated), the kube client and the synced
+//! caches, the repositories, and what internal callers are checked against.
+
+use super::ApiArgs;
+use slipway_internal::{Callers, SourceKey};
+
+use crate::core::internal_access::InternalAccess;
+use crate::core::state::{AppState, PublicNames};
+use crate::platform::cache::Cache;
+use crate::platform::repos::Repos;
+
+/// Builds the API's state: database (migrated), kube client, synced caches.
+pub async fn state(
+    args: &ApiArgs,
+    kube: kube::Client,
+) -> anyhow::Result<(AppState, Vec<tokio::task::JoinHandle<()>>)> {
+    let keyring = slipway_store::env::crypto::Keyring::load(&args.env_keys_file)?;
+    let source_key = SourceKey::load(&args.build_source_key_file)?;
+    let callers =
+        Callers::new(args.internal_callers.iter().cloned()).map_err(anyhow::Error::msg)?;
+    if args.internal_callers.is_empty() {
+        tracing::warn!(
+            "no --internal-caller is set: the internal listener will refuse every token"
+        );
+    }
+    let internal = InternalAccess::new(
+        kube.clone(),
+        &args.internal_audience,
+        slipway_internal::review::DEFAULT_TTL,
+        callers,
+        source_key,
+    );
+    let db = slipway_store::db::connect(&args.database_url).await?;
+    let (cache, tasks) = Cache::start(kube.clone()).await?;
+    let names = PublicNames {
+        app_domain: args.app_domain.clone(),
+        git_host: args.git_host.clone(),
+        edge_addresses: args.edge_addresses.clone(),
+    };
+    Ok((
+        AppState::new(
+            db,
+            kube,
+            cache,
+            Repos::new(&args.repos_dir),
+            names,
+            keyring,
+            internal,
+        )
+        .with_limits(args.limits())
+        .with_mirrors(args.mirrors()),
+        tasks,
+    ))
+}
