@@ -34,12 +34,12 @@ pub mod pages;
 pub mod proxy;
 pub mod routes;
 pub mod server;
-pub mod sign_in;
 pub mod site;
 pub mod site_cache;
 pub mod site_disk;
 pub mod site_load;
 pub mod site_metrics;
+pub mod svc_auth;
 pub mod tls;
 pub mod watch;
 

@@ -170,7 +170,7 @@ pub async fn handle(
                 .filter(|r| !matches!(r.target, Target::ObjectStore(_)))
                 .map(|r| r.host.clone())
         };
-        let res = super::sign_in::on_auth_host(sign_in, &edge.metrics, served, &req, scheme).await;
+        let res = super::svc_auth::on_auth_host(sign_in, &edge.metrics, served, &req, scheme).await;
         metrics.record(
             res.status(),
             started.elapsed(),
@@ -225,7 +225,7 @@ async fn answer(
     if !matches!(target, Target::ObjectStore(_)) && is_svc_auth(req.uri().path()) {
         let res = match &edge.sign_in {
             Some(sign_in) => {
-                super::sign_in::on_channel_host(sign_in, &edge.metrics, &route.host, &req, scheme)
+                super::svc_auth::on_channel_host(sign_in, &edge.metrics, &route.host, &req, scheme)
                     .await
             }
             None => pages::svc_auth(),

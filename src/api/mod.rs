@@ -32,10 +32,10 @@ pub mod repo;
 pub mod request_rules;
 pub mod rewind;
 pub mod runtime_log;
-pub(crate) mod sign_in_doc;
 pub mod snapshots;
 pub mod ssh_keys;
 pub mod stats;
+pub(crate) mod svc_auth_doc;
 pub mod tokens;
 pub mod views;
 
@@ -134,7 +134,7 @@ pub fn openapi_router(
     beside(&mut doc);
     document_request_budget(&mut doc);
     request_rules::document(&mut doc);
-    sign_in_doc::document(&mut doc);
+    svc_auth_doc::document(&mut doc);
     (routes, doc)
 }
 

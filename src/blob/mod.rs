@@ -23,11 +23,11 @@
 pub mod access;
 pub mod bucket;
 pub mod checkpoints;
-pub mod forward;
 pub mod front;
 pub mod gateway;
 pub mod keys;
 pub mod lease;
+pub mod passthrough;
 pub mod quota;
 pub mod recount;
 pub mod restore;

@@ -15,9 +15,9 @@ use slipway_backends::object_store::{self, S3Endpoint};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 
-use super::forward::Forward;
 use super::front::Front;
 use super::gateway::Gateway;
+use super::passthrough::Passthrough;
 use super::quota::{Quota, Settler};
 use super::tenants::{ChannelKeys, Tenants};
 use slipway_store::env::crypto::Keyring;
@@ -95,7 +95,7 @@ pub fn service(db: PgPool, ring: Keyring, backend: &S3Endpoint) -> Service {
     let gateway = Gateway::new(super::sdk::client(backend), tenants.clone(), quota.clone());
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(ChannelKeys(tenants.clone()));
-    match Forward::new(backend, tenants.clone(), quota) {
+    match Passthrough::new(backend, tenants.clone(), quota) {
         Some(forward) => builder.set_route(forward),
         None => tracing::info!(
             backend = %backend.url,

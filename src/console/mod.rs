@@ -11,9 +11,9 @@
 //! and CSRF protection are in [`session`].
 
 pub mod html;
+pub mod login;
 pub mod pages;
 pub mod session;
-pub mod sign_in;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -190,7 +190,7 @@ pub fn router(console: Arc<Console>) -> axum::Router {
         .route("/", get(|| async { Redirect::to("/apps") }))
         .route("/static/console.css", get(css))
         .route("/static/console.js", get(js))
-        .merge(sign_in::routes())
+        .merge(login::routes())
         .merge(pages::routes())
         .fallback(|| async { error_page(StatusCode::NOT_FOUND, "There is no such page.") })
         .with_state(console);

@@ -1,4 +1,4 @@
-//! End-user sign-in's routes in the OpenAPI document. The edge serves them (`slipway_edge::sign_in`), not this
+//! End-user sign-in's routes in the OpenAPI document. The edge serves them (`slipway_edge::svc_auth`), not this
 //! server: on every channel host and verified custom domain, and on the auth host `{auth_url}`; each path names
 //! its servers, so the document covers every public route of the platform in one place.
 

@@ -278,7 +278,7 @@ fn body_headers(from: &HeaderMap, headers: &mut HeaderMap) -> S3Result<Payload> 
 }
 
 /// The backend, as this path reaches it.
-pub struct Forward {
+pub struct Passthrough {
     tenants: Arc<Tenants>,
     quota: Quota,
     base: String,
@@ -286,7 +286,7 @@ pub struct Forward {
     client: Client<HttpConnector, Body>,
 }
 
-impl Forward {
+impl Passthrough {
     /// The path to `backend` for the channels in `tenants`; `None` for a backend it cannot reach (HTTPS).
     pub fn new(backend: &S3Endpoint, tenants: Arc<Tenants>, quota: Quota) -> Option<Self> {
         let base = backend.url.trim_end_matches('/');
@@ -492,7 +492,7 @@ impl Forward {
     }
 }
 
-impl Forward {
+impl Passthrough {
     /// Sends a DELETE of an object: without a version it adds a marker and frees nothing; a version deleted by id
     /// frees its bytes before the answer.
     async fn delete(
@@ -517,7 +517,7 @@ impl Forward {
 }
 
 #[async_trait::async_trait]
-impl S3Route for Forward {
+impl S3Route for Passthrough {
     fn is_match(
         &self,
         method: &Method,
