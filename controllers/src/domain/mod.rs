@@ -6,19 +6,19 @@
 //!
 //! Steps: read the channel ([`dns_records`](slipway_crds::domain::dns_records) need its hostname) and make it the
 //! Domain's owner if the Domain names none ([`ownership`], which also sweeps Domains whose channel is gone) → check
-//! DNS when due ([`dns`], judged by [`apply_check`]) → issue or renew the certificate when due ([`acme`], stored by
+//! DNS when due ([`dns`], judged by [`checks`]) → issue or renew the certificate when due ([`acme`], stored by
 //! [`certificate`]) → write the status with server-side apply (only when it changed) and Events on transitions.
 //! The certificate Secret lives in the certificate namespace (one of its own, which the edge may read), where an
 //! owner reference cannot reach, so a finalizer removes it when the Domain goes.
 
 pub mod acme;
 pub mod certificate;
+mod checks;
 pub mod dns;
 pub mod ownership;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -35,6 +35,7 @@ use slipway_crds::{
     CertificateStatus, Channel, Domain, DomainPhase, DomainReason, DomainStatus, Http01Challenge,
 };
 
+use self::checks::{apply_check, check_due, next_wake};
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
 
@@ -43,13 +44,6 @@ pub const CERTIFICATE_FINALIZER: &str = "slipway.dev/certificate";
 /// Field manager of the HTTP-01 challenge in a Domain's status (apart from the rest of the status, so writing one
 /// never removes the other).
 const CHALLENGE_MANAGER: &str = "slipway-operator-acme";
-/// First wait between automatic checks of a pending domain; it doubles with each failed check.
-const FIRST_CHECK_INTERVAL: Duration = Duration::from_secs(30);
-/// Longest wait between automatic checks of a pending domain.
-const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
-/// How often a domain with nothing due is looked at again.
-const RECHECK: Duration = Duration::from_secs(3600);
-
 /// Settings of custom domains.
 #[derive(Debug, Clone, Default)]
 pub struct DomainsConfig {
@@ -61,58 +55,6 @@ pub struct DomainsConfig {
     pub certificate_namespace: Option<String>,
     /// The ACME CA; without it no certificate is issued.
     pub acme: Option<acme::AcmeConfig>,
-}
-
-/// The outcome of a check, applied to a status exactly as the hosting API's state table says: a pass verifies; a
-/// definitive failure makes a verified domain pending again; a transient failure records its reason and moves
-/// nothing. Returns whether the phase changed.
-pub fn apply_check(
-    status: &mut DomainStatus,
-    outcome: Result<(), DomainReason>,
-    now: Timestamp,
-) -> bool {
-    let before = status.phase;
-    status.checked_at = Some(Time(now));
-    match outcome {
-        Ok(()) => {
-            if before != DomainPhase::Verified {
-                status.verified_at = Some(Time(now));
-            }
-            status.phase = DomainPhase::Verified;
-            status.reason = None;
-            status.failed_checks = 0;
-        }
-        Err(reason) => {
-            status.reason = Some(reason);
-            if reason.is_definitive() {
-                status.phase = DomainPhase::Pending;
-                status.verified_at = None;
-            }
-            if status.phase == DomainPhase::Pending {
-                status.failed_checks = status.failed_checks.saturating_add(1);
-            }
-        }
-    }
-    status.phase != before
-}
-
-/// Whether a check is due: never checked, a new verify request, or a pending domain whose next automatic check
-/// has come. A verified domain is checked again only when asked.
-pub fn check_due(status: &DomainStatus, request: Option<&str>, now: Timestamp) -> bool {
-    if request.is_some() && request != status.verify_request.as_deref() {
-        return true;
-    }
-    let Some(checked) = &status.checked_at else {
-        return true;
-    };
-    status.phase == DomainPhase::Pending && now >= next_check(checked.0, status.failed_checks)
-}
-
-fn next_check(checked: Timestamp, failed: u32) -> Timestamp {
-    let wait = FIRST_CHECK_INTERVAL
-        .saturating_mul(1 << failed.saturating_sub(1).min(16))
-        .min(MAX_CHECK_INTERVAL);
-    certificate::after(checked, wait)
 }
 
 /// Reconciles one Domain.
@@ -219,31 +161,6 @@ pub async fn reconcile(domain: Arc<Domain>, ctx: Arc<Context>) -> Result<Action,
     set_certificate_conditions(&ctx, &mut status, generation, now);
     write_status(&domains, &domain, &status).await?;
     Ok(Action::requeue(next_wake(&status, now)))
-}
-
-/// When something next falls due: a pending domain's next automatic check, a certificate's renewal, or the end of
-/// an issuance backoff.
-fn next_wake(status: &DomainStatus, now: Timestamp) -> Duration {
-    let mut at = Vec::new();
-    if status.phase == DomainPhase::Pending
-        && let Some(checked) = &status.checked_at
-    {
-        at.push(next_check(checked.0, status.failed_checks));
-    }
-    if status.phase == DomainPhase::Verified
-        && let Some(cert) = &status.certificate
-    {
-        at.extend(cert.renew_at.iter().map(|t| t.0));
-        at.extend(cert.next_attempt_at.iter().map(|t| t.0));
-    }
-    at.into_iter()
-        .map(|t| {
-            Duration::try_from(t.duration_since(now)).unwrap_or(Duration::ZERO)
-                + Duration::from_secs(1)
-        })
-        .min()
-        .unwrap_or(RECHECK)
-        .min(RECHECK)
 }
 
 /// Issues the certificate when it is missing, due for renewal or asked for, unless a failure's backoff runs.
@@ -612,81 +529,4 @@ async fn announce_check(
         ),
     };
     crate::channel::publish(ctx, domain, kind, reason, note).await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(secs: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + secs).unwrap()
-    }
-
-    fn verified() -> DomainStatus {
-        let mut s = DomainStatus::default();
-        assert!(apply_check(&mut s, Ok(()), at(0)));
-        s
-    }
-
-    #[test]
-    fn a_pass_verifies_and_stamps_the_time() {
-        let s = verified();
-        assert_eq!(s.phase, DomainPhase::Verified);
-        assert_eq!(s.verified_at, Some(Time(at(0))));
-        assert_eq!(s.reason, None);
-    }
-
-    #[test]
-    fn definitive_failures_downgrade_a_verified_domain() {
-        use DomainReason::*;
-        for reason in [
-            TxtNxdomain,
-            TxtTokenMismatch,
-            DnsNotPointing,
-            DomainNxdomain,
-        ] {
-            let mut s = verified();
-            assert!(apply_check(&mut s, Err(reason), at(10)), "{reason:?}");
-            assert_eq!(s.phase, DomainPhase::Pending);
-            assert_eq!(s.reason, Some(reason));
-            assert_eq!(s.verified_at, None);
-        }
-    }
-
-    #[test]
-    fn transient_failures_keep_verified_and_record_the_reason() {
-        use DomainReason::*;
-        for reason in [TxtLookupFailed, DnsLookupFailed, PlatformIpUnknown] {
-            let mut s = verified();
-            assert!(!apply_check(&mut s, Err(reason), at(10)), "{reason:?}");
-            assert_eq!(s.phase, DomainPhase::Verified);
-            assert_eq!(s.reason, Some(reason));
-            assert_eq!(s.verified_at, Some(Time(at(0))), "verified_at stays");
-            // A pending domain stays pending on them.
-            let mut p = DomainStatus::default();
-            assert!(!apply_check(&mut p, Err(reason), at(10)));
-            assert_eq!(p.phase, DomainPhase::Pending);
-        }
-    }
-
-    #[test]
-    fn pending_domains_are_rechecked_less_and_less_often_and_verified_ones_only_on_request() {
-        let mut s = DomainStatus::default();
-        assert!(check_due(&s, None, at(0)), "never checked");
-        apply_check(&mut s, Err(DomainReason::TxtNxdomain), at(0));
-        assert!(!check_due(&s, None, at(29)));
-        assert!(check_due(&s, None, at(30)));
-        apply_check(&mut s, Err(DomainReason::TxtNxdomain), at(30));
-        assert!(!check_due(&s, None, at(89)));
-        assert!(check_due(&s, None, at(90)));
-        assert!(
-            check_due(&s, Some("r1"), at(31)),
-            "a request is answered at once"
-        );
-        s.verify_request = Some("r1".into());
-        assert!(!check_due(&s, Some("r1"), at(31)), "once");
-        let v = verified();
-        assert!(!check_due(&v, None, at(100_000)));
-        assert!(check_due(&v, Some("r2"), at(1)));
-    }
 }
