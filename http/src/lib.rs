@@ -5,6 +5,7 @@
 //! ([`HEADER_READ_TIMEOUT`]).
 
 mod admin;
+pub mod cookies;
 pub mod tls;
 
 pub use self::admin::admin_router;

@@ -67,14 +67,7 @@ pub fn cookie(name: &str, value: &str, max_age: u64) -> HeaderValue {
 
 /// The value of the cookie `name` in the request's `Cookie` headers.
 pub fn read_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v.to_owned())
+    slipway_http::cookies::read(headers, name)
 }
 
 /// A signed-in person: their session, and the REST API as they see it.

@@ -78,14 +78,7 @@ fn secret() -> String {
 
 /// The browser cookie's value, if the request carries it.
 fn browser_secret(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == BROWSER_COOKIE)
-        .map(|(_, value)| value.to_owned())
+    slipway_http::cookies::read(headers, BROWSER_COOKIE)
 }
 
 /// The `Set-Cookie` that binds a request to this browser (or, with `None`, forgets it).
