@@ -95,11 +95,34 @@ pub const OAUTH_REGISTRATIONS_PER_SOURCE_PER_HOUR: u32 = 60;
 /// OAuth sign-ins one source address may start in an hour (each keeps a row for a day, unauthenticated).
 pub const OAUTH_AUTHORIZATIONS_PER_SOURCE_PER_HOUR: u32 = 120;
 
+/// The parts that turn optional features on, each given at start or absent for the process's life: a route whose
+/// part is absent answers as its doc says (most 503, the registry token route and OAuth 404).
+#[derive(Clone, Default)]
+pub struct Features {
+    /// Where object storage's gateway is reached (the bucket routes).
+    pub blob_access: Option<crate::blob::access::BlobAccess>,
+    /// The data server channel databases live on (the database routes).
+    pub data_server: Option<Arc<slipway_backends::data_server::DataServer>>,
+    /// Where SQL snapshot files go (checkpoints, restores, exports).
+    pub snapshot_archive: Option<crate::postgres::archive::Archive>,
+    /// The cluster registry's token issuer (the registry token route).
+    pub registry_tokens: Option<slipway_internal::registry_token::RegistryTokens>,
+    /// The mail relay verification codes go out through.
+    pub mailer: Option<crate::registration::mailer::Mailer>,
+    /// Where runtime-log commands run.
+    pub log_sandbox: Option<crate::runtime_logs::sandbox::Sandbox>,
+    /// The MCP server's authorization server for people.
+    pub oauth: Option<Arc<crate::oauth::OAuthServer>>,
+    /// Where the API and its console are reached from outside.
+    pub public_urls: super::public_urls::PublicUrls,
+}
+
 /// Shared state of the API; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
     inner: Arc<Inner>,
     guard: Arc<Guard>,
+    features: Arc<Features>,
     mirrors: Arc<Mirrors>,
     jobs: Arc<crate::jobs::Runner>,
 }
@@ -154,16 +177,8 @@ struct Inner {
     names: PublicNames,
     keyring: Keyring,
     internal: InternalAccess,
-    blob: std::sync::OnceLock<crate::blob::access::BlobAccess>,
-    data_server: std::sync::OnceLock<Arc<slipway_backends::data_server::DataServer>>,
-    snapshot_archive: std::sync::OnceLock<crate::postgres::archive::Archive>,
-    registry_tokens: std::sync::OnceLock<slipway_internal::registry_token::RegistryTokens>,
     sql_sessions: Arc<crate::sql_proxy::sessions::Sessions>,
-    mailer: std::sync::OnceLock<crate::registration::mailer::Mailer>,
-    log_sandbox: std::sync::OnceLock<crate::runtime_logs::sandbox::Sandbox>,
     tokens: Arc<crate::auth::token_cache::TokenCache>,
-    oauth: std::sync::OnceLock<Arc<crate::oauth::OAuthServer>>,
-    public_urls: std::sync::OnceLock<super::public_urls::PublicUrls>,
     token_uses: crate::auth::uses::Uses,
 }
 
@@ -189,18 +204,11 @@ impl AppState {
                 names,
                 keyring,
                 internal,
-                blob: std::sync::OnceLock::new(),
-                data_server: std::sync::OnceLock::new(),
-                snapshot_archive: std::sync::OnceLock::new(),
-                registry_tokens: std::sync::OnceLock::new(),
                 sql_sessions: Arc::default(),
-                mailer: std::sync::OnceLock::new(),
-                log_sandbox: std::sync::OnceLock::new(),
-                oauth: std::sync::OnceLock::new(),
-                public_urls: std::sync::OnceLock::new(),
                 token_uses: Default::default(),
             }),
             guard: Arc::new(Guard::new(Limits::default())),
+            features: Arc::default(),
             mirrors: Arc::new(Mirrors::default()),
             jobs: Arc::new(crate::jobs::Runner::new(crate::jobs::Timing::default())),
         }
@@ -244,6 +252,17 @@ impl AppState {
         self
     }
 
+    /// The same state with these features on (and the others off).
+    pub fn with_features(mut self, features: Features) -> Self {
+        self.features = Arc::new(features);
+        self
+    }
+
+    /// The features this state was built with.
+    pub fn features(&self) -> &Features {
+        &self.features
+    }
+
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.guard.limits
@@ -280,24 +299,14 @@ impl AppState {
         self.guard.oauth_authorizations.spend(source)
     }
 
-    /// Turns OAuth for people on at the MCP server. Set once, at start.
-    pub fn set_oauth(&self, server: crate::oauth::OAuthServer) {
-        let _ = self.inner.oauth.set(Arc::new(server));
-    }
-
     /// The MCP server's authorization server; `None` without a public URL (its routes answer 404).
     pub fn oauth(&self) -> Option<Arc<crate::oauth::OAuthServer>> {
-        self.inner.oauth.get().cloned()
+        self.features.oauth.clone()
     }
 
-    /// Sets where the API and its console are reached from outside (once, at start).
-    pub fn set_public_urls(&self, urls: super::public_urls::PublicUrls) {
-        let _ = self.inner.public_urls.set(urls);
-    }
-
-    /// Where the API and its console are reached from outside; neither is known until set.
+    /// Where the API and its console are reached from outside (unknown ones are `None`).
     pub fn public_urls(&self) -> super::public_urls::PublicUrls {
-        self.inner.public_urls.get().cloned().unwrap_or_default()
+        self.features.public_urls.clone()
     }
 
     /// Takes one SSH login from the hourly budget of the key `fingerprint`; `Err` says how long until the next fits.
@@ -305,69 +314,34 @@ impl AppState {
         self.guard.logins.check(fingerprint.to_owned())
     }
 
-    /// Turns email verification on: codes go out through `mailer`. Set once, at start.
-    pub fn set_mailer(&self, mailer: crate::registration::mailer::Mailer) {
-        let _ = self.inner.mailer.set(mailer);
-    }
-
     /// The mail relay; `None` when none is configured (email verification answers 503).
     pub fn mailer(&self) -> Option<&crate::registration::mailer::Mailer> {
-        self.inner.mailer.get()
-    }
-
-    /// Turns runtime-log commands on: they run in `sandbox`. Set once, at start.
-    pub fn set_log_sandbox(&self, sandbox: crate::runtime_logs::sandbox::Sandbox) {
-        let _ = self.inner.log_sandbox.set(sandbox);
+        self.features.mailer.as_ref()
     }
 
     /// Where runtime-log commands run; `None` when no sandbox is configured (a command answers 503).
     pub fn log_sandbox(&self) -> Option<&crate::runtime_logs::sandbox::Sandbox> {
-        self.inner.log_sandbox.get()
-    }
-
-    /// Turns object storage on: the routes reach the gateway at `access`. Set once, at start.
-    pub fn set_blob_access(&self, access: crate::blob::access::BlobAccess) {
-        let _ = self.inner.blob.set(access);
+        self.features.log_sandbox.as_ref()
     }
 
     /// How object storage is reached; `None` when the platform runs without it (its routes answer 503).
     pub fn blob_access(&self) -> Option<&crate::blob::access::BlobAccess> {
-        self.inner.blob.get()
-    }
-
-    /// Makes the API the cluster registry's token endpoint, signing with `tokens`. Set once, at start.
-    pub fn set_registry_tokens(&self, tokens: slipway_internal::registry_token::RegistryTokens) {
-        let _ = self.inner.registry_tokens.set(tokens);
+        self.features.blob_access.as_ref()
     }
 
     /// The registry's token issuer; `None` when the registry does not take slipway's tokens (the route is absent).
     pub fn registry_tokens(&self) -> Option<&slipway_internal::registry_token::RegistryTokens> {
-        self.inner.registry_tokens.get()
-    }
-
-    /// Turns channel databases on: the routes measure them on `server`. Set once, at start.
-    pub fn set_data_server(&self, server: Arc<slipway_backends::data_server::DataServer>) {
-        let _ = self.inner.data_server.set(server);
-    }
-
-    /// The data server as set, to share with another state.
-    pub fn data_server_handle(&self) -> Option<Arc<slipway_backends::data_server::DataServer>> {
-        self.inner.data_server.get().cloned()
+        self.features.registry_tokens.as_ref()
     }
 
     /// The data server; `None` when the platform runs without one (the database routes answer 503).
     pub fn data_server(&self) -> Option<&slipway_backends::data_server::DataServer> {
-        self.inner.data_server.get().map(|s| s.as_ref())
-    }
-
-    /// Turns SQL snapshots on: their files go to `archive`. Set once, at start.
-    pub fn set_snapshot_archive(&self, archive: crate::postgres::archive::Archive) {
-        let _ = self.inner.snapshot_archive.set(archive);
+        self.features.data_server.as_deref()
     }
 
     /// Where snapshot files go; `None` when the platform has no object storage (no snapshots are taken).
     pub fn snapshot_archive(&self) -> Option<&crate::postgres::archive::Archive> {
-        self.inner.snapshot_archive.get()
+        self.features.snapshot_archive.as_ref()
     }
 
     /// The open external SQL sessions (empty unless `--sql-listen` serves them).

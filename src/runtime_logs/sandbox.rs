@@ -180,6 +180,11 @@ impl Sandbox {
         }
     }
 
+    /// The namespace the sandbox's pods run in.
+    pub fn namespace(&self) -> &str {
+        &self.config.namespace
+    }
+
     /// Runs `command` on the output of the runtime-log generation `generation` (its newest part that fits a Secret,
     /// cut at a line). The work runs as a task of its own that holds its slot until its pod is deleted, so a
     /// caller that goes away (a client hanging up) neither leaves a pod running nor frees a slot early.

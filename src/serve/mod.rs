@@ -7,6 +7,8 @@ mod state;
 
 use anyhow::Context;
 
+use crate::core::state::Features;
+
 pub use self::args::ApiArgs;
 pub use self::state::state;
 
@@ -14,29 +16,66 @@ pub use self::state::state;
 /// 30-second grace period, so the process exits before it is killed.
 const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(25);
 
+/// The features the flags turn on, each checked as far as it can be at start.
+async fn features(args: &ApiArgs, kube: &kube::Client) -> anyhow::Result<Features> {
+    let data_server = args.data_server.server()?;
+    if let Some(server) = &data_server {
+        crate::postgres::settings::check_at_start(server).await;
+    }
+    let snapshot_archive = match args.snapshot_store.endpoint()? {
+        Some(endpoint) => {
+            let archive = crate::postgres::archive::Archive::new(
+                &endpoint,
+                crate::postgres::archive::system_bucket(&args.snapshot_store.s3_bucket_prefix),
+            );
+            if let Err(e) = archive.ensure_bucket().await {
+                tracing::error!(error = %e, "the snapshot bucket is not there yet; snapshots fail until it is");
+            }
+            Some(archive)
+        }
+        None => None,
+    };
+    let oauth = args.oauth()?;
+    if let Some(server) = &oauth {
+        tracing::info!(issuer = %server.issuer, upstream = server.upstream.is_some(), "OAuth for the MCP server on");
+    }
+    Ok(Features {
+        blob_access: args.s3_gateway_url.as_ref().map(|gateway_url| {
+            crate::blob::access::BlobAccess {
+                gateway_url: gateway_url.clone(),
+            }
+        }),
+        data_server,
+        snapshot_archive,
+        registry_tokens: args.registry_tokens.tokens()?,
+        mailer: args
+            .smtp_url
+            .as_deref()
+            .map(|url| crate::registration::mailer::Mailer::new(url, &args.mail_from))
+            .transpose()?,
+        log_sandbox: args
+            .log_sandbox()
+            .map(|config| crate::runtime_logs::sandbox::Sandbox::new(config, kube.clone())),
+        oauth: oauth.map(std::sync::Arc::new),
+        public_urls: crate::core::public_urls::PublicUrls::new(
+            args.public_url.as_deref(),
+            args.console.console_url.as_deref(),
+        )?,
+    })
+}
+
 /// Serves the API until SIGTERM or Ctrl-C; a cache task that dies takes the process down.
 pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     let kube = kube::Client::try_default()
         .await
         .context("connect to Kubernetes")?;
+    let features = features(&args, &kube).await?;
     let (state, tasks) = state(&args, kube).await?;
-    if let Some(tokens) = args.registry_tokens.tokens()? {
-        state.set_registry_tokens(tokens);
-    }
-    if let Some(url) = &args.smtp_url {
-        state.set_mailer(crate::registration::mailer::Mailer::new(
-            url,
-            &args.mail_from,
-        )?);
-    }
-    if let Some(config) = args.log_sandbox() {
+    let state = state.with_features(features);
+    if let Some(sandbox) = state.log_sandbox() {
         tokio::spawn(crate::runtime_logs::sandbox::sweep(
             state.kube().clone(),
-            config.namespace.clone(),
-        ));
-        state.set_log_sandbox(crate::runtime_logs::sandbox::Sandbox::new(
-            config,
-            state.kube().clone(),
+            sandbox.namespace().to_owned(),
         ));
     }
     tokio::spawn(crate::runtime_logs::prune_every_hour(state.db().clone()));
@@ -44,32 +83,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         crate::platform::sweep::Sweeper::new(state.db().clone(), state.cache().clone())
             .every_hour(),
     );
-    state.set_public_urls(crate::core::public_urls::PublicUrls::new(
-        args.public_url.as_deref(),
-        args.console.console_url.as_deref(),
-    )?);
-    if let Some(server) = args.oauth()? {
-        tracing::info!(issuer = %server.issuer, upstream = server.upstream.is_some(), "OAuth for the MCP server on");
-        state.set_oauth(server);
-    }
-    if let Some(gateway_url) = &args.s3_gateway_url {
-        state.set_blob_access(crate::blob::access::BlobAccess {
-            gateway_url: gateway_url.clone(),
-        });
-    }
-    if let Some(server) = args.data_server.server()? {
-        crate::postgres::settings::check_at_start(&server).await;
-        state.set_data_server(server);
-    }
-    if let Some(endpoint) = args.snapshot_store.endpoint()? {
-        let archive = crate::postgres::archive::Archive::new(
-            &endpoint,
-            crate::postgres::archive::system_bucket(&args.snapshot_store.s3_bucket_prefix),
-        );
-        if let Err(e) = archive.ensure_bucket().await {
-            tracing::error!(error = %e, "the snapshot bucket is not there yet; snapshots fail until it is");
-        }
-        state.set_snapshot_archive(archive);
+    if state.snapshot_archive().is_some() {
         tokio::spawn(crate::exports::sweep_every(state.clone()));
         if state.data_server().is_some() {
             tokio::spawn(crate::checkpoints::nightly::run(state.clone()));

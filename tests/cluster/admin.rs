@@ -40,8 +40,8 @@ async fn create_user_prints_a_token_with_the_nine_default_scopes() -> Result<()>
         "stdout is the token alone: {token:?}"
     );
 
-    let api = TestApi::on(db).await?;
-    crate::support::postgres::attach(&api)?;
+    let mut api = TestApi::on(db).await?;
+    crate::support::postgres::attach(&mut api)?;
     api.forget_namespace_later(&format!("slipway-user-{username}"));
     let apps = api
         .call(Method::GET, "/apps", Some(&token), None)

@@ -596,8 +596,8 @@ async fn credentials_never_exceed_the_caller() -> Result<()> {
 
 #[tokio::test]
 async fn plans_are_public_and_usage_reports_the_plan() -> Result<()> {
-    let api = TestApi::start().await?;
-    crate::support::postgres::attach(&api)?;
+    let mut api = TestApi::start().await?;
+    crate::support::postgres::attach(&mut api)?;
     let plans = api
         .call(Method::GET, "/plans", None, None)
         .await
@@ -1219,7 +1219,7 @@ async fn a_token_past_its_budget_gets_429_with_retry_after() -> Result<()> {
 async fn the_registry_token_endpoint_grants_a_pull_credential_its_own_repository_only() -> Result<()>
 {
     use slipway_internal::registry_token::{DEFAULT_SERVICE, RegistryTokens};
-    let api = TestApi::start().await?;
+    let mut api = TestApi::start().await?;
     let get = |query: &str, credential: Option<(&str, &str)>| {
         let mut request = Request::get(format!("/registry/token?{query}"));
         if let Some((user, password)) = credential {
@@ -1238,7 +1238,7 @@ async fn the_registry_token_endpoint_grants_a_pull_credential_its_own_repository
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?.serialize_pem();
     let tokens = RegistryTokens::from_pem(key.as_bytes(), "k", "slipway", DEFAULT_SERVICE)?;
     let password = tokens.pull_password("a/web");
-    api.state.set_registry_tokens(tokens);
+    api.enable(|features| features.registry_tokens = Some(tokens));
     let own = Some(("a/web", password.as_str()));
 
     let granted = api

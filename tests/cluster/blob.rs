@@ -36,10 +36,10 @@ struct Fixture {
 }
 
 async fn fixture(prefix: &str, plan: &str) -> Result<Fixture> {
-    let api = TestApi::start().await?;
+    let mut api = TestApi::start().await?;
     // GET /me/usage measures the account's databases on the data server.
-    support::postgres::attach(&api)?;
-    let store = ObjectStore::start(&api, "127.0.0.1").await?;
+    support::postgres::attach(&mut api)?;
+    let store = ObjectStore::start(&mut api, "127.0.0.1").await?;
     let user = api.user(prefix, plan).await?;
     let app = api.create_app(&user, "files", "static").await;
     let app_id = app["id"].as_str().unwrap().to_owned();

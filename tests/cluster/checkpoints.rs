@@ -55,8 +55,8 @@ async fn fixture_configured(
     plan: &str,
     configure: impl FnOnce(&mut slipway_controllers::OperatorConfig),
 ) -> Result<Fixture> {
-    let f = unannounced_fixture_configured(prefix, plan, configure).await?;
-    f.store.announce(&f.api);
+    let mut f = unannounced_fixture_configured(prefix, plan, configure).await?;
+    f.store.announce(&mut f.api);
     f.wait_until_ready(&["postgres", "blob"]).await;
     Ok(f)
 }
@@ -67,8 +67,8 @@ async fn unannounced_fixture_configured(
     plan: &str,
     configure: impl FnOnce(&mut slipway_controllers::OperatorConfig),
 ) -> Result<Fixture> {
-    let api = TestApi::start().await?;
-    postgres::attach(&api)?;
+    let mut api = TestApi::start().await?;
+    postgres::attach(&mut api)?;
     let store = ObjectStore::start_unannounced(&api, "127.0.0.1").await?;
     let archive = Archive::new(
         &S3Endpoint {
@@ -79,7 +79,7 @@ async fn unannounced_fixture_configured(
         archive::system_bucket("slipway-"),
     );
     archive.ensure_bucket().await?;
-    api.state.set_snapshot_archive(archive);
+    api.enable(|features| features.snapshot_archive = Some(archive));
     let user = api.user(prefix, plan).await?;
     let app = api.create_app(&user, "shop", "app").await;
     let app_id = app["id"].as_str().unwrap().to_owned();
@@ -597,10 +597,10 @@ async fn a_checkpoint_brings_back_the_rows_objects_and_code_of_its_instant() -> 
 #[tokio::test]
 async fn checkpoint_routes_refuse_what_the_spec_refuses() -> Result<()> {
     // A checkpoint taken while the API had no object storage has no object-store leg.
-    let f = unannounced_fixture("ckptno", "pro").await?;
+    let mut f = unannounced_fixture("ckptno", "pro").await?;
     f.wait_until_ready(&["postgres"]).await;
     let unaligned = f.checkpoint(None).await?;
-    f.store.announce(&f.api);
+    f.store.announce(&mut f.api);
     f.wait_until_ready(&["blob"]).await;
     let (s3, bucket) = f.bucket().await;
     put(&s3, &bucket, "a.txt", "a").await;

@@ -42,8 +42,8 @@ fn csrf_in(html: &str) -> String {
 #[tokio::test]
 async fn sessions_are_host_only_cookies_and_every_write_needs_the_sessions_csrf_token() -> Result<()>
 {
-    let api = TestApi::start().await?;
-    let console = TestConsole::start(&api).await?;
+    let mut api = TestApi::start().await?;
+    let console = TestConsole::start(&mut api).await?;
     let (ada, ada_address) = person(&api, "ada").await?;
     let (bo, _) = person(&api, "bo").await?;
     let bos_app = api.create_app(&bo, "secret", "static").await;
@@ -217,8 +217,8 @@ fn banner_text(page: &str) -> String {
 
 #[tokio::test]
 async fn codes_go_only_to_verified_addresses_and_five_wrong_ones_lock_the_code() -> Result<()> {
-    let api = TestApi::start().await?;
-    let console = TestConsole::start(&api).await?;
+    let mut api = TestApi::start().await?;
+    let console = TestConsole::start(&mut api).await?;
     let (_, address) = person(&api, "cy").await?;
     let client = console.client()?;
     let pre = csrf_in(&client.get(&console.url("/sign-in")).await?.text);
@@ -428,10 +428,10 @@ async fn sign_out(c: &Client) -> Result<()> {
 
 #[tokio::test]
 async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
-    let api = TestApi::start().await?;
+    let mut api = TestApi::start().await?;
     // The account page shows usage, which needs the data server to measure databases.
-    support::postgres::attach(&api)?;
-    let console = TestConsole::start(&api).await?;
+    support::postgres::attach(&mut api)?;
+    let console = TestConsole::start(&mut api).await?;
     let base = api.serve().await?;
     let (ann, ann_address) = person(&api, "ann").await?;
     let (ben, _) = person(&api, "ben").await?;
@@ -717,7 +717,7 @@ async fn caller_of(api: &TestApi, user: &User) -> slipway::auth::Caller {
 #[tokio::test]
 async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Result<()> {
     use slipway::transfer::{Request, transfer};
-    let api = TestApi::start().await?;
+    let mut api = TestApi::start().await?;
     let (dee, _) = person(&api, "dee").await?;
     let (eve, _) = person(&api, "eve").await?;
     let (fay, _) = person(&api, "fay").await?;
@@ -862,7 +862,7 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
             .expect(200, None)["owner_username"],
         dee.username.as_str()
     );
-    support::postgres::attach(&api)?;
+    support::postgres::attach(&mut api)?;
 
     let moved = transfer(&api.state, &owner, request(&eve.username, "shop"))
         .await
@@ -1050,9 +1050,9 @@ async fn a_store_recorded_during_a_swap_waits_for_it_and_answers_the_moved_recor
 async fn a_transfer_gives_the_database_and_the_bucket_new_credentials() -> Result<()> {
     use slipway::transfer::{Request, transfer};
     use support::postgres::{self, execute, refusal};
-    let api = TestApi::start().await?;
-    postgres::attach(&api)?;
-    let store = support::blob::ObjectStore::start(&api, "127.0.0.1").await?;
+    let mut api = TestApi::start().await?;
+    postgres::attach(&mut api)?;
+    let store = support::blob::ObjectStore::start(&mut api, "127.0.0.1").await?;
     let (ida, _) = person(&api, "ida").await?;
     let (jon, _) = person(&api, "jon").await?;
     for namespace in [&ida.namespace, &jon.namespace] {
@@ -1172,8 +1172,8 @@ async fn a_reconcile_that_read_the_old_passwords_cannot_set_them_after_a_transfe
     use slipway::transfer::{Request, transfer};
     use slipway_backends::data_server::RoleSettings;
     use support::postgres::{self, refusal};
-    let api = TestApi::start().await?;
-    postgres::attach(&api)?;
+    let mut api = TestApi::start().await?;
+    postgres::attach(&mut api)?;
     let (kim, _) = person(&api, "kim").await?;
     let (lou, _) = person(&api, "lou").await?;
     for namespace in [&kim.namespace, &lou.namespace] {

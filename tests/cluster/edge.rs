@@ -243,9 +243,9 @@ async fn the_edge_routes_only_the_operators_ingress_of_a_channel() -> Result<()>
 #[tokio::test]
 async fn the_bytes_the_edge_sends_are_the_owner_s_bandwidth_this_month_exactly_and_outlive_a_restart()
 -> Result<()> {
-    let api = TestApi::start().await?;
+    let mut api = TestApi::start().await?;
     // GET /me/usage measures the account's databases on the data server, so it answers only with one.
-    support::postgres::attach(&api)?;
+    support::postgres::attach(&mut api)?;
     let user = api.user("edgebytes", "builder").await?;
     let _operator = api.start_operator_without_node(&user.namespace).await?;
     let body = "fifteen bytes!\n";

@@ -41,9 +41,9 @@ struct Fixture {
 }
 
 async fn fixture(prefix: &str) -> Result<Fixture> {
-    let api = TestApi::start().await?;
-    postgres::attach(&api)?;
-    let store = ObjectStore::start(&api, "127.0.0.1").await?;
+    let mut api = TestApi::start().await?;
+    postgres::attach(&mut api)?;
+    let store = ObjectStore::start(&mut api, "127.0.0.1").await?;
     let archive = Archive::new(
         &S3Endpoint {
             url: store.backend.url.clone(),
@@ -53,7 +53,7 @@ async fn fixture(prefix: &str) -> Result<Fixture> {
         archive::system_bucket("slipway-"),
     );
     archive.ensure_bucket().await?;
-    api.state.set_snapshot_archive(archive);
+    api.enable(|features| features.snapshot_archive = Some(archive));
     let user = api.user(prefix, "basic").await?;
     let app = api.create_app(&user, "shop", "app").await;
     let app_id = app["id"].as_str().unwrap().to_owned();
@@ -670,7 +670,7 @@ async fn without_object_storage_or_with_downloads_off_no_export_starts() -> Resu
 
 #[tokio::test]
 async fn the_export_tools_start_an_export_and_hand_out_its_download() -> Result<()> {
-    let f = fixture("exmcp").await?;
+    let mut f = fixture("exmcp").await?;
     let member = f.api.user("exmcm", "basic").await?;
     let stranger = f.api.user("exmcs", "basic").await?;
     f.api
@@ -687,12 +687,8 @@ async fn the_export_tools_start_an_export_and_hand_out_its_download() -> Result<
         .await;
     let base = f.api.serve().await?;
     // Download links are on the API's public URL: here, the socket it is served on.
-    f.api
-        .state
-        .set_public_urls(slipway::core::public_urls::PublicUrls::new(
-            Some(&base),
-            None,
-        )?);
+    let urls = slipway::core::public_urls::PublicUrls::new(Some(&base), None)?;
+    f.api.enable(|features| features.public_urls = urls);
     let url = format!("{base}/mcp");
     let mut owner = McpClient::connect(&url, &f.user.token).await?;
 

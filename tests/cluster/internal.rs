@@ -37,9 +37,9 @@ struct Fixture {
 }
 
 async fn fixture(prefix: &str) -> Result<Fixture> {
-    let api = TestApi::start().await?;
+    let mut api = TestApi::start().await?;
     // Usage, which the edge's bandwidth feeds, needs the data server to measure databases.
-    crate::support::postgres::attach(&api)?;
+    crate::support::postgres::attach(&mut api)?;
     let alice = api.user(prefix, "builder").await?;
     let site = api.create_app(&alice, "site", "static").await;
     let site_id = site["id"].as_str().unwrap().to_owned();

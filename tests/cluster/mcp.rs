@@ -470,9 +470,9 @@ async fn checkpoint(api: &TestApi, app_id: &str, channel_id: &str) -> Result<Str
 #[tokio::test]
 async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools_alone()
 -> Result<()> {
-    let (api, url) = serving().await?;
+    let (mut api, url) = serving().await?;
     // The data server for channel databases, and a snapshot archive in an object-storage backend of the test's own.
-    support::postgres::attach(&api)?;
+    support::postgres::attach(&mut api)?;
     let backend = slipway_testkit::s3::TestS3::start().await?;
     let archive = slipway::postgres::archive::Archive::new(
         &slipway_backends::object_store::S3Endpoint {
@@ -483,7 +483,7 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
         slipway::postgres::archive::system_bucket("slipway-"),
     );
     archive.ensure_bucket().await?;
-    api.state.set_snapshot_archive(archive);
+    api.enable(|features| features.snapshot_archive = Some(archive));
 
     // The agent registers by SSH key; its account is on a plan with port forwarding (an operator's choice).
     let key = AgentKey::new("ed25519")?;
@@ -633,11 +633,8 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
     assert_eq!(relative["download"]["url"], path.as_str(), "{relative}");
     assert!(relative["download"]["curl"].is_null(), "{relative}");
     let public = "https://api.example.test";
-    api.state
-        .set_public_urls(slipway::core::public_urls::PublicUrls::new(
-            Some(public),
-            None,
-        )?);
+    let urls = slipway::core::public_urls::PublicUrls::new(Some(public), None)?;
+    api.enable(|features| features.public_urls = urls);
     let link = agent
         .call("download_channel_snapshot", download.clone())
         .await?

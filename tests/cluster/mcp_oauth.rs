@@ -41,17 +41,18 @@ struct Fixture {
 }
 
 async fn fixture(prefix: &str) -> Result<Fixture> {
-    let api = TestApi::start().await?;
+    let mut api = TestApi::start().await?;
     let base = api.serve().await?;
     let issuer = upstream_issuer()?;
-    api.state.set_oauth(slipway::oauth::OAuthServer::new(
+    let server = slipway::oauth::OAuthServer::new(
         &base,
         Some(slipway_identity::UpstreamConfig {
             issuer: issuer.clone(),
             client_id: "slipway".into(),
             client_secret: "slipway-secret".into(),
         }),
-    )?);
+    )?;
+    api.enable(|features| features.oauth = Some(std::sync::Arc::new(server)));
     let person = api.user(prefix, "basic").await?;
     let address = format!("{}@example.com", person.username);
     verify_address(&api, &person, &address).await?;

@@ -210,8 +210,8 @@ async fn sync_git_fetches_the_named_apps_external_repository_now() -> Result<()>
 
 #[tokio::test]
 async fn get_blob_usage_reports_the_named_channel_or_the_accounts_total() -> Result<()> {
-    let (api, url) = serving().await?;
-    let store = ObjectStore::start(&api, "127.0.0.1").await?;
+    let (mut api, url) = serving().await?;
+    let store = ObjectStore::start(&mut api, "127.0.0.1").await?;
     let alice = api.user("alice", "basic").await?;
     let (app, prod) = app_of(&api, &alice, "files", "static").await;
     let dev = api
@@ -332,8 +332,8 @@ async fn verify_custom_domain_checks_the_named_domains_records() -> Result<()> {
 
 #[tokio::test]
 async fn an_agent_verifies_its_email_address_with_the_mailed_code() -> Result<()> {
-    let (api, url) = serving().await?;
-    let maildir = attach_mailer(&api)?;
+    let (mut api, url) = serving().await?;
+    let maildir = attach_mailer(&mut api)?;
     let (_key, registered) = register(&api).await?;
     let mut agent = McpClient::connect(&url, registered["token"].as_str().unwrap()).await?;
     let address = format!("{}@example.test", registered["username"].as_str().unwrap());

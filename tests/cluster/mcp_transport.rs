@@ -90,11 +90,12 @@ async fn a_request_that_is_not_a_method_call_answers_its_json_rpc_error() -> Res
 
 #[tokio::test]
 async fn a_browser_page_of_another_origin_is_refused() -> Result<()> {
-    let (api, url) = serving().await?;
-    api.state.set_public_urls(PublicUrls::new(
+    let (mut api, url) = serving().await?;
+    let urls = PublicUrls::new(
         Some("https://api.example.test"),
         Some("https://console.example.test"),
-    )?);
+    )?;
+    api.enable(|features| features.public_urls = urls);
     let alice = api.user("alice", "basic").await?;
     let init = initialize().to_string();
     for origin in [

@@ -97,8 +97,8 @@ fn schemathesis() -> Result<String> {
 
 #[tokio::test]
 async fn what_the_document_allows_the_routes_take() -> Result<()> {
-    let api = TestApi::start().await?;
-    support::postgres::attach(&api)?;
+    let mut api = TestApi::start().await?;
+    support::postgres::attach(&mut api)?;
     let base = api.serve().await?;
     let alice = api.user("oas", "builder").await?;
     let _operator = api.start_operator_without_node(&alice.namespace).await?;

@@ -220,8 +220,8 @@ async fn a_deleted_channel_takes_its_database_and_roles_along() -> Result<()> {
 
 #[tokio::test]
 async fn a_server_without_pgextwlist_fails_the_channel_until_a_retry_works() -> Result<()> {
-    let api = TestApi::start().await?;
-    postgres::attach(&api)?;
+    let mut api = TestApi::start().await?;
+    postgres::attach(&mut api)?;
     let user = api.user("pgfail", "basic").await?;
     let app = api.create_app(&user, "shop", "app").await;
     let app_id = app["id"].as_str().unwrap().to_owned();
@@ -486,8 +486,8 @@ async fn reset_empties_the_database_and_keeps_the_roles_and_their_passwords() ->
     );
 
     // A channel whose database is not ready answers 409 and is left alone.
-    let bare = TestApi::start().await?;
-    postgres::attach(&bare)?;
+    let mut bare = TestApi::start().await?;
+    postgres::attach(&mut bare)?;
     let user = bare.user("pgnotready", "basic").await?;
     let app = bare.create_app(&user, "shop", "app").await;
     let path = format!(

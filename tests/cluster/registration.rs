@@ -452,10 +452,10 @@ async fn an_account_holds_at_most_twenty_tokens_from_ssh_login() -> Result<()> {
 
 /// An API that mails codes through the SMTP server of `hack/smtp.sh`; its Maildir.
 async fn api_with_mail() -> Result<(TestApi, std::path::PathBuf)> {
-    let api = api().await?;
+    let mut api = api().await?;
     // GET /me/usage measures the account's databases on the data server.
-    support::postgres::attach(&api)?;
-    let maildir = attach_mailer(&api)?;
+    support::postgres::attach(&mut api)?;
+    let maildir = attach_mailer(&mut api)?;
     Ok((api, maildir))
 }
 
@@ -916,11 +916,12 @@ async fn logins_are_budgeted_per_key_codes_per_address_and_a_refusing_relay_leav
     let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = closed.local_addr()?.port();
     drop(closed);
-    let refusing = api().await?;
-    refusing.state.set_mailer(Mailer::new(
+    let mut refusing = api().await?;
+    let mailer = Mailer::new(
         &format!("smtp://127.0.0.1:{port}"),
         "slipway <noreply@slipway.test>",
-    )?);
+    )?;
+    refusing.enable(|features| features.mailer = Some(mailer));
     let (_, made) = register(&refusing).await?;
     let refused = post(
         &refusing,

@@ -596,7 +596,7 @@ async fn exports_settled(api: &TestApi, app_id: &str) {
 }
 
 async fn fixture() -> Result<Fixture> {
-    let api = TestApi::start().await?;
+    let mut api = TestApi::start().await?;
     let owner = api.user("owner", "builder").await?;
     let admin = api.user("admin", "basic").await?;
     let member = api.user("member", "basic").await?;
@@ -608,7 +608,7 @@ async fn fixture() -> Result<Fixture> {
     let sql_app = api.create_app(&owner, "sharedsql", "app").await;
     let sql_app_id = sql_app["id"].as_str().unwrap().to_owned();
     let sql_channel_id = sql_app["channels"][0]["id"].as_str().unwrap().to_owned();
-    support::postgres::attach(&api)?;
+    support::postgres::attach(&mut api)?;
     for shared in [&app_id, &sql_app_id] {
         for (user, role) in [(&admin, "admin"), (&member, "member")] {
             let added = api
@@ -638,7 +638,7 @@ async fn fixture() -> Result<Fixture> {
     .expect(204, None);
     // The operator checks domains against the test DNS, where nothing is set: a verify answers at once, pending;
     // and it makes each channel's bucket on an object store of the test's own.
-    let store = support::blob::ObjectStore::start(&api, "127.0.0.1").await?;
+    let store = support::blob::ObjectStore::start(&mut api, "127.0.0.1").await?;
     api.start_nodeless_operator_with_postgres(
         &owner.namespace,
         support::https::domains_config(&owner.namespace, false)?,
@@ -696,7 +696,7 @@ async fn fixture() -> Result<Fixture> {
         slipway::postgres::archive::system_bucket("slipway-"),
     );
     archive.ensure_bucket().await?;
-    api.state.set_snapshot_archive(archive);
+    api.enable(|features| features.snapshot_archive = Some(archive));
     let operator =
         slipway_internal::InternalClient::new(api.operator_endpoint(&api.serve_internal().await?));
     let snapshot_id = match support::pre_deploy_checkpoint(

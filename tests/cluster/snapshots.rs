@@ -32,7 +32,7 @@ struct Snapshots {
 }
 
 async fn snapshots(prefix: &str, plan: &str) -> Result<Snapshots> {
-    let f = fixture(prefix, plan).await?;
+    let mut f = fixture(prefix, plan).await?;
     let backend = TestS3::start().await?;
     let archive = Archive::new(
         &S3Endpoint {
@@ -43,7 +43,8 @@ async fn snapshots(prefix: &str, plan: &str) -> Result<Snapshots> {
         archive::system_bucket("slipway-"),
     );
     archive.ensure_bucket().await?;
-    f.api.state.set_snapshot_archive(archive.clone());
+    f.api
+        .enable(|features| features.snapshot_archive = Some(archive.clone()));
     f.ready(&f.prod_id).await;
     Ok(Snapshots {
         f,

@@ -15,9 +15,9 @@ const ANNOUNCED_WITHIN: Duration = Duration::from_secs(5);
 
 /// The API of a test with its token cache listening.
 async fn listening_api() -> Result<TestApi> {
-    let api = TestApi::start().await?;
+    let mut api = TestApi::start().await?;
     // The tests read GET /me/usage, which measures the account's databases on the data server.
-    crate::support::postgres::attach(&api)?;
+    crate::support::postgres::attach(&mut api)?;
     poll_for(Duration::from_secs(10), || {
         api.state.tokens().is_listening().then_some(())
     })

@@ -24,12 +24,12 @@ const APP: &str = include_str!("../s3/app_roundtrip.py");
 
 #[tokio::test]
 async fn an_app_writes_and_reads_its_bucket_with_the_injected_keys() -> Result<()> {
-    let api = TestApi::start().await?;
+    let mut api = TestApi::start().await?;
     let user = api.user("blobapp", "builder").await?;
     let host_ip = std::env::var("SLIPWAY_NODE_HOST_IP").map_err(|_| {
         anyhow::anyhow!("SLIPWAY_NODE_HOST_IP is not set; run under `hack/test.sh e2e`")
     })?;
-    let store = ObjectStore::start(&api, &host_ip).await?;
+    let store = ObjectStore::start(&mut api, &host_ip).await?;
     api.start_operator_with_blob(&user.namespace, store.settings())
         .await?;
     let app = api.create_app(&user, "bucketeer", "app").await;

@@ -185,15 +185,13 @@ pub async fn register(api: &TestApi) -> Result<(AgentKey, Value)> {
 }
 
 /// Has `api` mail codes through the SMTP server of `hack/smtp.sh`; returns the Maildir they arrive in.
-pub fn attach_mailer(api: &TestApi) -> Result<PathBuf> {
+pub fn attach_mailer(api: &mut TestApi) -> Result<PathBuf> {
     let url = std::env::var("SLIPWAY_TEST_SMTP_URL")
         .context("SLIPWAY_TEST_SMTP_URL is not set: start hack/smtp.sh (hack/test.sh does)")?;
     let maildir =
         std::env::var("SLIPWAY_TEST_MAILDIR").context("SLIPWAY_TEST_MAILDIR is not set")?;
-    api.state
-        .set_mailer(slipway::registration::mailer::Mailer::new(
-            &url,
-            "slipway <noreply@slipway.test>",
-        )?);
+    let mailer =
+        slipway::registration::mailer::Mailer::new(&url, "slipway <noreply@slipway.test>")?;
+    api.enable(|features| features.mailer = Some(mailer));
     Ok(maildir.into())
 }

@@ -24,7 +24,7 @@ pub struct ObjectStore {
 impl ObjectStore {
     /// Starts a backend on loopback and a gateway on `gateway_host` (`127.0.0.1`, or the node host address when
     /// pods must reach it), and points `api` at the gateway.
-    pub async fn start(api: &TestApi, gateway_host: &str) -> Result<Self> {
+    pub async fn start(api: &mut TestApi, gateway_host: &str) -> Result<Self> {
         let store = Self::start_unannounced(api, gateway_host).await?;
         store.announce(api);
         Ok(store)
@@ -52,11 +52,12 @@ impl ObjectStore {
     }
 
     /// Points `api` at the gateway.
-    pub fn announce(&self, api: &TestApi) {
-        api.state
-            .set_blob_access(slipway::blob::access::BlobAccess {
+    pub fn announce(&self, api: &mut TestApi) {
+        api.enable(|features| {
+            features.blob_access = Some(slipway::blob::access::BlobAccess {
                 gateway_url: self.gateway_url.clone(),
-            });
+            })
+        });
     }
 
     /// The operator's settings: this backend, and the gateway as `S3_ENDPOINT`.

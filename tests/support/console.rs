@@ -31,7 +31,7 @@ pub struct TestConsole {
 
 impl TestConsole {
     /// Serves a console in front of `api` for the rest of the test.
-    pub async fn start(api: &TestApi) -> Result<Self> {
+    pub async fn start(api: &mut TestApi) -> Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let smtp =
             std::env::var("SLIPWAY_TEST_SMTP_URL").context("SLIPWAY_TEST_SMTP_URL is not set")?;
@@ -39,11 +39,9 @@ impl TestConsole {
             std::env::var("SLIPWAY_TEST_MAILDIR").context("SLIPWAY_TEST_MAILDIR is not set")?;
         let issuer = std::env::var("SLIPWAY_TEST_OIDC_ISSUER")
             .context("SLIPWAY_TEST_OIDC_ISSUER is not set")?;
-        api.state
-            .set_mailer(slipway::registration::mailer::Mailer::new(
-                &smtp,
-                "slipway <noreply@slipway.test>",
-            )?);
+        let mailer =
+            slipway::registration::mailer::Mailer::new(&smtp, "slipway <noreply@slipway.test>")?;
+        api.enable(|features| features.mailer = Some(mailer));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let origin = format!("https://{HOST}:{}", addr.port());

@@ -80,9 +80,9 @@ pub const SPEC_TOOLS: [&str; 54] = [
 
 /// The API on a socket; returns it with the MCP endpoint's URL.
 pub async fn serving() -> Result<(super::TestApi, String)> {
-    let api = super::TestApi::start().await?;
+    let mut api = super::TestApi::start().await?;
     // The account overview reads /me/usage, which needs the data server to measure databases.
-    super::postgres::attach(&api)?;
+    super::postgres::attach(&mut api)?;
     let base = api.serve().await?;
     Ok((api, format!("{base}/mcp")))
 }

@@ -72,6 +72,8 @@ pub struct TestApi {
     /// The namespace of those two ServiceAccounts.
     pub callers_namespace: TestNamespace,
     namespaces: std::sync::Mutex<Vec<String>>,
+    /// What its sockets serve: the public and the internal routes as they are now.
+    served: (LiveRouter, LiveRouter),
     /// The API's job runner, stopped with the API.
     _jobs: tokio_util::task::AbortOnDropHandle<()>,
     _db: TestDatabase,
@@ -312,6 +314,10 @@ impl TestApi {
         let router = slipway::routes::public(state.clone());
         let internal_router = slipway::api::internal_router(state.clone());
         Ok(Self {
+            served: (
+                LiveRouter::new(router.clone()),
+                LiveRouter::new(internal_router.clone()),
+            ),
             state,
             router,
             internal_router,
@@ -355,21 +361,35 @@ impl TestApi {
 
     /// The same API under other limits (a fresh router with fresh request budgets).
     pub fn with_limits(mut self, limits: slipway::core::state::Limits) -> Self {
-        self.state = self.state.clone().with_limits(limits);
-        self.router = slipway::routes::public(self.state.clone());
+        self.rebuild(|state| state.with_limits(limits));
         self
     }
 
     /// The same API with other mirror settings (a fresh router).
     pub fn with_mirrors(mut self, config: slipway::mirror::MirrorConfig) -> Self {
-        self.state = self.state.clone().with_mirrors(config);
+        self.rebuild(|state| state.with_mirrors(config));
+        self
+    }
+
+    /// Turns features on (or off) as a start with other flags would: `change` edits the features the API runs
+    /// with.
+    pub fn enable(&mut self, change: impl FnOnce(&mut slipway::core::state::Features)) {
+        let mut features = self.state.features().clone();
+        change(&mut features);
+        self.rebuild(|state| state.with_features(features));
+    }
+
+    /// The API on the state `change` makes of its own: fresh routers, and the job runner started again on it (the
+    /// old loop is aborted as its handle is replaced; jobs work with the state their loop was started with).
+    fn rebuild(&mut self, change: impl FnOnce(AppState) -> AppState) {
+        self.state = change(self.state.clone());
         self.router = slipway::routes::public(self.state.clone());
-        // Syncs are jobs: the runner works with the state it was started with, so it starts again with this one
-        // (the old loop is aborted as the handle is replaced).
+        self.internal_router = slipway::api::internal_router(self.state.clone());
+        self.served.0.replace(self.router.clone());
+        self.served.1.replace(self.internal_router.clone());
         self._jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
             slipway::jobs::kinds::run(self.state.clone()),
         ));
-        self
     }
 
     /// Another API process on the same database and repositories, with a cache of its own: a second replica.
@@ -381,10 +401,8 @@ impl TestApi {
             &self.keyring_line,
             self.callers_namespace.name(),
         )
-        .await?;
-        if let Some(server) = self.state.data_server_handle() {
-            state.set_data_server(server);
-        }
+        .await?
+        .with_features(self.state.features().clone());
         Ok(slipway::routes::public(state))
     }
 
@@ -519,12 +537,12 @@ impl TestApi {
     /// Serves the public router on a real socket on 127.0.0.1 (for the git CLI) and returns its base URL. The
     /// server lives as long as the test's runtime.
     pub async fn serve(&self) -> Result<String> {
-        serve_on(&self.router, "127.0.0.1").await
+        serve_on(&self.served.0, "127.0.0.1").await
     }
 
     /// Serves the internal router on 127.0.0.1 and returns its base URL.
     pub async fn serve_internal(&self) -> Result<String> {
-        serve_on(&self.internal_router, "127.0.0.1").await
+        serve_on(&self.served.1, "127.0.0.1").await
     }
 
     /// Serves the internal router where pods on the test node reach it (the host's end of the node's link, from
@@ -533,7 +551,7 @@ impl TestApi {
         let host_ip = std::env::var("SLIPWAY_NODE_HOST_IP").map_err(|_| {
             anyhow::anyhow!("SLIPWAY_NODE_HOST_IP is not set; run under `hack/test.sh e2e`")
         })?;
-        serve_on(&self.internal_router, &host_ip).await
+        serve_on(&self.served.1, &host_ip).await
     }
 
     /// An edge's settings for `namespace`, reading static sites from this API's internal listener with the edge's
@@ -984,10 +1002,13 @@ fn request(method: Method, path: &str, token: Option<&str>, body: Option<Value>)
 }
 
 /// Serves `router` on `ip` (any port) for the rest of the test's runtime; returns its base URL.
-async fn serve_on(router: &axum::Router, ip: &str) -> Result<String> {
+async fn serve_on(router: &LiveRouter, ip: &str) -> Result<String> {
     let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
     let addr = listener.local_addr()?;
-    let router = router.clone();
+    let live = router.clone();
+    let router = axum::Router::new().fallback_service(tower::service_fn(
+        move |req: axum::extract::Request| live.current().oneshot(req),
+    ));
     tokio::spawn(async move {
         axum::serve(
             listener,
@@ -996,6 +1017,25 @@ async fn serve_on(router: &axum::Router, ip: &str) -> Result<String> {
         .await
     });
     Ok(format!("http://{addr}"))
+}
+
+/// A router a served socket reads per request: when the API is rebuilt with other features, the sockets it already
+/// serves on answer with the new one, as a restart with other flags on the same port would.
+#[derive(Clone)]
+struct LiveRouter(std::sync::Arc<std::sync::RwLock<axum::Router>>);
+
+impl LiveRouter {
+    fn new(router: axum::Router) -> Self {
+        Self(std::sync::Arc::new(std::sync::RwLock::new(router)))
+    }
+
+    fn current(&self) -> axum::Router {
+        self.0.read().expect("router lock").clone()
+    }
+
+    fn replace(&self, router: axum::Router) {
+        *self.0.write().expect("router lock") = router;
+    }
 }
 
 /// This machine's address on the interface its default route leaves by (no packet is sent to find it). Test

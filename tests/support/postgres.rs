@@ -43,8 +43,9 @@ pub fn settings() -> Result<PostgresSettings> {
 }
 
 /// Points `api`'s database routes at the test data server.
-pub fn attach(api: &TestApi) -> Result<()> {
-    api.state.set_data_server(server()?);
+pub fn attach(api: &mut TestApi) -> Result<()> {
+    let server = server()?;
+    api.enable(|features| features.data_server = Some(server));
     Ok(())
 }
 
@@ -112,8 +113,8 @@ pub struct Fixture {
 }
 
 pub async fn fixture(prefix: &str, plan: &str) -> Result<Fixture> {
-    let api = TestApi::start().await?;
-    attach(&api)?;
+    let mut api = TestApi::start().await?;
+    attach(&mut api)?;
     let user = api.user(prefix, plan).await?;
     let app = api.create_app(&user, "shop", "app").await;
     let app_id = app["id"].as_str().unwrap().to_owned();
