@@ -1,74 +1,54 @@
-//! Content types of static files by extension, and which of them are worth compressing. A short table of what
-//! websites actually ship; anything else is `application/octet-stream`, as nginx's default.
+//! Content types of static files by extension (`mime_guess`'s table, the one most Rust file servers use), and
+//! which of them are worth compressing. An unknown extension is `application/octet-stream`, as nginx's default.
 
-/// Type of files whose extension is not in the table.
-pub const DEFAULT: &str = "application/octet-stream";
+use http::HeaderValue;
+use mime::Mime;
 
-const TYPES: &[(&str, &str)] = &[
-    ("html", "text/html; charset=utf-8"),
-    ("htm", "text/html; charset=utf-8"),
-    ("css", "text/css; charset=utf-8"),
-    ("js", "text/javascript; charset=utf-8"),
-    ("mjs", "text/javascript; charset=utf-8"),
-    ("json", "application/json"),
-    ("map", "application/json"),
-    ("webmanifest", "application/manifest+json"),
-    ("xml", "application/xml"),
-    ("rss", "application/rss+xml"),
-    ("atom", "application/atom+xml"),
-    ("txt", "text/plain; charset=utf-8"),
-    ("md", "text/markdown; charset=utf-8"),
-    ("csv", "text/csv; charset=utf-8"),
-    ("svg", "image/svg+xml"),
-    ("png", "image/png"),
-    ("jpg", "image/jpeg"),
-    ("jpeg", "image/jpeg"),
-    ("gif", "image/gif"),
-    ("webp", "image/webp"),
-    ("avif", "image/avif"),
-    ("ico", "image/x-icon"),
-    ("woff", "font/woff"),
-    ("woff2", "font/woff2"),
-    ("ttf", "font/ttf"),
-    ("otf", "font/otf"),
-    ("wasm", "application/wasm"),
-    ("pdf", "application/pdf"),
-    ("zip", "application/zip"),
-    ("mp4", "video/mp4"),
-    ("webm", "video/webm"),
-    ("mp3", "audio/mpeg"),
-    ("ogg", "audio/ogg"),
-    ("wav", "audio/wav"),
-];
-
-/// The content type of the file at `path`, by its extension (case-insensitive).
-pub fn for_path(path: &str) -> &'static str {
+/// The `Content-Type` of the file at `path`, by its extension (case-insensitive). Text and scripts say
+/// `charset=utf-8`: sites are written in it, and a browser left to guess may guess otherwise.
+pub fn for_path(path: &str) -> HeaderValue {
     let name = path.rsplit('/').next().unwrap_or(path);
-    let Some((_, ext)) = name.rsplit_once('.') else {
-        return DEFAULT;
+    let mime = name
+        .rsplit_once('.')
+        .and_then(|(_, ext)| mime_guess::from_ext(ext).first())
+        .unwrap_or(mime::APPLICATION_OCTET_STREAM);
+    let value = if is_text(&mime) && mime.get_param(mime::CHARSET).is_none() {
+        format!("{mime}; charset=utf-8")
+    } else {
+        mime.to_string()
     };
-    TYPES
-        .iter()
-        .find(|(e, _)| e.eq_ignore_ascii_case(ext))
-        .map_or(DEFAULT, |(_, t)| t)
+    HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static("application/octet-stream"))
 }
 
-/// Whether responses of this type shrink under gzip or brotli (text, and the structured formats built on it).
-pub fn compressible(content_type: &str) -> bool {
-    let essence = content_type.split(';').next().unwrap_or("").trim();
-    essence.starts_with("text/")
+fn is_text(mime: &Mime) -> bool {
+    mime.type_() == mime::TEXT || mime.subtype() == mime::JAVASCRIPT
+}
+
+/// Whether responses of this type shrink under gzip or brotli: text, the structured formats built on it, and the
+/// binary formats that are not compressed already.
+pub fn compressible(content_type: &HeaderValue) -> bool {
+    let Some(mime) = content_type
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse::<Mime>().ok())
+    else {
+        return false;
+    };
+    let structured = mime
+        .suffix()
+        .is_some_and(|s| s == mime::JSON || s == mime::XML);
+    is_text(&mime)
+        || structured
         || matches!(
-            essence,
+            mime.essence_str(),
             "application/json"
-                | "application/manifest+json"
                 | "application/xml"
-                | "application/rss+xml"
-                | "application/atom+xml"
                 | "image/svg+xml"
                 | "application/wasm"
                 | "image/x-icon"
                 | "font/ttf"
                 | "font/otf"
+                | "application/font-sfnt"
         )
 }
 
@@ -76,28 +56,44 @@ pub fn compressible(content_type: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn type_of(path: &str) -> String {
+        for_path(path).to_str().unwrap().to_owned()
+    }
+
     #[test]
     fn types_follow_the_extension() {
-        assert_eq!(for_path("index.html"), "text/html; charset=utf-8");
-        assert_eq!(for_path("a/b/app.JS"), "text/javascript; charset=utf-8");
-        assert_eq!(for_path("logo.svg"), "image/svg+xml");
-        assert_eq!(for_path("font.woff2"), "font/woff2");
-        assert_eq!(for_path("README"), DEFAULT);
+        assert_eq!(type_of("index.html"), "text/html; charset=utf-8");
+        assert_eq!(type_of("a/b/app.JS"), "text/javascript; charset=utf-8");
+        assert_eq!(type_of("m.mjs"), "application/javascript; charset=utf-8");
+        assert_eq!(type_of("logo.svg"), "image/svg+xml");
+        assert_eq!(type_of("font.woff2"), "font/woff2");
+        assert_eq!(type_of("app.webmanifest"), "application/manifest+json");
+        assert_eq!(type_of("README"), "application/octet-stream");
         assert_eq!(
-            for_path("dir.d/README"),
-            DEFAULT,
+            type_of("dir.d/README"),
+            "application/octet-stream",
             "a dot in a directory is no extension"
         );
-        assert_eq!(for_path("archive.tar.unknown"), DEFAULT);
+        assert_eq!(type_of("archive.tar.unknown"), "application/octet-stream");
     }
 
     #[test]
     fn text_compresses_and_media_does_not() {
-        assert!(compressible("text/html; charset=utf-8"));
-        assert!(compressible("application/json"));
-        assert!(compressible("image/svg+xml"));
-        assert!(!compressible("image/png"));
-        assert!(!compressible("font/woff2"));
-        assert!(!compressible(DEFAULT));
+        let compresses = |path: &str| compressible(&for_path(path));
+        for path in [
+            "a.html",
+            "a.css",
+            "a.js",
+            "a.json",
+            "a.svg",
+            "a.webmanifest",
+            "a.xml",
+            "a.wasm",
+        ] {
+            assert!(compresses(path), "{path}");
+        }
+        for path in ["a.png", "a.jpg", "a.woff2", "a.mp4", "a.zip", "README"] {
+            assert!(!compresses(path), "{path}");
+        }
     }
 }

@@ -103,7 +103,7 @@ pub struct FileEntry {
     /// The content.
     pub content: Content,
     /// `Content-Type` by extension.
-    pub content_type: &'static str,
+    pub content_type: HeaderValue,
     /// Strong entity tag of the identity encoding, `"<hash prefix>"`.
     pub etag: HeaderValue,
 }
@@ -318,7 +318,7 @@ const SWEEP_SLACK: usize = 1024;
 impl BlobStore {
     /// The blob of `content` (of a file of type `content_type`), shared when a live blob has the same content,
     /// else made (compressed when its type compresses).
-    pub fn intern(&self, content: Vec<u8>, content_type: &str) -> Arc<Blob> {
+    pub fn intern(&self, content: Vec<u8>, content_type: &HeaderValue) -> Arc<Blob> {
         let hash: [u8; 32] = Sha256::digest(&content).into();
         let key = (hash, content_type::compressible(content_type));
         if let Some(existing) = self.live(&key) {
@@ -429,10 +429,12 @@ mod tests {
 
     use super::*;
 
+    const TEXT: HeaderValue = HeaderValue::from_static("text/plain");
+
     fn memory_site(files: &[(&str, &str)], blobs: &BlobStore) -> Site {
         let mut builder = SiteBuilder::default();
         for (path, content) in files {
-            let blob = blobs.intern(content.as_bytes().to_vec(), content_type::for_path(path));
+            let blob = blobs.intern(content.as_bytes().to_vec(), &content_type::for_path(path));
             builder.file((*path).to_owned(), Content::Memory(blob));
         }
         builder.finish(None)
@@ -471,7 +473,7 @@ mod tests {
     fn the_store_sweeps_dead_entries_as_it_grows() {
         let blobs = BlobStore::default();
         for i in 0..(3 * SWEEP_SLACK) {
-            drop(blobs.intern(format!("content {i}").into_bytes(), "text/plain"));
+            drop(blobs.intern(format!("content {i}").into_bytes(), &TEXT));
         }
         assert!(
             blobs.entries() <= SWEEP_SLACK + 1,
@@ -531,7 +533,7 @@ mod tests {
     fn links_inside_the_tree_serve_their_target_and_others_nothing() {
         let blobs = BlobStore::default();
         let mut builder = SiteBuilder::default();
-        let real = blobs.intern(b"real".to_vec(), "text/plain");
+        let real = blobs.intern(b"real".to_vec(), &TEXT);
         builder.file("a/real.txt".into(), Content::Memory(real));
         builder.link("a/alias.txt".into(), "real.txt".into());
         builder.link("up.txt".into(), "a/real.txt".into());

@@ -169,7 +169,7 @@ pub fn read_site(
         Sink::Memory(pending) => {
             let mut builder = SiteBuilder::default();
             for (path, content) in pending {
-                let blob = blobs.intern(content, content_type::for_path(&path));
+                let blob = blobs.intern(content, &content_type::for_path(&path));
                 builder.file(path, Content::Memory(blob));
             }
             (builder, None)
