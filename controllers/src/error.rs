@@ -26,6 +26,19 @@ pub enum Error {
     Database(String),
 }
 
+impl From<kube::runtime::finalizer::Error<Error>> for Error {
+    /// The error of a reconcile run under a finalizer: the reconcile's own, or the finalizer patch's.
+    fn from(e: kube::runtime::finalizer::Error<Error>) -> Self {
+        use kube::runtime::finalizer::Error as Finalizer;
+        match e {
+            Finalizer::ApplyFailed(e) | Finalizer::CleanupFailed(e) => e,
+            Finalizer::AddFinalizer(e) | Finalizer::RemoveFinalizer(e) => Error::Kube(e),
+            Finalizer::UnnamedObject => Error::Incomplete("name"),
+            Finalizer::InvalidFinalizer => Error::InvalidSpec("invalid finalizer name".into()),
+        }
+    }
+}
+
 impl Error {
     /// The metric label and Event reason of this error.
     pub fn category(&self) -> &'static str {

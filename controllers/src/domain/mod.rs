@@ -27,6 +27,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use serde_json::json;
 use slipway_crds::conditions::{self, reasons};
 use slipway_crds::domain::{RENEW_ANNOTATION, VERIFY_ANNOTATION, dns_records};
@@ -57,36 +58,41 @@ pub struct DomainsConfig {
     pub acme: Option<acme::AcmeConfig>,
 }
 
-/// Reconciles one Domain.
+/// Reconciles one Domain: under the certificate finalizer (kube's `finalizer()`, which adds it before the first
+/// apply and removes it once the cleanup has), its apply, or once it is deleted, the removal of its certificate.
 pub async fn reconcile(domain: Arc<Domain>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = domain.namespace().ok_or(Error::Incomplete("namespace"))?;
-    let uid = domain.uid().ok_or(Error::Incomplete("uid"))?;
     let domains: Api<Domain> = Api::namespaced(ctx.client.clone(), &namespace);
-    let has_finalizer = domain
-        .finalizers()
-        .iter()
-        .any(|f| f == CERTIFICATE_FINALIZER);
-    if domain.metadata.deletion_timestamp.is_some() {
-        if has_finalizer {
-            remove_certificate(&ctx, &domain).await?;
-            set_finalizer(&domains, &domain, false).await?;
+    finalizer(&domains, CERTIFICATE_FINALIZER, domain, |event| async {
+        match event {
+            FinalizerEvent::Apply(domain) => apply(domain, &ctx, &domains, &namespace).await,
+            FinalizerEvent::Cleanup(domain) => {
+                remove_certificate(&ctx, &domain).await?;
+                Ok(Action::await_change())
+            }
         }
-        return Ok(Action::await_change());
-    }
-    let domain = if has_finalizer {
-        domain
-    } else {
-        Arc::new(set_finalizer(&domains, &domain, true).await?)
-    };
+    })
+    .await
+    .map_err(Error::from)
+}
+
+/// Verifies a live Domain, issues its certificate and writes its status.
+async fn apply(
+    domain: Arc<Domain>,
+    ctx: &Context,
+    domains: &Api<Domain>,
+    namespace: &str,
+) -> Result<Action, Error> {
+    let uid = domain.uid().ok_or(Error::Incomplete("uid"))?;
     let now = Timestamp::now();
     let generation = domain.metadata.generation;
     let mut status = domain.status.clone().unwrap_or_default();
     status.observed_generation = generation;
 
-    let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
+    let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), namespace);
     let channel = channels.get_opt(&domain.spec.channel).await?;
     let domain = match &channel {
-        Some(channel) => ownership::adopt(&domains, domain, channel).await?,
+        Some(channel) => ownership::adopt(domains, domain, channel).await?,
         None => domain,
     };
     let hostname = channel.and_then(|c| c.status.and_then(|s| s.hostname));
@@ -122,8 +128,8 @@ pub async fn reconcile(domain: Arc<Domain>, ctx: Arc<Context>) -> Result<Action,
                 generation,
                 now,
             );
-            write_status(&domains, &domain, &status).await?;
-            crate::channel::publish(&ctx, domain.as_ref(), EventType::Warning, reason, message)
+            write_status(domains, &domain, &status).await?;
+            crate::channel::publish(ctx, domain.as_ref(), EventType::Warning, reason, message)
                 .await;
             // The channel is watched: its appearance (or its hostname) brings the Domain back.
             return Ok(Action::await_change());
@@ -151,15 +157,15 @@ pub async fn reconcile(domain: Arc<Domain>, ctx: Arc<Context>) -> Result<Action,
         let outcome = dns::check(&ctx.dns, name.as_str(), &records).await;
         let moved = apply_check(&mut status, outcome, now);
         status.verify_request = request;
-        announce_check(&ctx, &domain, outcome, moved).await;
+        announce_check(ctx, &domain, outcome, moved).await;
     }
     set_verified_condition(&mut status, generation, now);
 
     if status.phase == DomainPhase::Verified {
-        certify(&ctx, &domain, name.as_str(), &mut status, now).await?;
+        certify(ctx, &domain, name.as_str(), &mut status, now).await?;
     }
-    set_certificate_conditions(&ctx, &mut status, generation, now);
-    write_status(&domains, &domain, &status).await?;
+    set_certificate_conditions(ctx, &mut status, generation, now);
+    write_status(domains, &domain, &status).await?;
     Ok(Action::requeue(next_wake(&status, now)))
 }
 
@@ -341,30 +347,6 @@ async fn remove_certificate(ctx: &Context, domain: &Domain) -> Result<(), Error>
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Adds or removes the certificate finalizer; answers the Domain as written.
-async fn set_finalizer(api: &Api<Domain>, domain: &Domain, present: bool) -> Result<Domain, Error> {
-    let mut finalizers: Vec<String> = domain
-        .finalizers()
-        .iter()
-        .filter(|f| *f != CERTIFICATE_FINALIZER)
-        .cloned()
-        .collect();
-    if present {
-        finalizers.push(CERTIFICATE_FINALIZER.to_owned());
-    }
-    let patch = json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": domain.resource_version(),
-    }});
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    Ok(api
-        .patch(&domain.name_any(), &params, &Patch::Merge(&patch))
-        .await?)
 }
 
 /// Applies `status` (all of the fields this reconciler owns) unless the Domain already has it.
