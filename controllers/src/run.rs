@@ -137,9 +137,9 @@ where
     Fut: std::future::Future<Output = Result<Action, Error>>,
 {
     let started = Instant::now();
-    let span = tracing::info_span!("reconcile", kind, name = tracing::field::Empty);
-    let metrics = ctx.metrics.clone();
     let key = object_key(obj.as_ref());
+    let span = tracing::info_span!("reconcile", kind, namespace = %key.1, name = %key.2);
+    let metrics = ctx.metrics.clone();
     let result = tracing::Instrument::instrument(reconcile(obj, ctx.clone()), span).await;
     metrics.observe(kind, started, &result);
     if result.is_ok() {
@@ -174,16 +174,39 @@ where
 
 /// Runs every controller until the process is told to stop. Fails fast when the CRDs are not installed.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let (apps, channels, deploys, domains): (Api<App>, Api<Channel>, Api<Deploy>, Api<Domain>) =
-        (scoped(&ctx), scoped(&ctx), scoped(&ctx), scoped(&ctx));
+    require_crds(&ctx).await?;
+    let channels = channel_controller(&ctx)?;
+    let controllers = async {
+        tokio::join!(
+            app_controller(&ctx),
+            channels,
+            deploy_controller(&ctx),
+            domain_controller(&ctx),
+            forward_controller(&ctx),
+            tenancy_controller(&ctx),
+            plan_controller(&ctx)
+        )
+    };
+    // The runtime log archive and the sweep of Domains have no shutdown of their own: they stop with the
+    // controllers.
+    tokio::select! {
+        _ = controllers => {}
+        () = crate::log_archive::run(ctx.clone()) => {}
+        () = crate::domain::ownership::every(ctx.clone()) => {}
+    }
+    Ok(())
+}
+
+/// Fails, saying how to install them, unless every kind the operator reconciles is served.
+async fn require_crds(ctx: &Context) -> anyhow::Result<()> {
     // One object is enough to show the kind is served (a platform holds 10,000 channels).
     let probe = ListParams::default().limit(1);
     for (kind, failed) in [
-        ("App", apps.list(&probe).await.err()),
-        ("Channel", channels.list(&probe).await.err()),
-        ("Deploy", deploys.list(&probe).await.err()),
-        ("Domain", domains.list(&probe).await.err()),
+        ("App", scoped::<App>(ctx).list(&probe).await.err()),
+        ("Channel", scoped::<Channel>(ctx).list(&probe).await.err()),
+        ("Deploy", scoped::<Deploy>(ctx).list(&probe).await.err()),
+        ("Domain", scoped::<Domain>(ctx).list(&probe).await.err()),
+        ("Forward", scoped::<Forward>(ctx).list(&probe).await.err()),
     ] {
         if let Some(e) = failed {
             anyhow::bail!(
@@ -191,40 +214,47 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             );
         }
     }
+    Ok(())
+}
 
-    let forwards: Api<Forward> = scoped(&ctx);
-    if let Err(e) = forwards.list(&probe).await {
-        anyhow::bail!(
-            "cannot list Forward resources ({e}); install the CRDs first: `slipway crds | kubectl apply --server-side -f -`"
-        );
-    }
-    let apps_for_forwards = apps.clone();
-
-    let app_controller = crate::caches::controller(apps.clone())
-        .owns(channels.clone(), watcher::Config::default())
+/// Apps: each keeps its channels.
+async fn app_controller(ctx: &Arc<Context>) {
+    crate::caches::controller(scoped::<App>(ctx))
+        .owns(scoped::<Channel>(ctx), watcher::Config::default())
         .shutdown_on_signal()
         .run(
             |o, c| timed("App", o, c, crate::app::reconcile),
             error_policy,
             ctx.clone(),
         )
-        .for_each(|_| futures::future::ready(()));
+        .for_each(|_| futures::future::ready(()))
+        .await
+}
 
-    let ingresses: Api<Ingress> = scoped(&ctx);
-    let channels_for_domains = channels.clone();
-    // The watches that trigger channel reconciles also keep what those reconciles read ([`crate::caches`]).
+/// Channels: woken by their App, their Domains (a verification adds its host to the channel's Ingress), the
+/// Ingress they wrote, and a deploy deleted in flight. The watches that trigger channel reconciles also keep what
+/// those reconciles read ([`crate::caches`]); they are made here, once, so this fails if called twice.
+fn channel_controller(
+    ctx: &Arc<Context>,
+) -> anyhow::Result<impl std::future::Future<Output = ()> + use<>> {
     let (caches, writers) = crate::caches::Caches::new();
     if ctx.caches.set(caches).is_err() {
         anyhow::bail!("the controllers of one context run once");
     }
-    let channel_controller = crate::caches::controller(channels).owns_stream(
-        crate::caches::cached(ingresses, writers.ingresses, crate::caches::trim_ingress),
-    );
-    let channel_store = channel_controller.store();
-    // A Domain's verification adds its host to (or removes it from) its channel's Ingress.
-    let channel_controller = channel_controller
+    let controller =
+        crate::caches::controller(scoped::<Channel>(ctx)).owns_stream(crate::caches::cached(
+            scoped::<Ingress>(ctx),
+            writers.ingresses,
+            crate::caches::trim_ingress,
+        ));
+    let channel_store = controller.store();
+    let controller = controller
         .watches_stream(
-            crate::caches::cached(apps, writers.apps, crate::caches::trim_managed_fields),
+            crate::caches::cached(
+                scoped::<App>(ctx),
+                writers.apps,
+                crate::caches::trim_managed_fields,
+            ),
             move |app: App| {
                 let (ns, name) = (app.namespace(), app.name_any());
                 channel_store
@@ -237,7 +267,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         )
         .watches_stream(
             crate::caches::cached(
-                domains.clone(),
+                scoped::<Domain>(ctx),
                 writers.domains,
                 crate::caches::trim_managed_fields,
             ),
@@ -248,7 +278,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             },
         )
         // A deploy deleted in flight leaves its channel's pendingDeploy naming it ([`crate::deploy::settle_pending`]).
-        .watches_stream(deleted(deploys.clone()), |deploy: Deploy| {
+        .watches_stream(deleted(scoped::<Deploy>(ctx)), |deploy: Deploy| {
             deploy
                 .namespace()
                 .map(|ns| ObjectRef::<Channel>::new(&deploy.spec.channel).within(&ns))
@@ -260,13 +290,16 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             ctx.clone(),
         )
         .for_each(|_| futures::future::ready(()));
+    Ok(controller)
+}
 
-    // A deploy that finishes lets the next one of its channel start: its change also reconciles the channel's
-    // queued deploys (and nothing else: see `deploy::queue::unblocked_by`).
-    // A deploy in flight also wakes when its build Job, its new pods or its channel's EndpointSlices change: the
-    // steps of a rollout ([`crate::deploy::triggers`]).
-    let deploy_controller = crate::caches::controller(deploys.clone());
-    let deploy_store = deploy_controller.store();
+/// Deploys. A deploy that finishes lets the next one of its channel start: its change also reconciles the
+/// channel's queued deploys (and nothing else: see `deploy::queue::unblocked_by`). A deploy in flight also wakes
+/// when its build Job, its new pods or its channel's EndpointSlices change: the steps of a rollout
+/// ([`crate::deploy::triggers`]).
+async fn deploy_controller(ctx: &Arc<Context>) {
+    let controller = crate::caches::controller(scoped::<Deploy>(ctx));
+    let deploy_store = controller.store();
     let (pod_store, slice_store) = (deploy_store.clone(), deploy_store.clone());
     let builds = watcher::Config::default().labels(&format!(
         "{}={}",
@@ -274,9 +307,9 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         crate::build::job::BUILD_LABEL_VALUE
     ));
     let run_pods = watcher::Config::default().labels(&crate::deploy::triggers::run_pod_selector());
-    let deploy_controller = deploy_controller
+    controller
         .watches(
-            deploys,
+            scoped::<Deploy>(ctx),
             watcher::Config::default(),
             move |changed: Deploy| {
                 let all = deploy_store.state();
@@ -286,16 +319,16 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                     .collect::<Vec<_>>()
             },
         )
-        .owns_stream(watcher(scoped::<PartialObjectMeta<Job>>(&ctx), builds).touched_objects())
+        .owns_stream(watcher(scoped::<PartialObjectMeta<Job>>(ctx), builds).touched_objects())
         .watches_stream(
-            watcher(scoped::<PartialObjectMeta<Pod>>(&ctx), run_pods).touched_objects(),
+            watcher(scoped::<PartialObjectMeta<Pod>>(ctx), run_pods).touched_objects(),
             move |pod: PartialObjectMeta<Pod>| {
                 crate::deploy::triggers::by_pod(&pod.metadata, &pod_store.state())
             },
         )
         .watches_stream(
             watcher(
-                scoped::<PartialObjectMeta<EndpointSlice>>(&ctx),
+                scoped::<PartialObjectMeta<EndpointSlice>>(ctx),
                 watcher::Config::default(),
             )
             .touched_objects(),
@@ -309,14 +342,17 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             error_policy,
             ctx.clone(),
         )
-        .for_each(|_| futures::future::ready(()));
+        .for_each(|_| futures::future::ready(()))
+        .await
+}
 
-    // A channel that appears (or gets its hostname) lets its Domains work out their records.
-    let domain_controller = crate::caches::controller(domains);
-    let domain_store = domain_controller.store();
-    let domain_controller = domain_controller
+/// Domains: a channel that appears (or gets its hostname) lets its Domains work out their records.
+async fn domain_controller(ctx: &Arc<Context>) {
+    let controller = crate::caches::controller(scoped::<Domain>(ctx));
+    let domain_store = controller.store();
+    controller
         .watches(
-            channels_for_domains,
+            scoped::<Channel>(ctx),
             watcher::Config::default(),
             move |channel: Channel| {
                 let (ns, name) = (channel.namespace(), channel.name_any());
@@ -334,14 +370,17 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             error_policy,
             ctx.clone(),
         )
-        .for_each(|_| futures::future::ready(()));
+        .for_each(|_| futures::future::ready(()))
+        .await
+}
 
-    // An app's toggle decides whether its channels' Forwards serve.
-    let forward_controller = crate::caches::controller(forwards);
-    let forward_store = forward_controller.store();
-    let forward_controller = forward_controller
+/// Forwards: an app's toggle decides whether its channels' Forwards serve.
+async fn forward_controller(ctx: &Arc<Context>) {
+    let controller = crate::caches::controller(scoped::<Forward>(ctx));
+    let forward_store = controller.store();
+    controller
         .watches(
-            apps_for_forwards,
+            scoped::<App>(ctx),
             watcher::Config::default(),
             move |app: App| {
                 let (ns, prefix) = (app.namespace(), format!("{}.", app.name_any()));
@@ -359,54 +398,38 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             error_policy,
             ctx.clone(),
         )
-        .for_each(|_| futures::future::ready(()));
+        .for_each(|_| futures::future::ready(()))
+        .await
+}
 
-    // Grants and NetworkPolicies in tenant namespaces, when the operator runs with them (the chart's
-    // least-privilege RBAC and tenant isolation).
-    let tenancy_controller = async {
-        let keeps_nothing =
-            ctx.config.tenant_grants.is_empty() && ctx.config.tenant_network_policies.is_none();
-        if keeps_nothing || ctx.config.namespace.is_some() {
-            return;
-        }
-        crate::tenancy::controller(&client)
-            .shutdown_on_signal()
-            .run(
-                |o, c| timed("Namespace", o, c, crate::tenancy::reconcile),
-                error_policy,
-                ctx.clone(),
-            )
-            .for_each(|_| futures::future::ready(()))
-            .await;
-    };
+/// Grants and NetworkPolicies in tenant namespaces, when the operator runs with them (the chart's
+/// least-privilege RBAC and tenant isolation).
+async fn tenancy_controller(ctx: &Arc<Context>) {
+    let keeps_nothing =
+        ctx.config.tenant_grants.is_empty() && ctx.config.tenant_network_policies.is_none();
+    if keeps_nothing || ctx.config.namespace.is_some() {
+        return;
+    }
+    crate::tenancy::controller(&ctx.client)
+        .shutdown_on_signal()
+        .run(
+            |o, c| timed("Namespace", o, c, crate::tenancy::reconcile),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await
+}
 
-    // Plan changes resize the running apps of the namespace whose plan label moved.
-    let plan_controller = crate::plan::controller(&client, ctx.config.namespace.as_deref())
+/// Plans: a plan change resizes the running apps of the namespace whose plan label moved.
+async fn plan_controller(ctx: &Arc<Context>) {
+    crate::plan::controller(&ctx.client, ctx.config.namespace.as_deref())
         .shutdown_on_signal()
         .run(
             |o, c| timed("Plan", o, c, crate::plan::reconcile),
             error_policy,
             ctx.clone(),
         )
-        .for_each(|_| futures::future::ready(()));
-
-    let controllers = async {
-        tokio::join!(
-            app_controller,
-            channel_controller,
-            deploy_controller,
-            domain_controller,
-            forward_controller,
-            tenancy_controller,
-            plan_controller
-        )
-    };
-    // The runtime log archive and the sweep of Domains have no shutdown of their own: they stop with the
-    // controllers.
-    tokio::select! {
-        _ = controllers => {}
-        () = crate::log_archive::run(ctx.clone()) => {}
-        () = crate::domain::ownership::every(ctx.clone()) => {}
-    }
-    Ok(())
+        .for_each(|_| futures::future::ready(()))
+        .await
 }
