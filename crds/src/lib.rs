@@ -2,8 +2,8 @@
 //!
 //! The Rust types here are the source of truth for the CRDs: `slipway crds` renders them, the rendered YAML is
 //! committed under `crds/yaml/` and `charts/slipway/crds/`, and a test fails when the two drift apart. Rules
-//! about one object are CEL validations generated from [`names`] by [`cel`]; rules that need other objects live
-//! in the webhooks crate, which calls the same [`names`] parsers.
+//! about one object are CEL validations generated from [`names`] by [`cel`]; rules that need other objects are pure
+//! functions in [`rules`], which the admission webhook and the REST API both call.
 
 // `printcolumn(type_ = "string", ...)` repeats by design; clippy reads the repeats as duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
@@ -19,6 +19,7 @@ pub mod labels;
 pub mod names;
 pub mod patterns;
 pub mod plans;
+pub mod rules;
 
 pub use app::{App, AppSpec, AppStatus, Template};
 pub use channel::{Channel, ChannelPhase, ChannelSpec, ChannelStatus, PendingDeploy, ReadyBy};

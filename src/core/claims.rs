@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use slipway_crds::names::{self, AppName, ChannelName, DomainName, Username};
 use slipway_crds::plans::Plan;
-use slipway_webhooks::rules;
+use slipway_crds::rules;
 use uuid::Uuid;
 
 use super::access::VisibleApp;

@@ -5,7 +5,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use slipway_webhooks::rules::{Denial, DenialKind};
+use slipway_crds::rules::{Denial, DenialKind};
 
 /// An error a route answers with.
 #[derive(Debug, thiserror::Error)]

@@ -111,7 +111,7 @@ pub async fn transfer(
         .iter()
         .map(|a| a.name_any())
         .collect();
-    slipway_webhooks::rules::app_name_free(&app.name, existing.iter().map(String::as_str))?;
+    slipway_crds::rules::app_name_free(&app.name, existing.iter().map(String::as_str))?;
 
     let channel_ids: Vec<Uuid> = channels
         .iter()

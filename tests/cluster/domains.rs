@@ -209,7 +209,7 @@ async fn a_domain_claimed_again_while_its_domain_appears_does_not_count_twice() 
     let api = TestApi::start().await?;
     let erin = api.user("dome", "builder").await?;
     let domain = format!("again-{}.example", random());
-    let limit = slipway_webhooks::rules::MAX_DOMAINS_PER_CHANNEL;
+    let limit = slipway_crds::rules::MAX_DOMAINS_PER_CHANNEL;
     let others: std::collections::BTreeSet<String> = (0..limit - 1)
         .map(|i| format!("other-{i}-{}.example", random()))
         .collect();

@@ -10,8 +10,8 @@ use kube::core::{DynamicObject, Status};
 use serde::de::DeserializeOwned;
 
 use crate::lookup::{Lookup, Readiness};
-use crate::rules::{Denial, DenialKind};
 use crate::validate::{self, Refusal, Review};
+use slipway_crds::rules::{Denial, DenialKind};
 
 /// The kinds this webhook validates, all in group `slipway.dev`.
 pub const KINDS: [&str; 5] = ["App", "Channel", "Deploy", "Domain", "Forward"];

@@ -8,7 +8,6 @@
 pub mod admission;
 pub mod caches;
 pub mod lookup;
-pub mod rules;
 pub mod server;
 pub mod validate;
 

@@ -7,7 +7,7 @@ use slipway_crds::names::{self, AppName, ChannelName, Username};
 
 use super::{Refusal, Review, host_labels_in_use, namespace_labels};
 use crate::lookup::Lookup;
-use crate::rules::{self, Denial, DenialKind};
+use slipway_crds::rules::{self, Denial, DenialKind};
 
 /// Checks a new App. Nothing the rules look at can change on update (name and owner are immutable).
 pub async fn validate<L: Lookup>(lookup: &L, review: &Review<App>) -> Result<(), Refusal> {

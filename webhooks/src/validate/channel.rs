@@ -10,7 +10,7 @@ use slipway_crds::{App, Channel};
 
 use super::{Refusal, Review, host_labels_in_use, missing, namespace_labels, namespace_plan};
 use crate::lookup::{Lookup, is_live, is_object};
-use crate::rules::{self, NewChannel};
+use slipway_crds::rules::{self, NewChannel};
 
 /// The cap of a namespace without a plan label: namespaces outside the platform's tenancy (GitOps) are not capped.
 const UNCAPPED: Plan = Plan {
@@ -107,8 +107,8 @@ mod tests {
     use slipway_crds::names::messages;
 
     use super::*;
-    use crate::rules::DenialKind;
     use crate::validate::fixtures::*;
+    use slipway_crds::rules::DenialKind;
 
     #[tokio::test]
     async fn a_channel_on_a_new_branch_is_admitted() {

@@ -18,8 +18,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::rules::DenialKind;
     use crate::validate::fixtures::*;
+    use slipway_crds::rules::DenialKind;
 
     #[tokio::test]
     async fn a_deploy_to_an_existing_channel_is_admitted() {

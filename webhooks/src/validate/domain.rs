@@ -13,7 +13,7 @@ use slipway_crds::names::DomainName;
 
 use super::{Refusal, Review, require_channel};
 use crate::lookup::{Lookup, is_live, is_object};
-use crate::rules::{self, Denial};
+use slipway_crds::rules::{self, Denial};
 
 /// Checks a new Domain.
 pub async fn validate<L: Lookup>(lookup: &L, review: &Review<Domain>) -> Result<(), Refusal> {
@@ -80,8 +80,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::rules::DenialKind;
     use crate::validate::fixtures::*;
+    use slipway_crds::rules::DenialKind;
 
     #[tokio::test]
     async fn a_free_domain_on_an_existing_channel_is_admitted() {

@@ -30,8 +30,8 @@ mod tests {
     use slipway_crds::names::messages;
 
     use super::*;
-    use crate::rules::DenialKind;
     use crate::validate::fixtures::*;
+    use slipway_crds::rules::DenialKind;
 
     #[tokio::test]
     async fn a_forward_of_an_existing_channel_is_admitted() {

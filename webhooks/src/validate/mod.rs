@@ -1,4 +1,4 @@
-//! One validator per kind, each a short list of the cross-object rules of [`crate::rules`] applied to one object
+//! One validator per kind, each a short list of the cross-object rules of [`slipway_crds::rules`] applied to one object
 //! under review, with what it needs read through [`Lookup`].
 //!
 //! The validators run after the apiserver has applied the CRD's schema and CEL rules, so the fields they read are
@@ -20,7 +20,7 @@ use slipway_crds::names::InvalidName;
 use slipway_crds::plans::Plan;
 
 use crate::lookup::{Labels, Lookup, LookupError, is_live, is_object};
-use crate::rules::{self, Denial, DenialKind};
+use slipway_crds::rules::{self, Denial, DenialKind};
 
 /// One object under review, already typed.
 #[derive(Debug, Clone)]
@@ -141,7 +141,7 @@ pub(crate) mod fixtures {
 
     use super::{Refusal, Review};
     use crate::lookup::{Labels, Snapshot};
-    use crate::rules::DenialKind;
+    use slipway_crds::rules::DenialKind;
 
     pub fn app(ns: &str, name: &str, owner: &str) -> App {
         serde_json::from_value(json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App",

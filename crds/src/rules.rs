@@ -1,12 +1,12 @@
 //! The rules one object cannot check alone, as pure functions over what the caller already knows (its reflector
 //! caches). The admission webhook and the REST API both call them, so `kubectl apply` and the API refuse the same
-//! thing with the same message; the per-object rules they build on live in `slipway_crds::names`.
+//! thing with the same message; the per-object rules they build on live in [`crate::names`].
 
 use std::collections::HashMap;
 
-use slipway_crds::names::{self, AppName, ChannelName, DomainName, GitRefBinding, Username};
-use slipway_crds::plans::Plan;
-use slipway_crds::{App, Channel};
+use crate::names::{self, AppName, ChannelName, DomainName, GitRefBinding, Username};
+use crate::plans::Plan;
+use crate::{App, Channel};
 
 /// How a refusal maps onto the hosting API's error codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,7 +315,19 @@ mod tests {
 
     #[test]
     fn existing_labels_take_each_channels_owner_from_its_own_app() {
-        use crate::validate::fixtures::{app, channel};
+        let app = |ns: &str, name: &str, owner: &str| -> App {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "slipway.dev/v1alpha1", "kind": "App",
+                "metadata": {"name": name, "namespace": ns}, "spec": {"owner": owner}}))
+            .unwrap()
+        };
+        let channel = |ns: &str, app: &str, name: &str, branch: &str| -> Channel {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "slipway.dev/v1alpha1", "kind": "Channel",
+                "metadata": {"name": format!("{app}.{name}"), "namespace": ns},
+                "spec": {"app": app, "gitRefBinding": format!("branch:{branch}")}}))
+            .unwrap()
+        };
         // Two accounts with an app of the same name; a channel whose app is elsewhere (or gone) has no label.
         let apps = [app("u-ann", "blog", "ann"), app("u-bob", "blog", "bob")];
         let channels = [
