@@ -1,11 +1,11 @@
 //! What a Channel reconcile reads besides the channel (its App, its custom Domains, the Ingress it wrote), from
-//! caches kept by the Channel controller's own watches instead of a request to the apiserver each time.
+//! the stores of the watches that wake it instead of a request to the apiserver each time.
 //!
 //! At 10,000 channels every channel is reconciled a few times as it comes up (its finalizers, its deploys, its
-//! Ingress coming back), and each reconcile used to GET the App, LIST the channel's Domains and apply the
-//! Ingress even when nothing had changed: most of the operator's requests, on an apiserver that is the busiest
-//! process of a small cluster. A cache that feeds the same watch stream as the reconcile triggers is updated before
-//! the trigger fires, so a reconcile started by an App, Domain or Ingress change reads that change.
+//! Ingress coming back); a GET of the App, a LIST of the channel's Domains and an Ingress apply each time would be
+//! most of the operator's requests, on an apiserver that is the busiest process of a small cluster. A store is
+//! updated before the watch that fills it wakes a controller, so a reconcile started by an App, Domain or Ingress
+//! change reads that change. Apps and Domains are the shared stores of [`crate::reflectors`].
 //!
 //! Where a cache cannot answer, the request is made as before: an App missing from the cache may be newer than
 //! it (a channel created just after its App), and the caches are empty until their first listing, which a
@@ -36,21 +36,10 @@ pub struct Caches {
     ingresses: Store<Ingress>,
 }
 
-/// The writing ends of [`Caches`], each to be put on the watch stream that fills it.
-pub struct Writers {
-    /// Fills the App cache.
-    pub apps: Writer<App>,
-    /// Fills the Domain cache.
-    pub domains: Writer<Domain>,
-    /// Fills the Ingress cache.
-    pub ingresses: Writer<Ingress>,
-}
-
 impl Caches {
-    /// Empty caches and the writers that fill them.
-    pub fn new() -> (Self, Writers) {
-        let (apps, app_writer) = reflector::store();
-        let (domains, domain_writer) = reflector::store();
+    /// Caches reading the shared App and Domain stores ([`crate::reflectors`]), and an Ingress cache of their own
+    /// with the writer that fills it.
+    pub fn new(apps: Store<App>, domains: Store<Domain>) -> (Self, Writer<Ingress>) {
         let (ingresses, ingress_writer) = reflector::store();
         (
             Self {
@@ -58,11 +47,7 @@ impl Caches {
                 domains,
                 ingresses,
             },
-            Writers {
-                apps: app_writer,
-                domains: domain_writer,
-                ingresses: ingress_writer,
-            },
+            ingress_writer,
         )
     }
 }
@@ -84,6 +69,7 @@ where
         + 'static,
 {
     watcher(api, watcher::Config::default())
+        .default_backoff()
         .modify(trim)
         .reflect(writer)
         .touched_objects()
@@ -117,6 +103,7 @@ where
 {
     let (reader, writer) = reflector::store();
     let objects = watcher(api, watcher::Config::default())
+        .default_backoff()
         .modify(trim_managed_fields::<K>)
         .reflect(writer)
         .applied_objects();

@@ -20,6 +20,7 @@ pub mod log_archive;
 pub mod network_policies;
 pub mod plan;
 pub mod postgres;
+pub mod reflectors;
 pub mod run;
 mod status;
 pub mod tenancy;

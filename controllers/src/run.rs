@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -12,6 +12,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::ListParams;
 use kube::core::{NamespaceResourceScope, PartialObjectMeta};
 use kube::runtime::controller::Action;
+use kube::runtime::controller::Controller;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -25,6 +26,7 @@ use slipway_crds::{App, Channel, Deploy, Domain, Forward};
 
 use crate::context::Context;
 use crate::error::Error;
+use crate::reflectors::Reflectors;
 
 /// Labels of the reconcile metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -159,38 +161,35 @@ where
     }
 }
 
-/// The objects of `api` as they are deleted (a deletion the watch missed while it restarted is not among them).
-fn deleted<K>(api: Api<K>) -> impl futures::Stream<Item = Result<K, watcher::Error>>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-{
-    watcher(api, watcher::Config::default()).try_filter_map(|event| async move {
-        Ok(match event {
-            watcher::Event::Delete(object) => Some(object),
-            _ => None,
-        })
-    })
-}
-
 /// Runs every controller until the process is told to stop. Fails fast when the CRDs are not installed.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     require_crds(&ctx).await?;
-    let channels = channel_controller(&ctx)?;
-    let controllers = async {
-        tokio::join!(
-            app_controller(&ctx),
-            channels,
-            deploy_controller(&ctx),
-            domain_controller(&ctx),
-            forward_controller(&ctx),
-            tenancy_controller(&ctx),
-            plan_controller(&ctx)
-        )
+    let mut reflectors = Reflectors::new(&ctx);
+    let controllers = {
+        let channels = channel_controller(&ctx, &mut reflectors)?;
+        let (apps, deploys, domains, forwards) = (
+            app_controller(&ctx, &reflectors),
+            deploy_controller(&ctx, &reflectors),
+            domain_controller(&ctx, &reflectors),
+            forward_controller(&ctx, &reflectors),
+        );
+        async {
+            tokio::join!(
+                apps,
+                channels,
+                deploys,
+                domains,
+                forwards,
+                tenancy_controller(&ctx),
+                plan_controller(&ctx)
+            )
+        }
     };
-    // The runtime log archive and the sweep of Domains have no shutdown of their own: they stop with the
-    // controllers.
+    // The shared watches, the runtime log archive and the sweep of Domains have no shutdown of their own: they
+    // stop with the controllers.
     tokio::select! {
         _ = controllers => {}
+        () = reflectors.run() => {}
         () = crate::log_archive::run(ctx.clone()) => {}
         () = crate::domain::ownership::every(ctx.clone()) => {}
     }
@@ -218,9 +217,12 @@ async fn require_crds(ctx: &Context) -> anyhow::Result<()> {
 }
 
 /// Apps: each keeps its channels.
-async fn app_controller(ctx: &Arc<Context>) {
-    crate::caches::controller(scoped::<App>(ctx))
-        .owns(scoped::<Channel>(ctx), watcher::Config::default())
+fn app_controller(
+    ctx: &Arc<Context>,
+    reflectors: &Reflectors,
+) -> impl std::future::Future<Output = ()> + use<> {
+    Controller::for_shared_stream(reflectors.apps.subscribe(), reflectors.apps.store.clone())
+        .owns_shared_stream(reflectors.channels.subscribe())
         .shutdown_on_signal()
         .run(
             |o, c| timed("App", o, c, crate::app::reconcile),
@@ -228,68 +230,60 @@ async fn app_controller(ctx: &Arc<Context>) {
             ctx.clone(),
         )
         .for_each(|_| futures::future::ready(()))
-        .await
 }
 
 /// Channels: woken by their App, their Domains (a verification adds its host to the channel's Ingress), the
-/// Ingress they wrote, and a deploy deleted in flight. The watches that trigger channel reconciles also keep what
-/// those reconciles read ([`crate::caches`]); they are made here, once, so this fails if called twice.
+/// Ingress they wrote, and a deploy deleted in flight. What those reconciles read besides the channel comes from
+/// the same watches' stores ([`crate::caches`]), set on the context here, once, so this fails if called twice.
 fn channel_controller(
     ctx: &Arc<Context>,
+    reflectors: &mut Reflectors,
 ) -> anyhow::Result<impl std::future::Future<Output = ()> + use<>> {
-    let (caches, writers) = crate::caches::Caches::new();
-    if ctx.caches.set(caches).is_err() {
+    let (caches, ingress_writer) = crate::caches::Caches::new(
+        reflectors.apps.store.clone(),
+        reflectors.domains.store.clone(),
+    );
+    let deleted_deploys = reflectors.deleted_deploys();
+    let (Ok(()), Some(deleted_deploys)) = (ctx.caches.set(caches), deleted_deploys) else {
         anyhow::bail!("the controllers of one context run once");
-    }
-    let controller =
-        crate::caches::controller(scoped::<Channel>(ctx)).owns_stream(crate::caches::cached(
-            scoped::<Ingress>(ctx),
-            writers.ingresses,
-            crate::caches::trim_ingress,
-        ));
-    let channel_store = controller.store();
-    let controller = controller
-        .watches_stream(
-            crate::caches::cached(
-                scoped::<App>(ctx),
-                writers.apps,
-                crate::caches::trim_managed_fields,
-            ),
-            move |app: App| {
-                let (ns, name) = (app.namespace(), app.name_any());
-                channel_store
-                    .state()
-                    .into_iter()
-                    .filter(|c| c.namespace() == ns && c.spec.app == name)
-                    .map(|c| ObjectRef::from_obj(c.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .watches_stream(
-            crate::caches::cached(
-                scoped::<Domain>(ctx),
-                writers.domains,
-                crate::caches::trim_managed_fields,
-            ),
-            |domain: Domain| {
-                domain
-                    .namespace()
-                    .map(|ns| ObjectRef::<Channel>::new(&domain.spec.channel).within(&ns))
-            },
-        )
-        // A deploy deleted in flight leaves its channel's pendingDeploy naming it ([`crate::deploy::settle_pending`]).
-        .watches_stream(deleted(scoped::<Deploy>(ctx)), |deploy: Deploy| {
-            deploy
-                .namespace()
-                .map(|ns| ObjectRef::<Channel>::new(&deploy.spec.channel).within(&ns))
-        })
-        .shutdown_on_signal()
-        .run(
-            |o, c| timed("Channel", o, c, crate::channel::reconcile),
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()));
+    };
+    let channel_store = reflectors.channels.store.clone();
+    let controller = Controller::for_shared_stream(
+        reflectors.channels.subscribe(),
+        reflectors.channels.store.clone(),
+    )
+    .owns_stream(crate::caches::cached(
+        scoped::<Ingress>(ctx),
+        ingress_writer,
+        crate::caches::trim_ingress,
+    ))
+    .watches_shared_stream(reflectors.apps.subscribe(), move |app: Arc<App>| {
+        let (ns, name) = (app.namespace(), app.name_any());
+        channel_store
+            .state()
+            .into_iter()
+            .filter(|c| c.namespace() == ns && c.spec.app == name)
+            .map(|c| ObjectRef::from_obj(c.as_ref()))
+            .collect::<Vec<_>>()
+    })
+    .watches_shared_stream(reflectors.domains.subscribe(), |domain: Arc<Domain>| {
+        domain
+            .namespace()
+            .map(|ns| ObjectRef::<Channel>::new(&domain.spec.channel).within(&ns))
+    })
+    // A deploy deleted in flight leaves its channel's pendingDeploy naming it ([`crate::deploy::settle_pending`]).
+    .watches_stream(deleted_deploys, |deploy: Deploy| {
+        deploy
+            .namespace()
+            .map(|ns| ObjectRef::<Channel>::new(&deploy.spec.channel).within(&ns))
+    })
+    .shutdown_on_signal()
+    .run(
+        |o, c| timed("Channel", o, c, crate::channel::reconcile),
+        error_policy,
+        ctx.clone(),
+    )
+    .for_each(|_| futures::future::ready(()));
     Ok(controller)
 }
 
@@ -297,9 +291,11 @@ fn channel_controller(
 /// channel's queued deploys (and nothing else: see `deploy::queue::unblocked_by`). A deploy in flight also wakes
 /// when its build Job, its new pods or its channel's EndpointSlices change: the steps of a rollout
 /// ([`crate::deploy::triggers`]).
-async fn deploy_controller(ctx: &Arc<Context>) {
-    let controller = crate::caches::controller(scoped::<Deploy>(ctx));
-    let deploy_store = controller.store();
+fn deploy_controller(
+    ctx: &Arc<Context>,
+    reflectors: &Reflectors,
+) -> impl std::future::Future<Output = ()> + use<> {
+    let deploy_store = reflectors.deploys.store.clone();
     let (pod_store, slice_store) = (deploy_store.clone(), deploy_store.clone());
     let builds = watcher::Config::default().labels(&format!(
         "{}={}",
@@ -307,11 +303,10 @@ async fn deploy_controller(ctx: &Arc<Context>) {
         crate::build::job::BUILD_LABEL_VALUE
     ));
     let run_pods = watcher::Config::default().labels(&crate::deploy::triggers::run_pod_selector());
-    controller
-        .watches(
-            scoped::<Deploy>(ctx),
-            watcher::Config::default(),
-            move |changed: Deploy| {
+    Controller::for_shared_stream(reflectors.deploys.subscribe(), deploy_store.clone())
+        .watches_shared_stream(
+            reflectors.deploys.subscribe(),
+            move |changed: Arc<Deploy>| {
                 let all = deploy_store.state();
                 crate::deploy::queue::unblocked_by(&changed, all.iter().map(AsRef::as_ref))
                     .into_iter()
@@ -319,9 +314,15 @@ async fn deploy_controller(ctx: &Arc<Context>) {
                     .collect::<Vec<_>>()
             },
         )
-        .owns_stream(watcher(scoped::<PartialObjectMeta<Job>>(ctx), builds).touched_objects())
+        .owns_stream(
+            watcher(scoped::<PartialObjectMeta<Job>>(ctx), builds)
+                .default_backoff()
+                .touched_objects(),
+        )
         .watches_stream(
-            watcher(scoped::<PartialObjectMeta<Pod>>(ctx), run_pods).touched_objects(),
+            watcher(scoped::<PartialObjectMeta<Pod>>(ctx), run_pods)
+                .default_backoff()
+                .touched_objects(),
             move |pod: PartialObjectMeta<Pod>| {
                 crate::deploy::triggers::by_pod(&pod.metadata, &pod_store.state())
             },
@@ -331,6 +332,7 @@ async fn deploy_controller(ctx: &Arc<Context>) {
                 scoped::<PartialObjectMeta<EndpointSlice>>(ctx),
                 watcher::Config::default(),
             )
+            .default_backoff()
             .touched_objects(),
             move |slice: PartialObjectMeta<EndpointSlice>| {
                 crate::deploy::triggers::by_endpoint_slice(&slice.metadata, &slice_store.state())
@@ -343,18 +345,18 @@ async fn deploy_controller(ctx: &Arc<Context>) {
             ctx.clone(),
         )
         .for_each(|_| futures::future::ready(()))
-        .await
 }
 
 /// Domains: a channel that appears (or gets its hostname) lets its Domains work out their records.
-async fn domain_controller(ctx: &Arc<Context>) {
-    let controller = crate::caches::controller(scoped::<Domain>(ctx));
-    let domain_store = controller.store();
-    controller
-        .watches(
-            scoped::<Channel>(ctx),
-            watcher::Config::default(),
-            move |channel: Channel| {
+fn domain_controller(
+    ctx: &Arc<Context>,
+    reflectors: &Reflectors,
+) -> impl std::future::Future<Output = ()> + use<> {
+    let domain_store = reflectors.domains.store.clone();
+    Controller::for_shared_stream(reflectors.domains.subscribe(), domain_store.clone())
+        .watches_shared_stream(
+            reflectors.channels.subscribe(),
+            move |channel: Arc<Channel>| {
                 let (ns, name) = (channel.namespace(), channel.name_any());
                 domain_store
                     .state()
@@ -371,27 +373,25 @@ async fn domain_controller(ctx: &Arc<Context>) {
             ctx.clone(),
         )
         .for_each(|_| futures::future::ready(()))
-        .await
 }
 
 /// Forwards: an app's toggle decides whether its channels' Forwards serve.
-async fn forward_controller(ctx: &Arc<Context>) {
+fn forward_controller(
+    ctx: &Arc<Context>,
+    reflectors: &Reflectors,
+) -> impl std::future::Future<Output = ()> + use<> {
     let controller = crate::caches::controller(scoped::<Forward>(ctx));
     let forward_store = controller.store();
     controller
-        .watches(
-            scoped::<App>(ctx),
-            watcher::Config::default(),
-            move |app: App| {
-                let (ns, prefix) = (app.namespace(), format!("{}.", app.name_any()));
-                forward_store
-                    .state()
-                    .into_iter()
-                    .filter(|f| f.namespace() == ns && f.spec.channel.starts_with(&prefix))
-                    .map(|f| ObjectRef::from_obj(f.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_shared_stream(reflectors.apps.subscribe(), move |app: Arc<App>| {
+            let (ns, prefix) = (app.namespace(), format!("{}.", app.name_any()));
+            forward_store
+                .state()
+                .into_iter()
+                .filter(|f| f.namespace() == ns && f.spec.channel.starts_with(&prefix))
+                .map(|f| ObjectRef::from_obj(f.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .shutdown_on_signal()
         .run(
             |o, c| timed("Forward", o, c, crate::forward::reconcile),
@@ -399,7 +399,6 @@ async fn forward_controller(ctx: &Arc<Context>) {
             ctx.clone(),
         )
         .for_each(|_| futures::future::ready(()))
-        .await
 }
 
 /// Grants and NetworkPolicies in tenant namespaces, when the operator runs with them (the chart's
