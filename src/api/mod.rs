@@ -207,9 +207,9 @@ async fn metrics(
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            crate::core::metrics::CONTENT_TYPE,
         )],
-        state.sql_sessions().encode_metrics(),
+        crate::core::metrics::encode(&state),
     )
 }
 

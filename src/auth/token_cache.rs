@@ -54,6 +54,11 @@ impl TokenCache {
         self.0.forget_all();
     }
 
+    /// How its reads were answered so far.
+    pub fn lookups(&self) -> slipway_store::db::notices::Lookups {
+        self.0.lookups()
+    }
+
     /// Whether the cache answers from memory (it is listening to changes).
     pub fn is_listening(&self) -> bool {
         self.0.is_listening()

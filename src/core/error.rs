@@ -231,6 +231,9 @@ pub(crate) fn pool_exhausted(e: &anyhow::Error) -> bool {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let busy = matches!(&self, ApiError::Internal(e) if pool_exhausted(e));
+        if busy {
+            slipway_store::db::count_pool_timeout();
+        }
         let (status, code) = if busy {
             (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable")
         } else {

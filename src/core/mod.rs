@@ -9,6 +9,7 @@ pub mod claims;
 pub mod deploys;
 pub mod error;
 pub mod internal_access;
+pub mod metrics;
 pub mod owners;
 pub mod public_urls;
 pub mod state;

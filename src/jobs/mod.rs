@@ -22,6 +22,7 @@
 //!   task belongs to the runner, not to the request.
 
 pub mod kinds;
+pub mod metrics;
 pub mod runner;
 pub mod store;
 

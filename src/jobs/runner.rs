@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use super::metrics::{JobMetrics, Outcome};
 use super::{Job, store};
 
 /// How long leases last and how often the runner looks.
@@ -75,6 +76,7 @@ pub struct Runner {
     id: String,
     timing: Timing,
     wake: Notify,
+    metrics: JobMetrics,
 }
 
 impl Runner {
@@ -87,12 +89,18 @@ impl Runner {
             id: format!("{host}/{}", &Uuid::new_v4().simple().to_string()[..8]),
             timing,
             wake: Notify::new(),
+            metrics: JobMetrics::default(),
         }
     }
 
     /// Its name on the rows it claims.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// What it counts of the jobs it ran.
+    pub fn metrics(&self) -> &JobMetrics {
+        &self.metrics
     }
 
     /// Its timing.
@@ -161,13 +169,24 @@ impl Runner {
             tracing::warn!(job_id = %job.id, kind = %job.kind, attempt = job.attempts, "taking over a job whose process stopped");
         }
         let progress = Progress::default();
+        let started = tokio::time::Instant::now();
+        let observe = |outcome| {
+            self.metrics
+                .observe(job.kind(), outcome, started.elapsed(), progress.done());
+        };
         let outcome = tokio::select! {
             outcome = work.perform(&job, &progress) => outcome,
             () = self.keep_lease(db, &job, &progress) => {
                 tracing::warn!(job_id = %job.id, kind = %job.kind, "the job is no longer this process's; its work stopped");
+                observe(Outcome::Lost);
                 return;
             }
         };
+        observe(match &outcome {
+            Ok(_) => Outcome::Succeeded,
+            Err(JobError::Failed(_)) => Outcome::Failed,
+            Err(JobError::Busy(_)) => Outcome::Busy,
+        });
         let recorded = match &outcome {
             Ok(result) => store::succeed(db, job.id, &self.id, progress.done(), result).await,
             Err(JobError::Failed(reason)) => {
@@ -175,6 +194,7 @@ impl Runner {
                 store::fail(db, job.id, &self.id, reason).await
             }
             Err(JobError::Busy(e)) => {
+                slipway_store::db::count_pool_timeout();
                 tracing::info!(job_id = %job.id, kind = %job.kind, error = %e, "the platform was busy; the job waits a moment");
                 let released = store::release(db, job.id, &self.id, BUSY_RETRY).await;
                 self.wake();

@@ -233,13 +233,9 @@ impl Sessions {
         self.wake.notify_one();
     }
 
-    /// The metrics in the OpenMetrics text format.
-    pub fn encode_metrics(&self) -> String {
-        let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::warn!(error = %e, "encoding the SQL proxy's metrics failed");
-        }
-        out
+    /// Its metrics (the API's `/metrics` encodes them with the process's others).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 }
 

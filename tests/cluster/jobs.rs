@@ -146,7 +146,23 @@ async fn a_job_whose_runner_stops_is_taken_over_by_another_and_finished() -> Res
     assert_eq!(done.attempts, 2, "the takeover is the second attempt");
     assert_eq!(done.result.unwrap().0, json!({ "attempt": 2 }));
     assert_eq!(work.started.load(Ordering::SeqCst), 2);
+    let succeeded = r#"slipway_jobs_total{kind="checkpoint",outcome="succeeded"} 1"#;
+    let (first, second) = (metrics_of(&first), metrics_of(&second));
+    assert!(second.contains(succeeded), "{second}");
+    assert!(
+        !first.contains("slipway_jobs_total{"),
+        "a runner that died recorded nothing: {first}"
+    );
     Ok(())
+}
+
+/// What `runner` counted, as `/metrics` shows it.
+fn metrics_of(runner: &Runner) -> String {
+    let mut registry = prometheus_client::registry::Registry::default();
+    runner.metrics().register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    text
 }
 
 #[tokio::test]

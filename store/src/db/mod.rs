@@ -19,6 +19,7 @@ pub mod ssh_keys;
 pub mod tokens;
 pub mod users;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -34,6 +35,20 @@ pub async fn connect(url: &str) -> anyhow::Result<PgPool> {
         .context("connect to the platform database")?;
     migrate(&pool).await?;
     Ok(pool)
+}
+
+/// Waits for a pooled connection that timed out in this process. Counted where the timeout is met (the error
+/// answer of a request, a job put back), which has no handle on anything shared; read by `/metrics`.
+static POOL_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one wait for a pooled connection that timed out (`sqlx::Error::PoolTimedOut`).
+pub fn count_pool_timeout() {
+    POOL_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The waits for a pooled connection that timed out in this process so far.
+pub fn pool_timeouts() -> u64 {
+    POOL_TIMEOUTS.load(Ordering::Relaxed)
 }
 
 /// A connection of its own to the platform database, outside `pool` but with its settings, for a session-level

@@ -18,6 +18,7 @@
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -100,6 +101,19 @@ pub struct Noticed<K, V> {
     stop: CancellationToken,
     /// The key a notice's payload names; `None`: the notice concerns every key.
     named: fn(&str) -> Option<K>,
+    /// Reads answered from memory.
+    hits: AtomicU64,
+    /// Reads that went to the database.
+    misses: AtomicU64,
+}
+
+/// How a cache's reads were answered since it was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lookups {
+    /// From memory.
+    pub hits: u64,
+    /// From the database (not kept, expired, or the cache was not listening).
+    pub misses: u64,
 }
 
 struct State<K, V> {
@@ -144,6 +158,8 @@ where
             }),
             stop: CancellationToken::new(),
             named,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         }
     }
 
@@ -166,11 +182,13 @@ where
             } else if let Some((at, value)) = state.kept.get(key)
                 && at.elapsed() < TTL
             {
+                self.hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(value.clone());
             } else {
                 Some(state.epoch)
             }
         };
+        self.misses.fetch_add(1, Ordering::Relaxed);
         let value = read.await?;
         if let Some(epoch) = epoch
             && keep(&value)
@@ -186,6 +204,14 @@ where
             }
         }
         Ok(value)
+    }
+
+    /// How its reads were answered so far.
+    pub fn lookups(&self) -> Lookups {
+        Lookups {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+        }
     }
 
     /// Forgets every value: something they depend on changed.
@@ -289,6 +315,7 @@ mod tests {
             4,
             "a lost connection forgets and stops answering"
         );
+        assert_eq!(cache.lookups(), Lookups { hits: 1, misses: 4 });
     }
 
     #[tokio::test]
