@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use kube::Api;
 use prometheus_client::registry::Registry;
 use slipway_controllers::leader::LeaderElector;
-use slipway_controllers::run::Metrics;
+use slipway_controllers::metrics::Metrics;
 use slipway_controllers::{Context, OperatorConfig};
 use slipway_internal::InternalEndpoint;
 

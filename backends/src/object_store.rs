@@ -137,6 +137,18 @@ impl Backend {
         Ok(())
     }
 
+    /// Whether the backend answers: a HEAD of `bucket` that gets any answer short of a server error (a 404 for a
+    /// bucket that is not there is an answer). A refused connection, a timeout or a 5xx is not.
+    pub async fn answers(&self, bucket: &str) -> Result<(), BackendError> {
+        match self.client.head_bucket().bucket(bucket).send().await {
+            Ok(_) => Ok(()),
+            Err(e) => match e.raw_response().map(|r| r.status().as_u16()) {
+                Some(status) if status < 500 => Ok(()),
+                _ => Err(BackendError(format!("head bucket: {}", describe(&e)))),
+            },
+        }
+    }
+
     /// Removes `bucket` with every version, delete marker and unfinished upload in it. A bucket that is not
     /// there is already removed.
     pub async fn remove_bucket(&self, bucket: &str) -> Result<(), BackendError> {

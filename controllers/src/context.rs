@@ -4,7 +4,7 @@
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
-use crate::run::Metrics;
+use crate::metrics::Metrics;
 use slipway_internal::{InternalClient, InternalEndpoint};
 
 /// Settings of the operator.

@@ -17,87 +17,11 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 use slipway_crds::{App, Channel, Deploy, Domain, Forward};
 
 use crate::context::Context;
 use crate::error::Error;
 use crate::reflectors::Reflectors;
-
-/// Labels of the reconcile metrics.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReconcileLabels {
-    /// The kind reconciled.
-    pub kind: String,
-}
-
-/// Labels of the failure counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FailureLabels {
-    /// The kind reconciled.
-    pub kind: String,
-    /// The error category.
-    pub category: String,
-}
-
-/// Reconcile metrics.
-#[derive(Clone)]
-pub struct Metrics {
-    runs: Family<ReconcileLabels, Counter>,
-    failures: Family<FailureLabels, Counter>,
-    duration: Family<ReconcileLabels, Histogram>,
-}
-
-impl Metrics {
-    /// Creates the metrics and registers them.
-    pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self {
-            runs: Family::default(),
-            failures: Family::default(),
-            duration: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.001, 2.0, 14))
-            }),
-        };
-        registry.register(
-            "slipway_reconcile_runs",
-            "Reconciles started",
-            metrics.runs.clone(),
-        );
-        registry.register(
-            "slipway_reconcile_failures",
-            "Reconciles that failed, by error category",
-            metrics.failures.clone(),
-        );
-        registry.register(
-            "slipway_reconcile_duration_seconds",
-            "How long reconciles took",
-            metrics.duration.clone(),
-        );
-        metrics
-    }
-
-    fn observe(&self, kind: &str, started: Instant, result: &Result<Action, Error>) {
-        let labels = ReconcileLabels {
-            kind: kind.to_owned(),
-        };
-        self.runs.get_or_create(&labels).inc();
-        self.duration
-            .get_or_create(&labels)
-            .observe(started.elapsed().as_secs_f64());
-        if let Err(e) = result {
-            self.failures
-                .get_or_create(&FailureLabels {
-                    kind: kind.to_owned(),
-                    category: e.category().to_owned(),
-                })
-                .inc();
-        }
-    }
-}
 
 /// Backs off a failed object on its own ([`crate::backoff`]) and says why on it: a Warning Event whose reason is the
 /// error's category, which `kubectl describe` shows beside the object.
@@ -165,6 +89,11 @@ where
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     require_crds(&ctx).await?;
     let mut reflectors = Reflectors::new(&ctx);
+    ctx.metrics.watch_fleet(
+        reflectors.deploys.store.clone(),
+        reflectors.domains.store.clone(),
+        ctx.config.deploy_deadline,
+    );
     let controllers = {
         let channels = channel_controller(&ctx, &mut reflectors)?;
         let (apps, deploys, domains, forwards) = (
@@ -185,13 +114,14 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             )
         }
     };
-    // The shared watches, the runtime log archive and the sweep of Domains have no shutdown of their own: they
+    // The shared watches, the runtime log archive, the sweep of Domains and the backend probes have no shutdown of their own: they
     // stop with the controllers.
     tokio::select! {
         _ = controllers => {}
         () = reflectors.run() => {}
         () = crate::log_archive::run(ctx.clone()) => {}
         () = crate::domain::ownership::every(ctx.clone()) => {}
+        () = crate::probes::run(&ctx) => {}
     }
     Ok(())
 }

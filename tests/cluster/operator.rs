@@ -12,7 +12,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use slipway_controllers::run::Metrics;
+use slipway_controllers::metrics::Metrics;
 use slipway_controllers::{Context, OperatorConfig};
 use slipway_crds::{App, Channel, ChannelPhase};
 use slipway_testkit::{setup, wait_until};

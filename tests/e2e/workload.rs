@@ -142,7 +142,7 @@ impl Tenant {
             domains: Default::default(),
         };
         let mut metrics_registry = prometheus_client::registry::Registry::default();
-        let metrics = slipway_controllers::run::Metrics::register(&mut metrics_registry);
+        let metrics = slipway_controllers::metrics::Metrics::register(&mut metrics_registry);
         let ctx = Context::new(client.clone(), config, metrics);
         Ok(Self { client, ns, ctx })
     }

@@ -815,7 +815,7 @@ impl TestApi {
         extend: impl FnOnce(slipway_controllers::Context) -> slipway_controllers::Context,
     ) -> std::sync::Arc<slipway_controllers::Context> {
         let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = slipway_controllers::run::Metrics::register(&mut registry);
+        let metrics = slipway_controllers::metrics::Metrics::register(&mut registry);
         let ctx = slipway_controllers::Context::new(self.kube.clone(), config, metrics);
         std::sync::Arc::new(extend(ctx))
     }

@@ -148,6 +148,7 @@ async fn start_if_first(ctx: &Context, scene: &Scene) -> Result<Action, Error> {
         ),
     );
     patch_deploy_status(ctx, deploy, &status).await?;
+    ctx.metrics.deploy_started(deploy);
     Ok(Action::requeue(Duration::from_millis(200)))
 }
 
@@ -228,6 +229,7 @@ async fn go_live(
         ),
     );
     patch_deploy_status(ctx, deploy, &status).await?;
+    ctx.metrics.deploy_ended(deploy, true);
     publish(
         ctx,
         deploy.as_ref(),
@@ -259,6 +261,7 @@ async fn fail(ctx: &Context, deploy: &Deploy, reason: &str) -> Result<(), Error>
         ),
     );
     patch_deploy_status(ctx, deploy, &status).await?;
+    ctx.metrics.deploy_ended(deploy, false);
     publish(
         ctx,
         deploy,

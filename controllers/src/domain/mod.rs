@@ -246,6 +246,7 @@ async fn certify(
         }
         Err(e) => Err(e.to_string()),
     };
+    ctx.metrics.acme_order(stored.is_ok());
     match stored {
         Ok(validity) => {
             cert.secret_name = Some(secret_name);
