@@ -166,13 +166,24 @@ impl Webhook {
             })
         });
         let served = match &lagging {
-            Some(lagging) => {
-                slipway_webhooks::serve_lookup(listener, tls, reload, lagging.clone(), shutdown)
-                    .boxed()
-            }
-            None => {
-                slipway_webhooks::serve(listener, tls, reload, caches.clone(), shutdown).boxed()
-            }
+            Some(lagging) => slipway_webhooks::serve_lookup(
+                listener,
+                tls,
+                reload,
+                lagging.clone(),
+                Default::default(),
+                shutdown,
+            )
+            .boxed(),
+            None => slipway_webhooks::serve(
+                listener,
+                tls,
+                reload,
+                caches.clone(),
+                Default::default(),
+                shutdown,
+            )
+            .boxed(),
         };
         tokio::spawn(async move {
             if let Err(e) = served.await {

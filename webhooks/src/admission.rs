@@ -35,6 +35,15 @@ impl Answer {
         self.review.response.as_ref().is_some_and(|r| r.allowed)
     }
 
+    /// The HTTP code of the decision's status, when it has one (a denial's).
+    pub fn code(&self) -> Option<u16> {
+        self.review
+            .response
+            .as_ref()
+            .map(|r| r.result.code)
+            .filter(|code| *code != 0)
+    }
+
     /// The denial message, empty when admitted.
     pub fn message(&self) -> &str {
         self.review

@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod caches;
 pub mod lookup;
+pub mod metrics;
 pub mod server;
 pub mod validate;
 
@@ -29,6 +30,15 @@ pub struct WebhookArgs {
     /// Address to serve admission reviews and health checks on (HTTPS).
     #[arg(long, env = "SLIPWAY_WEBHOOK_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
+
+    /// Address of the admin endpoints (plain HTTP): Prometheus metrics on /metrics, liveness on /healthz,
+    /// readiness (the caches are loaded) on /readyz.
+    #[arg(
+        long,
+        env = "SLIPWAY_WEBHOOK_ADMIN_LISTEN",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub admin_listen: SocketAddr,
 
     /// PEM certificate chain to serve, leaf first; reloaded when the file changes.
     #[arg(
@@ -73,18 +83,40 @@ pub async fn run(args: WebhookArgs) -> anyhow::Result<()> {
         cert: args.tls_cert,
         key: args.tls_key,
     };
+    let admin = TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| format!("listen on {}", args.admin_listen))?;
     let caches = Caches::start(client, args.app_domain);
-    serve(
+    let reviews = metrics::Reviews::default();
+    let mut registry = prometheus_client::registry::Registry::default();
+    reviews.register(&mut registry);
+    let ready = {
+        let caches = caches.clone();
+        move || lookup::Lookup::readiness(&caches) == lookup::Readiness::Ready
+    };
+    let admin = slipway_http::serve_router(
+        admin,
+        slipway_http::admin_router(Arc::new(registry), ready),
+        // It answers until the process ends, which the review server decides.
+        std::future::pending(),
+        Duration::ZERO,
+    );
+    tracing::info!(listen = %args.admin_listen, "admin endpoints on /healthz, /readyz, /metrics");
+    let served = serve(
         listener,
         tls,
         Duration::from_secs(args.cert_reload_seconds),
         caches,
+        reviews,
         shutdown_signal(),
-    )
-    .await
+    );
+    tokio::select! {
+        served = served => served,
+        () = admin => Err(anyhow::anyhow!("the admin server stopped")),
+    }
 }
 
-/// Serves admission reviews over TLS on `listener` from `caches` until `shutdown` resolves. The certificate pair is
+/// Serves admission reviews over TLS on `listener` from `caches`, counted in `reviews`, until `shutdown` resolves. The certificate pair is
 /// loaded now (an unusable pair is an error) and reread at most every `cert_reload`. Returns an error when a cache
 /// stops for good, so the process exits and is restarted.
 pub async fn serve(
@@ -92,11 +124,12 @@ pub async fn serve(
     tls: TlsFiles,
     cert_reload: Duration,
     caches: Caches,
+    reviews: metrics::Reviews,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let watched = caches.clone();
     tokio::select! {
-        served = serve_lookup(listener, tls, cert_reload, Arc::new(caches), shutdown) => served,
+        served = serve_lookup(listener, tls, cert_reload, Arc::new(caches), reviews, shutdown) => served,
         why = watched.failed() => Err(anyhow::anyhow!(why)),
     }
 }
@@ -108,6 +141,7 @@ pub async fn serve_lookup<L: lookup::Lookup + 'static>(
     tls: TlsFiles,
     cert_reload: Duration,
     lookup: Arc<L>,
+    reviews: metrics::Reviews,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -117,7 +151,7 @@ pub async fn serve_lookup<L: lookup::Lookup + 'static>(
         provider.clone(),
     )?);
     let config = Arc::new(slipway_http::tls::server_config(resolver, provider)?);
-    server::serve_tls(listener, config, server::router(lookup), shutdown).await
+    server::serve_tls(listener, config, server::router(lookup, reviews), shutdown).await
 }
 
 /// Resolves on SIGTERM (what the kubelet sends) or Ctrl-C.

@@ -19,6 +19,7 @@ use tracing::field::Empty;
 
 use crate::admission;
 use crate::lookup::{Lookup, Readiness};
+use crate::metrics::Reviews;
 
 /// Largest review accepted. The apiserver sends the object and the old object, each at most etcd's 1.5 MiB, as
 /// JSON inside the review.
@@ -37,8 +38,23 @@ const _: () = assert!(NEXT_REQUEST_TIMEOUT.as_secs() > APISERVER_IDLE_TIMEOUT.as
 /// Time in-flight requests get to finish after shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The webhook's routes over `lookup`.
-pub fn router<L: Lookup + 'static>(lookup: Arc<L>) -> Router {
+/// What the handlers share: where reviews are decided from, and their counts.
+struct Shared<L> {
+    lookup: Arc<L>,
+    reviews: Reviews,
+}
+
+impl<L> Clone for Shared<L> {
+    fn clone(&self) -> Self {
+        Self {
+            lookup: self.lookup.clone(),
+            reviews: self.reviews.clone(),
+        }
+    }
+}
+
+/// The webhook's routes over `lookup`, counting the reviews they answer in `reviews`.
+pub fn router<L: Lookup + 'static>(lookup: Arc<L>, reviews: Reviews) -> Router {
     Router::new()
         .route("/validate", post(validate::<L>))
         .route("/healthz", get(healthz::<L>))
@@ -63,10 +79,11 @@ pub fn router<L: Lookup + 'static>(lookup: Arc<L>) -> Router {
                 )
             }),
         )
-        .with_state(lookup)
+        .with_state(Shared { lookup, reviews })
 }
 
-async fn validate<L: Lookup>(State(lookup): State<Arc<L>>, body: Body) -> Response {
+async fn validate<L: Lookup>(State(shared): State<Shared<L>>, body: Body) -> Response {
+    let started = std::time::Instant::now();
     let bytes = match axum::body::to_bytes(body, MAX_REVIEW_BYTES).await {
         Ok(b) => b,
         Err(e) => {
@@ -75,7 +92,8 @@ async fn validate<L: Lookup>(State(lookup): State<Arc<L>>, body: Body) -> Respon
             return (StatusCode::BAD_REQUEST, axum::Json(review)).into_response();
         }
     };
-    let (answer, subject) = admission::review(lookup.as_ref(), &bytes).await;
+    let (answer, subject) = admission::review(shared.lookup.as_ref(), &bytes).await;
+    shared.reviews.observe(&subject, &answer, started.elapsed());
     let span = tracing::Span::current();
     span.record("uid", subject.uid.as_str());
     span.record("kind", subject.kind.as_str());
@@ -91,15 +109,15 @@ async fn validate<L: Lookup>(State(lookup): State<Arc<L>>, body: Body) -> Respon
     (answer.status, axum::Json(answer.review)).into_response()
 }
 
-async fn healthz<L: Lookup>(State(lookup): State<Arc<L>>) -> Response {
-    match lookup.readiness() {
+async fn healthz<L: Lookup>(State(shared): State<Shared<L>>) -> Response {
+    match shared.lookup.readiness() {
         Readiness::Failed(message) => (StatusCode::INTERNAL_SERVER_ERROR, message).into_response(),
         Readiness::Starting | Readiness::Ready => "ok".into_response(),
     }
 }
 
-async fn readyz<L: Lookup>(State(lookup): State<Arc<L>>) -> Response {
-    match lookup.readiness() {
+async fn readyz<L: Lookup>(State(shared): State<Shared<L>>) -> Response {
+    match shared.lookup.readiness() {
         Readiness::Ready => "ok".into_response(),
         Readiness::Starting => {
             (StatusCode::SERVICE_UNAVAILABLE, "caches are loading").into_response()
@@ -164,7 +182,7 @@ mod tests {
 
     #[tokio::test]
     async fn garbage_is_answered_with_an_invalid_review() {
-        let app = router(Arc::new(cluster("ns", &[])));
+        let app = router(Arc::new(cluster("ns", &[])), Reviews::default());
         let (status, body) = call(app.clone(), "POST", "/validate", "garbage").await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         let review = review_of(&body);
@@ -184,8 +202,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_review_is_answered_200() {
-        let app = router(Arc::new(cluster("ns", &[])));
+    async fn a_review_is_answered_200_and_counted() {
+        let reviews = Reviews::default();
+        let app = router(Arc::new(cluster("ns", &[])), reviews.clone());
         let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
             "uid": "u-2", "kind": {"group": "slipway.dev", "version": "v1alpha1", "kind": "Deploy"},
             "resource": {"group": "slipway.dev", "version": "v1alpha1", "resource": "deploys"},
@@ -208,11 +227,21 @@ mod tests {
             "channel blog.next does not exist in namespace ns"
         );
         assert_eq!(review["response"]["status"]["code"], 404);
+        let mut registry = prometheus_client::registry::Registry::default();
+        reviews.register(&mut registry);
+        let mut metrics = String::new();
+        prometheus_client::encoding::text::encode(&mut metrics, &registry).unwrap();
+        assert!(
+            metrics.contains(
+                r#"slipway_webhook_admissions_total{kind="Deploy",operation="CREATE",outcome="denied"} 1"#
+            ),
+            "{metrics}"
+        );
     }
 
     #[tokio::test]
     async fn an_oversized_body_is_refused() {
-        let app = router(Arc::new(cluster("ns", &[])));
+        let app = router(Arc::new(cluster("ns", &[])), Reviews::default());
         let (status, body) = call(app, "POST", "/validate", vec![b' '; MAX_REVIEW_BYTES + 1]).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(review_of(&body)["response"]["allowed"], false);
@@ -269,12 +298,12 @@ mod tests {
 
     #[tokio::test]
     async fn readiness_follows_the_caches() {
-        let ready = router(Arc::new(Snapshot::default()));
+        let ready = router(Arc::new(Snapshot::default()), Reviews::default());
         assert_eq!(
             call(ready, "GET", "/readyz", Body::empty()).await.0,
             StatusCode::OK
         );
-        let loading = router(Arc::new(Loading(Snapshot::default())));
+        let loading = router(Arc::new(Loading(Snapshot::default())), Reviews::default());
         assert_eq!(
             call(loading.clone(), "GET", "/readyz", Body::empty())
                 .await
@@ -327,7 +356,7 @@ mod tests {
         let server = tokio::spawn(serve_tls(
             listener,
             config,
-            router(Arc::new(cluster("ns", &[]))),
+            router(Arc::new(cluster("ns", &[])), Reviews::default()),
             async {
                 let _ = stopped.await;
             },
