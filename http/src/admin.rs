@@ -5,7 +5,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{MethodRouter, get};
 use prometheus_client::registry::Registry;
 
 /// /healthz, /readyz (200 while `ready` says so, else 503) and /metrics.
@@ -28,24 +28,26 @@ pub fn admin_router(
                 }
             }),
         )
-        .route(
-            "/metrics",
-            get(move || {
-                let registry = registry.clone();
-                async move {
-                    let mut body = String::new();
-                    match prometheus_client::encoding::text::encode(&mut body, &registry) {
-                        Ok(()) => (
-                            [(
-                                CONTENT_TYPE,
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            )],
-                            body,
-                        )
-                            .into_response(),
-                        Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-                    }
-                }
-            }),
-        )
+        .route("/metrics", metrics_route(registry))
+}
+
+/// `GET` of `registry`'s metrics in the OpenMetrics text format, for an admin router of its own.
+pub fn metrics_route<S: Clone + Send + Sync + 'static>(registry: Arc<Registry>) -> MethodRouter<S> {
+    get(move || {
+        let registry = registry.clone();
+        async move {
+            let mut body = String::new();
+            match prometheus_client::encoding::text::encode(&mut body, &registry) {
+                Ok(()) => (
+                    [(
+                        CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    body,
+                )
+                    .into_response(),
+                Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+    })
 }

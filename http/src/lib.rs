@@ -8,7 +8,7 @@ mod admin;
 pub mod cookies;
 pub mod tls;
 
-pub use self::admin::admin_router;
+pub use self::admin::{admin_router, metrics_route};
 
 use tower::ServiceExt as _;
 

@@ -6,7 +6,8 @@
 //! - the refusal of a presigned URL valid for more than a week: SigV4 caps `X-Amz-Expires` at 604800 seconds and
 //!   S3 answers a longer one 400 `AuthorizationQueryParametersError`, where s3s would take it;
 //! - a bare ETag in a `GetObjectAttributes` answer: s3s writes every XML ETag in quotes, and that answer is the one
-//!   place S3 writes it without them (clients compare it with the checksum they computed, unquoted).
+//!   place S3 writes it without them (clients compare it with the checksum they computed, unquoted);
+//! - the count of every answer by operation and status ([`super::metrics`]).
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -15,30 +16,60 @@ use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use s3s::service::S3Service;
 use s3s::{Body, HttpError, S3Error, S3ErrorCode};
+use std::time::Instant;
+
+use super::metrics::{Answered, GatewayMetrics, OperationSlot, forwarded_operation};
 
 /// Longest validity of a presigned URL SigV4 allows, in seconds (seven days).
 pub const MAX_PRESIGNED_EXPIRES: u64 = 604_800;
 
-/// The gateway's S3 service behind its front: request ids, and the presigned URLs refused before s3s.
+/// The gateway's S3 service behind its front: request ids, the presigned URLs refused before s3s, and the counts.
 #[derive(Clone)]
-pub struct Front(pub S3Service);
+pub struct Front {
+    service: S3Service,
+    metrics: GatewayMetrics,
+}
+
+impl Front {
+    /// `service` behind the front, counted in `metrics`.
+    pub fn new(service: S3Service, metrics: GatewayMetrics) -> Self {
+        Self { service, metrics }
+    }
+
+    /// Its counts.
+    pub fn metrics(&self) -> &GatewayMetrics {
+        &self.metrics
+    }
+}
 
 impl hyper::service::Service<Request<Incoming>> for Front {
     type Response = Response<Body>;
     type Error = HttpError;
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let service = self.0.clone();
+    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
+        let (service, metrics) = (self.service.clone(), self.metrics.clone());
         Box::pin(async move {
+            let started = Instant::now();
             let id = request_id();
             let attributes = asks_attributes(&req);
+            let forwarded = forwarded_operation(req.method(), req.uri(), req.headers());
+            let bytes_in = content_length(req.headers());
+            let slot = OperationSlot::default();
+            req.extensions_mut().insert(slot.clone());
             let mut res = match refusal(req.uri()) {
                 Some(err) => err
                     .to_http_response()
                     .map_err(|e| HttpError::new(Box::new(e)))?,
                 None => service.call(req.map(Body::from)).await?,
             };
+            metrics.observe(&Answered {
+                operation: slot.get().or(forwarded).unwrap_or("unresolved"),
+                status: res.status(),
+                took: started.elapsed(),
+                bytes_in,
+                bytes_out: content_length(res.headers()),
+            });
             stamp(&mut res, &id);
             if attributes {
                 unquote_etag(&mut res);
@@ -46,6 +77,11 @@ impl hyper::service::Service<Request<Incoming>> for Front {
             Ok(res)
         })
     }
+}
+
+/// The body length a message's `Content-Length` declares.
+fn content_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
 /// A new request id: 16 uppercase hex digits, as S3's.

@@ -27,6 +27,7 @@ pub mod front;
 pub mod gateway;
 pub mod keys;
 pub mod lease;
+pub mod metrics;
 pub mod passthrough;
 pub mod quota;
 pub mod recount;

@@ -10,13 +10,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::routing::get;
-use s3s::service::{S3Service, S3ServiceBuilder};
+use s3s::service::S3ServiceBuilder;
 use slipway_backends::object_store::{self, S3Endpoint};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 
 use super::front::Front;
 use super::gateway::Gateway;
+use super::metrics::{GatewayMetrics, NamesOperations};
 use super::passthrough::Passthrough;
 use super::quota::{Quota, Settler};
 use super::tenants::{ChannelKeys, Tenants};
@@ -79,8 +80,8 @@ impl S3Args {
 
 /// The gateway's S3 service and what it runs beside.
 pub struct Service {
-    /// The S3 service.
-    pub s3: S3Service,
+    /// The S3 service behind its front.
+    pub s3: Front,
     /// The task that settles the service's writes after their answers, to be [finished](Settler::finish) once
     /// the service has stopped.
     pub settler: Settler,
@@ -95,6 +96,7 @@ pub fn service(db: PgPool, ring: Keyring, backend: &S3Endpoint) -> Service {
     let gateway = Gateway::new(super::sdk::client(backend), tenants.clone(), quota.clone());
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(ChannelKeys(tenants.clone()));
+    builder.set_access(NamesOperations);
     match Passthrough::new(backend, tenants.clone(), quota) {
         Some(forward) => builder.set_route(forward),
         None => tracing::info!(
@@ -103,7 +105,7 @@ pub fn service(db: PgPool, ring: Keyring, backend: &S3Endpoint) -> Service {
         ),
     }
     Service {
-        s3: builder.build(),
+        s3: Front::new(builder.build(), GatewayMetrics::default()),
         settler,
         tenants,
     }
@@ -112,11 +114,10 @@ pub fn service(db: PgPool, ring: Keyring, backend: &S3Endpoint) -> Service {
 /// Serves `service` behind its [`Front`] on `listener` until `shutdown` resolves, then lets every open connection
 /// finish the request it is in (idle keep-alive connections close at once), for at most [`DRAIN_LIMIT`].
 pub async fn serve(
-    service: S3Service,
+    front: Front,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let front = Front(service);
     slipway_http::accept_until(listener, shutdown, DRAIN_LIMIT, |stream, peer, draining| {
         let service = front.clone();
         async move {
@@ -139,7 +140,11 @@ pub async fn run(args: S3Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listen on {}", args.admin_listen))?;
     let ready_db = db.clone();
+    let Service { s3, settler, .. } = service(db.clone(), ring, &endpoint);
+    let mut registry = prometheus_client::registry::Registry::default();
+    s3.metrics().register(&mut registry);
     let admin_routes = axum::Router::new()
+        .route("/metrics", slipway_http::metrics_route(Arc::new(registry)))
         .route("/healthz", get(|| std::future::ready("ok")))
         .route(
             "/readyz",
@@ -162,7 +167,6 @@ pub async fn run(args: S3Args) -> anyhow::Result<()> {
         Duration::from_secs(args.recount_seconds.max(60)),
     ));
     tracing::info!(addr = %args.listen, backend = %endpoint.url, "serving S3");
-    let Service { s3, settler, .. } = service(db, ring, &endpoint);
     tokio::select! {
         served = serve(s3, listener, slipway_http::shutdown_signal()) => {
             // Every connection has ended: count the writes they answered before going.
