@@ -38,6 +38,7 @@ struct Gateway {
     ring: Keyring,
     url: String,
     store: Store,
+    metrics: slipway::blob::metrics::GatewayMetrics,
 }
 
 impl Gateway {
@@ -69,6 +70,7 @@ impl Gateway {
         let service = slipway::blob::serve::service(db.clone(), ring.clone(), &root);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
+        let metrics = service.s3.metrics().clone();
         tokio::spawn(slipway::blob::serve::serve(
             service.s3,
             listener,
@@ -87,6 +89,7 @@ impl Gateway {
             ring,
             url,
             store,
+            metrics,
         })
     }
 
@@ -334,6 +337,26 @@ async fn plain_gets_heads_and_puts_answer_as_s3_does_and_name_only_the_virtual_b
 
     // Every version counts: 5 + 7 + 6 bytes.
     assert_eq!(g.all_settled().await?, 18);
+
+    // Counted by operation and status, the refused reads too; no series names a bucket or a key.
+    let mut registry = prometheus_client::registry::Registry::default();
+    g.metrics.register(&mut registry);
+    let mut metrics = String::new();
+    prometheus_client::encoding::text::encode(&mut metrics, &registry)?;
+    for series in [
+        r#"slipway_s3_requests_total{operation="PutObject",status="200"}"#,
+        r#"slipway_s3_requests_total{operation="HeadObject",status="200"}"#,
+        r#"slipway_s3_requests_total{operation="GetObject",status="200"}"#,
+        r#"slipway_s3_requests_total{operation="GetObject",status="403"}"#,
+        r#"slipway_s3_bytes_total{operation="PutObject",direction="in"}"#,
+        r#"slipway_s3_bytes_total{operation="GetObject",direction="out"}"#,
+    ] {
+        assert!(
+            metrics.contains(series),
+            "{series} missing from:\n{metrics}"
+        );
+    }
+    assert!(!metrics.contains(bucket), "{metrics}");
     Ok(())
 }
 
