@@ -15,9 +15,10 @@ wrapper_module() {
 
 # go_build NAME VERSION PACKAGE...
 # Builds the packages (each a main package of one module at VERSION) into $SLIPWAY_CACHE/NAME-VERSION/bin, static and
-# stripped, unless every binary is already there. Extra linker flags come from $GO_LDFLAGS. $GO_REPLACES lists
-# MODULE=MODULE@VERSION pins for dependencies whose wanted version the proxy refuses; with any, the build goes
-# straight to a wrapper module that carries them. Prints nothing on stdout; progress goes to stderr.
+# stripped, unless every binary is already there. Extra linker flags come from $GO_LDFLAGS, build tags (comma-separated)
+# from $GO_TAGS. $GO_REPLACES lists MODULE=MODULE@VERSION pins for dependencies whose wanted version the proxy
+# refuses; with any, the build goes straight to a wrapper module that carries them. Prints nothing on stdout; progress
+# goes to stderr.
 go_build() {
   local name=$1 version=$2; shift 2
   local dir="$SLIPWAY_CACHE/$name-$version/bin" pkg missing=()
@@ -27,13 +28,14 @@ go_build() {
     return
   fi
   export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-  local ldflags="-s -w ${GO_LDFLAGS:-}" started=$SECONDS tmp
+  local ldflags="-s -w ${GO_LDFLAGS:-}" started=$SECONDS tmp tags=()
+  [ -z "${GO_TAGS:-}" ] || tags=(-tags "$GO_TAGS")
   mkdir -p "$dir"
   tmp=$(mktemp -d "$dir/.build.XXXXXX")
   log "$name $version: compiling ${missing[*]##*/} (first run only)"
   local args=()
   for pkg in "${missing[@]}"; do args+=("$pkg@$version"); done
-  if [ -n "${GO_REPLACES:-}" ] || ! GOBIN="$tmp" go install -trimpath -ldflags "$ldflags" "${args[@]}" 2>"$tmp/err"; then
+  if [ -n "${GO_REPLACES:-}" ] || ! GOBIN="$tmp" go install -trimpath "${tags[@]}" -ldflags "$ldflags" "${args[@]}" 2>"$tmp/err"; then
     if [ -z "${GO_REPLACES:-}" ] && ! grep -qE 'replace|exclude' "$tmp/err"; then
       cat "$tmp/err" >&2; rm -rf "$tmp"; die "$name $version failed to build"
     fi
@@ -44,7 +46,7 @@ go_build() {
     for pin in ${GO_REPLACES:-}; do (cd "$src" && go mod edit -replace "$pin"); done
     (cd "$src" && go get "${args[@]}") || { rm -rf "$tmp"; die "$name $version: go get failed"; }
     for pkg in "${missing[@]}"; do
-      (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$tmp/${pkg##*/}" "$pkg") \
+      (cd "$src" && go build -trimpath "${tags[@]}" -ldflags "$ldflags" -o "$tmp/${pkg##*/}" "$pkg") \
         || { rm -rf "$tmp"; die "$name $version: building $pkg failed"; }
     done
   fi

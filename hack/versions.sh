@@ -43,3 +43,6 @@ SCHEMATHESIS_VENV="$SLIPWAY_CACHE/schemathesis-$SCHEMATHESIS_VERSION"
 # virtualenv of their own, named after their pinned requirements so that a change of a pin makes a new one.
 S3_CLIENTS_REQUIREMENTS="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/s3/requirements-conformance.txt"
 S3_CLIENTS_VENV="$SLIPWAY_CACHE/s3-clients-$(sha256sum <"$S3_CLIENTS_REQUIREMENTS" | cut -c1-12)"
+# promtool (hack/build-promtool.sh), which checks and unit-tests the chart's alerting rules: Prometheus 3.16.0 (module
+# version v0.3xx.y is Prometheus 3.xx.y).
+PROMETHEUS_VERSION=v0.316.0
