@@ -23,7 +23,7 @@ down: ## Stop the local platform (the release, components, databases, node and c
 test: ## Run every test tier (lint, unit, cluster, e2e); what CI runs
 	@hack/test.sh
 
-lint: ## rustfmt, clippy and helm lint only
+lint: ## rustfmt, clippy, helm lint and the chart's monitoring checks only
 	@hack/test.sh lint
 
 unit: ## Unit tests only (no cluster)

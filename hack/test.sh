@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test tier, in order, and stops at the first that fails:
-#   1. lint     cargo fmt --check, hack/layers (no import cycle through a layer), clippy with -D warnings,
-#               helm lint --strict
+#   1. lint     cargo fmt --check, hack/layers (no import cycle through a layer), clippy with -D warnings, and
+#               hack/monitoring-check.sh: helm lint --strict with monitoring off and on, the rendered PodMonitors and
+#               PrometheusRule against prometheus-operator's CRD schemas, promtool check rules and test rules (each
+#               alert firing and quiet on recorded series), the dashboard's queries
 #   2. unit     every crate's unit tests and the CRD drift test (no cluster)
 #   3. cluster  tests/cluster/ against a real control plane, a real Postgres and Pebble (ACME CA and test DNS, for
 #               custom domains) started for this run and stopped after it
@@ -94,11 +96,12 @@ export SLIPWAY_TEST_JOSE_TGZ="$SLIPWAY_CACHE/npm/jose-$JOSE_VERSION.tgz"
 export SLIPWAY_TEST_SCHEMATHESIS="$SCHEMATHESIS_VENV/bin/schemathesis"
 
 tier_lint() {
-  log "tier lint: rustfmt, layers, clippy, helm lint"
+  log "tier lint: rustfmt, layers, clippy, helm lint and the chart's monitoring objects"
   cargo fmt --all --check
   hack/layers
   cargo clippy --workspace --all-targets --locked -- -D warnings
-  "$HELM" lint --strict charts/slipway
+  # helm lint --strict (monitoring off and on) and the checks of the PodMonitors, rules and dashboard.
+  HELM=$HELM hack/monitoring-check.sh
 }
 
 tier_unit() {

@@ -46,3 +46,9 @@ S3_CLIENTS_VENV="$SLIPWAY_CACHE/s3-clients-$(sha256sum <"$S3_CLIENTS_REQUIREMENT
 # promtool (hack/build-promtool.sh), which checks and unit-tests the chart's alerting rules: Prometheus 3.16.0 (module
 # version v0.3xx.y is Prometheus 3.xx.y).
 PROMETHEUS_VERSION=v0.316.0
+# The prometheus-operator CRDs whose schemas the chart's PodMonitors and PrometheusRule are checked against
+# (hack/monitoring-check.sh), from that module's example/prometheus-operator-crd. The Go proxy here refuses v0.90.0.
+PROMETHEUS_OPERATOR_VERSION=v0.89.0
+# The Python packages hack/monitoring/check.py validates with, in a virtualenv named after their pins.
+MONITORING_CHECK_REQUIREMENTS="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/hack/monitoring/requirements.txt"
+MONITORING_CHECK_VENV="$SLIPWAY_CACHE/monitoring-check-$(sha256sum <"$MONITORING_CHECK_REQUIREMENTS" | cut -c1-12)"
