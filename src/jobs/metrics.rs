@@ -55,15 +55,26 @@ pub struct JobMetrics {
 }
 
 impl Default for JobMetrics {
+    /// Counts with every kind's successes and failures at zero: a series that first appeared at its first failure
+    /// would hide that failure from `increase()`, which an alert on failures reads.
     fn default() -> Self {
-        Self {
+        let metrics = Self {
             runs: Family::default(),
             // 1 s to about 4.5 hours: a restore of a large database runs for hours.
             duration: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(1.0, 2.0, 15))
             }),
             bytes: Family::default(),
+        };
+        for kind in Kind::ALL {
+            for outcome in [Outcome::Succeeded, Outcome::Failed] {
+                let _ = metrics.runs.get_or_create(&OutcomeLabels {
+                    kind: kind.as_str().to_owned(),
+                    outcome: outcome.as_str().to_owned(),
+                });
+            }
         }
+        metrics
     }
 }
 
@@ -146,6 +157,10 @@ mod tests {
         ] {
             assert!(out.contains(line), "{line} missing from:\n{out}");
         }
+        assert!(
+            out.contains(r#"slipway_jobs_total{kind="mirror_sync",outcome="failed"} 0"#),
+            "every kind's failures start at zero:\n{out}"
+        );
         // A busy run did not do the work: no duration for it.
         assert!(!out.contains(r#"slipway_job_duration_seconds_count{kind="sql_restore""#));
     }

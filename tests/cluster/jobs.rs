@@ -150,7 +150,8 @@ async fn a_job_whose_runner_stops_is_taken_over_by_another_and_finished() -> Res
     let (first, second) = (metrics_of(&first), metrics_of(&second));
     assert!(second.contains(succeeded), "{second}");
     assert!(
-        !first.contains("slipway_jobs_total{"),
+        first.contains(r#"slipway_jobs_total{kind="checkpoint",outcome="succeeded"} 0"#)
+            && !first.contains("slipway_job_duration_seconds_count{"),
         "a runner that died recorded nothing: {first}"
     );
     Ok(())
