@@ -30,6 +30,7 @@ OPERATOR_ADMIN_PORT=${SLIPWAY_OPERATOR_ADMIN_PORT:-18081}
 EDGE_PORT=${SLIPWAY_EDGE_PORT:-18000}
 EDGE_ADMIN_PORT=${SLIPWAY_EDGE_ADMIN_PORT:-18082}
 INTERNAL_PORT=${SLIPWAY_INTERNAL_PORT:-18083}
+WEBHOOK_ADMIN_PORT=${SLIPWAY_WEBHOOK_ADMIN_PORT:-18084}
 SYSTEM_NAMESPACE=slipway-system
 INTERNAL_AUDIENCE=slipway-internal
 APP_DOMAIN=${SLIPWAY_APP_DOMAIN:-apps.slipway.localhost}
@@ -129,8 +130,8 @@ start() {
   [ -s "$DIR/env-keys" ] || (umask 077 && "$BIN" admin new-env-key --id "k$(date +%Y%m%d)" >"$DIR/env-keys")
   [ -s "$DIR/build-source-key" ] || (umask 077 && openssl rand -hex 32 >"$DIR/build-source-key")
   internal_tokens
-  log "starting the webhook on https://127.0.0.1:$WEBHOOK_PORT"
-  launch webhook webhook --listen "127.0.0.1:$WEBHOOK_PORT" --tls-cert "$DIR/tls/tls.crt" --tls-key "$DIR/tls/tls.key"
+  log "starting the webhook on https://127.0.0.1:$WEBHOOK_PORT (admin port $WEBHOOK_ADMIN_PORT)"
+  launch webhook webhook --listen "127.0.0.1:$WEBHOOK_PORT" --admin-listen "127.0.0.1:$WEBHOOK_ADMIN_PORT" --tls-cert "$DIR/tls/tls.crt" --tls-key "$DIR/tls/tls.key"
   wait_for webhook 60 "https://127.0.0.1:$WEBHOOK_PORT/readyz" --cacert "$DIR/tls/ca.crt"
   register_webhook
 
