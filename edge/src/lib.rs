@@ -58,7 +58,7 @@ use slipway_internal::{InternalClient, InternalEndpoint};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use self::metrics::{EdgeMetrics, HostMetrics, UNKNOWN_HOST};
+use self::metrics::{EdgeMetrics, HostKind, HostMetrics};
 use self::proxy::{Proxy, ProxyConfig};
 use self::routes::{Objects, Route, RouteTable, Target};
 use self::site::SiteKey;
@@ -290,7 +290,10 @@ impl Edge {
         registry: &mut Registry,
     ) -> anyhow::Result<(Arc<Self>, Vec<JoinHandle<()>>)> {
         let metrics = EdgeMetrics::register(registry);
-        let auth_host = config.sign_in.as_ref().map(|s| metrics.host(&s.auth_host));
+        let auth_host = config
+            .sign_in
+            .as_ref()
+            .map(|_| metrics.of(HostKind::SignIn));
         let internal = InternalClient::new(config.internal);
         let sites = SiteCache::new(
             Arc::new(internal.clone()),
@@ -305,7 +308,7 @@ impl Edge {
             table: ArcSwap::from_pointee(RouteTable::default()),
             sites,
             proxy: Proxy::new(&config.proxy),
-            unknown: metrics.host(UNKNOWN_HOST),
+            unknown: metrics.of(HostKind::Unknown),
             metrics,
             access_log: config.access_log,
             object_store: config.object_store,
@@ -396,7 +399,7 @@ impl Edge {
             let (target, load) = routes::settle(wanted, serving, |key| self.sites.contains(key));
             loads.extend(load);
             routes.push(Route {
-                metrics: self.metrics.host(&host),
+                metrics: self.metrics.of(HostKind::Channel),
                 bandwidth: owners.get(&host).map(|owner| self.bandwidth.counter(owner)),
                 host,
                 target,
@@ -414,11 +417,7 @@ impl Edge {
                 self.sites.forget(key);
             }
         }
-        let mut hosts: HashSet<&str> = routes.iter().map(|r| r.host.as_str()).collect();
-        if let Some(sign_in) = &self.sign_in {
-            hosts.insert(&sign_in.auth_host);
-        }
-        self.metrics.retain(&hosts);
+        self.metrics.set_hosts(routes.len());
         self.table.store(Arc::new(RouteTable::new(routes)));
         loads
     }

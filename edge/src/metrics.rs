@@ -1,9 +1,9 @@
-//! Prometheus metrics of the edge, per host: requests by status class, latency to the response head, and bytes
-//! sent. Each host's series are looked up once, when the routing table is built, so the request path only bumps
-//! atomics. Requests for unknown hosts share the host label `unknown` (a scanner cannot grow the label set).
+//! Prometheus metrics of the edge: requests by what the host is (a channel's, the sign-in host, or one nobody
+//! serves) and status class, latency to the response head, and bytes sent. A label per host would make a series
+//! per channel, 200,000 of them at 10,000 channels; the access log names the host of every request instead. The
+//! series of each kind of host are looked up once, so the request path only bumps atomics.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -13,19 +13,40 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// Host label of requests for hosts no channel has.
+/// What the access log names as the host of requests for hosts no channel has.
 pub const UNKNOWN_HOST: &str = "unknown";
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
+/// What a request's host is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostKind {
+    /// A channel's hostname or one of its verified domains.
+    Channel,
+    /// The end-user sign-in host.
+    SignIn,
+    /// A host nobody serves.
+    Unknown,
+}
+
+impl HostKind {
+    fn label(self) -> &'static str {
+        match self {
+            HostKind::Channel => "channel",
+            HostKind::SignIn => "sign_in",
+            HostKind::Unknown => "unknown",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HostLabels {
-    host: String,
+    host: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    host: String,
-    class: String,
+    host: &'static str,
+    class: &'static str,
 }
 
 fn latency_histogram() -> Histogram {
@@ -64,16 +85,15 @@ impl SignInOutcome {
 
 /// The edge's metric families.
 pub struct EdgeMetrics {
-    requests: Family<RequestLabels, Counter>,
     sign_ins: Family<OutcomeLabels, Counter>,
-    duration: Family<HostLabels, Histogram>,
-    bytes: Family<HostLabels, Counter>,
     hosts: Gauge,
     ignored_rules: Gauge,
-    handles: Mutex<HashMap<String, Arc<HostMetrics>>>,
+    channel: Arc<HostMetrics>,
+    sign_in_host: Arc<HostMetrics>,
+    unknown: Arc<HostMetrics>,
 }
 
-/// One host's series.
+/// The series of one kind of host.
 pub struct HostMetrics {
     by_class: [Counter; 5],
     duration: Histogram,
@@ -111,29 +131,43 @@ impl HostMetrics {
 impl EdgeMetrics {
     /// Creates the families and registers them.
     pub fn register(registry: &mut Registry) -> Self {
+        let requests = Family::<RequestLabels, Counter>::default();
+        let duration = Family::<HostLabels, Histogram>::new_with_constructor(latency_histogram);
+        let bytes = Family::<HostLabels, Counter>::default();
+        let of = |kind: HostKind| {
+            let host = kind.label();
+            Arc::new(HostMetrics {
+                by_class: CLASSES.map(|class| {
+                    requests
+                        .get_or_create(&RequestLabels { host, class })
+                        .clone()
+                }),
+                duration: duration.get_or_create(&HostLabels { host }).clone(),
+                bytes: bytes.get_or_create(&HostLabels { host }).clone(),
+            })
+        };
         let metrics = Self {
-            requests: Family::default(),
             sign_ins: Family::default(),
-            duration: Family::new_with_constructor(latency_histogram),
-            bytes: Family::default(),
             hosts: Gauge::default(),
             ignored_rules: Gauge::default(),
-            handles: Mutex::default(),
+            channel: of(HostKind::Channel),
+            sign_in_host: of(HostKind::SignIn),
+            unknown: of(HostKind::Unknown),
         };
         registry.register(
             "slipway_edge_requests",
-            "Requests answered, by host and status class",
-            metrics.requests.clone(),
+            "Requests answered, by host (channel, sign_in, unknown) and status class",
+            requests,
         );
         registry.register(
             "slipway_edge_request_duration_seconds",
-            "Time from the request to the response head, by host",
-            metrics.duration.clone(),
+            "Time from the request to the response head, by host (channel, sign_in, unknown)",
+            duration,
         );
         registry.register(
             "slipway_edge_response_bytes",
-            "Response body bytes of known length, by host",
-            metrics.bytes.clone(),
+            "Response body bytes of known length, by host (channel, sign_in, unknown)",
+            bytes,
         );
         registry.register(
             "slipway_edge_sign_ins",
@@ -185,54 +219,18 @@ impl EdgeMetrics {
             .get()
     }
 
-    /// The series of `host`, created on first use.
-    pub fn host(&self, host: &str) -> Arc<HostMetrics> {
-        let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(existing) = handles.get(host) {
-            return existing.clone();
+    /// The series of requests for a kind of host.
+    pub fn of(&self, kind: HostKind) -> Arc<HostMetrics> {
+        match kind {
+            HostKind::Channel => self.channel.clone(),
+            HostKind::SignIn => self.sign_in_host.clone(),
+            HostKind::Unknown => self.unknown.clone(),
         }
-        let by_class = CLASSES.map(|class| {
-            self.requests
-                .get_or_create(&RequestLabels {
-                    host: host.to_owned(),
-                    class: class.to_owned(),
-                })
-                .clone()
-        });
-        let labels = HostLabels {
-            host: host.to_owned(),
-        };
-        let handle = Arc::new(HostMetrics {
-            by_class,
-            duration: self.duration.get_or_create(&labels).clone(),
-            bytes: self.bytes.get_or_create(&labels).clone(),
-        });
-        handles.insert(host.to_owned(), handle.clone());
-        handle
     }
 
-    /// Drops the series of hosts that are gone (keeping [`UNKNOWN_HOST`]), and sets the hosts gauge.
-    pub fn retain(&self, hosts: &HashSet<&str>) {
-        self.hosts
-            .set(i64::try_from(hosts.len()).unwrap_or(i64::MAX));
-        let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
-        let gone: Vec<String> = handles
-            .keys()
-            .filter(|h| h.as_str() != UNKNOWN_HOST && !hosts.contains(h.as_str()))
-            .cloned()
-            .collect();
-        for host in gone {
-            handles.remove(&host);
-            for class in CLASSES {
-                self.requests.remove(&RequestLabels {
-                    host: host.clone(),
-                    class: class.to_owned(),
-                });
-            }
-            let labels = HostLabels { host };
-            self.duration.remove(&labels);
-            self.bytes.remove(&labels);
-        }
+    /// Sets the count of hosts in the routing table.
+    pub fn set_hosts(&self, hosts: usize) {
+        self.hosts.set(i64::try_from(hosts).unwrap_or(i64::MAX));
     }
 }
 
@@ -241,39 +239,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_are_counted_per_host_and_class() {
+    fn requests_are_counted_by_kind_of_host_and_class_never_by_host() {
         let mut registry = Registry::default();
         let metrics = EdgeMetrics::register(&mut registry);
-        let a = metrics.host("a.apps.test");
+        let (a, b) = (metrics.of(HostKind::Channel), metrics.of(HostKind::Channel));
+        assert!(
+            Arc::ptr_eq(&a, &b),
+            "every channel's host shares its series"
+        );
         a.record(http::StatusCode::OK, Duration::from_millis(2), Some(10));
-        a.record(
+        b.record(
             http::StatusCode::BAD_GATEWAY,
             Duration::from_millis(1),
             None,
         );
-        assert!(
-            Arc::ptr_eq(&a, &metrics.host("a.apps.test")),
-            "one handle per host"
-        );
+        metrics
+            .of(HostKind::Unknown)
+            .record(http::StatusCode::NOT_FOUND, Duration::ZERO, None);
         assert_eq!((a.requests(2), a.requests(5), a.requests(4)), (1, 1, 0));
+        metrics.set_hosts(3);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        assert!(
-            text.contains(r#"slipway_edge_requests_total{host="a.apps.test",class="2xx"} 1"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"slipway_edge_response_bytes_total{host="a.apps.test"} 10"#),
-            "{text}"
-        );
-
-        metrics.retain(&HashSet::new());
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        assert!(
-            !text.contains("a.apps.test"),
-            "a host that is gone leaves no series"
-        );
-        assert!(text.contains("slipway_edge_hosts 0"), "{text}");
+        for line in [
+            r#"slipway_edge_requests_total{host="channel",class="2xx"} 1"#,
+            r#"slipway_edge_requests_total{host="channel",class="5xx"} 1"#,
+            r#"slipway_edge_requests_total{host="unknown",class="4xx"} 1"#,
+            r#"slipway_edge_requests_total{host="sign_in",class="2xx"} 0"#,
+            r#"slipway_edge_response_bytes_total{host="channel"} 10"#,
+            "slipway_edge_hosts 3",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
     }
 }
