@@ -14,15 +14,24 @@ pub fn public(state: AppState) -> Router {
     let rest = api::router(state.clone(), crate::mcp::doc::document).merge(
         crate::git::http::routes()
             .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-                tracing::info_span!("git", method = %req.method(), route = api::route_of(req))
+                tracing::info_span!(
+                    "git",
+                    request_id = slipway_http::request_id::current().unwrap_or_default(),
+                    method = %req.method(),
+                    route = api::route_of(req)
+                )
             }))
             .with_state(state.clone()),
     );
-    let mcp =
-        crate::mcp::routes(rest.clone(), state)
-            .layer(TraceLayer::new_for_http().make_span_with(
-                |req: &Request| tracing::info_span!("mcp", method = %req.method()),
-            ));
+    let mcp = crate::mcp::routes(rest.clone(), state).layer(
+        TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            tracing::info_span!(
+                "mcp",
+                request_id = slipway_http::request_id::current().unwrap_or_default(),
+                method = %req.method()
+            )
+        }),
+    );
     api::guarded(rest.merge(mcp))
 }
 

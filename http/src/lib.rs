@@ -6,6 +6,7 @@
 
 mod admin;
 pub mod cookies;
+pub mod request_id;
 pub mod tls;
 
 pub use self::admin::{admin_router, metrics_route};

@@ -229,7 +229,12 @@ fn with_layers(routes: Router<AppState>) -> Router<AppState> {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(bounded))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-            tracing::info_span!("request", method = %req.method(), route = route_of(req))
+            tracing::info_span!(
+                "request",
+                request_id = slipway_http::request_id::current().unwrap_or_default(),
+                method = %req.method(),
+                route = route_of(req)
+            )
         }))
 }
 
@@ -250,10 +255,13 @@ async fn bounded(req: Request, next: axum::middleware::Next) -> Response {
         })
 }
 
-/// The outermost layer of every route: a handler that panics answers [`panic_response`] instead of dropping the
-/// connection.
+/// The outermost layers of every route: each request is handled under an id of its own, answered in `x-request-id`
+/// and in error bodies and carried by its log lines ([`slipway_http::request_id`]), and a handler that panics
+/// answers [`panic_response`] instead of dropping the connection.
 pub fn guarded(router: Router) -> Router {
-    router.layer(CatchPanicLayer::custom(panic_response))
+    router
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(axum::middleware::from_fn(slipway_http::request_id::assign))
 }
 
 /// What a handler that panicked answers: 500 `internal_error` in the envelope, like any internal fault, with the
@@ -287,11 +295,18 @@ mod tests {
             .unwrap();
         let res = app.oneshot(req).await.unwrap();
         assert_eq!(res.status(), axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+        let id = res.headers()[slipway_http::request_id::HEADER]
+            .to_str()
+            .unwrap()
+            .to_owned();
         let body = axum::body::to_bytes(res.into_body(), 1024).await.unwrap();
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             body,
-            serde_json::json!({"error": {"code": "internal_error", "message": "internal error"}})
+            serde_json::json!({"error": {
+                "code": "internal_error", "message": "internal error", "request_id": id,
+            }}),
+            "the answer names the request, whose log lines carry the panic"
         );
     }
 }

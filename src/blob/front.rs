@@ -1,8 +1,8 @@
 //! What every request to the gateway gets around s3s, as S3 gives it and s3s does not:
 //!
 //! - a request id of the gateway's own, in the `x-amz-request-id` header of every answer and in the `<RequestId>`
-//!   of every error document, so a client (boto3 reads both) can quote one id for a failed request; the backend's
-//!   ids, which the SDK path passes on, are replaced;
+//!   of every error document, so a client (boto3 reads both) can quote one id for a failed request, and on every
+//!   log line of the request; the backend's ids, which the SDK path passes on, are replaced;
 //! - the refusal of a presigned URL valid for more than a week: SigV4 caps `X-Amz-Expires` at 604800 seconds and
 //!   S3 answers a longer one 400 `AuthorizationQueryParametersError`, where s3s would take it;
 //! - a bare ETag in a `GetObjectAttributes` answer: s3s writes every XML ETag in quotes, and that answer is the one
@@ -51,7 +51,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
         let (service, metrics) = (self.service.clone(), self.metrics.clone());
         Box::pin(async move {
             let started = Instant::now();
-            let id = request_id();
+            let id = slipway_http::request_id::new_id();
             let attributes = asks_attributes(&req);
             let forwarded = forwarded_operation(req.method(), req.uri(), req.headers());
             let bytes_in = content_length(req.headers());
@@ -61,7 +61,11 @@ impl hyper::service::Service<Request<Incoming>> for Front {
                 Some(err) => err
                     .to_http_response()
                     .map_err(|e| HttpError::new(Box::new(e)))?,
-                None => service.call(req.map(Body::from)).await?,
+                None => {
+                    // s3s's and the gateway's log lines of the request carry the id its answer gives.
+                    let span = tracing::info_span!("s3", request_id = %id, method = %req.method());
+                    tracing::Instrument::instrument(service.call(req.map(Body::from)), span).await?
+                }
             };
             metrics.observe(&Answered {
                 operation: slot.get().or(forwarded).unwrap_or("unresolved"),
@@ -82,11 +86,6 @@ impl hyper::service::Service<Request<Incoming>> for Front {
 /// The body length a message's `Content-Length` declares.
 fn content_length(headers: &http::HeaderMap) -> Option<u64> {
     headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
-}
-
-/// A new request id: 16 uppercase hex digits, as S3's.
-fn request_id() -> String {
-    format!("{:016X}", rand::random::<u64>())
 }
 
 /// The error a request's URL is refused with before its signature is checked, if any.
@@ -235,7 +234,7 @@ mod tests {
 
     #[test]
     fn request_ids_look_like_s3s() {
-        let id = request_id();
+        let id = slipway_http::request_id::new_id();
         assert_eq!(id.len(), 16);
         assert!(
             id.bytes()

@@ -211,6 +211,10 @@ pub struct ErrorBody {
     /// With `validation_failed` (422) only: each field that is wrong, and how.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fields: Option<Vec<FieldProblem>>,
+    /// The request's id, as its `x-request-id` header gives it: every log line of the request carries it, so an
+    /// operator finds what went wrong from the id a client reports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// What a request answers when every connection of the database pool stayed busy for the pool's whole acquire
@@ -261,6 +265,7 @@ impl IntoResponse for ApiError {
                     ApiError::Validation(problems) => Some(problems.clone()),
                     _ => None,
                 },
+                request_id: slipway_http::request_id::current(),
             },
         };
         let mut response = (status, Json(body)).into_response();

@@ -741,9 +741,20 @@ async fn bad_input_answers_in_the_envelope() -> Result<()> {
     api.send(raw(Some("application/json"), huge.into_bytes()))
         .await
         .expect(400, Some("bad_request"));
-    api.get("/nowhere", &alice)
-        .await
-        .expect(404, Some("not_found"));
+    // Each answer names its request, in its header and in its error body; the ids are the server's own.
+    let nowhere = api.get("/nowhere", &alice).await;
+    let id = nowhere.headers["x-request-id"].to_str()?.to_owned();
+    assert_eq!(nowhere.body["error"]["request_id"], id.as_str());
+    nowhere.expect(404, Some("not_found"));
+    let again = api
+        .send(
+            Request::get("/nowhere")
+                .header("authorization", format!("Bearer {}", alice.token))
+                .header("x-request-id", id.as_str())
+                .body(Body::empty())?,
+        )
+        .await;
+    assert_ne!(again.body["error"]["request_id"], id.as_str());
     api.get("/apps/not-a-uuid", &alice)
         .await
         .expect(404, Some("not_found"));
