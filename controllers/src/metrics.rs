@@ -1,5 +1,5 @@
 //! The operator's Prometheus metrics: reconciles by kind, deploys by outcome with their durations and queue waits,
-//! ACME orders, and what the shared stores hold at scrape time (deploys in flight and past their deadline, the
+//! builds by outcome with their durations and image sizes against the plan's cap, ACME orders, the backends' probes, and what the shared stores hold at scrape time (deploys in flight and past their deadline, the
 //! earliest certificate expiry). No label names a channel, an app or a domain: the series stay as few at 10,000
 //! channels as at one; `kubectl get deploys,domains -A` names the objects behind a figure.
 
@@ -42,6 +42,30 @@ struct OutcomeLabels {
     outcome: &'static str,
 }
 
+/// How a build ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildEnd {
+    /// Its image was pushed and is within the plan's cap.
+    Built,
+    /// The build itself failed.
+    Failed,
+    /// It ran past the build timeout.
+    TimedOut,
+    /// It built, but its image was refused: over the plan's cap, or not in the registry.
+    ImageRefused,
+}
+
+impl BuildEnd {
+    fn label(self) -> &'static str {
+        match self {
+            BuildEnd::Built => "built",
+            BuildEnd::Failed => "failed",
+            BuildEnd::TimedOut => "timed_out",
+            BuildEnd::ImageRefused => "image_refused",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BackendLabels {
     backend: &'static str,
@@ -81,6 +105,9 @@ pub struct Metrics {
     deploy_duration: Family<OutcomeLabels, Histogram>,
     queue_wait: Histogram,
     acme_orders: Family<OutcomeLabels, Counter>,
+    builds: Family<OutcomeLabels, Counter>,
+    build_duration: Family<OutcomeLabels, Histogram>,
+    image_against_cap: Histogram,
     backend_up: Family<BackendLabels, Gauge>,
     fleet: Arc<OnceLock<Fleet>>,
 }
@@ -103,6 +130,10 @@ impl Metrics {
             deploy_duration: Family::new_with_constructor(long_buckets),
             queue_wait: long_buckets(),
             acme_orders: Family::default(),
+            builds: Family::default(),
+            build_duration: Family::new_with_constructor(long_buckets),
+            // A tenth of the cap to one and a half times it.
+            image_against_cap: Histogram::new([0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5]),
             backend_up: Family::default(),
             fleet: Arc::default(),
         };
@@ -142,6 +173,23 @@ impl Metrics {
             "slipway_acme_orders",
             "Certificate orders to the ACME CA, by outcome (issued, failed)",
             metrics.acme_orders.clone(),
+        );
+        registry.register(
+            "slipway_builds",
+            "Image builds that ended, by outcome (built, failed, timed_out, image_refused: over the plan's cap or \
+             not in the registry)",
+            metrics.builds.clone(),
+        );
+        registry.register_with_unit(
+            "slipway_build_duration",
+            "How long build Jobs ran, by outcome",
+            Unit::Seconds,
+            metrics.build_duration.clone(),
+        );
+        registry.register(
+            "slipway_build_image_cap_ratio",
+            "Built images' charged size as a share of their plan's image cap (over 1 is refused)",
+            metrics.image_against_cap.clone(),
         );
         registry.register(
             "slipway_backend_up",
@@ -198,6 +246,26 @@ impl Metrics {
         self.acme_orders
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
+    }
+
+    /// Records a build that ended, with how long its Job ran when known.
+    pub fn build_ended(&self, ended: BuildEnd, took: Option<Duration>) {
+        let labels = OutcomeLabels {
+            outcome: ended.label(),
+        };
+        self.builds.get_or_create(&labels).inc();
+        if let Some(took) = took {
+            self.build_duration
+                .get_or_create(&labels)
+                .observe(took.as_secs_f64());
+        }
+    }
+
+    /// Records a built image's charged size against its plan's cap.
+    pub fn image_size_against_cap(&self, charged: u64, cap: u64) {
+        if cap > 0 {
+            self.image_against_cap.observe(charged as f64 / cap as f64);
+        }
     }
 
     /// Records whether `backend` answered its probe; what it was before (`None`: never probed).
@@ -412,6 +480,28 @@ mod tests {
             None,
             "no certificate: no expiry"
         );
+    }
+
+    #[test]
+    fn builds_are_counted_by_outcome_with_their_image_against_the_cap() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        metrics.build_ended(BuildEnd::Built, Some(Duration::from_secs(90)));
+        metrics.build_ended(BuildEnd::ImageRefused, None);
+        metrics.image_size_against_cap(600, 1000);
+        metrics.image_size_against_cap(1200, 1000);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        for line in [
+            r#"slipway_builds_total{outcome="built"} 1"#,
+            r#"slipway_builds_total{outcome="image_refused"} 1"#,
+            r#"slipway_build_duration_seconds_count{outcome="built"} 1"#,
+            r#"slipway_build_image_cap_ratio_bucket{le="0.75"} 1"#,
+            r#"slipway_build_image_cap_ratio_bucket{le="1.25"} 2"#,
+        ] {
+            assert!(out.contains(line), "{line} missing from:\n{out}");
+        }
+        assert!(!out.contains(r#"slipway_build_duration_seconds_count{outcome="image_refused"}"#));
     }
 
     #[test]

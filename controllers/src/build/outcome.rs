@@ -20,6 +20,7 @@ use super::{
 };
 use crate::context::Context;
 use crate::error::Error;
+use crate::metrics::BuildEnd;
 
 /// Largest part of the build output copied into the deploy log (its end is kept).
 const OUTPUT_LIMIT: i64 = 2 * 1024 * 1024;
@@ -39,19 +40,32 @@ pub(super) async fn finish(
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
-    let recorded = match outcome {
+    let (recorded, ended) = match outcome {
         Err(reason) if reason == "DeadlineExceeded" => {
             let minutes = job::BUILD_TIMEOUT.as_secs() / 60;
             text.push_str(&format!(
                 "[build] failed: the build did not finish within {minutes} minutes\n"
             ));
-            Recorded::Failed(format!("the build did not finish within {minutes} minutes"))
+            (
+                Recorded::Failed(format!("the build did not finish within {minutes} minutes")),
+                BuildEnd::TimedOut,
+            )
         }
         Err(_) => {
             text.push_str("[build] failed: the image build failed (its output is above)\n");
-            Recorded::Failed("the image build failed; see the deploy log".into())
+            (
+                Recorded::Failed("the image build failed; see the deploy log".into()),
+                BuildEnd::Failed,
+            )
         }
-        Ok(()) => sized(ctx, req, job, reported, &mut text).await?,
+        Ok(()) => {
+            let recorded = sized(ctx, req, job, reported, &mut text).await?;
+            let ended = match &recorded {
+                Recorded::Built(_) => BuildEnd::Built,
+                Recorded::Failed(_) => BuildEnd::ImageRefused,
+            };
+            (recorded, ended)
+        }
     };
     log.append(&text).await?;
     let patch = json!({"metadata": {"annotations": {
@@ -60,6 +74,7 @@ pub(super) async fn finish(
     log.jobs
         .patch(&job.name_any(), &patch_params(), &Patch::Merge(&patch))
         .await?;
+    ctx.metrics.build_ended(ended, job_duration(job));
     remove_pods(ctx, job).await;
     Ok(recorded.into())
 }
@@ -111,6 +126,8 @@ async fn sized(
         text.push_str(&format!("[build] built in {}\n", human_duration(took)));
     }
     let sizes = image::account(&image, &Registry::bases(ctx).warm_bases().await?);
+    ctx.metrics
+        .image_size_against_cap(sizes.charged, req.image_cap_bytes);
     text.push_str(&image::size_line(&sizes, req.image_cap_bytes));
     text.push('\n');
     if sizes.charged > req.image_cap_bytes {
