@@ -39,11 +39,32 @@ pub async fn create(
         .await
     {
         Ok(c) => Ok(c),
-        Err(kube::Error::Api(s)) if s.code == 409 => Err(ApiError::BadRequest(format!(
-            "app {app_name} already has a channel named {channel}"
-        ))),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            // The operator writes an App's prod channel too, when it finds it missing: one it wrote for this
+            // app, as this call would have, is this call's channel, not another's.
+            match channels.get_opt(&resource.name_any()).await? {
+                Some(existing) if same_channel(&existing, &resource) => Ok(existing),
+                _ => Err(ApiError::BadRequest(format!(
+                    "app {app_name} already has a channel named {channel}"
+                ))),
+            }
+        }
         Err(e) => Err(admission_or(e)),
     }
+}
+
+/// Whether `existing` is the channel `wanted` describes: owned by the same App object, with the same binding.
+fn same_channel(existing: &Channel, wanted: &Channel) -> bool {
+    let owner = |c: &Channel| {
+        c.metadata
+            .owner_references
+            .as_ref()
+            .and_then(|refs| refs.iter().find(|r| r.kind == "App").map(|r| r.uid.clone()))
+    };
+    existing.metadata.deletion_timestamp.is_none()
+        && owner(existing).is_some()
+        && owner(existing) == owner(wanted)
+        && existing.spec == wanted.spec
 }
 
 /// A refusal by the admission webhook is a 400 with its message (the same rules the API checks first, so this is

@@ -297,6 +297,33 @@ async fn deleting_an_app_leaves_nothing_behind() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_prod_channel_the_operator_wrote_first_is_the_apps_own() -> Result<()> {
+    use slipway_crds::names::{ChannelName, GitRefBinding};
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+    api.create_app(&alice, "blog", "static").await;
+    api.create_app(&alice, "shop", "static").await;
+    let apps: Api<App> = Api::namespaced(api.kube.clone(), &alice.namespace);
+    let (blog, shop) = (apps.get("blog").await?, apps.get("shop").await?);
+    let (prod, binding) = (ChannelName::prod(), GitRefBinding::prod());
+
+    // The App controller writes an app's prod channel when it finds none, so the API's own write can meet it.
+    let again = slipway::core::channels::create(&api.state, &blog, &prod, &binding).await?;
+    assert_eq!(again.metadata.name.as_deref(), Some("blog.prod"));
+
+    // A channel of that name that is not this app's is still refused.
+    let mut stranger = shop.clone();
+    stranger.metadata.name = Some("blog".into());
+    let refused = slipway::core::channels::create(&api.state, &stranger, &prod, &binding).await;
+    let refused = refused.expect_err("another app's channel is not this one's");
+    assert_eq!(
+        refused.to_string(),
+        "app blog already has a channel named prod"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn channels_follow_the_spec() -> Result<()> {
     let api = TestApi::start().await?;
     let alice = api.user("alice", "basic").await?;
