@@ -390,10 +390,10 @@ case "${1:-}" in
     log "uninstalled $RELEASE"
     ;;
   logs)
-    # Every container of the release, its last lines at WARN or ERROR (tracing's text format), each line prefixed
-    # with its pod and container.
+    # Every container of the release, its last lines at WARN or ERROR (tracing's JSON or text format), each line
+    # prefixed with its pod and container.
     kubectl -n "$NAMESPACE" logs -l "app.kubernetes.io/instance=$RELEASE" --all-containers --prefix \
-      --tail=5000 --max-log-requests=20 2>&1 | grep -E ' (WARN|ERROR) |error' | tail -n 200 || true
+      --tail=5000 --max-log-requests=20 2>&1 | grep -E '"level":"(WARN|ERROR)"| (WARN|ERROR) |error' | tail -n 200 || true
     ;;
   env) cat "$DIR/env" ;;
   *) sed -n '14,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
