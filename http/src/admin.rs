@@ -8,6 +8,10 @@ use axum::response::IntoResponse;
 use axum::routing::{MethodRouter, get};
 use prometheus_client::registry::Registry;
 
+/// The content type of Prometheus metrics in the OpenMetrics text format.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 /// /healthz, /readyz (200 while `ready` says so, else 503) and /metrics.
 pub fn admin_router(
     registry: Arc<Registry>,

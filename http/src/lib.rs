@@ -9,7 +9,7 @@ pub mod cookies;
 pub mod request_id;
 pub mod tls;
 
-pub use self::admin::{admin_router, metrics_route};
+pub use self::admin::{OPENMETRICS_CONTENT_TYPE, admin_router, metrics_route};
 
 use tower::ServiceExt as _;
 

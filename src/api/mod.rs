@@ -207,7 +207,7 @@ async fn metrics(
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            crate::core::metrics::CONTENT_TYPE,
+            slipway_http::OPENMETRICS_CONTENT_TYPE,
         )],
         crate::core::metrics::encode(&state),
     )

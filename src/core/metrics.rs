@@ -12,9 +12,6 @@ use prometheus_client::registry::Registry;
 
 use super::state::AppState;
 
-/// The content type of [`encode`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ConnectionState {
     state: &'static str,
@@ -71,8 +68,8 @@ fn register_pool(registry: &mut Registry, db: &sqlx::PgPool) {
     );
 }
 
-/// How the token cache answered (a hit saves a database round trip on a request).
-// A fresh counter per scrape, set once to the count so far: the text is the same as a long-lived counter's.
+/// How the token cache answered (a hit saves a database round trip on a request). A fresh counter per scrape, set
+/// once to the count so far: the text is the same as a long-lived counter's.
 fn register_token_cache(registry: &mut Registry, lookups: slipway_store::db::notices::Lookups) {
     let by_result = Family::<LookupResult, Counter>::default();
     by_result
