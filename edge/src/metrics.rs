@@ -1,5 +1,7 @@
 //! Prometheus metrics of the edge: requests by what the host is (a channel's, the sign-in host, or one nobody
-//! serves) and status class, latency to the response head, and bytes sent. A label per host would make a series
+//! serves) and status class, latency to the response head, and bytes sent; and apart from them the 5xx the edge
+//! answered itself because a channel's process could not answer, by why. A channel's own 500s are its tenant's
+//! business; these are the ones a platform team looks into. A label per host would make a series
 //! per channel, 200,000 of them at 10,000 channels; the access log names the host of every request instead. The
 //! series of each kind of host are looked up once, so the request path only bumps atomics.
 
@@ -54,6 +56,46 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.5, 14))
 }
 
+/// Why the edge answered a channel's request with a 5xx of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpstreamFailure {
+    /// No ready endpoint: a crashed or scaled-down process, a rollout without a ready pod (503).
+    NoEndpoint,
+    /// The process refused the connection or broke off (502).
+    Refused,
+    /// The process did not answer in time (504).
+    Timeout,
+    /// The process passed readiness on the ready file and serves no HTTP (502).
+    NoHttp,
+    /// A static deploy's files could not be had (503).
+    StaticUnavailable,
+}
+
+impl UpstreamFailure {
+    const ALL: [UpstreamFailure; 5] = [
+        UpstreamFailure::NoEndpoint,
+        UpstreamFailure::Refused,
+        UpstreamFailure::Timeout,
+        UpstreamFailure::NoHttp,
+        UpstreamFailure::StaticUnavailable,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            UpstreamFailure::NoEndpoint => "no_endpoint",
+            UpstreamFailure::Refused => "refused",
+            UpstreamFailure::Timeout => "timeout",
+            UpstreamFailure::NoHttp => "no_http",
+            UpstreamFailure::StaticUnavailable => "static_unavailable",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: &'static str,
@@ -86,6 +128,7 @@ impl SignInOutcome {
 /// The edge's metric families.
 pub struct EdgeMetrics {
     sign_ins: Family<OutcomeLabels, Counter>,
+    upstream_failures: Family<ReasonLabels, Counter>,
     hosts: Gauge,
     ignored_rules: Gauge,
     channel: Arc<HostMetrics>,
@@ -148,6 +191,7 @@ impl EdgeMetrics {
         };
         let metrics = Self {
             sign_ins: Family::default(),
+            upstream_failures: Family::default(),
             hosts: Gauge::default(),
             ignored_rules: Gauge::default(),
             channel: of(HostKind::Channel),
@@ -168,6 +212,18 @@ impl EdgeMetrics {
             "slipway_edge_response_bytes",
             "Response body bytes of known length, by host (channel, sign_in, unknown)",
             bytes,
+        );
+        // Every reason from zero, so that a rate over the first failure sees it.
+        for failure in UpstreamFailure::ALL {
+            let _ = metrics.upstream_failures.get_or_create(&ReasonLabels {
+                reason: failure.label(),
+            });
+        }
+        registry.register(
+            "slipway_edge_upstream_failures",
+            "Requests for a channel the edge answered with a 5xx of its own, by why: no_endpoint, refused, timeout, \
+             no_http, static_unavailable (a channel's own 5xx are not counted here)",
+            metrics.upstream_failures.clone(),
         );
         registry.register(
             "slipway_edge_sign_ins",
@@ -219,6 +275,15 @@ impl EdgeMetrics {
             .get()
     }
 
+    /// Counts a request the edge answered with a 5xx of its own, because of `failure`.
+    pub fn upstream_failure(&self, failure: UpstreamFailure) {
+        self.upstream_failures
+            .get_or_create(&ReasonLabels {
+                reason: failure.label(),
+            })
+            .inc();
+    }
+
     /// The series of requests for a kind of host.
     pub fn of(&self, kind: HostKind) -> Arc<HostMetrics> {
         match kind {
@@ -258,6 +323,7 @@ mod tests {
             .record(http::StatusCode::NOT_FOUND, Duration::ZERO, None);
         assert_eq!((a.requests(2), a.requests(5), a.requests(4)), (1, 1, 0));
         metrics.set_hosts(3);
+        metrics.upstream_failure(UpstreamFailure::Refused);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
@@ -267,6 +333,8 @@ mod tests {
             r#"slipway_edge_requests_total{host="sign_in",class="2xx"} 0"#,
             r#"slipway_edge_response_bytes_total{host="channel"} 10"#,
             "slipway_edge_hosts 3",
+            r#"slipway_edge_upstream_failures_total{reason="refused"} 1"#,
+            r#"slipway_edge_upstream_failures_total{reason="no_endpoint"} 0"#,
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }

@@ -16,7 +16,7 @@ use hyper::service::service_fn;
 use tokio::net::TcpListener;
 
 use super::bandwidth::Counted;
-use super::metrics::UNKNOWN_HOST;
+use super::metrics::{UNKNOWN_HOST, UpstreamFailure};
 use super::proxy::{Origin, ProxyError};
 use super::routes::{Route, Target};
 use super::{Edge, EdgeBody, files, pages};
@@ -186,8 +186,12 @@ pub async fn handle(
             request_host(&req).to_owned(),
         )
     });
-    let (res, upstream) = match &route {
-        None => (pages::unknown_host(), None),
+    let Answered {
+        res,
+        upstream,
+        failure,
+    } = match &route {
+        None => Answered::page(pages::unknown_host()),
         Some(route) => answer(edge, route, req, peer, scheme).await,
     };
     let elapsed = started.elapsed();
@@ -195,6 +199,9 @@ pub async fn handle(
     match &route {
         Some(route) => route.metrics.record(res.status(), elapsed, bytes),
         None => edge.unknown.record(res.status(), elapsed, bytes),
+    }
+    if let Some(failure) = failure {
+        edge.metrics.upstream_failure(failure);
     }
     if let Some((method, uri, host)) = log {
         tracing::info!(
@@ -214,13 +221,41 @@ pub async fn handle(
     res
 }
 
+/// How the edge answered a request: the response, the upstream it went to, and why the edge answered with a 5xx of
+/// its own, if it did.
+struct Answered {
+    res: Response<EdgeBody>,
+    upstream: Option<SocketAddr>,
+    failure: Option<UpstreamFailure>,
+}
+
+impl Answered {
+    /// A page or response of the edge's own that no upstream was asked for.
+    fn page(res: Response<EdgeBody>) -> Self {
+        Self {
+            res,
+            upstream: None,
+            failure: None,
+        }
+    }
+
+    /// The edge's own 5xx `res`, answered because of `failure`.
+    fn failed(res: Response<EdgeBody>, failure: UpstreamFailure) -> Self {
+        Self {
+            res,
+            upstream: None,
+            failure: Some(failure),
+        }
+    }
+}
+
 async fn answer(
     edge: &Edge,
     route: &Route,
     req: Request<Incoming>,
     peer: SocketAddr,
     scheme: Scheme,
-) -> (Response<EdgeBody>, Option<SocketAddr>) {
+) -> Answered {
     let target = &route.target;
     if !matches!(target, Target::ObjectStore(_)) && is_svc_auth(req.uri().path()) {
         let res = match &edge.sign_in {
@@ -230,7 +265,7 @@ async fn answer(
             }
             None => pages::svc_auth(),
         };
-        return (res, None);
+        return Answered::page(res);
     }
     match target {
         Target::Static(key) => {
@@ -239,7 +274,10 @@ async fn answer(
                 Err(e) => {
                     // The load logged why, once; the access log has each 503.
                     tracing::debug!(app_id = %key.app_id, sha = %key.sha, error = %e, "static site unavailable");
-                    return (pages::unavailable(), None);
+                    return Answered::failed(
+                        pages::unavailable(),
+                        UpstreamFailure::StaticUnavailable,
+                    );
                 }
             };
             let res = files::respond(
@@ -250,31 +288,35 @@ async fn answer(
                 req.headers(),
             )
             .await;
-            (res, None)
+            Answered::page(res)
         }
         Target::Proxy(upstreams) | Target::ObjectStore(upstreams) => {
             let Some(upstream) = upstreams.pick() else {
-                return (pages::unavailable(), None);
+                return Answered::failed(pages::unavailable(), UpstreamFailure::NoEndpoint);
             };
             let origin = Origin {
                 client_ip: peer.ip(),
                 scheme: scheme.as_str(),
             };
-            let res = match edge.proxy.forward(req, upstream, origin).await {
-                Ok(res) => res,
+            let (res, failure) = match edge.proxy.forward(req, upstream, origin).await {
+                Ok(res) => (res, None),
                 Err(e @ ProxyError::Timeout(..)) => {
                     tracing::warn!(error = %e, "upstream timeout");
-                    pages::gateway_timeout()
+                    (pages::gateway_timeout(), Some(UpstreamFailure::Timeout))
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "upstream failed");
-                    pages::bad_gateway()
+                    (pages::bad_gateway(), Some(UpstreamFailure::Refused))
                 }
             };
-            (res, Some(upstream))
+            Answered {
+                res,
+                upstream: Some(upstream),
+                failure,
+            }
         }
-        Target::NotDeployed => (pages::not_deployed(), None),
-        Target::NoEndpoints => (pages::unavailable(), None),
-        Target::ReadyFile => (pages::ready_file(), None),
+        Target::NotDeployed => Answered::page(pages::not_deployed()),
+        Target::NoEndpoints => Answered::failed(pages::unavailable(), UpstreamFailure::NoEndpoint),
+        Target::ReadyFile => Answered::failed(pages::ready_file(), UpstreamFailure::NoHttp),
     }
 }
