@@ -16,8 +16,7 @@ down: ## Stop the local platform (the release, components, databases, node and c
 	@hack/platform.sh stop
 	@hack/postgres.sh stop
 	@hack/data-server.sh stop
-	@hack/oidc.sh stop
-	@hack/smtp.sh stop
+	@hack/install.sh stop-host-parts
 	@hack/node.sh stop
 
 test: ## Run every test tier (lint, unit, cluster, e2e); what CI runs

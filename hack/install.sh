@@ -9,13 +9,19 @@
 # (HTTP and HTTPS) are NodePort Services on the node's address. HTTPS serves channel hostnames and their public S3
 # endpoints (<label>.s3.<app domain>) with a wildcard certificate signed by a local CA made here
 # (<state>/platform/tls/ca.pem, for clients to trust), kept in the certificate namespace this script creates
-# (tls.certificateNamespace, apart from slipway-system: the edge reads Secrets there); no ACME CA is reachable from here, so custom domains get no certificate (domains.acme stays empty).
+# (tls.certificateNamespace, apart from slipway-system: the edge reads Secrets there). Custom domains are verified
+# against, and get their certificates from, a local ACME CA and DNS server (Pebble and pebble-challtestsrv,
+# hack/pebble.sh) on the host's end of the node's link: a name resolves only once a record is set over
+# challtestsrv's HTTP API, and Pebble validates HTTP-01 on the edge's HTTP node port and issues certificates valid
+# for 10 days (the operator renews them two thirds in).
 #
 # usage: hack/install.sh install          build the image, install or upgrade the release, create the admin user,
 #                                         write the addresses to <state>/platform/env and print them
 #        hack/install.sh upgrade TAG      rebuild the image under TAG and `helm upgrade` the release to it
 #        hack/install.sh isolation on|off `helm upgrade` the release with isolation.networkPolicies on or off
+#        hack/install.sh set KEY=VALUE... `helm upgrade` the release with these values changed
 #        hack/install.sh uninstall        `helm uninstall` the release (keeps what the chart README says it keeps)
+#        hack/install.sh stop-host-parts  stop the identity provider, mail server and ACME CA install started here
 #        hack/install.sh logs             print the components' recent warnings and errors (for a failed test run)
 #        hack/install.sh env              print the exports of the addresses (after install)
 #
@@ -59,8 +65,17 @@ SMTP_PORT=$((9525 + ${SLIPWAY_NODE_SLOT:-0}))
 FORWARD_FIRST_PORT=31000
 WILDCARD_SECRET=slipway-wildcard-tls
 SLOT=${SLIPWAY_NODE_SLOT:-0}
+# Custom domains: Pebble's ACME directory on this port of the host's end of the node's link, its DNS server on +53
+# and the DNS server's HTTP API on +55 (hack/pebble.sh); the CA it signed its listener with, for the operator.
+PEBBLE_PORT=$((24500 + 100 * SLOT))
+ACME_CA_SECRET=slipway-acme-ca
+CERTIFICATE_DAYS=10
 
 helm() { "$HELM" --kubeconfig "$KUBECONFIG" "$@"; }
+pebble() {
+  SLIPWAY_PEBBLE_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_PEBBLE_PORT=$PEBBLE_PORT SLIPWAY_PEBBLE_HTTP_PORT=$EDGE_NODE_PORT \
+    SLIPWAY_PEBBLE_VALIDITY_SECONDS=$((CERTIFICATE_DAYS * 86400)) "$HACK/pebble.sh" "$@"
+}
 
 # The platform database on this machine's Postgres, with a role of its own that pods reach with a password.
 database_url() {
@@ -257,6 +272,13 @@ signIn:
     issuer: $SLIPWAY_TEST_OIDC_ISSUER
     clientId: slipway
     clientSecret: $(cat "$DIR/oidc-client-secret")
+domains:
+  resolver: $SLIPWAY_TEST_DNS_SERVER
+  edgeAddresses: [$SLIPWAY_NODE_IP]
+  acme:
+    directory: $SLIPWAY_TEST_ACME_DIRECTORY
+    email: $ADMIN_EMAIL
+    rootCASecret: $ACME_CA_SECRET
 tls:
   certificateNamespace: $CERT_NAMESPACE
   wildcardSecret: $WILDCARD_SECRET
@@ -275,6 +297,15 @@ oidc() {
   SLIPWAY_OIDC_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_OIDC_PORT=$OIDC_PORT "$HACK/oidc.sh" start
   eval "$(SLIPWAY_OIDC_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_OIDC_PORT=$OIDC_PORT "$HACK/oidc.sh" env)"
   [ -s "$DIR/oidc-client-secret" ] || (umask 077 && openssl rand -hex 24 >"$DIR/oidc-client-secret")
+}
+
+# The ACME CA and DNS server of custom domains (left running, with its accounts, when it answers), and the CA its
+# HTTPS listener's certificate is signed by, in the Secret the chart's domains.acme.rootCASecret names.
+acme() {
+  pebble ensure
+  eval "$(pebble env)"
+  kubectl -n "$NAMESPACE" create secret generic "$ACME_CA_SECRET" --from-file=ca.crt="$SLIPWAY_TEST_ACME_ROOT_CA" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
 
 # The mail relay email verification codes go out through.
@@ -316,6 +347,9 @@ export SLIPWAY_PLATFORM_OIDC_ISSUER=$SLIPWAY_TEST_OIDC_ISSUER
 export SLIPWAY_PLATFORM_MAILDIR=$SLIPWAY_TEST_MAILDIR
 export SLIPWAY_PLATFORM_CONSOLE=https://$SLIPWAY_NODE_IP:$CONSOLE_NODE_PORT
 export SLIPWAY_PLATFORM_ADMIN_EMAIL=$ADMIN_EMAIL
+export SLIPWAY_PLATFORM_DNS_API=http://${SLIPWAY_TEST_DNS_SERVER%:*}:$((PEBBLE_PORT + 55))
+export SLIPWAY_PLATFORM_ACME_MANAGEMENT=$SLIPWAY_TEST_ACME_MANAGEMENT
+export SLIPWAY_PLATFORM_ACME_CA=$SLIPWAY_TEST_ACME_ROOT_CA
 EOT
 }
 
@@ -348,6 +382,7 @@ install() {
   console_certificate
   oidc
   smtp
+  acme
   values "$image" "$backend" "$data_server" >"$DIR/values.yaml"
   log "helm upgrade --install $RELEASE ($image)"
   helm_or_explain upgrade --install "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" \
@@ -371,24 +406,41 @@ upgrade() { # tag
     --set "image.tag=${image##*:}" --wait --timeout 5m >/dev/null
 }
 
+# Stops what install started on this machine besides the databases: the identity provider, the mail server and the
+# ACME CA.
+stop_host_parts() {
+  "$HACK/oidc.sh" stop >/dev/null
+  "$HACK/smtp.sh" stop >/dev/null
+  pebble stop >/dev/null
+}
+
+set_values() { # KEY=VALUE...
+  local args=() pair
+  for pair in "$@"; do args+=(--set "$pair"); done
+  log "helm upgrade $RELEASE with $*"
+  helm_or_explain upgrade "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" --reuse-values "${args[@]}" \
+    --wait --timeout 5m >/dev/null
+}
+
 isolation() { # on|off
-  local on
-  case "$1" in on) on=true ;; off) on=false ;; *) die "usage: hack/install.sh isolation on|off" ;; esac
-  log "helm upgrade $RELEASE with isolation.networkPolicies=$on"
-  helm_or_explain upgrade "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" --reuse-values \
-    --set "isolation.networkPolicies=$on" --wait --timeout 5m >/dev/null
+  case "$1" in
+    on) set_values isolation.networkPolicies=true ;;
+    off) set_values isolation.networkPolicies=false ;;
+    *) die "usage: hack/install.sh isolation on|off" ;;
+  esac
 }
 
 case "${1:-}" in
   install) install ;;
   upgrade) upgrade "${2:?usage: hack/install.sh upgrade TAG}" ;;
   isolation) isolation "${2:-}" ;;
+  set) shift; [ $# -gt 0 ] || die "usage: hack/install.sh set KEY=VALUE..."; set_values "$@" ;;
   uninstall)
     helm uninstall "$RELEASE" --namespace "$NAMESPACE" --wait --ignore-not-found >/dev/null
-    "$HACK/oidc.sh" stop >/dev/null
-    "$HACK/smtp.sh" stop >/dev/null
+    stop_host_parts
     log "uninstalled $RELEASE"
     ;;
+  stop-host-parts) stop_host_parts ;;
   logs)
     # Every container of the release, its last lines at WARN or ERROR (tracing's JSON or text format), each line
     # prefixed with its pod and container.
@@ -396,5 +448,5 @@ case "${1:-}" in
       --tail=5000 --max-log-requests=20 2>&1 | grep -E '"level":"(WARN|ERROR)"| (WARN|ERROR) |error' | tail -n 200 || true
     ;;
   env) cat "$DIR/env" ;;
-  *) sed -n '14,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '18,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

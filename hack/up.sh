@@ -38,6 +38,9 @@ $SLIPWAY_REGISTRY (which also serves the warm bases node:22-slim, python:3.13-sl
                 provider $SLIPWAY_PLATFORM_OIDC_ISSUER, which lets anyone in under any name)
   mail:         verification codes (POST /me/email-verifications) land in $SLIPWAY_PLATFORM_MAILDIR/new
                 (a local SMTP server that delivers nothing further)
+  domains:      certificates from a local ACME CA ($SLIPWAY_PLATFORM_ACME_MANAGEMENT/roots/0 is its root), valid
+                for 10 days; names resolve through a local DNS server once set over its API, e.g.
+                curl -d '{"host":"shop.example.","addresses":["$SLIPWAY_NODE_IP"]}' $SLIPWAY_PLATFORM_DNS_API/add-a
 
   curl -s -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{"name":"blog"}' $API/apps
   curl -s -H "Authorization: Bearer $TOKEN" $API/apps

@@ -216,7 +216,8 @@ async fn an_upgrade_under_load_loses_nothing_and_an_uninstall_leaves_only_what_i
 }
 
 /// After `helm uninstall`: the release namespace holds only what the chart keeps (the env keyring, the data claim,
-/// the object-store backend's key pair and volume) and the certificate namespace only the certificates, each beside
+/// the object-store backend's key pair and volume) and the certificate namespace only the certificates and the ACME
+/// account key, each beside
 /// what the installer made itself and what Kubernetes puts in every namespace; no cluster-wide object of the release
 /// remains, and the grants and NetworkPolicies in tenant namespaces went with their ClusterRoles.
 async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
@@ -235,23 +236,26 @@ async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
         // hack/install.sh's own: the URLs of the platform database and the data server, the registry's token key,
         // BuildKit's CA and the console's certificate it gives the chart (database.existingSecret,
         // dataServer.existingSecret, build.registryAuth.existingSecret, build.buildkitTls.existingSecret,
-        // api.console.tlsSecret).
+        // api.console.tlsSecret), and the CA of its ACME directory's listener (domains.acme.rootCASecret).
         "secret/slipway-database".to_owned(),
         "secret/slipway-data-server".to_owned(),
         "secret/slipway-registry-token".to_owned(),
         "secret/slipway-buildkit-ca".to_owned(),
         "secret/slipway-console-tls".to_owned(),
+        "secret/slipway-acme-ca".to_owned(),
     ]
     .into_iter()
     .chain(every.map(String::from))
     .collect();
-    // hack/install.sh's wildcard certificate of channel hostnames (tls.wildcardSecret); the chart's Roles there
-    // went with the release.
-    let certificates_kept: BTreeSet<String> = ["secret/slipway-wildcard-tls"]
-        .into_iter()
-        .chain(every)
-        .map(String::from)
-        .collect();
+    // hack/install.sh's wildcard certificate of channel hostnames (tls.wildcardSecret), the operator's ACME
+    // account key and the certificates it issued custom domains (`tls-<domain>`); the chart's Roles there went
+    // with the release.
+    let certificates_kept: BTreeSet<String> =
+        ["secret/slipway-wildcard-tls", "secret/slipway-acme-account"]
+            .into_iter()
+            .chain(every)
+            .map(String::from)
+            .collect();
     let kinds = kubectl(&[
         "api-resources",
         "--verbs=list",
@@ -286,8 +290,10 @@ async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
         ])
         .await?;
         let extra: Vec<&String> = found.difference(&kept).collect();
-        let extra_certificates: Vec<&String> =
-            certificates.difference(&certificates_kept).collect();
+        let extra_certificates: Vec<&String> = certificates
+            .difference(&certificates_kept)
+            .filter(|name| !name.starts_with("secret/tls-"))
+            .collect();
         if extra.is_empty()
             && extra_certificates.is_empty()
             && cluster.trim().is_empty()
