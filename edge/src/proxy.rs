@@ -22,6 +22,7 @@ pub const PLATFORM_HEADER_PREFIX: &str = "x-svc-";
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_REQUEST_ID: HeaderName = HeaderName::from_static(slipway_http::request_id::HEADER);
 /// Headers that describe one connection, not the message (RFC 9110 section 7.6.1), and never pass a proxy.
 const HOP_BY_HOP: [&str; 8] = [
     "connection",
@@ -89,6 +90,8 @@ pub struct Origin<'a> {
     pub client_ip: IpAddr,
     /// `http` or `https`, as the edge received the request.
     pub scheme: &'a str,
+    /// The edge's id of the request, which its access log line carries.
+    pub request_id: &'a str,
 }
 
 impl Proxy {
@@ -237,8 +240,9 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Rewrites a request's headers for the endpoint: hop-by-hop headers and every `X-Svc-*` header removed, the
-/// upgrade (if any) asked for again, `Host` kept, `X-Forwarded-For/Proto/Host` set by the edge alone (a client's
-/// own values are not passed on: the edge is the platform's entry).
+/// upgrade (if any) asked for again, `Host` kept, `X-Forwarded-For/Proto/Host` and `X-Request-ID` set by the edge
+/// alone (a client's own values are not passed on: the edge is the platform's entry, and an app that logs the id
+/// finds the edge's access log line of the request by it).
 pub fn prepare_request_headers(
     headers: &mut HeaderMap,
     origin: Origin<'_>,
@@ -263,6 +267,10 @@ pub fn prepare_request_headers(
     }
     if let Ok(scheme) = HeaderValue::from_str(origin.scheme) {
         headers.insert(X_FORWARDED_PROTO, scheme);
+    }
+    headers.remove(X_REQUEST_ID);
+    if let Ok(id) = HeaderValue::from_str(origin.request_id) {
+        headers.insert(X_REQUEST_ID, id);
     }
     headers.remove(X_FORWARDED_HOST);
     if let Some(host) = host {
@@ -289,6 +297,7 @@ mod tests {
     const ORIGIN: Origin<'static> = Origin {
         client_ip: IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 9)),
         scheme: "http",
+        request_id: "0123456789ABCDEF",
     };
 
     #[test]
@@ -340,9 +349,12 @@ mod tests {
             ("x-forwarded-for", "1.2.3.4"),
             ("x-forwarded-proto", "https"),
             ("x-forwarded-host", "evil.test"),
+            ("x-request-id", "forged"),
         ]);
         prepare_request_headers(&mut h, ORIGIN, Some(host), None);
         assert_eq!(h["x-forwarded-for"], "203.0.113.9");
+        assert_eq!(h["x-request-id"], "0123456789ABCDEF");
+        assert_eq!(h.get_all("x-request-id").iter().count(), 1);
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "web-alice.apps.test");
         assert_eq!(h["host"], "web-alice.apps.test");

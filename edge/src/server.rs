@@ -160,6 +160,9 @@ pub async fn handle(
         return res;
     }
     let started = Instant::now();
+    // The edge's own id of the request: passed to the channel's process, in the access log line and answered in
+    // `x-request-id` (unless the app answers one itself), so the id a visitor or an app reports finds the line.
+    let request_id = slipway_http::request_id::new_id();
     let table = edge.table.load();
     if let (Some(sign_in), Some(metrics)) = (&edge.sign_in, &edge.auth_host)
         && super::routes::strip_port(request_host(&req)).eq_ignore_ascii_case(&sign_in.auth_host)
@@ -176,7 +179,7 @@ pub async fn handle(
             started.elapsed(),
             res.body().size_hint().exact(),
         );
-        return res;
+        return with_request_id(res, &request_id);
     }
     let route = table.get(request_host(&req)).cloned();
     let log = edge.access_log.then(|| {
@@ -192,7 +195,7 @@ pub async fn handle(
         failure,
     } = match &route {
         None => Answered::page(pages::unknown_host()),
-        Some(route) => answer(edge, route, req, peer, scheme).await,
+        Some(route) => answer(edge, route, req, peer, scheme, &request_id).await,
     };
     let elapsed = started.elapsed();
     let bytes = res.body().size_hint().exact();
@@ -216,7 +219,18 @@ pub async fn handle(
             micros = elapsed.as_micros() as u64,
             client = %peer.ip(),
             upstream = upstream.map(|u| u.to_string()),
+            request_id = %request_id,
         );
+    }
+    with_request_id(res, &request_id)
+}
+
+/// `res` with the edge's id of the request in `x-request-id`, unless it answers one of its own (an app's).
+fn with_request_id(mut res: Response<EdgeBody>, request_id: &str) -> Response<EdgeBody> {
+    if let Ok(id) = http::HeaderValue::from_str(request_id) {
+        res.headers_mut()
+            .entry(slipway_http::request_id::HEADER)
+            .or_insert(id);
     }
     res
 }
@@ -255,6 +269,7 @@ async fn answer(
     req: Request<Incoming>,
     peer: SocketAddr,
     scheme: Scheme,
+    request_id: &str,
 ) -> Answered {
     let target = &route.target;
     if !matches!(target, Target::ObjectStore(_)) && is_svc_auth(req.uri().path()) {
@@ -297,6 +312,7 @@ async fn answer(
             let origin = Origin {
                 client_ip: peer.ip(),
                 scheme: scheme.as_str(),
+                request_id,
             };
             let (res, failure) = match edge.proxy.forward(req, upstream, origin).await {
                 Ok(res) => (res, None),

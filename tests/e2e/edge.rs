@@ -459,6 +459,7 @@ async fn a_dynamic_channel_is_proxied_unchanged_without_platform_headers() -> Re
                 ("x-svc-user", "mallory"),
                 ("X-Svc-Email", "mallory@example.test"),
                 ("x-forwarded-for", "198.51.100.7"),
+                ("x-request-id", "forged"),
                 ("x-custom", "kept"),
                 ("content-type", "text/plain"),
             ],
@@ -467,6 +468,14 @@ async fn a_dynamic_channel_is_proxied_unchanged_without_platform_headers() -> Re
         .await?;
     assert_eq!(res.status, 200, "{}", res.text());
     let echo = res.json();
+    // The request's id is the edge's own, the same in what the app received and in the answer.
+    let id = echoed_header(&echo, "x-request-id");
+    assert_eq!(id.len(), 1, "{id:?}");
+    assert!(
+        id[0].len() == 16 && id[0].chars().all(|c| c.is_ascii_hexdigit()),
+        "{id:?}"
+    );
+    assert_eq!(res.headers["x-request-id"], id[0]);
     assert_eq!(echo["path"], target);
     assert_eq!(
         (echo["method"].as_str(), echo["body"].as_str()),
