@@ -7,6 +7,8 @@
 #
 # usage: hack/data-server.sh start    start it (or reuse it) and print the admin URL as pods reach it
 #        hack/data-server.sh stop     stop it and remove its data
+#        hack/data-server.sh halt     shut it down, keeping its data (an outage)
+#        hack/data-server.sh resume   start a halted one again on its data
 #
 # Its port is $SLIPWAY_DATA_SERVER_PORT (15532 by default); needs a running node (hack/node.sh start) for start.
 set -euo pipefail
@@ -39,5 +41,6 @@ SQL
 case "${1:-}" in
   start) start ;;
   stop) postgres stop ;;
-  *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  halt | resume) eval "$("$HACK/node.sh" env)"; SLIPWAY_PG_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_PG_CLIENTS=$SLIPWAY_POD_CIDR postgres "$1" ;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -2,7 +2,10 @@
 # A throwaway Postgres server on loopback for the platform database: Debian's postgresql, its own data directory,
 # trust authentication on 127.0.0.1 only. Tests create a fresh database per test on it.
 #
-# usage: hack/postgres.sh start | stop | status | url
+# usage: hack/postgres.sh start | stop | status | url | halt | resume
+#
+# `halt` shuts the server down and keeps its data, `resume` starts it again on that data: an outage of the server
+# (the e2e tier's alert tests), where `stop` throws the server away.
 #
 # Pods reach it too when SLIPWAY_PG_LISTEN names one more address to listen on (the host's end of the node's link)
 # and SLIPWAY_PG_CLIENTS the networks allowed to connect there (comma-separated CIDRs), with a password
@@ -143,10 +146,27 @@ start() {
   echo "$URL"
 }
 
+# Shuts the server down (a fast shutdown: sessions are cut off), keeping its data.
+halt() {
+  [ -f "$PG_DIR/data/postmaster.pid" ] || { log "ERROR: not running on $PG_PORT"; exit 1; }
+  as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w -t 60 stop >/dev/null
+  log "halted on $PG_PORT (its data kept)"
+}
+
+# Starts a halted server again on its data.
+resume() {
+  [ -d "$PG_DIR/data" ] || { log "ERROR: no data to resume at $PG_DIR"; exit 1; }
+  as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 -o "$(pg_options)" \
+    start >/dev/null || { tail -n 30 "$PG_DIR/server.log" >&2; log "ERROR: postgres failed to start"; exit 1; }
+  log "resumed on $LISTEN:$PG_PORT"
+}
+
 case "${1:-}" in
   start) start ;;
   stop) stop; log "stopped" ;;
+  halt) halt ;;
+  resume) resume ;;
   status) ready && log "running on 127.0.0.1:$PG_PORT" || { log "not running"; exit 1; } ;;
   url) echo "$URL" ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

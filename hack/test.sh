@@ -165,7 +165,7 @@ e2e_settings() {
 
 platform_selected() {
   selected e2e_platform || selected e2e_platform_s3 || selected e2e_platform_isolation || selected e2e_platform_size \
-    || selected e2e_platform_upgrade
+    || selected e2e_platform_monitoring || selected e2e_platform_upgrade
 }
 
 # Brings up what the e2e tier runs on, once the node's parts are built: the node, the Postgres its platform keeps
@@ -215,6 +215,7 @@ e2e_teardown() {
   [ -z "$e2e_prepare_pid" ] || kill_tree "$e2e_prepare_pid"
   (
     e2e_settings
+    "$HACK/prometheus.sh" stop; "$HACK/install.sh" stop-host-parts
     "$HACK/node.sh" stop; "$HACK/postgres.sh" stop; "$HACK/data-server.sh" stop; "$HACK/oidc.sh" stop; "$HACK/smtp.sh" stop
     rm -rf "$SLIPWAY_RUN/platform"
   ) >/dev/null 2>&1 || true
@@ -249,6 +250,15 @@ tier_e2e() {
       if selected e2e_platform_isolation; then platform_tests isolation:: --show-output --test-threads="$TEST_THREADS"; fi
       # One at a time (a test kills the API's pod); --show-output: the sizes and times belong in the log.
       if selected e2e_platform_size; then platform_tests size:: --show-output --test-threads=1; fi
+      # A real Prometheus scraping the release as its chart's PodMonitors say, with the chart's alerts; the tests
+      # that take a part away run alone. --show-output: how long each alert took to fire belongs in the log.
+      if selected e2e_platform_monitoring; then
+        "$HACK/prometheus.sh" start
+        eval "$("$HACK/prometheus.sh" env)"
+        export SLIPWAY_TEST_PROMETHEUS_URL
+        platform_tests monitoring:: --show-output --test-threads="$TEST_THREADS"
+        "$HACK/prometheus.sh" stop
+      fi
       # --show-output: its count of requests answered during the upgrade belongs in the log.
       if selected e2e_platform_upgrade; then platform_tests upgrade:: --show-output; fi
       "$HACK/install.sh" uninstall
@@ -276,8 +286,9 @@ done
 if [[ " ${tiers[*]} " == *" e2e "* ]]; then
   mkdir -p "$TEST_RUN"
   rm -f "$TEST_RUN/node-parts.status"
-  setsid nice -n 19 bash -c '"$1" build >"$2" 2>&1; echo $? >"$3"' - "$HACK/node.sh" "$TEST_RUN/node-parts.log" \
-    "$TEST_RUN/node-parts.status" &
+  # The Prometheus server the monitoring tests run is built with them.
+  setsid nice -n 19 bash -c '{ "$1" build && "$4" >/dev/null; } >"$2" 2>&1; echo $? >"$3"' - "$HACK/node.sh" \
+    "$TEST_RUN/node-parts.log" "$TEST_RUN/node-parts.status" "$HACK/build-prometheus.sh" &
   node_parts_pid=$!
 fi
 for tier in "${tiers[@]}"; do

@@ -98,13 +98,18 @@ pub struct TestDns {
 impl TestDns {
     /// The server named by `SLIPWAY_TEST_DNS_API`.
     pub fn from_env() -> Result<Self> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let api = std::env::var("SLIPWAY_TEST_DNS_API")
             .context("SLIPWAY_TEST_DNS_API is not set: start hack/pebble.sh (hack/test.sh does)")?;
-        Ok(Self {
+        Ok(Self::at(api))
+    }
+
+    /// The server whose HTTP API is at `api` (`http://host:port`).
+    pub fn at(api: String) -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Self {
             api,
             http: reqwest::Client::new(),
-        })
+        }
     }
 
     /// Calls one of its routes (`set-txt`, `add-a`, `clear-a`, `set-cname`, `set-servfail`, ...).
