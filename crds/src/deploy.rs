@@ -16,6 +16,10 @@ use crate::cel;
     kind = "Deploy",
     namespaced,
     status = "DeployStatus",
+    // Not `deploy`: kubectl takes an exact singular over a short name, and `kubectl get deploy` must stay
+    // Deployments for everyone who runs a cluster.
+    singular = "slipwaydeploy",
+    plural = "deploys",
     shortname = "sdep",
     category = "slipway",
     doc = "A request to build and bring one commit live on a channel.",

@@ -123,8 +123,11 @@ async fn kubectl_explain_shows_the_field_docs() -> Result<()> {
         out.contains("Unset inherits the owner's account default; true lets agent credentials"),
         "{out}"
     );
-    let out = flat(&kubectl(&["explain", "deploy.status.phase"])?);
+    let out = flat(&kubectl(&["explain", "sdep.status.phase"])?);
     assert!(out.contains("queued, running, success or failed"), "{out}");
+    // `deploy` stays the Deployments' short name: the Deploy CRD's singular is `slipwaydeploy`.
+    let out = flat(&kubectl(&["explain", "deploy"])?);
+    assert!(out.contains("KIND: Deployment"), "{out}");
     Ok(())
 }
 

@@ -127,6 +127,15 @@ async fn every_component_runs_from_the_locally_built_image() -> Result<()> {
         holder.starts_with(&format!("{}-operator-", platform.release)),
         "the Lease is held by {holder:?}"
     );
+    // The installed CRDs leave kubectl's own names alone: `deploy` still lists the Deployments.
+    let deployments = kubectl(&["-n", &platform.namespace, "get", "deploy", "-o", "name"]).await?;
+    assert!(
+        deployments.lines().count() == 5
+            && deployments
+                .lines()
+                .all(|l| l.starts_with("deployment.apps/")),
+        "kubectl get deploy: {deployments}"
+    );
     Ok(())
 }
 
