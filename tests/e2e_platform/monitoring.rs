@@ -32,7 +32,7 @@ use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use support::git::{Workspace, http_remote};
 use support::https::TestDns;
-use support::platform::{Account, Installed, VERSION_SERVER, hack, kubectl};
+use support::platform::{Account, Installed, VERSION_SERVER, hack, kubectl, until};
 use tokio::sync::RwLock;
 
 /// Held for writing by a test that takes a shared part of the platform away, for reading by the others.
@@ -173,24 +173,6 @@ fn urlencoding(query: &str) -> String {
         .collect()
 }
 
-/// Polls `look` every half second until it finds something, for at most `limit`.
-async fn until<T>(
-    limit: Duration,
-    what: &str,
-    mut look: impl AsyncFnMut() -> Result<Option<T>>,
-) -> Result<T> {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(found) = look().await? {
-            return Ok(found);
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("{what}: not within {limit:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 /// Runs `broken` (the test's steps while something is broken), then `mend`, whatever `broken` ended with; the
 /// first failure.
 async fn while_broken<T>(
@@ -244,21 +226,6 @@ async fn scale(platform: &Installed, workload: &str, replicas: u32) -> Result<()
         },
     )
     .await
-}
-
-/// Pushes the version server as app `name` of `account`; the commit.
-async fn push_server(
-    platform: &Installed,
-    account: &Account,
-    ws: &Workspace,
-    name: &str,
-) -> Result<String> {
-    ws.git(".", &["init", "-q", "-b", "master", name]).await?;
-    ws.write(&format!("{name}/server.py"), VERSION_SERVER)?;
-    ws.write(&format!("{name}/VERSION"), "v1\n")?;
-    ws.write(&format!("{name}/launch.sh"), "exec python3 server.py\n")?;
-    let remote = http_remote(&platform.api, &account.token, &account.username, name);
-    ws.commit_and_push(name, "v1", &remote).await
 }
 
 /// Pushes a static site as app `name` of `account`; the commit.
@@ -325,7 +292,7 @@ async fn the_object_store_down_fires_backend_unreachable_and_checkpoint_failures
     })
     .await?;
     let ws = Workspace::new()?;
-    let sha = push_server(&platform, &ivy, &ws, "kept").await?;
+    let sha = platform.push_version_server(&ivy, &ws, "kept").await?;
     let labels = [("backend", "object_store")];
     let backend = format!("statefulset/{}-s3-backend", platform.release);
     prometheus.quiet("SlipwayCheckpointFailures", &[]).await?;
@@ -544,7 +511,7 @@ async fn a_channel_without_ready_pods_under_requests_fires_edge_5xx() -> Result<
     let mo = platform.account("mo").await?;
     let (app, channel) = platform.create_app(&mo, "gone", "app").await?;
     let ws = Workspace::new()?;
-    let sha = push_server(&platform, &mo, &ws, "gone").await?;
+    let sha = platform.push_version_server(&mo, &ws, "gone").await?;
     let (_, log) = platform.deploy(&mo, &app, &channel, &sha).await?;
     assert_eq!(log["status"], "success", "{log}");
     let host = platform.prod_host(&mo, "gone");

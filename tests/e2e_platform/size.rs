@@ -19,9 +19,9 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
-use support::git::{Workspace, http_remote};
+use support::git::Workspace;
 use support::platform::{
-    Account, Installed, PublicBucket, VERSION_SERVER, kubectl, kubectl_command, output,
+    Account, Installed, PublicBucket, kubectl, kubectl_command, output, until,
 };
 
 /// Rows of the generated table: 7 distinct MD5 sums each (224 bytes), about 1.1 GB of table in all.
@@ -30,21 +30,6 @@ const ROWS: i64 = 4_200_000;
 const DELETED_EVERY: i64 = 100;
 /// How long a restore of the generated database may take on a loaded 2-core machine, takeover included.
 const RESTORE_WITHIN: Duration = Duration::from_secs(1200);
-
-/// Commits the web server as app `name` and pushes it over HTTP; the commit.
-async fn push_server(
-    platform: &Installed,
-    account: &Account,
-    ws: &Workspace,
-    name: &str,
-) -> Result<String> {
-    ws.git(".", &["init", "-q", "-b", "master", name]).await?;
-    ws.write(&format!("{name}/server.py"), VERSION_SERVER)?;
-    ws.write(&format!("{name}/VERSION"), "v1\n")?;
-    ws.write(&format!("{name}/launch.sh"), "exec python3 server.py\n")?;
-    let remote = http_remote(&platform.api, &account.token, &account.username, name);
-    ws.commit_and_push(name, "v1", &remote).await
-}
 
 /// The SQL checkpoint of deploy `deploy` in the channel's snapshot list.
 async fn checkpoint_of(
@@ -109,24 +94,6 @@ async fn state_of(conn: &mut PgConnection) -> Result<Option<State>> {
             Ok(None)
         }
         Err(e) => Err(e.into()),
-    }
-}
-
-/// Polls `what` every half second until it gives `Some`, for at most `limit`.
-async fn until<T>(
-    limit: Duration,
-    what: &str,
-    mut look: impl AsyncFnMut() -> Result<Option<T>>,
-) -> Result<T> {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(found) = look().await? {
-            return Ok(found);
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("{what}: not within {limit:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -227,7 +194,7 @@ async fn a_gigabyte_database_deploys_through_an_operator_restart_and_restores_th
 
     // The first deploy checkpoints it; the operator restarts while the dump runs, and the deploy still completes.
     let ws = Workspace::new()?;
-    let sha = push_server(&platform, &ada, &ws, "big").await?;
+    let sha = platform.push_version_server(&ada, &ws, "big").await?;
     let deploy = platform.queue_deploy(&ada, &app, &channel, &sha).await?;
     let progress = until(
         Duration::from_secs(600),
@@ -486,7 +453,7 @@ async fn a_bucket_of_twenty_thousand_objects_restores_to_its_checkpoint_and_down
 
     // The deploy's checkpoint lists all of them.
     let ws = Workspace::new()?;
-    let sha = push_server(&platform, &kim, &ws, "objects").await?;
+    let sha = platform.push_version_server(&kim, &ws, "objects").await?;
     let (deploy, log) = platform.deploy(&kim, &app, &channel, &sha).await?;
     assert_eq!(log["status"], "success", "{}", log["log"]);
     let postgres = format!("/apps/{app}/channels/{channel}/postgres");

@@ -30,6 +30,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Handler).serve_forever()
 "#;
 
+/// Polls `look` every half second until it gives `Some`, for at most `limit`; `what` names it in the error.
+pub async fn until<T>(
+    limit: Duration,
+    what: &str,
+    mut look: impl AsyncFnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(found) = look().await? {
+            return Ok(found);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("{what}: not within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// How long a build, a rollout and readiness may take on a loaded 2-core machine.
 pub const DEPLOY_WITHIN: Duration = Duration::from_secs(600);
 /// How many times [`Installed::call`] sends a request the busy platform answered 503 with `Retry-After`.
@@ -396,6 +414,21 @@ impl Installed {
     /// The hostname of the prod channel of `account`'s app `app`.
     pub fn prod_host(&self, account: &Account, app: &str) -> String {
         format!("{app}-{}.{}", account.username, self.app_domain)
+    }
+
+    /// Commits [`VERSION_SERVER`] (`v1`) as `account`'s app `name` in `ws` and pushes it over HTTP; the commit.
+    pub async fn push_version_server(
+        &self,
+        account: &Account,
+        ws: &super::git::Workspace,
+        name: &str,
+    ) -> Result<String> {
+        ws.git(".", &["init", "-q", "-b", "master", name]).await?;
+        ws.write(&format!("{name}/server.py"), VERSION_SERVER)?;
+        ws.write(&format!("{name}/VERSION"), "v1\n")?;
+        ws.write(&format!("{name}/launch.sh"), "exec python3 server.py\n")?;
+        let remote = super::git::http_remote(&self.api, &account.token, &account.username, name);
+        ws.commit_and_push(name, "v1", &remote).await
     }
 
     /// Creates an app; returns (app id, prod channel id).
