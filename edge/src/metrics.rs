@@ -72,6 +72,7 @@ pub enum UpstreamFailure {
 }
 
 impl UpstreamFailure {
+    /// Every reason, in the order of declaration (`failure as usize` indexes it).
     const ALL: [UpstreamFailure; 5] = [
         UpstreamFailure::NoEndpoint,
         UpstreamFailure::Refused,
@@ -128,7 +129,9 @@ impl SignInOutcome {
 /// The edge's metric families.
 pub struct EdgeMetrics {
     sign_ins: Family<OutcomeLabels, Counter>,
-    upstream_failures: Family<ReasonLabels, Counter>,
+    /// Indexed by [`UpstreamFailure`]'s order in [`UpstreamFailure::ALL`]: an outage makes every request one, so
+    /// the series are looked up once, like the requests'.
+    upstream_failures: [Counter; 5],
     hosts: Gauge,
     ignored_rules: Gauge,
     channel: Arc<HostMetrics>,
@@ -175,6 +178,7 @@ impl EdgeMetrics {
     /// Creates the families and registers them.
     pub fn register(registry: &mut Registry) -> Self {
         let requests = Family::<RequestLabels, Counter>::default();
+        let upstream_failures = Family::<ReasonLabels, Counter>::default();
         let duration = Family::<HostLabels, Histogram>::new_with_constructor(latency_histogram);
         let bytes = Family::<HostLabels, Counter>::default();
         let of = |kind: HostKind| {
@@ -191,7 +195,14 @@ impl EdgeMetrics {
         };
         let metrics = Self {
             sign_ins: Family::default(),
-            upstream_failures: Family::default(),
+            // Every reason from zero, so that a rate over the first failure sees it.
+            upstream_failures: UpstreamFailure::ALL.map(|failure| {
+                upstream_failures
+                    .get_or_create(&ReasonLabels {
+                        reason: failure.label(),
+                    })
+                    .clone()
+            }),
             hosts: Gauge::default(),
             ignored_rules: Gauge::default(),
             channel: of(HostKind::Channel),
@@ -213,17 +224,11 @@ impl EdgeMetrics {
             "Response body bytes of known length, by host (channel, sign_in, unknown)",
             bytes,
         );
-        // Every reason from zero, so that a rate over the first failure sees it.
-        for failure in UpstreamFailure::ALL {
-            let _ = metrics.upstream_failures.get_or_create(&ReasonLabels {
-                reason: failure.label(),
-            });
-        }
         registry.register(
             "slipway_edge_upstream_failures",
             "Requests for a channel the edge answered with a 5xx of its own, by why: no_endpoint, refused, timeout, \
              no_http, static_unavailable (a channel's own 5xx are not counted here)",
-            metrics.upstream_failures.clone(),
+            upstream_failures,
         );
         registry.register(
             "slipway_edge_sign_ins",
@@ -277,11 +282,7 @@ impl EdgeMetrics {
 
     /// Counts a request the edge answered with a 5xx of its own, because of `failure`.
     pub fn upstream_failure(&self, failure: UpstreamFailure) {
-        self.upstream_failures
-            .get_or_create(&ReasonLabels {
-                reason: failure.label(),
-            })
-            .inc();
+        self.upstream_failures[failure as usize].inc();
     }
 
     /// The series of requests for a kind of host.
@@ -302,6 +303,13 @@ impl EdgeMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_reason_indexes_its_own_series() {
+        for (i, failure) in UpstreamFailure::ALL.into_iter().enumerate() {
+            assert_eq!(failure as usize, i, "{failure:?}");
+        }
+    }
 
     #[test]
     fn requests_are_counted_by_kind_of_host_and_class_never_by_host() {
