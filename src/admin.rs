@@ -68,6 +68,60 @@ pub enum AdminCommand {
         )]
         env_keys_file: std::path::PathBuf,
     },
+    /// Write a backup of the platform's own state to one file: the platform database, the env keyring, every
+    /// app's repository and the SSH host key, the Apps, Channels, Domains, Forwards and Deploys, and the Secrets of
+    /// sign-in, certificates and env. Runs with your kubeconfig's credentials, which must read those Secrets; what
+    /// only the api pod reaches is taken through it. Channel databases and bucket contents are not included.
+    Backup {
+        /// The file to write (it must not exist).
+        #[arg(long)]
+        output: std::path::PathBuf,
+        /// Namespace of the release.
+        #[arg(long, default_value = "slipway-system")]
+        namespace: String,
+        /// Name of the Helm release.
+        #[arg(long, default_value = "slipway")]
+        release: String,
+    },
+    /// Bring a backup back into a release just installed (an empty platform database, no apps): holds the
+    /// operator while the state goes in, then restarts the api and edge and lets the operator bring every
+    /// channel back.
+    Restore {
+        /// The backup file.
+        #[arg(long)]
+        input: std::path::PathBuf,
+        /// Namespace of the release.
+        #[arg(long, default_value = "slipway-system")]
+        namespace: String,
+        /// Name of the Helm release.
+        #[arg(long, default_value = "slipway")]
+        release: String,
+    },
+    /// The api pod's side of a backup: writes one part to stdout.
+    #[command(hide = true)]
+    BackupPart {
+        /// Which part.
+        part: crate::backup::pod::Part,
+        /// Where the api keeps it.
+        #[command(flatten)]
+        sources: crate::backup::pod::PodSources,
+    },
+    /// The api pod's side of a restore's first step: fails unless the install is fresh.
+    #[command(hide = true)]
+    RestoreCheck {
+        /// Where the api keeps its state.
+        #[command(flatten)]
+        sources: crate::backup::pod::PodSources,
+    },
+    /// The api pod's side of a restore: reads one part from stdin.
+    #[command(hide = true)]
+    RestorePart {
+        /// Which part.
+        part: crate::backup::pod::Part,
+        /// Where the api keeps it.
+        #[command(flatten)]
+        sources: crate::backup::pod::PodSources,
+    },
 }
 
 /// Runs an admin command.
@@ -142,6 +196,27 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        AdminCommand::Backup {
+            output,
+            namespace,
+            release,
+        } => {
+            crate::backup::backup(&kube().await?, &namespace, &release, &output).await?;
+            Ok(())
+        }
+        AdminCommand::Restore {
+            input,
+            namespace,
+            release,
+        } => {
+            crate::backup::restore(&kube().await?, &namespace, &release, &input).await?;
+            Ok(())
+        }
+        AdminCommand::BackupPart { part, sources } => crate::backup::pod::send(part, sources).await,
+        AdminCommand::RestoreCheck { sources } => crate::backup::pod::check_fresh(&sources).await,
+        AdminCommand::RestorePart { part, sources } => {
+            crate::backup::pod::receive(part, sources).await
+        }
         AdminCommand::ResealEnv {
             database_url,
             env_keys_file,
@@ -160,6 +235,13 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// A client of the cluster the kubeconfig (or the pod's ServiceAccount) names.
+async fn kube() -> anyhow::Result<kube::Client> {
+    kube::Client::try_default()
+        .await
+        .context("connect to Kubernetes")
 }
 
 /// Creates the account (with `email` as its verified address, when given), its namespace and a token with the

@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod api;
 pub mod auth;
+pub mod backup;
 pub mod blob;
 pub mod checkpoints;
 pub mod console;

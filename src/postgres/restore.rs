@@ -201,7 +201,8 @@ const TRANSACTION_END_TRIES: u32 = 30;
 
 /// Copies pg_restore's script to psql, leaving out of its preamble (the settings, comments and blank lines before
 /// the dump's first statement) each setting a server of `server_version` does not know; the rest is copied as is.
-async fn copy_for_server<R, W>(
+/// The platform backup's restore (`crate::backup`) pipes the platform database's dump through it too.
+pub(crate) async fn copy_for_server<R, W>(
     reader: R,
     writer: &mut W,
     server_version: i32,

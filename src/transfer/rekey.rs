@@ -20,7 +20,7 @@ use zeroize::Zeroizing;
 use super::Target;
 use crate::core::access::VisibleApp;
 use crate::core::state::AppState;
-use slipway_store::env::crypto::{Keyring, Sealed};
+use slipway_store::env::crypto::Keyring;
 
 /// The transaction of a re-keying, not yet committed, and the new passwords it recorded.
 pub(super) struct Rekeyed {
@@ -166,24 +166,6 @@ pub(super) async fn rekey(
 
 pub(super) type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
 
-/// `sealed` (by the key `key_id`) opened for the place `from` and sealed again for `to`.
-fn reseal(
-    ring: &Keyring,
-    key_id: &str,
-    sealed: &[u8],
-    from: &[u8],
-    to: &[u8],
-) -> anyhow::Result<Sealed> {
-    let plain = Zeroizing::new(ring.open(
-        &Sealed {
-            key_id: key_id.to_owned(),
-            bytes: sealed.to_vec(),
-        },
-        from,
-    )?);
-    ring.seal(&plain, to)
-}
-
 /// The app's variables and secrets, under the new app and channel ids.
 async fn move_env(
     tx: &mut Tx<'_>,
@@ -200,8 +182,7 @@ async fn move_env(
     .await?;
     for (channel, key, key_id, sealed) in rows {
         let new_channel = channel.map(|c| channels.get(&c).copied().unwrap_or(c));
-        let moved = reseal(
-            ring,
+        let moved = ring.reseal(
             &key_id,
             &sealed,
             &slipway_store::env::store::place(old_app, channel, &key),
@@ -238,8 +219,7 @@ async fn move_mirror_key(
     .fetch_optional(&mut **tx)
     .await?;
     if let Some((key_id, sealed)) = row {
-        let moved = reseal(
-            ring,
+        let moved = ring.reseal(
             &key_id,
             &sealed,
             &crate::mirror::keys::place(old_app),
@@ -348,8 +328,7 @@ async fn swap_stores(
             )?;
             (fresh, pair.access_key_id, secret)
         } else {
-            let secret = reseal(
-                ring,
+            let secret = ring.reseal(
                 &key_id,
                 &sealed,
                 &aad(from, &access_key),

@@ -133,6 +133,23 @@ impl Keyring {
         })
     }
 
+    /// The value `bytes` (sealed by the key `key_id`), opened for the place `from` and sealed again for the place
+    /// `to` (a row that moves to new ids); the value in the clear is wiped once sealed again.
+    pub fn reseal(
+        &self,
+        key_id: &str,
+        bytes: &[u8],
+        from: &[u8],
+        to: &[u8],
+    ) -> anyhow::Result<Sealed> {
+        let sealed = Sealed {
+            key_id: key_id.to_owned(),
+            bytes: bytes.to_vec(),
+        };
+        let plain = zeroize::Zeroizing::new(self.open(&sealed, from)?);
+        self.seal(&plain, to)
+    }
+
     /// Opens a sealed value for the place named by `aad`.
     pub fn open(&self, sealed: &Sealed, aad: &[u8]) -> anyhow::Result<Vec<u8>> {
         let cipher = self

@@ -165,6 +165,29 @@ pub async fn delete_app(db: &PgPool, app: Uuid) -> sqlx::Result<()> {
     Ok(())
 }
 
+/// A snapshot's `entries`, sealed for deploy `from`, opened and sealed again for deploy `to` (a restored platform
+/// gives every Deploy a new uid, and so a new id).
+pub fn rekey_entries(
+    ring: &Keyring,
+    entries: serde_json::Value,
+    from: Uuid,
+    to: Uuid,
+) -> anyhow::Result<serde_json::Value> {
+    let mut stored: Vec<StoredEntry> = serde_json::from_value(entries)?;
+    for e in &mut stored {
+        let value = ring.open(
+            &Sealed {
+                key_id: e.key_id.clone(),
+                bytes: STANDARD.decode(&e.sealed)?,
+            },
+            &place(from, &e.key),
+        )?;
+        let sealed = ring.seal(&value, &place(to, &e.key))?;
+        (e.key_id, e.sealed) = (sealed.key_id, STANDARD.encode(sealed.bytes));
+    }
+    Ok(serde_json::to_value(&stored)?)
+}
+
 /// Re-seals every snapshot value with the active key (key rotation); returns how many snapshots changed.
 pub async fn reseal_all(db: &PgPool, ring: &Keyring) -> anyhow::Result<u64> {
     let mut tx = db.begin().await?;
