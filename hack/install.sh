@@ -21,6 +21,11 @@
 #        hack/install.sh isolation on|off `helm upgrade` the release with isolation.networkPolicies on or off
 #        hack/install.sh set KEY=VALUE... `helm upgrade` the release with these values changed
 #        hack/install.sh uninstall        `helm uninstall` the release (keeps what the chart README says it keeps)
+#        hack/install.sh purge            take everything the platform kept away, as a lost cluster would: the release,
+#                                         every slipway object (finalizers dropped: no operator is left to run them),
+#                                         the users', release and certificate namespaces, the platform database and
+#                                         the api volume's contents; the data server, the object store's volume and
+#                                         the host parts stay, as a platform team's own services would
 #        hack/install.sh stop-host-parts  stop the identity provider, mail server and ACME CA install started here
 #        hack/install.sh logs             print the components' recent warnings and errors (for a failed test run)
 #        hack/install.sh env              print the exports of the addresses (after install)
@@ -414,6 +419,24 @@ stop_host_parts() {
   pebble stop >/dev/null
 }
 
+purge() {
+  local kinds=apps.slipway.dev,channels.slipway.dev,deploys.slipway.dev,domains.slipway.dev,forwards.slipway.dev
+  helm uninstall "$RELEASE" --namespace "$NAMESPACE" --wait --ignore-not-found >/dev/null
+  kubectl get "$kinds" -A -o jsonpath='{range .items[*]}{.kind} {.metadata.namespace} {.metadata.name}{"\n"}{end}' |
+    while read -r kind ns name; do
+      kubectl -n "$ns" patch "${kind,,}s.slipway.dev" "$name" --type=merge -p '{"metadata":{"finalizers":null}}' \
+        >/dev/null 2>&1 || true
+    done
+  # shellcheck disable=SC2046 # one argument per namespace
+  kubectl delete namespace --wait=true --timeout=5m "$NAMESPACE" "$CERT_NAMESPACE" \
+    $(kubectl get namespaces -o name | grep '^namespace/slipway-user-' | cut -d/ -f2) >/dev/null
+  local admin
+  admin=$(SLIPWAY_PG_LISTEN=$SLIPWAY_NODE_HOST_IP SLIPWAY_PG_CLIENTS="$SLIPWAY_POD_CIDR" "$HACK/postgres.sh" start)
+  psql -q "$admin" -v ON_ERROR_STOP=1 -c 'DROP DATABASE IF EXISTS slipway WITH (FORCE)' >/dev/null
+  find "$DIR/data" -mindepth 1 -delete
+  log "purged $RELEASE: namespaces, objects, platform database and repositories are gone"
+}
+
 set_values() { # KEY=VALUE...
   local args=() pair
   for pair in "$@"; do args+=(--set "$pair"); done
@@ -440,6 +463,7 @@ case "${1:-}" in
     stop_host_parts
     log "uninstalled $RELEASE"
     ;;
+  purge) purge ;;
   stop-host-parts) stop_host_parts ;;
   logs)
     # Every container of the release, its last lines at WARN or ERROR (tracing's JSON or text format), each line

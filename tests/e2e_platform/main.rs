@@ -5,7 +5,8 @@
 //! against a channel's public endpoint; `e2e_platform_s3`), then `isolation::` (a hostile tenant, with
 //! the chart's isolation switched off and on again; `e2e_platform_isolation`), then `size::` (data at the sizes
 //! users reach, one test at a time; `e2e_platform_size`), then `monitoring::` (the chart's alerts firing in a real
-//! Prometheus; `e2e_platform_monitoring`), then `upgrade::` (`helm upgrade` under load and `helm uninstall`;
+//! Prometheus; `e2e_platform_monitoring`), then `backup::` (the platform backed up, taken away and restored;
+//! `e2e_platform_backup`), then `upgrade::` (`helm upgrade` under load and `helm uninstall`;
 //! `e2e_platform_upgrade`).
 //!
 //! One test binary, not one per module, for the reasons `tests/cluster/main.rs` gives.
@@ -13,6 +14,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod backup;
 mod isolation;
 mod monitoring;
 mod platform;

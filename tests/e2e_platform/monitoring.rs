@@ -625,51 +625,12 @@ async fn a_certificate_from_the_acme_ca_fires_certificate_expiring_soon() -> Res
 
     // The custom domain's records, its verification, and the certificate the operator orders for it.
     let domain = format!("shop-{}.example", ola.username);
-    let path = format!("/apps/{app}/channels/{channel}/domains");
-    let row = platform
-        .call("POST", &path, &ola, Some(json!({"domain": domain})))
-        .await?
-        .expect(201);
-    dns.txt(
-        &format!("_svc.{domain}"),
-        row["dns_records"]["txt_value"]
-            .as_str()
-            .context("txt_value")?,
-    )
-    .await?;
-    let node_ip = platform
-        .edge
-        .trim_start_matches("http://")
-        .rsplit_once(':')
-        .context("the edge's address")?
-        .0
-        .to_owned();
-    dns.a(&domain, &[&node_ip]).await?;
     let verified = platform
-        .call(
-            "POST",
-            &format!("{path}/{domain}/verify"),
-            &ola,
-            Some(json!({})),
-        )
-        .await?
-        .expect(200);
+        .add_verified_domain(&ola, &app, &channel, &domain, &dns)
+        .await?;
     assert_eq!(verified["status"], "verified", "{verified}");
     let not_after = until(BACK_WITHIN, "the domain's certificate", async || {
-        let domains: Value = serde_json::from_str(
-            &kubectl(&[
-                "-n",
-                &ola.namespace,
-                "get",
-                "domains.slipway.dev",
-                "-o",
-                "json",
-            ])
-            .await?,
-        )?;
-        Ok(domains["items"][0]["status"]["certificate"]["notAfter"]
-            .as_str()
-            .map(str::to_owned))
+        support::platform::domain_certificate(&ola).await
     })
     .await?;
     println!("{domain}: certificate valid until {not_after}");

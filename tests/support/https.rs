@@ -152,10 +152,16 @@ impl TestDns {
 
 /// The root Pebble signs certificates under (fetched from its management port), PEM.
 pub async fn acme_root() -> Result<String> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let management = std::env::var("SLIPWAY_TEST_ACME_MANAGEMENT")
         .context("SLIPWAY_TEST_ACME_MANAGEMENT is not set: start hack/pebble.sh")?;
-    let listener_ca = std::fs::read(std::env::var("SLIPWAY_TEST_ACME_ROOT_CA")?)?;
+    acme_root_at(&management, &std::env::var("SLIPWAY_TEST_ACME_ROOT_CA")?).await
+}
+
+/// [`acme_root`] of the Pebble whose management port is at `management`, its listener's CA in the PEM file
+/// `listener_ca`.
+pub async fn acme_root_at(management: &str, listener_ca: &str) -> Result<String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let listener_ca = std::fs::read(listener_ca)?;
     let client = reqwest::Client::builder()
         .tls_certs_only([reqwest::Certificate::from_pem(&listener_ca)?])
         .build()?;

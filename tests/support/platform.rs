@@ -153,6 +153,24 @@ pub async fn output(mut command: tokio::process::Command, what: &str) -> Result<
     Ok(stdout)
 }
 
+/// The notAfter of the certificate of `account`'s one custom domain, once the operator recorded it.
+pub async fn domain_certificate(account: &Account) -> Result<Option<String>> {
+    let domains: Value = serde_json::from_str(
+        &kubectl(&[
+            "-n",
+            &account.namespace,
+            "get",
+            "domains.slipway.dev",
+            "-o",
+            "json",
+        ])
+        .await?,
+    )?;
+    Ok(domains["items"][0]["status"]["certificate"]["notAfter"]
+        .as_str()
+        .map(str::to_owned))
+}
+
 /// Runs `hack/SCRIPT ARGS...` (the installer, the node's controls), failing with its stderr when it fails.
 pub async fn hack(script: &str, args: &[&str]) -> Result<()> {
     let out = tokio::process::Command::new(root().join("hack").join(script))
@@ -454,6 +472,47 @@ impl Installed {
                 .context("channel id")?
                 .to_owned(),
         ))
+    }
+
+    /// Adds custom domain `domain` to the channel, gives it its TXT record and an A record of the edge's address at
+    /// the test DNS server `dns`, and verifies it; answers the verify call's body.
+    pub async fn add_verified_domain(
+        &self,
+        account: &Account,
+        app: &str,
+        channel: &str,
+        domain: &str,
+        dns: &super::https::TestDns,
+    ) -> Result<Value> {
+        let path = format!("/apps/{app}/channels/{channel}/domains");
+        let row = self
+            .call("POST", &path, account, Some(json!({"domain": domain})))
+            .await?
+            .expect(201);
+        dns.txt(
+            &format!("_svc.{domain}"),
+            row["dns_records"]["txt_value"]
+                .as_str()
+                .context("txt_value")?,
+        )
+        .await?;
+        let node_ip = self
+            .edge
+            .trim_start_matches("http://")
+            .rsplit_once(':')
+            .context("the edge's address")?
+            .0
+            .to_owned();
+        dns.a(domain, &[&node_ip]).await?;
+        Ok(self
+            .call(
+                "POST",
+                &format!("{path}/{domain}/verify"),
+                account,
+                Some(json!({})),
+            )
+            .await?
+            .expect(200))
     }
 
     /// Deploys `sha` on the channel and waits until the deploy finished; returns (deploy id, its last log reply).
