@@ -68,10 +68,13 @@ pub enum AdminCommand {
         )]
         env_keys_file: std::path::PathBuf,
     },
-    /// Write a backup of the platform's own state to one file: the platform database, the env keyring, every
-    /// app's repository and the SSH host key, the Apps, Channels, Domains, Forwards and Deploys, and the Secrets of
-    /// sign-in, certificates and env. Runs with your kubeconfig's credentials, which must read those Secrets; what
-    /// only the api pod reaches is taken through it. Channel databases and bucket contents are not included.
+    /// Write a backup of the platform's own state to one file.
+    ///
+    /// It holds the platform database, the env keyring, every app's repository and the SSH host key, the Apps,
+    /// Channels, Domains, Forwards and Deploys, and the Secrets of sign-in, certificates and env. Runs with your
+    /// kubeconfig's credentials, which must read those Secrets; what only the api pod reaches is taken through it.
+    /// Channel databases and bucket contents are not included: back them up with your data server's and object
+    /// store's own tools.
     Backup {
         /// The file to write (it must not exist).
         #[arg(long)]
@@ -83,9 +86,11 @@ pub enum AdminCommand {
         #[arg(long, default_value = "slipway")]
         release: String,
     },
-    /// Bring a backup back into a release just installed (an empty platform database, no apps): holds the
-    /// operator while the state goes in, then restarts the api and edge and lets the operator bring every
-    /// channel back.
+    /// Bring a backup back into a release just installed (an empty platform database, no apps).
+    ///
+    /// Refuses a cluster with apps, a database with users or a volume with repositories. Holds the operator while
+    /// the state goes in, restarts the api and edge, queues a rewind of every live app version (its image again),
+    /// and lets the operator bring every channel back. Apps, channels and deploys get new ids.
     Restore {
         /// The backup file.
         #[arg(long)]
