@@ -53,6 +53,20 @@ pub async fn objects(client: &Client) -> anyhow::Result<Vec<Value>> {
     Ok(all)
 }
 
+/// How many of `objects` are of each backed-up kind, owners first.
+pub fn counts(objects: &[Value]) -> Vec<(String, usize)> {
+    kinds()
+        .iter()
+        .map(|kind| {
+            let n = objects
+                .iter()
+                .filter(|o| o["kind"] == kind.kind.as_str())
+                .count();
+            (kind.kind.clone(), n)
+        })
+        .collect()
+}
+
 /// The env Secrets that Apps and Channels name in `spec.envSecret`, each in its object's namespace.
 pub async fn env_secrets(client: &Client, objects: &[Value]) -> anyhow::Result<Vec<Value>> {
     let mut secrets = Vec::new();

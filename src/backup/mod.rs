@@ -96,6 +96,15 @@ fn bytes(n: u64) -> String {
     }
 }
 
+/// `counts` as a progress line says them: `3 App, 3 Channel, ...`.
+fn listed(counts: &[(String, usize)]) -> String {
+    counts
+        .iter()
+        .map(|(kind, n)| format!("{n} {kind}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Writes a backup of release `release` in `namespace` to `output`, which must not exist yet.
 pub async fn backup(
     client: &Client,
@@ -128,14 +137,7 @@ pub async fn backup(
         }
         secrets.certificates = release.certificates().await?;
         secrets.env = cluster::env_secrets(client, &objects).await?;
-        let mut counts: Vec<(String, usize)> = Vec::new();
-        for object in &objects {
-            let kind = object["kind"].as_str().unwrap_or_default();
-            match counts.iter_mut().find(|(k, _)| k == kind) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((kind.to_owned(), 1)),
-            }
-        }
+        let counts = cluster::counts(&objects);
         file.bytes("objects.json", &serde_json::to_vec(&objects)?)
             .await?;
         file.bytes("secrets.json", &serde_json::to_vec(&secrets)?)
@@ -144,11 +146,7 @@ pub async fn backup(
             started,
             format!(
                 "cluster objects: {}; {} Secrets",
-                counts
-                    .iter()
-                    .map(|(k, n)| format!("{n} {k}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                listed(&counts),
                 secrets.count()
             ),
         );
@@ -284,11 +282,7 @@ pub async fn restore(
             started,
             format!(
                 "cluster objects created: {}; {} env Secrets",
-                counts
-                    .iter()
-                    .map(|(k, n)| format!("{n} {k}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                listed(&counts),
                 secrets.env.len()
             ),
         );

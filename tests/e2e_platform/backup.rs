@@ -18,7 +18,9 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use support::git::{Workspace, http_remote};
 use support::https::TestDns;
-use support::platform::{Account, Installed, domain_certificate, hack, kubectl, output, until};
+use support::platform::{
+    Account, Installed, app_ids, domain_certificate, hack, kubectl, output, until,
+};
 
 /// A server that answers its version and the secret the platform gave it.
 const SERVER: &str = r#"import os, http.server
@@ -274,13 +276,7 @@ async fn by_name(platform: &Installed, account: &Account, name: &str) -> Result<
         .iter()
         .find(|a| a["name"] == name)
         .with_context(|| format!("no app {name} in {apps}"))?;
-    Ok((
-        app["id"].as_str().context("app id")?.to_owned(),
-        app["channels"][0]["id"]
-            .as_str()
-            .context("channel id")?
-            .to_owned(),
-    ))
+    app_ids(app)
 }
 
 /// The custom domain's page over HTTPS, once the edge serves it, with the certificate it presented.

@@ -153,6 +153,17 @@ pub async fn output(mut command: tokio::process::Command, what: &str) -> Result<
     Ok(stdout)
 }
 
+/// The (app id, prod channel id) of an app as the API answers it.
+pub fn app_ids(app: &Value) -> Result<(String, String)> {
+    Ok((
+        app["id"].as_str().context("app id")?.to_owned(),
+        app["channels"][0]["id"]
+            .as_str()
+            .context("channel id")?
+            .to_owned(),
+    ))
+}
+
 /// The notAfter of the certificate of `account`'s one custom domain, once the operator recorded it.
 pub async fn domain_certificate(account: &Account) -> Result<Option<String>> {
     let domains: Value = serde_json::from_str(
@@ -465,13 +476,7 @@ impl Installed {
             )
             .await?
             .expect(200);
-        Ok((
-            app["id"].as_str().context("app id")?.to_owned(),
-            app["channels"][0]["id"]
-                .as_str()
-                .context("channel id")?
-                .to_owned(),
-        ))
+        app_ids(&app)
     }
 
     /// Adds custom domain `domain` to the channel, gives it its TXT record and an A record of the edge's address at
