@@ -433,6 +433,16 @@ async fn a_locked_platform_table_under_a_burst_fires_database_pool_exhausted() -
         .call("GET", "/tokens", &lee, None)
         .await?
         .expect(200);
+    // Prometheus has a sample of the api's timeout counter from before the burst: `increase()` sees no rise in a
+    // series whose first sample already counts the timeouts (the module's Prometheus has just started, and the
+    // api's pod may be new).
+    until(FIRES_WITHIN, "the api's pool counter scraped", async || {
+        let scraped = prometheus
+            .query("slipway_db_pool_acquire_timeouts_total")
+            .await?;
+        Ok((!scraped.is_empty()).then_some(()))
+    })
+    .await?;
 
     // A long transaction holds the table every token listing reads, as a stuck migration or a runaway report
     // would: each listing holds a pooled connection while it waits, and the requests past the pool's size wait
