@@ -76,7 +76,7 @@ pub enum AdminCommand {
     /// Channel databases and bucket contents are not included: back them up with your data server's and object
     /// store's own tools.
     Backup {
-        /// The file to write (it must not exist).
+        /// The file to write (it must not exist). It is written as FILE.partial and renamed once whole.
         #[arg(long)]
         output: std::path::PathBuf,
         /// Namespace of the release.

@@ -6,10 +6,13 @@
 //! file is seekable, a pipe would not be). A reader then indexes the headers and reads the entries in whatever
 //! order the restore needs them, which need not be the order in which they were taken. Any tar tool lists and
 //! extracts the file.
+//!
+//! The file is written as `<output>.partial` and renamed to its name only once it is whole and on disk, so a backup
+//! that is killed, loses its connection or fails leaves nothing under the name a restore is given.
 
 use std::collections::BTreeMap;
 use std::io::SeekFrom;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use tokio::fs::File;
@@ -21,20 +24,47 @@ const BLOCK: u64 = 512;
 pub struct ArchiveWriter {
     file: BufWriter<File>,
     at: u64,
+    /// The name the file takes once whole.
+    path: PathBuf,
+    /// Where it is written until then.
+    partial: PathBuf,
+}
+
+/// Where the backup that will be `path` is written until it is whole.
+pub fn partial_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".partial");
+    PathBuf::from(name)
 }
 
 impl ArchiveWriter {
-    /// Creates `path`; an existing file is an error, so a backup never overwrites an older one.
+    /// Starts the file that becomes `path`. An existing `path` is an error, so a backup never overwrites an older
+    /// one, and so is an existing `<path>.partial`: another backup is writing it, or one was interrupted.
     pub async fn create(path: &Path) -> anyhow::Result<Self> {
+        if tokio::fs::try_exists(path).await? {
+            bail!(
+                "{} exists: a backup never overwrites a file",
+                path.display()
+            );
+        }
+        let partial = partial_path(path);
         let file = tokio::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .open(path)
+            .open(&partial)
             .await
-            .with_context(|| format!("create {}", path.display()))?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => anyhow::anyhow!(
+                    "{} exists: another backup is writing it, or one was interrupted (remove it and start again)",
+                    partial.display()
+                ),
+                _ => anyhow::Error::from(e).context(format!("create {}", partial.display())),
+            })?;
         Ok(Self {
             file: BufWriter::with_capacity(1 << 20, file),
             at: 0,
+            path: path.to_owned(),
+            partial,
         })
     }
 
@@ -62,12 +92,26 @@ impl ArchiveWriter {
         self.entry(name, bytes).await
     }
 
-    /// Ends the archive and waits until it is on disk.
+    /// Ends the archive, waits until it is on disk and gives it its name; its size.
     pub async fn finish(mut self) -> anyhow::Result<u64> {
         self.file.write_all(&[0; 2 * BLOCK as usize]).await?;
         self.file.flush().await?;
         self.file.get_mut().sync_all().await?;
+        // A link, not a rename: it fails rather than replace a file that appeared under the name meanwhile.
+        tokio::fs::hard_link(&self.partial, &self.path)
+            .await
+            .with_context(|| format!("name the backup {}", self.path.display()))?;
+        tokio::fs::remove_file(&self.partial).await?;
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            File::open(dir).await?.sync_all().await?;
+        }
         Ok(self.at + 2 * BLOCK)
+    }
+
+    /// Removes the unfinished file.
+    pub async fn abandon(self) {
+        drop(self.file);
+        let _ = tokio::fs::remove_file(&self.partial).await;
     }
 }
 
@@ -226,6 +270,46 @@ mod tests {
         assert!(
             ArchiveWriter::create(&path).await.is_err(),
             "overwrote a file"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_file_has_its_name_only_once_whole() {
+        let path = scratch().join("b.backup");
+        let partial = partial_path(&path);
+        assert_eq!(partial.file_name().unwrap(), "b.backup.partial");
+
+        // Killed mid-way: the bytes written so far are only under the partial name.
+        let mut writer = ArchiveWriter::create(&path).await.unwrap();
+        writer.bytes("database.dump", b"half").await.unwrap();
+        std::mem::forget(writer);
+        assert!(!path.exists());
+        assert!(partial.exists());
+        let refused = ArchiveWriter::create(&path).await.err().unwrap();
+        assert!(
+            format!("{refused:#}").contains("b.backup.partial exists"),
+            "{refused:#}"
+        );
+
+        // Failed: nothing is left.
+        std::fs::remove_file(&partial).unwrap();
+        let mut writer = ArchiveWriter::create(&path).await.unwrap();
+        writer.bytes("database.dump", b"half").await.unwrap();
+        writer.abandon().await;
+        assert!(!path.exists() && !partial.exists());
+
+        // Whole: the name holds every entry, and a second backup to it is refused.
+        let mut writer = ArchiveWriter::create(&path).await.unwrap();
+        writer.bytes("manifest.json", b"{}").await.unwrap();
+        let size = writer.finish().await.unwrap();
+        assert!(!partial.exists());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
+        let reader = ArchiveReader::open(&path).await.unwrap();
+        assert_eq!(reader.bytes("manifest.json").await.unwrap(), b"{}");
+        let refused = ArchiveWriter::create(&path).await.err().unwrap();
+        assert!(
+            format!("{refused:#}").contains("a backup never overwrites"),
+            "{refused:#}"
         );
     }
 }

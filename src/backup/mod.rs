@@ -183,9 +183,7 @@ pub async fn backup(
             Ok(manifest)
         }
         Err(e) => {
-            drop(file);
-            // A file that is not a whole backup must not be mistaken for one.
-            let _ = tokio::fs::remove_file(output).await;
+            file.abandon().await;
             Err(e)
         }
     }

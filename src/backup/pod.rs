@@ -9,6 +9,7 @@ use std::process::Stdio;
 
 use anyhow::{Context, bail};
 use sqlx::postgres::PgConnectOptions;
+use tokio::io::AsyncWriteExt;
 
 /// One pod-side part of a backup.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -45,9 +46,46 @@ pub struct PodSources {
 
 /// The name of the SSH host key in the data part.
 const HOST_KEY: &str = "ssh/host_key";
+/// The name of the data part's last entry: its [`DataCounts`].
+const DATA_END: &str = "end.json";
 
-/// Writes `part` to stdout.
+/// Writes `part` to stdout, for as long as the backup that asked for it reads it.
+///
+/// The backup holds this process's stdin open and never writes to it; its end means the backup is gone (killed, its
+/// connection lost). The exec stream would not tell otherwise: a process blocked writing to a stream nobody reads
+/// stays blocked, holding a `pg_dump` or a walk over the repositories. So the part stops (its `pg_dump` killed) and
+/// the process exits.
 pub async fn send(part: Part, sources: PodSources) -> anyhow::Result<()> {
+    let gone = end_of_stdin();
+    let sent = tokio::select! {
+        sent = send_part(part, sources) => Some(sent),
+        _ = gone => None,
+    };
+    match sent {
+        Some(sent) => sent,
+        None => {
+            eprintln!("the backup reading this part is gone: stopped");
+            // Not a return: the data part's copy runs on a blocking thread, which the runtime's shutdown would
+            // wait for.
+            std::process::exit(1)
+        }
+    }
+}
+
+/// Resolves when stdin ends. Read on a thread of its own: tokio's stdin reads on its blocking pool, whose shutdown
+/// would wait for a read nobody ends.
+fn end_of_stdin() -> tokio::sync::oneshot::Receiver<()> {
+    let (ended, end) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 512];
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        let _ = ended.send(());
+    });
+    end
+}
+
+async fn send_part(part: Part, sources: PodSources) -> anyhow::Result<()> {
     match part {
         Part::Database => {
             let mut dump = pg_command("pg_dump", &sources.database_url)?;
@@ -129,7 +167,7 @@ pub async fn receive(part: Part, sources: PodSources) -> anyhow::Result<()> {
     match part {
         Part::Database => {
             no_users(&sources.database_url).await?;
-            restore_database(&sources.database_url).await?;
+            restore_database(&sources.database_url, Stdio::inherit()).await?;
             let db = connect(&sources.database_url).await?;
             let users: Vec<(String, String)> =
                 sqlx::query_as("SELECT username, plan FROM users ORDER BY username")
@@ -213,10 +251,11 @@ fn pg_command(program: &str, url: &str) -> anyhow::Result<tokio::process::Comman
     Ok(command)
 }
 
-/// Restores the dump on stdin into the platform database, all or nothing: pg_restore's script (emptying the
-/// database's tables first) into `psql --single-transaction`, without the settings the server is too old for
-/// (the client tools may be newer than the server).
-async fn restore_database(url: &str) -> anyhow::Result<()> {
+/// Restores the `pg_dump --format=custom` read from `dump` into the platform database at `url`, all or nothing:
+/// pg_restore's script (emptying the dump's tables first) into one psql transaction, without the settings the
+/// server is too old for (the client tools may be newer than the server), committed only once pg_restore has read
+/// the whole dump.
+pub async fn restore_database(url: &str, dump: Stdio) -> anyhow::Result<()> {
     let db = connect(url).await?;
     let server_version: i32 =
         sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
@@ -232,38 +271,50 @@ async fn restore_database(url: &str) -> anyhow::Result<()> {
             "--no-privileges",
             "--file=-",
         ])
-        .stdin(Stdio::inherit())
+        .stdin(dump)
         .stdout(Stdio::piped());
     let mut psql = pg_command("psql", url)?;
-    psql.args([
-        "--no-psqlrc",
-        "--quiet",
-        "--single-transaction",
-        "-v",
-        "ON_ERROR_STOP=1",
-    ])
-    .stdin(Stdio::piped())
-    .stdout(Stdio::null());
+    psql.args(["--no-psqlrc", "--quiet", "-v", "ON_ERROR_STOP=1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null());
     let mut pg_restore = pg_restore.spawn().context("start pg_restore")?;
     let mut psql = psql.spawn().context("start psql")?;
     let (Some(script), Some(mut into_psql)) = (pg_restore.stdout.take(), psql.stdin.take()) else {
         bail!("pg_restore and psql are not piped");
     };
+    // Not psql's --single-transaction, which commits at the end of its input however that came: a dump cut short
+    // (the backup's reader gone, a damaged file) ends pg_restore's script early too. `COMMIT` is sent only once
+    // pg_restore has read the whole dump; otherwise psql is killed with the transaction open.
     let copied = async {
+        into_psql.write_all(b"BEGIN;\n").await?;
         crate::postgres::restore::copy_for_server(script, &mut into_psql, server_version).await?;
-        tokio::io::AsyncWriteExt::shutdown(&mut into_psql).await
+        anyhow::Ok(())
     }
     .await;
-    drop(into_psql);
     let restored = pg_restore.wait().await?;
-    let applied = psql.wait().await?;
-    if !restored.success() {
-        bail!("pg_restore failed ({restored}): the dump could not be read; nothing was changed");
+    if copied.is_err() || !restored.success() {
+        // psql stops first on a failing statement, and pg_restore then fails writing to it.
+        let stopped = psql.try_wait()?;
+        crate::postgres::restore::abandon(psql).await;
+        match (stopped, copied) {
+            (Some(status), _) if !status.success() => {
+                bail!("psql failed ({status}): the dump did not apply; nothing was changed")
+            }
+            (_, Err(e)) => {
+                bail!("the dump's script did not reach psql: {e:#}; nothing was changed")
+            }
+            _ => bail!(
+                "pg_restore failed ({restored}): the dump could not be read whole; nothing was changed"
+            ),
+        }
     }
+    into_psql.write_all(b"COMMIT;\n").await?;
+    into_psql.shutdown().await?;
+    drop(into_psql);
+    let applied = psql.wait().await?;
     if !applied.success() {
         bail!("psql failed ({applied}): the dump did not apply; nothing was changed");
     }
-    copied.context("pipe the dump's script into psql")?;
     Ok(())
 }
 
@@ -282,8 +333,9 @@ fn connect_options(url: &str) -> anyhow::Result<PgConnectOptions> {
     url.parse().context("the database URL is not valid")
 }
 
-/// What the data part held.
-#[derive(Debug, Default, PartialEq)]
+/// What the data part held. It is also the part's last entry ([`DATA_END`]), which a restore checks what it
+/// unpacked against: a part cut short anywhere, even between two entries, is refused.
+#[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DataCounts {
     /// Repositories copied.
     pub repositories: u64,
@@ -353,6 +405,12 @@ pub fn write_data(
             counts.repositories += 1;
         }
     }
+    let end = serde_json::to_vec(&counts)?;
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mode(0o600);
+    header.set_size(end.len() as u64);
+    tar.append_data(&mut header, DATA_END, &end[..])?;
     tar.into_inner()?.flush()?;
     Ok(counts)
 }
@@ -454,9 +512,25 @@ pub fn read_data(input: impl Read, repos_dir: &Path, host_key: &Path) -> anyhow:
     std::fs::create_dir_all(&staging)?;
     let mut archive = tar::Archive::new(input);
     let mut key = None;
+    let mut unpacked = DataCounts::default();
+    let mut end = None;
     for entry in archive.entries()? {
         let mut entry = entry?;
         let path = entry.path()?.into_owned();
+        if end.is_some() {
+            bail!("{} follows the data part's end", path.display());
+        }
+        if path == Path::new(DATA_END) {
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes)?;
+            end =
+                Some(serde_json::from_slice::<DataCounts>(&bytes).context("the data part's end")?);
+            continue;
+        }
+        if entry.header().entry_type().is_file() {
+            unpacked.files += 1;
+            unpacked.bytes += entry.header().size()?;
+        }
         let parts: Vec<&std::ffi::OsStr> = path
             .components()
             .map(|c| match c {
@@ -490,10 +564,23 @@ pub fn read_data(input: impl Read, repos_dir: &Path, host_key: &Path) -> anyhow:
             bail!("{} is neither a file nor a directory", path.display());
         }
     }
+    let owners = sorted_dir(&staging.join("repos"))?;
+    for owner in &owners {
+        unpacked.repositories += sorted_dir(owner)?.len() as u64;
+    }
+    let Some(end) = end else {
+        bail!(
+            "the data part ends early (after {} files): it was cut short; no repository was restored",
+            unpacked.files
+        );
+    };
+    if end != unpacked {
+        bail!(
+            "the data part holds {unpacked:?}, not the {end:?} it was written with; no repository was restored"
+        );
+    }
     std::fs::create_dir_all(repos_dir)?;
-    let mut repositories = 0;
-    for owner in sorted_dir(&staging.join("repos"))? {
-        repositories += sorted_dir(&owner)?.len() as u64;
+    for owner in owners {
         let target = repos_dir.join(owner.file_name().unwrap_or_default());
         std::fs::rename(&owner, &target)
             .with_context(|| format!("move {} into place", target.display()))?;
@@ -508,7 +595,7 @@ pub fn read_data(input: impl Read, repos_dir: &Path, host_key: &Path) -> anyhow:
         std::fs::rename(&fresh, host_key)?;
     }
     std::fs::remove_dir_all(&staging)?;
-    Ok(repositories)
+    Ok(unpacked.repositories)
 }
 
 #[cfg(test)]
@@ -536,8 +623,9 @@ mod tests {
         String::from_utf8(out.stdout).unwrap()
     }
 
-    #[test]
-    fn repositories_and_the_host_key_come_back_whole_and_a_second_restore_is_refused() {
+    /// A volume with one repository (one pushed commit, packed refs, a lock file left over) and a host key: its
+    /// directory and the key's path.
+    fn a_volume() -> (PathBuf, PathBuf) {
         let from = scratch();
         let repo = from.join("repos/alice/shop.git");
         std::fs::create_dir_all(&repo).unwrap();
@@ -565,7 +653,13 @@ mod tests {
         let key = from.join("ssh/key");
         std::fs::create_dir_all(key.parent().unwrap()).unwrap();
         std::fs::write(&key, "secret key").unwrap();
+        (from, key)
+    }
 
+    #[test]
+    fn repositories_and_the_host_key_come_back_whole_and_a_second_restore_is_refused() {
+        let (from, key) = a_volume();
+        let repo = from.join("repos/alice/shop.git");
         let mut tar = Vec::new();
         let counts = write_data(&mut tar, &from.join("repos"), &key).unwrap();
         assert_eq!(counts.repositories, 1);
@@ -587,6 +681,36 @@ mod tests {
 
         let again = read_data(&tar[..], &to.join("repos"), &to_key).unwrap_err();
         assert!(format!("{again}").contains("fresh install only"), "{again}");
+    }
+
+    #[test]
+    fn a_data_part_cut_between_any_two_entries_restores_nothing() {
+        let (from, key) = a_volume();
+        let mut tar = Vec::new();
+        write_data(&mut tar, &from.join("repos"), &key).unwrap();
+        // At each entry's header, the last (the part's end) among them: a tar reader sees a clean end there.
+        let cuts: Vec<usize> = tar::Archive::new(&tar[..])
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().raw_header_position() as usize)
+            .collect();
+        assert!(cuts.len() > 10, "{cuts:?}");
+        for cut in cuts {
+            let to = scratch();
+            let to_key = to.join("ssh/key");
+            std::fs::create_dir_all(to_key.parent().unwrap()).unwrap();
+            std::fs::write(&to_key, "a fresh install's key").unwrap();
+            let refused = read_data(&tar[..cut], &to.join("repos"), &to_key).unwrap_err();
+            assert!(
+                format!("{refused:#}").contains("cut short"),
+                "cut at {cut}: {refused:#}"
+            );
+            assert!(sorted_dir(&to.join("repos")).unwrap().is_empty());
+            assert_eq!(
+                std::fs::read_to_string(&to_key).unwrap(),
+                "a fresh install's key"
+            );
+        }
     }
 
     #[test]

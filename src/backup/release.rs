@@ -177,13 +177,16 @@ impl Release {
         F: FnOnce(Box<dyn AsyncRead + Send + Unpin>) -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<u64>>,
     {
-        let mut process = self.exec(args, false).await?;
+        let mut process = self.exec(args, true).await?;
         let stdout = process
             .process
             .stdout()
             .context("the exec stream has no stdout")?;
+        // Held open, never written: the part stops when it ends (this process gone), see `pod::send`.
+        let here = process.process.stdin();
         let written = sink(Box::new(stdout)).await;
         let finished = process.finish(args).await;
+        drop(here);
         finished?;
         written
     }
@@ -199,7 +202,7 @@ impl Release {
         args: &[&str],
         mut input: impl AsyncRead + Unpin,
     ) -> anyhow::Result<()> {
-        let mut process = self.exec(args, true).await?;
+        let mut process = self.exec(args, false).await?;
         let mut stdin = process
             .process
             .stdin()
@@ -216,13 +219,15 @@ impl Release {
         sent
     }
 
-    async fn exec(&self, args: &[&str], stdin: bool) -> anyhow::Result<Running> {
+    /// Starts `slipway admin <args>` in the api pod, its stdin always attached (see `exec_out`), its stdout when
+    /// `stdout`.
+    async fn exec(&self, args: &[&str], stdout: bool) -> anyhow::Result<Running> {
         let mut command = vec!["slipway", "admin"];
         command.extend_from_slice(args);
         let params = AttachParams {
             container: Some("api".to_owned()),
-            stdin,
-            stdout: !stdin,
+            stdin: true,
+            stdout,
             stderr: true,
             tty: false,
             max_stdin_buf_size: Some(EXEC_BUFFER),

@@ -247,7 +247,7 @@ fn unknown_setting(line: &[u8], server_version: i32) -> bool {
 }
 
 /// Ends the psql session without a commit: the server rolls the transaction back.
-async fn abandon(mut psql: tokio::process::Child) {
+pub(crate) async fn abandon(mut psql: tokio::process::Child) {
     let _ = psql.start_kill();
     let _ = psql.wait().await;
 }

@@ -12,6 +12,7 @@ mod support;
 
 mod admin;
 mod api;
+mod backup;
 mod blob;
 mod blob_gateway;
 mod checkpoints;
