@@ -3,7 +3,8 @@
 //! (`hack/install.sh purge`: the release, every object and namespace, the platform database and the repositories);
 //! then a fresh install and `slipway admin restore`. After it every app answers again (the custom domain over HTTPS
 //! with its old certificate), the secret reveals the same value, the repository has the same refs, SSH shows the
-//! same host key, and a new deploy builds, unseals the secret with the restored keyring and goes live.
+//! same host key, and a new deploy builds, unseals the secret with the restored keyring and goes live. A repository
+//! of 200 MiB comes back with the same refs and passes `git fsck --full` in the api pod.
 //!
 //! `hack/test.sh e2e` runs this module after `monitoring::` and before `upgrade::`, alone: it takes the whole
 //! platform away and brings it back.
@@ -35,6 +36,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["SVC_HTTP_PORT"])), Handler).serve_forever()
 "#;
+
+/// The size of the large repository among the backed-up apps.
+const ARCHIVE_MIB: u64 = 200;
 
 /// How long the restored platform gets to bring a channel or certificate back.
 const BACK_WITHIN: Duration = Duration::from_secs(300);
@@ -154,6 +158,29 @@ async fn a_backup_brings_the_platform_back_after_everything_it_kept_is_gone() ->
     platform
         .wait_for_page(&shop_host, "/", "version=v1 secret=s3cr3t-kept")
         .await?;
+    // A repository of 200 MiB of incompressible files: the backup streams it, and the restore checks every file
+    // and byte of it against the count the backup wrote.
+    let (_, _) = platform.create_app(&ann, "archive", "static").await?;
+    ws.git(".", &["init", "-q", "-b", "master", "archive"])
+        .await?;
+    for (key, value) in [("pack.window", "0"), ("pack.compression", "0")] {
+        ws.git("archive", &["config", key, value]).await?;
+    }
+    for i in 0..ARCHIVE_MIB / 10 {
+        let mut random = std::fs::File::open("/dev/urandom")?;
+        let mut file = std::fs::File::create(ws.path(&format!("archive/part-{i:02}.bin")))?;
+        std::io::copy(&mut std::io::Read::take(&mut random, 10 << 20), &mut file)?;
+    }
+    let archive_remote = http_remote(&platform.api, &ann.token, &ann.username, "archive");
+    let started = Instant::now();
+    ws.commit_and_push("archive", "parts", &archive_remote)
+        .await?;
+    println!(
+        "pushed a {ARCHIVE_MIB} MiB repository in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let archive_refs = ws.git(".", &["ls-remote", &archive_remote]).await?;
+
     let before = seen(
         &platform,
         &ws,
@@ -233,6 +260,26 @@ async fn a_backup_brings_the_platform_back_after_everything_it_kept_is_gone() ->
     )
     .await?;
     assert_eq!(after, before);
+    assert_eq!(
+        ws.git(".", &["ls-remote", &archive_remote]).await?,
+        archive_refs
+    );
+    let api = format!("deployment/{}-api", platform.release);
+    let repo = format!("/var/lib/slipway/repos/{}/archive.git", ann.username);
+    kubectl(&[
+        "-n",
+        &platform.namespace,
+        "exec",
+        &api,
+        "--",
+        "git",
+        "-C",
+        &repo,
+        "fsck",
+        "--full",
+        "--no-progress",
+    ])
+    .await?;
 
     // A new deploy: the restored repository takes a push, the build runs, and the restored keyring unseals the
     // secret into the new release.
