@@ -31,7 +31,7 @@ pub struct ArchiveWriter {
 }
 
 /// Where the backup that will be `path` is written until it is whole.
-pub fn partial_path(path: &Path) -> PathBuf {
+fn partial_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".partial");
     PathBuf::from(name)

@@ -406,11 +406,7 @@ pub fn write_data(
         }
     }
     let end = serde_json::to_vec(&counts)?;
-    let mut header = tar::Header::new_gnu();
-    header.set_entry_type(tar::EntryType::Regular);
-    header.set_mode(0o600);
-    header.set_size(end.len() as u64);
-    tar.append_data(&mut header, DATA_END, &end[..])?;
+    append_regular(&mut tar, DATA_END, end.len() as u64, &end[..])?;
     tar.into_inner()?.flush()?;
     Ok(counts)
 }
@@ -473,6 +469,20 @@ fn append_tree<W: Write>(
     }
 }
 
+/// Appends a regular file `name` of `size` bytes, owner-only, read from `body`.
+fn append_regular<W: Write>(
+    tar: &mut tar::Builder<W>,
+    name: &str,
+    size: u64,
+    body: impl Read,
+) -> std::io::Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mode(0o600);
+    header.set_size(size);
+    tar.append_data(&mut header, name, body)
+}
+
 fn append_file<W: Write>(
     tar: &mut tar::Builder<W>,
     path: &Path,
@@ -485,11 +495,7 @@ fn append_file<W: Write>(
         Err(e) => return Err(e).with_context(|| format!("open {}", path.display())),
     };
     let size = file.metadata()?.len();
-    let mut header = tar::Header::new_gnu();
-    header.set_entry_type(tar::EntryType::Regular);
-    header.set_mode(0o600);
-    header.set_size(size);
-    tar.append_data(&mut header, name, file.take(size))
+    append_regular(tar, name, size, file.take(size))
         .with_context(|| format!("copy {}", path.display()))?;
     counts.files += 1;
     counts.bytes += size;

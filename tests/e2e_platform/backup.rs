@@ -160,7 +160,7 @@ async fn a_backup_brings_the_platform_back_after_everything_it_kept_is_gone() ->
         .await?;
     // A repository of 200 MiB of incompressible files: the backup streams it, and the restore checks every file
     // and byte of it against the count the backup wrote.
-    let (_, _) = platform.create_app(&ann, "archive", "static").await?;
+    platform.create_app(&ann, "archive", "static").await?;
     ws.git(".", &["init", "-q", "-b", "master", "archive"])
         .await?;
     for (key, value) in [("pack.window", "0"), ("pack.compression", "0")] {
