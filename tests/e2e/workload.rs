@@ -1,6 +1,6 @@
 //! The run step of deploys on the local node, driven as the Deploy reconciler drives it (`advance` until the
-//! version is ready or failed, then `promote` or `discard`), in namespaces held to the `restricted` Pod Security
-//! level like users' namespaces. One image (a Python server on the python:3.13-slim stand-in, built by BuildKit)
+//! version is ready or failed, then `promote` until the route has moved, or `discard`), in namespaces held to the
+//! `restricted` Pod Security level like users' namespaces. One image (a Python server on the python:3.13-slim stand-in, built by BuildKit)
 //! behaves as the deploy's env says: it answers HTTP with what it sees (its env, its uid), accepts connections but
 //! never answers, only creates the ready file, or crashes.
 
@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use slipway_controllers::workload::{self, Release, Rollout};
+use slipway_controllers::workload::{self, Release, Rollout, Switch};
 use slipway_controllers::{Context, OperatorConfig};
 use slipway_crds::plans::Plan;
 use slipway_crds::{App, Channel, Deploy, ReadyBy};
@@ -202,6 +202,31 @@ impl Tenant {
         }
     }
 
+    /// Calls `promote` as a reconciler would until the switch is done. While it answers that the route is still
+    /// moving, the channel's versions that served before (`before`) keep their Deployments: the Service's
+    /// endpoints may still send them requests. The number of calls it took.
+    async fn promote(&self, release: &Release<'_>, before: &[&Deploy]) -> Result<usize> {
+        let started = tokio::time::Instant::now();
+        let mut calls = 1;
+        while workload::promote(&self.ctx, release).await? == Switch::Moving {
+            for deploy in before {
+                let names = workload::Names::of(deploy)?;
+                ensure!(
+                    self.exists::<Deployment>(&names.deployment).await?,
+                    "{} was stopped while the route could still reach it",
+                    names.deployment
+                );
+            }
+            ensure!(
+                started.elapsed() < ROLLOUT_BOUND,
+                "the route did not move within {ROLLOUT_BOUND:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            calls += 1;
+        }
+        Ok(calls)
+    }
+
     /// GET / of the channel's Service by its cluster DNS name from a pod; the body, or the client's error
     /// output. (`timeout` rather than `wget -T`, which crashes the busybox stand-in's static wget.)
     async fn get_through_service(&self, channel: &Channel, pod: &str) -> Result<String> {
@@ -332,8 +357,12 @@ async fn an_http_app_goes_live_and_a_version_that_never_answers_fails_while_it_k
         t.roll_out(&first_release).await?,
         Rollout::Ready(ReadyBy::Http)
     );
-    workload::promote(&t.ctx, &first_release).await?;
-    workload::promote(&t.ctx, &first_release).await?;
+    t.promote(&first_release, &[]).await?;
+    assert_eq!(
+        workload::promote(&t.ctx, &first_release).await?,
+        Switch::Done,
+        "promote stays idempotent once done"
+    );
     assert_eq!(
         workload::advance(&t.ctx, &first_release).await?,
         Rollout::Ready(ReadyBy::Http),
@@ -439,7 +468,7 @@ async fn a_ready_file_app_passes_by_file_replaces_the_old_version_and_goes_with_
         t.roll_out(&first_release).await?,
         Rollout::Ready(ReadyBy::Http)
     );
-    workload::promote(&t.ctx, &first_release).await?;
+    t.promote(&first_release, &[]).await?;
     let first_stopped = t.app_exit_code_when_gone(&first).await?;
 
     let second = t.deploy(&channel).await?;
@@ -449,9 +478,11 @@ async fn a_ready_file_app_passes_by_file_replaces_the_old_version_and_goes_with_
         t.roll_out(&second_release).await?,
         Rollout::Ready(ReadyBy::File)
     );
-    workload::promote(&t.ctx, &second_release).await?;
+    let calls = t.promote(&second_release, &[&first]).await?;
+    println!("the route moved to the second version after {calls} calls of promote");
 
-    // The Service follows the new version; the old version's Deployment and env Secret are gone.
+    // The Service follows the new version; once its endpoints did, the old version's Deployment and env Secret
+    // went.
     let names = workload::Names::of(&second)?;
     let service = t.api::<Service>().get(&names.service).await?;
     let selector = service.spec.and_then(|s| s.selector).unwrap_or_default();

@@ -5,9 +5,7 @@
 //! resumes where the last one stopped.
 
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use slipway_crds::labels;
@@ -17,7 +15,7 @@ use super::{POLL, SETTLE, Scene, fail, go_live, patch_deploy_status};
 use crate::build::{self, BuildRequest, BuildState};
 use crate::context::Context;
 use crate::error::Error;
-use crate::workload::{self, Release, Rollout, SYSTEM_ENV_KEYS};
+use crate::workload::{self, Release, Rollout, SYSTEM_ENV_KEYS, Switch};
 use slipway_internal::protocol::{EnvRequest, PreDeploySnapshot, PreDeploySnapshotRequest};
 
 /// Moves a running app or docker deploy of `sha` one step.
@@ -125,8 +123,7 @@ pub(super) async fn advance(ctx: &Context, scene: &Scene, sha: &str) -> Result<A
         // The new pods' changes wake the deploy; the deadline is looked at without one.
         Rollout::Starting => Ok(Action::requeue(SETTLE)),
         Rollout::Ready(ready_by) => {
-            workload::promote(ctx, &release).await?;
-            if !route_points_at(ctx, deploy).await? {
+            if workload::promote(ctx, &release).await? == Switch::Moving {
                 // The Service selects the new pods; its EndpointSlices' change wakes the deploy.
                 return Ok(Action::requeue(SETTLE));
             }
@@ -189,31 +186,6 @@ fn past_deadline(
         std::time::Duration::try_from(now.duration_since(started))
             .is_ok_and(|waited| waited > deadline)
     })
-}
-
-/// Whether the channel's route serves only the new version: every ready endpoint of its Service is a pod of
-/// `deploy`'s Deployment, and there is one. The edge routes from these EndpointSlices, so `currentSha` moves only
-/// once a request can no longer reach the old version.
-async fn route_points_at(ctx: &Context, deploy: &slipway_crds::Deploy) -> Result<bool, Error> {
-    let names = workload::Names::of(deploy)?;
-    let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &names.namespace);
-    let selector = format!("kubernetes.io/service-name={}", names.service);
-    let pod_prefix = format!("{}-", names.deployment);
-    let ready: Vec<bool> = slices
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .iter()
-        .flat_map(|slice| slice.endpoints.iter())
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
-        .map(|e| {
-            e.target_ref
-                .as_ref()
-                .and_then(|r| r.name.as_deref())
-                .is_some_and(|pod| pod.starts_with(&pod_prefix))
-        })
-        .collect();
-    Ok(!ready.is_empty() && ready.iter().all(|ours| *ours))
 }
 
 /// The plan of the account that owns `namespace` (its `slipway.dev/plan` label).

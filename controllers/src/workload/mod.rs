@@ -1,8 +1,9 @@
 //! The run step of a deploy of an `app` or `docker` channel, blue/green per deploy. Each deploy gets its own
 //! immutable env Secret and its own Deployment (`<channel workload>-<first 8 hex of the deploy id>`) next to the
 //! version that serves; the channel's Service selects pods by deploy, so the route moves to the new version only
-//! when [`promote`] is called after [`advance`] reported it ready, and a version that never gets ready is
-//! [`discard`]ed without the serving one noticing. Everything is owned by the Channel, so deleting a channel or
+//! when [`promote`] is called after [`advance`] reported it ready, and the old version is told to stop only once
+//! the Service's endpoints no longer reach it; a version that never gets ready is [`discard`]ed without the serving
+//! one noticing. Everything is owned by the Channel, so deleting a channel or
 //! its app stops its workloads through garbage collection.
 //!
 //! No state is kept in memory: every call reads the cluster, so a restarted operator carries on where it was.
@@ -10,6 +11,7 @@
 mod objects;
 mod probe;
 mod readiness;
+mod route;
 
 use std::collections::BTreeMap;
 
@@ -145,9 +147,19 @@ pub async fn advance(ctx: &Context, release: &Release<'_>) -> Result<Rollout, Er
     })
 }
 
-/// Points the channel's Service at this deploy's pods, then removes the channel's other Deployments and env
-/// Secrets. Idempotent.
-pub async fn promote(ctx: &Context, release: &Release<'_>) -> Result<(), Error> {
+/// Where a [`promote`] stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    /// The Service selects the new pods, but its EndpointSlices may still send requests to an old version, which
+    /// keeps running; call again (the slices' change wakes the deploy).
+    Moving,
+    /// The route reaches only the new version, and the old versions are told to stop (each drains first).
+    Done,
+}
+
+/// Points the channel's Service at this deploy's pods; once its EndpointSlices route only to them (see
+/// [`route`]), removes the channel's other Deployments and env Secrets. Idempotent: call until [`Switch::Done`].
+pub async fn promote(ctx: &Context, release: &Release<'_>) -> Result<Switch, Error> {
     let names = Names::of(release.deploy)?;
     let service = objects::service(release, &names)?;
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &names.namespace);
@@ -158,13 +170,16 @@ pub async fn promote(ctx: &Context, release: &Release<'_>) -> Result<(), Error> 
             &Patch::Apply(&service),
         )
         .await?;
+    if !route::serves_only(ctx, &names).await? {
+        return Ok(Switch::Moving);
+    }
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let run = objects::superseded_selector(release.channel, &names, labels::COMPONENT_RUN);
     let env = objects::superseded_selector(release.channel, &names, labels::COMPONENT_ENV);
     delete_matching(&deployments, &run).await?;
     delete_matching(&secrets, &env).await?;
-    Ok(())
+    Ok(Switch::Done)
 }
 
 /// Removes this deploy's Deployment and env Secret (a failed deploy); the serving version is untouched.
