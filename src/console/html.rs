@@ -78,7 +78,8 @@ pub fn table(headings: &[&str], rows: &[Vec<String>], empty: &str) -> String {
     if rows.is_empty() {
         return format!(r#"<p class="empty">{}</p>"#, esc(empty));
     }
-    let mut out = String::from("<table><thead><tr>");
+    // In a box of its own that scrolls sideways: a wide table never widens the page on a narrow screen.
+    let mut out = String::from(r#"<div class="table-scroll"><table><thead><tr>"#);
     for h in headings {
         let _ = write!(out, "<th>{}</th>", esc(h));
     }
@@ -90,7 +91,52 @@ pub fn table(headings: &[&str], rows: &[Vec<String>], empty: &str) -> String {
         }
         out.push_str("</tr>");
     }
-    out.push_str("</tbody></table>");
+    out.push_str("</tbody></table></div>");
+    out
+}
+
+/// A destructive action behind a second click: a disclosure whose summary names the action, and which, once
+/// opened, says what the action does and holds the form that does it. The first click sends nothing, and it needs
+/// no JavaScript.
+pub struct Destructive<'a> {
+    /// The form's action (a console path, already percent-escaped where it holds values).
+    pub action: &'a str,
+    /// The form's hidden fields (the CSRF field among them), already HTML.
+    pub hidden: &'a str,
+    /// What the summary says: the action in a word ("Revoke").
+    pub opener: &'a str,
+    /// What happens, in a sentence, as text.
+    pub consequence: &'a str,
+    /// What the button that does it says ("Revoke the token").
+    pub button: &'a str,
+}
+
+impl Destructive<'_> {
+    /// The disclosure's HTML.
+    pub fn html(&self) -> String {
+        format!(
+            r#"<details class="confirm"><summary>{opener}</summary><form method="post" action="{action}">{hidden}<p>{consequence}</p><button class="danger" type="submit">{button}</button></form></details>"#,
+            opener = esc(self.opener),
+            action = self.action,
+            hidden = self.hidden,
+            consequence = esc(self.consequence),
+            button = esc(self.button),
+        )
+    }
+}
+
+/// A message as a sentence: its first letter capitalised and a full stop at the end unless it ends in one (the
+/// API's messages are written to follow a colon).
+pub fn sentence(message: &str) -> String {
+    let message = message.trim();
+    let mut chars = message.chars();
+    let mut out: String = match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => return "That did not work.".to_owned(),
+    };
+    if !out.ends_with(['.', '!', '?']) {
+        out.push('.');
+    }
     out
 }
 
@@ -110,14 +156,14 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
-/// A commit id shortened to 12 characters, in a `code` element with the whole id as its title.
+/// A commit id shortened to 12 characters, in a `code` element with the whole id as its title. Anything that is
+/// not a 40-hex commit id (a branch name a deploy could not resolve) is shown whole: cut, it would pass for one.
 pub fn sha(sha: Option<&str>) -> String {
     match sha {
-        Some(s) if !s.is_empty() => format!(
-            r#"<code title="{}">{}</code>"#,
-            esc(s),
-            esc(&s.chars().take(12).collect::<String>())
-        ),
+        Some(s) if s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            format!(r#"<code title="{}">{}</code>"#, esc(s), esc(&s[..12]))
+        }
+        Some(s) if !s.is_empty() => format!("<code>{}</code>", esc(s)),
         _ => "—".to_owned(),
     }
 }
@@ -145,6 +191,46 @@ pub fn status(word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_destructive_action_sends_nothing_before_its_second_click() {
+        let html = Destructive {
+            action: "/tokens/t%2F1/revoke",
+            hidden: &csrf_field("c"),
+            opener: "Revoke",
+            consequence: "Scripts using <ci> stop working.",
+            button: "Revoke the token",
+        }
+        .html();
+        // The only submit button is inside the closed disclosure, after the consequence.
+        assert!(html.starts_with(r#"<details class="confirm"><summary>Revoke</summary><form method="post" action="/tokens/t%2F1/revoke">"#), "{html}");
+        assert_eq!(html.matches("<button").count(), 1);
+        assert!(html.contains("<p>Scripts using &lt;ci&gt; stop working.</p><button class=\"danger\" type=\"submit\">Revoke the token</button>"), "{html}");
+        assert!(!html.contains(" open"), "closed until clicked");
+    }
+
+    #[test]
+    fn only_a_commit_id_is_shortened() {
+        let id = "0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(
+            sha(Some(id)),
+            format!(r#"<code title="{id}">0123456789ab</code>"#)
+        );
+        assert_eq!(sha(Some("no-such-branch")), "<code>no-such-branch</code>");
+        assert_eq!(sha(Some("")), "—");
+        assert_eq!(sha(None), "—");
+    }
+
+    #[test]
+    fn messages_read_as_sentences() {
+        assert_eq!(
+            sentence("no account is named \"bob\""),
+            "No account is named \"bob\"."
+        );
+        assert_eq!(sentence("app not found."), "App not found.");
+        assert_eq!(sentence("écrit?"), "Écrit?");
+        assert_eq!(sentence("  "), "That did not work.");
+    }
 
     #[test]
     fn text_cannot_become_markup() {

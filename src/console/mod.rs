@@ -301,24 +301,19 @@ pub fn error_page(status: StatusCode, message: &str) -> Response {
 }
 
 impl session::Person {
-    /// What a page answers this person when the API refused: the sign-in page for a token that stopped working, a
-    /// 404 page for what the person cannot see (exactly as for what does not exist), else the API's status and
-    /// message.
+    /// What a page answers this person when the API refused: the sign-in page for a token that stopped working,
+    /// else the API's status and its message as a sentence. The API answers what a caller cannot see exactly as
+    /// what does not exist, so its message says no more than a missing thing's would; it names what was missing
+    /// (`No account is named "bob".` when sharing), which a bare "no such page" would not.
     pub fn refused(&self, failure: &Failure, here: &str) -> Response {
-        let header = self.header();
-        match failure.status {
-            401 => session::SignedOut::returning_to(here).into_response(),
-            404 => error_page_for(
-                Some(&header),
-                StatusCode::NOT_FOUND,
-                "There is no such page.",
-            ),
-            status => error_page_for(
-                Some(&header),
-                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-                &format!("{} ({})", failure.message, failure.code),
-            ),
+        if failure.status == 401 {
+            return session::SignedOut::returning_to(here).into_response();
         }
+        error_page_for(
+            Some(&self.header()),
+            StatusCode::from_u16(failure.status).unwrap_or(StatusCode::BAD_GATEWAY),
+            &html::sentence(&failure.message),
+        )
     }
 }
 

@@ -311,6 +311,44 @@ async fn codes_go_only_to_verified_addresses_and_five_wrong_ones_lock_the_code()
     Ok(())
 }
 
+/// The first click on a destructive action inside `within`: opens its confirmation, which sends nothing. The form
+/// that does the action, and what the confirmation says.
+async fn open_confirmation(
+    within: &fantoccini::elements::Element,
+) -> Result<(fantoccini::elements::Element, String)> {
+    within
+        .find(Locator::Css("details.confirm summary"))
+        .await?
+        .click()
+        .await?;
+    let form = within
+        .find(Locator::Css("details.confirm[open] form"))
+        .await?;
+    let said = form.text().await?;
+    Ok((form, said))
+}
+
+/// The second click: the button in an opened confirmation's `form`.
+async fn confirm_with(form: &fantoccini::elements::Element) -> Result<()> {
+    form.find(Locator::Css("button.danger"))
+        .await?
+        .click()
+        .await?;
+    Ok(())
+}
+
+/// How wide the page in `c` is (its scroll width) and how wide the viewport showing it is, in CSS pixels.
+async fn widths(c: &Client) -> Result<(u64, u64)> {
+    let seen = c
+        .execute(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];",
+            Vec::new(),
+        )
+        .await?;
+    let at = |i: usize| seen[i].as_u64().context("a width");
+    Ok((at(0)?, at(1)?))
+}
+
 /// Saves a screenshot of what `c` shows as `<name>.png`.
 async fn screenshot(c: &Client, name: &str) -> Result<()> {
     let png = c.screenshot().await?;
@@ -471,19 +509,110 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
             json!({"index.html": "<h1>hello from the console</h1>"}),
         )
         .await;
+    // A new app says how to store its code, with its own remote.
+    let repo = api
+        .get(&format!("/apps/{app_id}"), &ann)
+        .await
+        .expect(200, None)["repo_url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let commands = c
+        .find(Locator::Css("#first-push #push-commands"))
+        .await?
+        .text()
+        .await?;
+    assert_eq!(
+        commands,
+        format!("git remote add slipway {repo}\ngit push slipway HEAD:master")
+    );
+    let state = c.find(Locator::Css("table .status")).await?.text().await?;
+    assert_eq!(state, "not deployed", "a channel nothing was deployed to");
     screenshot(c, "app").await?;
 
-    // Deploy prod and watch the log reach success.
+    // Deploy prod and watch the log reach success. A static site has no earlier image to rewind to, so no rewind
+    // is offered.
     c.find(Locator::Css("table a[href*='/channels/']"))
         .await?
         .click()
         .await?;
+    wait_for(c, "#deploy").await?;
+    assert!(
+        !c.source().await?.contains("/rewind"),
+        "no rewind on a static app"
+    );
     submit(c, "#deploy", &[("ref", "master")]).await?;
     wait_for(c, "#deploy-log").await?;
     wait_for_text(c, "#deploy-status", "success", Duration::from_secs(120)).await?;
     let log = c.find(Locator::Css("#deploy-log")).await?.text().await?;
     assert!(!log.is_empty(), "the log is shown");
     screenshot(c, "deploy").await?;
+
+    // A second commit goes live; then the first comes back from its row in the history, after a confirmation.
+    let channel_id = api
+        .get(&format!("/apps/{app_id}"), &ann)
+        .await
+        .expect(200, None)["channels"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let channel_page = console.url(&format!("/apps/{app_id}/channels/{channel_id}"));
+    let second = api
+        .commit(&ann, &app_id, json!({"index.html": "<h1>second</h1>"}))
+        .await;
+    c.goto(&channel_page).await?;
+    submit(c, "#deploy", &[("ref", &second)]).await?;
+    wait_for_text(c, "#deploy-status", "success", Duration::from_secs(120)).await?;
+    c.goto(&channel_page).await?;
+    let first_row = c
+        .find(Locator::XPath(&format!("//tr[.//code[@title='{sha}']]")))
+        .await?;
+    let (confirm, said) = open_confirmation(&first_row).await?;
+    assert!(
+        said.contains(&format!("A new deploy of {}", &sha[..12])),
+        "{said}"
+    );
+    let channel_path = format!("/apps/{app_id}/channels/{channel_id}");
+    assert_eq!(
+        api.get(&channel_path, &ann).await.expect(200, None)["current_sha"],
+        json!(second),
+        "the first click deployed nothing"
+    );
+    screenshot(c, "rollback-confirm").await?;
+    confirm_with(&confirm).await?;
+    wait_for_text(c, "#deploy-status", "success", Duration::from_secs(120)).await?;
+    assert_eq!(
+        api.get(&channel_path, &ann).await.expect(200, None)["current_sha"],
+        json!(sha),
+        "rolled back to the first commit"
+    );
+
+    // At a phone's width no page scrolls sideways.
+    let deploy_path = c.current_url().await?.path().to_owned();
+    c.set_window_size(390, 844).await?;
+    for (name, path) in [
+        ("apps", "/apps".to_owned()),
+        ("app", format!("/apps/{app_id}")),
+        ("channel", format!("/apps/{app_id}/channels/{channel_id}")),
+        ("deploy", deploy_path),
+        ("env", format!("/apps/{app_id}/env")),
+        ("tokens", "/tokens".to_owned()),
+        ("account", "/account".to_owned()),
+    ] {
+        c.goto(&console.url(&path)).await?;
+        wait_for(c, "h1").await?;
+        let (page, viewport) = widths(c).await?;
+        assert!(
+            viewport <= 400,
+            "the window is {viewport} px wide, not a phone's"
+        );
+        assert!(
+            page <= viewport,
+            "{path} is {page} px wide in a {viewport} px viewport"
+        );
+        screenshot(c, &format!("{name}-390")).await?;
+    }
+    c.set_window_size(1280, 1000).await?;
 
     // A secret: hidden in the list, shown once through the reveal route, which journals it.
     c.goto(&console.url(&format!("/apps/{app_id}/env"))).await?;
@@ -552,11 +681,34 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
     let listed = row.text().await?;
     assert!(listed.contains("console"), "{listed}");
     screenshot(c, "tokens").await?;
-    row.find(Locator::Css("button")).await?.click().await?;
+    // Revoking takes a second click: the first only says what it will do.
+    let (confirm, said) = open_confirmation(&row).await?;
+    assert!(said.contains("“ci” is refused from now on"), "{said}");
+    assert_eq!(
+        curl(token.clone()).await?,
+        "200",
+        "the first click revoked nothing"
+    );
+    screenshot(c, "tokens-revoke-confirm").await?;
+    confirm_with(&confirm).await?;
     wait_for(c, ".banner.ok").await?;
     assert_eq!(curl(token).await?, "401");
 
-    // Share the app with cat as a member.
+    // Sharing with nobody says so in words; then share the app with cat as a member. Deployed, the app no longer
+    // says how to push a first commit.
+    c.goto(&console.url(&format!("/apps/{app_id}"))).await?;
+    wait_for(c, "#add-member").await?;
+    assert!(c.find(Locator::Css("#first-push")).await.is_err());
+    let state = c.find(Locator::Css("table .status")).await?.text().await?;
+    assert_eq!(state, "live", "the channel serves its deploy");
+    submit(
+        c,
+        "#add-member",
+        &[("username", "nobody-here"), ("role", "member")],
+    )
+    .await?;
+    let refusal = wait_for(c, ".banner.error").await?.text().await?;
+    assert_eq!(refusal, "No account is named \"nobody-here\".");
     c.goto(&console.url(&format!("/apps/{app_id}"))).await?;
     submit(
         c,
@@ -629,8 +781,11 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
         &[("to", &ben.username), ("confirm", "wrong")],
     )
     .await?;
-    wait_for(c, ".banner.error").await?;
-    assert!(c.source().await?.contains("invalid_confirmation"));
+    let refusal = wait_for(c, ".banner.error").await?.text().await?;
+    assert_eq!(
+        refusal, "Type the app's name, site, to confirm the transfer.",
+        "the refusal in words, without the API's code"
+    );
     c.goto(&console.url(&format!("/apps/{app_id}"))).await?;
     submit(
         c,

@@ -65,6 +65,7 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
         role = esc(text(&app, "role")),
         repo = esc(text(&app, "repo_url")),
     ));
+    body.push_str(&first_push(&person, &app, &app_id).await);
     let rows: Vec<Vec<String>> = list(&app, "channels")
         .iter()
         .map(|c| channel_cells(&app_id, c))
@@ -127,10 +128,14 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
         .map(|m| {
             let name = text(m, "username");
             let remove = if may(&app, Action::ManageMembers) && text(m, "role") != "owner" {
-                format!(
-                    r#"<form method="post" class="inline" action="{here}/members/{}/remove">{csrf}<button class="quiet" type="submit">Remove</button></form>"#,
-                    seg(name)
-                )
+                html::Destructive {
+                    action: &format!("{here}/members/{}/remove", seg(name)),
+                    hidden: &csrf,
+                    opener: "Remove",
+                    consequence: &format!("{name} loses access to this app at once."),
+                    button: "Remove the member",
+                }
+                .html()
             } else {
                 String::new()
             };
@@ -230,6 +235,44 @@ async fn remove_member(Path((app_id, username)): Path<(String, String)>, write: 
         Ok(_) => see(&format!("{here}?done=member-removed")),
         Err(f) => write.person.refused(&f, &here),
     }
+}
+
+/// What to do next on an app that has never been deployed, for someone who may push: the two git commands that
+/// store code (a push deploys nothing: the channel's Deploy button does), with a copy button and where the password
+/// comes from. An app whose code comes from a connected external repository takes no push, so it gets none.
+async fn first_push(person: &Person, app: &Value, app_id: &str) -> String {
+    let deployed = list(app, "channels")
+        .iter()
+        .any(|c| c.get("current_sha").is_some_and(|s| !s.is_null()));
+    if deployed || !may(app, Action::Write) {
+        return String::new();
+    }
+    let mirrored = person
+        .api
+        .get(&format!("/apps/{}/github", seg(app_id)))
+        .await
+        .is_ok_and(|m| m["connected"].as_bool() == Some(true));
+    if mirrored {
+        return String::new();
+    }
+    let prod = list(app, "channels").first();
+    let branch = prod
+        .map(|c| text(c, "git_ref_binding"))
+        .and_then(|b| b.strip_prefix("branch:"))
+        .unwrap_or("master");
+    let channel = prod.map(|c| text(c, "id")).unwrap_or_default();
+    format!(
+        r#"<section class="card" id="first-push"><h2>Push your code</h2>
+<p>From your project's directory:</p>
+<pre class="commands"><code id="push-commands">git remote add slipway {repo}
+git push slipway HEAD:{branch}</code></pre>
+<p><button type="button" data-copy="push-commands">Copy</button></p>
+<p class="hint">Git asks for a password: give it a token from <a href="/tokens?label=git">Tokens</a> (any username will do). A push stores the code; <a href="/apps/{app}/channels/{channel}">the channel's page</a> deploys it.</p></section>"#,
+        repo = esc(text(app, "repo_url")),
+        branch = esc(branch),
+        app = seg(app_id),
+        channel = seg(channel),
+    )
 }
 
 async fn transfer(

@@ -62,7 +62,7 @@ pub fn channel_cells(app_id: &str, channel: &Value) -> Vec<String> {
             esc(text(channel, "name"))
         ),
         esc(text(channel, "hostname")),
-        html::status(text(channel, "status")),
+        super::channel_state(channel),
         html::sha(channel.get("current_sha").and_then(Value::as_str)),
         pending,
     ]

@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use super::{Done, list, may, notice, person_page, see, text};
+use super::{Done, list, may, notice, person_page, see, text, warning};
 use crate::console::ConsoleRouter;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
@@ -38,9 +38,18 @@ const NOTICES: &[(&str, &str)] = &[
         "domain-attached",
         "The domain is attached. Create the DNS records below, then verify.",
     ),
-    ("domain-verified", "Verification ran; its outcome is below."),
+    (
+        "domain-verified",
+        "The domain is verified: it reaches this channel, and its certificate follows on its first visit.",
+    ),
     ("domain-removed", "The domain is detached."),
 ];
+
+/// What a write that went through but did not get what it asked for says.
+const WARNINGS: &[(&str, &str)] = &[(
+    "domain-unverified",
+    "The check did not pass: the domain's row below says why. Fix the DNS records, then verify again.",
+)];
 
 fn paths(app_id: &str, channel_id: &str) -> (String, String) {
     let app = format!("/apps/{}", seg(app_id));
@@ -65,12 +74,13 @@ async fn channel(
     let is_static = text(&app, "template") == "static";
     let csrf = html::csrf_field(&person.session.csrf);
     let mut body = notice(done.done.as_deref(), NOTICES);
+    body.push_str(&warning(done.done.as_deref(), WARNINGS));
     body.push_str(&format!(
         r#"<p><a href="{app_path}">{app_name}</a> · hostname <b id="hostname">{host}</b> · branch <code>{binding}</code> · status <span id="channel-status">{status}</span> · commit {sha}</p>"#,
         app_name = esc(text(&app, "name")),
         host = esc(text(&channel, "hostname")),
         binding = esc(text(&channel, "git_ref_binding")),
-        status = html::status(text(&channel, "status")),
+        status = super::channel_state(&channel),
         sha = html::sha(channel.get("current_sha").and_then(Value::as_str)),
     ));
 
@@ -83,8 +93,21 @@ async fn channel(
         body.push_str(&format!(
             r#"<form method="post" action="{here}/deploy" id="deploy" class="inline">{csrf}
 <label>Branch or commit <input name="ref" value="{branch}" required></label> <button type="submit">Deploy</button></form>
-<form method="post" action="{here}/rewind" class="inline">{csrf}<button class="quiet" type="submit">Rewind to the previous image</button></form>"#,
-            branch = esc(&branch)
+{rewind}"#,
+            branch = esc(&branch),
+            // A rewind serves an earlier built image again; a static site has none, so it is not offered.
+            rewind = if is_static {
+                String::new()
+            } else {
+                html::Destructive {
+                    action: &format!("{here}/rewind"),
+                    hidden: &csrf,
+                    opener: "Rewind",
+                    consequence: "The channel goes back to the image it served before this one, without a build.",
+                    button: "Rewind to the previous image",
+                }
+                .html()
+            },
         ));
     }
     let history = person
@@ -92,16 +115,26 @@ async fn channel(
         .get(&format!("{here}/deploys"))
         .await
         .unwrap_or(Value::Null);
+    let current = channel.get("current_sha").and_then(Value::as_str);
+    let writes = may(&app, Action::Write);
+    let mut offered = std::collections::HashSet::new();
     let rows: Vec<Vec<String>> = list(&history, "deploys")
         .iter()
         .map(|d| {
+            let sha = text(d, "git_sha");
+            // One offer per commit, on its newest successful deploy (the history is newest first).
+            let again = if writes && text(d, "status") == "success" && offered.insert(sha) {
+                deploy_again(&here, &csrf, sha, current == Some(sha))
+            } else {
+                String::new()
+            };
             vec![
                 format!(
                     r#"<a href="{here}/deploys/{}">{}</a>"#,
                     seg(text(d, "deploy_id")),
                     html::time(text(d, "created_at"))
                 ),
-                html::sha(Some(text(d, "git_sha"))),
+                html::sha(Some(sha)),
                 html::status(text(d, "status")),
                 if d.get("rewound_from").is_some_and(|r| !r.is_null()) {
                     "rewind".to_owned()
@@ -109,11 +142,12 @@ async fn channel(
                     "build".to_owned()
                 },
                 html::time(text(d, "finished_at")),
+                again,
             ]
         })
         .collect();
     body.push_str(&html::table(
-        &["requested", "commit", "status", "kind", "finished"],
+        &["requested", "commit", "status", "kind", "finished", ""],
         &rows,
         "No deploys yet.",
     ));
@@ -133,6 +167,40 @@ async fn channel(
         &format!("{} · {}", text(&app, "name"), text(&channel, "name")),
         &body,
     )
+}
+
+/// The offer to deploy a commit that went live before once more, after a confirmation: a roll back to it, or a
+/// redeploy of the commit that is live (which picks up the environment as it is now). Either is an ordinary new
+/// deploy of that commit; what serves keeps serving until it is ready.
+fn deploy_again(here: &str, csrf: &str, sha: &str, live: bool) -> String {
+    let short: String = sha.chars().take(12).collect();
+    let hidden = format!(
+        r#"{csrf}<input type="hidden" name="ref" value="{}">"#,
+        html::esc(sha)
+    );
+    let (opener, consequence) = if live {
+        (
+            "Redeploy",
+            format!(
+                "A new deploy of {short}, the commit that is live, with the environment as it is now."
+            ),
+        )
+    } else {
+        (
+            "Roll back to this",
+            format!(
+                "A new deploy of {short} goes live once it is ready; what serves now keeps serving until then."
+            ),
+        )
+    };
+    html::Destructive {
+        action: &format!("{here}/deploy"),
+        hidden: &hidden,
+        opener,
+        consequence: &consequence,
+        button: &format!("Deploy {short}"),
+    }
+    .html()
 }
 
 async fn domains_section(person: &Person, app: &Value, here: &str, csrf: &str) -> String {
@@ -159,8 +227,16 @@ async fn domains_section(person: &Person, app: &Value, here: &str, csrf: &str) -
             if manage {
                 actions = format!(
                     r#"<form method="post" class="inline" action="{here}/domains/{d}/verify">{csrf}<button class="quiet" type="submit">Verify</button></form>
-<form method="post" class="inline" action="{here}/domains/{d}/remove">{csrf}<button class="quiet" type="submit">Detach</button></form>"#,
-                    d = seg(name)
+{detach}"#,
+                    d = seg(name),
+                    detach = html::Destructive {
+                        action: &format!("{here}/domains/{}/remove", seg(name)),
+                        hidden: csrf,
+                        opener: "Detach",
+                        consequence: &format!("{name} stops reaching this channel, and its certificate is dropped."),
+                        button: "Detach the domain",
+                    }
+                    .html(),
                 );
             }
             let reason = d.get("reason").and_then(Value::as_str).map(|r| format!(" ({})", esc(r))).unwrap_or_default();
@@ -352,9 +428,20 @@ async fn verify_domain(
 ) -> Response {
     let (_, here) = paths(&app_id, &channel_id);
     let path = format!("{here}/domains/{}/verify", seg(&domain));
-    match write.person.api.send(Method::POST, &path, None).await {
-        Ok(_) => see(&format!("{here}?done=domain-verified")),
+    let answer = write.person.api.send(Method::POST, &path, None).await;
+    match answer.and_then(|a| a.json()) {
+        Ok(domain) => see(&format!("{here}?done={}", verify_outcome(&domain))),
         Err(f) => write.person.refused(&f, &here),
+    }
+}
+
+/// The notice a verify's answer (the domain) earns: verified only when the check passed this time; a domain left
+/// pending with a reason, or verified still with a transient failure recorded, gets the warning.
+fn verify_outcome(domain: &Value) -> &'static str {
+    if text(domain, "status") == "verified" && domain["reason"].is_null() {
+        "domain-verified"
+    } else {
+        "domain-unverified"
     }
 }
 
@@ -423,5 +510,36 @@ async fn runtime_log(Path((app_id, channel_id)): Path<(String, String)>, write: 
             person_page(&write.person, "Runtime log", &body)
         }
         Err(f) => write.person.refused(&f, &here),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_a_check_that_passed_is_announced_as_verified() {
+        let outcome = |domain: Value| verify_outcome(&domain);
+        assert_eq!(
+            outcome(json!({"status": "verified", "reason": null})),
+            "domain-verified"
+        );
+        assert_eq!(
+            outcome(json!({"status": "pending", "reason": "txt_nxdomain"})),
+            "domain-unverified"
+        );
+        assert_eq!(
+            outcome(json!({"status": "verified", "reason": "dns_lookup_failed"})),
+            "domain-unverified"
+        );
+        for (done, _) in WARNINGS {
+            assert!(
+                NOTICES.iter().all(|(n, _)| n != done),
+                "{done} is a warning only"
+            );
+        }
+        assert!(NOTICES.iter().any(|(n, _)| *n == "domain-verified"));
+        assert!(WARNINGS.iter().any(|(n, _)| *n == "domain-unverified"));
     }
 }

@@ -75,10 +75,16 @@ async fn env(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
                 ));
             }
             if writes {
-                actions.push_str(&format!(
-                    r#"<form method="post" class="inline" action="{here}/{}/delete">{csrf}{hidden_channel}<button class="quiet" type="submit">Delete</button></form>"#,
-                    seg(key)
-                ));
+                actions.push_str(
+                    &html::Destructive {
+                        action: &format!("{here}/{}/delete", seg(key)),
+                        hidden: &format!("{csrf}{hidden_channel}"),
+                        opener: "Delete",
+                        consequence: &format!("{key} is removed; deploys from now on run without it."),
+                        button: "Delete the variable",
+                    }
+                    .html(),
+                );
             }
             vec![
                 format!("<code>{}</code>", esc(key)),

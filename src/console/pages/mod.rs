@@ -71,9 +71,33 @@ pub fn see(to: &str) -> Response {
 
 /// A notice named by a page's `done` query parameter: only the texts the page lists, never text from the URL.
 pub fn notice(done: Option<&str>, known: &[(&str, &str)]) -> String {
+    banner_named(done, known, "ok")
+}
+
+/// A warning named by a page's `done` query parameter (a write that went through but did not get what it asked
+/// for), from the page's own list as [`notice`].
+pub fn warning(done: Option<&str>, known: &[(&str, &str)]) -> String {
+    banner_named(done, known, "warning")
+}
+
+fn banner_named(done: Option<&str>, known: &[(&str, &str)], kind: &str) -> String {
     done.and_then(|d| known.iter().find(|(k, _)| *k == d))
-        .map(|(_, text)| super::html::banner("ok", text))
+        .map(|(_, text)| super::html::banner(kind, text))
         .unwrap_or_default()
+}
+
+/// A channel's state in the words people use, styled by meaning: `live` (it serves a deploy), `starting` (its
+/// first deploy is in flight), `not deployed` (nothing ever went live and nothing is in flight) or `failed` (its
+/// database or bucket could not be made). The API's `provisioning` covers both of the middle two.
+pub fn channel_state(channel: &Value) -> String {
+    let in_flight = channel.get("pending_deploy").is_some_and(|p| !p.is_null());
+    let word = match text(channel, "status") {
+        "running" => "live",
+        "failed" => "failed",
+        _ if in_flight => "starting",
+        _ => "not deployed",
+    };
+    super::html::status(word)
 }
 
 /// The `done` query parameter of a page.
@@ -95,6 +119,26 @@ mod tests {
         assert!(!may(&member, Action::ManageMembers));
         assert!(may(&owner, Action::ManageMembers));
         assert!(!may(&serde_json::json!({}), Action::Read));
+    }
+
+    #[test]
+    fn a_channel_is_live_starting_not_deployed_or_failed() {
+        use serde_json::json;
+        let state = |channel: Value| channel_state(&channel);
+        assert!(state(json!({"status": "running", "pending_deploy": null})).contains(">live<"));
+        assert!(
+            state(json!({"status": "running", "pending_deploy": {"status": "running"}}))
+                .contains(">live<")
+        );
+        assert!(
+            state(json!({"status": "provisioning", "pending_deploy": {"status": "queued"}}))
+                .contains(">starting<")
+        );
+        assert!(
+            state(json!({"status": "provisioning", "pending_deploy": null}))
+                .contains(">not deployed<")
+        );
+        assert!(state(json!({"status": "failed"})).contains(">failed<"));
     }
 
     #[test]

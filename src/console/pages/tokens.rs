@@ -62,10 +62,18 @@ async fn tokens(person: Person, Query(query): Query<TokensQuery>) -> Response {
             let revoke = if this_session {
                 r#"<span class="hint">this browser's sign-in</span>"#.to_owned()
             } else {
-                format!(
-                    r#"<form method="post" class="inline" action="/tokens/{}/revoke">{csrf}<button class="quiet" type="submit">Revoke</button></form>"#,
-                    seg(id)
-                )
+                let label = t.get("label").and_then(Value::as_str);
+                html::Destructive {
+                    action: &format!("/tokens/{}/revoke", seg(id)),
+                    hidden: &csrf,
+                    opener: "Revoke",
+                    consequence: &match label {
+                        Some(label) => format!("Anything that signs in with the token “{label}” is refused from now on."),
+                        None => "Anything that signs in with this token is refused from now on.".to_owned(),
+                    },
+                    button: "Revoke the token",
+                }
+                .html()
             };
             vec![
                 format!(
