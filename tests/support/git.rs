@@ -3,7 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
+
+/// How long a git command may run before the test fails as hung.
+pub const GIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// A scratch directory with its own HOME for git.
 pub struct Workspace {
@@ -36,6 +39,17 @@ impl Workspace {
 
     /// `git args...` in `cwd` (relative to the workspace); does not fail on a non-zero exit.
     pub async fn try_git(&self, cwd: &str, args: &[&str]) -> Result<Run> {
+        self.try_git_within(cwd, args, GIT_LIMIT).await
+    }
+
+    /// [`Self::try_git`] given `limit` instead of [`GIT_LIMIT`]: for moving hundreds of megabytes, which on a
+    /// busy 2-core machine may take longer than a hung command would.
+    pub async fn try_git_within(
+        &self,
+        cwd: &str,
+        args: &[&str],
+        limit: std::time::Duration,
+    ) -> Result<Run> {
         let mut cmd = tokio::process::Command::new("git");
         cmd.args(args)
             .current_dir(self.dir.join(cwd))
@@ -53,7 +67,9 @@ impl Workspace {
         if let Some(ssh) = &self.ssh_command {
             cmd.env("GIT_SSH_COMMAND", ssh);
         }
-        let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output()).await??;
+        let out = tokio::time::timeout(limit, cmd.output())
+            .await
+            .with_context(|| format!("git {args:?} did not finish within {limit:?}"))??;
         Ok(Run {
             ok: out.status.success(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -63,7 +79,17 @@ impl Workspace {
 
     /// `git args...`, failing the test on a non-zero exit; returns stdout.
     pub async fn git(&self, cwd: &str, args: &[&str]) -> Result<String> {
-        let run = self.try_git(cwd, args).await?;
+        self.git_within(cwd, args, GIT_LIMIT).await
+    }
+
+    /// [`Self::git`] given `limit` (see [`Self::try_git_within`]).
+    pub async fn git_within(
+        &self,
+        cwd: &str,
+        args: &[&str],
+        limit: std::time::Duration,
+    ) -> Result<String> {
+        let run = self.try_git_within(cwd, args, limit).await?;
         if !run.ok {
             bail!("git {args:?} failed: {}{}", run.stdout, run.stderr);
         }
