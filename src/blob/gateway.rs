@@ -355,13 +355,18 @@ s3_impl! {
             // Without a version a delete adds a marker: nothing stored goes away.
             return self.proxy.delete_object(req).await;
         };
-        let bytes = self
-            .stored_size(&tenant.backend_bucket, &req.input.key, Some(&version))
-            .await;
-        self.quota.counted(&tenant, 0, async {
-            Ok((self.proxy.delete_object(req).await?, Settlement::Delta(-bytes)))
-        })
-        .await
+        let key = req.input.key.clone();
+        self.quota
+            .freeing(&tenant, &[&key], async {
+                let bytes = self
+                    .stored_size(&tenant.backend_bucket, &key, Some(&version))
+                    .await;
+                Ok((
+                    self.proxy.delete_object(req).await?,
+                    Settlement::Delta(-bytes),
+                ))
+            })
+            .await
     }
 
     async fn delete_objects(
@@ -369,27 +374,43 @@ s3_impl! {
         mut req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         let tenant = self.route(&mut req, |i| &mut i.bucket).await?;
-        let mut sizes: HashMap<(String, String), i64> = HashMap::new();
-        for object in &req.input.delete.objects {
-            if let Some(version) = &object.version_id {
-                let size = self
-                    .stored_size(&tenant.backend_bucket, &object.key, Some(version))
-                    .await;
-                sizes.insert((object.key.clone(), version.clone()), size);
-            }
+        let versioned: Vec<(String, String)> = req
+            .input
+            .delete
+            .objects
+            .iter()
+            .filter_map(|o| Some((o.key.clone(), o.version_id.clone()?)))
+            .collect();
+        if versioned.is_empty() {
+            // Markers only: nothing stored goes away.
+            return self.proxy.delete_objects(req).await;
         }
-        self.quota.counted(&tenant, 0, async {
-            let res = self.proxy.delete_objects(req).await?;
-            let freed: i64 = res
-                .output
-                .deleted
-                .iter()
-                .flatten()
-                .filter_map(|d| sizes.get(&(d.key.clone()?, d.version_id.clone()?)).copied())
-                .sum();
-            Ok((res, Settlement::Delta(-freed)))
-        })
-        .await
+        let keys: Vec<&str> = versioned.iter().map(|(key, _)| key.as_str()).collect();
+        self.quota
+            .freeing(&tenant, &keys, async {
+                let mut sizes: HashMap<&(String, String), i64> = HashMap::new();
+                for object in &versioned {
+                    let (key, version) = object;
+                    let size = self
+                        .stored_size(&tenant.backend_bucket, key, Some(version))
+                        .await;
+                    sizes.insert(object, size);
+                }
+                let res = self.proxy.delete_objects(req).await?;
+                // A version the request names twice is freed once.
+                let freed: i64 = res
+                    .output
+                    .deleted
+                    .iter()
+                    .flatten()
+                    .filter_map(|d| {
+                        let deleted = (d.key.clone()?, d.version_id.clone()?);
+                        sizes.remove(&deleted)
+                    })
+                    .sum();
+                Ok((res, Settlement::Delta(-freed)))
+            })
+            .await
     }
 
     async fn upload_part(

@@ -494,7 +494,7 @@ impl Passthrough {
 
 impl Passthrough {
     /// Sends a DELETE of an object: without a version it adds a marker and frees nothing; a version deleted by id
-    /// frees its bytes before the answer.
+    /// frees its bytes before the answer, measured under its key's lock ([`Quota::freeing`]).
     async fn delete(
         &self,
         tenant: &Tenant,
@@ -505,11 +505,11 @@ impl Passthrough {
             return self.send(backend_req).await;
         };
         let (_, key) = object_path(&req.uri)?;
-        let bytes = self
-            .stored_size(&tenant.backend_bucket, &key, &version)
-            .await;
         self.quota
-            .counted(tenant, 0, async {
+            .freeing(tenant, &[&key], async {
+                let bytes = self
+                    .stored_size(&tenant.backend_bucket, &key, &version)
+                    .await;
                 Ok((self.send(backend_req).await?, Settlement::Delta(-bytes)))
             })
             .await

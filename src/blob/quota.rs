@@ -16,6 +16,15 @@
 //! A small plain write takes its bytes from a quota lease instead of reserving them ([`super::lease`]); the same
 //! task counts it after its answer, when it sweeps the leases (every [`SWEEP`]), and ends the leases that serve no
 //! more.
+//!
+//! A delete of versions by id frees the bytes it measured just before it was sent ([`Quota::freeing`]), so two
+//! deletes of one version at once would both measure it and both free it: a tenant could delete a version many
+//! times over and store past the quota until the next recount. Deletes of versions therefore hold their keys'
+//! locks ([`store::lock_keys`], across every gateway replica) from the measure to the backend's answer. The locks
+//! keep the backend whole too: versitygw, deleting versions of one key from several requests at once, can leave
+//! the key with an object it lost the metadata of, which every one of those deletes answered as gone. The locks
+//! live on a small pool of their own ([`LOCK_CONNECTIONS`]), so deletes waiting for them never hold the
+//! connections the counting needs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +46,8 @@ const MAX_BATCH: usize = 512;
 const RETRY: Duration = Duration::from_secs(1);
 /// How often the leases' stored bytes are counted and the leases that serve no more ended.
 const SWEEP: Duration = Duration::from_millis(250);
+/// Connections that hold deletes' key locks, per gateway process; more deletes of versions at once wait for one.
+const LOCK_CONNECTIONS: u32 = 4;
 
 /// How a write that went through moves the stored bytes.
 #[derive(Debug)]
@@ -68,6 +79,7 @@ pub enum Settlement {
 #[derive(Clone)]
 pub struct Quota {
     db: PgPool,
+    locks: PgPool,
     leases: Arc<Leases>,
     later: mpsc::UnboundedSender<Settled>,
 }
@@ -105,7 +117,17 @@ impl Quota {
         let (later, queued) = mpsc::unbounded_channel();
         let leases = Arc::new(Leases::default());
         let task = tokio::spawn(settle_later(db.clone(), leases.clone(), queued));
-        (Self { db, leases, later }, Settler(task))
+        let locks = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(LOCK_CONNECTIONS)
+            .acquire_timeout(db.options().get_acquire_timeout())
+            .connect_lazy_with(db.connect_options().as_ref().clone());
+        let quota = Self {
+            db,
+            locks,
+            leases,
+            later,
+        };
+        (quota, Settler(task))
     }
 
     /// Forwards a plain write of `bytes` (a PUT or a copy) through `send`, counted as [`Self::counted`] counts it;
@@ -125,6 +147,25 @@ impl Quota {
             Ok((send.await?, Settlement::Reserved))
         })
         .await
+    }
+
+    /// Deletes versions of `keys` by id through `send`, which measures what it deletes (after the keys' locks are
+    /// taken, before it sends) and answers how the stored bytes moved, counted as [`Self::counted`] counts it.
+    pub async fn freeing<O>(
+        &self,
+        tenant: &Tenant,
+        keys: &[&str],
+        send: impl Future<Output = S3Result<(O, Settlement)>>,
+    ) -> S3Result<O> {
+        let locked = store::lock_keys(&self.locks, tenant.channel_id, keys)
+            .await
+            .map_err(unavailable)?;
+        let out = self.counted(tenant, 0, send).await?;
+        if let Err(e) = locked.commit().await {
+            // The delete is done and counted; the locks went with the transaction all the same.
+            tracing::warn!(error = %e, "could not end a delete's key locks");
+        }
+        Ok(out)
     }
 
     /// Reserves `bytes`, then forwards through `send`, which answers the output and how the stored bytes moved;

@@ -326,6 +326,35 @@ pub async fn settle_leases(db: &PgPool, stored: &[Settled], ended: &[Uuid]) -> s
     tx.commit().await
 }
 
+/// Stripes a channel's keys are locked in for deletes of versions ([`lock_keys`]): a delete waits only for the
+/// deletes of keys in the same stripe, and a request locks at most this many, however many keys it names.
+pub const KEY_STRIPES: i32 = 64;
+
+/// Seed of the key locks' hash (apart from other advisory locks on the same text).
+const KEY_LOCK_SEED: i64 = 0x6b65_7973;
+
+/// A transaction on `db` holding the locks of `keys` of `channel_id` (one per key stripe) until it ends: commit it
+/// when the work they guard is done; dropped, it rolls back and they are released too. Every caller takes its
+/// stripes in ascending order, so two callers never wait for each other in a circle.
+pub async fn lock_keys<'c>(
+    db: &PgPool,
+    channel_id: Uuid,
+    keys: &[&str],
+) -> sqlx::Result<sqlx::Transaction<'c, sqlx::Postgres>> {
+    let mut tx = db.begin().await?;
+    sqlx::query(
+        "SELECT count(pg_advisory_xact_lock(hashtextextended($1 || '/' || stripe::text, $2))) \
+         FROM (SELECT DISTINCT abs(hashtext(k) % $3) AS stripe FROM unnest($4::text[]) AS k ORDER BY stripe) AS s",
+    )
+    .bind(channel_id.to_string())
+    .bind(KEY_LOCK_SEED)
+    .bind(KEY_STRIPES)
+    .bind(keys)
+    .execute(&mut *tx)
+    .await?;
+    Ok(tx)
+}
+
 /// Ends reservation `id` of a write that did not happen.
 pub async fn release(db: &PgPool, id: Uuid) -> sqlx::Result<()> {
     sqlx::query("DELETE FROM blob_pending WHERE id = $1")

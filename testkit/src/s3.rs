@@ -65,6 +65,12 @@ impl TestS3 {
         Self::start_on("127.0.0.1").await
     }
 
+    /// The folder of `bucket`'s current objects (versitygw's posix backend: one file per key, its metadata in
+    /// extended attributes), for a test that damages what the backend holds.
+    pub fn bucket_dir(&self, bucket: &str) -> PathBuf {
+        self.dir.join("data").join(bucket)
+    }
+
     /// Stops the backend, keeping its data.
     pub fn pause(&mut self) {
         if let Some(mut child) = self.child.take() {

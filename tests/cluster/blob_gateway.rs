@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Result;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use slipway::blob::store::{self, NewStore, Store};
 use slipway::blob::{keys, recount};
 use slipway_backends::object_store::{self, Backend, S3Endpoint};
@@ -975,5 +976,161 @@ async fn a_key_of_only_whitespace_is_kept_and_its_versions_deleted_by_id() -> Re
     assert_eq!(py(&["delete", " "]).await?, "ok");
     assert_eq!(py(&["read", " "]).await?, "error 404 NoSuchKey");
     assert_eq!(g.all_settled().await?, 7);
+    Ok(())
+}
+
+#[tokio::test]
+async fn deletes_of_the_same_versions_at_once_free_their_bytes_once_and_leave_nothing_behind()
+-> Result<()> {
+    let g = Gateway::start("racing", "basic").await?;
+    g.put("kept", b"kept!!!".to_vec()).await.unwrap();
+    for _ in 0..3 {
+        for n in 0..5 {
+            g.put(&format!("key_{n}"), vec![b'x'; 10]).await.unwrap();
+        }
+        g.put("single", vec![b'y'; 10]).await.unwrap();
+    }
+    assert_eq!(g.all_settled().await?, 7 + 15 * 10 + 3 * 10);
+    let listed = g
+        .client()
+        .list_object_versions()
+        .bucket(g.bucket())
+        .send()
+        .await?;
+    let versions: Vec<(String, String)> = listed
+        .versions()
+        .iter()
+        .map(|v| {
+            (
+                v.key().unwrap().to_owned(),
+                v.version_id().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let mut batch = Delete::builder();
+    for (key, version) in versions.iter().filter(|(key, _)| key.starts_with("key_")) {
+        batch = batch.objects(
+            ObjectIdentifier::builder()
+                .key(key)
+                .version_id(version)
+                .build()?,
+        );
+    }
+    let batch = batch.build()?;
+
+    // Five requests delete the same fifteen versions at once (DeleteObjects, through the SDK path), and beside them
+    // five more delete each version of `single` by itself (DELETE ?versionId, the lean path).
+    let mut batches = tokio::task::JoinSet::new();
+    let mut singles = tokio::task::JoinSet::new();
+    for _ in 0..5 {
+        let (client, bucket, batch) = (g.client(), g.bucket().to_owned(), batch.clone());
+        batches.spawn(async move {
+            let out = client
+                .delete_objects()
+                .bucket(bucket)
+                .delete(batch)
+                .send()
+                .await?;
+            anyhow::Ok((out.deleted().len(), out.errors().len()))
+        });
+        for (key, version) in versions.iter().filter(|(key, _)| key == "single") {
+            let (client, bucket) = (g.client(), g.bucket().to_owned());
+            let (key, version) = (key.clone(), version.clone());
+            singles.spawn(async move {
+                client
+                    .delete_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .version_id(version)
+                    .send()
+                    .await
+            });
+        }
+    }
+    for answer in batches.join_all().await {
+        assert_eq!(
+            answer?,
+            (15, 0),
+            "each request deletes every version it names"
+        );
+    }
+    for answer in singles.join_all().await {
+        answer?;
+    }
+
+    // Only `kept` is left on the backend: no object, version or marker of the deleted keys.
+    let backend = g
+        .backend_client()
+        .list_object_versions()
+        .bucket(&g.store.backend_bucket)
+        .send()
+        .await?;
+    let left: Vec<&str> = backend.versions().iter().filter_map(|v| v.key()).collect();
+    assert_eq!(left, ["kept"]);
+    assert!(
+        backend.delete_markers().is_empty(),
+        "{:?}",
+        backend.delete_markers()
+    );
+    // Every deleted version's bytes were freed once: the usage is what is still stored.
+    assert_eq!(g.all_settled().await?, 7);
+    let listed = g
+        .client()
+        .list_objects_v2()
+        .bucket(g.bucket())
+        .send()
+        .await?;
+    let names: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(names, ["kept"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_object_the_backend_lost_the_metadata_of_is_listed_without_an_etag_and_deleted()
+-> Result<()> {
+    let g = Gateway::start("damaged", "basic").await?;
+    g.put("whole", b"whole".to_vec()).await.unwrap();
+    // A file with no metadata at all: versitygw lists it with an empty ETag, which s3s cannot read.
+    std::fs::write(
+        g.backend
+            .bucket_dir(&g.store.backend_bucket)
+            .join("damaged"),
+        b"bytes",
+    )?;
+    let client = g.client();
+    let listed = client.list_objects_v2().bucket(g.bucket()).send().await?;
+    let etags: Vec<(&str, Option<&str>)> = listed
+        .contents()
+        .iter()
+        .map(|o| (o.key().unwrap(), o.e_tag()))
+        .collect();
+    assert_eq!(etags.len(), 2, "{etags:?}");
+    assert_eq!(etags[0], ("damaged", None));
+    assert_eq!(etags[1].0, "whole");
+    assert!(etags[1].1.is_some_and(|e| e.len() == 34), "{etags:?}");
+    let v1 = client.list_objects().bucket(g.bucket()).send().await?;
+    assert_eq!(v1.contents().len(), 2);
+    let versions = client
+        .list_object_versions()
+        .bucket(g.bucket())
+        .send()
+        .await?;
+    let damaged = versions
+        .versions()
+        .iter()
+        .find(|v| v.key() == Some("damaged"))
+        .expect("listed");
+    assert_eq!(damaged.e_tag(), None);
+    // Found, it can be deleted like any other.
+    client
+        .delete_object()
+        .bucket(g.bucket())
+        .key("damaged")
+        .set_version_id(damaged.version_id().map(str::to_owned))
+        .send()
+        .await?;
+    let listed = client.list_objects_v2().bucket(g.bucket()).send().await?;
+    let names: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(names, ["whole"]);
     Ok(())
 }
