@@ -32,6 +32,35 @@ pub struct Header<'a> {
     pub username: &'a str,
     /// The session's CSRF token, for the sign-out form.
     pub csrf: &'a str,
+    /// The path of the page, to mark its section in the navigation.
+    pub path: &'a str,
+}
+
+/// The navigation's sections: where each leads, and its name.
+const SECTIONS: [(&str, &str); 3] = [
+    ("/apps", "Apps"),
+    ("/tokens", "Tokens"),
+    ("/account", "Account"),
+];
+
+/// The navigation's links, the one of the section `path` is in marked as the current page.
+fn sections(path: &str) -> String {
+    SECTIONS
+        .iter()
+        .map(|(href, name)| {
+            let inside = path == *href
+                || path
+                    .strip_prefix(href)
+                    .is_some_and(|rest| rest.starts_with('/'));
+            let current = if inside {
+                r#" aria-current="page""#
+            } else {
+                ""
+            };
+            format!(r#"<a href="{href}"{current}>{name}</a>"#)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A whole page: `title`, the navigation (with sign-out when someone is signed in), optional `notice` banners,
@@ -41,9 +70,10 @@ pub fn page(title: &str, header: Option<&Header<'_>>, body: &str) -> String {
     if let Some(h) = header {
         let _ = write!(
             nav,
-            r#"<nav><a href="/apps">Apps</a> <a href="/tokens">Tokens</a> <a href="/account">Account</a>
+            r#"<nav>{sections}
 <span class="who">{user}</span>
 <form method="post" action="/sign-out" class="inline">{csrf}<button type="submit">Sign out</button></form></nav>"#,
+            sections = sections(h.path),
             user = esc(h.username),
             csrf = csrf_field(h.csrf),
         );
@@ -51,7 +81,7 @@ pub fn page(title: &str, header: Option<&Header<'_>>, body: &str) -> String {
     format!(
         r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title} · slipway</title><link rel="stylesheet" href="/static/console.css"><script src="/static/console.js" defer></script></head>
+<title>{title} · slipway</title><link rel="icon" href="/static/favicon.svg" type="image/svg+xml"><link rel="stylesheet" href="/static/console.css"><script src="/static/console.js" defer></script></head>
 <body><header><a class="brand" href="/">slipway</a>{nav}</header><main>
 <h1>{title}</h1>
 {body}
@@ -156,25 +186,35 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// The first 12 characters of a commit id, as the console shows one.
+pub fn short_sha(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
 /// A commit id shortened to 12 characters, in a `code` element with the whole id as its title. Anything that is
 /// not a 40-hex commit id (a branch name a deploy could not resolve) is shown whole: cut, it would pass for one.
 pub fn sha(sha: Option<&str>) -> String {
     match sha {
         Some(s) if s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()) => {
-            format!(r#"<code title="{}">{}</code>"#, esc(s), esc(&s[..12]))
+            format!(r#"<code title="{}">{}</code>"#, esc(s), esc(short_sha(s)))
         }
         Some(s) if !s.is_empty() => format!("<code>{}</code>", esc(s)),
         _ => "—".to_owned(),
     }
 }
 
-/// A timestamp (RFC 3339) as people read it, to the minute in UTC; anything else as it is.
+/// A timestamp (RFC 3339) as people read it, to the minute in UTC, in a `time` element the console's script
+/// words relative to now ("5 min ago"), the exact time kept as its title; anything else as it is.
 pub fn time(text: &str) -> String {
     match chrono::DateTime::parse_from_rfc3339(text) {
-        Ok(at) => at
-            .with_timezone(&chrono::Utc)
-            .format("%Y-%m-%d %H:%M UTC")
-            .to_string(),
+        Ok(at) => {
+            let at = at.with_timezone(&chrono::Utc);
+            format!(
+                r#"<time datetime="{}">{}</time>"#,
+                at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                at.format("%Y-%m-%d %H:%M UTC")
+            )
+        }
         Err(_) => esc(text),
     }
 }
@@ -191,6 +231,20 @@ pub fn status(word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_navigation_marks_the_section_of_the_page() {
+        let nav = sections("/apps/a1/channels/c1");
+        assert!(
+            nav.contains(r#"<a href="/apps" aria-current="page">Apps</a>"#),
+            "{nav}"
+        );
+        assert!(nav.contains(r#"<a href="/tokens">Tokens</a>"#), "{nav}");
+        assert_eq!(sections("/account").matches("aria-current").count(), 1);
+        assert!(sections("/apps").contains(r#"href="/apps" aria-current"#));
+        // A path that only begins with a section's name is not inside it.
+        assert!(!sections("/appsx").contains("aria-current"));
+    }
 
     #[test]
     fn a_destructive_action_sends_nothing_before_its_second_click() {
@@ -254,9 +308,17 @@ mod tests {
             r#"<code title="0123456789abcdef0123456789abcdef01234567">0123456789ab</code>"#
         );
         assert_eq!(sha(None), "—");
-        assert_eq!(time("2026-11-26T13:34:35.530592Z"), "2026-11-26 13:34 UTC");
-        assert_eq!(time("2026-11-26T15:34:35+02:00"), "2026-11-26 13:34 UTC");
+        assert_eq!(
+            time("2026-11-26T13:34:35.530592Z"),
+            r#"<time datetime="2026-11-26T13:34:35Z">2026-11-26 13:34 UTC</time>"#
+        );
+        assert_eq!(
+            time("2026-11-26T15:34:35+02:00"),
+            r#"<time datetime="2026-11-26T13:34:35Z">2026-11-26 13:34 UTC</time>"#
+        );
         assert_eq!(time("never"), "never");
+        assert_eq!(short_sha("0123456789abcdef0123"), "0123456789ab");
+        assert_eq!(short_sha("main"), "main");
         assert_eq!(
             status("success"),
             r#"<span class="status status-success">success</span>"#

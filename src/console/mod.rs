@@ -190,6 +190,7 @@ pub fn router(console: Arc<Console>) -> axum::Router {
         .route("/", get(|| async { Redirect::to("/apps") }))
         .route("/static/console.css", get(css))
         .route("/static/console.js", get(js))
+        .route("/static/favicon.svg", get(favicon))
         .merge(login::routes())
         .merge(pages::routes())
         .fallback(|| async { error_page(StatusCode::NOT_FOUND, "There is no such page.") })
@@ -241,23 +242,31 @@ async fn security_headers(req: Request, next: Next) -> Response {
 }
 
 async fn css() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
-            (header::CACHE_CONTROL, "public, max-age=300"),
-        ],
+    asset(
+        "text/css; charset=utf-8",
         include_str!("assets/console.css"),
     )
-        .into_response()
 }
 
 async fn js() -> Response {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/console.js"),
+    )
+}
+
+async fn favicon() -> Response {
+    asset("image/svg+xml", include_str!("assets/favicon.svg"))
+}
+
+/// One of the console's own files, of type `content_type`, cached a little while.
+fn asset(content_type: &'static str, body: &'static str) -> Response {
     (
         [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "public, max-age=300"),
         ],
-        include_str!("assets/console.js"),
+        body,
     )
         .into_response()
 }

@@ -76,6 +76,8 @@ pub struct Person {
     pub session: Session,
     /// The API, called with the session's token.
     pub api: Rest,
+    /// The path of the page asked for, for the navigation to mark where they are.
+    pub path: String,
 }
 
 impl Person {
@@ -84,6 +86,7 @@ impl Person {
         super::html::Header {
             username: &self.session.username,
             csrf: &self.session.csrf,
+            path: &self.path,
         }
     }
 }
@@ -143,6 +146,7 @@ impl FromRequestParts<Arc<Console>> for Person {
         Ok(Person {
             api: Rest::new(console.api.clone(), Some(bearer)),
             session,
+            path: parts.uri.path().to_owned(),
         })
     }
 }

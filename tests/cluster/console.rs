@@ -613,6 +613,18 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
         screenshot(c, &format!("{name}-390")).await?;
     }
     c.set_window_size(1280, 1000).await?;
+    // Every page names the console's icon, which is served.
+    let icon = c
+        .find(Locator::Css("link[rel=icon]"))
+        .await?
+        .attr("href")
+        .await?;
+    assert_eq!(icon.as_deref(), Some("/static/favicon.svg"));
+    c.goto(&console.url("/static/favicon.svg")).await?;
+    assert!(
+        c.source().await?.contains("<svg"),
+        "the icon is an SVG image"
+    );
 
     // A secret: hidden in the list, shown once through the reveal route, which journals it.
     c.goto(&console.url(&format!("/apps/{app_id}/env"))).await?;
@@ -680,6 +692,17 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
         .await?;
     let listed = row.text().await?;
     assert!(listed.contains("console"), "{listed}");
+    // Times read relative to now, the exact time kept as their title; the navigation marks the section.
+    let minted = row.find(Locator::Css("time")).await?;
+    let said = minted.text().await?;
+    assert!(said == "just now" || said.ends_with(" ago"), "{said}");
+    let exact = minted.attr("title").await?.unwrap_or_default();
+    assert!(exact.ends_with(" UTC"), "{exact}");
+    let mut marked = Vec::new();
+    for link in c.find_all(Locator::Css("nav a[aria-current=page]")).await? {
+        marked.push(link.text().await?);
+    }
+    assert_eq!(marked, ["Tokens"]);
     screenshot(c, "tokens").await?;
     // Revoking takes a second click: the first only says what it will do.
     let (confirm, said) = open_confirmation(&row).await?;

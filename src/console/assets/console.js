@@ -1,4 +1,5 @@
-// The slipway console's only script: a build log that follows its deploy until it finishes, and copy buttons.
+// The slipway console's only script: a build log that follows its deploy until it finishes, copy buttons, and
+// times worded relative to now (the exact time stays as their title).
 "use strict";
 
 function followLog(pre) {
@@ -38,7 +39,33 @@ function followLog(pre) {
   setTimeout(poll, 500);
 }
 
+// How long ago (or how far ahead) `then` is, in words; null beyond a month, where the date itself reads better.
+function relative(then, now) {
+  const seconds = Math.round((now - then) / 1000);
+  const ahead = seconds < 0;
+  const s = Math.abs(seconds);
+  let words;
+  if (s < 45) return ahead ? "in a moment" : "just now";
+  else if (s < 3600) words = Math.round(s / 60) + " min";
+  else if (s < 86400) words = Math.round(s / 3600) + " h";
+  else if (s < 30 * 86400) { const d = Math.round(s / 86400); words = d + (d === 1 ? " day" : " days"); }
+  else return null;
+  return ahead ? "in " + words : words + " ago";
+}
+
+function wordTimes() {
+  const now = Date.now();
+  document.querySelectorAll("time[datetime]").forEach((el) => {
+    if (!el.dataset.exact) el.dataset.exact = el.textContent;
+    const words = relative(Date.parse(el.getAttribute("datetime")), now);
+    el.title = el.dataset.exact;
+    el.textContent = words || el.dataset.exact;
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  wordTimes();
+  setInterval(wordTimes, 30000);
   document.querySelectorAll("pre[data-source]").forEach(followLog);
   document.querySelectorAll("button[data-copy]").forEach((button) => {
     button.addEventListener("click", async () => {

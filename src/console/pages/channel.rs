@@ -173,7 +173,7 @@ async fn channel(
 /// redeploy of the commit that is live (which picks up the environment as it is now). Either is an ordinary new
 /// deploy of that commit; what serves keeps serving until it is ready.
 fn deploy_again(here: &str, csrf: &str, sha: &str, live: bool) -> String {
-    let short: String = sha.chars().take(12).collect();
+    let short = html::short_sha(sha);
     let hidden = format!(
         r#"{csrf}<input type="hidden" name="ref" value="{}">"#,
         html::esc(sha)
