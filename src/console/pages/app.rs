@@ -256,10 +256,7 @@ async fn first_push(person: &Person, app: &Value, app_id: &str) -> String {
         return String::new();
     }
     let prod = list(app, "channels").first();
-    let branch = prod
-        .map(|c| text(c, "git_ref_binding"))
-        .and_then(|b| b.strip_prefix("branch:"))
-        .unwrap_or("master");
+    let branch = prod.map_or("master", super::bound_branch);
     let channel = prod.map(|c| text(c, "id")).unwrap_or_default();
     format!(
         r#"<section class="card" id="first-push"><h2>Push your code</h2>

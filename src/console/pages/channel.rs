@@ -86,15 +86,12 @@ async fn channel(
 
     body.push_str("<h2>Deploys</h2>");
     if may(&app, Action::Write) {
-        let branch = text(&channel, "git_ref_binding")
-            .strip_prefix("branch:")
-            .unwrap_or("master")
-            .to_owned();
+        let branch = super::bound_branch(&channel);
         body.push_str(&format!(
             r#"<form method="post" action="{here}/deploy" id="deploy" class="inline">{csrf}
 <label>Branch or commit <input name="ref" value="{branch}" required></label> <button type="submit">Deploy</button></form>
 {rewind}"#,
-            branch = esc(&branch),
+            branch = esc(branch),
             // A rewind serves an earlier built image again; a static site has none, so it is not offered.
             rewind = if is_static {
                 String::new()

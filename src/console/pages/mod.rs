@@ -31,6 +31,14 @@ pub fn routes() -> ConsoleRouter {
         .merge(account::routes())
 }
 
+/// The branch a channel deploys from (`git_ref_binding` `branch:<name>`); `master`, the default branch of the
+/// repositories the platform makes, when it is bound otherwise.
+pub fn bound_branch(channel: &Value) -> &str {
+    text(channel, "git_ref_binding")
+        .strip_prefix("branch:")
+        .unwrap_or("master")
+}
+
 /// The string at `key` of a JSON object; empty when absent or not a string.
 pub fn text<'a>(value: &'a Value, key: &str) -> &'a str {
     value.get(key).and_then(Value::as_str).unwrap_or_default()
