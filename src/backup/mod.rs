@@ -18,7 +18,8 @@
 //! the Secrets it reads itself, so the api's ServiceAccount stays without them. A restore is the same path
 //! backwards into a release just installed: the operator is held at 0 replicas while the state goes in (it would
 //! otherwise act on Channels whose status is not back yet), and the api and edge restart to read the restored
-//! keyring, sign-in keys and host key.
+//! keyring, sign-in keys and host key. The operator's Deployment notes the replicas it had while it is held, so a
+//! restore killed half-way and run again puts those back rather than the 0 it finds.
 
 mod archive;
 mod cluster;
@@ -211,12 +212,24 @@ pub async fn restore(
     let objects: Vec<Value> = serde_json::from_slice(&file.bytes("objects.json").await?)?;
     let secrets: Secrets = serde_json::from_slice(&file.bytes("secrets.json").await?)?;
     let release = Release::find(client, namespace, release).await?;
+    // A restore killed while it held the operator left it at 0 replicas; run again, it goes on where the install
+    // is still fresh, and otherwise says how to start over.
+    let cut_short = release.held_by_a_cut_restore().map(|replicas| {
+        format!(
+            "; a restore was cut short here and left the operator held at 0 replicas (it had {replicas}): \
+             install afresh and restore again"
+        )
+    });
+    let cut_short = cut_short.unwrap_or_default();
     if let Some(app) = release.any_app().await? {
         bail!(
-            "the cluster already has apps ({app}): a backup is restored into a fresh install only"
+            "the cluster already has apps ({app}): a backup is restored into a fresh install only{cut_short}"
         );
     }
-    release.exec_check(&["restore-check"]).await?;
+    release
+        .exec_check(&["restore-check"])
+        .await
+        .map_err(|e| anyhow::anyhow!("{e:#}{cut_short}"))?;
     step(
         started,
         format!(

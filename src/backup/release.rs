@@ -21,6 +21,10 @@ const EXEC_BUFFER: usize = 1 << 20;
 /// Bytes of a pod-side part's stderr kept for an error message.
 const STDERR_TAIL: usize = 4096;
 
+/// The annotation of an operator held by a restore: the replicas it had before, so that a restore cut short (its
+/// process killed while it held the operator) and run again puts those back, not the 0 it finds.
+const HELD_REPLICAS: &str = "slipway.dev/restore-held-replicas";
+
 /// How long the operator's pods get to stop, and the api to come back.
 const WAIT: Duration = Duration::from_secs(300);
 
@@ -243,14 +247,29 @@ impl Release {
         Ok(Running { process, stderr })
     }
 
-    /// Scales the operator to 0 and waits until none of its pods is left; returns its replica count.
+    /// The replicas the operator had before a restore that was cut short held it, if one did.
+    pub fn held_by_a_cut_restore(&self) -> Option<i32> {
+        self.operator
+            .as_ref()?
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(HELD_REPLICAS)?
+            .parse()
+            .ok()
+    }
+
+    /// Scales the operator to 0, noting its replica count on it ([`HELD_REPLICAS`]), and waits until none of its
+    /// pods is left; returns that count (the one noted by a restore cut short, when there was one).
     pub async fn hold_operator(&self) -> anyhow::Result<Option<i32>> {
         let Some(operator) = &self.operator else {
             return Ok(None);
         };
         let name = operator.metadata.name.clone().unwrap_or_default();
-        let replicas = operator.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-        self.scale(&name, 0).await?;
+        let replicas = self
+            .held_by_a_cut_restore()
+            .unwrap_or_else(|| operator.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1));
+        self.scale(&name, 0, Some(replicas)).await?;
         let pods = Api::<Pod>::namespaced(self.client.clone(), &self.namespace);
         let selector = format!("{INSTANCE}={},{COMPONENT}=operator", self.name);
         let deadline = tokio::time::Instant::now() + WAIT;
@@ -268,13 +287,14 @@ impl Release {
         Ok(Some(replicas))
     }
 
-    /// Scales the operator back to `replicas`.
+    /// Scales the operator back to `replicas`, and removes the note of them.
     pub async fn release_operator(&self, replicas: Option<i32>) -> anyhow::Result<()> {
         match (&self.operator, replicas) {
             (Some(operator), Some(replicas)) => {
                 self.scale(
                     &operator.metadata.name.clone().unwrap_or_default(),
                     replicas,
+                    None,
                 )
                 .await
             }
@@ -282,12 +302,22 @@ impl Release {
         }
     }
 
-    async fn scale(&self, deployment: &str, replicas: i32) -> anyhow::Result<()> {
+    /// Scales `deployment` to `replicas`, noting `held` on it ([`HELD_REPLICAS`]) or, with `None`, removing the note.
+    async fn scale(
+        &self,
+        deployment: &str,
+        replicas: i32,
+        held: Option<i32>,
+    ) -> anyhow::Result<()> {
+        let held = held.map(|n| n.to_string());
         Api::<Deployment>::namespaced(self.client.clone(), &self.namespace)
             .patch(
                 deployment,
                 &PatchParams::default(),
-                &Patch::Merge(json!({ "spec": { "replicas": replicas } })),
+                &Patch::Merge(json!({
+                    "metadata": { "annotations": { HELD_REPLICAS: held } },
+                    "spec": { "replicas": replicas },
+                })),
             )
             .await
             .with_context(|| format!("scale {deployment} to {replicas}"))?;

@@ -22,6 +22,7 @@ use support::https::TestDns;
 use support::platform::{
     Account, Installed, app_ids, domain_certificate, hack, kubectl, output, until,
 };
+use tokio::io::AsyncBufReadExt;
 
 /// A server that answers its version and the secret the platform gave it.
 const SERVER: &str = r#"import os, http.server
@@ -223,10 +224,42 @@ async fn a_backup_brings_the_platform_back_after_everything_it_kept_is_gone() ->
         fresh.text()
     );
 
+    // A restore killed once it holds the operator leaves it at 0 replicas, the count it had noted on it; run
+    // again, the restore goes on and puts that count back.
+    let replicas = operator_replicas(&platform).await?;
+    let mut cut = slipway(&["restore", "--input", file.to_str().unwrap()], &platform)?
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let mut progress = tokio::io::BufReader::new(cut.stderr.take().context("stderr")?).lines();
+    while let Some(line) = progress.next_line().await? {
+        println!("cut restore: {line}");
+        if line.contains("operator held at 0 replicas") {
+            break;
+        }
+    }
+    cut.kill().await?;
+    assert_eq!(operator_replicas(&platform).await?, "0");
     // A backup is not restored over a platform that has apps: tried below once it has them.
     let started = Instant::now();
     admin(&["restore", "--input", file.to_str().unwrap()], &platform).await?;
     println!("restored in {:.1}s", started.elapsed().as_secs_f64());
+    assert_eq!(
+        operator_replicas(&platform).await?,
+        replicas,
+        "the operator is back at the replicas it had before the cut restore"
+    );
+    let note = kubectl(&[
+        "-n",
+        &platform.namespace,
+        "get",
+        "deployment",
+        &format!("{}-operator", platform.release),
+        "-o",
+        "jsonpath={.metadata.annotations}",
+    ])
+    .await?;
+    assert!(!note.contains("restore-held-replicas"), "{note}");
 
     // Every app answers again: the site by its own name and over HTTPS on its custom domain, with the certificate it
     // had (restored, not ordered anew); the app with its secret.
@@ -297,7 +330,17 @@ async fn a_backup_brings_the_platform_back_after_everything_it_kept_is_gone() ->
     assert!(!refused.status.success());
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("fresh install only"), "{said}");
-    let operator = kubectl(&[
+    assert_eq!(
+        operator_replicas(&platform).await?,
+        replicas,
+        "a refused restore held the operator"
+    );
+    Ok(())
+}
+
+/// The operator Deployment's replicas, as its spec has them.
+async fn operator_replicas(platform: &Installed) -> Result<String> {
+    let replicas = kubectl(&[
         "-n",
         &platform.namespace,
         "get",
@@ -307,8 +350,7 @@ async fn a_backup_brings_the_platform_back_after_everything_it_kept_is_gone() ->
         "jsonpath={.spec.replicas}",
     ])
     .await?;
-    assert_ne!(operator.trim(), "0", "a refused restore held the operator");
-    Ok(())
+    Ok(replicas.trim().to_owned())
 }
 
 /// The ids of `account`'s app `name` and of its prod channel.
