@@ -249,16 +249,7 @@ async fn a_backup_brings_the_platform_back_after_everything_it_kept_is_gone() ->
         replicas,
         "the operator is back at the replicas it had before the cut restore"
     );
-    let note = kubectl(&[
-        "-n",
-        &platform.namespace,
-        "get",
-        "deployment",
-        &format!("{}-operator", platform.release),
-        "-o",
-        "jsonpath={.metadata.annotations}",
-    ])
-    .await?;
+    let note = operator_field(&platform, "{.metadata.annotations}").await?;
     assert!(!note.contains("restore-held-replicas"), "{note}");
 
     // Every app answers again: the site by its own name and over HTTPS on its custom domain, with the certificate it
@@ -340,17 +331,22 @@ async fn a_backup_brings_the_platform_back_after_everything_it_kept_is_gone() ->
 
 /// The operator Deployment's replicas, as its spec has them.
 async fn operator_replicas(platform: &Installed) -> Result<String> {
-    let replicas = kubectl(&[
+    operator_field(platform, "{.spec.replicas}").await
+}
+
+/// What the JSONPath `path` picks of the operator's Deployment.
+async fn operator_field(platform: &Installed, path: &str) -> Result<String> {
+    let field = kubectl(&[
         "-n",
         &platform.namespace,
         "get",
         "deployment",
         &format!("{}-operator", platform.release),
         "-o",
-        "jsonpath={.spec.replicas}",
+        &format!("jsonpath={path}"),
     ])
     .await?;
-    Ok(replicas.trim().to_owned())
+    Ok(field.trim().to_owned())
 }
 
 /// The ids of `account`'s app `name` and of its prod channel.
