@@ -236,6 +236,7 @@ api:
     image: $SLIPWAY_REGISTRY/slipway/log-sandbox:$BASES_SUITE
   console:
     url: https://$SLIPWAY_NODE_IP:$CONSOLE_NODE_PORT
+    appsPort: $EDGE_TLS_NODE_PORT
     tlsSecret: $CONSOLE_TLS_SECRET
     service:
       type: NodePort

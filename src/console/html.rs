@@ -219,6 +219,19 @@ pub fn time(text: &str) -> String {
     }
 }
 
+/// A link to the app at `host` over HTTPS on `port` (named only when it is not 443), showing the hostname.
+pub fn app_link(host: &str, port: u16) -> String {
+    if host.is_empty() {
+        return "—".to_owned();
+    }
+    let port = if port == 443 {
+        String::new()
+    } else {
+        format!(":{port}")
+    };
+    format!(r#"<a href="https://{0}{port}/">{0}</a>"#, esc(host))
+}
+
 /// A status word styled by its meaning.
 pub fn status(word: &str) -> String {
     format!(
@@ -319,6 +332,15 @@ mod tests {
         assert_eq!(time("never"), "never");
         assert_eq!(short_sha("0123456789abcdef0123"), "0123456789ab");
         assert_eq!(short_sha("main"), "main");
+        assert_eq!(
+            app_link("blog-ann.apps.example.com", 443),
+            r#"<a href="https://blog-ann.apps.example.com/">blog-ann.apps.example.com</a>"#
+        );
+        assert_eq!(
+            app_link("blog-ann.apps.local", 30443),
+            r#"<a href="https://blog-ann.apps.local:30443/">blog-ann.apps.local</a>"#
+        );
+        assert_eq!(app_link("", 443), "—");
         assert_eq!(
             status("success"),
             r#"<span class="status status-success">success</span>"#

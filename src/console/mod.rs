@@ -65,6 +65,10 @@ pub struct ConsoleArgs {
     /// File holding the console's client secret at that provider.
     #[arg(long, env = "SLIPWAY_CONSOLE_SIGN_IN_CLIENT_SECRET_FILE")]
     pub console_sign_in_client_secret_file: Option<PathBuf>,
+    /// The port apps answer HTTPS on at their hostnames (the edge's public one), for the console's links to them;
+    /// at 443 the links name none.
+    #[arg(long, env = "SLIPWAY_CONSOLE_APPS_PORT", default_value_t = 443)]
+    pub console_apps_port: u16,
 }
 
 /// The console: its origin, its sealing key, its upstream provider, and the API it calls.
@@ -73,6 +77,8 @@ pub struct Console {
     pub origin: String,
     /// Seals the console's cookies.
     pub sealer: Sealer,
+    /// The port apps answer HTTPS on at their hostnames (443 unless set otherwise).
+    pub apps_port: u16,
     /// The provider people may sign in at.
     pub upstream: Option<Upstream>,
     /// The public REST API's router, called in-process.
@@ -98,6 +104,7 @@ impl Console {
         Ok(Self {
             origin,
             sealer: Sealer::derive_for(secret, b"slipway console sealing key"),
+            apps_port: 443,
             upstream,
             api,
             state,
@@ -148,7 +155,8 @@ impl ConsoleArgs {
             self.console_sign_in_client_id.as_ref(),
             self.console_sign_in_client_secret_file.as_ref(),
         )?;
-        let console = Console::new(url, secret.trim_ascii(), upstream, api, state)?;
+        let mut console = Console::new(url, secret.trim_ascii(), upstream, api, state)?;
+        console.apps_port = self.console_apps_port;
         tracing::info!(
             addr = %listen,
             url = %console.origin,
@@ -365,6 +373,7 @@ mod tests {
             console_sign_in_issuer: None,
             console_sign_in_client_id: None,
             console_sign_in_client_secret_file: None,
+            console_apps_port: 443,
         }
     }
 

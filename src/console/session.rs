@@ -78,6 +78,8 @@ pub struct Person {
     pub api: Rest,
     /// The path of the page asked for, for the navigation to mark where they are.
     pub path: String,
+    /// The port apps answer HTTPS on, for links to them.
+    pub apps_port: u16,
 }
 
 impl Person {
@@ -147,6 +149,7 @@ impl FromRequestParts<Arc<Console>> for Person {
             api: Rest::new(console.api.clone(), Some(bearer)),
             session,
             path: parts.uri.path().to_owned(),
+            apps_port: console.apps_port,
         })
     }
 }

@@ -557,6 +557,18 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
         .unwrap()
         .to_owned();
     let channel_page = console.url(&format!("/apps/{app_id}/channels/{channel_id}"));
+    // The hostname links to the app, over HTTPS on the port apps answer at.
+    c.goto(&channel_page).await?;
+    let host = c.find(Locator::Css("#hostname a")).await?;
+    let hostname = host.text().await?;
+    assert!(hostname.ends_with(support::APP_DOMAIN), "{hostname}");
+    assert_eq!(
+        host.attr("href").await?,
+        Some(format!(
+            "https://{hostname}:{}/",
+            support::console::APPS_PORT
+        ))
+    );
     let second = api
         .commit(&ann, &app_id, json!({"index.html": "<h1>second</h1>"}))
         .await;

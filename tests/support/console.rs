@@ -14,6 +14,8 @@ use super::TestApi;
 
 /// The console's host name in tests.
 pub const HOST: &str = "console.slipway.test";
+/// The port the console's links to apps name (apps answer HTTPS there in the platform it stands for).
+pub const APPS_PORT: u16 = 30443;
 
 /// A console served for a test.
 pub struct TestConsole {
@@ -58,9 +60,10 @@ impl TestConsole {
             console_sign_in_issuer: None,
             console_sign_in_client_id: None,
             console_sign_in_client_secret_file: None,
+            console_apps_port: APPS_PORT,
         };
         let tls = args.tls()?;
-        let console = Console::new(
+        let mut console = Console::new(
             &origin,
             uuid::Uuid::new_v4()
                 .simple()
@@ -75,6 +78,7 @@ impl TestConsole {
             api.router.clone(),
             api.state.clone(),
         )?;
+        console.apps_port = args.console_apps_port;
         tokio::spawn(async move {
             let _dir = dir;
             if let Err(e) =

@@ -68,7 +68,7 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
     body.push_str(&first_push(&person, &app, &app_id).await);
     let rows: Vec<Vec<String>> = list(&app, "channels")
         .iter()
-        .map(|c| channel_cells(&app_id, c))
+        .map(|c| channel_cells(&app_id, c, person.apps_port))
         .collect();
     body.push_str("<h2>Channels</h2>");
     body.push_str(&html::table(

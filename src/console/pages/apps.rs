@@ -41,8 +41,9 @@ pub async fn soft_cap_warning(person: &Person) -> String {
     }
 }
 
-/// A channel's one-line summary: hostname (a link), status, commit, deploy in flight.
-pub fn channel_cells(app_id: &str, channel: &Value) -> Vec<String> {
+/// A channel's one-line summary: name (a link to its page), hostname (a link to the app on `apps_port`), status,
+/// commit, deploy in flight.
+pub fn channel_cells(app_id: &str, channel: &Value, apps_port: u16) -> Vec<String> {
     let pending = match channel.get("pending_deploy").filter(|p| !p.is_null()) {
         Some(p) => format!(
             r#"<a href="/apps/{}/channels/{}/deploys/{}">{}</a> {}"#,
@@ -61,7 +62,7 @@ pub fn channel_cells(app_id: &str, channel: &Value) -> Vec<String> {
             seg(text(channel, "id")),
             esc(text(channel, "name"))
         ),
-        esc(text(channel, "hostname")),
+        html::app_link(text(channel, "hostname"), apps_port),
         super::channel_state(channel),
         html::sha(channel.get("current_sha").and_then(Value::as_str)),
         pending,
@@ -98,7 +99,7 @@ async fn apps(person: Person, Query(done): Query<Done>) -> Response {
         };
         let rows: Vec<Vec<String>> = list(app, "channels")
             .iter()
-            .map(|c| channel_cells(id, c))
+            .map(|c| channel_cells(id, c, person.apps_port))
             .collect();
         body.push_str(&format!(
             r#"<section class="card app" data-app="{name}"><h2><a href="/apps/{id}">{title}</a> <small>{template} · your role: <span class="role">{role}</span></small></h2>{table}</section>"#,

@@ -78,7 +78,7 @@ async fn channel(
     body.push_str(&format!(
         r#"<p><a href="{app_path}">{app_name}</a> · hostname <b id="hostname">{host}</b> · branch <code>{binding}</code> · status <span id="channel-status">{status}</span> · commit {sha}</p>"#,
         app_name = esc(text(&app, "name")),
-        host = esc(text(&channel, "hostname")),
+        host = html::app_link(text(&channel, "hostname"), person.apps_port),
         binding = esc(text(&channel, "git_ref_binding")),
         status = super::channel_state(&channel),
         sha = html::sha(channel.get("current_sha").and_then(Value::as_str)),
