@@ -214,13 +214,14 @@ pub async fn restore(
     let release = Release::find(client, namespace, release).await?;
     // A restore killed while it held the operator left it at 0 replicas; run again, it goes on where the install
     // is still fresh, and otherwise says how to start over.
-    let cut_short = release.held_by_a_cut_restore().map(|replicas| {
-        format!(
-            "; a restore was cut short here and left the operator held at 0 replicas (it had {replicas}): \
-             install afresh and restore again"
-        )
-    });
-    let cut_short = cut_short.unwrap_or_default();
+    let cut_short = release
+        .held_by_a_cut_restore()
+        .map_or_else(String::new, |replicas| {
+            format!(
+                "; a restore was cut short here and left the operator held at 0 replicas (it had {replicas}): \
+                 install afresh and restore again"
+            )
+        });
     if let Some(app) = release.any_app().await? {
         bail!(
             "the cluster already has apps ({app}): a backup is restored into a fresh install only{cut_short}"
