@@ -6,8 +6,9 @@
 //! - the checkpoint (the version listing through the gateway and the marker's manifest written to the platform
 //!   database) against a version listing of the backend bucket; no object is copied, so it grows with the number of
 //!   keys and not with their bytes (the line prints both);
-//! - the restore after a tenth of the keys were rewritten (a copy forward of each, 16 at a time) against the same
-//!   copies made directly on the backend with the same concurrency;
+//! - the restore after a tenth of the keys were rewritten (a version listing, then a copy forward of each changed
+//!   key, [`slipway::blob::restore::AT_ONCE`] at a time) against the same restore made directly on the backend: its
+//!   version listing, then the same copies with the same concurrency (the line also prints the copies alone);
 //! - the download (the `tar.gz` the download route streams, read to the end) against reading every object directly,
 //!   one at a time, in key order;
 //! - this process's peak resident memory after each (the gateway and slipway's side run in it), which must not grow
@@ -36,7 +37,7 @@ mod rss;
 use rss::peak_rss_mib;
 
 const MB: f64 = 1_000_000.0;
-/// Requests in flight while filling the bucket and in the direct copies (the restore's own figure).
+/// Requests in flight while filling the bucket.
 const AT_ONCE: usize = 16;
 
 /// A number from the environment, or its default.
@@ -247,6 +248,8 @@ async fn main() -> Result<()> {
         })
         .collect();
     let started = Instant::now();
+    list_versions(&direct, raw).await?;
+    let listed_s = started.elapsed().as_secs_f64();
     futures::stream::iter(&copies)
         .map(|(key, version)| {
             direct
@@ -256,19 +259,22 @@ async fn main() -> Result<()> {
                 .copy_source(format!("{raw}/{key}?versionId={version}"))
                 .send()
         })
-        .buffer_unordered(AT_ONCE)
+        .buffer_unordered(slipway::blob::restore::AT_ONCE)
         .map_err(anyhow::Error::from)
         .try_for_each(|_| async { Ok(()) })
         .await?;
     let direct_s = started.elapsed().as_secs_f64();
+    let copies_s = direct_s - listed_s;
     report(
         "restore",
         slipway_s,
         direct_s,
         &format!(
-            "{} keys, {:.0} MB copied forward",
+            "{} keys, {:.0} MB copied forward; the backend's listing {listed_s:.1} s and copies {copies_s:.1} s, \
+             ratio to the copies alone {:.2}x",
             changed.len(),
-            changed.len() as f64 * object_size as f64 / MB
+            changed.len() as f64 * object_size as f64 / MB,
+            copies_s / slipway_s
         ),
     );
 

@@ -142,8 +142,10 @@ fn write<'a>(bucket: &'a Bucket, step: &'a Step) -> BoxFuture<'a, (&'a Step, any
 }
 
 /// Writes a restore has in flight at once: each is a server-side copy (or a delete marker), the backend's work,
-/// and a few at a time keep it busy where one at a time waits on each round trip.
-const AT_ONCE: usize = 16;
+/// and several at a time keep it busy where one at a time waits on each round trip. Each passes the gateway, which
+/// measures the source version first (for the quota), so a write waits on two round trips to the backend, and
+/// more in flight make up for that wait.
+pub const AT_ONCE: usize = 32;
 
 /// Restores `bucket` to `manifest`, adding to `progress` the bytes of each object written back (those the bucket
 /// holds already count as done at once).
