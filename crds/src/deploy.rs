@@ -103,6 +103,26 @@ impl Deploy {
                     .filter(|sha| sha.parse::<crate::names::CommitSha>().is_ok())
             })
     }
+
+    /// What the deploy is doing, in one word: its phase, with `running` told apart as `building` (an app or
+    /// docker deploy whose image is not built yet) and `releasing` (the pre-deploy snapshot, the rollout and the
+    /// readiness check; a static deploy and a rewind have nothing to build).
+    pub fn stage(&self, template: crate::app::Template) -> &'static str {
+        let status = self.status.clone().unwrap_or_default();
+        match status.phase {
+            DeployPhase::Queued => "queued",
+            DeployPhase::Running
+                if template != crate::app::Template::Static
+                    && status.image.is_none()
+                    && self.spec.image.is_none() =>
+            {
+                "building"
+            }
+            DeployPhase::Running => "releasing",
+            DeployPhase::Success => "success",
+            DeployPhase::Failed => "failed",
+        }
+    }
 }
 
 /// Lifecycle of a deploy.
@@ -191,4 +211,51 @@ pub struct DeployStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::Template;
+
+    fn deploy(spec: serde_json::Value, status: serde_json::Value) -> Deploy {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "slipway.dev/v1alpha1",
+            "kind": "Deploy",
+            "metadata": {"name": "d"},
+            "spec": spec,
+            "status": status,
+        }))
+        .unwrap_or_else(|e| panic!("a Deploy: {e}"))
+    }
+
+    #[test]
+    fn a_running_deploy_builds_until_its_image_is_recorded_then_releases() {
+        let spec = serde_json::json!({"channel": "web.prod", "sha": "a".repeat(40)});
+        let running = serde_json::json!({"phase": "running"});
+        assert_eq!(
+            deploy(spec.clone(), running.clone()).stage(Template::App),
+            "building"
+        );
+        assert_eq!(
+            deploy(spec.clone(), running.clone()).stage(Template::Static),
+            "releasing"
+        );
+        let built = serde_json::json!({"phase": "running", "image": {
+            "reference": format!("r/x@sha256:{}", "0".repeat(64)), "tag": "a", "sizeBytes": 1,
+            "created": "2026-01-01T00:00:00Z"}});
+        assert_eq!(
+            deploy(spec.clone(), built).stage(Template::Docker),
+            "releasing"
+        );
+        let rewind = serde_json::json!({"channel": "web.prod", "sha": "a".repeat(40),
+            "rewindOf": "d0", "image": format!("r/x@sha256:{}", "0".repeat(64))});
+        assert_eq!(deploy(rewind, running).stage(Template::App), "releasing");
+        for phase in ["queued", "success", "failed"] {
+            assert_eq!(
+                deploy(spec.clone(), serde_json::json!({ "phase": phase })).stage(Template::App),
+                phase
+            );
+        }
+    }
 }

@@ -165,6 +165,9 @@ pub struct DeployLog {
     pub rewound_from: Option<String>,
     /// queued, running, success or failed.
     pub status: &'static str,
+    /// The status in finer words: queued, building (an app or docker deploy's image), releasing (the pre-deploy
+    /// snapshot, the rollout and the readiness check), success or failed.
+    pub stage: &'static str,
     /// When the deploy started (its creation while queued).
     pub started_at: String,
     /// When it finished; null until then.
@@ -280,6 +283,7 @@ async fn deploy_log(
             .unwrap_or_default(),
         rewound_from: rewound_from(&state, &app.namespace, &channel, &deploy),
         status: deploy_phase_name(status.phase),
+        stage: deploy.stage(app.app.spec.template),
         started_at: status
             .started_at
             .as_ref()
@@ -303,6 +307,9 @@ pub struct DeployEntry {
     pub git_sha: String,
     /// queued, running, success or failed.
     pub status: &'static str,
+    /// The status in finer words: queued, building (an app or docker deploy's image), releasing (the pre-deploy
+    /// snapshot, the rollout and the readiness check), success or failed.
+    pub stage: &'static str,
     /// For a rewind, the id of the earlier deploy whose image it runs again; null for a deploy that builds.
     pub rewound_from: Option<String>,
     /// When it was requested.
@@ -350,6 +357,7 @@ async fn deploy_history(
                     .or_else(|| deploy.spec.git_ref.clone())
                     .unwrap_or_default(),
                 status: deploy_phase_name(status.phase),
+                stage: deploy.stage(app.app.spec.template),
                 rewound_from: rewound_from(&state, &app.namespace, &channel, &deploy),
                 created_at: deploy.metadata.creation_timestamp.as_ref().map(time_string),
                 started_at: status.started_at.as_ref().map(time_string),

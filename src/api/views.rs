@@ -70,6 +70,9 @@ pub struct PendingDeployView {
     pub sha: Option<String>,
     /// `queued` or `running`.
     pub status: String,
+    /// The status in finer words: `queued`, `building` (an app or docker deploy's image) or `releasing` (the
+    /// pre-deploy snapshot, the rollout and the readiness check).
+    pub stage: &'static str,
 }
 
 /// Facts about the owner that some app fields depend on.
@@ -102,9 +105,10 @@ pub fn deploy_phase_name(p: DeployPhase) -> &'static str {
 /// created, before any reconciler ran).
 fn pending_deploy(
     state: &AppState,
-    namespace: &str,
+    app: &VisibleApp,
     channel: &Channel,
 ) -> Option<PendingDeployView> {
+    let (namespace, template) = (&app.namespace, app.app.spec.template);
     let name = channel.metadata.name.as_deref()?;
     state
         .cache()
@@ -120,6 +124,7 @@ fn pending_deploy(
             sha: d.known_sha(),
             status: deploy_phase_name(d.status.as_ref().map(|s| s.phase).unwrap_or_default())
                 .to_owned(),
+            stage: d.stage(template),
         })
 }
 
@@ -143,7 +148,7 @@ impl ChannelView {
             git_ref_binding: channel.spec.git_ref_binding.clone(),
             current_sha: status.current_sha,
             status: phase_name(status.phase).to_owned(),
-            pending_deploy: pending_deploy(state, &app.namespace, channel),
+            pending_deploy: pending_deploy(state, app, channel),
         }
     }
 }

@@ -543,7 +543,7 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
     );
     submit(c, "#deploy", &[("ref", "master")]).await?;
     wait_for(c, "#deploy-log").await?;
-    wait_for_text(c, "#deploy-status", "success", Duration::from_secs(120)).await?;
+    wait_for_text(c, "#deploy-status", "live", Duration::from_secs(120)).await?;
     let log = c.find(Locator::Css("#deploy-log")).await?.text().await?;
     assert!(!log.is_empty(), "the log is shown");
     screenshot(c, "deploy").await?;
@@ -574,11 +574,20 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
         .await;
     c.goto(&channel_page).await?;
     submit(c, "#deploy", &[("ref", &second)]).await?;
-    wait_for_text(c, "#deploy-status", "success", Duration::from_secs(120)).await?;
+    wait_for_text(c, "#deploy-status", "live", Duration::from_secs(120)).await?;
     c.goto(&channel_page).await?;
     let first_row = c
         .find(Locator::XPath(&format!("//tr[.//code[@title='{sha}']]")))
         .await?;
+    assert_eq!(
+        first_row
+            .find(Locator::Css(".status"))
+            .await?
+            .text()
+            .await?,
+        "superseded",
+        "a deploy a later one replaced"
+    );
     let (confirm, said) = open_confirmation(&first_row).await?;
     assert!(
         said.contains(&format!("A new deploy of {}", &sha[..12])),
@@ -592,7 +601,7 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
     );
     screenshot(c, "rollback-confirm").await?;
     confirm_with(&confirm).await?;
-    wait_for_text(c, "#deploy-status", "success", Duration::from_secs(120)).await?;
+    wait_for_text(c, "#deploy-status", "live", Duration::from_secs(120)).await?;
     assert_eq!(
         api.get(&channel_path, &ann).await.expect(200, None)["current_sha"],
         json!(sha),

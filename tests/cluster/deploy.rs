@@ -108,6 +108,7 @@ async fn a_static_deploy_goes_live_and_moves_the_channel() -> Result<()> {
 
     let log = s.finished(&deploy_id).await?;
     assert_eq!(log["status"], "success", "{log}");
+    assert_eq!(log["stage"], "success", "{log}");
     assert_eq!(log["git_sha"], sha.as_str());
     assert!(log["finished_at"].is_string());
     let text = log["log"].as_str().unwrap();
@@ -228,6 +229,7 @@ async fn a_branch_is_pinned_to_its_head_by_the_deploy_call() -> Result<()> {
     let pending = s.channel().await["pending_deploy"].clone();
     assert_eq!(pending["deploy_id"], by_ref.as_str());
     assert_eq!(pending["status"], "queued");
+    assert_eq!(pending["stage"], "queued");
     assert_eq!(pending["sha"], v1.as_str(), "{pending}");
     // A branch given as sha is pinned the same way, and so is refs/heads/<name>.
     let by_sha = s.deploy(json!({"sha": "master"})).await;

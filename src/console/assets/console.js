@@ -20,13 +20,11 @@ function followLog(pre) {
         offset = window.next_offset;
         const finished = document.getElementById("deploy-finished");
         if (finished && window.finished_at) finished.textContent = window.finished_at;
-        if (window.status !== status) {
-          status = window.status;
-          pre.dataset.status = status;
-          if (statusEl) {
-            statusEl.textContent = status;
-            statusEl.className = "status status-" + status;
-          }
+        status = window.status;
+        pre.dataset.status = status;
+        if (statusEl && statusEl.textContent !== window.word) {
+          statusEl.textContent = window.word;
+          statusEl.className = "status status-" + window.word;
         }
         // Whatever is left of the log once it finished is read before stopping.
         if ((status === "success" || status === "failed") && offset >= window.log_bytes) return;

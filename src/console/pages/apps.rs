@@ -50,7 +50,7 @@ pub fn channel_cells(app_id: &str, channel: &Value, apps_port: u16) -> Vec<Strin
             seg(app_id),
             seg(text(channel, "id")),
             seg(text(p, "deploy_id")),
-            html::status(text(p, "status")),
+            html::status(super::deploy_word(p, false)),
             html::sha(p.get("sha").and_then(Value::as_str))
         ),
         None => "—".to_owned(),

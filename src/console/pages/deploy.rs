@@ -1,7 +1,7 @@
 //! `/apps/{id}/channels/{cid}/deploys/{did}`: one deploy's status and build log. While the deploy is queued or
 //! running, the page's script reads the log on from where the page left it (`.../log.json?offset=`, the log
 //! route's next window) every second, until the deploy's status is `success` or `failed` and the whole log is
-//! shown.
+//! shown. The state is worded as [`super::deploy_word`] words it: building, releasing, live.
 
 use axum::Json;
 use axum::extract::{Path, Query};
@@ -54,6 +54,14 @@ async fn deploy(
         Err(f) => return person.refused(&f, &here),
     };
     let status = text(&log, "status");
+    // A successful deploy is live until a later one succeeds.
+    let serving = status == "success"
+        && person
+            .api
+            .get(&format!("{channel}/deploys"))
+            .await
+            .is_ok_and(|history| !succeeded_after(&history, &deploy_id));
+    let word = super::deploy_word(&log, serving);
     let next = log["offset"].as_u64().unwrap_or(0) + log["window_bytes"].as_u64().unwrap_or(0);
     let rewound = log
         .get("rewound_from")
@@ -62,10 +70,10 @@ async fn deploy(
         .unwrap_or_default();
     let body = format!(
         r#"<p><a href="{channel}">Back to the channel</a></p>
-<p>Status <span id="deploy-status" class="status status-{status_class}">{status_text}</span> · commit {sha} · started {started} · finished <span id="deploy-finished">{finished}</span>{rewound}</p>
-<pre class="log" id="deploy-log" data-source="{here}/log.json" data-offset="{next}" data-status="{status_text}" data-status-id="deploy-status">{log}</pre>"#,
-        status_class = esc(status),
-        status_text = esc(status),
+<p>Status <span id="deploy-status" class="status status-{word}">{word}</span> · commit {sha} · started {started} · finished <span id="deploy-finished">{finished}</span>{rewound}</p>
+<pre class="log" id="deploy-log" data-source="{here}/log.json" data-offset="{next}" data-status="{status}" data-status-id="deploy-status">{log}</pre>"#,
+        status = esc(status),
+        word = word,
         sha = html::sha(Some(text(&log, "git_sha"))),
         started = esc(text(&log, "started_at")),
         finished = esc(log
@@ -77,12 +85,21 @@ async fn deploy(
     person_page(&person, "Deploy", &body)
 }
 
+/// Whether a deploy newer than `deploy_id` succeeded, in a channel's history (newest first).
+fn succeeded_after(history: &Value, deploy_id: &str) -> bool {
+    super::list(history, "deploys")
+        .iter()
+        .take_while(|d| text(d, "deploy_id") != deploy_id)
+        .any(|d| text(d, "status") == "success")
+}
+
 #[derive(Debug, Deserialize)]
 struct Offset {
     offset: Option<u64>,
 }
 
-/// The next window of the log, for the page's script: `{status, log, next_offset, log_bytes}`.
+/// The next window of the log, for the page's script: `{status, word, log, next_offset, log_bytes, finished_at}`
+/// (`word` as the page shows it; a deploy that succeeds while it is watched is the live one).
 async fn log_window(
     person: Person,
     Path((app_id, channel_id, deploy_id)): Path<(String, String, String)>,
@@ -92,6 +109,7 @@ async fn log_window(
     match window(&person, &channel, &deploy_id, query.offset.unwrap_or(0)).await {
         Ok(log) => Json(json!({
             "status": log["status"],
+            "word": super::deploy_word(&log, true),
             "log": log["log"],
             "next_offset": log["offset"].as_u64().unwrap_or(0) + log["window_bytes"].as_u64().unwrap_or(0),
             "log_bytes": log["log_bytes"],
@@ -103,5 +121,23 @@ async fn log_window(
             Json(json!({"error": {"code": f.code, "message": f.message}})),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deploy_is_superseded_only_by_a_later_success() {
+        let history = json!({"deploys": [
+            {"deploy_id": "d4", "status": "failed"},
+            {"deploy_id": "d3", "status": "success"},
+            {"deploy_id": "d2", "status": "running"},
+            {"deploy_id": "d1", "status": "success"},
+        ]});
+        assert!(!succeeded_after(&history, "d3"));
+        assert!(succeeded_after(&history, "d1"));
+        assert!(!succeeded_after(&history, "d4"));
     }
 }

@@ -108,6 +108,20 @@ pub fn channel_state(channel: &Value) -> String {
     super::html::status(word)
 }
 
+/// A deploy's state in the words people use, from the API's `stage`: `queued`, `building`, `releasing`, `live`
+/// (it succeeded and the channel serves it), `superseded` (it succeeded and a later deploy replaced it) or
+/// `failed`.
+pub fn deploy_word(deploy: &Value, serving: bool) -> &'static str {
+    match text(deploy, "stage") {
+        "queued" => "queued",
+        "building" => "building",
+        "releasing" => "releasing",
+        "success" if serving => "live",
+        "success" => "superseded",
+        _ => "failed",
+    }
+}
+
 /// The `done` query parameter of a page.
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct Done {
@@ -147,6 +161,17 @@ mod tests {
                 .contains(">not deployed<")
         );
         assert!(state(json!({"status": "failed"})).contains(">failed<"));
+    }
+
+    #[test]
+    fn a_deploy_is_queued_building_releasing_live_superseded_or_failed() {
+        use serde_json::json;
+        let word = |stage: &str, serving| deploy_word(&json!({ "stage": stage }), serving);
+        for stage in ["queued", "building", "releasing", "failed"] {
+            assert_eq!(word(stage, false), stage);
+        }
+        assert_eq!(word("success", true), "live");
+        assert_eq!(word("success", false), "superseded");
     }
 
     #[test]
