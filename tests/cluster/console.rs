@@ -559,6 +559,13 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
     let channel_page = console.url(&format!("/apps/{app_id}/channels/{channel_id}"));
     // The hostname links to the app, over HTTPS on the port apps answer at.
     c.goto(&channel_page).await?;
+    // Live, and healthy: a static site has no container to fail.
+    let state = c
+        .find(Locator::Css("#channel-status"))
+        .await?
+        .text()
+        .await?;
+    assert_eq!(state, "live healthy", "{state}");
     let host = c.find(Locator::Css("#hostname a")).await?;
     let hostname = host.text().await?;
     assert!(hostname.ends_with(support::APP_DOMAIN), "{hostname}");

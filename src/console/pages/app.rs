@@ -66,9 +66,11 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
         repo = esc(text(&app, "repo_url")),
     ));
     body.push_str(&first_push(&person, &app, &app_id).await);
+    // Health is a word beside each channel's state; a page that cannot read it shows the state alone.
+    let health = person.api.get(&format!("{here}/health")).await.ok();
     let rows: Vec<Vec<String>> = list(&app, "channels")
         .iter()
-        .map(|c| channel_cells(&app_id, c, person.apps_port))
+        .map(|c| channel_cells(&app_id, c, health.as_ref(), person.apps_port))
         .collect();
     body.push_str("<h2>Channels</h2>");
     body.push_str(&html::table(

@@ -41,9 +41,15 @@ pub async fn soft_cap_warning(person: &Person) -> String {
     }
 }
 
-/// A channel's one-line summary: name (a link to its page), hostname (a link to the app on `apps_port`), status,
-/// commit, deploy in flight.
-pub fn channel_cells(app_id: &str, channel: &Value, apps_port: u16) -> Vec<String> {
+/// A channel's one-line summary: name (a link to its page), hostname (a link to the app on `apps_port`), status
+/// (with its health badge where the page read the app's `health`), commit, deploy in flight.
+pub fn channel_cells(
+    app_id: &str,
+    channel: &Value,
+    health: Option<&Value>,
+    apps_port: u16,
+) -> Vec<String> {
+    let health = health.and_then(|h| super::health_of(h, text(channel, "id")));
     let pending = match channel.get("pending_deploy").filter(|p| !p.is_null()) {
         Some(p) => format!(
             r#"<a href="/apps/{}/channels/{}/deploys/{}">{}</a> {}"#,
@@ -63,7 +69,7 @@ pub fn channel_cells(app_id: &str, channel: &Value, apps_port: u16) -> Vec<Strin
             esc(text(channel, "name"))
         ),
         html::app_link(text(channel, "hostname"), apps_port),
-        super::channel_state(channel),
+        super::state_and_health(channel, health),
         html::sha(channel.get("current_sha").and_then(Value::as_str)),
         pending,
     ]
@@ -99,7 +105,7 @@ async fn apps(person: Person, Query(done): Query<Done>) -> Response {
         };
         let rows: Vec<Vec<String>> = list(app, "channels")
             .iter()
-            .map(|c| channel_cells(id, c, person.apps_port))
+            .map(|c| channel_cells(id, c, None, person.apps_port))
             .collect();
         body.push_str(&format!(
             r#"<section class="card app" data-app="{name}"><h2><a href="/apps/{id}">{title}</a> <small>{template} · your role: <span class="role">{role}</span></small></h2>{table}</section>"#,

@@ -72,6 +72,11 @@ async fn channel(
         Err(f) => return person.refused(&f, &here),
     };
     let is_static = text(&app, "template") == "static";
+    // A page that cannot read the app's health shows the channel's state alone.
+    let health = person.api.get(&format!("{app_path}/health")).await.ok();
+    let health = health
+        .as_ref()
+        .and_then(|h| super::health_of(h, text(&channel, "id")));
     let csrf = html::csrf_field(&person.session.csrf);
     let mut body = notice(done.done.as_deref(), NOTICES);
     body.push_str(&warning(done.done.as_deref(), WARNINGS));
@@ -80,7 +85,7 @@ async fn channel(
         app_name = esc(text(&app, "name")),
         host = html::app_link(text(&channel, "hostname"), person.apps_port),
         binding = esc(text(&channel, "git_ref_binding")),
-        status = super::channel_state(&channel),
+        status = super::state_and_health(&channel, health),
         sha = html::sha(channel.get("current_sha").and_then(Value::as_str)),
     ));
 

@@ -94,18 +94,69 @@ fn banner_named(done: Option<&str>, known: &[(&str, &str)], kind: &str) -> Strin
         .unwrap_or_default()
 }
 
-/// A channel's state in the words people use, styled by meaning: `live` (it serves a deploy), `starting` (its
-/// first deploy is in flight), `not deployed` (nothing ever went live and nothing is in flight) or `failed` (its
-/// database or bucket could not be made). The API's `provisioning` covers both of the middle two.
-pub fn channel_state(channel: &Value) -> String {
+/// A channel's state in the words people use, styled by meaning: `live` (it serves a deploy), `crashed` (it
+/// should serve one, and its container exited or waits to start again), `starting` (its first deploy is in
+/// flight), `not deployed` (nothing ever went live and nothing is in flight) or `failed` (its database or bucket
+/// could not be made). The API's `provisioning` covers both of the middle two. `health` is the channel's entry in
+/// the app's health, where the page read it.
+pub fn channel_state(channel: &Value, health: Option<&Value>) -> String {
     let in_flight = channel.get("pending_deploy").is_some_and(|p| !p.is_null());
     let word = match text(channel, "status") {
+        "running" if health.is_some_and(crashed) => "crashed",
         "running" => "live",
         "failed" => "failed",
         _ if in_flight => "starting",
         _ => "not deployed",
     };
     super::html::status(word)
+}
+
+/// A channel's state, followed for a channel that should serve (the API's `running`) by its health badge.
+pub fn state_and_health(channel: &Value, health: Option<&Value>) -> String {
+    let badge = health
+        .filter(|_| text(channel, "status") == "running")
+        .map(health_badge)
+        .unwrap_or_default();
+    format!("{}{badge}", channel_state(channel, health))
+}
+
+/// Whether a channel's health entry shows its container down: exited, or waiting to start again.
+fn crashed(health: &Value) -> bool {
+    matches!(text(&health["container"], "status"), "exited" | "waiting")
+}
+
+/// The entry of channel `channel_id` in an app's health (`GET /apps/{id}/health`).
+pub fn health_of<'a>(health: &'a Value, channel_id: &str) -> Option<&'a Value> {
+    list(health, "channels")
+        .iter()
+        .find(|c| text(c, "channel_id") == channel_id)
+}
+
+/// A channel's health in a few words, with the API's notes as its title: `out of memory` (its container was
+/// killed for passing the memory limit), `restarted N×`, `healthy`, or `needs a look` (see the notes).
+fn health_badge(health: &Value) -> String {
+    let container = &health["container"];
+    let restarts = container["restart_count"].as_i64().unwrap_or(0);
+    let (class, words) = if container["oom_killed"] == true {
+        ("bad", "out of memory".to_owned())
+    } else if crashed(health) {
+        ("bad", "down".to_owned())
+    } else if restarts > 0 {
+        ("warn", format!("restarted {restarts}×"))
+    } else if health["healthy"] == true {
+        ("ok", "healthy".to_owned())
+    } else {
+        ("warn", "needs a look".to_owned())
+    };
+    let notes: Vec<&str> = list(health, "notes")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    format!(
+        r#" <span class="health health-{class}" title="{}">{}</span>"#,
+        super::html::esc(&notes.join("; ")),
+        super::html::esc(&words)
+    )
 }
 
 /// A deploy's state in the words people use, from the API's `stage`: `queued`, `building`, `releasing`, `live`
@@ -144,9 +195,9 @@ mod tests {
     }
 
     #[test]
-    fn a_channel_is_live_starting_not_deployed_or_failed() {
+    fn a_channel_is_live_crashed_starting_not_deployed_or_failed() {
         use serde_json::json;
-        let state = |channel: Value| channel_state(&channel);
+        let state = |channel: Value| channel_state(&channel, None);
         assert!(state(json!({"status": "running", "pending_deploy": null})).contains(">live<"));
         assert!(
             state(json!({"status": "running", "pending_deploy": {"status": "running"}}))
@@ -161,6 +212,40 @@ mod tests {
                 .contains(">not deployed<")
         );
         assert!(state(json!({"status": "failed"})).contains(">failed<"));
+        let running = json!({"status": "running"});
+        let down = json!({"container": {"status": "waiting", "restart_count": 4}});
+        assert!(channel_state(&running, Some(&down)).contains(">crashed<"));
+        let up = json!({"container": {"status": "running"}});
+        assert!(channel_state(&running, Some(&up)).contains(">live<"));
+    }
+
+    #[test]
+    fn the_health_badge_names_the_worst_thing_and_carries_the_notes() {
+        use serde_json::json;
+        let badge = |health: Value| health_badge(&health);
+        let oom = badge(
+            json!({"container": {"status": "running", "oom_killed": true, "restart_count": 2},
+            "notes": ["the container was killed for passing its memory limit"]}),
+        );
+        assert!(
+            oom.contains(">out of memory<") && oom.contains("health-bad"),
+            "{oom}"
+        );
+        assert!(
+            oom.contains(r#"title="the container was killed for passing its memory limit""#),
+            "{oom}"
+        );
+        assert!(badge(json!({"container": {"status": "exited"}})).contains(">down<"));
+        assert!(
+            badge(json!({"container": {"status": "running", "restart_count": 3}}))
+                .contains(">restarted 3×<")
+        );
+        assert!(badge(json!({"healthy": true, "container": null})).contains(">healthy<"));
+        let failed = badge(json!({"healthy": false, "notes": ["the last deploy failed; <b>"]}));
+        assert!(
+            failed.contains(">needs a look<") && failed.contains("&lt;b&gt;"),
+            "{failed}"
+        );
     }
 
     #[test]
