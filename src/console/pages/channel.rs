@@ -209,6 +209,32 @@ fn deploy_again(here: &str, csrf: &str, sha: &str, live: bool) -> String {
     .html()
 }
 
+/// The DNS records a domain needs, as its row shows them: the TXT record that proves it, then a CNAME for a
+/// subdomain or A records for an apex (a name with no CNAME allowed). An installation that publishes no edge
+/// address gets no A values, and the row says what an apex can use instead rather than showing an empty record.
+fn dns_records(records: &Value) -> String {
+    let a_values: Vec<&str> = list(records, "a_values")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let apex = if a_values.is_empty() {
+        "this installation publishes no address for A records, so an apex needs an ALIAS (or flattened CNAME) to \
+         the same target"
+            .to_owned()
+    } else {
+        format!(
+            "or A to <code>{}</code> (an apex)",
+            esc(&a_values.join(", "))
+        )
+    };
+    format!(
+        "TXT <code>{}</code> = <code>{}</code><br>CNAME to <code>{}</code> (a subdomain); {apex}",
+        esc(text(records, "txt_host")),
+        esc(text(records, "txt_value")),
+        esc(text(records, "cname_target")),
+    )
+}
+
 async fn domains_section(person: &Person, app: &Value, here: &str, csrf: &str) -> String {
     let domains = person
         .api
@@ -220,15 +246,7 @@ async fn domains_section(person: &Person, app: &Value, here: &str, csrf: &str) -
         .iter()
         .map(|d| {
             let name = text(d, "domain");
-            let records = &d["dns_records"];
-            let a_values: Vec<&str> = list(records, "a_values").iter().filter_map(Value::as_str).collect();
-            let dns = format!(
-                "TXT <code>{}</code> = <code>{}</code><br>CNAME to <code>{}</code> (a subdomain), or A to <code>{}</code> (an apex)",
-                esc(text(records, "txt_host")),
-                esc(text(records, "txt_value")),
-                esc(text(records, "cname_target")),
-                esc(&a_values.join(", ")),
-            );
+            let dns = dns_records(&d["dns_records"]);
             let mut actions = String::new();
             if manage {
                 actions = format!(
@@ -522,6 +540,23 @@ async fn runtime_log(Path((app_id, channel_id)): Path<(String, String)>, write: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_apex_record_is_named_or_its_absence_said() {
+        let records = json!({"txt_host": "_svc.example.com", "txt_value": "svc-verify-1",
+            "cname_target": "web.apps.example", "a_values": ["192.0.2.1", "192.0.2.2"]});
+        let shown = dns_records(&records);
+        assert!(
+            shown.contains("A to <code>192.0.2.1, 192.0.2.2</code>"),
+            "{shown}"
+        );
+        let none = dns_records(&json!({"txt_host": "_svc.example.com", "a_values": []}));
+        assert!(!none.contains("A to <code></code>"), "{none}");
+        assert!(
+            none.contains("publishes no address for A records"),
+            "{none}"
+        );
+    }
     use serde_json::json;
 
     #[test]
