@@ -232,6 +232,17 @@ pub fn app_link(host: &str, port: u16) -> String {
     format!(r#"<a href="https://{0}{port}/">{0}</a>"#, esc(host))
 }
 
+/// A breadcrumb trail at the top of a page: each page above it a link (`trail`, outermost first), then the page
+/// itself, `here`, marked as the current one.
+pub fn breadcrumbs(trail: &[(&str, &str)], here: &str) -> String {
+    let mut items: String = trail
+        .iter()
+        .map(|(label, href)| format!(r#"<li><a href="{}">{}</a></li>"#, esc(href), esc(label)))
+        .collect();
+    items.push_str(&format!(r#"<li aria-current="page">{}</li>"#, esc(here)));
+    format!(r#"<nav class="crumbs" aria-label="Breadcrumb"><ol>{items}</ol></nav>"#)
+}
+
 /// A status word styled by its meaning.
 pub fn status(word: &str) -> String {
     format!(
@@ -244,6 +255,15 @@ pub fn status(word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn breadcrumbs_link_the_pages_above_and_mark_this_one() {
+        let crumbs = breadcrumbs(&[("Apps", "/apps"), ("<web>", "/apps/1")], "prod");
+        assert_eq!(
+            crumbs,
+            r#"<nav class="crumbs" aria-label="Breadcrumb"><ol><li><a href="/apps">Apps</a></li><li><a href="/apps/1">&lt;web&gt;</a></li><li aria-current="page">prod</li></ol></nav>"#
+        );
+    }
 
     #[test]
     fn the_navigation_marks_the_section_of_the_page() {

@@ -566,6 +566,16 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
         .text()
         .await?;
     assert_eq!(state, "live healthy", "{state}");
+    // The trail leads back to the apps and the app; the channel is the current page.
+    let trail = c.find_all(Locator::Css("nav.crumbs li")).await?;
+    assert_eq!(trail.len(), 3);
+    assert_eq!(
+        c.find(Locator::Css("nav.crumbs [aria-current='page']"))
+            .await?
+            .text()
+            .await?,
+        "prod"
+    );
     let host = c.find(Locator::Css("#hostname a")).await?;
     let hostname = host.text().await?;
     assert!(hostname.ends_with(support::APP_DOMAIN), "{hostname}");

@@ -55,7 +55,8 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
         .await
         .unwrap_or(Value::Null);
     let csrf = html::csrf_field(&person.session.csrf);
-    let mut body = notice(done.done.as_deref(), NOTICES);
+    let mut body = html::breadcrumbs(&[("Apps", "/apps")], text(&app, "name"));
+    body.push_str(&notice(done.done.as_deref(), NOTICES));
     body.push_str(&soft_cap_warning(&person).await);
     body.push_str(&format!(
         r#"<p>Template <b>{template}</b> · owner <b>{owner}</b> · your role <b class="role">{role}</b> · <a href="{here}/env">Environment</a></p>

@@ -78,7 +78,11 @@ async fn channel(
         .as_ref()
         .and_then(|h| super::health_of(h, text(&channel, "id")));
     let csrf = html::csrf_field(&person.session.csrf);
-    let mut body = notice(done.done.as_deref(), NOTICES);
+    let mut body = html::breadcrumbs(
+        &[("Apps", "/apps"), (text(&app, "name"), &app_path)],
+        text(&channel, "name"),
+    );
+    body.push_str(&notice(done.done.as_deref(), NOTICES));
     body.push_str(&warning(done.done.as_deref(), WARNINGS));
     body.push_str(&format!(
         r#"<p><a href="{app_path}">{app_name}</a> · hostname <b id="hostname">{host}</b> · branch <code>{binding}</code> · status <span id="channel-status">{status}</span> · commit {sha}</p>"#,

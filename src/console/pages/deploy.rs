@@ -47,7 +47,8 @@ async fn deploy(
     person: Person,
     Path((app_id, channel_id, deploy_id)): Path<(String, String, String)>,
 ) -> Response {
-    let channel = format!("/apps/{}/channels/{}", seg(&app_id), seg(&channel_id));
+    let app_path = format!("/apps/{}", seg(&app_id));
+    let channel = format!("{app_path}/channels/{}", seg(&channel_id));
     let here = format!("{channel}/deploys/{}", seg(&deploy_id));
     let log = match window(&person, &channel, &deploy_id, 0).await {
         Ok(v) => v,
@@ -68,8 +69,22 @@ async fn deploy(
         .and_then(Value::as_str)
         .map(|from| format!(" · rewind of deploy <code>{}</code>", esc(from)))
         .unwrap_or_default();
+    // The names for the trail; the log was readable, so the app is too.
+    let app = person.api.get(&app_path).await.unwrap_or(Value::Null);
+    let channel_name = super::list(&app, "channels")
+        .iter()
+        .find(|c| text(c, "id") == channel_id)
+        .map_or("channel", |c| text(c, "name"));
+    let crumbs = html::breadcrumbs(
+        &[
+            ("Apps", "/apps"),
+            (text(&app, "name"), &app_path),
+            (channel_name, &channel),
+        ],
+        &format!("deploy {}", deploy_id.split('-').next().unwrap_or_default()),
+    );
     let body = format!(
-        r#"<p><a href="{channel}">Back to the channel</a></p>
+        r#"{crumbs}
 <p>Status <span id="deploy-status" class="status status-{word}">{word}</span> · commit {sha} · started {started} · finished <span id="deploy-finished">{finished}</span>{rewound}</p>
 <pre class="log" id="deploy-log" data-source="{here}/log.json" data-offset="{next}" data-status="{status}" data-status-id="deploy-status">{log}</pre>"#,
         status = esc(status),

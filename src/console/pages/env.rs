@@ -95,8 +95,11 @@ async fn env(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
             ]
         })
         .collect();
-    let mut body = notice(done.done.as_deref(), NOTICES);
-    body.push_str(&format!(r#"<p><a href="{base}">Back to the app</a></p>"#));
+    let mut body = html::breadcrumbs(
+        &[("Apps", "/apps"), (text(&app, "name"), &base)],
+        "Environment",
+    );
+    body.push_str(&notice(done.done.as_deref(), NOTICES));
     body.push_str(&html::table(
         &["key", "kind", "scope", "value", ""],
         &table_rows,
