@@ -232,6 +232,12 @@ pub fn app_link(host: &str, port: u16) -> String {
     format!(r#"<a href="https://{0}{port}/">{0}</a>"#, esc(host))
 }
 
+/// A part of a page that keeps itself current: the console's script reads the page again every few seconds and
+/// swaps this part (found by `id`) in when it changed.
+pub fn live(id: &str, inner: &str) -> String {
+    format!(r#"<div id="{}" data-live>{inner}</div>"#, esc(id))
+}
+
 /// A breadcrumb trail at the top of a page: each page above it a link (`trail`, outermost first), then the page
 /// itself, `here`, marked as the current one.
 pub fn breadcrumbs(trail: &[(&str, &str)], here: &str) -> String {

@@ -625,8 +625,31 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
         "rolled back to the first commit"
     );
 
-    // At a phone's width no page scrolls sideways.
     let deploy_path = c.current_url().await?.path().to_owned();
+
+    // The channel page keeps itself current: a deploy made elsewhere shows up without a reload.
+    c.goto(&channel_page).await?;
+    c.execute("document.body.dataset.stayed = 'yes'", vec![])
+        .await?;
+    api.deploy(&ann, &app_id, &channel_id, json!({"sha": second}))
+        .await;
+    wait_for_text(c, "#channel-facts", &second[..12], Duration::from_secs(120)).await?;
+    assert_eq!(
+        c.execute("return document.body.dataset.stayed", vec![])
+            .await?,
+        json!("yes"),
+        "the page was not reloaded"
+    );
+    // Back to the first commit, which the transfer below expects the channel to serve.
+    let back = api
+        .deploy(&ann, &app_id, &channel_id, json!({"sha": sha}))
+        .await;
+    let back = api
+        .finished_deploy(&ann, &app_id, &channel_id, &back, Duration::from_secs(120))
+        .await?;
+    assert_eq!(back["status"], "success", "{back}");
+
+    // At a phone's width no page scrolls sideways.
     c.set_window_size(390, 844).await?;
     for (name, path) in [
         ("apps", "/apps".to_owned()),

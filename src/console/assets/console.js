@@ -1,5 +1,5 @@
-// The slipway console's only script: a build log that follows its deploy until it finishes, copy buttons, and
-// times worded relative to now (the exact time stays as their title).
+// The slipway console's only script: a build log that follows its deploy until it finishes, parts of a page that
+// keep themselves current, copy buttons, and times worded relative to now (the exact time stays as their title).
 "use strict";
 
 function followLog(pre) {
@@ -61,24 +61,62 @@ function wordTimes() {
   });
 }
 
+// Parts of a page marked `data-live` (each with an id) are read again from the page's own address every 5 seconds
+// while the page is in view, and swapped in when the server renders them differently. A part with an open
+// confirmation or the focus inside waits until it is closed, so nothing a person is doing is lost.
+function keepLive() {
+  const parts = () => Array.from(document.querySelectorAll("[data-live][id]"));
+  const rendered = new Map(parts().map((part) => [part.id, part.innerHTML]));
+  if (rendered.size === 0) return;
+  async function refresh() {
+    if (document.visibilityState === "visible") {
+      try {
+        const res = await fetch(location.href, { credentials: "same-origin", headers: { accept: "text/html" } });
+        if (res.ok) {
+          const fresh = new DOMParser().parseFromString(await res.text(), "text/html");
+          let swapped = false;
+          for (const part of parts()) {
+            const next = fresh.getElementById(part.id);
+            if (!next || rendered.get(part.id) === next.innerHTML) continue;
+            if (part.querySelector("details[open]") || part.contains(document.activeElement)) continue;
+            rendered.set(part.id, next.innerHTML);
+            part.replaceWith(document.importNode(next, true));
+            swapped = true;
+          }
+          if (swapped) wordTimes();
+        }
+      } catch (e) {
+        // The next round tries again.
+      }
+    }
+    setTimeout(refresh, 5000);
+  }
+  setTimeout(refresh, 5000);
+}
+
+// Copy buttons, found by the click so that parts swapped in by `keepLive` keep theirs.
+async function copyFrom(button) {
+  const target = document.getElementById(button.dataset.copy);
+  try {
+    await navigator.clipboard.writeText(target.textContent);
+    button.textContent = "Copied";
+  } catch (e) {
+    const range = document.createRange();
+    range.selectNodeContents(target);
+    const selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+    button.textContent = "Selected: press Ctrl+C";
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  keepLive();
   wordTimes();
   setInterval(wordTimes, 30000);
   document.querySelectorAll("pre[data-source]").forEach(followLog);
-  document.querySelectorAll("button[data-copy]").forEach((button) => {
-    button.addEventListener("click", async () => {
-      const target = document.getElementById(button.dataset.copy);
-      try {
-        await navigator.clipboard.writeText(target.textContent);
-        button.textContent = "Copied";
-      } catch (e) {
-        const range = document.createRange();
-        range.selectNodeContents(target);
-        const selection = window.getSelection();
-        selection.removeAllRanges();
-        selection.addRange(range);
-        button.textContent = "Selected: press Ctrl+C";
-      }
-    });
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-copy]");
+    if (button) copyFrom(button);
   });
 });

@@ -74,16 +74,19 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
         .map(|c| channel_cells(&app_id, c, health.as_ref(), person.apps_port))
         .collect();
     body.push_str("<h2>Channels</h2>");
-    body.push_str(&html::table(
-        &[
-            "channel",
-            "hostname",
-            "status",
-            "commit",
-            "deploy in flight",
-        ],
-        &rows,
-        "No channels.",
+    body.push_str(&html::live(
+        "channels",
+        &html::table(
+            &[
+                "channel",
+                "hostname",
+                "status",
+                "commit",
+                "deploy in flight",
+            ],
+            &rows,
+            "No channels.",
+        ),
     ));
 
     body.push_str("<h2>Settings</h2>");

@@ -113,10 +113,13 @@ async fn apps(person: Person, Query(done): Query<Done>) -> Response {
             id = seg(id),
             template = esc(text(app, "template")),
             role = esc(text(app, "role")),
-            table = html::table(
-                &["channel", "hostname", "status", "commit", "deploy in flight"],
-                &rows,
-                "No channels."
+            table = html::live(
+                &format!("channels-{id}"),
+                &html::table(
+                    &["channel", "hostname", "status", "commit", "deploy in flight"],
+                    &rows,
+                    "No channels."
+                )
             ),
         ));
     }

@@ -84,14 +84,15 @@ async fn channel(
     );
     body.push_str(&notice(done.done.as_deref(), NOTICES));
     body.push_str(&warning(done.done.as_deref(), WARNINGS));
-    body.push_str(&format!(
+    let facts = format!(
         r#"<p><a href="{app_path}">{app_name}</a> · hostname <b id="hostname">{host}</b> · branch <code>{binding}</code> · status <span id="channel-status">{status}</span> · commit {sha}</p>"#,
         app_name = esc(text(&app, "name")),
         host = html::app_link(text(&channel, "hostname"), person.apps_port),
         binding = esc(text(&channel, "git_ref_binding")),
         status = super::state_and_health(&channel, health),
         sha = html::sha(channel.get("current_sha").and_then(Value::as_str)),
-    ));
+    );
+    body.push_str(&html::live("channel-facts", &facts));
 
     body.push_str("<h2>Deploys</h2>");
     if may(&app, Action::Write) {
@@ -156,10 +157,13 @@ async fn channel(
             ]
         })
         .collect();
-    body.push_str(&html::table(
-        &["requested", "commit", "status", "kind", "finished", ""],
-        &rows,
-        "No deploys yet.",
+    body.push_str(&html::live(
+        "deploys",
+        &html::table(
+            &["requested", "commit", "status", "kind", "finished", ""],
+            &rows,
+            "No deploys yet.",
+        ),
     ));
 
     body.push_str(&domains_section(&person, &app, &here, &csrf).await);
