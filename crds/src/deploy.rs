@@ -108,12 +108,12 @@ impl Deploy {
     /// docker deploy whose image is not built yet) and `releasing` (the pre-deploy snapshot, the rollout and the
     /// readiness check; a static deploy and a rewind have nothing to build).
     pub fn stage(&self, template: crate::app::Template) -> &'static str {
-        let status = self.status.clone().unwrap_or_default();
-        match status.phase {
+        let status = self.status.as_ref();
+        match status.map(|s| s.phase).unwrap_or_default() {
             DeployPhase::Queued => "queued",
             DeployPhase::Running
                 if template != crate::app::Template::Static
-                    && status.image.is_none()
+                    && status.and_then(|s| s.image.as_ref()).is_none()
                     && self.spec.image.is_none() =>
             {
                 "building"

@@ -125,14 +125,11 @@ async fn channel(
     let current = channel.get("current_sha").and_then(Value::as_str);
     let writes = may(&app, Action::Write);
     let mut offered = std::collections::HashSet::new();
-    // The deploy the channel serves: the newest successful one.
-    let mut live_found = false;
     let rows: Vec<Vec<String>> = list(&history, "deploys")
         .iter()
         .map(|d| {
             let sha = text(d, "git_sha");
-            let serving = !live_found && text(d, "status") == "success";
-            live_found |= serving;
+            let serving = !super::succeeded_after(&history, text(d, "deploy_id"));
             // One offer per commit, on its newest successful deploy (the history is newest first).
             let again = if writes && text(d, "status") == "success" && offered.insert(sha) {
                 deploy_again(&here, &csrf, sha, current == Some(sha))

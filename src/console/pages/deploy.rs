@@ -61,7 +61,7 @@ async fn deploy(
             .api
             .get(&format!("{channel}/deploys"))
             .await
-            .is_ok_and(|history| !succeeded_after(&history, &deploy_id));
+            .is_ok_and(|history| !super::succeeded_after(&history, &deploy_id));
     let word = super::deploy_word(&log, serving);
     let next = log["offset"].as_u64().unwrap_or(0) + log["window_bytes"].as_u64().unwrap_or(0);
     let rewound = log
@@ -100,14 +100,6 @@ async fn deploy(
     person_page(&person, "Deploy", &body)
 }
 
-/// Whether a deploy newer than `deploy_id` succeeded, in a channel's history (newest first).
-fn succeeded_after(history: &Value, deploy_id: &str) -> bool {
-    super::list(history, "deploys")
-        .iter()
-        .take_while(|d| text(d, "deploy_id") != deploy_id)
-        .any(|d| text(d, "status") == "success")
-}
-
 #[derive(Debug, Deserialize)]
 struct Offset {
     offset: Option<u64>,
@@ -136,23 +128,5 @@ async fn log_window(
             Json(json!({"error": {"code": f.code, "message": f.message}})),
         )
             .into_response(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_deploy_is_superseded_only_by_a_later_success() {
-        let history = json!({"deploys": [
-            {"deploy_id": "d4", "status": "failed"},
-            {"deploy_id": "d3", "status": "success"},
-            {"deploy_id": "d2", "status": "running"},
-            {"deploy_id": "d1", "status": "success"},
-        ]});
-        assert!(!succeeded_after(&history, "d3"));
-        assert!(succeeded_after(&history, "d1"));
-        assert!(!succeeded_after(&history, "d4"));
     }
 }

@@ -173,6 +173,15 @@ pub fn deploy_word(deploy: &Value, serving: bool) -> &'static str {
     }
 }
 
+/// Whether a deploy newer than `deploy_id` succeeded, in a channel's history (newest first): a successful deploy
+/// is live until then, superseded after.
+pub fn succeeded_after(history: &Value, deploy_id: &str) -> bool {
+    list(history, "deploys")
+        .iter()
+        .take_while(|d| text(d, "deploy_id") != deploy_id)
+        .any(|d| text(d, "status") == "success")
+}
+
 /// The `done` query parameter of a page.
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct Done {
@@ -257,6 +266,19 @@ mod tests {
         }
         assert_eq!(word("success", true), "live");
         assert_eq!(word("success", false), "superseded");
+    }
+
+    #[test]
+    fn a_deploy_is_superseded_only_by_a_later_success() {
+        let history = serde_json::json!({"deploys": [
+            {"deploy_id": "d4", "status": "failed"},
+            {"deploy_id": "d3", "status": "success"},
+            {"deploy_id": "d2", "status": "running"},
+            {"deploy_id": "d1", "status": "success"},
+        ]});
+        assert!(!succeeded_after(&history, "d3"));
+        assert!(succeeded_after(&history, "d1"));
+        assert!(!succeeded_after(&history, "d4"));
     }
 
     #[test]
