@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
-use slipway::blob::store::{self, NewStore};
 use slipway_backends::object_store::{self, Backend, S3Endpoint};
+use slipway_blob::store::{self, NewStore};
 use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
@@ -72,8 +72,8 @@ async fn main() -> Result<()> {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let gateway_url = format!("http://{}", listener.local_addr()?);
-    let service = slipway::blob::serve::service(db.clone(), ring.clone(), &root);
-    tokio::spawn(slipway::blob::serve::serve(
+    let service = slipway_blob::serve::service(db.clone(), ring.clone(), &root);
+    tokio::spawn(slipway_blob::serve::serve(
         service.s3,
         listener,
         std::future::pending(),

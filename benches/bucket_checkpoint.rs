@@ -7,7 +7,7 @@
 //!   database) against a version listing of the backend bucket; no object is copied, so it grows with the number of
 //!   keys and not with their bytes (the line prints both);
 //! - the restore after a tenth of the keys were rewritten (a version listing, then a copy forward of each changed
-//!   key, [`slipway::blob::restore::AT_ONCE`] at a time) against the same restore made directly on the backend: its
+//!   key, [`slipway_blob::restore::AT_ONCE`] at a time) against the same restore made directly on the backend: its
 //!   version listing, then the same copies with the same concurrency (the line also prints the copies alone);
 //! - the download (the `tar.gz` the download route streams, read to the end) against reading every object directly,
 //!   one at a time, in key order;
@@ -23,11 +23,11 @@ use anyhow::{Context, Result, ensure};
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use futures::{StreamExt, TryStreamExt};
-use slipway::blob::access::BlobAccess;
-use slipway::blob::checkpoints::{self, Owner};
-use slipway::blob::store::{self, NewStore};
 use slipway::postgres::snapshots::{Kind, Occasion};
 use slipway_backends::object_store::{self, Backend, S3Endpoint};
+use slipway_blob::access::BlobAccess;
+use slipway_blob::checkpoints::{self, Owner};
+use slipway_blob::store::{self, NewStore};
 use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
@@ -167,8 +167,8 @@ async fn main() -> Result<()> {
     let access = BlobAccess {
         gateway_url: format!("http://{}", listener.local_addr()?),
     };
-    let service = slipway::blob::serve::service(db.clone(), ring.clone(), &root);
-    tokio::spawn(slipway::blob::serve::serve(
+    let service = slipway_blob::serve::service(db.clone(), ring.clone(), &root);
+    tokio::spawn(slipway_blob::serve::serve(
         service.s3,
         listener,
         std::future::pending(),
@@ -221,9 +221,9 @@ async fn main() -> Result<()> {
     let changed: Vec<usize> = (0..objects).step_by(10).collect();
     write_all(&direct, raw, changed.iter().copied(), object_size, 1).await?;
     let manifest = checkpoints::manifest(&db, marker.id).await?;
-    let progress = slipway::jobs::Progress::default();
+    let progress = slipway_jobs::Progress::default();
     let started = Instant::now();
-    let restored = slipway::blob::restore::restore(&bucket, &manifest, &progress)
+    let restored = slipway_blob::restore::restore(&bucket, &manifest, &progress)
         .await
         .map_err(|e| anyhow::anyhow!("restore: {e}"))?;
     let slipway_s = started.elapsed().as_secs_f64();
@@ -259,7 +259,7 @@ async fn main() -> Result<()> {
                 .copy_source(format!("{raw}/{key}?versionId={version}"))
                 .send()
         })
-        .buffer_unordered(slipway::blob::restore::AT_ONCE)
+        .buffer_unordered(slipway_blob::restore::AT_ONCE)
         .map_err(anyhow::Error::from)
         .try_for_each(|_| async { Ok(()) })
         .await?;
@@ -296,7 +296,7 @@ async fn main() -> Result<()> {
     }
     let direct_s = started.elapsed().as_secs_f64();
     let started = Instant::now();
-    let body = slipway::blob::tarball::tar_gz(bucket, db.clone(), marker.id, marker.snapshot_ts);
+    let body = slipway_blob::tarball::tar_gz(bucket, db.clone(), marker.id, marker.snapshot_ts);
     let mut stream = body.into_data_stream();
     let mut sent = 0u64;
     while let Some(chunk) = stream.next().await {

@@ -139,7 +139,7 @@ async fn main() -> Result<()> {
             deploy_id: Some(uuid::Uuid::new_v4()),
             git_sha: None,
         },
-        &slipway::jobs::Progress::default(),
+        &slipway_jobs::Progress::default(),
     )
     .await?;
     let through = started.elapsed().as_secs_f64();

@@ -230,7 +230,7 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             let db = slipway_store::db::connect(&database_url).await?;
             let rows = slipway_store::env::store::reseal_all(&db, &ring).await?;
             let snapshots = slipway_store::env::snapshot::reseal_all(&db, &ring).await?;
-            let stores = crate::blob::store::reseal_all(&db, &ring).await?;
+            let stores = slipway_blob::store::reseal_all(&db, &ring).await?;
             let mirror_keys = crate::mirror::keys::reseal_all(&db, &ring).await?;
             let databases = crate::postgres::store::reseal_all(&db, &ring).await?;
             eprintln!(

@@ -40,7 +40,7 @@ pub enum Command {
     Operator(slipway::operator::OperatorArgs),
     /// Serve S3 for the channels' buckets: each channel's key pair reaches only its own bucket, versioning stays
     /// on, and the owner's byte quota holds; objects live on the S3 backend behind it.
-    S3(slipway::blob::serve::S3Args),
+    S3(slipway_blob::serve::S3Args),
     /// Serve validating admission over TLS for the five kinds: the rules one object cannot check alone.
     Webhook(slipway_webhooks::WebhookArgs),
     /// Serve HTTP for every channel: the Ingress controller of IngressClass `slipway`, static sites from git, and
@@ -75,7 +75,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Operator(args) => slipway::operator::run(args).await,
         Command::Webhook(args) => slipway_webhooks::run(args).await,
         Command::Edge(args) => slipway_edge::run(args).await,
-        Command::S3(args) => slipway::blob::serve::run(args).await,
+        Command::S3(args) => slipway_blob::serve::run(args).await,
         Command::Crds { dir: None } => {
             print!("{}", slipway_crds::crds_yaml()?);
             Ok(())

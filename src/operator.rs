@@ -96,7 +96,7 @@ pub struct OperatorArgs {
     pub registry_tokens: crate::registry_tokens::RegistryTokenArgs,
     /// Object storage (the channels' buckets).
     #[command(flatten)]
-    pub blob: crate::blob::settings::BlobOperatorArgs,
+    pub blob: crate::blob_settings::BlobOperatorArgs,
     /// The data server (the channels' SQL databases).
     #[command(flatten)]
     pub postgres: crate::postgres::settings::PostgresOperatorArgs,

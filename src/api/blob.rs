@@ -15,11 +15,11 @@ use uuid::Uuid;
 
 use super::extract::{Json, Path};
 use crate::auth::{Caller, scopes};
-use crate::blob::access::{BlobAccess, ProbeFailure, public_endpoint};
-use crate::blob::store::{self, Store};
 use crate::core::access::{self, Action, VisibleApp};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
+use slipway_blob::access::{BlobAccess, ProbeFailure, public_endpoint};
+use slipway_blob::store::{self, Store};
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -1,7 +1,7 @@
 //! A channel's bucket checkpoints: the list of its markers, the bucket as of a checkpoint as a `tar.gz` (and a
 //! token that downloads just that), and a copy-forward restore. Download and restore name the checkpoint by its SQL
 //! snapshot id (the id clients already hold); the marker aligned with it is the object-store leg
-//! ([`crate::blob::checkpoints`]).
+//! ([`slipway_blob::checkpoints`]).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -17,12 +17,12 @@ use super::downloads::{self, DownloadToken, Grant};
 use super::extract::{Json, Path};
 use super::snapshots::{require_idle, require_restorable, restore_as_job};
 use crate::auth::{Caller, scopes};
-use crate::blob::bucket::Bucket;
-use crate::blob::checkpoints::{self, Marker};
 use crate::core::access::{self, Action, VisibleApp};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::jobs;
+use slipway_blob::bucket::Bucket;
+use slipway_blob::checkpoints::{self, Marker};
+use slipway_jobs;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -106,7 +106,7 @@ async fn marker_of(
 /// storage, a store, or an answer for it, before a download sends its first byte or a restore writes.
 async fn bucket_of(state: &AppState, channel_id: Uuid) -> Result<Bucket, ApiError> {
     let access = configured(state)?;
-    let store = crate::blob::store::by_channel(state.db(), channel_id)
+    let store = slipway_blob::store::by_channel(state.db(), channel_id)
         .await?
         .ok_or_else(|| ApiError::BlobUnavailable("the channel's bucket is not recorded".into()))?;
     probe(state, access, &store, true).await?;
@@ -211,7 +211,7 @@ async fn download_blob_snapshot(
         marker.snapshot_ts.format("%Y%m%dT%H%M%SZ")
     );
     downloads::attachment(
-        crate::blob::tarball::tar_gz(bucket, state.db().clone(), marker.id, marker.snapshot_ts),
+        slipway_blob::tarball::tar_gz(bucket, state.db().clone(), marker.id, marker.snapshot_ts),
         "application/gzip",
         &filename,
     )
@@ -287,7 +287,7 @@ async fn restore_blob(
         actor: slipway_store::db::audit::Actor::from(&caller),
     };
     let job = restore_as_job(&state, &crate::checkpoints::bucket_restore::job(&params)).await?;
-    if job.state != jobs::state::SUCCEEDED {
+    if job.state != slipway_jobs::state::SUCCEEDED {
         marker_of(&state, channel_id, request.snapshot_id).await?;
         return Err(ApiError::BlobUnavailable(job.error.unwrap_or_else(|| {
             "the restore stopped; no version was removed, and asking again finishes it".into()

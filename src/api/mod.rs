@@ -57,7 +57,7 @@ use crate::core::state::AppState;
 pub const BODY_LIMIT: usize = 1024 * 1024;
 /// Longest a request may take, but for [`UNBOUNDED_ROUTES`].
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// Routes that wait for a job of the platform ([`crate::jobs`]), which runs for as long as its data takes and
+/// Routes that wait for a job of the platform ([`slipway_jobs`]), which runs for as long as its data takes and
 /// outlives the request: they answer its outcome whenever it comes, not cut at [`REQUEST_TIMEOUT`].
 pub const UNBOUNDED_ROUTES: &[&str] = &[
     "/apps/{app_id}/channels/{channel_id}/postgres/restore",

@@ -20,10 +20,10 @@ use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::jobs::{self, store::Admission};
 use crate::postgres::archive::Archive;
 use crate::postgres::channel::{configured, database_channel, ready_record, unavailable};
 use crate::postgres::snapshots::{self, Snapshot};
+use slipway_jobs::{self, store::Admission};
 
 /// The scope a snapshot download needs.
 pub const DOWNLOAD_SCOPE: &str = "snapshots:read";
@@ -248,9 +248,9 @@ pub(super) async fn require_idle(
 /// `channel_busy` while another of the channel's checkpoints or restores is unfinished.
 pub(super) async fn restore_as_job(
     state: &AppState,
-    job: &jobs::NewJob,
-) -> Result<jobs::Job, ApiError> {
-    jobs::runner::ask_and_wait(state.db(), state.jobs(), job, Admission::Exclusive)
+    job: &slipway_jobs::NewJob,
+) -> Result<slipway_jobs::Job, ApiError> {
+    slipway_jobs::runner::ask_and_wait(state.db(), state.jobs(), job, Admission::Exclusive)
         .await?
         .map_err(|_| {
             ApiError::ChannelBusy(
@@ -336,7 +336,7 @@ async fn restore_snapshot(
         actor: slipway_store::db::audit::Actor::from(&caller),
     };
     let job = restore_as_job(&state, &crate::checkpoints::sql_restore::job(&params)).await?;
-    if job.state != jobs::state::SUCCEEDED {
+    if job.state != slipway_jobs::state::SUCCEEDED {
         snapshot_of(&state, channel_id, request.snapshot_id).await?;
         return Err(ApiError::PostgresUnavailable(job.error.unwrap_or_else(
             || "the restore did not complete; the database is unchanged".into(),

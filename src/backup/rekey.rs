@@ -167,7 +167,7 @@ async fn reseal_bucket_secrets(
     ring: &Keyring,
     moved: &impl Fn(Uuid) -> Uuid,
 ) -> anyhow::Result<u64> {
-    use crate::blob::keys::aad;
+    use slipway_blob::keys::aad;
     let rows: Vec<(Uuid, String, String, Vec<u8>)> = sqlx::query_as(
         "SELECT channel_id, access_key_id, key_id, sealed_secret FROM blob_stores FOR UPDATE",
     )

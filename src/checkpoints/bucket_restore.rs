@@ -1,8 +1,8 @@
-//! A bucket restore, run as a job ([`crate::jobs`]): `POST …/blob/restore` records it and waits for it. A bucket
+//! A bucket restore, run as a job ([`slipway_jobs`]): `POST …/blob/restore` records it and waits for it. A bucket
 //! of tens of thousands of objects takes minutes of server-side copies; inside a request it was cut by the
 //! request's timeout half-way, its journal entry never written. As a job it runs to its end on whichever API
 //! replica claims it, and a replica that dies mid-way leaves it to another, which plans again from the bucket as it
-//! is and makes only the writes still missing ([`crate::blob::restore`] copies forward and removes nothing, so a
+//! is and makes only the writes still missing ([`slipway_blob::restore`] copies forward and removes nothing, so a
 //! restore stopped half-way is finished by running it again).
 //!
 //! It runs in the channel's job scope and under the channel's checkpoint lock ([`super::exclusively`]), so no
@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::blob::checkpoints as markers;
 use crate::core::error::pool_exhausted;
 use crate::core::state::AppState;
-use crate::jobs::{Job, JobError, Kind, NewJob, Progress};
+use slipway_blob::checkpoints as markers;
+use slipway_jobs::{Job, JobError, Kind, NewJob, Progress};
 use slipway_store::db::audit::{self, Actor};
 
 /// What the job needs.
@@ -52,7 +52,7 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
         ));
     };
     let db = state.db();
-    let store = crate::blob::store::by_channel(db, params.channel_id)
+    let store = slipway_blob::store::by_channel(db, params.channel_id)
         .await
         .map_err(|e| busy_or(e.into()))?
         .ok_or_else(|| JobError::Failed("the channel's bucket is not recorded".into()))?;
@@ -68,7 +68,7 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
         let total: i64 = manifest.iter().map(|e| e.size_bytes).sum();
         progress.set_total(u64::try_from(total).unwrap_or(0));
         progress.set_done(0);
-        let restored = crate::blob::restore::restore(&bucket, &manifest, progress).await;
+        let restored = slipway_blob::restore::restore(&bucket, &manifest, progress).await;
         sqlx::Result::Ok(Some((marker, restored)))
     });
     let outcome = match Box::pin(restore).await {
@@ -103,7 +103,7 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
     match restored {
         Ok(r) => Ok(serde_json::json!({"copied": r.copied, "hidden": r.hidden})),
         // Decided, not failed: asking again would be refused the same way.
-        Err(e) if e.cause.is::<crate::blob::restore::VersionsGone>() => {
+        Err(e) if e.cause.is::<slipway_blob::restore::VersionsGone>() => {
             Ok(serde_json::json!({"refused": e.cause.to_string()}))
         }
         Err(e) => {

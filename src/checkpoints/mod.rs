@@ -1,5 +1,5 @@
 //! A checkpoint is one instant for a channel's three legs: its SQL database (a `pg_dump` snapshot), its bucket
-//! (a marker listing the version of every object, [`crate::blob::checkpoints`]) and its code (the commit the SQL
+//! (a marker listing the version of every object, [`slipway_blob::checkpoints`]) and its code (the commit the SQL
 //! row records). One is taken before every non-static deploy's new container starts and one nightly.
 //!
 //! The bucket is listed first, then the dump starts, moments apart; the marker records the SQL snapshot's id
@@ -11,7 +11,7 @@
 //! taken nor a restore under way loses a version to a concurrent prune.
 //!
 //! Taking a checkpoint before a deploy ([`pre_deploy`]) or nightly ([`nightly`]) and restoring either leg
-//! ([`sql_restore`], [`bucket_restore`]) run as jobs of the platform ([`crate::jobs`]) in the channel's scope: they last as long as
+//! ([`sql_restore`], [`bucket_restore`]) run as jobs of the platform ([`slipway_jobs`]) in the channel's scope: they last as long as
 //! the data takes, not as long as a request may, and one runs at a time per channel.
 
 use slipway_crds::Channel;
@@ -25,12 +25,12 @@ pub mod nightly;
 pub mod pre_deploy;
 pub mod sql_restore;
 
-use crate::blob::bucket::Bucket;
-use crate::blob::checkpoints::{self as markers, Marker, Owner};
 use crate::core::state::AppState;
-use crate::jobs::Progress;
 use crate::postgres::snapshots::{self, Occasion, Parts, Snapshot};
 use crate::postgres::store::Record;
+use slipway_blob::bucket::Bucket;
+use slipway_blob::checkpoints::{self as markers, Marker, Owner};
+use slipway_jobs::Progress;
 
 /// The SQL leg: where to dump, and which database.
 pub struct SqlLeg<'a> {
@@ -80,7 +80,7 @@ async fn try_blob_leg(
     if !channel.condition_is_true(conditions::OBJECT_STORE_READY) {
         return Ok(None);
     }
-    let Some(store) = crate::blob::store::by_channel(state.db(), channel_id).await? else {
+    let Some(store) = slipway_blob::store::by_channel(state.db(), channel_id).await? else {
         return Ok(None);
     };
     Ok(Some(BlobLeg {

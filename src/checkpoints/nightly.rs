@@ -1,4 +1,4 @@
-//! Nightly checkpoints, run as jobs ([`crate::jobs`]). Every few minutes one API server (whichever holds the
+//! Nightly checkpoints, run as jobs ([`slipway_jobs`]). Every few minutes one API server (whichever holds the
 //! scheduling lock) looks for ready channel databases without a `nightly` snapshot of the current UTC day and asks
 //! for a `nightly_checkpoint` job for each that has none unfinished. The jobs run like a deploy's checkpoint: in
 //! the channel's scope (never beside its deploy checkpoint or a restore), on whichever replica claims them, taken
@@ -19,8 +19,8 @@ use uuid::Uuid;
 use super::{Checkpoint, Legs, SqlLeg};
 use crate::core::error::pool_exhausted;
 use crate::core::state::AppState;
-use crate::jobs::{Job, JobError, Kind, NewJob, Progress, runner, store};
 use crate::postgres::snapshots::{Kind as SnapshotKind, Occasion, Parts};
+use slipway_jobs::{Job, JobError, Kind, NewJob, Progress, runner, store};
 
 /// How often the API server looks for databases due a nightly snapshot.
 pub const CHECK_EVERY: Duration = Duration::from_secs(600);

@@ -1,4 +1,4 @@
-//! A deploy's `pre_deploy` checkpoint, run as a job ([`crate::jobs`]): the operator's call starts it and answers
+//! A deploy's `pre_deploy` checkpoint, run as a job ([`slipway_jobs`]): the operator's call starts it and answers
 //! how it is, and the operator asks again until it is done. A large database dumps for minutes, longer than any
 //! request may last, so the dump belongs to the job, not to the request: a request cut short, an operator that
 //! restarts or an API replica that dies does not lose it (another replica takes the job over and dumps again; a
@@ -19,8 +19,8 @@ use super::{Checkpoint, Legs, SqlLeg};
 use crate::core::access::{self, Role, VisibleApp};
 use crate::core::error::pool_exhausted;
 use crate::core::state::AppState;
-use crate::jobs::{self, Job, JobError, Kind, NewJob, Progress, state};
 use crate::postgres::snapshots::{Kind as SnapshotKind, Occasion, Parts};
+use slipway_jobs::{self, Job, JobError, Kind, NewJob, Progress, state};
 
 /// What the job needs: the deploy, its channel and app, and the commit running before it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -184,7 +184,7 @@ async fn checkpoint(
             let size = u64::try_from(snapshot.size_bytes.unwrap_or(0)).unwrap_or(0);
             log.line(&format!(
                 "done: an SQL snapshot of {} in {} s",
-                jobs::gib(size),
+                slipway_jobs::gib(size),
                 started.elapsed().as_secs()
             ))
             .await;
@@ -231,11 +231,14 @@ impl DeployLog<'_> {
         every: Duration,
         work: impl Future<Output = T>,
     ) -> T {
-        jobs::alongside(work, async {
+        slipway_jobs::alongside(work, async {
             loop {
                 tokio::time::sleep(every).await;
-                let line =
-                    jobs::progress_line(progress.done(), progress.total(), started.elapsed());
+                let line = slipway_jobs::progress_line(
+                    progress.done(),
+                    progress.total(),
+                    started.elapsed(),
+                );
                 self.line(&line).await;
             }
         })

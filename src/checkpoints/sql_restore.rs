@@ -1,4 +1,4 @@
-//! An SQL restore in place, run as a job ([`crate::jobs`]): `POST …/postgres/restore` records it and waits for it,
+//! An SQL restore in place, run as a job ([`slipway_jobs`]): `POST …/postgres/restore` records it and waits for it,
 //! and the job, not the request, holds the restore. A 5 GB snapshot takes minutes to apply; inside a request it
 //! was cut by the request's timeout and rolled back, and a client that went away took it down with it. As a job
 //! it runs to its end on whichever API replica claims it; a replica that dies mid-way leaves the transaction open,
@@ -20,8 +20,8 @@ use uuid::Uuid;
 
 use crate::core::error::pool_exhausted;
 use crate::core::state::AppState;
-use crate::jobs::{Job, JobError, Kind, NewJob, Progress};
 use crate::postgres::restore::RestoreFailed;
+use slipway_jobs::{Job, JobError, Kind, NewJob, Progress};
 use slipway_store::db::audit::{self, Actor};
 
 /// What the job needs.
@@ -102,7 +102,7 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
         let runner = job.runner.as_deref().unwrap_or_default();
         let hand_over = |transaction: String| async move {
             let handover = serde_json::json!({ TRANSACTION: transaction });
-            let ours = crate::jobs::store::hand_over(db, job.id, runner, &handover).await?;
+            let ours = slipway_jobs::store::hand_over(db, job.id, runner, &handover).await?;
             anyhow::ensure!(ours, "the restore's job was taken over or cancelled");
             Ok(())
         };

@@ -100,7 +100,7 @@ pub const OAUTH_AUTHORIZATIONS_PER_SOURCE_PER_HOUR: u32 = 120;
 #[derive(Clone, Default)]
 pub struct Features {
     /// Where object storage's gateway is reached (the bucket routes).
-    pub blob_access: Option<crate::blob::access::BlobAccess>,
+    pub blob_access: Option<slipway_blob::access::BlobAccess>,
     /// The data server channel databases live on (the database routes).
     pub data_server: Option<Arc<slipway_backends::data_server::DataServer>>,
     /// Where SQL snapshot files go (checkpoints, restores, exports).
@@ -124,7 +124,7 @@ pub struct AppState {
     guard: Arc<Guard>,
     features: Arc<Features>,
     mirrors: Arc<Mirrors>,
-    jobs: Arc<crate::jobs::Runner>,
+    jobs: Arc<slipway_jobs::Runner>,
 }
 
 /// The limits in force and the per-token buckets they fill.
@@ -210,18 +210,18 @@ impl AppState {
             guard: Arc::new(Guard::new(Limits::default())),
             features: Arc::default(),
             mirrors: Arc::new(Mirrors::default()),
-            jobs: Arc::new(crate::jobs::Runner::new(crate::jobs::Timing::default())),
+            jobs: Arc::new(slipway_jobs::Runner::new(slipway_jobs::Timing::default())),
         }
     }
 
-    /// The same state with a job runner of this timing (before its loop starts: [`crate::jobs::kinds::run`]).
-    pub fn with_job_timing(mut self, timing: crate::jobs::Timing) -> Self {
-        self.jobs = Arc::new(crate::jobs::Runner::new(timing));
+    /// The same state with a job runner of this timing (before its loop starts: [`crate::job_kinds::run`]).
+    pub fn with_job_timing(mut self, timing: slipway_jobs::Timing) -> Self {
+        self.jobs = Arc::new(slipway_jobs::Runner::new(timing));
         self
     }
 
     /// This process's job runner.
-    pub fn jobs(&self) -> &Arc<crate::jobs::Runner> {
+    pub fn jobs(&self) -> &Arc<slipway_jobs::Runner> {
         &self.jobs
     }
 
@@ -325,7 +325,7 @@ impl AppState {
     }
 
     /// How object storage is reached; `None` when the platform runs without it (its routes answer 503).
-    pub fn blob_access(&self) -> Option<&crate::blob::access::BlobAccess> {
+    pub fn blob_access(&self) -> Option<&slipway_blob::access::BlobAccess> {
         self.features.blob_access.as_ref()
     }
 

@@ -1,6 +1,6 @@
 //! Building one export's archive. The parts whose size is known only once they are written (the repository's
 //! bundle, each database's dump) are streamed into the archive's bucket first, under the export's prefix; then the
-//! `tar.gz` is streamed into the same bucket ([`crate::tar_stream`]), its entries read back from those parts and,
+//! `tar.gz` is streamed into the same bucket ([`slipway_tar_stream`]), its entries read back from those parts and,
 //! for each bucket, from the channel's current objects through the gateway. Nothing is held in memory or on the
 //! API's disk, whatever the size.
 //!
@@ -12,7 +12,7 @@
 //!   repo.bundle` makes a working copy;
 //! - `channels/<name>/database.dump`: `pg_dump -Fc` of each non-static channel's database, for `pg_restore`;
 //! - `channels/<name>/bucket/<key>`: each current object of the channel's bucket (key paths made safe as bucket
-//!   downloads make them, [`crate::blob::tarball::entry_name`]).
+//!   downloads make them, [`slipway_blob::tarball::entry_name`]).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -24,11 +24,11 @@ use slipway_backends::data_server::DumpFormat;
 use slipway_crds::Template;
 use uuid::Uuid;
 
-use crate::blob::bucket::Bucket;
-use crate::blob::checkpoints::Entry;
 use crate::core::access::VisibleApp;
 use crate::core::state::AppState;
 use crate::postgres::archive::Archive;
+use slipway_blob::bucket::Bucket;
+use slipway_blob::checkpoints::Entry;
 
 /// Why a build stopped: `reason` is shown to the person who asked, `cause` is logged.
 #[derive(Debug)]
@@ -107,7 +107,7 @@ pub async fn build(
         started.format("%Y%m%dT%H%M%SZ")
     );
     let parts = archive.clone();
-    let body = crate::tar_stream::tar_gz(format!("export {id}"), move |tar| async move {
+    let body = slipway_tar_stream::tar_gz(format!("export {id}"), move |tar| async move {
         tar.bytes("export.json", pretty(&manifest)?, started)
             .await?;
         tar.bytes("env.json", pretty(&env)?, started).await?;
@@ -126,7 +126,7 @@ pub async fn build(
             if let Some((bucket, entries)) = &channel.bucket {
                 let objects = format!("{dir}bucket/");
                 tar.directory(&objects, started).await?;
-                crate::blob::tarball::append_all(&tar, bucket, entries, &objects, started).await?;
+                slipway_blob::tarball::append_all(&tar, bucket, entries, &objects, started).await?;
             }
         }
         Ok(())
@@ -227,7 +227,7 @@ async fn channel_part(
     let mut listed = None;
     match bucket_of(state, id).await {
         Ok(Some(bucket)) => {
-            let listing = crate::blob::checkpoints::list_now(&bucket)
+            let listing = slipway_blob::checkpoints::list_now(&bucket)
                 .await
                 .reason(|| {
                     format!("the bucket of channel {name} could not be listed; try again")
@@ -283,7 +283,7 @@ async fn bucket_of(state: &AppState, id: Uuid) -> anyhow::Result<Option<Bucket>>
     let Some(access) = state.blob_access() else {
         return Ok(None);
     };
-    let Some(store) = crate::blob::store::by_channel(state.db(), id).await? else {
+    let Some(store) = slipway_blob::store::by_channel(state.db(), id).await? else {
         return Ok(None);
     };
     Ok(Some(access.bucket(state.keyring(), &store)?))

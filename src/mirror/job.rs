@@ -1,4 +1,4 @@
-//! A mirror sync as a job ([`crate::jobs`]): `POST …/github/sync` and the fetch a deploy of a mirrored app starts
+//! A mirror sync as a job ([`slipway_jobs`]): `POST …/github/sync` and the fetch a deploy of a mirrored app starts
 //! with each record one and wait for it. A first fetch of a repository of hundreds of megabytes takes longer than
 //! a request may last; run by the request, it was cut by the request's timeout, queued behind a lock that only
 //! its own process knew, and lost with that process. As a job, the syncs of one app run one at a time in the
@@ -16,8 +16,8 @@ use uuid::Uuid;
 use crate::core::access::{Role, VisibleApp};
 use crate::core::error::{ApiError, pool_exhausted};
 use crate::core::state::AppState;
-use crate::jobs::store::Admission;
-use crate::jobs::{self, Job, JobError, Kind, NewJob, Progress};
+use slipway_jobs::store::Admission;
+use slipway_jobs::{self, Job, JobError, Kind, NewJob, Progress};
 use slipway_store::db::mirrors::{self, Mirror};
 
 /// What the job needs: the app, and which connection of it (a mirror disconnected and connected again is another).
@@ -43,15 +43,15 @@ pub async fn sync_and_wait(
     let new = NewJob {
         app_id: Some(app.id),
         params: serde_json::json!(params),
-        ..NewJob::new(Kind::MirrorSync, jobs::scope::mirror(app.id))
+        ..NewJob::new(Kind::MirrorSync, slipway_jobs::scope::mirror(app.id))
     };
     // Queued behind the app's other syncs: never refused.
-    let job = jobs::runner::ask_and_wait(state.db(), state.jobs(), &new, Admission::Queue)
+    let job = slipway_jobs::runner::ask_and_wait(state.db(), state.jobs(), &new, Admission::Queue)
         .await?
         .ok()
         .flatten()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the sync's job row vanished")))?;
-    if job.state == jobs::state::FAILED {
+    if job.state == slipway_jobs::state::FAILED {
         return Err(ApiError::Unavailable(format!(
             "the sync could not run: {}; try again",
             job.error.unwrap_or_default()

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use slipway_backends::data_server::DataServer;
 
-use crate::jobs::Progress;
+use slipway_jobs::Progress;
 
 /// How often the server is asked.
 const SAMPLE_EVERY: Duration = Duration::from_secs(2);
@@ -72,7 +72,7 @@ impl<'a> DumpWatch<'a> {
     /// `progress` every few seconds meanwhile; what `dump` returns. A sample that fails is skipped.
     pub async fn during<T>(mut self, progress: &Progress, dump: impl Future<Output = T>) -> T {
         progress.set_total(self.total);
-        crate::jobs::alongside(dump, async {
+        slipway_jobs::alongside(dump, async {
             loop {
                 tokio::time::sleep(SAMPLE_EVERY).await;
                 match self.sample().await {

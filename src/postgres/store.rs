@@ -2,10 +2,11 @@
 //! the first record) and both roles' passwords, sealed under the platform's keyring and bound to their row.
 
 use chrono::{DateTime, Utc};
+use rand::RngExt;
+use rand::distr::Alphanumeric;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::blob::keys::{SECRET_ALPHABET, random_string};
 use slipway_backends::data_server::DatabaseNames;
 use slipway_store::env::crypto::{Keyring, Sealed};
 
@@ -39,7 +40,11 @@ pub struct Record {
 
 /// A new role password: 40 letters and digits (about 238 bits).
 pub fn new_password() -> String {
-    random_string(PASSWORD_LEN, SECRET_ALPHABET)
+    rand::rng()
+        .sample_iter(Alphanumeric)
+        .take(PASSWORD_LEN)
+        .map(char::from)
+        .collect()
 }
 
 /// The associated data a password is sealed with: it opens only for its own role of its own channel.

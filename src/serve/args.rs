@@ -86,7 +86,7 @@ pub struct ApiArgs {
     /// The object-storage backend, where SQL snapshot files are kept (in `<prefix>system`). Unset: no
     /// snapshots are taken.
     #[command(flatten)]
-    pub snapshot_store: crate::blob::settings::S3BackendArgs,
+    pub snapshot_store: crate::blob_settings::S3BackendArgs,
     /// The cluster registry's token endpoint (`/registry/token`).
     #[command(flatten)]
     pub registry_tokens: crate::registry_tokens::RegistryTokenArgs,

@@ -41,7 +41,7 @@ async fn features(args: &ApiArgs, kube: &kube::Client) -> anyhow::Result<Feature
     }
     Ok(Features {
         blob_access: args.s3_gateway_url.as_ref().map(|gateway_url| {
-            crate::blob::access::BlobAccess {
+            slipway_blob::access::BlobAccess {
                 gateway_url: gateway_url.clone(),
             }
         }),
@@ -89,7 +89,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
             tokio::spawn(crate::checkpoints::nightly::run(state.clone()));
         }
     }
-    tokio::spawn(crate::jobs::kinds::run(state.clone()));
+    tokio::spawn(crate::job_kinds::run(state.clone()));
     tokio::spawn(crate::git::gc::run(
         state.clone(),
         args.git_gc_prune.clone(),

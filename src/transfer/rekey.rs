@@ -319,7 +319,7 @@ async fn swap_stores(
     .await?;
     swap_ids(tx, "blob_stores", moved, fresh).await?;
     for (from, access_key, key_id, sealed) in rows {
-        use crate::blob::keys::{aad, generate};
+        use slipway_blob::keys::{aad, generate};
         let (to, access_key, secret) = if from == moved {
             let pair = generate();
             let secret = ring.seal(

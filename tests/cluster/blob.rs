@@ -713,7 +713,7 @@ async fn a_deleted_channel_takes_its_bucket_and_store_along() -> Result<()> {
     slipway_testkit::wait_until(WITHIN, || {
         let db = db.clone();
         let id: uuid::Uuid = next_id.parse().unwrap();
-        async move { Ok(slipway::blob::store::by_channel(&db, id).await?.is_none()) }
+        async move { Ok(slipway_blob::store::by_channel(&db, id).await?.is_none()) }
     })
     .await?;
     let err = s3

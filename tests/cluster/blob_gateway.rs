@@ -14,9 +14,9 @@ use anyhow::Result;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
-use slipway::blob::store::{self, NewStore, Store};
-use slipway::blob::{keys, recount};
 use slipway_backends::object_store::{self, Backend, S3Endpoint};
+use slipway_blob::store::{self, NewStore, Store};
+use slipway_blob::{keys, recount};
 use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
@@ -39,7 +39,7 @@ struct Gateway {
     ring: Keyring,
     url: String,
     store: Store,
-    metrics: slipway::blob::metrics::GatewayMetrics,
+    metrics: slipway_blob::metrics::GatewayMetrics,
 }
 
 impl Gateway {
@@ -68,11 +68,11 @@ impl Gateway {
         Backend::new(&root)
             .ensure_bucket(&store.backend_bucket)
             .await?;
-        let service = slipway::blob::serve::service(db.clone(), ring.clone(), &root);
+        let service = slipway_blob::serve::service(db.clone(), ring.clone(), &root);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         let metrics = service.s3.metrics().clone();
-        tokio::spawn(slipway::blob::serve::serve(
+        tokio::spawn(slipway_blob::serve::serve(
             service.s3,
             listener,
             std::future::pending(),

@@ -1216,7 +1216,7 @@ async fn leg_ready(api: &TestApi, user: &User, channel_path: &str, leg: &str) ->
 
 /// The channel's key pair and bucket name, as the platform database keeps them.
 async fn bucket_keys(api: &TestApi, channel_id: &str) -> Result<(String, String, String)> {
-    let store = slipway::blob::store::by_channel(api.state.db(), channel_id.parse()?)
+    let store = slipway_blob::store::by_channel(api.state.db(), channel_id.parse()?)
         .await?
         .context("the channel has no bucket")?;
     let secret = store.secret(api.state.keyring())?;
@@ -1234,7 +1234,7 @@ async fn read_object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result
 /// duplicate key.
 #[tokio::test]
 async fn a_store_recorded_during_a_swap_waits_for_it_and_answers_the_moved_record() -> Result<()> {
-    use slipway::blob::store::{self, NewStore};
+    use slipway_blob::store::{self, NewStore};
     let database = support::migrated_database().await?;
     let db = slipway_store::db::connect(database.url()).await?;
     slipway_store::db::users::create(&db, &"mover".parse()?, "basic").await?;

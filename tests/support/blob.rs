@@ -36,10 +36,10 @@ impl ObjectStore {
         let backend = TestS3::start().await?;
         let db = slipway_store::db::connect(api.db_url()).await?;
         let ring = slipway_store::env::crypto::Keyring::parse(&api.keyring_line)?;
-        let service = slipway::blob::serve::service(db, ring, &super::s3_calls::root(&backend)).s3;
+        let service = slipway_blob::serve::service(db, ring, &super::s3_calls::root(&backend)).s3;
         let listener = tokio::net::TcpListener::bind((gateway_host, 0)).await?;
         let gateway = listener.local_addr()?;
-        tokio::spawn(slipway::blob::serve::serve(
+        tokio::spawn(slipway_blob::serve::serve(
             service,
             listener,
             std::future::pending(),
@@ -54,7 +54,7 @@ impl ObjectStore {
     /// Points `api` at the gateway.
     pub fn announce(&self, api: &mut TestApi) {
         api.enable(|features| {
-            features.blob_access = Some(slipway::blob::access::BlobAccess {
+            features.blob_access = Some(slipway_blob::access::BlobAccess {
                 gateway_url: self.gateway_url.clone(),
             })
         });

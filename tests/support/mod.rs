@@ -188,7 +188,7 @@ pub async fn pre_deploy_checkpoint(
 
 /// The test APIs' job runner: leases that lapse within a test, and an answer to a caller within a second, so a
 /// checkpoint of a few hundred MB outlasts a request the way a large one does in production.
-pub const JOB_TIMING: slipway::jobs::Timing = slipway::jobs::Timing {
+pub const JOB_TIMING: slipway_jobs::Timing = slipway_jobs::Timing {
     lease: std::time::Duration::from_secs(3),
     heartbeat: std::time::Duration::from_millis(500),
     poll: std::time::Duration::from_millis(500),
@@ -308,9 +308,9 @@ impl TestApi {
         let state = api_state(db.url(), &kube, &repos_dir, &keyring_line, ns)
             .await?
             .with_job_timing(JOB_TIMING);
-        let jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
-            slipway::jobs::kinds::run(state.clone()),
-        ));
+        let jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(slipway::job_kinds::run(
+            state.clone(),
+        )));
         let router = slipway::routes::public(state.clone());
         let internal_router = slipway::api::internal_router(state.clone());
         Ok(Self {
@@ -388,7 +388,7 @@ impl TestApi {
         self.served.0.replace(self.router.clone());
         self.served.1.replace(self.internal_router.clone());
         self._jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
-            slipway::jobs::kinds::run(self.state.clone()),
+            slipway::job_kinds::run(self.state.clone()),
         ));
     }
 

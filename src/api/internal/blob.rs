@@ -14,10 +14,10 @@ use uuid::Uuid;
 
 use super::guard::InternalCaller;
 use crate::api::extract::{Json, Path};
-use crate::blob::store::{self, NewStore};
 use crate::core::access;
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
+use slipway_blob::store::{self, NewStore};
 
 /// The routes of this module (state: the API's).
 pub fn routes() -> Router<AppState> {
@@ -76,7 +76,7 @@ async fn delete_store(
     Path(channel_id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     caller.require(&state, RouteGroup::BlobStores)?;
-    crate::blob::checkpoints::forget_channel(state.db(), channel_id).await?;
+    slipway_blob::checkpoints::forget_channel(state.db(), channel_id).await?;
     store::delete(state.db(), channel_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

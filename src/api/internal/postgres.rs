@@ -23,9 +23,9 @@ use crate::checkpoints::pre_deploy;
 use crate::core::access;
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
-use crate::jobs::{self, store::Admission, store::Enqueued};
 use crate::postgres::snapshots;
 use crate::postgres::store::{self, NewRecord, Record};
+use slipway_jobs::{self, store::Admission, store::Enqueued};
 
 /// The routes of this module (state: the API's).
 pub fn routes() -> Router<AppState> {
@@ -133,7 +133,7 @@ fn parse_id(what: &str, id: &str) -> Result<Uuid, ApiError> {
 
 /// `PUT /internal/v1/deploys/{deploy_id}/postgres-snapshot`: starts the deploy's `pre_deploy` checkpoint as a job
 /// (once per deploy: a repeated call finds the same job) and answers how it is after at most
-/// [`crate::jobs::Timing::answer_within`]: taken, skipped (and why), failed (and the deploy with it), or running
+/// [`slipway_jobs::Timing::answer_within`]: taken, skipped (and why), failed (and the deploy with it), or running
 /// (the operator asks again). The job goes on whether or not anyone asks.
 async fn pre_deploy_snapshot(
     State(state): State<AppState>,
@@ -150,16 +150,17 @@ async fn pre_deploy_snapshot(
     };
     let app = super::app_by_id(&state, params.app_id)?;
     access::channel_of(&state, &app, params.channel_id)?;
-    let job = match jobs::store::enqueue(state.db(), &pre_deploy::job(&params), Admission::Queue)
-        .await?
-    {
-        Enqueued::New(job) => {
-            state.jobs().wake();
-            job
-        }
-        Enqueued::Existing(job) | Enqueued::Busy(job) => job,
-    };
-    let job = jobs::runner::wait_at_most(
+    let job =
+        match slipway_jobs::store::enqueue(state.db(), &pre_deploy::job(&params), Admission::Queue)
+            .await?
+        {
+            Enqueued::New(job) => {
+                state.jobs().wake();
+                job
+            }
+            Enqueued::Existing(job) | Enqueued::Busy(job) => job,
+        };
+    let job = slipway_jobs::runner::wait_at_most(
         state.db(),
         job.id,
         Some(state.jobs().timing().answer_within),
@@ -179,9 +180,11 @@ async fn cancel_pre_deploy_snapshot(
 ) -> Result<StatusCode, ApiError> {
     caller.require(&state, RouteGroup::Databases)?;
     let subject = pre_deploy::subject(deploy_id);
-    if let Some(job) = jobs::store::by_subject(state.db(), jobs::Kind::Checkpoint, &subject).await?
+    if let Some(job) =
+        slipway_jobs::store::by_subject(state.db(), slipway_jobs::Kind::Checkpoint, &subject)
+            .await?
     {
-        jobs::store::cancel(
+        slipway_jobs::store::cancel(
             state.db(),
             job.id,
             "the deploy stopped waiting for its pre-deploy checkpoint",

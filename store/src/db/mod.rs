@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod bandwidth;
+pub mod checkpoints;
 pub mod claims;
 pub mod console_codes;
 pub mod deploy_logs;

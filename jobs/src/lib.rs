@@ -21,7 +21,6 @@
 //!   only reads the row, so a client that goes away, or a request cut short, leaves the job running; the job's own
 //!   task belongs to the runner, not to the request.
 
-pub mod kinds;
 pub mod metrics;
 pub mod runner;
 pub mod store;

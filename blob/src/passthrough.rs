@@ -781,7 +781,7 @@ mod tests {
                 value_len: 8
             }
         ));
-        let encoded = crate::blob::trailer::encoded_len(11, "x-amz-checksum-crc32", 8);
+        let encoded = crate::trailer::encoded_len(11, "x-amz-checksum-crc32", 8);
         assert_eq!(headers.get(CONTENT_LENGTH).unwrap(), &encoded.to_string());
         assert_eq!(headers.get("x-amz-decoded-content-length").unwrap(), "11");
         assert_eq!(headers.get(CONTENT_ENCODING).unwrap(), "aws-chunked");

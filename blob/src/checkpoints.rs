@@ -2,7 +2,7 @@
 //! was current when it was taken (`blob_snapshot_objects`, the marker's *manifest*). Restore and download read the
 //! manifest, not timestamps, so neither depends on the backend's clock or the precision of `LastModified`.
 //!
-//! Markers are taken with the SQL snapshot of the same checkpoint ([`crate::checkpoints`]) and pruned by the same
+//! Markers are taken with the SQL snapshot of the same checkpoint (the API's checkpoint jobs) and pruned by the same
 //! plan windows; after that, every non-current version that no retained manifest lists is removed, so a bucket's
 //! history is as long as its checkpoints need and no longer.
 
@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::bucket::{Bucket, Version};
-use crate::postgres::snapshots::{Occasion, occasion_row, retention_expired};
+use slipway_store::db::checkpoints::{Occasion, occasion_row, retention_expired};
 
 /// A row of `blob_snapshots`.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -292,7 +292,7 @@ pub async fn forget_channel(db: &PgPool, channel_id: Uuid) -> sqlx::Result<()> {
 mod tests {
     use super::*;
 
-    use crate::blob::bucket::tests::version;
+    use crate::bucket::tests::version;
 
     #[test]
     fn a_manifest_holds_each_key_s_current_object_and_not_its_deleted_keys() {

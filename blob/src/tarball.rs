@@ -1,4 +1,4 @@
-//! A bucket as of a checkpoint, as a `tar.gz` stream ([`crate::tar_stream`]): for each object of the marker's
+//! A bucket as of a checkpoint, as a `tar.gz` stream ([`slipway_tar_stream`]): for each object of the marker's
 //! manifest a tar entry whose body is that version read through the gateway. The manifest is read a page at a time,
 //! and the objects are written one after another while the next few are already asked for ([`READ_AHEAD`]): small
 //! objects cost a round trip each, which one at a time made a bucket of 20,000 take minutes. An object asked for
@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::bucket::Bucket;
 use super::checkpoints::{Entry, manifest_page};
-use crate::tar_stream::TarWriter;
+use slipway_tar_stream::TarWriter;
 
 /// Manifest entries read from the platform database per page of a download.
 const PAGE: i64 = 1000;
@@ -31,7 +31,7 @@ const READ_AHEAD: usize = 8;
 /// `fallback_mtime` for versions with no time.
 pub fn tar_gz(bucket: Bucket, db: PgPool, marker_id: Uuid, fallback_mtime: DateTime<Utc>) -> Body {
     let what = format!("bucket {}", bucket.name);
-    Body::from_stream(crate::tar_stream::tar_gz(what, move |tar| async move {
+    Body::from_stream(slipway_tar_stream::tar_gz(what, move |tar| async move {
         let mut after: Option<String> = None;
         loop {
             let page = manifest_page(&db, marker_id, after.as_deref(), PAGE).await?;

@@ -5,7 +5,7 @@
 //! stream with an error, so a broken archive never looks like a short complete one; a consumer that goes away
 //! stops the writer.
 //!
-//! Bucket checkpoint downloads ([`crate::blob::tarball`]) and app exports ([`crate::exports`]) are written with it.
+//! Bucket checkpoint downloads and app exports are written with it.
 
 use std::future::Future;
 use std::io;

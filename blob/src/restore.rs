@@ -13,7 +13,7 @@ use futures::future::BoxFuture;
 
 use super::bucket::{Bucket, Version};
 use super::checkpoints::Entry;
-use crate::jobs::Progress;
+use slipway_jobs::Progress;
 
 /// One write of a restore.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,7 +205,7 @@ pub async fn restore(
 mod tests {
     use super::*;
 
-    use crate::blob::bucket::tests::version;
+    use crate::bucket::tests::version;
 
     fn entry(key: &str, id: &str) -> Entry {
         Entry {

@@ -1,12 +1,13 @@
-//! The work of each kind, for the API's runner: what a claimed job of a kind does, with the API's parts.
+//! The work of each kind of job ([`slipway_jobs`]), for the API's runner: what a claimed job of a kind does, with
+//! the API's parts.
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::{Job, JobError, Kind, Progress, Work};
 use crate::core::state::AppState;
+use slipway_jobs::{Job, JobError, Kind, Progress, Work};
 
 /// Each kind's work with the API's parts.
 struct Kinds(AppState);
@@ -39,7 +40,7 @@ impl Work for Kinds {
     }
 }
 
-/// Runs the jobs of this process for as long as it is polled ([`super::Runner::run`]).
+/// Runs the jobs of this process for as long as it is polled ([`slipway_jobs::Runner::run`]).
 pub async fn run(state: AppState) {
     let runner = state.jobs().clone();
     let db = state.db().clone();

@@ -4,7 +4,7 @@
 //! - [`gateway`] is the S3 service (`slipway s3`, [`serve`]): SigV4 with each channel's own key pair, the
 //!   channel's virtual bucket mapped onto its backend bucket, versioning kept on, the owner's byte quota enforced.
 //!   [`front`] is what every request gets around s3s (request ids, the presigned URLs refused before it),
-//!   [`forward`] is its lean path for plain GETs, HEADs, PUTs and DELETEs of objects and their parts ([`trailer`]
+//!   [`passthrough`] is its lean path for plain GETs, HEADs, PUTs and DELETEs of objects and their parts ([`trailer`]
 //!   chunks a body again for a client's trailing checksum), [`sdk`] its SDK client for
 //!   every other operation, [`tenants`] what it keeps per access key, [`quota`] how its writes reserve and count
 //!   their bytes, and [`lease`] the slices of quota its small writes take from.
@@ -18,7 +18,8 @@
 //!   gateway with the channel's own key pair, so a working answer means the whole path works.
 //!
 //! The bucket's lifecycle (made with the channel, removed with it) is the Channel reconciler's
-//! (`slipway_controllers::blob`), which asks the API server to record and forget stores.
+//! (`slipway_controllers::blob`), which asks the API server to record and forget stores. The
+//! backend's command-line options belong to the binary, whose operator and API server both read them.
 
 pub mod access;
 pub mod bucket;
@@ -34,7 +35,6 @@ pub mod recount;
 pub mod restore;
 pub mod sdk;
 pub mod serve;
-pub mod settings;
 pub mod store;
 pub mod tarball;
 pub mod tenants;
