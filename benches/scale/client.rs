@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use slipway::auth::{scopes, token};
+use slipway_auth::{scopes, token};
 use slipway_store::db::tokens::NewToken;
 
 /// An account and a token of it with the default scopes.

@@ -17,13 +17,14 @@ use uuid::Uuid;
 use super::domain_release::{self, Holder};
 use super::extract::{Json, Path};
 use super::views::{AppView, OwnerFacts};
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
+use crate::core::caller::Caller;
 use crate::core::channels::{admission_or, create as create_channel_resource};
 use crate::core::claims;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
 use crate::platform::tenancy::{self, FIELD_MANAGER};
+use slipway_auth::scopes;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

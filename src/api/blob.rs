@@ -14,10 +14,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path};
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
+use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
+use slipway_auth::scopes;
 use slipway_blob::access::{BlobAccess, ProbeFailure, public_endpoint};
 use slipway_blob::store::{self, Store};
 

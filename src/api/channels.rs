@@ -17,12 +17,13 @@ use super::apps::check_new_channel;
 use super::domain_release::{self, Holder};
 use super::extract::{Json, Path};
 use super::views::ChannelView;
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action};
+use crate::core::caller::Caller;
 use crate::core::channels::create as create_channel_resource;
 use crate::core::claims;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
+use slipway_auth::scopes;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

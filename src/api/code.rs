@@ -11,11 +11,12 @@ use uuid::Uuid;
 
 use super::downloads;
 use super::extract::{Path, Query};
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action};
+use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::git::store;
+use crate::repository::store;
+use slipway_auth::scopes;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -80,7 +81,7 @@ async fn download_code(
         serde_json::json!({"channel_id": channel_id, "sha": sha, "snapshot_id": query.snapshot_id}),
     )
     .await?;
-    let body = crate::git::archive::tar_body(&repo, &sha).map_err(ApiError::Internal)?;
+    let body = crate::repository::archive::tar_body(&repo, &sha).map_err(ApiError::Internal)?;
     let filename = format!("{}-{channel_name}-{}.tar", app.name, &sha[..7]);
     downloads::attachment(body, "application/x-tar", &filename)
 }

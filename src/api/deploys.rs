@@ -15,11 +15,12 @@ use uuid::Uuid;
 
 use super::extract::{Json, Path, Query};
 use super::views::deploy_phase_name;
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
+use crate::core::caller::Caller;
 use crate::core::deploys::create as create_deploy;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
+use slipway_auth::scopes;
 
 /// Largest log window a client may ask for.
 pub const MAX_WINDOW: u64 = 262_144;

@@ -27,12 +27,13 @@ use uuid::Uuid;
 
 use super::domain_release;
 use super::extract::{Json, Path};
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
+use crate::core::caller::Caller;
 use crate::core::claims;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::owners;
 use crate::core::state::AppState;
+use slipway_auth::scopes;
 
 /// The longest a verify waits for the operator's check (two lookups, each retried once on a 3 s timeout, fit).
 const VERIFY_WAIT: Duration = Duration::from_secs(30);

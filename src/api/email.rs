@@ -10,10 +10,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::Json;
-use crate::auth::{Caller, scopes};
+use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
 use crate::registration::{STARTER, VERIFIED, codes, mailer};
+use slipway_auth::scopes;
 use slipway_store::db::email_challenges::{self, Challenge};
 
 /// The routes of this module.

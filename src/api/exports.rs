@@ -17,12 +17,13 @@ use uuid::Uuid;
 
 use super::downloads::{self, DownloadToken, Grant};
 use super::extract::{Json, Path};
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
+use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
 use crate::exports::store::{self, Export, Queued};
 use crate::postgres::archive::Archive;
+use slipway_auth::scopes;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

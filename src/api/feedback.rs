@@ -12,10 +12,11 @@ use uuid::Uuid;
 
 use super::extract::{Json, Path, Query};
 use super::paging::{self, PageQuery, next_cursor};
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action};
+use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
+use slipway_auth::scopes;
 use slipway_store::db::notes::{self, Feedback};
 
 /// Longest feedback message, in characters.

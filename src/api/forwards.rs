@@ -23,10 +23,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, OptionalJson, Path};
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
+use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
+use slipway_auth::scopes;
 
 /// The longest an expose waits for the operator to allocate the endpoint's address.
 const ALLOCATION_WAIT: Duration = Duration::from_secs(15);

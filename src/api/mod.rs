@@ -139,7 +139,7 @@ pub fn openapi_router(
 }
 
 /// Every route that takes a bearer token can answer 429 `too_many_requests` (the token's request budget, see
-/// [`crate::auth::rate`]); the document says so once here rather than on each handler.
+/// [`slipway_auth::rate`]); the document says so once here rather than on each handler.
 fn document_request_budget(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::{Content, HeaderBuilder, ObjectBuilder, Ref, ResponseBuilder, Type};
     let answer = ResponseBuilder::new()

@@ -14,14 +14,15 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path};
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
-use crate::postgres::channel::{
+use crate::core::caller::Caller;
+use crate::core::channel_database::{
     condition_state, configured, database_channel, ready_record, unavailable,
 };
+use crate::core::error::{ApiError, ErrorEnvelope};
+use crate::core::state::AppState;
 use crate::postgres::store;
+use slipway_auth::scopes;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

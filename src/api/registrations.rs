@@ -19,11 +19,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::Json;
-use crate::auth::{scopes, token};
 use crate::core::error::{ApiError, ErrorEnvelope, FieldProblem};
 use crate::core::state::AppState;
 use crate::registration::proof::{self, Ed25519Key, Purpose};
 use crate::registration::{MAX_LOGIN_TOKENS, STARTER, TOKEN_DAYS};
+use slipway_auth::{scopes, token};
 use slipway_store::db::registrations::{self, NewRegistration, NotCreated};
 use slipway_store::db::tokens::NewToken;
 

@@ -123,7 +123,12 @@ async fn token_get(
 ) -> Result<Json<RegistryToken>, ApiError> {
     let tokens = issuer(&state)?;
     let request = TokenRequest::parse(query.unwrap_or_default().as_bytes());
-    issue(tokens, &request, crate::auth::basic_credentials(&headers)).map(Json)
+    issue(
+        tokens,
+        &request,
+        crate::core::caller::basic_credentials(&headers),
+    )
+    .map(Json)
 }
 
 /// The same as an OAuth2 password grant: a form body with `grant_type=password`, `username`, `password`,

@@ -14,14 +14,15 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path, Query};
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
+use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::git::changeset::{self, Changeset, ChangesetError, Identity};
-use crate::git::patch::Edit;
-use crate::git::paths::RepoPath;
-use crate::git::store::{self, FileKind};
+use crate::repository::changeset::{self, Changeset, ChangesetError, Identity};
+use crate::repository::patch::Edit;
+use crate::repository::paths::RepoPath;
+use crate::repository::store::{self, FileKind};
+use slipway_auth::scopes;
 
 /// Largest changeset body: whole files travel in it.
 pub const CHANGESET_BODY_LIMIT: usize = 32 * 1024 * 1024;

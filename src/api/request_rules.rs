@@ -14,7 +14,7 @@ use slipway_crds::patterns;
 use utoipa::openapi::schema::{AllOf, AnyOf, ArrayItems, Object, Schema, SchemaType, Type};
 use utoipa::openapi::{OpenApi, RefOr, Required};
 
-use crate::auth::scopes;
+use slipway_auth::scopes;
 
 /// What a field obeys beyond its type.
 #[derive(Debug, Clone)]
@@ -61,11 +61,11 @@ fn label(max: usize) -> Rule {
     }
 }
 
-/// A repository-relative path ([`crate::git::paths::RepoPath`]).
+/// A repository-relative path ([`crate::repository::paths::RepoPath`]).
 fn repo_path() -> Rule {
     pattern(
-        crate::git::paths::PATTERN.to_owned(),
-        crate::git::paths::PATH_MAX_LEN,
+        crate::repository::paths::PATTERN.to_owned(),
+        crate::repository::paths::PATH_MAX_LEN,
     )
 }
 
@@ -162,7 +162,7 @@ fn body_rules() -> Vec<(&'static str, &'static str, Rule)> {
         (
             "RuntimeLogRequest",
             "command",
-            at_most(crate::runtime_logs::sandbox::COMMAND_LIMIT),
+            at_most(crate::log_sandbox::COMMAND_LIMIT),
         ),
         (
             "RuntimeLogRequest",
@@ -483,7 +483,7 @@ mod tests {
         assert_eq!(changeset["changes"]["type"], "object");
         assert_eq!(
             changeset["edits"]["propertyNames"]["pattern"],
-            crate::git::paths::PATTERN
+            crate::repository::paths::PATTERN
         );
         let logs = &doc["paths"]["/apps/{app_id}/channels/{channel_id}/logs"]["get"]["parameters"];
         let max_bytes = logs

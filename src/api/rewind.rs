@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::deploys::deploy_target;
 use super::extract::{Json, Path};
-use crate::auth::Caller;
+use crate::core::caller::Caller;
 use crate::core::deploys::create as create_deploy;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;

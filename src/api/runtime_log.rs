@@ -8,12 +8,12 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path};
-use crate::auth::Caller;
-use crate::auth::scopes;
 use crate::core::access::{self, Action};
+use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
 use crate::runtime_logs::{self, RuntimeLog, RuntimeLogRequest};
+use slipway_auth::scopes;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -16,13 +16,14 @@ use uuid::Uuid;
 use super::downloads::{self, DownloadToken, Grant};
 use super::extract::{Json, Path};
 use super::postgres::{DatabaseStatus, status_of};
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Action, VisibleApp};
+use crate::core::caller::Caller;
+use crate::core::channel_database::{configured, database_channel, ready_record, unavailable};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
 use crate::postgres::archive::Archive;
-use crate::postgres::channel::{configured, database_channel, ready_record, unavailable};
 use crate::postgres::snapshots::{self, Snapshot};
+use slipway_auth::scopes;
 use slipway_jobs::{self, store::Admission};
 
 /// The scope a snapshot download needs.

@@ -16,10 +16,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path};
-use crate::auth::{Caller, scopes};
+use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
 use crate::registration::proof::{self, Ed25519Key, Purpose};
+use slipway_auth::scopes;
 use slipway_store::db::ssh_keys::{self, NewKey, SshKey};
 
 /// Longest label.

@@ -13,10 +13,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::Json;
-use crate::auth::{Caller, scopes};
 use crate::core::access::{self, Role};
+use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
+use slipway_auth::scopes;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

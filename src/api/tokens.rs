@@ -11,9 +11,10 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, OptionalJson, Path};
-use crate::auth::{Caller, scopes, token};
+use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
+use slipway_auth::{scopes, token};
 use slipway_store::db::tokens::NewToken;
 
 /// Longest life of a credential: 30 days.

@@ -29,9 +29,9 @@ use super::session::{
     self, PRE_COOKIE, PreSessionForm, SESSION_COOKIE, SESSION_LIFETIME, Session, Write,
 };
 use super::{Console, ConsoleRouter, html_page};
-use crate::auth::{scopes, token};
 use crate::people::{self, Account};
 use crate::registration::codes;
+use slipway_auth::{scopes, token};
 use slipway_identity::seal::Purpose;
 use slipway_identity::upstream::Pending;
 use slipway_store::db::console_codes::{self, Code};

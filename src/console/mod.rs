@@ -86,7 +86,7 @@ pub struct Console {
     /// The API's state (the database for sign-in codes and sessions, the mailer, the transfer service).
     pub state: AppState,
     /// One mailed sign-in code a minute per address, whether or not an account has it, so the answer never tells.
-    pub code_spacing: crate::auth::rate::KeyedLimiter<String>,
+    pub code_spacing: slipway_auth::rate::KeyedLimiter<String>,
 }
 
 impl Console {
@@ -108,7 +108,7 @@ impl Console {
             upstream,
             api,
             state,
-            code_spacing: crate::auth::rate::KeyedLimiter::with_quota(Some(
+            code_spacing: slipway_auth::rate::KeyedLimiter::with_quota(Some(
                 governor::Quota::with_period(std::time::Duration::from_secs(
                     crate::registration::codes::SPACING_SECONDS.unsigned_abs(),
                 ))

@@ -4,6 +4,8 @@
 //! here imports the REST layer (`hack/layers` checks it).
 
 pub mod access;
+pub mod caller;
+pub mod channel_database;
 pub mod channels;
 pub mod claims;
 pub mod deploys;
@@ -11,5 +13,4 @@ pub mod error;
 pub mod internal_access;
 pub mod metrics;
 pub mod owners;
-pub mod public_urls;
 pub mod state;

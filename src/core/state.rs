@@ -10,10 +10,10 @@ use kube::Client;
 use sqlx::PgPool;
 
 use super::internal_access::InternalAccess;
-use crate::auth::rate::{Budget, TokenLimiter};
-use crate::mirror::{MirrorConfig, Mirrors};
+use crate::mirror_fetch::{MirrorConfig, Mirrors};
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
+use slipway_auth::rate::{Budget, TokenLimiter};
 use slipway_store::env::crypto::Keyring;
 
 /// The platform's public names, from which URLs and hostnames are formed.
@@ -110,11 +110,11 @@ pub struct Features {
     /// The mail relay verification codes go out through.
     pub mailer: Option<crate::registration::mailer::Mailer>,
     /// Where runtime-log commands run.
-    pub log_sandbox: Option<crate::runtime_logs::sandbox::Sandbox>,
+    pub log_sandbox: Option<crate::log_sandbox::Sandbox>,
     /// The MCP server's authorization server for people.
     pub oauth: Option<Arc<crate::oauth::OAuthServer>>,
     /// Where the API and its console are reached from outside.
-    pub public_urls: super::public_urls::PublicUrls,
+    pub public_urls: crate::public_urls::PublicUrls,
 }
 
 /// Shared state of the API; cheap to clone.
@@ -133,9 +133,9 @@ struct Guard {
     limiter: TokenLimiter,
     registrations: crate::registration::budget::SourceBudget,
     /// Verification codes each address may be sent in an hour.
-    mail_recipients: crate::auth::rate::KeyedLimiter<String>,
+    mail_recipients: slipway_auth::rate::KeyedLimiter<String>,
     /// SSH logins each key may make in an hour.
-    logins: crate::auth::rate::KeyedLimiter<String>,
+    logins: slipway_auth::rate::KeyedLimiter<String>,
     /// OAuth clients each source address may register in an hour.
     oauth_registrations: crate::registration::budget::SourceBudget,
     /// OAuth sign-ins each source address may start in an hour.
@@ -149,12 +149,12 @@ impl Guard {
             registrations: crate::registration::budget::SourceBudget::new(
                 limits.registration.per_source_per_hour,
             ),
-            mail_recipients: crate::auth::rate::KeyedLimiter::with_quota(Some(
+            mail_recipients: slipway_auth::rate::KeyedLimiter::with_quota(Some(
                 crate::registration::budget::per_hour(
                     crate::registration::codes::PER_ADDRESS_PER_HOUR,
                 ),
             )),
-            logins: crate::auth::rate::KeyedLimiter::with_quota(Some(
+            logins: slipway_auth::rate::KeyedLimiter::with_quota(Some(
                 crate::registration::budget::per_hour(crate::registration::LOGINS_PER_KEY_PER_HOUR),
             )),
             oauth_registrations: crate::registration::budget::SourceBudget::new(
@@ -177,9 +177,9 @@ struct Inner {
     names: PublicNames,
     keyring: Keyring,
     internal: InternalAccess,
-    sql_sessions: Arc<crate::sql_proxy::sessions::Sessions>,
-    tokens: Arc<crate::auth::token_cache::TokenCache>,
-    token_uses: crate::auth::uses::Uses,
+    sql_sessions: Arc<crate::sql_sessions::Sessions>,
+    tokens: Arc<slipway_auth::token_cache::TokenCache>,
+    token_uses: slipway_auth::uses::Uses,
 }
 
 impl AppState {
@@ -196,7 +196,7 @@ impl AppState {
         Self {
             inner: Arc::new(Inner {
                 commit_locks: Default::default(),
-                tokens: crate::auth::token_cache::TokenCache::listening_to(db.clone()),
+                tokens: slipway_auth::token_cache::TokenCache::listening_to(db.clone()),
                 db,
                 kube,
                 cache,
@@ -226,12 +226,12 @@ impl AppState {
     }
 
     /// Tokens read from the platform database, kept in memory (revocations and account changes clear it).
-    pub fn tokens(&self) -> &crate::auth::token_cache::TokenCache {
+    pub fn tokens(&self) -> &slipway_auth::token_cache::TokenCache {
         &self.inner.tokens
     }
 
     /// When tokens were last used.
-    pub fn token_uses(&self) -> &crate::auth::uses::Uses {
+    pub fn token_uses(&self) -> &slipway_auth::uses::Uses {
         &self.inner.token_uses
     }
 
@@ -305,7 +305,7 @@ impl AppState {
     }
 
     /// Where the API and its console are reached from outside (unknown ones are `None`).
-    pub fn public_urls(&self) -> super::public_urls::PublicUrls {
+    pub fn public_urls(&self) -> crate::public_urls::PublicUrls {
         self.features.public_urls.clone()
     }
 
@@ -320,7 +320,7 @@ impl AppState {
     }
 
     /// Where runtime-log commands run; `None` when no sandbox is configured (a command answers 503).
-    pub fn log_sandbox(&self) -> Option<&crate::runtime_logs::sandbox::Sandbox> {
+    pub fn log_sandbox(&self) -> Option<&crate::log_sandbox::Sandbox> {
         self.features.log_sandbox.as_ref()
     }
 
@@ -345,7 +345,7 @@ impl AppState {
     }
 
     /// The open external SQL sessions (empty unless `--sql-listen` serves them).
-    pub fn sql_sessions(&self) -> &Arc<crate::sql_proxy::sessions::Sessions> {
+    pub fn sql_sessions(&self) -> &Arc<crate::sql_sessions::Sessions> {
         &self.inner.sql_sessions
     }
 

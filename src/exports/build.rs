@@ -272,7 +272,7 @@ async fn database_of<'s>(
     crate::postgres::store::Record,
 )> {
     let server = state.data_server()?;
-    let record = crate::postgres::channel::ready_record(channel, id, state)
+    let record = crate::core::channel_database::ready_record(channel, id, state)
         .await
         .ok()?;
     Some((server, record))

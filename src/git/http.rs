@@ -21,9 +21,10 @@ use tokio::io::{AsyncBufRead, BufReader};
 use tokio_util::io::{ReaderStream, StreamReader};
 
 use super::service::{self, Granted, Refusal, Service};
-use crate::auth::{self, Caller, scopes};
+use crate::core::caller::{self, Caller};
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
+use slipway_auth::scopes;
 
 /// Chunk size of the response streams.
 const CHUNK: usize = 64 * 1024;
@@ -102,7 +103,7 @@ fn token_of(headers: &HeaderMap) -> Option<String> {
     {
         return Some(rest.trim().to_owned());
     }
-    crate::auth::basic_credentials(headers).map(|(_, password)| password)
+    crate::core::caller::basic_credentials(headers).map(|(_, password)| password)
 }
 
 /// Authenticates and authorizes a request for `service` on `<owner>/<repo>`.
@@ -116,7 +117,7 @@ async fn grant(
     let token = token_of(headers).ok_or(GitError::Unauthorized(
         "authentication required: use an access token as the password",
     ))?;
-    let caller = match auth::authenticate(state, &token).await {
+    let caller = match caller::authenticate(state, &token).await {
         Ok(caller) => caller,
         Err(ApiError::Internal(e)) => return Err(GitError::Internal(e)),
         Err(ApiError::TokenRevoked) => {

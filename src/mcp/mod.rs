@@ -37,7 +37,7 @@ use crate::core::state::AppState;
 pub use self::server::{Server, result_of};
 
 /// Path of the MCP endpoint on the API's listener.
-pub use crate::auth::MCP_PATH as PATH;
+pub use slipway_auth::MCP_PATH as PATH;
 
 /// The MCP endpoint, its tools calling `api` (the REST router, layers and state applied).
 pub fn routes(api: Router, state: AppState) -> Router {
@@ -67,8 +67,10 @@ pub fn routes(api: Router, state: AppState) -> Router {
 
 /// 401 (with `WWW-Authenticate`) unless the request carries a live token; 429 past the token's budget.
 async fn require_bearer(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let checked = match crate::auth::bearer(request.headers()) {
-        Ok(token) => crate::auth::authenticate_mcp(&state, token).await.map(drop),
+    let checked = match crate::core::caller::bearer(request.headers()) {
+        Ok(token) => crate::core::caller::authenticate_mcp(&state, token)
+            .await
+            .map(drop),
         Err(refusal) => Err(refusal),
     };
     match checked {

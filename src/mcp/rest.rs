@@ -179,7 +179,7 @@ impl Rest {
         let mut request = request
             .body(body)
             .map_err(|e| Failure::bad_request(format!("cannot form the request: {e}")))?;
-        request.extensions_mut().insert(crate::auth::ViaMcp);
+        request.extensions_mut().insert(crate::core::caller::ViaMcp);
         let response = self
             .router
             .clone()

@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 use russh::keys::PublicKey;
 use serde::Serialize;
 
-use super::remote::{self, Host};
-use super::{cluster, keys, resolve, transport, vet};
 use crate::core::access::VisibleApp;
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
+use crate::mirror_fetch::remote::{self, Host};
+use crate::mirror_fetch::{cluster, keys, resolve, transport, vet};
 use slipway_store::db::mirrors::{self, Mirror, NewMirror};
 use slipway_store::env::crypto::Sealed;
 

@@ -73,12 +73,12 @@ impl OAuthServer {
     /// The server of the API at `public_url` (an http(s) origin: the API's routes are at its root), whose people
     /// sign in at `upstream`.
     pub fn new(public_url: &str, upstream: Option<UpstreamConfig>) -> anyhow::Result<Self> {
-        let url = crate::core::public_urls::checked(public_url)
+        let url = crate::public_urls::checked(public_url)
             .with_context(|| format!("the public URL {public_url}"))?;
         let issuer = url.as_str().trim_end_matches('/').to_owned();
         let redirect = format!("{issuer}{PREFIX}/callback");
         Ok(Self {
-            mcp_url: format!("{issuer}{}", crate::auth::MCP_PATH),
+            mcp_url: format!("{issuer}{}", slipway_auth::MCP_PATH),
             upstream: upstream.map(|config| Upstream::new(config, redirect)),
             issuer,
         })
@@ -94,7 +94,7 @@ impl OAuthServer {
         format!(
             "{}/.well-known/oauth-protected-resource{}",
             self.issuer,
-            crate::auth::MCP_PATH
+            slipway_auth::MCP_PATH
         )
     }
 
@@ -103,7 +103,7 @@ impl OAuthServer {
         json!({
             "resource": self.mcp_url,
             "authorization_servers": [self.issuer],
-            "scopes_supported": crate::auth::scopes::DEFAULT,
+            "scopes_supported": slipway_auth::scopes::DEFAULT,
             "bearer_methods_supported": ["header"],
             "resource_name": "slipway",
         })
@@ -117,7 +117,7 @@ impl OAuthServer {
             "authorization_endpoint": format!("{issuer}{PREFIX}/authorize"),
             "token_endpoint": format!("{issuer}{PREFIX}/token"),
             "registration_endpoint": format!("{issuer}{PREFIX}/register"),
-            "scopes_supported": crate::auth::scopes::DEFAULT,
+            "scopes_supported": slipway_auth::scopes::DEFAULT,
             "response_types_supported": ["code"],
             "response_modes_supported": ["query"],
             "grant_types_supported": ["authorization_code"],

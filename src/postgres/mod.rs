@@ -7,14 +7,13 @@
 //!   prunes them by plan, with the dump's [`progress`] read from the data server (the daily ones are
 //!   `crate::checkpoints::nightly`'s jobs); [`restore`] puts one back in one transaction, as a job
 //!   (`crate::checkpoints::sql_restore`) that outlives the request.
-//! - [`channel`] is a channel's database as the routes, the SQL proxy and exports meet it.
+//! - [`crate::core::channel_database`] is a channel's database as the routes, the SQL proxy and exports meet it.
 //! - [`stream`] turns a client program's output into a response body that breaks when the program fails.
 //!
 //! Provisioning and dropping (with the channel) are the Channel reconciler's (`slipway_controllers::postgres`),
 //! which asks the API server to record and forget databases; the API server measures them for the status routes.
 
 pub mod archive;
-pub mod channel;
 pub mod progress;
 pub mod restore;
 pub mod settings;

@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 
-use crate::auth::rate::{KeyedLimiter, Quota};
+use slipway_auth::rate::{KeyedLimiter, Quota};
 
 /// The registration switch and budgets (`slipway api` flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 use slipway_internal::CallerSpec;
 
-use crate::auth::rate::Budget;
 use crate::core::state::{BlobDownloadLimits, Limits};
-use crate::mirror::MirrorConfig;
+use crate::mirror_fetch::MirrorConfig;
 use crate::registration::budget::RegistrationLimits;
+use slipway_auth::rate::Budget;
 
 /// Options of `slipway api`.
 #[derive(Debug, clap::Args)]
@@ -233,8 +233,8 @@ impl ApiArgs {
     }
 
     /// The runtime-log sandbox the flags set, if any.
-    pub fn log_sandbox(&self) -> Option<crate::runtime_logs::sandbox::SandboxConfig> {
-        Some(crate::runtime_logs::sandbox::SandboxConfig {
+    pub fn log_sandbox(&self) -> Option<crate::log_sandbox::SandboxConfig> {
+        Some(crate::log_sandbox::SandboxConfig {
             namespace: self.log_sandbox_namespace.clone()?,
             image: self.log_sandbox_image.clone()?,
             runtime_class: self.log_sandbox_runtime_class.clone(),

@@ -55,9 +55,9 @@ async fn features(args: &ApiArgs, kube: &kube::Client) -> anyhow::Result<Feature
             .transpose()?,
         log_sandbox: args
             .log_sandbox()
-            .map(|config| crate::runtime_logs::sandbox::Sandbox::new(config, kube.clone())),
+            .map(|config| crate::log_sandbox::Sandbox::new(config, kube.clone())),
         oauth: oauth.map(std::sync::Arc::new),
-        public_urls: crate::core::public_urls::PublicUrls::new(
+        public_urls: crate::public_urls::PublicUrls::new(
             args.public_url.as_deref(),
             args.console.console_url.as_deref(),
         )?,
@@ -73,7 +73,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     let (state, tasks) = state(&args, kube).await?;
     let state = state.with_features(features);
     if let Some(sandbox) = state.log_sandbox() {
-        tokio::spawn(crate::runtime_logs::sandbox::sweep(
+        tokio::spawn(crate::log_sandbox::sweep(
             state.kube().clone(),
             sandbox.namespace().to_owned(),
         ));

@@ -16,13 +16,12 @@
 //!    database ([`target`]); every refusal is the same `28P01` error, whatever the reason.
 //! 3. [`upstream`] logs in to the data server as the channel's role, and its greeting (parameters, backend key,
 //!    ReadyForQuery) goes to the client; from then on bytes are copied both ways untouched.
-//! 4. [`sessions`] ends open sessions when their token or the app's toggle no longer allows them.
+//! 4. [`crate::sql_sessions`] ends open sessions when their token or the app's toggle no longer allows them.
 //!
 //! A CancelRequest (plaintext or inside TLS) is passed on to the data server only when it names the backend key
 //! of a session this process opened, so the proxy cannot be used to guess other sessions' keys.
 
 pub mod login;
-pub mod sessions;
 pub mod target;
 pub mod tls;
 pub mod upstream;
@@ -95,7 +94,11 @@ pub async fn serve(
         state: state.clone(),
     });
     tracing::info!(addr = %listener.local_addr()?, "serving external SQL access");
-    tokio::spawn(sessions::watch(state));
+    tokio::spawn(crate::sql_sessions::watch(
+        state.sql_sessions().clone(),
+        state.cache().clone(),
+        state.db().clone(),
+    ));
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(pair) => pair,

@@ -47,8 +47,8 @@ use slipway_crds::plans::Plan;
 use slipway_crds::{App, AppSpec, Channel, DeploySpec, labels};
 use uuid::Uuid;
 
-use crate::auth::Caller;
 use crate::core::access::{self, Action, VisibleApp};
+use crate::core::caller::Caller;
 use crate::core::claims;
 use crate::core::error::ApiError;
 use crate::core::state::AppState;

@@ -36,7 +36,7 @@ async fn create_user_prints_a_token_with_the_nine_default_scopes() -> Result<()>
     );
     let token = String::from_utf8(out.stdout)?.trim().to_owned();
     assert!(
-        slipway::auth::token::looks_like_token(&token),
+        slipway_auth::token::looks_like_token(&token),
         "stdout is the token alone: {token:?}"
     );
 

@@ -29,7 +29,7 @@ async fn authentication_errors_follow_the_spec() -> Result<()> {
     api.call(Method::GET, "/apps", Some("svc_not-a-token"), None)
         .await
         .expect(401, Some("token_invalid"));
-    let unknown = slipway::auth::token::generate();
+    let unknown = slipway_auth::token::generate();
     api.call(Method::GET, "/apps", Some(&unknown), None)
         .await
         .expect(401, Some("token_invalid"));
@@ -37,7 +37,7 @@ async fn authentication_errors_follow_the_spec() -> Result<()> {
     let expired = api
         .token(
             alice.id,
-            &slipway::auth::scopes::default_scopes(),
+            &slipway_auth::scopes::default_scopes(),
             false,
             Some(chrono::Utc::now() - chrono::Duration::seconds(1)),
         )
@@ -520,7 +520,7 @@ async fn credentials_never_exceed_the_caller() -> Result<()> {
         .post("/credentials", &alice, json!({}))
         .await
         .expect(200, None);
-    let nine: Vec<&str> = slipway::auth::scopes::DEFAULT.to_vec();
+    let nine: Vec<&str> = slipway_auth::scopes::DEFAULT.to_vec();
     assert_eq!(all["scopes"], json!(nine));
     assert_eq!(all["username"], alice.username);
     let expires: chrono::DateTime<chrono::Utc> = all["expires_at"].as_str().unwrap().parse()?;
@@ -529,7 +529,7 @@ async fn credentials_never_exceed_the_caller() -> Result<()> {
         (thirty_days - expires).num_seconds().abs() < 60,
         "30 days by default: {expires}"
     );
-    assert!(slipway::auth::token::looks_like_token(
+    assert!(slipway_auth::token::looks_like_token(
         all["token"].as_str().unwrap()
     ));
 
@@ -661,7 +661,7 @@ async fn protected_actions_need_agent_access() -> Result<()> {
     let agent_token = api
         .token(
             alice.id,
-            &slipway::auth::scopes::default_scopes(),
+            &slipway_auth::scopes::default_scopes(),
             true,
             None,
         )
@@ -1207,7 +1207,7 @@ fn base64_basic(token: &str) -> String {
 #[tokio::test]
 async fn a_token_past_its_budget_gets_429_with_retry_after() -> Result<()> {
     let limits = slipway::core::state::Limits {
-        rate: slipway::auth::rate::Budget::from_flags(60, 3),
+        rate: slipway_auth::rate::Budget::from_flags(60, 3),
         ..Default::default()
     };
     let api = TestApi::start().await?.with_limits(limits);
@@ -1216,7 +1216,7 @@ async fn a_token_past_its_budget_gets_429_with_retry_after() -> Result<()> {
     let other = api
         .token(
             alice.id,
-            &slipway::auth::scopes::default_scopes(),
+            &slipway_auth::scopes::default_scopes(),
             false,
             None,
         )

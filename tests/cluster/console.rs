@@ -947,8 +947,8 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
 }
 
 /// The caller a console session of `user` is, as the transfer sees it.
-async fn caller_of(api: &TestApi, user: &User) -> slipway::auth::Caller {
-    slipway::auth::authenticate(&api.state, &user.token)
+async fn caller_of(api: &TestApi, user: &User) -> slipway::core::caller::Caller {
+    slipway::core::caller::authenticate(&api.state, &user.token)
         .await
         .expect("a live token")
 }
@@ -1026,7 +1026,7 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
     );
     let agent = User {
         token: api
-            .token(dee.id, &slipway::auth::scopes::default_scopes(), true, None)
+            .token(dee.id, &slipway_auth::scopes::default_scopes(), true, None)
             .await?,
         ..dee.clone()
     };

@@ -360,7 +360,7 @@ async fn reveal_is_an_audited_protected_action() -> Result<()> {
         .api
         .token(
             f.alice.id,
-            &slipway::auth::scopes::default_scopes(),
+            &slipway_auth::scopes::default_scopes(),
             true,
             None,
         )

@@ -506,7 +506,7 @@ async fn export_routes_refuse_as_the_spec_and_their_roles_say() -> Result<()> {
         )
         .await
         .expect(200, None);
-    let without_scope: Vec<String> = slipway::auth::scopes::DEFAULT
+    let without_scope: Vec<String> = slipway_auth::scopes::DEFAULT
         .iter()
         .filter(|s| **s != "exports:read")
         .map(|s| (*s).to_owned())
@@ -687,7 +687,7 @@ async fn the_export_tools_start_an_export_and_hand_out_its_download() -> Result<
         .await;
     let base = f.api.serve().await?;
     // Download links are on the API's public URL: here, the socket it is served on.
-    let urls = slipway::core::public_urls::PublicUrls::new(Some(&base), None)?;
+    let urls = slipway::public_urls::PublicUrls::new(Some(&base), None)?;
     f.api.enable(|features| features.public_urls = urls);
     let url = format!("{base}/mcp");
     let mut owner = McpClient::connect(&url, &f.user.token).await?;

@@ -506,12 +506,7 @@ async fn exposing_refuses_static_channels_plans_without_it_a_toggle_off_and_bad_
 
     // Turning the toggle on is a protected action: an agent credential is refused until agent access is on.
     let agent = api
-        .token(
-            paid.id,
-            &slipway::auth::scopes::default_scopes(),
-            true,
-            None,
-        )
+        .token(paid.id, &slipway_auth::scopes::default_scopes(), true, None)
         .await?;
     let toggle = json!({"port_forwarding_enabled": true});
     let app_path = format!("/apps/{}", tcp["id"].as_str().unwrap());

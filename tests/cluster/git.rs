@@ -146,7 +146,7 @@ async fn wrong_tokens_are_challenged_and_other_users_repositories_are_missing() 
     for auth in [
         None,
         Some(basic("svc_wrong")),
-        Some(basic(&slipway::auth::token::generate())),
+        Some(basic(&slipway_auth::token::generate())),
     ] {
         let mut req = Request::get(&info_refs);
         if let Some(auth) = &auth {

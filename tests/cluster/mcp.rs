@@ -633,7 +633,7 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
     assert_eq!(relative["download"]["url"], path.as_str(), "{relative}");
     assert!(relative["download"]["curl"].is_null(), "{relative}");
     let public = "https://api.example.test";
-    let urls = slipway::core::public_urls::PublicUrls::new(Some(public), None)?;
+    let urls = slipway::public_urls::PublicUrls::new(Some(public), None)?;
     api.enable(|features| features.public_urls = urls);
     let link = agent
         .call("download_channel_snapshot", download.clone())
@@ -669,7 +669,7 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
     let person = api
         .token(
             user_id,
-            &slipway::auth::scopes::default_scopes(),
+            &slipway_auth::scopes::default_scopes(),
             false,
             None,
         )
@@ -913,7 +913,7 @@ async fn tools_refuse_exactly_as_their_routes_do() -> Result<()> {
     }
     // The data tools' scopes: each refused by its route, before anything else about the channel.
     let without = |scope: &str| -> Vec<String> {
-        slipway::auth::scopes::DEFAULT
+        slipway_auth::scopes::DEFAULT
             .iter()
             .filter(|s| **s != scope)
             .map(|s| (*s).to_owned())
@@ -1019,7 +1019,7 @@ async fn the_endpoint_answers_401_without_a_live_token() -> Result<()> {
     let mut open = McpClient::connect(&url, &alice.token).await?;
     let listed = open.call("list_apps", json!({})).await?;
     assert!(!listed.is_error);
-    let hash = slipway::auth::token::hash(&alice.token);
+    let hash = slipway_auth::token::hash(&alice.token);
     let row = slipway_store::db::tokens::by_hash(api.state.db(), &hash)
         .await?
         .unwrap();

@@ -312,7 +312,7 @@ async fn the_metadata_and_the_401_lead_a_client_to_the_authorization_server() ->
         assert_eq!(resource["bearer_methods_supported"], json!(["header"]));
         assert_eq!(
             resource["scopes_supported"],
-            json!(slipway::auth::scopes::DEFAULT)
+            json!(slipway_auth::scopes::DEFAULT)
         );
     }
     let server: Value = reqwest::get(format!("{}/.well-known/oauth-authorization-server", f.base))
@@ -378,7 +378,7 @@ async fn a_person_signs_in_with_the_sdk_and_the_token_works_at_the_mcp_endpoint_
             .unwrap()
             .split(' ')
             .collect::<Vec<_>>(),
-        slipway::auth::scopes::DEFAULT
+        slipway_auth::scopes::DEFAULT
     );
 
     // The app is the person's: their own token sees it.
@@ -397,7 +397,7 @@ async fn a_person_signs_in_with_the_sdk_and_the_token_works_at_the_mcp_endpoint_
     ) = sqlx::query_as(
         "SELECT is_agent, audience, origin, expires_at, user_id FROM tokens WHERE token_hash = $1",
     )
-    .bind(&slipway::auth::token::hash(token)[..])
+    .bind(&slipway_auth::token::hash(token)[..])
     .fetch_one(f.api.state.db())
     .await?;
     assert!(!row.0, "a person");
@@ -447,7 +447,7 @@ async fn a_credential_minted_with_an_oauth_token_is_good_at_the_mcp_endpoint_onl
             sqlx::query_scalar::<_, Option<String>>(
                 "SELECT audience FROM tokens WHERE token_hash = $1",
             )
-            .bind(&slipway::auth::token::hash(&token)[..])
+            .bind(&slipway_auth::token::hash(&token)[..])
             .fetch_one(&db)
             .await
         }
@@ -735,7 +735,7 @@ async fn codes_are_bound_to_the_browser_the_verifier_and_one_use() -> Result<()>
     let (verifier, challenge) = pkce();
     let (late, _) = f.code(&client, &challenge, None).await?;
     sqlx::query("UPDATE oauth_requests SET code_expires_at = now() - interval '1 second' WHERE code_hash = $1")
-        .bind(&slipway::auth::token::hash(&late)[..])
+        .bind(&slipway_auth::token::hash(&late)[..])
         .execute(f.api.state.db())
         .await?;
     let (status, answer) = f.redeem(&late, &verifier, &client, REDIRECT).await?;

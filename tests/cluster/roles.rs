@@ -1007,7 +1007,7 @@ async fn membership_writes_check_their_input_and_are_protected_actions() -> Resu
         .api
         .token(
             owner.id,
-            &slipway::auth::scopes::default_scopes(),
+            &slipway_auth::scopes::default_scopes(),
             true,
             None,
         )
@@ -1044,7 +1044,7 @@ async fn membership_writes_check_their_input_and_are_protected_actions() -> Resu
         .api
         .token(
             fx.admin.id,
-            &slipway::auth::scopes::default_scopes(),
+            &slipway_auth::scopes::default_scopes(),
             true,
             None,
         )

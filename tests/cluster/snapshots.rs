@@ -636,7 +636,7 @@ async fn a_download_token_downloads_its_snapshot_and_nothing_else() -> Result<()
     assert!(bytes.starts_with(b"PGDMP"));
     // Stored only as a hash.
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM tokens WHERE token_hash = $1")
-        .bind(&slipway::auth::token::hash(token)[..])
+        .bind(&slipway_auth::token::hash(token)[..])
         .fetch_one(s.f.api.state.db())
         .await?;
     assert_eq!(stored, 1);
@@ -659,7 +659,7 @@ async fn a_download_token_downloads_its_snapshot_and_nothing_else() -> Result<()
         s.f.api
             .token(
                 s.f.user.id,
-                &slipway::auth::scopes::default_scopes(),
+                &slipway_auth::scopes::default_scopes(),
                 false,
                 Some(soon),
             )

@@ -157,7 +157,7 @@ async fn psql_and_sqlx_reach_the_channels_databases_only_while_the_toggle_is_on(
 
     // Wrong token, unknown database, another account's name or database: one answer for all.
     let other = f.api.user("sqlother", "basic").await?;
-    let wrong_token = slipway::auth::token::generate();
+    let wrong_token = slipway_auth::token::generate();
     let cases = [
         (
             url(port, &user.username, &wrong_token, "shop", "require"),
@@ -223,7 +223,7 @@ async fn psql_and_sqlx_reach_the_channels_databases_only_while_the_toggle_is_on(
         .api
         .token(
             user.id,
-            &slipway::auth::scopes::default_scopes(),
+            &slipway_auth::scopes::default_scopes(),
             false,
             Some(chrono::Utc::now() - chrono::Duration::minutes(1)),
         )
@@ -365,7 +365,7 @@ async fn a_revocation_made_elsewhere_ends_sessions_at_the_periodic_check() -> Re
         .api
         .token(
             user.id,
-            &slipway::auth::scopes::default_scopes(),
+            &slipway_auth::scopes::default_scopes(),
             false,
             None,
         )
@@ -374,7 +374,7 @@ async fn a_revocation_made_elsewhere_ends_sessions_at_the_periodic_check() -> Re
         PgConnection::connect(&url(port, &user.username, &token, "shop", "require")).await?;
     // Straight in the platform database, as another replica or an admin would: this process hears nothing.
     sqlx::query("UPDATE tokens SET revoked_at = now() WHERE token_hash = $1")
-        .bind(&slipway::auth::token::hash(&token)[..])
+        .bind(&slipway_auth::token::hash(&token)[..])
         .execute(f.api.state.db())
         .await?;
     dies(&mut conn, "the token was revoked in the database").await;

@@ -119,7 +119,7 @@ async fn a_listening_cache_leaves_the_pool_s_connections_to_requests() -> Result
         .acquire_timeout(Duration::from_secs(2))
         .connect(api.db_url())
         .await?;
-    let cache = slipway::auth::token_cache::TokenCache::listening_to(pool.clone());
+    let cache = slipway_auth::token_cache::TokenCache::listening_to(pool.clone());
     poll_for(Duration::from_secs(10), || {
         cache.is_listening().then_some(())
     })

@@ -22,7 +22,7 @@ impl FromRequestParts<AppState> for InternalCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = crate::auth::bearer(&parts.headers).inspect_err(|_| {
+        let token = crate::core::caller::bearer(&parts.headers).inspect_err(|_| {
             tracing::warn!(
                 caller = "anonymous",
                 "internal call refused: no bearer token"

@@ -16,7 +16,6 @@ use utoipa_axum::routes;
 
 use super::super::registrations::Source;
 use super::server;
-use crate::auth::{scopes, token};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
 use crate::oauth::clients;
@@ -25,6 +24,7 @@ use crate::oauth::{
     BROWSER_COOKIE, CODE_LIFETIME, OAuthError, OAuthServer, PREFIX, REQUEST_LIFETIME, no_store,
     pkce, redirect_with,
 };
+use slipway_auth::{scopes, token};
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -288,7 +288,11 @@ async fn transfer(
         return error_page(StatusCode::NOT_FOUND, "There is no such page.");
     };
     // The same check as every route's: the session's token, live, with its budget.
-    let caller = match crate::auth::authenticate(&console.state, &write.person.session.token).await
+    let caller = match crate::core::caller::authenticate(
+        &console.state,
+        &write.person.session.token,
+    )
+    .await
     {
         Ok(caller) => caller,
         Err(e) => return write.person.refused(&Failure::of_error(&e), &here),

@@ -5,22 +5,17 @@
 //! expired token and 401 `token_revoked` for a revoked one (or one minted from a revoked token). A token minted
 //! for one path (a snapshot's download token) is refused everywhere else with 403 `scope_denied`, git and SSH
 //! included; so is a token of the MCP server's OAuth sign-in ([`crate::oauth`]) anywhere but the MCP endpoint and
-//! the routes its tools call in-process. Each token has a request budget ([`rate`]); past it, 429
+//! the routes its tools call in-process. Each token has a request budget (`slipway_auth::rate`); past it, 429
 //! `too_many_requests`.
-
-pub mod rate;
-pub mod scopes;
-pub mod token;
-pub mod token_cache;
-pub mod uses;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use super::error::ApiError;
+use super::state::AppState;
+use slipway_auth::{MCP_PATH, token};
 
 impl From<&Caller> for slipway_store::db::audit::Actor {
     /// The account and token of `caller`.
@@ -31,9 +26,6 @@ impl From<&Caller> for slipway_store::db::audit::Actor {
         }
     }
 }
-
-/// Path of the MCP endpoint on the API's listener: the one place a token minted by the MCP server's OAuth is good.
-pub const MCP_PATH: &str = "/mcp";
 
 /// The authenticated caller of a request.
 #[derive(Debug, Clone)]

@@ -24,7 +24,9 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::core::state::AppState;
+use sqlx::PgPool;
+
+use crate::platform::cache::Cache;
 
 /// How often every open session's token and app are checked.
 pub const RECHECK: Duration = Duration::from_secs(1);
@@ -239,10 +241,9 @@ impl Sessions {
     }
 }
 
-/// Checks the open sessions every [`RECHECK`] (and when woken) and cuts those whose access is gone; runs for the
-/// life of the process.
-pub async fn watch(state: AppState) {
-    let sessions = state.sql_sessions().clone();
+/// Checks the open sessions every [`RECHECK`] (and when woken) and cuts those whose access is gone, reading the
+/// apps from `cache` and the tokens from `db`; runs for the life of the process.
+pub async fn watch(sessions: Arc<Sessions>, cache: Cache, db: PgPool) {
     loop {
         tokio::select! {
             () = tokio::time::sleep(RECHECK) => {}
@@ -251,16 +252,15 @@ pub async fn watch(state: AppState) {
         if sessions.is_empty() {
             continue;
         }
-        if let Err(e) = recheck(&state, &sessions).await {
+        if let Err(e) = recheck(&cache, &db, &sessions).await {
             tracing::warn!(error = %e, "checking the open SQL sessions failed; trying again");
         }
     }
 }
 
-async fn recheck(state: &AppState, sessions: &Sessions) -> sqlx::Result<()> {
+async fn recheck(cache: &Cache, db: &PgPool, sessions: &Sessions) -> sqlx::Result<()> {
     // The toggle and owner come from the cache: checked first, so a platform database that cannot answer never
     // keeps a session open past its app's toggle.
-    let cache = state.cache();
     let n = sessions.cut_where(Cut::Access, |e| {
         !cache
             .app_by_uid(&e.app_id.to_string())
@@ -277,7 +277,7 @@ async fn recheck(state: &AppState, sessions: &Sessions) -> sqlx::Result<()> {
         let unique: HashSet<Uuid> = open.values().map(|e| e.token_id).collect();
         unique.into_iter().collect()
     };
-    let live: HashSet<Uuid> = slipway_store::db::tokens::live_among(state.db(), &tokens)
+    let live: HashSet<Uuid> = slipway_store::db::tokens::live_among(db, &tokens)
         .await?
         .into_iter()
         .collect();

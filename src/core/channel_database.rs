@@ -6,10 +6,10 @@ use slipway_crds::conditions::{self, reasons};
 use slipway_crds::{Channel, Template};
 use uuid::Uuid;
 
-use super::store;
-use crate::core::access::{self, VisibleApp};
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use super::access::{self, VisibleApp};
+use super::error::ApiError;
+use super::state::AppState;
+use crate::postgres::store;
 
 /// What the Channel's condition says of its database: (status, last error).
 pub fn condition_state(channel: &Channel) -> (&'static str, Option<String>) {
