@@ -81,7 +81,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Crds { dir: Some(dir) } => write_crds(&dir),
-        Command::MirrorRelay { .. } => slipway::mirror_fetch::relay::run(),
+        Command::MirrorRelay { .. } => slipway_mirror_fetch::relay::run(),
     }
 }
 

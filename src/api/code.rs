@@ -15,8 +15,8 @@ use crate::core::access::{self, Action};
 use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::repository::store;
 use slipway_auth::scopes;
+use slipway_repository::store;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -81,7 +81,7 @@ async fn download_code(
         serde_json::json!({"channel_id": channel_id, "sha": sha, "snapshot_id": query.snapshot_id}),
     )
     .await?;
-    let body = crate::repository::archive::tar_body(&repo, &sha).map_err(ApiError::Internal)?;
+    let body = slipway_repository::archive::tar_body(&repo, &sha).map_err(ApiError::Internal)?;
     let filename = format!("{}-{channel_name}-{}.tar", app.name, &sha[..7]);
     downloads::attachment(body, "application/x-tar", &filename)
 }

@@ -18,11 +18,11 @@ use crate::core::access::{self, Action, VisibleApp};
 use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::repository::changeset::{self, Changeset, ChangesetError, Identity};
-use crate::repository::patch::Edit;
-use crate::repository::paths::RepoPath;
-use crate::repository::store::{self, FileKind};
 use slipway_auth::scopes;
+use slipway_repository::changeset::{self, Changeset, ChangesetError, Identity};
+use slipway_repository::patch::Edit;
+use slipway_repository::paths::RepoPath;
+use slipway_repository::store::{self, FileKind};
 
 /// Largest changeset body: whole files travel in it.
 pub const CHANGESET_BODY_LIMIT: usize = 32 * 1024 * 1024;

@@ -61,11 +61,11 @@ fn label(max: usize) -> Rule {
     }
 }
 
-/// A repository-relative path ([`crate::repository::paths::RepoPath`]).
+/// A repository-relative path ([`slipway_repository::paths::RepoPath`]).
 fn repo_path() -> Rule {
     pattern(
-        crate::repository::paths::PATTERN.to_owned(),
-        crate::repository::paths::PATH_MAX_LEN,
+        slipway_repository::paths::PATTERN.to_owned(),
+        slipway_repository::paths::PATH_MAX_LEN,
     )
 }
 
@@ -483,7 +483,7 @@ mod tests {
         assert_eq!(changeset["changes"]["type"], "object");
         assert_eq!(
             changeset["edits"]["propertyNames"]["pattern"],
-            crate::repository::paths::PATTERN
+            slipway_repository::paths::PATTERN
         );
         let logs = &doc["paths"]["/apps/{app_id}/channels/{channel_id}/logs"]["get"]["parameters"];
         let max_bytes = logs

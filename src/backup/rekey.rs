@@ -112,7 +112,7 @@ async fn reseal_mirror_keys(
     ring: &Keyring,
     moved: &impl Fn(Uuid) -> Uuid,
 ) -> anyhow::Result<u64> {
-    use crate::mirror_fetch::keys::place;
+    use slipway_mirror_fetch::keys::place;
     let rows: Vec<(Uuid, String, Vec<u8>)> =
         sqlx::query_as("SELECT app_id, private_key_id, private_key FROM git_mirrors FOR UPDATE")
             .fetch_all(&mut **tx)

@@ -10,10 +10,10 @@ use kube::Client;
 use sqlx::PgPool;
 
 use super::internal_access::InternalAccess;
-use crate::mirror_fetch::{MirrorConfig, Mirrors};
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
 use slipway_auth::rate::{Budget, TokenLimiter};
+use slipway_mirror_fetch::{MirrorConfig, Mirrors};
 use slipway_store::env::crypto::Keyring;
 
 /// The platform's public names, from which URLs and hostnames are formed.

@@ -1,6 +1,6 @@
 //! Git hosting: every app owns one bare repository, reachable over smart HTTP (`http`) and SSH (`ssh`) through
 //! the real git programs (`service`), checked against the caller's access; `gc` collects them daily. What is done
-//! to a repository itself, without a caller, is [`crate::repository`].
+//! to a repository itself, without a caller, is [`slipway_repository`].
 
 pub mod gc;
 pub mod http;

@@ -169,7 +169,7 @@ pub fn command(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    if let Some(protocol) = git_protocol.filter(|p| crate::repository::protocol::valid(p)) {
+    if let Some(protocol) = git_protocol.filter(|p| slipway_repository::protocol::valid(p)) {
         cmd.env("GIT_PROTOCOL", protocol);
     }
     cmd

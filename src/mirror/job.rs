@@ -3,7 +3,7 @@
 //! a request may last; run by the request, it was cut by the request's timeout, queued behind a lock that only
 //! its own process knew, and lost with that process. As a job, the syncs of one app run one at a time in the
 //! app's scope (`mirror:<app id>`) whichever replica claims them, a replica that dies mid-fetch leaves the sync to
-//! another (a fetch is safe to run again), and the sync's own time limit ([`crate::mirror_fetch::MirrorConfig::timeout`]) still
+//! another (a fetch is safe to run again), and the sync's own time limit ([`slipway_mirror_fetch::MirrorConfig::timeout`]) still
 //! bounds each attempt.
 //!
 //! A sync that fails (the server unreachable, the key refused) is an outcome, recorded on the mirror's row as

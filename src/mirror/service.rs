@@ -11,8 +11,8 @@ use serde::Serialize;
 use crate::core::access::VisibleApp;
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
-use crate::mirror_fetch::remote::{self, Host};
-use crate::mirror_fetch::{cluster, keys, resolve, transport, vet};
+use slipway_mirror_fetch::remote::{self, Host};
+use slipway_mirror_fetch::{cluster, keys, resolve, transport, vet};
 use slipway_store::db::mirrors::{self, Mirror, NewMirror};
 use slipway_store::env::crypto::Sealed;
 

@@ -7,9 +7,9 @@ use ipnet::IpNet;
 use slipway_internal::CallerSpec;
 
 use crate::core::state::{BlobDownloadLimits, Limits};
-use crate::mirror_fetch::MirrorConfig;
 use crate::registration::budget::RegistrationLimits;
 use slipway_auth::rate::Budget;
+use slipway_mirror_fetch::MirrorConfig;
 
 /// Options of `slipway api`.
 #[derive(Debug, clap::Args)]

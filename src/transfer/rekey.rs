@@ -222,8 +222,8 @@ async fn move_mirror_key(
         let moved = ring.reseal(
             &key_id,
             &sealed,
-            &crate::mirror_fetch::keys::place(old_app),
-            &crate::mirror_fetch::keys::place(new_app),
+            &slipway_mirror_fetch::keys::place(old_app),
+            &slipway_mirror_fetch::keys::place(new_app),
         )?;
         sqlx::query(
             "UPDATE git_mirrors SET app_id = $2, private_key_id = $3, private_key = $4 WHERE app_id = $1",

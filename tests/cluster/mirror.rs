@@ -460,17 +460,17 @@ async fn the_deploy_key_is_stored_sealed_resealed_on_rotation_and_discarded_on_d
     let new_line = Keyring::generate_line("next");
     let during = Keyring::parse(&format!("{new_line}\n{}", m.api.keyring_line))?;
     assert_eq!(
-        slipway::mirror_fetch::keys::reseal_all(&db, &during).await?,
+        slipway_mirror_fetch::keys::reseal_all(&db, &during).await?,
         1
     );
     assert_eq!(
-        slipway::mirror_fetch::keys::reseal_all(&db, &during).await?,
+        slipway_mirror_fetch::keys::reseal_all(&db, &during).await?,
         0
     );
     let (new_id, new_bytes) = stored_key(&db, app).await?.unwrap();
     assert_ne!(new_id, key_id);
     assert_eq!(new_id, "next");
-    let opened = slipway::mirror_fetch::keys::open(
+    let opened = slipway_mirror_fetch::keys::open(
         &Keyring::parse(&new_line)?,
         app,
         &Sealed {
@@ -798,8 +798,8 @@ async fn a_repository_of_two_hundred_megabytes_mirrors_and_clones_back_whole() -
     // the tier took 61 s.
     let api = TestApi::start()
         .await?
-        .with_mirrors(slipway::mirror_fetch::MirrorConfig {
-            timeout: slipway::mirror_fetch::MirrorConfig::DEFAULT_TIMEOUT,
+        .with_mirrors(slipway_mirror_fetch::MirrorConfig {
+            timeout: slipway_mirror_fetch::MirrorConfig::DEFAULT_TIMEOUT,
             ..support::mirror_config(None)
         });
     let m = Mirrored::new(api, "static").await?;
@@ -883,7 +883,7 @@ async fn a_repository_of_two_hundred_megabytes_mirrors_and_clones_back_whole() -
     ws.git_within(
         ".",
         &["clone", "-q", &remote, "back"],
-        slipway::mirror_fetch::MirrorConfig::DEFAULT_TIMEOUT.max(support::git::GIT_LIMIT),
+        slipway_mirror_fetch::MirrorConfig::DEFAULT_TIMEOUT.max(support::git::GIT_LIMIT),
     )
     .await?;
     assert_eq!(ws.git("back", &["rev-parse", "HEAD"]).await?.trim(), head);

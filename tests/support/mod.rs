@@ -226,8 +226,8 @@ async fn api_state(
 /// Mirror settings for tests: loopback is allowed (the SSH git server of the tests listens there), git's SSH
 /// command is the slipway binary built for these tests, and names are resolved by `dns` only. Without one, the
 /// resolver asks a closed port on loopback, so no test ever sends a query beyond this machine.
-pub fn mirror_config(dns: Option<std::net::SocketAddr>) -> slipway::mirror_fetch::MirrorConfig {
-    slipway::mirror_fetch::MirrorConfig {
+pub fn mirror_config(dns: Option<std::net::SocketAddr>) -> slipway_mirror_fetch::MirrorConfig {
+    slipway_mirror_fetch::MirrorConfig {
         allow: vec!["127.0.0.1/32".parse().expect("cidr")],
         deny: Vec::new(),
         dns_server: Some(dns.unwrap_or_else(|| "127.0.0.1:9".parse().expect("addr"))),
@@ -366,7 +366,7 @@ impl TestApi {
     }
 
     /// The same API with other mirror settings (a fresh router).
-    pub fn with_mirrors(mut self, config: slipway::mirror_fetch::MirrorConfig) -> Self {
+    pub fn with_mirrors(mut self, config: slipway_mirror_fetch::MirrorConfig) -> Self {
         self.rebuild(|state| state.with_mirrors(config));
         self
     }

@@ -134,7 +134,7 @@ async fn archive(
     commit_exists(&state, &app, &sha).await?;
     let repo = state.repos().path(&app.owner, &app.name);
     let mut res = Response::new(
-        crate::repository::archive::tar_body(&repo, &sha).map_err(ApiError::Internal)?,
+        slipway_repository::archive::tar_body(&repo, &sha).map_err(ApiError::Internal)?,
     );
     res.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -234,7 +234,7 @@ async fn relay_git(
             .await
             .map_err(|e| internal("relay header", &e))?;
         let protocol = protocol.trim();
-        if crate::repository::protocol::valid(protocol) {
+        if slipway_repository::protocol::valid(protocol) {
             let _ = channel.set_env(false, "GIT_PROTOCOL", protocol).await;
         }
         channel

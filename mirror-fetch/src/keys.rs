@@ -20,7 +20,7 @@ pub fn generate(comment: &str) -> anyhow::Result<(PrivateKey, String)> {
 }
 
 /// Where a mirror's key is sealed: the associated data that binds it to its app.
-pub(crate) fn place(app: Uuid) -> Vec<u8> {
+pub fn place(app: Uuid) -> Vec<u8> {
     format!("git-mirror-key\0{app}").into_bytes()
 }
 

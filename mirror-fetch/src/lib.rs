@@ -1,4 +1,4 @@
-//! How a mirror's sync reaches an external repository, below the mirror operations ([`crate::mirror`]) that the
+//! How a mirror's sync reaches an external repository, below the mirror operations that the
 //! routes and jobs call: the SSH URL ([`remote`]), name resolution ([`resolve`]), the addresses a sync may reach
 //! ([`vet`], with the cluster's own networks from [`cluster`]), deploy keys ([`keys`]), the SSH connection and
 //! `git fetch` over it ([`transport`]) and the hidden `slipway mirror-relay` git runs as its SSH command
