@@ -19,12 +19,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, ensure};
 use futures::StreamExt;
-use slipway::postgres::archive::{self, Archive};
-use slipway::postgres::snapshots::{self, Kind, Occasion, Parts};
-use slipway::postgres::store::{self, NewRecord};
 use slipway_backends::data_server::names;
 use slipway_backends::data_server::{DataServer, DumpFormat, RoleSettings};
 use slipway_backends::object_store::S3Endpoint;
+use slipway_postgres::archive::{self, Archive};
+use slipway_postgres::snapshots::{self, Kind, Occasion, Parts};
+use slipway_postgres::store::{self, NewRecord};
 use slipway_store::env::crypto::Keyring;
 use slipway_testkit::postgres::TestDatabase;
 use slipway_testkit::s3::TestS3;
@@ -227,7 +227,7 @@ async fn main() -> Result<()> {
     .await?;
     std::fs::remove_file(&file)?;
     let started = Instant::now();
-    slipway::postgres::restore::restore(
+    slipway_postgres::restore::restore(
         &server,
         &record.names(),
         archive.download(&key).await?,

@@ -232,7 +232,7 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             let snapshots = slipway_store::env::snapshot::reseal_all(&db, &ring).await?;
             let stores = slipway_blob::store::reseal_all(&db, &ring).await?;
             let mirror_keys = slipway_mirror_fetch::keys::reseal_all(&db, &ring).await?;
-            let databases = crate::postgres::store::reseal_all(&db, &ring).await?;
+            let databases = slipway_postgres::store::reseal_all(&db, &ring).await?;
             eprintln!(
                 "resealed {rows} env values, {snapshots} deploy snapshots, {stores} object-store keys, {mirror_keys} mirror deploy keys and {databases} channel databases' passwords with key {}",
                 ring.active_id()

@@ -20,7 +20,7 @@ pub mod oauth;
 pub mod operator;
 pub mod people;
 pub mod platform;
-pub mod postgres;
+pub mod postgres_settings;
 pub mod public_urls;
 pub mod registration;
 pub mod registry_tokens;

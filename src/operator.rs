@@ -99,7 +99,7 @@ pub struct OperatorArgs {
     pub blob: crate::blob_settings::BlobOperatorArgs,
     /// The data server (the channels' SQL databases).
     #[command(flatten)]
-    pub postgres: crate::postgres::settings::PostgresOperatorArgs,
+    pub postgres: crate::postgres_settings::PostgresOperatorArgs,
     /// The DNS server custom-domain verification asks (host:port); the system's resolvers when unset.
     #[arg(long, env = "SLIPWAY_DNS_RESOLVER")]
     pub dns_resolver: Option<std::net::SocketAddr>,
@@ -223,7 +223,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         ctx = ctx.with_blob(blob);
     }
     if let Some(postgres) = args.postgres.settings()? {
-        crate::postgres::settings::check_at_start(&postgres.server).await;
+        crate::postgres_settings::check_at_start(&postgres.server).await;
         ctx = ctx.with_postgres(postgres);
     }
     if let Some(ports) = args.forward_ports {

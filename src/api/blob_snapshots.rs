@@ -90,7 +90,7 @@ async fn marker_of(
     if let Some(marker) = checkpoints::aligned_with(state.db(), channel_id, snapshot_id).await? {
         return Ok(marker);
     }
-    match crate::postgres::snapshots::by_id(state.db(), channel_id, snapshot_id).await? {
+    match slipway_postgres::snapshots::by_id(state.db(), channel_id, snapshot_id).await? {
         Some(_) => Err(ApiError::NoAlignedBlobSnapshot(format!(
             "checkpoint {snapshot_id} has no object-store leg (the bucket was not ready or could not be listed then)"
         ))),

@@ -111,7 +111,7 @@ async fn snapshot_commit(
     channel_id: Uuid,
     snapshot_id: Uuid,
 ) -> Result<String, ApiError> {
-    let snapshot = crate::postgres::snapshots::by_id(state.db(), channel_id, snapshot_id)
+    let snapshot = slipway_postgres::snapshots::by_id(state.db(), channel_id, snapshot_id)
         .await?
         .ok_or_else(|| {
             ApiError::Missing(

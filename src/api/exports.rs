@@ -22,8 +22,8 @@ use crate::core::caller::Caller;
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
 use crate::exports::store::{self, Export, Queued};
-use crate::postgres::archive::Archive;
 use slipway_auth::scopes;
+use slipway_postgres::archive::Archive;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

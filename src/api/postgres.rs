@@ -21,8 +21,8 @@ use crate::core::channel_database::{
 };
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::postgres::store;
 use slipway_auth::scopes;
+use slipway_postgres::store;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -137,7 +137,7 @@ async fn dump_postgres(
     // Reachable now, so a down server is a 503 rather than a transfer that breaks at once.
     server.measure(&record.names()).await.map_err(unavailable)?;
     let command = server.dump_command(&record.db_name, DumpFormat::Plain);
-    let body = crate::postgres::stream::stdout_of(command, "pg_dump").map_err(unavailable)?;
+    let body = slipway_postgres::stream::stdout_of(command, "pg_dump").map_err(unavailable)?;
     slipway_store::db::audit::record(
         state.db(),
         &caller,

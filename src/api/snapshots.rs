@@ -1,6 +1,6 @@
 //! A channel's SQL snapshots: the list, a download (a custom-format dump `pg_restore` reads), a short-lived token
 //! that downloads one snapshot, and a restore in place. The files live in the snapshot archive (the object
-//! store's system bucket); the rows in the platform database ([`crate::postgres::snapshots`]).
+//! store's system bucket); the rows in the platform database ([`slipway_postgres::snapshots`]).
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -21,10 +21,10 @@ use crate::core::caller::Caller;
 use crate::core::channel_database::{configured, database_channel, ready_record, unavailable};
 use crate::core::error::{ApiError, ErrorEnvelope};
 use crate::core::state::AppState;
-use crate::postgres::archive::Archive;
-use crate::postgres::snapshots::{self, Snapshot};
 use slipway_auth::scopes;
 use slipway_jobs::{self, store::Admission};
+use slipway_postgres::archive::Archive;
+use slipway_postgres::snapshots::{self, Snapshot};
 
 /// The scope a snapshot download needs.
 pub const DOWNLOAD_SCOPE: &str = "snapshots:read";

@@ -287,7 +287,7 @@ pub async fn restore_database(url: &str, dump: Stdio) -> anyhow::Result<()> {
     // pg_restore has read the whole dump; otherwise psql is killed with the transaction open.
     let copied = async {
         into_psql.write_all(b"BEGIN;\n").await?;
-        crate::postgres::restore::copy_for_server(script, &mut into_psql, server_version).await?;
+        slipway_postgres::restore::copy_for_server(script, &mut into_psql, server_version).await?;
         anyhow::Ok(())
     }
     .await;
@@ -295,7 +295,7 @@ pub async fn restore_database(url: &str, dump: Stdio) -> anyhow::Result<()> {
     if copied.is_err() || !restored.success() {
         // psql stops first on a failing statement, and pg_restore then fails writing to it.
         let stopped = psql.try_wait()?;
-        crate::postgres::restore::abandon(psql).await;
+        slipway_postgres::restore::abandon(psql).await;
         match (stopped, copied) {
             (Some(status), _) if !status.success() => {
                 bail!("psql failed ({status}): the dump did not apply; nothing was changed")

@@ -136,8 +136,8 @@ async fn reseal_database_passwords(
     ring: &Keyring,
     moved: &impl Fn(Uuid) -> Uuid,
 ) -> anyhow::Result<u64> {
-    use crate::postgres::store::aad;
-    let records: Vec<crate::postgres::store::Record> =
+    use slipway_postgres::store::aad;
+    let records: Vec<slipway_postgres::store::Record> =
         sqlx::query_as("SELECT * FROM channel_databases FOR UPDATE")
             .fetch_all(&mut **tx)
             .await?;

@@ -26,11 +26,11 @@ pub mod pre_deploy;
 pub mod sql_restore;
 
 use crate::core::state::AppState;
-use crate::postgres::snapshots::{self, Occasion, Parts, Snapshot};
-use crate::postgres::store::Record;
 use slipway_blob::bucket::Bucket;
 use slipway_blob::checkpoints::{self as markers, Marker, Owner};
 use slipway_jobs::Progress;
+use slipway_postgres::snapshots::{self, Occasion, Parts, Snapshot};
+use slipway_postgres::store::Record;
 
 /// The SQL leg: where to dump, and which database.
 pub struct SqlLeg<'a> {

@@ -19,8 +19,8 @@ use uuid::Uuid;
 use super::{Checkpoint, Legs, SqlLeg};
 use crate::core::error::pool_exhausted;
 use crate::core::state::AppState;
-use crate::postgres::snapshots::{Kind as SnapshotKind, Occasion, Parts};
 use slipway_jobs::{Job, JobError, Kind, NewJob, Progress, runner, store};
+use slipway_postgres::snapshots::{Kind as SnapshotKind, Occasion, Parts};
 
 /// How often the API server looks for databases due a nightly snapshot.
 pub const CHECK_EVERY: Duration = Duration::from_secs(600);
@@ -196,7 +196,7 @@ async fn checkpoint(
     else {
         return Ok(Taken::Skipped("the channel is gone"));
     };
-    let Some(record) = crate::postgres::store::by_channel(state.db(), params.channel_id).await?
+    let Some(record) = slipway_postgres::store::by_channel(state.db(), params.channel_id).await?
     else {
         return Ok(Taken::Skipped("the channel has no database"));
     };

@@ -19,8 +19,8 @@ use super::{Checkpoint, Legs, SqlLeg};
 use crate::core::access::{self, Role, VisibleApp};
 use crate::core::error::pool_exhausted;
 use crate::core::state::AppState;
-use crate::postgres::snapshots::{Kind as SnapshotKind, Occasion, Parts};
 use slipway_jobs::{self, Job, JobError, Kind, NewJob, Progress, state};
+use slipway_postgres::snapshots::{Kind as SnapshotKind, Occasion, Parts};
 
 /// What the job needs: the deploy, its channel and app, and the commit running before it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -125,7 +125,7 @@ async fn checkpoint(
         return Ok(skipped(log, "the channel is gone".to_owned()).await);
     };
     let blob = super::blob_leg(state, &channel, params.channel_id).await;
-    let record = crate::postgres::store::by_channel(state.db(), params.channel_id).await?;
+    let record = slipway_postgres::store::by_channel(state.db(), params.channel_id).await?;
     let sql = match (state.data_server(), state.snapshot_archive(), &record) {
         (None, _, _) | (_, None, _) => Err(
             "this platform keeps no SQL snapshots (no data server or snapshot archive is configured)",

@@ -20,8 +20,8 @@ use uuid::Uuid;
 
 use crate::core::error::pool_exhausted;
 use crate::core::state::AppState;
-use crate::postgres::restore::RestoreFailed;
 use slipway_jobs::{Job, JobError, Kind, NewJob, Progress};
+use slipway_postgres::restore::RestoreFailed;
 use slipway_store::db::audit::{self, Actor};
 
 /// What the job needs.
@@ -71,7 +71,7 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
         ));
     };
     let db = state.db();
-    let record = crate::postgres::store::by_channel(db, params.channel_id)
+    let record = slipway_postgres::store::by_channel(db, params.channel_id)
         .await
         .map_err(|e| busy_or(e.into()))?;
     let Some(record) = record.filter(|r| r.db_name == params.db_name) else {
@@ -81,7 +81,7 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
     };
     let restore = super::exclusively(db, params.channel_id, async {
         let snapshot =
-            crate::postgres::snapshots::by_id(db, params.channel_id, params.snapshot_id).await?;
+            slipway_postgres::snapshots::by_id(db, params.channel_id, params.snapshot_id).await?;
         let Some(key) = snapshot.and_then(|s| {
             if let Some(size) = s.size_bytes.and_then(|n| u64::try_from(n).ok()) {
                 progress.set_total(size);
@@ -91,7 +91,7 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
             return Ok(Err(failed("the snapshot is gone")));
         };
         if let Some(transaction) = job.handover_field(TRANSACTION).and_then(Value::as_str)
-            && crate::postgres::restore::committed(server, transaction).await?
+            && slipway_postgres::restore::committed(server, transaction).await?
         {
             tracing::info!(job_id = %job.id, channel_id = %params.channel_id, transaction, "an earlier attempt's restore had committed; not applying it again");
             progress.set_done(progress.total().unwrap_or(0));
@@ -106,7 +106,7 @@ pub async fn perform(state: &AppState, job: &Job, progress: &Progress) -> Result
             anyhow::ensure!(ours, "the restore's job was taken over or cancelled");
             Ok(())
         };
-        crate::postgres::restore::restore(server, &record.names(), file, hand_over).await?;
+        slipway_postgres::restore::restore(server, &record.names(), file, hand_over).await?;
         anyhow::Ok(Ok(()))
     });
     // Boxed: a restore's futures nest deep, and a task's stack is small.

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::access::{self, VisibleApp};
 use super::error::ApiError;
 use super::state::AppState;
-use crate::postgres::store;
+use slipway_postgres::store;
 
 /// What the Channel's condition says of its database: (status, last error).
 pub fn condition_state(channel: &Channel) -> (&'static str, Option<String>) {

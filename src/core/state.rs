@@ -104,7 +104,7 @@ pub struct Features {
     /// The data server channel databases live on (the database routes).
     pub data_server: Option<Arc<slipway_backends::data_server::DataServer>>,
     /// Where SQL snapshot files go (checkpoints, restores, exports).
-    pub snapshot_archive: Option<crate::postgres::archive::Archive>,
+    pub snapshot_archive: Option<slipway_postgres::archive::Archive>,
     /// The cluster registry's token issuer (the registry token route).
     pub registry_tokens: Option<slipway_internal::registry_token::RegistryTokens>,
     /// The mail relay verification codes go out through.
@@ -340,7 +340,7 @@ impl AppState {
     }
 
     /// Where snapshot files go; `None` when the platform has no object storage (no snapshots are taken).
-    pub fn snapshot_archive(&self) -> Option<&crate::postgres::archive::Archive> {
+    pub fn snapshot_archive(&self) -> Option<&slipway_postgres::archive::Archive> {
         self.features.snapshot_archive.as_ref()
     }
 

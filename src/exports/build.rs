@@ -26,9 +26,9 @@ use uuid::Uuid;
 
 use crate::core::access::VisibleApp;
 use crate::core::state::AppState;
-use crate::postgres::archive::Archive;
 use slipway_blob::bucket::Bucket;
 use slipway_blob::checkpoints::Entry;
+use slipway_postgres::archive::Archive;
 
 /// Why a build stopped: `reason` is shown to the person who asked, `cause` is logged.
 #[derive(Debug)]
@@ -171,7 +171,7 @@ async fn stage_bundle(archive: &Archive, repo: &Path, key: &str) -> anyhow::Resu
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let body = crate::postgres::stream::stdout_of(command, "git bundle")?;
+    let body = slipway_postgres::stream::stdout_of(command, "git bundle")?;
     Ok(Some(archive.upload(key, body).await?))
 }
 
@@ -204,7 +204,7 @@ async fn channel_part(
                 let key = format!("{prefix}parts/{id}.dump");
                 let command = server.dump_command(&record.db_name, DumpFormat::Custom);
                 let staged = async {
-                    let body = crate::postgres::stream::stdout_of(command, "pg_dump")?;
+                    let body = slipway_postgres::stream::stdout_of(command, "pg_dump")?;
                     Ok::<_, anyhow::Error>(archive.upload(&key, body).await?)
                 };
                 let size = staged.await.reason(|| {
@@ -269,7 +269,7 @@ async fn database_of<'s>(
     id: Uuid,
 ) -> Option<(
     &'s slipway_backends::data_server::DataServer,
-    crate::postgres::store::Record,
+    slipway_postgres::store::Record,
 )> {
     let server = state.data_server()?;
     let record = crate::core::channel_database::ready_record(channel, id, state)

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::core::access::VisibleApp;
 use crate::core::state::AppState;
-use crate::postgres::archive::Archive;
+use slipway_postgres::archive::Archive;
 
 /// How long a ready archive can be downloaded.
 pub const LIFETIME: chrono::Duration = chrono::Duration::hours(24);

@@ -82,7 +82,7 @@ pub struct ApiArgs {
     pub sql_proxy: crate::sql_proxy::SqlProxyArgs,
     /// The data server (the channels' SQL databases), measured by the database routes.
     #[command(flatten)]
-    pub data_server: crate::postgres::settings::DataServerArgs,
+    pub data_server: crate::postgres_settings::DataServerArgs,
     /// The object-storage backend, where SQL snapshot files are kept (in `<prefix>system`). Unset: no
     /// snapshots are taken.
     #[command(flatten)]

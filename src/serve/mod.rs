@@ -20,13 +20,13 @@ const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(25);
 async fn features(args: &ApiArgs, kube: &kube::Client) -> anyhow::Result<Features> {
     let data_server = args.data_server.server()?;
     if let Some(server) = &data_server {
-        crate::postgres::settings::check_at_start(server).await;
+        crate::postgres_settings::check_at_start(server).await;
     }
     let snapshot_archive = match args.snapshot_store.endpoint()? {
         Some(endpoint) => {
-            let archive = crate::postgres::archive::Archive::new(
+            let archive = slipway_postgres::archive::Archive::new(
                 &endpoint,
-                crate::postgres::archive::system_bucket(&args.snapshot_store.s3_bucket_prefix),
+                slipway_postgres::archive::system_bucket(&args.snapshot_store.s3_bucket_prefix),
             );
             if let Err(e) = archive.ensure_bucket().await {
                 tracing::error!(error = %e, "the snapshot bucket is not there yet; snapshots fail until it is");

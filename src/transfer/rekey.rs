@@ -248,7 +248,7 @@ async fn swap_databases(
     moved: Uuid,
     fresh: Uuid,
 ) -> anyhow::Result<Option<NewPasswords>> {
-    let rows: Vec<crate::postgres::store::Record> =
+    let rows: Vec<slipway_postgres::store::Record> =
         sqlx::query_as("SELECT * FROM channel_databases WHERE channel_id IN ($1, $2) FOR UPDATE")
             .bind(moved)
             .bind(fresh)
@@ -257,7 +257,7 @@ async fn swap_databases(
     swap_ids(tx, "channel_databases", moved, fresh).await?;
     let mut rotated = None;
     for record in rows {
-        use crate::postgres::store::{aad, new_password};
+        use slipway_postgres::store::{aad, new_password};
         let (password, readonly) = record.passwords(ring)?;
         let (password, readonly) = (Zeroizing::new(password), Zeroizing::new(readonly));
         let to = if record.channel_id == moved {

@@ -1077,10 +1077,10 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
     // A bucket's and a database's records as the operator keeps them, for the move to carry.
     let prod: uuid::Uuid = prod_id.parse()?;
     let names = slipway_backends::data_server::names::for_label(&format!("shop-{}", dee.username));
-    slipway::postgres::store::ensure(
+    slipway_postgres::store::ensure(
         api.state.db(),
         api.state.keyring(),
-        &slipway::postgres::store::NewRecord {
+        &slipway_postgres::store::NewRecord {
             channel_id: prod,
             app_id: app_id.parse()?,
             owner: &dee.username,
@@ -1088,7 +1088,7 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
         },
     )
     .await?;
-    let before = slipway::postgres::store::by_channel(api.state.db(), prod)
+    let before = slipway_postgres::store::by_channel(api.state.db(), prod)
         .await?
         .unwrap()
         .passwords(api.state.keyring())?;
@@ -1168,7 +1168,7 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
         .expect(200, None);
     assert!(journal.to_string().contains("app.transferred"), "{journal}");
     // The database record is the new channel's, with the same names and new passwords, now the new owner's.
-    let record = slipway::postgres::store::by_channel(api.state.db(), new_prod.parse()?)
+    let record = slipway_postgres::store::by_channel(api.state.db(), new_prod.parse()?)
         .await?
         .context("the database record moved")?;
     assert_eq!(record.db_name, names.db_name);
@@ -1179,7 +1179,7 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
         "the passwords moved with the app"
     );
     assert!(
-        slipway::postgres::store::by_channel(api.state.db(), prod)
+        slipway_postgres::store::by_channel(api.state.db(), prod)
             .await?
             .is_none()
     );
@@ -1434,7 +1434,7 @@ async fn a_reconcile_that_read_the_old_passwords_cannot_set_them_after_a_transfe
     let server = postgres::server()?;
     let reconcile = server.lock_roles(&prod_id).await?;
     let old_env = postgres::variables(&api, &prod_id).await?;
-    let record = slipway::postgres::store::by_channel(api.state.db(), prod_id.parse()?)
+    let record = slipway_postgres::store::by_channel(api.state.db(), prod_id.parse()?)
         .await?
         .context("the channel's database is not recorded")?;
     let (password, readonly_password) = record.passwords(api.state.keyring())?;

@@ -474,13 +474,13 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
     // The data server for channel databases, and a snapshot archive in an object-storage backend of the test's own.
     support::postgres::attach(&mut api)?;
     let backend = slipway_testkit::s3::TestS3::start().await?;
-    let archive = slipway::postgres::archive::Archive::new(
+    let archive = slipway_postgres::archive::Archive::new(
         &slipway_backends::object_store::S3Endpoint {
             url: backend.url.clone(),
             access_key_id: backend.access_key_id.clone(),
             secret_access_key: backend.secret_access_key.clone(),
         },
-        slipway::postgres::archive::system_bucket("slipway-"),
+        slipway_postgres::archive::system_bucket("slipway-"),
     );
     archive.ensure_bucket().await?;
     api.enable(|features| features.snapshot_archive = Some(archive));

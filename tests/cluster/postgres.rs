@@ -203,7 +203,7 @@ async fn a_deleted_channel_takes_its_database_and_roles_along() -> Result<()> {
             .bind(&db_name)
             .fetch_one(server.pool())
             .await?;
-            let recorded = slipway::postgres::store::by_channel(&platform, id)
+            let recorded = slipway_postgres::store::by_channel(&platform, id)
                 .await?
                 .is_some();
             Ok(left == 0 && !recorded)

@@ -687,13 +687,13 @@ async fn fixture() -> Result<Fixture> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Snapshots go to the object store's backend; the shared SQL app has one, and allows restoring its prod.
-    let archive = slipway::postgres::archive::Archive::new(
+    let archive = slipway_postgres::archive::Archive::new(
         &slipway_backends::object_store::S3Endpoint {
             url: store.backend.url.clone(),
             access_key_id: store.backend.access_key_id.clone(),
             secret_access_key: store.backend.secret_access_key.clone(),
         },
-        slipway::postgres::archive::system_bucket("slipway-"),
+        slipway_postgres::archive::system_bucket("slipway-"),
     );
     archive.ensure_bucket().await?;
     api.enable(|features| features.snapshot_archive = Some(archive));

@@ -54,7 +54,7 @@ pub async fn variables(
     api: &TestApi,
     channel_id: &str,
 ) -> Result<std::collections::BTreeMap<String, String>> {
-    let record = slipway::postgres::store::by_channel(api.state.db(), channel_id.parse()?)
+    let record = slipway_postgres::store::by_channel(api.state.db(), channel_id.parse()?)
         .await?
         .context("the channel's database is not recorded")?;
     let (password, readonly_password) = record.passwords(api.state.keyring())?;

@@ -23,9 +23,9 @@ use crate::checkpoints::pre_deploy;
 use crate::core::access;
 use crate::core::error::ApiError;
 use crate::core::state::AppState;
-use crate::postgres::snapshots;
-use crate::postgres::store::{self, NewRecord, Record};
 use slipway_jobs::{self, store::Admission, store::Enqueued};
+use slipway_postgres::snapshots;
+use slipway_postgres::store::{self, NewRecord, Record};
 
 /// The routes of this module (state: the API's).
 pub fn routes() -> Router<AppState> {

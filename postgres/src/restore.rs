@@ -201,8 +201,8 @@ const TRANSACTION_END_TRIES: u32 = 30;
 
 /// Copies pg_restore's script to psql, leaving out of its preamble (the settings, comments and blank lines before
 /// the dump's first statement) each setting a server of `server_version` does not know; the rest is copied as is.
-/// The platform backup's restore (`crate::backup`) pipes the platform database's dump through it too.
-pub(crate) async fn copy_for_server<R, W>(
+/// The platform backup's restore (the admin CLI's) pipes the platform database's dump through it too.
+pub async fn copy_for_server<R, W>(
     reader: R,
     writer: &mut W,
     server_version: i32,
@@ -247,7 +247,7 @@ fn unknown_setting(line: &[u8], server_version: i32) -> bool {
 }
 
 /// Ends the psql session without a commit: the server rolls the transaction back.
-pub(crate) async fn abandon(mut psql: tokio::process::Child) {
+pub async fn abandon(mut psql: tokio::process::Child) {
     let _ = psql.start_kill();
     let _ = psql.wait().await;
 }

@@ -1,7 +1,7 @@
 //! SQL snapshots of a channel's database: `pg_dump -Fc` streamed into the [`Archive`](super::archive::Archive),
 //! then a `postgres_snapshots` row. A row exists only for a complete file, so a dump that fails half-way leaves
 //! neither. `pre_deploy` snapshots are taken once per deploy (before its new container starts), `nightly` ones
-//! once per channel per UTC day, each as the SQL leg of a checkpoint ([`crate::checkpoints`]), after which the
+//! once per channel per UTC day, each as the SQL leg of a checkpoint (the API's checkpoints), after which the
 //! channel's older rows are pruned to its owner's plan ([`prune`]).
 
 use chrono::{DateTime, Utc};
@@ -88,7 +88,7 @@ async fn existing(
 }
 
 /// Takes the occasion's snapshot of `record`'s database, unless it has one; the snapshot either way. How far the
-/// dump has got goes into `progress` as it runs. Pruning is the checkpoint's ([`crate::checkpoints`]).
+/// dump has got goes into `progress` as it runs. Pruning is the checkpoint's (the API's checkpoints).
 pub async fn take(
     parts: Parts<'_>,
     record: &Record,
@@ -142,7 +142,7 @@ pub async fn take(
 }
 
 /// Removes the rows (and files) the plan no longer keeps. The caller holds the channel's checkpoint lock
-/// ([`crate::checkpoints::exclusively`]), which restores take too, so no restore is reading a file removed here.
+/// (the API's `checkpoints::exclusively`), which restores take too, so no restore is reading a file removed here.
 pub async fn prune(parts: Parts<'_>, channel_id: Uuid, plan: &Plan) -> anyhow::Result<()> {
     for id in retention_expired("postgres_snapshots", parts.db, channel_id, plan).await? {
         if let Some(snapshot) = by_id(parts.db, channel_id, id).await? {

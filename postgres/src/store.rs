@@ -48,7 +48,7 @@ pub fn new_password() -> String {
 }
 
 /// The associated data a password is sealed with: it opens only for its own role of its own channel.
-pub(crate) fn aad(channel_id: Uuid, role: &str) -> Vec<u8> {
+pub fn aad(channel_id: Uuid, role: &str) -> Vec<u8> {
     format!("postgres:{channel_id}:{role}").into_bytes()
 }
 

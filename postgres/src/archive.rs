@@ -1,6 +1,6 @@
 //! Where snapshot files live: one unversioned bucket of the object-storage backend that tenants never reach (the
 //! gateway serves only channel buckets, named by channel uid), `<prefix>system`, with each file at
-//! `postgres/<channel id>/<snapshot id>.dump`, and app exports under `exports/` ([`crate::exports`]). Files are
+//! `postgres/<channel id>/<snapshot id>.dump`, and app exports under `exports/` (the API's exports). Files are
 //! streamed in (multipart, a few parts in memory at a time) and out; a file is complete or absent, since a
 //! multipart upload shows nothing until it is completed and an abandoned one is aborted: by the upload itself when
 //! it fails, else by the API servers' sweep of uploads older than a day (a process killed mid-way, a cancelled
