@@ -42,7 +42,7 @@ async fn main() -> Result<()> {
     // A thousand commits in a row are far more than a person's request budget.
     let api = support::TestApi::start()
         .await?
-        .with_limits(slipway::core::state::Limits {
+        .with_limits(slipway_core::state::Limits {
             rate: None,
             ..Default::default()
         });

@@ -26,7 +26,7 @@ const MEASURE: Duration = Duration::from_secs(10);
 #[tokio::main]
 async fn main() -> Result<()> {
     // It measures throughput, so the token gets no request budget (the default would answer 429 past 10/s).
-    let unlimited = slipway::core::state::Limits {
+    let unlimited = slipway_core::state::Limits {
         rate: None,
         ..Default::default()
     };

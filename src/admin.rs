@@ -140,7 +140,7 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
         } => {
             let email = match email {
                 Some(address) => Some(
-                    crate::registration::mailer::plain_address(&address)
+                    slipway_core::registration::mailer::plain_address(&address)
                         .with_context(|| format!("{address} is not one plain email address"))?
                         .email
                         .to_string(),
@@ -172,7 +172,7 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
                 .await?
                 .then_some(())
                 .with_context(|| format!("there is no user named {username}"))?;
-            crate::platform::tenancy::ensure_user_namespace(&kube, &name, plan.tier).await?;
+            slipway_core::platform::tenancy::ensure_user_namespace(&kube, &name, plan.tier).await?;
             eprintln!(
                 "{username} is on the {} plan; their running apps are being resized",
                 plan.tier
@@ -276,7 +276,7 @@ pub async fn create_user(
             .await
             .with_context(|| format!("{email} is the verified address of another account"))?;
     }
-    crate::platform::tenancy::ensure_user_namespace(&kube, &username, plan.tier).await?;
+    slipway_core::platform::tenancy::ensure_user_namespace(&kube, &username, plan.tier).await?;
     let plaintext = token::generate();
     let scopes = scopes::default_scopes();
     let new = NewToken {

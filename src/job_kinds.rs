@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use crate::core::state::AppState;
+use slipway_core::state::AppState;
 use slipway_jobs::{Job, JobError, Kind, Progress, Work};
 
 /// Each kind's work with the API's parts.

@@ -1,13 +1,13 @@
 //! Where the binary composes the API listener's routes: the REST API, git's smart HTTP beside it (streaming,
 //! without the JSON routes' body limit and timeout), and the MCP endpoint, whose tools call the other two. Each of
-//! them stands on `crate::core` alone; none imports another's router.
+//! them stands on `slipway_core` alone; none imports another's router.
 
 use axum::Router;
 use axum::extract::Request;
 use tower_http::trace::TraceLayer;
 
 use crate::api;
-use crate::core::state::AppState;
+use slipway_core::state::AppState;
 
 /// Every route of the API's public listener, each answering in the envelope when a handler panics.
 pub fn public(state: AppState) -> Router {

@@ -25,7 +25,8 @@ pub async fn create_user(
     let row = slipway_store::db::users::create(db, &name, plan)
         .await?
         .with_context(|| format!("the account {username} exists already"))?;
-    let namespace = slipway::platform::tenancy::ensure_user_namespace(kube, &name, plan).await?;
+    let namespace =
+        slipway_core::platform::tenancy::ensure_user_namespace(kube, &name, plan).await?;
     let plaintext = token::generate();
     let scopes = scopes::default_scopes();
     slipway_store::db::tokens::insert(

@@ -11,11 +11,11 @@ use uuid::Uuid;
 
 use super::extract::{Json, Path, Query};
 use super::paging::{PageQuery, next_cursor};
-use crate::core::access::{self, Action};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

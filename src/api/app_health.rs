@@ -17,11 +17,11 @@ use uuid::Uuid;
 
 use super::extract::{Json, Path};
 use super::views::{ChannelView, PendingDeployView, deploy_phase_name};
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 use slipway_store::db::runtime_logs::Generation;
 
 /// The routes of this module.

@@ -17,14 +17,14 @@ use uuid::Uuid;
 use super::domain_release::{self, Holder};
 use super::extract::{Json, Path};
 use super::views::{AppView, OwnerFacts};
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::caller::Caller;
-use crate::core::channels::{admission_or, create as create_channel_resource};
-use crate::core::claims;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
-use crate::platform::tenancy::{self, FIELD_MANAGER};
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::caller::Caller;
+use slipway_core::channels::{admission_or, create as create_channel_resource};
+use slipway_core::claims;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::platform::tenancy::{self, FIELD_MANAGER};
+use slipway_core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -438,6 +438,6 @@ async fn delete_app(
         .map_err(ApiError::Internal)?;
     state.cache().app_gone(&app_id.to_string()).await?;
     // After the app left the cache, so the log archive can no longer record a generation of it.
-    crate::platform::sweep::forget_app(state.db(), app_id).await?;
+    slipway_core::platform::sweep::forget_app(state.db(), app_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -14,13 +14,13 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path};
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
 use slipway_blob::access::{BlobAccess, ProbeFailure, public_endpoint};
 use slipway_blob::store::{self, Store};
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

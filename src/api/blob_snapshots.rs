@@ -16,13 +16,13 @@ use super::blob::{BlobStatus, configured, probe, status_of};
 use super::downloads::{self, DownloadToken, Grant};
 use super::extract::{Json, Path};
 use super::snapshots::{require_idle, require_restorable, restore_as_job};
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
 use slipway_blob::bucket::Bucket;
 use slipway_blob::checkpoints::{self, Marker};
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 use slipway_jobs;
 
 /// The routes of this module.

@@ -17,13 +17,13 @@ use super::apps::check_new_channel;
 use super::domain_release::{self, Holder};
 use super::extract::{Json, Path};
 use super::views::ChannelView;
-use crate::core::access::{self, Action};
-use crate::core::caller::Caller;
-use crate::core::channels::create as create_channel_resource;
-use crate::core::claims;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action};
+use slipway_core::caller::Caller;
+use slipway_core::channels::create as create_channel_resource;
+use slipway_core::claims;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

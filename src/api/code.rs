@@ -11,11 +11,11 @@ use uuid::Uuid;
 
 use super::downloads;
 use super::extract::{Path, Query};
-use crate::core::access::{self, Action};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 use slipway_repository::store;
 
 /// The routes of this module.

@@ -15,12 +15,12 @@ use uuid::Uuid;
 
 use super::extract::{Json, Path, Query};
 use super::views::deploy_phase_name;
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::caller::Caller;
-use crate::core::deploys::create as create_deploy;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::caller::Caller;
+use slipway_core::deploys::create as create_deploy;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 
 /// Largest log window a client may ask for.
 pub const MAX_WINDOW: u64 = 262_144;

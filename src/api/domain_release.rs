@@ -12,9 +12,9 @@ use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use slipway_crds::Domain;
 use slipway_crds::names::AppName;
 
-use crate::core::claims;
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use slipway_core::claims;
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 use slipway_store::db::domain_claims;
 
 /// What held the Domains that go.

@@ -27,13 +27,13 @@ use uuid::Uuid;
 
 use super::domain_release;
 use super::extract::{Json, Path};
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::caller::Caller;
-use crate::core::claims;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::owners;
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::caller::Caller;
+use slipway_core::claims;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::owners;
+use slipway_core::state::AppState;
 
 /// The longest a verify waits for the operator's check (two lookups, each retried once on a 3 s timeout, fit).
 const VERIFY_WAIT: Duration = Duration::from_secs(30);
@@ -337,7 +337,7 @@ async fn verify_domain(
     )
     .await?;
     let uid = resource.metadata.uid.clone().unwrap_or_default();
-    let answered = crate::platform::cache::poll_for(VERIFY_WAIT, || {
+    let answered = slipway_core::platform::cache::poll_for(VERIFY_WAIT, || {
         state
             .cache()
             .domains()

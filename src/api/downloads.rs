@@ -10,10 +10,10 @@ use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::core::caller::Caller;
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
 use slipway_auth::token;
+use slipway_core::caller::Caller;
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 
 /// How long a download token lives at most.
 pub const TOKEN_LIFE: Duration = Duration::hours(1);

@@ -10,11 +10,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::Json;
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
-use crate::registration::{STARTER, VERIFIED, codes, mailer};
 use slipway_auth::scopes;
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::registration::{STARTER, VERIFIED, codes, mailer};
+use slipway_core::state::AppState;
 use slipway_store::db::email_challenges::{self, Challenge};
 
 /// The routes of this module.
@@ -246,7 +246,7 @@ async fn complete(
     // put right by the API's periodic pass if this process dies first.
     let moved = plan != caller.plan;
     if moved {
-        crate::platform::tenancy::relabel_soon(
+        slipway_core::platform::tenancy::relabel_soon(
             state.kube().clone(),
             caller.username.parse()?,
             plan.clone(),

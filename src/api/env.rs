@@ -13,11 +13,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path, Query};
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 use slipway_store::env::snapshot::{self, SnapshotView};
 use slipway_store::env::{self, EnvSources, Kind, Scope, resolve::Entry, store};
 

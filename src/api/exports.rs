@@ -17,12 +17,12 @@ use uuid::Uuid;
 
 use super::downloads::{self, DownloadToken, Grant};
 use super::extract::{Json, Path};
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use crate::exports::store::{self, Export, Queued};
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 use slipway_postgres::archive::Archive;
 
 /// The routes of this module.

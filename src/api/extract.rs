@@ -8,7 +8,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::core::error::ApiError;
+use slipway_core::error::ApiError;
 
 /// A JSON body.
 #[derive(Debug, Clone, Copy, Default)]

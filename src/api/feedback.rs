@@ -12,11 +12,11 @@ use uuid::Uuid;
 
 use super::extract::{Json, Path, Query};
 use super::paging::{self, PageQuery, next_cursor};
-use crate::core::access::{self, Action};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 use slipway_store::db::notes::{self, Feedback};
 
 /// Longest feedback message, in characters.

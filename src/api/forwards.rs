@@ -23,11 +23,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, OptionalJson, Path};
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 
 /// The longest an expose waits for the operator to allocate the endpoint's address.
 const ALLOCATION_WAIT: Duration = Duration::from_secs(15);
@@ -164,7 +164,7 @@ async fn allocated(
     name: &str,
     wanted: &[Cidr],
 ) -> Result<std::sync::Arc<Forward>, ApiError> {
-    crate::platform::cache::poll_for(ALLOCATION_WAIT, || {
+    slipway_core::platform::cache::poll_for(ALLOCATION_WAIT, || {
         state
             .cache()
             .forward_of(&app.namespace, name)
@@ -223,7 +223,7 @@ async fn expose(
                 },
             );
             resource.metadata.owner_references =
-                Some(vec![crate::core::owners::owned_by(channel.as_ref())?]);
+                Some(vec![slipway_core::owners::owned_by(channel.as_ref())?]);
             match api.create(&PostParams::default(), &resource).await {
                 Ok(_) => StatusCode::CREATED,
                 // A racing expose of the same channel made it first: this one replaces the allowlist.

@@ -50,8 +50,8 @@ use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 
 /// Largest request body accepted (JSON routes).
 pub const BODY_LIMIT: usize = 1024 * 1024;
@@ -209,7 +209,7 @@ async fn metrics(
             axum::http::header::CONTENT_TYPE,
             slipway_http::OPENMETRICS_CONTENT_TYPE,
         )],
-        crate::core::metrics::encode(&state),
+        slipway_core::metrics::encode(&state),
     )
 }
 

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::core::error::ApiError;
+use slipway_core::error::ApiError;
 
 /// Default page size of paged lists.
 pub const DEFAULT_LIMIT: i64 = 50;

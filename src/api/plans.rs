@@ -7,9 +7,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::Json;
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -58,7 +58,7 @@ async fn usage(State(state): State<AppState>, caller: Caller) -> Result<Json<Usa
         slipway_store::db::bandwidth::this_month(state.db(), &caller.username).await?;
     // Database storage is measured on the data server; without one it cannot be, and a made-up 0 would read as a
     // fact (503 postgres_unavailable, as the spec's row says).
-    let server = crate::core::channel_database::configured(&state)?;
+    let server = slipway_core::channel_database::configured(&state)?;
     let storage_bytes = super::postgres::owned_databases(&state, server, &caller.username)
         .await?
         .0;

@@ -14,14 +14,14 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path};
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::caller::Caller;
-use crate::core::channel_database::{
+use slipway_auth::scopes;
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::caller::Caller;
+use slipway_core::channel_database::{
     condition_state, configured, database_channel, ready_record, unavailable,
 };
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
-use slipway_auth::scopes;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 use slipway_postgres::store;
 
 /// The routes of this module.

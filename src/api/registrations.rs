@@ -1,6 +1,6 @@
 //! `POST /registrations` and `POST /auth/ssh-key`: an agent makes its own `starter` account by signing a message
 //! with an Ed25519 SSH key, and later gets a fresh token by signing again. No bearer: the signature is the proof
-//! (see [`crate::registration::proof`]). Both bodies are read strictly: a field the route does not take, a
+//! (see [`slipway_core::registration::proof`]). Both bodies are read strictly: a field the route does not take, a
 //! missing one or one of the wrong type answers 422 with each problem listed; a value that breaks its rule (the
 //! username's pattern, the label's length) or a proof that does not hold answers 400 saying why.
 
@@ -19,11 +19,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::Json;
-use crate::core::error::{ApiError, ErrorEnvelope, FieldProblem};
-use crate::core::state::AppState;
-use crate::registration::proof::{self, Ed25519Key, Purpose};
-use crate::registration::{MAX_LOGIN_TOKENS, STARTER, TOKEN_DAYS};
 use slipway_auth::{scopes, token};
+use slipway_core::error::{ApiError, ErrorEnvelope, FieldProblem};
+use slipway_core::registration::proof::{self, Ed25519Key, Purpose};
+use slipway_core::registration::{MAX_LOGIN_TOKENS, STARTER, TOKEN_DAYS};
+use slipway_core::state::AppState;
 use slipway_store::db::registrations::{self, NewRegistration, NotCreated};
 use slipway_store::db::tokens::NewToken;
 
@@ -437,7 +437,7 @@ async fn ssh_login(
         ApiError::Throttled(
             format!(
                 "this key has signed in {} times this hour, as many as it may",
-                crate::registration::LOGINS_PER_KEY_PER_HOUR
+                slipway_core::registration::LOGINS_PER_KEY_PER_HOUR
             ),
             wait,
         )

@@ -15,8 +15,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::Json;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -126,7 +126,7 @@ async fn token_get(
     issue(
         tokens,
         &request,
-        crate::core::caller::basic_credentials(&headers),
+        slipway_core::caller::basic_credentials(&headers),
     )
     .map(Json)
 }

@@ -14,11 +14,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path, Query};
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 use slipway_repository::changeset::{self, Changeset, ChangesetError, Identity};
 use slipway_repository::patch::Edit;
 use slipway_repository::paths::RepoPath;

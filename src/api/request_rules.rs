@@ -162,7 +162,7 @@ fn body_rules() -> Vec<(&'static str, &'static str, Rule)> {
         (
             "RuntimeLogRequest",
             "command",
-            at_most(crate::log_sandbox::COMMAND_LIMIT),
+            at_most(slipway_core::log_sandbox::COMMAND_LIMIT),
         ),
         (
             "RuntimeLogRequest",

@@ -18,10 +18,10 @@ use uuid::Uuid;
 
 use super::deploys::deploy_target;
 use super::extract::{Json, Path};
-use crate::core::caller::Caller;
-use crate::core::deploys::create as create_deploy;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
+use slipway_core::caller::Caller;
+use slipway_core::deploys::create as create_deploy;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

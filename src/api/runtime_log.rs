@@ -8,12 +8,12 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path};
-use crate::core::access::{self, Action};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use crate::runtime_logs::{self, RuntimeLog, RuntimeLogRequest};
 use slipway_auth::scopes;
+use slipway_core::access::{self, Action};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -16,11 +16,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
-use crate::registration::proof::{self, Ed25519Key, Purpose};
 use slipway_auth::scopes;
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::registration::proof::{self, Ed25519Key, Purpose};
+use slipway_core::state::AppState;
 use slipway_store::db::ssh_keys::{self, NewKey, SshKey};
 
 /// Longest label.

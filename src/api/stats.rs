@@ -13,11 +13,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::Json;
-use crate::core::access::{self, Role};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::access::{self, Role};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -11,10 +11,10 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, OptionalJson, Path};
-use crate::core::caller::Caller;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
 use slipway_auth::{scopes, token};
+use slipway_core::caller::Caller;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::state::AppState;
 use slipway_store::db::tokens::NewToken;
 
 /// Longest life of a credential: 30 days.

@@ -5,8 +5,8 @@ use slipway_crds::names::{self, ChannelName};
 use slipway_crds::plans::Plan;
 use slipway_crds::{Channel, ChannelPhase, DeployPhase};
 
-use crate::core::access::VisibleApp;
-use crate::core::state::AppState;
+use slipway_core::access::VisibleApp;
+use slipway_core::state::AppState;
 
 /// An app.
 #[derive(Debug, Serialize, utoipa::ToSchema)]

@@ -177,9 +177,13 @@ pub async fn receive(part: Part, sources: PodSources) -> anyhow::Result<()> {
                 .await
                 .context("connect to Kubernetes")?;
             for (username, plan) in &users {
-                crate::platform::tenancy::ensure_user_namespace(&kube, &username.parse()?, plan)
-                    .await
-                    .with_context(|| format!("make {username}'s namespace"))?;
+                slipway_core::platform::tenancy::ensure_user_namespace(
+                    &kube,
+                    &username.parse()?,
+                    plan,
+                )
+                .await
+                .with_context(|| format!("make {username}'s namespace"))?;
             }
             eprintln!("database: restored; {} users' namespaces made", users.len());
             Ok(())

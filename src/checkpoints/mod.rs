@@ -25,9 +25,9 @@ pub mod nightly;
 pub mod pre_deploy;
 pub mod sql_restore;
 
-use crate::core::state::AppState;
 use slipway_blob::bucket::Bucket;
 use slipway_blob::checkpoints::{self as markers, Marker, Owner};
+use slipway_core::state::AppState;
 use slipway_jobs::Progress;
 use slipway_postgres::snapshots::{self, Occasion, Parts, Snapshot};
 use slipway_postgres::store::Record;

@@ -17,8 +17,8 @@ use slipway_crds::conditions;
 use uuid::Uuid;
 
 use super::{Checkpoint, Legs, SqlLeg};
-use crate::core::error::pool_exhausted;
-use crate::core::state::AppState;
+use slipway_core::error::pool_exhausted;
+use slipway_core::state::AppState;
 use slipway_jobs::{Job, JobError, Kind, NewJob, Progress, runner, store};
 use slipway_postgres::snapshots::{Kind as SnapshotKind, Occasion, Parts};
 

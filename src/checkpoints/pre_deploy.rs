@@ -16,9 +16,9 @@ use slipway_internal::protocol::PreDeploySnapshot;
 use uuid::Uuid;
 
 use super::{Checkpoint, Legs, SqlLeg};
-use crate::core::access::{self, Role, VisibleApp};
-use crate::core::error::pool_exhausted;
-use crate::core::state::AppState;
+use slipway_core::access::{self, Role, VisibleApp};
+use slipway_core::error::pool_exhausted;
+use slipway_core::state::AppState;
 use slipway_jobs::{self, Job, JobError, Kind, NewJob, Progress, state};
 use slipway_postgres::snapshots::{Kind as SnapshotKind, Occasion, Parts};
 

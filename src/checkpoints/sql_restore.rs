@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::core::error::pool_exhausted;
-use crate::core::state::AppState;
+use slipway_core::error::pool_exhausted;
+use slipway_core::state::AppState;
 use slipway_jobs::{Job, JobError, Kind, NewJob, Progress};
 use slipway_postgres::restore::RestoreFailed;
 use slipway_store::db::audit::{self, Actor};

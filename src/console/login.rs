@@ -6,7 +6,7 @@
 //!   `GET /sign-in/callback`; the state must be the sealed one, and the ID token's verified `email` names the
 //!   account;
 //! - **by a code mailed to the account's verified address**: `POST /sign-in/email` mails an 8-character code
-//!   (the alphabet of [`crate::registration::codes`]) good for 15 minutes, kept only as a keyed hash, and seals the
+//!   (the alphabet of [`slipway_core::registration::codes`]) good for 15 minutes, kept only as a keyed hash, and seals the
 //!   address into the cookie `__Host-slipway_code` so only this browser can type it back (`POST /sign-in/code`).
 //!   The answer is the same whether or not an account has the address; five wrong codes lock it until a new one
 //!   is sent; one account is sent at most one code a minute, and one address at most five an hour (the budget
@@ -30,8 +30,8 @@ use super::session::{
 };
 use super::{Console, ConsoleRouter, html_page};
 use crate::people::{self, Account};
-use crate::registration::codes;
 use slipway_auth::{scopes, token};
+use slipway_core::registration::codes;
 use slipway_identity::seal::Purpose;
 use slipway_identity::upstream::Pending;
 use slipway_store::db::console_codes::{self, Code};
@@ -148,7 +148,8 @@ async fn send_code(
 ) -> Response {
     let (pre, _) = pre_value(&headers);
     let return_to = return_path(Some(fields.get("return_to")));
-    let Some(address) = crate::registration::mailer::plain_address(fields.get("email")) else {
+    let Some(address) = slipway_core::registration::mailer::plain_address(fields.get("email"))
+    else {
         let notice = html::banner("error", "Type one plain address, like ada@example.com.");
         let body = sign_in_body(&console, &pre, &return_to, Some(&notice));
         return html_page(StatusCode::BAD_REQUEST, "Sign in", None, &body);

@@ -26,8 +26,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 
-use crate::core::state::AppState;
 use crate::mcp::rest::Failure;
+use slipway_core::state::AppState;
 use slipway_identity::seal::Sealer;
 use slipway_identity::upstream::{Upstream, UpstreamConfig};
 
@@ -110,7 +110,7 @@ impl Console {
             state,
             code_spacing: slipway_auth::rate::KeyedLimiter::with_quota(Some(
                 governor::Quota::with_period(std::time::Duration::from_secs(
-                    crate::registration::codes::SPACING_SECONDS.unsigned_abs(),
+                    slipway_core::registration::codes::SPACING_SECONDS.unsigned_abs(),
                 ))
                 .context("the spacing of sign-in codes is zero")?,
             )),

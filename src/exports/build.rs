@@ -24,10 +24,10 @@ use slipway_backends::data_server::DumpFormat;
 use slipway_crds::Template;
 use uuid::Uuid;
 
-use crate::core::access::VisibleApp;
-use crate::core::state::AppState;
 use slipway_blob::bucket::Bucket;
 use slipway_blob::checkpoints::Entry;
+use slipway_core::access::VisibleApp;
+use slipway_core::state::AppState;
 use slipway_postgres::archive::Archive;
 
 /// Why a build stopped: `reason` is shown to the person who asked, `cause` is logged.
@@ -272,7 +272,7 @@ async fn database_of<'s>(
     slipway_postgres::store::Record,
 )> {
     let server = state.data_server()?;
-    let record = crate::core::channel_database::ready_record(channel, id, state)
+    let record = slipway_core::channel_database::ready_record(channel, id, state)
         .await
         .ok()?;
     Some((server, record))

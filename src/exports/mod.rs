@@ -18,8 +18,8 @@ use chrono::Utc;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
-use crate::core::access::VisibleApp;
-use crate::core::state::AppState;
+use slipway_core::access::VisibleApp;
+use slipway_core::state::AppState;
 use slipway_postgres::archive::Archive;
 
 /// How long a ready archive can be downloaded.

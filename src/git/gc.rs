@@ -9,8 +9,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::core::access::{Role, VisibleApp};
-use crate::core::state::AppState;
+use slipway_core::access::{Role, VisibleApp};
+use slipway_core::state::AppState;
 
 /// How often the repositories are collected.
 pub const EVERY: Duration = Duration::from_secs(24 * 3600);

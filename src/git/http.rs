@@ -21,10 +21,10 @@ use tokio::io::{AsyncBufRead, BufReader};
 use tokio_util::io::{ReaderStream, StreamReader};
 
 use super::service::{self, Granted, Refusal, Service};
-use crate::core::caller::{self, Caller};
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::caller::{self, Caller};
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 
 /// Chunk size of the response streams.
 const CHUNK: usize = 64 * 1024;
@@ -66,7 +66,7 @@ impl IntoResponse for GitError {
             GitError::NotFound => (StatusCode::NOT_FOUND, "repository not found".to_owned()),
             GitError::BadRequest(m) => (StatusCode::BAD_REQUEST, m.to_owned()),
             GitError::TooManyRequests(wait) => {
-                let secs = crate::core::error::retry_after_secs(wait);
+                let secs = slipway_core::error::retry_after_secs(wait);
                 let message = format!("too many requests with this token; retry in {secs} s\n");
                 let mut res = (StatusCode::TOO_MANY_REQUESTS, message).into_response();
                 res.headers_mut()
@@ -103,7 +103,7 @@ fn token_of(headers: &HeaderMap) -> Option<String> {
     {
         return Some(rest.trim().to_owned());
     }
-    crate::core::caller::basic_credentials(headers).map(|(_, password)| password)
+    slipway_core::caller::basic_credentials(headers).map(|(_, password)| password)
 }
 
 /// Authenticates and authorizes a request for `service` on `<owner>/<repo>`.

@@ -9,9 +9,9 @@ use slipway_crds::labels;
 use slipway_crds::names::{AppName, Username};
 use uuid::Uuid;
 
-use crate::core::access::{self, Action, VisibleApp};
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use slipway_core::access::{self, Action, VisibleApp};
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 
 /// The git services slipway serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

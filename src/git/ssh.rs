@@ -19,7 +19,7 @@ use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
 
 use super::service::{self, Granted, Refusal, Service};
-use crate::core::state::AppState;
+use slipway_core::state::AppState;
 
 /// Exit status of a refused command, as git's own tools use for fatal errors.
 const REFUSED: u32 = 128;

@@ -7,7 +7,7 @@
 //! do what its route would refuse.
 //!
 //! Every request carries `Authorization: Bearer svc_...` (a registered agent's token, any token of the account,
-//! or one from the OAuth sign-in for people, [`crate::oauth`]), checked before the transport sees the request;
+//! or one from the OAuth sign-in for people, [`slipway_core::oauth`]), checked before the transport sees the request;
 //! without a good one the answer is 401 with `WWW-Authenticate: Bearer`, naming the protected-resource metadata
 //! when OAuth is on. Against DNS rebinding the endpoint checks a request's `Origin` (the transport's rule: the
 //! API's public URL, its console, or loopback; agents send none), not its `Host`: the API answers on several names
@@ -32,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-use crate::core::state::AppState;
+use slipway_core::state::AppState;
 
 pub use self::server::{Server, result_of};
 
@@ -67,8 +67,8 @@ pub fn routes(api: Router, state: AppState) -> Router {
 
 /// 401 (with `WWW-Authenticate`) unless the request carries a live token; 429 past the token's budget.
 async fn require_bearer(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let checked = match crate::core::caller::bearer(request.headers()) {
-        Ok(token) => crate::core::caller::authenticate_mcp(&state, token)
+    let checked = match slipway_core::caller::bearer(request.headers()) {
+        Ok(token) => slipway_core::caller::authenticate_mcp(&state, token)
             .await
             .map(drop),
         Err(refusal) => Err(refusal),

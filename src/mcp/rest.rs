@@ -87,9 +87,9 @@ impl Failure {
     }
 
     /// What an error of the API's own answers (status, code and message, as its envelope would say them).
-    pub fn of_error(error: &crate::core::error::ApiError) -> Self {
+    pub fn of_error(error: &slipway_core::error::ApiError) -> Self {
         let (status, code) = error.status_and_code();
-        if let crate::core::error::ApiError::Internal(e) = error {
+        if let slipway_core::error::ApiError::Internal(e) = error {
             tracing::error!(error = format!("{e:#}"), "request failed");
         }
         Self::new(status, code, error.to_string())
@@ -179,7 +179,9 @@ impl Rest {
         let mut request = request
             .body(body)
             .map_err(|e| Failure::bad_request(format!("cannot form the request: {e}")))?;
-        request.extensions_mut().insert(crate::core::caller::ViaMcp);
+        request
+            .extensions_mut()
+            .insert(slipway_core::caller::ViaMcp);
         let response = self
             .router
             .clone()

@@ -18,7 +18,7 @@ use serde_json::json;
 use super::rest::{Failure, Rest};
 use super::tools::{self, Ctx, Output};
 use super::wording;
-use crate::core::state::AppState;
+use slipway_core::state::AppState;
 
 /// What the server tells a client at `initialize`.
 const INSTRUCTIONS: &str = "slipway hosts apps from git. Name an app by `app_name` (its name, or owner/name for \

@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use rmcp::model::{ClientJsonRpcMessage, ErrorCode, ErrorData, RequestId};
 use serde_json::json;
 
-use crate::core::state::AppState;
+use slipway_core::state::AppState;
 
 /// Largest request body: a changeset as large as the REST changeset route takes, in its JSON-RPC envelope.
 pub const BODY_LIMIT: usize = crate::api::repo::CHANGESET_BODY_LIMIT + ENVELOPE_BYTES;

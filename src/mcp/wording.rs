@@ -39,7 +39,7 @@ pub fn for_agents(mut failure: Failure) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::error::ApiError;
+    use slipway_core::error::ApiError;
 
     /// What an agent reads of a route's refusal.
     fn read(error: ApiError) -> String {

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::core::access::{Role, VisibleApp};
-use crate::core::error::{ApiError, pool_exhausted};
-use crate::core::state::AppState;
+use slipway_core::access::{Role, VisibleApp};
+use slipway_core::error::{ApiError, pool_exhausted};
+use slipway_core::state::AppState;
 use slipway_jobs::store::Admission;
 use slipway_jobs::{self, Job, JobError, Kind, NewJob, Progress};
 use slipway_store::db::mirrors::{self, Mirror};

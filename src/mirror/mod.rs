@@ -15,8 +15,8 @@ pub mod service;
 
 use uuid::Uuid;
 
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 
 /// Why commits to `app` by push or changeset are refused, if they are: its commits come from the external
 /// repository it is connected to.

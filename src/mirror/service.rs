@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 use russh::keys::PublicKey;
 use serde::Serialize;
 
-use crate::core::access::VisibleApp;
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use slipway_core::access::VisibleApp;
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 use slipway_mirror_fetch::remote::{self, Host};
 use slipway_mirror_fetch::{cluster, keys, resolve, transport, vet};
 use slipway_store::db::mirrors::{self, Mirror, NewMirror};

@@ -1,16 +1,16 @@
 //! Runtime logs: what the runtime-log route answers, from the generations the operator's log archive recorded
-//! (`slipway_store::db::runtime_logs`), and the sandbox a command runs in ([`crate::log_sandbox`]). One service function for every
+//! (`slipway_store::db::runtime_logs`), and the sandbox a command runs in ([`slipway_core::log_sandbox`]). One service function for every
 //! surface that reads a runtime log (the REST route, and the MCP tool that wraps it).
 
 use chrono::SecondsFormat;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 use slipway_store::db::runtime_logs::{self, Generation};
 
-use crate::log_sandbox::{COMMAND_LIMIT, SandboxError};
+use slipway_core::log_sandbox::{COMMAND_LIMIT, SandboxError};
 
 /// What a caller asks of a runtime log.
 #[derive(Debug, Default, Clone, serde::Deserialize, utoipa::ToSchema)]

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 use slipway_internal::CallerSpec;
 
-use crate::core::state::{BlobDownloadLimits, Limits};
-use crate::registration::budget::RegistrationLimits;
 use slipway_auth::rate::Budget;
+use slipway_core::registration::budget::RegistrationLimits;
+use slipway_core::state::{BlobDownloadLimits, Limits};
 use slipway_mirror_fetch::MirrorConfig;
 
 /// Options of `slipway api`.
@@ -233,8 +233,8 @@ impl ApiArgs {
     }
 
     /// The runtime-log sandbox the flags set, if any.
-    pub fn log_sandbox(&self) -> Option<crate::log_sandbox::SandboxConfig> {
-        Some(crate::log_sandbox::SandboxConfig {
+    pub fn log_sandbox(&self) -> Option<slipway_core::log_sandbox::SandboxConfig> {
+        Some(slipway_core::log_sandbox::SandboxConfig {
             namespace: self.log_sandbox_namespace.clone()?,
             image: self.log_sandbox_image.clone()?,
             runtime_class: self.log_sandbox_runtime_class.clone(),
@@ -243,7 +243,7 @@ impl ApiArgs {
     }
 
     /// The MCP server's OAuth authorization server the flags set, if any.
-    pub fn oauth(&self) -> anyhow::Result<Option<crate::oauth::OAuthServer>> {
+    pub fn oauth(&self) -> anyhow::Result<Option<slipway_core::oauth::OAuthServer>> {
         let Some(public_url) = &self.public_url else {
             return Ok(None);
         };
@@ -252,7 +252,9 @@ impl ApiArgs {
             self.sign_in_client_id.as_ref(),
             self.sign_in_client_secret_file.as_ref(),
         )?;
-        Ok(Some(crate::oauth::OAuthServer::new(public_url, upstream)?))
+        Ok(Some(slipway_core::oauth::OAuthServer::new(
+            public_url, upstream,
+        )?))
     }
 
     /// The mirror settings the flags set.

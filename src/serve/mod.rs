@@ -7,7 +7,7 @@ mod state;
 
 use anyhow::Context;
 
-use crate::core::state::Features;
+use slipway_core::state::Features;
 
 pub use self::args::ApiArgs;
 pub use self::state::state;
@@ -51,13 +51,13 @@ async fn features(args: &ApiArgs, kube: &kube::Client) -> anyhow::Result<Feature
         mailer: args
             .smtp_url
             .as_deref()
-            .map(|url| crate::registration::mailer::Mailer::new(url, &args.mail_from))
+            .map(|url| slipway_core::registration::mailer::Mailer::new(url, &args.mail_from))
             .transpose()?,
         log_sandbox: args
             .log_sandbox()
-            .map(|config| crate::log_sandbox::Sandbox::new(config, kube.clone())),
+            .map(|config| slipway_core::log_sandbox::Sandbox::new(config, kube.clone())),
         oauth: oauth.map(std::sync::Arc::new),
-        public_urls: crate::public_urls::PublicUrls::new(
+        public_urls: slipway_core::public_urls::PublicUrls::new(
             args.public_url.as_deref(),
             args.console.console_url.as_deref(),
         )?,
@@ -73,14 +73,14 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     let (state, tasks) = state(&args, kube).await?;
     let state = state.with_features(features);
     if let Some(sandbox) = state.log_sandbox() {
-        tokio::spawn(crate::log_sandbox::sweep(
+        tokio::spawn(slipway_core::log_sandbox::sweep(
             state.kube().clone(),
             sandbox.namespace().to_owned(),
         ));
     }
     tokio::spawn(crate::runtime_logs::prune_every_hour(state.db().clone()));
     tokio::spawn(
-        crate::platform::sweep::Sweeper::new(state.db().clone(), state.cache().clone())
+        slipway_core::platform::sweep::Sweeper::new(state.db().clone(), state.cache().clone())
             .every_hour(),
     );
     if state.snapshot_archive().is_some() {
@@ -94,7 +94,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         state.clone(),
         args.git_gc_prune.clone(),
     ));
-    tokio::spawn(crate::platform::tenancy::sync_plan_labels(
+    tokio::spawn(slipway_core::platform::tenancy::sync_plan_labels(
         state.kube().clone(),
         state.db().clone(),
     ));

@@ -4,10 +4,10 @@
 use super::ApiArgs;
 use slipway_internal::{Callers, SourceKey};
 
-use crate::core::internal_access::InternalAccess;
-use crate::core::state::{AppState, PublicNames};
-use crate::platform::cache::Cache;
-use crate::platform::repos::Repos;
+use slipway_core::internal_access::InternalAccess;
+use slipway_core::platform::cache::Cache;
+use slipway_core::platform::repos::Repos;
+use slipway_core::state::{AppState, PublicNames};
 
 /// Builds the API's state: database (migrated), kube client, synced caches.
 pub async fn state(

@@ -1,5 +1,5 @@
 //! Whether a login may reach a database, and as which role. The password is an access token, checked by the same
-//! code as a REST request's bearer ([`crate::core::caller::authenticate`]: unknown, expired and revoked tokens, and tokens
+//! code as a REST request's bearer ([`slipway_core::caller::authenticate`]: unknown, expired and revoked tokens, and tokens
 //! good for one download path, are refused; the login spends one request of the token's budget). The token must
 //! carry `db:*` and belong to the account the username names; the database must name a channel of an app that
 //! account owns, whose external access toggle is on and whose database is ready.
@@ -15,8 +15,8 @@ use slipway_crds::names::Username;
 use uuid::Uuid;
 
 use super::target;
-use crate::core::state::AppState;
 use slipway_auth::scopes;
+use slipway_core::state::AppState;
 
 /// Why a login was refused (the metric label and the log line; never the client's answer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub async fn check(
     database: &str,
     password: &str,
 ) -> Result<Grant, (Refusal, String)> {
-    let caller = crate::core::caller::authenticate(state, password)
+    let caller = slipway_core::caller::authenticate(state, password)
         .await
         .map_err(|e| (Refusal::Token, e.to_string()))?;
     if caller.username != user {
@@ -125,7 +125,7 @@ pub async fn check(
     ) else {
         return Err((Refusal::Database, "the resources have no uid yet".into()));
     };
-    let record = crate::core::channel_database::ready_record(&target.channel, channel_id, state)
+    let record = slipway_core::channel_database::ready_record(&target.channel, channel_id, state)
         .await
         .map_err(|e| (Refusal::NotReady, e.to_string()))?;
     let (password, _) = record.passwords(state.keyring()).map_err(|e| {

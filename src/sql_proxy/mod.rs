@@ -16,7 +16,7 @@
 //!    database ([`target`]); every refusal is the same `28P01` error, whatever the reason.
 //! 3. [`upstream`] logs in to the data server as the channel's role, and its greeting (parameters, backend key,
 //!    ReadyForQuery) goes to the client; from then on bytes are copied both ways untouched.
-//! 4. [`crate::sql_sessions`] ends open sessions when their token or the app's toggle no longer allows them.
+//! 4. [`slipway_core::sql_sessions`] ends open sessions when their token or the app's toggle no longer allows them.
 //!
 //! A CancelRequest (plaintext or inside TLS) is passed on to the data server only when it names the backend key
 //! of a session this process opened, so the proxy cannot be used to guess other sessions' keys.
@@ -38,8 +38,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
 
-use crate::core::state::AppState;
 use login::Refusal;
+use slipway_core::state::AppState;
 use wire::Startup;
 
 /// Longest a client may take from connecting to being logged in.
@@ -94,7 +94,7 @@ pub async fn serve(
         state: state.clone(),
     });
     tracing::info!(addr = %listener.local_addr()?, "serving external SQL access");
-    tokio::spawn(crate::sql_sessions::watch(
+    tokio::spawn(slipway_core::sql_sessions::watch(
         state.sql_sessions().clone(),
         state.cache().clone(),
         state.db().clone(),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use slipway_crds::names::Username;
 use slipway_crds::{App, Channel, labels};
 
-use crate::platform::cache::Cache;
+use slipway_core::platform::cache::Cache;
 
 /// The channel a database name resolved to.
 #[derive(Debug, Clone)]

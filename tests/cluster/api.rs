@@ -308,13 +308,13 @@ async fn a_prod_channel_the_operator_wrote_first_is_the_apps_own() -> Result<()>
     let (prod, binding) = (ChannelName::prod(), GitRefBinding::prod());
 
     // The App controller writes an app's prod channel when it finds none, so the API's own write can meet it.
-    let again = slipway::core::channels::create(&api.state, &blog, &prod, &binding).await?;
+    let again = slipway_core::channels::create(&api.state, &blog, &prod, &binding).await?;
     assert_eq!(again.metadata.name.as_deref(), Some("blog.prod"));
 
     // A channel of that name that is not this app's is still refused.
     let mut stranger = shop.clone();
     stranger.metadata.name = Some("blog".into());
-    let refused = slipway::core::channels::create(&api.state, &stranger, &prod, &binding).await;
+    let refused = slipway_core::channels::create(&api.state, &stranger, &prod, &binding).await;
     let refused = refused.expect_err("another app's channel is not this one's");
     assert_eq!(
         refused.to_string(),
@@ -1206,7 +1206,7 @@ fn base64_basic(token: &str) -> String {
 
 #[tokio::test]
 async fn a_token_past_its_budget_gets_429_with_retry_after() -> Result<()> {
-    let limits = slipway::core::state::Limits {
+    let limits = slipway_core::state::Limits {
         rate: slipway_auth::rate::Budget::from_flags(60, 3),
         ..Default::default()
     };

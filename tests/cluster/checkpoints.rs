@@ -688,8 +688,8 @@ async fn checkpoint_routes_refuse_what_the_spec_refuses() -> Result<()> {
     );
     let code = format!("{}/code/download", f.channel_path());
     let Fixture { api, user, .. } = f;
-    let limited = api.with_limits(slipway::core::state::Limits {
-        blob_download: slipway::core::state::BlobDownloadLimits {
+    let limited = api.with_limits(slipway_core::state::Limits {
+        blob_download: slipway_core::state::BlobDownloadLimits {
             max_files: 1,
             ..Default::default()
         },
@@ -699,7 +699,7 @@ async fn checkpoint_routes_refuse_what_the_spec_refuses() -> Result<()> {
         .get(&download, &user)
         .await
         .expect(409, Some("conflict"));
-    let off = limited.with_limits(slipway::core::state::Limits {
+    let off = limited.with_limits(slipway_core::state::Limits {
         downloads: false,
         ..Default::default()
     });

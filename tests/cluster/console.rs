@@ -947,8 +947,8 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
 }
 
 /// The caller a console session of `user` is, as the transfer sees it.
-async fn caller_of(api: &TestApi, user: &User) -> slipway::core::caller::Caller {
-    slipway::core::caller::authenticate(&api.state, &user.token)
+async fn caller_of(api: &TestApi, user: &User) -> slipway_core::caller::Caller {
+    slipway_core::caller::authenticate(&api.state, &user.token)
         .await
         .expect("a live token")
 }
@@ -995,7 +995,7 @@ async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Re
         to: to.to_owned(),
         confirm_name: confirm.to_owned(),
     };
-    let status = |e: slipway::core::error::ApiError| {
+    let status = |e: slipway_core::error::ApiError| {
         let (status, code) = e.status_and_code();
         (status.as_u16(), code)
     };

@@ -990,8 +990,10 @@ async fn leftovers_of_older_versions_are_swept() -> Result<()> {
         .expect(201, None);
 
     // The claims whose Domain is gone go with the API's sweep; the adopted Domain's stays.
-    let mut sweeper =
-        slipway::platform::sweep::Sweeper::new(api.state.db().clone(), api.state.cache().clone());
+    let mut sweeper = slipway_core::platform::sweep::Sweeper::new(
+        api.state.db().clone(),
+        api.state.cache().clone(),
+    );
     assert_eq!(
         sweeper
             .sweep(Duration::from_secs(3600))

@@ -552,7 +552,7 @@ async fn deploy_snapshots_show_what_a_deploy_received() -> Result<()> {
     written.metadata.namespace = Some(f.alice.namespace.clone());
     let written = deploys.create(&PostParams::default(), &written).await?;
     let uid = written.metadata.uid.clone().unwrap_or_default();
-    slipway::platform::cache::poll_for(std::time::Duration::from_secs(10), || {
+    slipway_core::platform::cache::poll_for(std::time::Duration::from_secs(10), || {
         f.api.state.cache().holds_deploy(&uid).then_some(())
     })
     .await?;
@@ -664,7 +664,7 @@ async fn a_static_deploy_ran_with_an_empty_environment_and_its_snapshot_says_so(
     written.metadata.namespace = Some(alice.namespace.clone());
     let written = deploys.create(&PostParams::default(), &written).await?;
     let uid = written.metadata.uid.clone().unwrap_or_default();
-    slipway::platform::cache::poll_for(std::time::Duration::from_secs(10), || {
+    slipway_core::platform::cache::poll_for(std::time::Duration::from_secs(10), || {
         api.state.cache().holds_deploy(&uid).then_some(())
     })
     .await?;

@@ -658,7 +658,7 @@ async fn without_object_storage_or_with_downloads_off_no_export_starts() -> Resu
     api.post(&path, &user, json!({}))
         .await
         .expect(503, Some("service_unavailable"));
-    let api = api.with_limits(slipway::core::state::Limits {
+    let api = api.with_limits(slipway_core::state::Limits {
         downloads: false,
         ..Default::default()
     });
@@ -687,7 +687,7 @@ async fn the_export_tools_start_an_export_and_hand_out_its_download() -> Result<
         .await;
     let base = f.api.serve().await?;
     // Download links are on the API's public URL: here, the socket it is served on.
-    let urls = slipway::public_urls::PublicUrls::new(Some(&base), None)?;
+    let urls = slipway_core::public_urls::PublicUrls::new(Some(&base), None)?;
     f.api.enable(|features| features.public_urls = urls);
     let url = format!("{base}/mcp");
     let mut owner = McpClient::connect(&url, &f.user.token).await?;

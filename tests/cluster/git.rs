@@ -560,7 +560,7 @@ fn incompressible(len: usize) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pushes_over_the_size_limit_are_refused_with_a_message_git_shows() -> Result<()> {
     const LIMIT: u64 = 256 * 1024;
-    let limits = slipway::core::state::Limits {
+    let limits = slipway_core::state::Limits {
         git_max_push_bytes: LIMIT,
         ..Default::default()
     };

@@ -14,8 +14,8 @@ use anyhow::Result;
 use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::json;
-use slipway::platform::sweep::{Sweeper, Swept};
 use slipway_controllers::deploy::history::KEEP_FINISHED;
+use slipway_core::platform::sweep::{Sweeper, Swept};
 use slipway_crds::{App, Deploy};
 use support::TestApi;
 

@@ -633,7 +633,7 @@ async fn a_registered_agent_restores_its_database_and_opens_a_port_through_tools
     assert_eq!(relative["download"]["url"], path.as_str(), "{relative}");
     assert!(relative["download"]["curl"].is_null(), "{relative}");
     let public = "https://api.example.test";
-    let urls = slipway::public_urls::PublicUrls::new(Some(public), None)?;
+    let urls = slipway_core::public_urls::PublicUrls::new(Some(public), None)?;
     api.enable(|features| features.public_urls = urls);
     let link = agent
         .call("download_channel_snapshot", download.clone())

@@ -44,7 +44,7 @@ async fn fixture(prefix: &str) -> Result<Fixture> {
     let mut api = TestApi::start().await?;
     let base = api.serve().await?;
     let issuer = upstream_issuer()?;
-    let server = slipway::oauth::OAuthServer::new(
+    let server = slipway_core::oauth::OAuthServer::new(
         &base,
         Some(slipway_identity::UpstreamConfig {
             issuer: issuer.clone(),
@@ -836,7 +836,7 @@ async fn a_source_starts_only_so_many_sign_ins_an_hour_and_a_client_never_used_e
     // Every start counts, refused or not (the sign-in above was one): past the budget, 429 and when to come back.
     let browser = Browser::plain()?;
     let refused = f.good_request(&used, &challenge, Some("nope"));
-    for _ in 1..slipway::core::state::OAUTH_AUTHORIZATIONS_PER_SOURCE_PER_HOUR {
+    for _ in 1..slipway_core::state::OAUTH_AUTHORIZATIONS_PER_SOURCE_PER_HOUR {
         assert_eq!(browser.get(&refused).await?.status, 400);
     }
     let spent = reqwest::get(&refused).await?;

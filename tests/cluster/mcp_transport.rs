@@ -10,7 +10,7 @@ use crate::support;
 
 use anyhow::Result;
 use serde_json::{Value, json};
-use slipway::public_urls::PublicUrls;
+use slipway_core::public_urls::PublicUrls;
 use support::mcp::{McpClient, initialize, post_raw, serving};
 
 #[tokio::test]

@@ -17,9 +17,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use serde_json::{Value, json};
-use slipway::core::state::Limits;
-use slipway::registration::budget::RegistrationLimits;
-use slipway::registration::mailer::Mailer;
+use slipway_core::registration::budget::RegistrationLimits;
+use slipway_core::registration::mailer::Mailer;
+use slipway_core::state::Limits;
 use support::agent::{
     AgentKey, agent_name, attach_mailer, code_mailed_to, mails_to, now, register,
 };

@@ -711,7 +711,7 @@ async fn a_download_token_downloads_its_snapshot_and_nothing_else() -> Result<()
         .expect(404, Some("snapshot_not_found"));
 
     // The platform operator turns downloads off: both routes answer 403 download_disabled.
-    let limits = slipway::core::state::Limits {
+    let limits = slipway_core::state::Limits {
         downloads: false,
         ..Default::default()
     };

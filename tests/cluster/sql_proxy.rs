@@ -279,7 +279,7 @@ async fn psql_and_sqlx_reach_the_channels_databases_only_while_the_toggle_is_on(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let metrics = slipway::core::metrics::encode(&f.api.state);
+    let metrics = slipway_core::metrics::encode(&f.api.state);
     assert!(
         metrics.contains("slipway_sql_proxy_sessions_cut_total{reason=\"access\"}"),
         "{metrics}"

@@ -7,7 +7,7 @@ use crate::support;
 use std::time::Duration;
 
 use anyhow::Result;
-use slipway::platform::cache::poll_for;
+use slipway_core::platform::cache::poll_for;
 use support::TestApi;
 
 /// How long a change may take to reach the cache: a notification's trip, not a timer.

@@ -191,7 +191,7 @@ pub fn attach_mailer(api: &mut TestApi) -> Result<PathBuf> {
     let maildir =
         std::env::var("SLIPWAY_TEST_MAILDIR").context("SLIPWAY_TEST_MAILDIR is not set")?;
     let mailer =
-        slipway::registration::mailer::Mailer::new(&url, "slipway <noreply@slipway.test>")?;
+        slipway_core::registration::mailer::Mailer::new(&url, "slipway <noreply@slipway.test>")?;
     api.enable(|features| features.mailer = Some(mailer));
     Ok(maildir.into())
 }

@@ -41,8 +41,10 @@ impl TestConsole {
             std::env::var("SLIPWAY_TEST_MAILDIR").context("SLIPWAY_TEST_MAILDIR is not set")?;
         let issuer = std::env::var("SLIPWAY_TEST_OIDC_ISSUER")
             .context("SLIPWAY_TEST_OIDC_ISSUER is not set")?;
-        let mailer =
-            slipway::registration::mailer::Mailer::new(&smtp, "slipway <noreply@slipway.test>")?;
+        let mailer = slipway_core::registration::mailer::Mailer::new(
+            &smtp,
+            "slipway <noreply@slipway.test>",
+        )?;
         api.enable(|features| features.mailer = Some(mailer));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;

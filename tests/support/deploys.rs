@@ -51,7 +51,7 @@ pub async fn succeeded(
         .await?;
     // The API answers from its cache: wait until it holds the deploy as successful.
     let uid = done.metadata.uid.clone().unwrap_or_default();
-    slipway::platform::cache::poll_for(std::time::Duration::from_secs(10), || {
+    slipway_core::platform::cache::poll_for(std::time::Duration::from_secs(10), || {
         api.state
             .cache()
             .deploys_of(&user.namespace, "web.prod")

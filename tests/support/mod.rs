@@ -32,11 +32,11 @@ use axum::http::{Method, Request, StatusCode};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::DeleteParams;
 use serde_json::Value;
-use slipway::core::internal_access::InternalAccess;
-use slipway::core::state::{AppState, PublicNames};
-use slipway::platform::cache::Cache;
-use slipway::platform::repos::Repos;
 use slipway_auth::{scopes, token};
+use slipway_core::internal_access::InternalAccess;
+use slipway_core::platform::cache::Cache;
+use slipway_core::platform::repos::Repos;
+use slipway_core::state::{AppState, PublicNames};
 use slipway_internal::review::{DEFAULT_AUDIENCE, DEFAULT_TTL};
 use slipway_internal::{
     CallerSpec, Callers, Identity, InternalEndpoint, Role, SourceKey, TokenSource,
@@ -360,7 +360,7 @@ impl TestApi {
     }
 
     /// The same API under other limits (a fresh router with fresh request budgets).
-    pub fn with_limits(mut self, limits: slipway::core::state::Limits) -> Self {
+    pub fn with_limits(mut self, limits: slipway_core::state::Limits) -> Self {
         self.rebuild(|state| state.with_limits(limits));
         self
     }
@@ -373,7 +373,7 @@ impl TestApi {
 
     /// Turns features on (or off) as a start with other flags would: `change` edits the features the API runs
     /// with.
-    pub fn enable(&mut self, change: impl FnOnce(&mut slipway::core::state::Features)) {
+    pub fn enable(&mut self, change: impl FnOnce(&mut slipway_core::state::Features)) {
         let mut features = self.state.features().clone();
         change(&mut features);
         self.rebuild(|state| state.with_features(features));
@@ -416,9 +416,12 @@ impl TestApi {
         let row = slipway_store::db::users::create(self.state.db(), &username.parse()?, plan)
             .await?
             .expect("new username");
-        let namespace =
-            slipway::platform::tenancy::ensure_user_namespace(&self.kube, &username.parse()?, plan)
-                .await?;
+        let namespace = slipway_core::platform::tenancy::ensure_user_namespace(
+            &self.kube,
+            &username.parse()?,
+            plan,
+        )
+        .await?;
         self.forget_namespace_later(&namespace);
         let token = self
             .token(row.id, &scopes::default_scopes(), false, None)

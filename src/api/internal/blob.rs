@@ -14,10 +14,10 @@ use uuid::Uuid;
 
 use super::guard::InternalCaller;
 use crate::api::extract::{Json, Path};
-use crate::core::access;
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
 use slipway_blob::store::{self, NewStore};
+use slipway_core::access;
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 
 /// The routes of this module (state: the API's).
 pub fn routes() -> Router<AppState> {

@@ -8,8 +8,8 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use slipway_internal::{AuthError, Decision, Identity, Role, RouteGroup};
 
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 
 /// A caller of the internal routes whose token the apiserver accepted.
 #[derive(Debug, Clone)]
@@ -22,7 +22,7 @@ impl FromRequestParts<AppState> for InternalCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = crate::core::caller::bearer(&parts.headers).inspect_err(|_| {
+        let token = slipway_core::caller::bearer(&parts.headers).inspect_err(|_| {
             tracing::warn!(
                 caller = "anonymous",
                 "internal call refused: no bearer token"

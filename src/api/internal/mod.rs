@@ -30,9 +30,9 @@ use uuid::Uuid;
 
 use self::guard::InternalCaller;
 use super::extract::{Json, Path, Query};
-use crate::core::access::{self, Role, VisibleApp};
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use slipway_core::access::{self, Role, VisibleApp};
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 use slipway_store::env::{self, EnvSources};
 
 /// Largest log chunk accepted in one append.

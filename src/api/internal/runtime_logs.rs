@@ -18,9 +18,9 @@ use uuid::Uuid;
 use super::app_by_id;
 use super::guard::InternalCaller;
 use crate::api::extract::{Json, Path};
-use crate::core::access;
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use slipway_core::access;
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 use slipway_store::db::runtime_logs::{self, Facts};
 
 /// Largest append accepted (the archive sends far smaller batches).

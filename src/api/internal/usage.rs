@@ -10,8 +10,8 @@ use slipway_internal::protocol::BandwidthReport;
 
 use super::guard::InternalCaller;
 use crate::api::extract::Json;
-use crate::core::error::ApiError;
-use crate::core::state::AppState;
+use slipway_core::error::ApiError;
+use slipway_core::state::AppState;
 
 /// The routes of this module (state: the API's).
 pub fn routes() -> Router<AppState> {

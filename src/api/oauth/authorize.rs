@@ -16,15 +16,15 @@ use utoipa_axum::routes;
 
 use super::super::registrations::Source;
 use super::server;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
-use crate::oauth::clients;
-use crate::oauth::requests::{self, NewRequest};
-use crate::oauth::{
+use slipway_auth::{scopes, token};
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::oauth::clients;
+use slipway_core::oauth::requests::{self, NewRequest};
+use slipway_core::oauth::{
     BROWSER_COOKIE, CODE_LIFETIME, OAuthError, OAuthServer, PREFIX, REQUEST_LIFETIME, no_store,
     pkce, redirect_with,
 };
-use slipway_auth::{scopes, token};
+use slipway_core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -300,7 +300,7 @@ async fn callback(
     let Some(client) = clients::by_id(state.db(), &request.client_id).await? else {
         return Ok(stop("the client is no longer registered"));
     };
-    let page = crate::oauth::consent::page(
+    let page = slipway_core::oauth::consent::page(
         &client,
         &request.redirect_uri,
         &account.username,

@@ -10,12 +10,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{open_json, server};
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
-use crate::oauth::clients::{self, Client};
-use crate::oauth::requests;
-use crate::oauth::{OAuthError, OAuthServer, TOKEN_LIFETIME, no_store, pkce};
 use slipway_auth::token;
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::oauth::clients::{self, Client};
+use slipway_core::oauth::requests;
+use slipway_core::oauth::{OAuthError, OAuthServer, TOKEN_LIFETIME, no_store, pkce};
+use slipway_core::state::AppState;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -1,4 +1,4 @@
-//! The MCP server's OAuth 2.0 routes for people ([`crate::oauth`] says how the flow goes and why): the
+//! The MCP server's OAuth 2.0 routes for people ([`slipway_core::oauth`] says how the flow goes and why): the
 //! protected-resource and authorization-server metadata, client registration, the authorization endpoint, the
 //! upstream provider's callback, the consent form and the token endpoint. Without `--public-url` they answer 404
 //! like any unknown route. Their errors are the RFCs' JSON; the authorization endpoint sends them back to the
@@ -14,10 +14,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::registrations::Source;
-use crate::core::error::{ApiError, ErrorEnvelope};
-use crate::core::state::AppState;
-use crate::oauth::clients::{self, Registration};
-use crate::oauth::{OAuthError, OAuthServer, no_store};
+use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::oauth::clients::{self, Registration};
+use slipway_core::oauth::{OAuthError, OAuthServer, no_store};
+use slipway_core::state::AppState;
 
 mod authorize;
 mod grant;

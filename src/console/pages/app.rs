@@ -14,8 +14,8 @@ use super::{Done, list, may, notice, person_page, see, text};
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
 use crate::console::{Console, ConsoleRouter, error_page};
-use crate::core::access::Action;
 use crate::mcp::rest::Failure;
+use slipway_core::access::Action;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -288,15 +288,12 @@ async fn transfer(
         return error_page(StatusCode::NOT_FOUND, "There is no such page.");
     };
     // The same check as every route's: the session's token, live, with its budget.
-    let caller = match crate::core::caller::authenticate(
-        &console.state,
-        &write.person.session.token,
-    )
-    .await
-    {
-        Ok(caller) => caller,
-        Err(e) => return write.person.refused(&Failure::of_error(&e), &here),
-    };
+    let caller =
+        match slipway_core::caller::authenticate(&console.state, &write.person.session.token).await
+        {
+            Ok(caller) => caller,
+            Err(e) => return write.person.refused(&Failure::of_error(&e), &here),
+        };
     let request = crate::transfer::Request {
         app_id,
         to: write.fields.get("to").to_owned(),

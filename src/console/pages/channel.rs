@@ -12,7 +12,7 @@ use super::{Done, list, may, notice, person_page, see, text, warning};
 use crate::console::ConsoleRouter;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
-use crate::core::access::Action;
+use slipway_core::access::Action;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {

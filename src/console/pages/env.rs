@@ -12,8 +12,8 @@ use super::{Done, list, may, notice, person_page, see, text};
 use crate::console::ConsoleRouter;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
-use crate::core::access::Action;
 use crate::mcp::rest::with_query;
+use slipway_core::access::Action;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -48,7 +48,7 @@ async fn env(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
     };
     let csrf = html::csrf_field(&person.session.csrf);
     let writes = may(&app, Action::Write);
-    let reveals = super::role_of(&app) == Some(crate::core::access::Role::Owner);
+    let reveals = super::role_of(&app) == Some(slipway_core::access::Role::Owner);
     let table_rows: Vec<Vec<String>> = list(&rows, "env")
         .iter()
         .map(|e| {

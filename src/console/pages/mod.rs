@@ -1,6 +1,6 @@
 //! The console's pages. Each reads what it shows from the REST API with the person's token and posts its writes
 //! to the same routes an HTTP client would; a refusal is shown with the route's own words. Which forms a page
-//! offers follows the role table of [`crate::core::access::Action`], so a member sees read-only what only admins
+//! offers follows the role table of [`slipway_core::access::Action`], so a member sees read-only what only admins
 //! or the owner may change (and the API refuses it anyway).
 
 pub mod account;
@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::session::Person;
 use super::{ConsoleRouter, html_page};
-use crate::core::access::{Action, Role};
+use slipway_core::access::{Action, Role};
 
 /// Every page but signing in and out.
 pub fn routes() -> ConsoleRouter {

@@ -127,15 +127,12 @@ async fn tokens(person: Person, Query(query): Query<TokensQuery>) -> Response {
 
 async fn mint(State(console): State<Arc<Console>>, write: Write) -> Response {
     // The session must still be live (the same check as every route's) before it vouches for a new token.
-    let caller = match crate::core::caller::authenticate(
-        &console.state,
-        &write.person.session.token,
-    )
-    .await
-    {
-        Ok(caller) => caller,
-        Err(e) => return write.person.refused(&Failure::of_error(&e), "/tokens"),
-    };
+    let caller =
+        match slipway_core::caller::authenticate(&console.state, &write.person.session.token).await
+        {
+            Ok(caller) => caller,
+            Err(e) => return write.person.refused(&Failure::of_error(&e), "/tokens"),
+        };
     let Some((_, _, life)) = LIVES
         .iter()
         .find(|(value, _, _)| *value == write.fields.get("life"))

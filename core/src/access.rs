@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use super::state::AppState;
-use crate::core::caller::Caller;
+use crate::caller::Caller;
 
 /// The caller's role on an app, weakest first (so roles compare by what they may do).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

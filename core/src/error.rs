@@ -227,7 +227,7 @@ const BUSY_RETRY_AFTER_SECS: u64 = 1;
 
 /// Whether `e` comes from waiting for a database connection in vain: the platform was busy, and the same request
 /// may well succeed later.
-pub(crate) fn pool_exhausted(e: &anyhow::Error) -> bool {
+pub fn pool_exhausted(e: &anyhow::Error) -> bool {
     e.chain()
         .any(|cause| matches!(cause.downcast_ref(), Some(sqlx::Error::PoolTimedOut)))
 }

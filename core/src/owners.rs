@@ -6,7 +6,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
-use crate::core::error::ApiError;
+use crate::error::ApiError;
 
 /// The reference that makes `owner` the owner of a new child (not its controller: the operator's reconcilers are
 /// the children's controllers). It blocks the owner's foreground deletion until the child is gone.
