@@ -4,18 +4,34 @@
 //! cookie names (`__Host-svc_*`, end-user sign-in's) dropped, and upgrades (WebSocket) joined end to end.
 //! Connections to endpoints are kept alive in a pool; connecting and waiting for the response head have
 //! timeouts, a streaming body has none.
+//!
+//! A request without a body whose connection cannot be made (refused, reset, timed out) is sent to the next
+//! endpoint, up to [`CONNECT_ATTEMPTS`] endpoints in all, as nginx's `proxy_next_upstream error timeout` does:
+//! nothing reached the app, so nothing can happen twice, whatever the method. An endpoint refuses connections in
+//! the moment between its pod stopping to listen and the edge learning it is gone (a rollout, a drain), and a
+//! reader should not see that moment as a 502. A request with a body is not sent again: the body has gone into the
+//! failed attempt, and buffering it for a retry would hold every upload in memory.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::{CONNECTION, HOST, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri};
-use hyper::body::Incoming;
+use http_body_util::{Either, Empty};
+use hyper::body::{Body, Incoming};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use super::EdgeBody;
+use super::routes::Upstreams;
+
+/// Most endpoints a bodiless request is tried on when connecting fails.
+pub const CONNECT_ATTEMPTS: usize = 3;
+
+/// What the edge sends an endpoint: the client's body, or nothing (a request without one, which can be sent again).
+type UpstreamBody = Either<Incoming, Empty<Bytes>>;
 
 /// Prefix of the platform's own request headers; a client cannot send them through the edge.
 pub const PLATFORM_HEADER_PREFIX: &str = "x-svc-";
@@ -69,17 +85,23 @@ impl Default for ProxyConfig {
 /// Why a request did not get an upstream answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
+    /// No connection could be made (refused, reset, timed out): the request never reached the app.
+    #[error("upstream {0}: {1}")]
+    Connect(SocketAddr, String),
     /// Connecting failed or the connection broke before the response head.
     #[error("upstream {0}: {1}")]
     Upstream(SocketAddr, String),
     /// No response head within the timeout.
     #[error("upstream {0} did not answer within {1:?}")]
     Timeout(SocketAddr, Duration),
+    /// The route has no endpoint.
+    #[error("no endpoint")]
+    NoEndpoint,
 }
 
 /// The pooled HTTP/1.1 client to endpoints.
 pub struct Proxy {
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, UpstreamBody>,
     response_timeout: Duration,
 }
 
@@ -112,13 +134,18 @@ impl Proxy {
         }
     }
 
-    /// Sends `req` to `upstream` and returns its response (a `101` is joined to the client's connection).
+    /// Sends `req` to the next of `upstreams` and returns its response (a `101` is joined to the client's
+    /// connection), or why none came, with the last endpoint tried. A bodiless request whose connection fails goes
+    /// on to the next endpoint (see the module doc).
     pub async fn forward(
         &self,
         mut req: Request<Incoming>,
-        upstream: SocketAddr,
+        upstreams: &Upstreams,
         origin: Origin<'_>,
-    ) -> Result<Response<EdgeBody>, ProxyError> {
+    ) -> (Result<Response<EdgeBody>, ProxyError>, Option<SocketAddr>) {
+        let Some(mut upstream) = upstreams.pick() else {
+            return (Err(ProxyError::NoEndpoint), None);
+        };
         let upgrade = upgrade_protocol(req.headers());
         let client_side = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
@@ -132,19 +159,48 @@ impl Proxy {
             .get(HOST)
             .cloned()
             .or_else(|| parts.uri.authority().and_then(|a| a.as_str().parse().ok()));
-        parts.uri = Uri::builder()
-            .scheme("http")
-            .authority(upstream.to_string())
-            .path_and_query(path)
-            .build()
-            .map_err(|e| ProxyError::Upstream(upstream, e.to_string()))?;
         parts.version = http::Version::HTTP_11;
         prepare_request_headers(&mut parts.headers, origin, host, upgrade.as_ref());
-        let sent = self.client.request(Request::from_parts(parts, body));
-        let mut res = match tokio::time::timeout(self.response_timeout, sent).await {
-            Ok(Ok(res)) => res,
-            Ok(Err(e)) => return Err(ProxyError::Upstream(upstream, error_chain(&e))),
-            Err(_) => return Err(ProxyError::Timeout(upstream, self.response_timeout)),
+        // What a later attempt sends: the method and headers of a request without a body; one with a body goes once.
+        let replay = body
+            .is_end_stream()
+            .then(|| (parts.method.clone(), parts.headers.clone()));
+        let body = if replay.is_some() {
+            Either::Right(Empty::new())
+        } else {
+            Either::Left(body)
+        };
+        let mut first = Some(Request::from_parts(parts, body));
+        let attempts = if replay.is_some() {
+            CONNECT_ATTEMPTS.min(upstreams.addrs().len())
+        } else {
+            1
+        };
+        let mut attempt = 1;
+        let mut res = loop {
+            let mut req = match (first.take(), &replay) {
+                (Some(req), _) => req,
+                (None, Some((method, headers))) => {
+                    let mut again = Request::new(Either::Right(Empty::new()));
+                    *again.method_mut() = method.clone();
+                    *again.headers_mut() = headers.clone();
+                    again
+                }
+                (None, None) => unreachable!("a request with a body is sent once"),
+            };
+            match endpoint_uri(upstream, &path) {
+                Ok(uri) => *req.uri_mut() = uri,
+                Err(e) => return (Err(e), Some(upstream)),
+            }
+            match self.send(req, upstream).await {
+                Ok(res) => break res,
+                Err(e @ ProxyError::Connect(..)) if attempt < attempts => {
+                    tracing::info!(error = %e, attempt, "connecting failed; trying the next endpoint");
+                    attempt += 1;
+                    upstream = upstreams.pick().unwrap_or(upstream);
+                }
+                Err(e) => return (Err(e), Some(upstream)),
+            }
         };
         if res.status() == StatusCode::SWITCHING_PROTOCOLS
             && let Some(client_side) = client_side
@@ -163,12 +219,39 @@ impl Proxy {
             });
             let (mut parts, _) = res.into_parts();
             drop_reserved_cookies(&mut parts.headers);
-            return Ok(Response::from_parts(parts, super::empty()));
+            return (
+                Ok(Response::from_parts(parts, super::empty())),
+                Some(upstream),
+            );
         }
         remove_hop_by_hop(res.headers_mut());
         drop_reserved_cookies(res.headers_mut());
-        Ok(res.map(super::upstream))
+        (Ok(res.map(super::upstream)), Some(upstream))
     }
+
+    /// One attempt at `upstream`, whose address `req` already carries.
+    async fn send(
+        &self,
+        req: Request<UpstreamBody>,
+        upstream: SocketAddr,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        match tokio::time::timeout(self.response_timeout, self.client.request(req)).await {
+            Ok(Ok(res)) => Ok(res),
+            Ok(Err(e)) if e.is_connect() => Err(ProxyError::Connect(upstream, error_chain(&e))),
+            Ok(Err(e)) => Err(ProxyError::Upstream(upstream, error_chain(&e))),
+            Err(_) => Err(ProxyError::Timeout(upstream, self.response_timeout)),
+        }
+    }
+}
+
+/// `path` (with its query) at `upstream`, over plain HTTP.
+fn endpoint_uri(upstream: SocketAddr, path: &str) -> Result<Uri, ProxyError> {
+    Uri::builder()
+        .scheme("http")
+        .authority(upstream.to_string())
+        .path_and_query(path)
+        .build()
+        .map_err(|e| ProxyError::Upstream(upstream, e.to_string()))
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -282,6 +365,119 @@ pub fn prepare_request_headers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::sync::Arc;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// An address on `ip` nothing listens on: bound, then let go.
+    async fn refusing(ip: &str) -> SocketAddr {
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
+        listener.local_addr().unwrap()
+    }
+
+    /// An endpoint on `ip` that answers every request `200 <its address>`, and counts the requests.
+    async fn answering(ip: &str) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = served.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap() == 1 {
+                    head.push(byte[0]);
+                }
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let body = addr.to_string();
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            }
+        });
+        (addr, served)
+    }
+
+    /// Sends `raw` through a front server whose one service is `forward` to `upstreams`; the status line and body
+    /// the client read.
+    async fn through_proxy(upstreams: Vec<SocketAddr>, raw: &str) -> (String, String) {
+        let proxy = Arc::new(Proxy::new(&ProxyConfig::default()));
+        let upstreams = Arc::new(Upstreams::new(upstreams));
+        let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let front_addr = front.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (stream, _) = front.accept().await.unwrap();
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let (proxy, upstreams) = (proxy.clone(), upstreams.clone());
+                async move {
+                    let origin = Origin {
+                        client_ip: "192.0.2.1".parse().unwrap(),
+                        scheme: "http",
+                        request_id: "r1",
+                    };
+                    let (answer, _) = proxy.forward(req, &upstreams, origin).await;
+                    Ok::<_, std::convert::Infallible>(answer.unwrap_or_else(|e| {
+                        let mut res = Response::new(crate::full(Bytes::from(e.to_string())));
+                        *res.status_mut() = StatusCode::BAD_GATEWAY;
+                        res
+                    }))
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+        let mut client = TcpStream::connect(front_addr).await.unwrap();
+        client.write_all(raw.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).await.unwrap();
+        let status = answer.lines().next().unwrap_or_default().to_owned();
+        let body = answer
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        (status, body)
+    }
+
+    const GET: &str = "GET /x HTTP/1.1\r\nhost: app.example\r\nconnection: close\r\n\r\n";
+    const POST: &str =
+        "POST /x HTTP/1.1\r\nhost: app.example\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi";
+
+    #[tokio::test]
+    async fn a_bodiless_request_refused_by_one_endpoint_is_answered_by_the_next() {
+        // Endpoints are taken in address order: the refusing one (127.0.0.1) comes first.
+        let gone = refusing("127.0.0.1").await;
+        let (live, served) = answering("127.0.0.2").await;
+        let (status, body) = through_proxy(vec![gone, live], GET).await;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert_eq!(body, live.to_string());
+        assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_request_with_a_body_is_sent_once_and_its_refusal_answered() {
+        let gone = refusing("127.0.0.1").await;
+        let (live, served) = answering("127.0.0.2").await;
+        let (status, body) = through_proxy(vec![gone, live], POST).await;
+        assert_eq!(status, "HTTP/1.1 502 Bad Gateway");
+        assert!(body.starts_with(&format!("upstream {gone}: ")), "{body}");
+        assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_bodiless_request_every_endpoint_refuses_fails_after_trying_each() {
+        let (a, b) = (refusing("127.0.0.1").await, refusing("127.0.0.2").await);
+        let (status, body) = through_proxy(vec![a, b], GET).await;
+        assert_eq!(status, "HTTP/1.1 502 Bad Gateway");
+        // The answer names the last endpoint tried: the second.
+        assert!(body.starts_with(&format!("upstream {b}: ")), "{body}");
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();

@@ -306,16 +306,17 @@ async fn answer(
             Answered::page(res)
         }
         Target::Proxy(upstreams) | Target::ObjectStore(upstreams) => {
-            let Some(upstream) = upstreams.pick() else {
-                return Answered::failed(pages::unavailable(), UpstreamFailure::NoEndpoint);
-            };
             let origin = Origin {
                 client_ip: peer.ip(),
                 scheme: scheme.as_str(),
                 request_id,
             };
-            let (res, failure) = match edge.proxy.forward(req, upstream, origin).await {
+            let (answer, upstream) = edge.proxy.forward(req, upstreams, origin).await;
+            let (res, failure) = match answer {
                 Ok(res) => (res, None),
+                Err(ProxyError::NoEndpoint) => {
+                    return Answered::failed(pages::unavailable(), UpstreamFailure::NoEndpoint);
+                }
                 Err(e @ ProxyError::Timeout(..)) => {
                     tracing::warn!(error = %e, "upstream timeout");
                     (pages::gateway_timeout(), Some(UpstreamFailure::Timeout))
@@ -327,7 +328,7 @@ async fn answer(
             };
             Answered {
                 res,
-                upstream: Some(upstream),
+                upstream,
                 failure,
             }
         }
