@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use slipway::telemetry::LogFormat;
+use slipway_api::telemetry::LogFormat;
 
 /// slipway — a self-hostable hosting platform for Kubernetes.
 ///
@@ -34,10 +34,10 @@ pub struct Cli {
 pub enum Command {
     /// Serve the hosting REST API (apps, channels, deploys, env, git, tokens, plans, object-storage status and
     /// credentials), its OpenAPI document, its MCP server (/mcp) and, with --console-listen, the web console.
-    Api(slipway::serve::ApiArgs),
+    Api(slipway_api::serve::ApiArgs),
     /// Run the reconcilers that turn apps, channels and deploys into builds, workloads and routes, with /healthz,
     /// /readyz and /metrics.
-    Operator(slipway::operator::OperatorArgs),
+    Operator(slipway_api::operator::OperatorArgs),
     /// Serve S3 for the channels' buckets: each channel's key pair reaches only its own bucket, versioning stays
     /// on, and the owner's byte quota holds; objects live on the S3 backend behind it.
     S3(slipway_blob::serve::S3Args),
@@ -48,7 +48,7 @@ pub enum Command {
     Edge(slipway_edge::EdgeArgs),
     /// Administrative tasks that have no route, such as creating the first user.
     #[command(subcommand)]
-    Admin(slipway::admin::AdminCommand),
+    Admin(slipway_api::admin::AdminCommand),
     /// Print the CustomResourceDefinitions of the five kinds as YAML (or write one file per CRD).
     ///
     /// The output is generated from the Rust types; `kubectl apply -f -` installs it.
@@ -70,9 +70,9 @@ pub enum Command {
 /// Runs the chosen subcommand.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Api(args) => slipway::serve::run(args).await,
-        Command::Admin(command) => slipway::admin::run(command).await,
-        Command::Operator(args) => slipway::operator::run(args).await,
+        Command::Api(args) => slipway_api::serve::run(args).await,
+        Command::Admin(command) => slipway_api::admin::run(command).await,
+        Command::Operator(args) => slipway_api::operator::run(args).await,
         Command::Webhook(args) => slipway_webhooks::run(args).await,
         Command::Edge(args) => slipway_edge::run(args).await,
         Command::S3(args) => slipway_blob::serve::run(args).await,

@@ -1,6 +1,7 @@
-//! The `slipway` binary: parses the command line and hands over to the role it names. The roles are crates of
-//! their own (the edge, the webhook) or modules of the library; only this binary depends on all of them, so a
-//! change in one role recompiles that role and relinks the binary.
+//! The `slipway` binary: parses the command line and hands over to the role it names. The roles are crates of their
+//! own (the API server `slipway-api`, the edge, the S3 gateway, the webhook) and only this package depends on all of
+//! them, so a change in the edge, say, recompiles the edge and relinks the binary, not the API. The operator's
+//! wiring and the flags it shares with the API server are still in `slipway-api`.
 
 mod cli;
 
@@ -12,7 +13,7 @@ async fn main() -> std::process::ExitCode {
     // process's provider by itself: every TLS client and server of slipway's own uses ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = cli::Cli::parse();
-    slipway::telemetry::init(cli.log_format);
+    slipway_api::telemetry::init(cli.log_format);
     match cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

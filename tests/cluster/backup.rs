@@ -80,7 +80,7 @@ async fn a_platform_dump_cut_short_changes_nothing_and_a_whole_one_restores_ever
     for cut in [whole.len() / 2, whole.len() - 1] {
         let part = dir.join(format!("cut-{cut}.dump"));
         std::fs::write(&part, &whole[..cut])?;
-        let refused = slipway::backup::pod::restore_database(
+        let refused = slipway_api::backup::pod::restore_database(
             to.url(),
             Stdio::from(std::fs::File::open(&part)?),
         )
@@ -94,7 +94,7 @@ async fn a_platform_dump_cut_short_changes_nothing_and_a_whole_one_restores_ever
         assert_eq!(tables(to.url()).await?, before, "cut at {cut}");
     }
 
-    slipway::backup::pod::restore_database(to.url(), Stdio::from(std::fs::File::open(&dump)?))
+    slipway_api::backup::pod::restore_database(to.url(), Stdio::from(std::fs::File::open(&dump)?))
         .await?;
     assert_eq!(
         tables(to.url()).await?,

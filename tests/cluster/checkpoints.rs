@@ -585,7 +585,7 @@ async fn a_checkpoint_brings_back_the_rows_objects_and_code_of_its_instant() -> 
         .state
         .repos()
         .path(&f.user.username.parse()?, &"shop".parse()?);
-    slipway::git::gc::collect(&repo, "now").await?;
+    slipway_api::git::gc::collect(&repo, "now").await?;
     f.api
         .get(&f.code_download_path(&checkpoint), &f.user)
         .await
@@ -789,7 +789,7 @@ async fn checkpoint_locks_and_their_waiters_leave_the_pool_to_requests() -> Resu
     let holder = {
         let pool = pool.clone();
         tokio::spawn(async move {
-            slipway::checkpoints::exclusively(&pool, channel, async move {
+            slipway_api::checkpoints::exclusively(&pool, channel, async move {
                 let _ = started.send(());
                 let _ = released.await;
             })
@@ -801,7 +801,7 @@ async fn checkpoint_locks_and_their_waiters_leave_the_pool_to_requests() -> Resu
         .map(|_| {
             let pool = pool.clone();
             tokio::spawn(async move {
-                slipway::checkpoints::exclusively(&pool, channel, async {}).await
+                slipway_api::checkpoints::exclusively(&pool, channel, async {}).await
             })
         })
         .collect();

@@ -955,7 +955,7 @@ async fn caller_of(api: &TestApi, user: &User) -> slipway_core::caller::Caller {
 
 #[tokio::test]
 async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Result<()> {
-    use slipway::transfer::{Request, transfer};
+    use slipway_api::transfer::{Request, transfer};
     let mut api = TestApi::start().await?;
     let (dee, _) = person(&api, "dee").await?;
     let (eve, _) = person(&api, "eve").await?;
@@ -1287,7 +1287,7 @@ async fn a_store_recorded_during_a_swap_waits_for_it_and_answers_the_moved_recor
 
 #[tokio::test]
 async fn a_transfer_gives_the_database_and_the_bucket_new_credentials() -> Result<()> {
-    use slipway::transfer::{Request, transfer};
+    use slipway_api::transfer::{Request, transfer};
     use support::postgres::{self, execute, refusal};
     let mut api = TestApi::start().await?;
     postgres::attach(&mut api)?;
@@ -1408,7 +1408,7 @@ async fn a_transfer_gives_the_database_and_the_bucket_new_credentials() -> Resul
 
 #[tokio::test]
 async fn a_reconcile_that_read_the_old_passwords_cannot_set_them_after_a_transfer() -> Result<()> {
-    use slipway::transfer::{Request, transfer};
+    use slipway_api::transfer::{Request, transfer};
     use slipway_backends::data_server::RoleSettings;
     use support::postgres::{self, refusal};
     let mut api = TestApi::start().await?;
@@ -1553,13 +1553,17 @@ async fn the_account_lists_its_live_tokens_with_their_last_use_and_labels_are_bo
         .await
         .expect(200, None);
     let refused =
-        slipway::api::tokens::mint_for_person(&api.state, hal.id, Some("y".repeat(101)), None)
+        slipway_api::api::tokens::mint_for_person(&api.state, hal.id, Some("y".repeat(101)), None)
             .await;
     assert_eq!(refused.unwrap_err().status_and_code().0.as_u16(), 400);
-    let minted =
-        slipway::api::tokens::mint_for_person(&api.state, hal.id, Some("ci".into()), Some(86_400))
-            .await
-            .unwrap();
+    let minted = slipway_api::api::tokens::mint_for_person(
+        &api.state,
+        hal.id,
+        Some("ci".into()),
+        Some(86_400),
+    )
+    .await
+    .unwrap();
     assert!(minted.expires_at.is_some());
     // A token minted for a person is the root of its chain: revoking the token hal signed in with leaves it.
     api.delete(&format!("/tokens/{}", made["id"].as_str().unwrap()), &hal)

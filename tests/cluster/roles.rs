@@ -774,7 +774,7 @@ async fn fixture() -> Result<Fixture> {
 #[tokio::test]
 async fn every_app_route_answers_each_role_as_the_table_says() -> Result<()> {
     let fx = fixture().await?;
-    let doc = serde_json::to_value(slipway::routes::openapi())?;
+    let doc = serde_json::to_value(slipway_api::routes::openapi())?;
     let mut documented = BTreeSet::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         if path.contains("{app_id}") {

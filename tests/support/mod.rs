@@ -308,11 +308,11 @@ impl TestApi {
         let state = api_state(db.url(), &kube, &repos_dir, &keyring_line, ns)
             .await?
             .with_job_timing(JOB_TIMING);
-        let jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(slipway::job_kinds::run(
-            state.clone(),
-        )));
-        let router = slipway::routes::public(state.clone());
-        let internal_router = slipway::api::internal_router(state.clone());
+        let jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            slipway_api::job_kinds::run(state.clone()),
+        ));
+        let router = slipway_api::routes::public(state.clone());
+        let internal_router = slipway_api::api::internal_router(state.clone());
         Ok(Self {
             served: (
                 LiveRouter::new(router.clone()),
@@ -383,12 +383,12 @@ impl TestApi {
     /// old loop is aborted as its handle is replaced; jobs work with the state their loop was started with).
     fn rebuild(&mut self, change: impl FnOnce(AppState) -> AppState) {
         self.state = change(self.state.clone());
-        self.router = slipway::routes::public(self.state.clone());
-        self.internal_router = slipway::api::internal_router(self.state.clone());
+        self.router = slipway_api::routes::public(self.state.clone());
+        self.internal_router = slipway_api::api::internal_router(self.state.clone());
         self.served.0.replace(self.router.clone());
         self.served.1.replace(self.internal_router.clone());
         self._jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
-            slipway::job_kinds::run(self.state.clone()),
+            slipway_api::job_kinds::run(self.state.clone()),
         ));
     }
 
@@ -403,7 +403,7 @@ impl TestApi {
         )
         .await?
         .with_features(self.state.features().clone());
-        Ok(slipway::routes::public(state))
+        Ok(slipway_api::routes::public(state))
     }
 
     /// Creates a user with a unique name starting with `prefix` (letters and digits, as usernames are) on `plan`,
@@ -941,13 +941,13 @@ impl TestApi {
 
     /// Serves git over SSH on 127.0.0.1 with a fresh host key; returns the port.
     pub async fn serve_ssh(&self) -> Result<u16> {
-        let key = slipway::git::ssh::load_or_create_host_key(
+        let key = slipway_api::git::ssh::load_or_create_host_key(
             &self.repos_dir.join("ssh").join("ssh_host_ed25519_key"),
         )?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let state = self.state.clone();
-        tokio::spawn(async move { slipway::git::ssh::serve(state, listener, key).await });
+        tokio::spawn(async move { slipway_api::git::ssh::serve(state, listener, key).await });
         Ok(port)
     }
 
