@@ -31,7 +31,9 @@ impl Work for Kinds {
             Some(Kind::BucketRestore) => Box::pin(crate::checkpoints::bucket_restore::perform(
                 &self.0, job, progress,
             )),
-            Some(Kind::MirrorSync) => Box::pin(crate::mirror::job::perform(&self.0, job, progress)),
+            Some(Kind::MirrorSync) => {
+                Box::pin(slipway_git::mirror::job::perform(&self.0, job, progress))
+            }
             None => Box::pin(std::future::ready(Err(JobError::Failed(format!(
                 "this version of the platform does not know jobs of kind {}",
                 job.kind

@@ -12,7 +12,7 @@ use slipway_core::state::AppState;
 /// Every route of the API's public listener, each answering in the envelope when a handler panics.
 pub fn public(state: AppState) -> Router {
     let rest = api::router(state.clone(), crate::mcp::doc::document).merge(
-        crate::git::http::routes()
+        slipway_git::http::routes()
             .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
                 tracing::info_span!(
                     "git",

@@ -585,7 +585,7 @@ async fn a_checkpoint_brings_back_the_rows_objects_and_code_of_its_instant() -> 
         .state
         .repos()
         .path(&f.user.username.parse()?, &"shop".parse()?);
-    slipway_api::git::gc::collect(&repo, "now").await?;
+    slipway_git::gc::collect(&repo, "now").await?;
     f.api
         .get(&f.code_download_path(&checkpoint), &f.user)
         .await

@@ -941,13 +941,13 @@ impl TestApi {
 
     /// Serves git over SSH on 127.0.0.1 with a fresh host key; returns the port.
     pub async fn serve_ssh(&self) -> Result<u16> {
-        let key = slipway_api::git::ssh::load_or_create_host_key(
+        let key = slipway_git::ssh::load_or_create_host_key(
             &self.repos_dir.join("ssh").join("ssh_host_ed25519_key"),
         )?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let state = self.state.clone();
-        tokio::spawn(async move { slipway_api::git::ssh::serve(state, listener, key).await });
+        tokio::spawn(async move { slipway_git::ssh::serve(state, listener, key).await });
         Ok(port)
     }
 

@@ -93,7 +93,7 @@ async fn deploy(
 ) -> Result<Json<DeployTriggered>, ApiError> {
     let (app, channel) = deploy_target(&state, &caller, app_id, channel_id).await?;
     let (sha, git_ref) = checked_request(req)?;
-    crate::mirror::service::fetch_before_deploy(&state, &app).await?;
+    slipway_git::mirror::service::fetch_before_deploy(&state, &app).await?;
     let (sha, git_ref) = pinned(&state, &app, sha, git_ref).await?;
     let spec = DeploySpec {
         channel: channel.name_any(),

@@ -1,6 +1,6 @@
 //! `/apps/{app_id}/github`: mirroring an external git repository over SSH. Connect and disconnect need the owner
 //! and are protected actions; a sync needs an admin; the status (`GET /apps/{app_id}/github`) any role. The logic
-//! is in [`crate::mirror::service`].
+//! is in [`slipway_git::mirror::service`].
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -10,12 +10,12 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path};
-use crate::mirror::service::{self, Connected, MirrorStatus};
 use slipway_auth::scopes;
 use slipway_core::access::{self, Action};
 use slipway_core::caller::Caller;
 use slipway_core::error::{ApiError, ErrorEnvelope};
 use slipway_core::state::AppState;
+use slipway_git::mirror::service::{self, Connected, MirrorStatus};
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

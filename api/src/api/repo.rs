@@ -232,7 +232,7 @@ async fn post_changeset(
     Json(req): Json<ChangesetRequest>,
 ) -> Result<Json<ChangesetResponse>, ApiError> {
     let (app, path) = app_and_repo(&state, &caller, app_id, Action::Write).await?;
-    if let Some(reason) = crate::mirror::commits_refused(&state, app.id).await? {
+    if let Some(reason) = slipway_git::mirror::commits_refused(&state, app.id).await? {
         return Err(ApiError::Conflict(reason));
     }
     let changeset = validate(req)?;

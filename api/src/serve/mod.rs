@@ -90,7 +90,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         }
     }
     tokio::spawn(crate::job_kinds::run(state.clone()));
-    tokio::spawn(crate::git::gc::run(
+    tokio::spawn(slipway_git::gc::run(
         state.clone(),
         args.git_gc_prune.clone(),
     ));
@@ -104,13 +104,13 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     tracing::info!(addr = %args.listen, "serving the API");
     let ssh = match args.ssh_listen {
         Some(addr) => {
-            let key = crate::git::ssh::load_or_create_host_key(&args.ssh_host_key)?;
+            let key = slipway_git::ssh::load_or_create_host_key(&args.ssh_host_key)?;
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("listen for SSH on {addr}"))?;
             let state = state.clone();
             futures::future::Either::Left(async move {
-                crate::git::ssh::serve(state, listener, key).await
+                slipway_git::ssh::serve(state, listener, key).await
             })
         }
         None => futures::future::Either::Right(std::future::pending()),
