@@ -776,10 +776,21 @@ async fn a_sync_waits_behind_the_apps_running_one_and_finishes_without_its_calle
     };
     let status = tokio::time::timeout(WITHIN, recorded).await?;
     assert_eq!(status["last_sync_status"], "failed", "{status}");
-    let state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
-        .bind(queued)
-        .fetch_one(&db)
-        .await?;
+    // The outcome is on the mirror's row a moment before the runner closes the job: wait for the job to end.
+    let ended = async {
+        loop {
+            let state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+                .bind(queued)
+                .fetch_one(&db)
+                .await
+                .unwrap();
+            if state != "queued" && state != "running" {
+                return state;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let state = tokio::time::timeout(WITHIN, ended).await?;
     assert_eq!(
         state, "succeeded",
         "a failed fetch is the sync's outcome, not a failed job"
