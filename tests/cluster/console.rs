@@ -955,7 +955,7 @@ async fn caller_of(api: &TestApi, user: &User) -> slipway_core::caller::Caller {
 
 #[tokio::test]
 async fn a_transfer_refuses_what_cannot_move_and_re_keys_everything_else() -> Result<()> {
-    use slipway_api::transfer::{Request, transfer};
+    use slipway_core::transfer::{Request, transfer};
     let mut api = TestApi::start().await?;
     let (dee, _) = person(&api, "dee").await?;
     let (eve, _) = person(&api, "eve").await?;
@@ -1287,7 +1287,7 @@ async fn a_store_recorded_during_a_swap_waits_for_it_and_answers_the_moved_recor
 
 #[tokio::test]
 async fn a_transfer_gives_the_database_and_the_bucket_new_credentials() -> Result<()> {
-    use slipway_api::transfer::{Request, transfer};
+    use slipway_core::transfer::{Request, transfer};
     use support::postgres::{self, execute, refusal};
     let mut api = TestApi::start().await?;
     postgres::attach(&mut api)?;
@@ -1408,8 +1408,8 @@ async fn a_transfer_gives_the_database_and_the_bucket_new_credentials() -> Resul
 
 #[tokio::test]
 async fn a_reconcile_that_read_the_old_passwords_cannot_set_them_after_a_transfer() -> Result<()> {
-    use slipway_api::transfer::{Request, transfer};
     use slipway_backends::data_server::RoleSettings;
+    use slipway_core::transfer::{Request, transfer};
     use support::postgres::{self, refusal};
     let mut api = TestApi::start().await?;
     postgres::attach(&mut api)?;

@@ -1,5 +1,5 @@
 //! `/apps/{app_id}/members`: who shares an app and with what role. Every role may read the list; only the owner
-//! may change it, and membership writes are protected actions. The logic is in [`crate::sharing`].
+//! may change it, and membership writes are protected actions. The logic is in [`slipway_core::sharing`].
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -9,11 +9,11 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path};
-use crate::sharing::{self, MemberList, MemberView};
 use slipway_auth::scopes;
 use slipway_core::access::{self, Action};
 use slipway_core::caller::Caller;
 use slipway_core::error::{ApiError, ErrorEnvelope};
+use slipway_core::sharing::{self, MemberList, MemberView};
 use slipway_core::state::AppState;
 
 /// The routes of this module.

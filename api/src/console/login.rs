@@ -1,4 +1,4 @@
-//! Signing in to the console, two ways, both ending at the account [`crate::people`] names for the person:
+//! Signing in to the console, two ways, both ending at the account [`slipway_core::people`] names for the person:
 //!
 //! - **at the upstream OpenID Connect provider** (the platform's relying party, [`slipway_identity::upstream`]:
 //!   authorization code with PKCE, state and nonce): `GET /sign-in/upstream` seals the pending sign-in into the
@@ -29,8 +29,8 @@ use super::session::{
     self, PRE_COOKIE, PreSessionForm, SESSION_COOKIE, SESSION_LIFETIME, Session, Write,
 };
 use super::{Console, ConsoleRouter, html_page};
-use crate::people::{self, Account};
 use slipway_auth::{scopes, token};
+use slipway_core::people::{self, Account};
 use slipway_core::registration::codes;
 use slipway_identity::seal::Purpose;
 use slipway_identity::upstream::Pending;

@@ -3,8 +3,8 @@
 //! with the signed-in person's own token, as the MCP server does ([`crate::mcp::rest`]): every rule (scopes,
 //! roles, 404 for an app the person cannot see, validation, audit events) is the route's, never implemented again
 //! here. The few things no route does are the console's by the spec: signing people in ([`sign_in`], mapping
-//! them to accounts in [`crate::people`]), minting tokens at `/tokens` ([`pages::tokens`]), and moving an app to
-//! another account ([`crate::transfer`], which has no route at all).
+//! them to accounts in [`slipway_core::people`]), minting tokens at `/tokens` ([`pages::tokens`]), and moving an app to
+//! another account ([`slipway_core::transfer`], which has no route at all).
 //!
 //! Pages are HTML rendered on the server ([`html`]); the only script is the console's own (`/static/console.js`:
 //! the live build log, the copy button), and the Content-Security-Policy allows nothing from elsewhere. Sessions

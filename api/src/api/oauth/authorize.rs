@@ -290,7 +290,7 @@ async fn callback(
             );
         }
     };
-    let account = match crate::people::account_of(state.db(), &person).await? {
+    let account = match slipway_core::people::account_of(state.db(), &person).await? {
         Ok(account) => account,
         Err(refusal) => return give_up("access_denied", &refusal.to_string()),
     };

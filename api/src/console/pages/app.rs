@@ -294,12 +294,12 @@ async fn transfer(
             Ok(caller) => caller,
             Err(e) => return write.person.refused(&Failure::of_error(&e), &here),
         };
-    let request = crate::transfer::Request {
+    let request = slipway_core::transfer::Request {
         app_id,
         to: write.fields.get("to").to_owned(),
         confirm_name: write.fields.raw("confirm").to_owned(),
     };
-    match crate::transfer::transfer(&console.state, &caller, request).await {
+    match slipway_core::transfer::transfer(&console.state, &caller, request).await {
         Ok(_) => see("/apps?done=transferred"),
         Err(e) => write.person.refused(&Failure::of_error(&e), &here),
     }

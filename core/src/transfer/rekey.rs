@@ -18,8 +18,8 @@ use uuid::Uuid;
 use zeroize::Zeroizing;
 
 use super::Target;
-use slipway_core::access::VisibleApp;
-use slipway_core::state::AppState;
+use crate::access::VisibleApp;
+use crate::state::AppState;
 use slipway_store::env::crypto::Keyring;
 
 /// The transaction of a re-keying, not yet committed, and the new passwords it recorded.

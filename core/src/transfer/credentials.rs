@@ -15,8 +15,8 @@ use slipway_crds::plans::Plan;
 use uuid::Uuid;
 
 use super::rekey::NewPasswords;
-use slipway_core::error::ApiError;
-use slipway_core::state::AppState;
+use crate::error::ApiError;
+use crate::state::AppState;
 
 /// 503 `postgres_unavailable` when a channel of `channels` has a database and there is no data server to give its
 /// roles new passwords: checked before anything is written.

@@ -1,13 +1,13 @@
 //! Sharing an app: the owner adds people by username as `admin` or `member`, changes their role, and removes them.
-//! What each role may do is decided in one place, [`slipway_core::access::Action`]; this module keeps the list.
+//! What each role may do is decided in one place, [`crate::access::Action`]; this module keeps the list.
 //! Routes and MCP tools call these functions after checking the caller's role.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use slipway_core::access::{Role, VisibleApp};
-use slipway_core::error::ApiError;
-use slipway_core::state::AppState;
+use crate::access::{Role, VisibleApp};
+use crate::error::ApiError;
+use crate::state::AppState;
 use slipway_store::db::members;
 
 /// A person with a role on an app.

@@ -47,12 +47,12 @@ use slipway_crds::plans::Plan;
 use slipway_crds::{App, AppSpec, Channel, DeploySpec, labels};
 use uuid::Uuid;
 
-use slipway_core::access::{self, Action, VisibleApp};
-use slipway_core::caller::Caller;
-use slipway_core::claims;
-use slipway_core::error::ApiError;
-use slipway_core::platform::tenancy::{self, FIELD_MANAGER};
-use slipway_core::state::AppState;
+use crate::access::{self, Action, VisibleApp};
+use crate::caller::Caller;
+use crate::claims;
+use crate::error::ApiError;
+use crate::platform::tenancy::{self, FIELD_MANAGER};
+use crate::state::AppState;
 
 /// What the person asked for.
 #[derive(Debug, Clone)]
@@ -371,7 +371,7 @@ async fn write_new(
                 target.username, app.name
             )));
         }
-        Err(e) => return Err(slipway_core::channels::admission_or(e)),
+        Err(e) => return Err(crate::channels::admission_or(e)),
     };
     let uid = created.metadata.uid.clone().unwrap_or_default();
     let written = async {
@@ -380,7 +380,7 @@ async fn write_new(
         for old in channels {
             let name: ChannelName = old.channel_name().parse()?;
             let binding: GitRefBinding = old.spec.git_ref_binding.parse()?;
-            let new = match slipway_core::channels::create(state, &created, &name, &binding).await {
+            let new = match crate::channels::create(state, &created, &name, &binding).await {
                 Ok(channel) => channel,
                 // The operator makes a missing prod channel of a new App too; whichever write lands first is it.
                 Err(ApiError::BadRequest(_)) => {
@@ -467,5 +467,5 @@ async fn redeploy(
         rewind_of: None,
         image: None,
     };
-    slipway_core::deploys::create(state, &visible, channel, spec).await
+    crate::deploys::create(state, &visible, channel, spec).await
 }
