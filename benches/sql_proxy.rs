@@ -94,9 +94,9 @@ async fn main() -> Result<()> {
         .expect(200, None);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    let tls = slipway_api::sql_proxy::tls::server_config(None, &["localhost".to_owned()])?;
+    let tls = slipway_data::sql_proxy::tls::server_config(None, &["localhost".to_owned()])?;
     let state = f.api.state.clone();
-    tokio::spawn(async move { slipway_api::sql_proxy::serve(state, listener, tls).await });
+    tokio::spawn(async move { slipway_data::sql_proxy::serve(state, listener, tls).await });
 
     let env = support::postgres::variables(&f.api, &f.prod_id).await?;
     let direct = env

@@ -19,18 +19,18 @@ impl Work for Kinds {
         progress: &'a Progress,
     ) -> BoxFuture<'a, Result<Value, JobError>> {
         match job.kind() {
-            Some(Kind::Checkpoint) => Box::pin(crate::checkpoints::pre_deploy::perform(
+            Some(Kind::Checkpoint) => Box::pin(slipway_data::checkpoints::pre_deploy::perform(
                 &self.0, job, progress,
             )),
-            Some(Kind::NightlyCheckpoint) => {
-                Box::pin(crate::checkpoints::nightly::perform(&self.0, job, progress))
-            }
-            Some(Kind::SqlRestore) => Box::pin(crate::checkpoints::sql_restore::perform(
+            Some(Kind::NightlyCheckpoint) => Box::pin(slipway_data::checkpoints::nightly::perform(
                 &self.0, job, progress,
             )),
-            Some(Kind::BucketRestore) => Box::pin(crate::checkpoints::bucket_restore::perform(
+            Some(Kind::SqlRestore) => Box::pin(slipway_data::checkpoints::sql_restore::perform(
                 &self.0, job, progress,
             )),
+            Some(Kind::BucketRestore) => Box::pin(
+                slipway_data::checkpoints::bucket_restore::perform(&self.0, job, progress),
+            ),
             Some(Kind::MirrorSync) => {
                 Box::pin(slipway_git::mirror::job::perform(&self.0, job, progress))
             }

@@ -789,7 +789,7 @@ async fn checkpoint_locks_and_their_waiters_leave_the_pool_to_requests() -> Resu
     let holder = {
         let pool = pool.clone();
         tokio::spawn(async move {
-            slipway_api::checkpoints::exclusively(&pool, channel, async move {
+            slipway_data::checkpoints::exclusively(&pool, channel, async move {
                 let _ = started.send(());
                 let _ = released.await;
             })
@@ -801,7 +801,7 @@ async fn checkpoint_locks_and_their_waiters_leave_the_pool_to_requests() -> Resu
         .map(|_| {
             let pool = pool.clone();
             tokio::spawn(async move {
-                slipway_api::checkpoints::exclusively(&pool, channel, async {}).await
+                slipway_data::checkpoints::exclusively(&pool, channel, async {}).await
             })
         })
         .collect();

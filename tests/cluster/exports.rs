@@ -809,7 +809,7 @@ async fn the_export_tools_start_an_export_and_hand_out_its_download() -> Result<
         .expect(409, Some("conflict"));
     let files = format!("exports/{}/{export_id}/", f.app_id);
     assert!(!f.archived(&files).await.is_empty());
-    slipway_api::exports::sweep(&f.api.state).await?;
+    slipway_data::exports::sweep(&f.api.state).await?;
     assert_eq!(f.archived(&files).await, Vec::<String>::new());
     let row: (String, Option<String>) =
         sqlx::query_as("SELECT status, object_key FROM exports WHERE id = $1")

@@ -202,7 +202,7 @@ async fn hold_checkpoint_lock(
     let (release, released) = tokio::sync::oneshot::channel::<()>();
     let (started, under_way) = tokio::sync::oneshot::channel::<()>();
     let holder = tokio::spawn(async move {
-        slipway_api::checkpoints::exclusively(&db, channel, async move {
+        slipway_data::checkpoints::exclusively(&db, channel, async move {
             let _ = started.send(());
             let _ = released.await;
         })
@@ -258,7 +258,7 @@ async fn snapshots_are_listed_newest_first_and_download_as_a_dump_pg_restore_rea
     );
 
     let first = s.snapshot(None).await?;
-    let nightly = slipway_api::checkpoints::nightly::pass(&s.f.api.state).await?;
+    let nightly = slipway_data::checkpoints::nightly::pass(&s.f.api.state).await?;
     assert!(nightly >= 1, "the nightly pass took this channel's");
     let second = s.snapshot(Some(&"a".repeat(40))).await?;
     let rows = s.rows(&s.f.prod_id).await;
@@ -281,7 +281,7 @@ async fn snapshots_are_listed_newest_first_and_download_as_a_dump_pg_restore_rea
         assert_eq!(row["recoverable"], true);
     }
     // One nightly per channel per day: a second pass takes none for it.
-    slipway_api::checkpoints::nightly::pass(&s.f.api.state).await?;
+    slipway_data::checkpoints::nightly::pass(&s.f.api.state).await?;
     assert_eq!(s.rows(&s.f.prod_id).await.len(), 3);
     assert_eq!(s.files().await.len(), 3, "one file per row");
 
@@ -760,7 +760,7 @@ async fn the_nightly_pass_goes_on_past_a_channel_whose_owner_cannot_be_read() ->
     .bind(Uuid::parse_str(&next_id)?)
     .execute(s.f.api.state.db())
     .await?;
-    let taken = slipway_api::checkpoints::nightly::pass(&s.f.api.state).await?;
+    let taken = slipway_data::checkpoints::nightly::pass(&s.f.api.state).await?;
     assert_eq!(taken, 1, "prod's nightly is taken past the unreadable row");
     let kinds: Vec<Value> = s
         .rows(&s.f.prod_id)
@@ -789,7 +789,7 @@ async fn snapshots_are_pruned_to_the_owners_plan() -> Result<()> {
     assert_eq!(rows[0]["snapshot_id"], newest.as_str());
     assert_eq!(s.files().await.len(), 1, "pruned files are removed too");
     // An old nightly is the newest nightly: kept at any age.
-    slipway_api::checkpoints::nightly::pass(&s.f.api.state).await?;
+    slipway_data::checkpoints::nightly::pass(&s.f.api.state).await?;
     sqlx::query("UPDATE postgres_snapshots SET created_at = now() - interval '3 days', taken_on = taken_on - 3 WHERE kind = 'nightly' AND channel_id = $1")
         .bind(Uuid::parse_str(&s.f.prod_id)?)
         .execute(s.f.api.state.db())
@@ -807,7 +807,7 @@ async fn snapshots_are_pruned_to_the_owners_plan() -> Result<()> {
         "the newest nightly stays however old"
     );
     // Today's nightly makes the old one expire.
-    slipway_api::checkpoints::nightly::pass(&s.f.api.state).await?;
+    slipway_data::checkpoints::nightly::pass(&s.f.api.state).await?;
     let rows = s.rows(&s.f.prod_id).await;
     let nightlies: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "nightly").collect();
     assert_eq!(nightlies.len(), 1, "{rows:?}");
@@ -832,12 +832,12 @@ async fn snapshots_are_pruned_to_the_owners_plan() -> Result<()> {
         .map(|r| r["snapshot_id"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(kept, [taken[4].clone(), taken[3].clone(), taken[2].clone()]);
-    slipway_api::checkpoints::nightly::pass(&paid.f.api.state).await?;
+    slipway_data::checkpoints::nightly::pass(&paid.f.api.state).await?;
     sqlx::query("UPDATE postgres_snapshots SET created_at = now() - interval '6 days', taken_on = taken_on - 6 WHERE kind = 'nightly' AND channel_id = $1")
         .bind(Uuid::parse_str(&paid.f.prod_id)?)
         .execute(paid.f.api.state.db())
         .await?;
-    slipway_api::checkpoints::nightly::pass(&paid.f.api.state).await?;
+    slipway_data::checkpoints::nightly::pass(&paid.f.api.state).await?;
     let nightlies = paid
         .rows(&paid.f.prod_id)
         .await

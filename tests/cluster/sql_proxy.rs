@@ -25,9 +25,9 @@ const CUT_WITHIN: Duration = Duration::from_secs(10);
 async fn serve_sql(api: &TestApi) -> Result<u16> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    let tls = slipway_api::sql_proxy::tls::server_config(None, &["localhost".to_owned()])?;
+    let tls = slipway_data::sql_proxy::tls::server_config(None, &["localhost".to_owned()])?;
     let state = api.state.clone();
-    tokio::spawn(async move { slipway_api::sql_proxy::serve(state, listener, tls).await });
+    tokio::spawn(async move { slipway_data::sql_proxy::serve(state, listener, tls).await });
     Ok(port)
 }
 

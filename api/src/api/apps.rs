@@ -433,7 +433,7 @@ async fn delete_app(
     domain_release::detach_all(&state, &app.namespace, Holder::App(&app.name)).await?;
     state.repos().delete(&app.owner, &app.name).await?;
     claims::release_app(&state, &app.namespace, &app.name).await?;
-    crate::exports::forget_app(&state, app_id)
+    slipway_data::exports::forget_app(&state, app_id)
         .await
         .map_err(ApiError::Internal)?;
     state.cache().app_gone(&app_id.to_string()).await?;

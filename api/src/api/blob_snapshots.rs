@@ -281,13 +281,17 @@ async fn restore_blob(
     marker_of(&state, channel_id, request.snapshot_id).await?;
     require_idle(&state, &app, &channel).await?;
     bucket_of(&state, channel_id).await?;
-    let params = crate::checkpoints::bucket_restore::Params {
+    let params = slipway_data::checkpoints::bucket_restore::Params {
         app_id,
         channel_id,
         snapshot_id: request.snapshot_id,
         actor: slipway_store::db::audit::Actor::from(&caller),
     };
-    let job = restore_as_job(&state, &crate::checkpoints::bucket_restore::job(&params)).await?;
+    let job = restore_as_job(
+        &state,
+        &slipway_data::checkpoints::bucket_restore::job(&params),
+    )
+    .await?;
     if job.state != slipway_jobs::state::SUCCEEDED {
         marker_of(&state, channel_id, request.snapshot_id).await?;
         return Err(ApiError::BlobUnavailable(job.error.unwrap_or_else(|| {

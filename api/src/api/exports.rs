@@ -1,5 +1,5 @@
 //! `/apps/{app_id}/exports`: ask for an export of an app (its repository, variable names, databases and buckets
-//! as one `tar.gz`, built in the background, [`crate::exports`]), read its status, and download it once ready.
+//! as one `tar.gz`, built in the background, [`slipway_data::exports`]), read its status, and download it once ready.
 //!
 //! An archive holds every row and object of the app, so the routes ask what downloading a channel's data asks: the
 //! `exports:read` scope and a role that may download data (admin or owner; a member is 403, a stranger 404). Asking
@@ -17,12 +17,12 @@ use uuid::Uuid;
 
 use super::downloads::{self, DownloadToken, Grant};
 use super::extract::{Json, Path};
-use crate::exports::store::{self, Export, Queued};
 use slipway_auth::scopes;
 use slipway_core::access::{self, Action, VisibleApp};
 use slipway_core::caller::Caller;
 use slipway_core::error::{ApiError, ErrorEnvelope};
 use slipway_core::state::AppState;
+use slipway_data::exports::store::{self, Export, Queued};
 use slipway_postgres::archive::Archive;
 
 /// The routes of this module.
@@ -110,7 +110,7 @@ async fn exportable(
 
 /// The export `export_id` of the app, after failing it if its process stopped; 404 `not_found` otherwise.
 async fn export_of(state: &AppState, app_id: Uuid, export_id: Uuid) -> Result<Export, ApiError> {
-    crate::exports::abandon_stale(state, Some(app_id))
+    slipway_data::exports::abandon_stale(state, Some(app_id))
         .await
         .map_err(ApiError::Internal)?;
     store::by_id(state.db(), app_id, export_id)
@@ -134,7 +134,7 @@ async fn create_export(
     Path(app_id): Path<Uuid>,
 ) -> Result<(StatusCode, Json<ExportStatus>), ApiError> {
     let (app, archive) = exportable(&state, &caller, app_id).await?;
-    crate::exports::abandon_stale(&state, Some(app_id))
+    slipway_data::exports::abandon_stale(&state, Some(app_id))
         .await
         .map_err(ApiError::Internal)?;
     let export = match store::queue(state.db(), app_id, caller.user_id).await? {
@@ -153,7 +153,7 @@ async fn create_export(
         serde_json::json!({"export_id": export.id}),
     )
     .await?;
-    crate::exports::spawn(state.clone(), archive, app, export.id);
+    slipway_data::exports::spawn(state.clone(), archive, app, export.id);
     Ok((StatusCode::ACCEPTED, Json(ExportStatus::of(export, None))))
 }
 

@@ -1,6 +1,6 @@
 //! `POST /apps/{app_id}/channels/{channel_id}/runtime/log`: a channel's container output, kept per container
 //! generation by the operator's archive, with an optional command run on it in a network-less sandbox
-//! ([`crate::runtime_logs`]).
+//! ([`slipway_data::runtime_logs`]).
 
 use axum::extract::State;
 use utoipa_axum::router::OpenApiRouter;
@@ -8,12 +8,12 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{Json, Path};
-use crate::runtime_logs::{self, RuntimeLog, RuntimeLogRequest};
 use slipway_auth::scopes;
 use slipway_core::access::{self, Action};
 use slipway_core::caller::Caller;
 use slipway_core::error::{ApiError, ErrorEnvelope};
 use slipway_core::state::AppState;
+use slipway_data::runtime_logs::{self, RuntimeLog, RuntimeLogRequest};
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -329,14 +329,18 @@ async fn restore_snapshot(
     require_restorable(&state, &app, &channel, channel_id).await?;
     snapshot_of(&state, channel_id, request.snapshot_id).await?;
     require_idle(&state, &app, &channel).await?;
-    let params = crate::checkpoints::sql_restore::Params {
+    let params = slipway_data::checkpoints::sql_restore::Params {
         app_id,
         channel_id,
         snapshot_id: request.snapshot_id,
         db_name: record.db_name.clone(),
         actor: slipway_store::db::audit::Actor::from(&caller),
     };
-    let job = restore_as_job(&state, &crate::checkpoints::sql_restore::job(&params)).await?;
+    let job = restore_as_job(
+        &state,
+        &slipway_data::checkpoints::sql_restore::job(&params),
+    )
+    .await?;
     if job.state != slipway_jobs::state::SUCCEEDED {
         snapshot_of(&state, channel_id, request.snapshot_id).await?;
         return Err(ApiError::PostgresUnavailable(job.error.unwrap_or_else(

@@ -79,7 +79,7 @@ pub struct ApiArgs {
     pub console: Box<crate::console::ConsoleArgs>,
     /// External SQL access (a TLS Postgres listener).
     #[command(flatten)]
-    pub sql_proxy: crate::sql_proxy::SqlProxyArgs,
+    pub sql_proxy: slipway_data::sql_proxy::SqlProxyArgs,
     /// The data server (the channels' SQL databases), measured by the database routes.
     #[command(flatten)]
     pub data_server: crate::postgres_settings::DataServerArgs,

@@ -78,15 +78,17 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
             sandbox.namespace().to_owned(),
         ));
     }
-    tokio::spawn(crate::runtime_logs::prune_every_hour(state.db().clone()));
+    tokio::spawn(slipway_data::runtime_logs::prune_every_hour(
+        state.db().clone(),
+    ));
     tokio::spawn(
         slipway_core::platform::sweep::Sweeper::new(state.db().clone(), state.cache().clone())
             .every_hour(),
     );
     if state.snapshot_archive().is_some() {
-        tokio::spawn(crate::exports::sweep_every(state.clone()));
+        tokio::spawn(slipway_data::exports::sweep_every(state.clone()));
         if state.data_server().is_some() {
-            tokio::spawn(crate::checkpoints::nightly::run(state.clone()));
+            tokio::spawn(slipway_data::checkpoints::nightly::run(state.clone()));
         }
     }
     tokio::spawn(crate::job_kinds::run(state.clone()));
@@ -121,7 +123,11 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("listen for SQL on {addr}"))?;
-            futures::future::Either::Left(crate::sql_proxy::serve(state.clone(), listener, tls))
+            futures::future::Either::Left(slipway_data::sql_proxy::serve(
+                state.clone(),
+                listener,
+                tls,
+            ))
         }
         None => futures::future::Either::Right(std::future::pending()),
     };

@@ -19,10 +19,10 @@ use uuid::Uuid;
 
 use super::guard::InternalCaller;
 use crate::api::extract::{Json, Path};
-use crate::checkpoints::pre_deploy;
 use slipway_core::access;
 use slipway_core::error::ApiError;
 use slipway_core::state::AppState;
+use slipway_data::checkpoints::pre_deploy;
 use slipway_jobs::{self, store::Admission, store::Enqueued};
 use slipway_postgres::snapshots;
 use slipway_postgres::store::{self, NewRecord, Record};
@@ -114,7 +114,7 @@ async fn delete_record(
 ) -> Result<StatusCode, ApiError> {
     caller.require(&state, RouteGroup::Databases)?;
     if let Some(archive) = state.snapshot_archive() {
-        crate::checkpoints::exclusively(
+        slipway_data::checkpoints::exclusively(
             state.db(),
             channel_id,
             snapshots::forget_channel(state.db(), archive, channel_id),
