@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test tier, in order, and stops at the first that fails:
-#   1. lint     cargo fmt --check, hack/layers (no import cycle through a layer), clippy with -D warnings, and
+#   1. lint     cargo fmt --check, hack/layers (no cycle between crates or modules), clippy with -D warnings, and
 #               hack/monitoring-check.sh: helm lint --strict with monitoring off and on, the rendered PodMonitors and
 #               PrometheusRule against prometheus-operator's CRD schemas, promtool check rules and test rules (each
 #               alert firing and quiet on recorded series), the dashboard's queries

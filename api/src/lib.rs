@@ -4,7 +4,6 @@
 //! of, so it can be tested without a process boundary.
 
 pub mod admin;
-pub mod api;
 pub mod backup;
 pub mod blob_settings;
 pub mod console;

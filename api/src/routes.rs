@@ -6,8 +6,8 @@ use axum::Router;
 use axum::extract::Request;
 use tower_http::trace::TraceLayer;
 
-use crate::api;
 use slipway_core::state::AppState;
+use slipway_rest as api;
 
 /// Every route of the API's public listener, each answering in the envelope when a handler panics.
 pub fn public(state: AppState) -> Router {

@@ -49,7 +49,7 @@ pub struct Caller {
     /// The one path the token is good for (a download token); `None` for every route its scopes allow.
     pub only_path: Option<String>,
     /// The one endpoint the token is good at (`mcp`: the MCP server's OAuth sign-in); `None` for every route its
-    /// scopes allow. A token it mints carries it on ([`crate::api::tokens`]).
+    /// scopes allow. A token it mints carries it on (`slipway_rest::tokens`).
     pub audience: Option<String>,
 }
 

@@ -1088,7 +1088,7 @@ async fn huge_lifetimes_answer_400_and_never_drop_the_connection() -> Result<()>
     for body in [
         json!({"expires_in": 9_000_000_000_000_i64}),
         json!({"expires_in": i64::MAX}),
-        json!({"expires_in": slipway_api::api::tokens::MAX_TOKEN_SECONDS + 1}),
+        json!({"expires_in": slipway_rest::tokens::MAX_TOKEN_SECONDS + 1}),
     ] {
         let reply = api.post("/tokens", &alice, body.clone()).await;
         assert!(
@@ -1105,7 +1105,7 @@ async fn huge_lifetimes_answer_400_and_never_drop_the_connection() -> Result<()>
         .post(
             "/tokens",
             &alice,
-            json!({"expires_in": slipway_api::api::tokens::MAX_TOKEN_SECONDS}),
+            json!({"expires_in": slipway_rest::tokens::MAX_TOKEN_SECONDS}),
         )
         .await
         .expect(200, None);

@@ -1553,17 +1553,13 @@ async fn the_account_lists_its_live_tokens_with_their_last_use_and_labels_are_bo
         .await
         .expect(200, None);
     let refused =
-        slipway_api::api::tokens::mint_for_person(&api.state, hal.id, Some("y".repeat(101)), None)
+        slipway_rest::tokens::mint_for_person(&api.state, hal.id, Some("y".repeat(101)), None)
             .await;
     assert_eq!(refused.unwrap_err().status_and_code().0.as_u16(), 400);
-    let minted = slipway_api::api::tokens::mint_for_person(
-        &api.state,
-        hal.id,
-        Some("ci".into()),
-        Some(86_400),
-    )
-    .await
-    .unwrap();
+    let minted =
+        slipway_rest::tokens::mint_for_person(&api.state, hal.id, Some("ci".into()), Some(86_400))
+            .await
+            .unwrap();
     assert!(minted.expires_at.is_some());
     // A token minted for a person is the root of its chain: revoking the token hal signed in with leaves it.
     api.delete(&format!("/tokens/{}", made["id"].as_str().unwrap()), &hal)

@@ -134,7 +134,7 @@ async fn commit_files_takes_what_the_changeset_route_takes_and_no_more() -> Resu
     let mut agent = McpClient::connect(&url, &alice.token).await?;
 
     // A file just under the REST changeset route's limit, in one call.
-    let size = slipway_api::api::repo::CHANGESET_BODY_LIMIT - 4096;
+    let size = slipway_rest::repo::CHANGESET_BODY_LIMIT - 4096;
     let large = "x".repeat(size);
     let committed = agent
         .call(

@@ -171,7 +171,7 @@ async fn an_agent_registers_with_ssh_keygen_signs_in_again_and_its_tokens_create
     let picked_name = picked["username"].as_str().unwrap();
     api.forget_namespace_later(&format!("slipway-user-{picked_name}"));
     assert!(
-        slipway_api::api::registrations::is_agent_username(picked_name) && picked_name.len() == 13,
+        slipway_rest::registrations::is_agent_username(picked_name) && picked_name.len() == 13,
         "{picked_name}"
     );
     Ok(())

@@ -312,7 +312,7 @@ impl TestApi {
             slipway_api::job_kinds::run(state.clone()),
         ));
         let router = slipway_api::routes::public(state.clone());
-        let internal_router = slipway_api::api::internal_router(state.clone());
+        let internal_router = slipway_rest::internal_router(state.clone());
         Ok(Self {
             served: (
                 LiveRouter::new(router.clone()),
@@ -384,7 +384,7 @@ impl TestApi {
     fn rebuild(&mut self, change: impl FnOnce(AppState) -> AppState) {
         self.state = change(self.state.clone());
         self.router = slipway_api::routes::public(self.state.clone());
-        self.internal_router = slipway_api::api::internal_router(self.state.clone());
+        self.internal_router = slipway_rest::internal_router(self.state.clone());
         self.served.0.replace(self.router.clone());
         self.served.1.replace(self.internal_router.clone());
         self._jobs = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(

@@ -23,7 +23,7 @@ pub fn esc(text: &str) -> String {
 
 /// A percent-escaped path segment (an id, a key, a domain, a username) for an `href` or a form's `action`.
 pub fn seg(text: &str) -> String {
-    crate::mcp::rest::segment(text)
+    slipway_rest::in_process::segment(text)
 }
 
 /// Who is signed in, for the page's header.

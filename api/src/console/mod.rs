@@ -1,6 +1,6 @@
 //! The web console ({console_url}): the pages people use instead of curl. It is served by `slipway api` on a
 //! listener of its own (`--console-listen`), over TLS when given a certificate, and calls the REST API in-process
-//! with the signed-in person's own token, as the MCP server does ([`crate::mcp::rest`]): every rule (scopes,
+//! with the signed-in person's own token, as the MCP server does ([`slipway_rest::in_process`]): every rule (scopes,
 //! roles, 404 for an app the person cannot see, validation, audit events) is the route's, never implemented again
 //! here. The few things no route does are the console's by the spec: signing people in ([`sign_in`], mapping
 //! them to accounts in [`slipway_core::people`]), minting tokens at `/tokens` ([`pages::tokens`]), and moving an app to
@@ -26,10 +26,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 
-use crate::mcp::rest::Failure;
 use slipway_core::state::AppState;
 use slipway_identity::seal::Sealer;
 use slipway_identity::upstream::{Upstream, UpstreamConfig};
+use slipway_rest::in_process::Failure;
 
 /// The console's router type.
 pub type ConsoleRouter = axum::Router<Arc<Console>>;
@@ -203,12 +203,12 @@ pub fn router(console: Arc<Console>) -> axum::Router {
         .merge(pages::routes())
         .fallback(|| async { error_page(StatusCode::NOT_FOUND, "There is no such page.") })
         .with_state(console);
-    crate::api::guarded(
+    slipway_rest::guarded(
         routes
             .layer(axum::middleware::from_fn(security_headers))
             .layer(tower_http::timeout::TimeoutLayer::with_status_code(
                 StatusCode::SERVICE_UNAVAILABLE,
-                crate::api::REQUEST_TIMEOUT,
+                slipway_rest::REQUEST_TIMEOUT,
             ))
             .layer(
                 tower_http::trace::TraceLayer::new_for_http().make_span_with(

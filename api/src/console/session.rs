@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::Console;
-use crate::mcp::rest::Rest;
 use slipway_identity::seal::Purpose;
+use slipway_rest::in_process::Rest;
 
 /// The session cookie.
 pub const SESSION_COOKIE: &str = "__Host-slipway_session";

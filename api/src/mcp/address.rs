@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::rest::{Failure, Rest, segment};
+use slipway_rest::in_process::{Failure, Rest, segment};
 
 /// The app a tool acts on.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -8,7 +8,7 @@ use rmcp::model::JsonObject;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::rest::Failure;
+use slipway_rest::in_process::Failure;
 
 /// The arguments that retired after 2026-10-01, each with its replacement and what that names.
 const RETIRED: [(&str, &str, &str); 2] = [

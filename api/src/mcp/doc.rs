@@ -6,7 +6,7 @@ use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::security::SecurityRequirement;
 use utoipa::openapi::{Content, ObjectBuilder, ResponseBuilder, Type};
 
-use crate::api::svc_auth_doc::error;
+use slipway_rest::svc_auth_doc::error;
 
 /// Adds `POST /mcp` to `doc`.
 pub fn document(doc: &mut utoipa::openapi::OpenApi) {

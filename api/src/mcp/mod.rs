@@ -18,7 +18,6 @@
 pub mod address;
 pub mod arguments;
 pub mod doc;
-pub mod rest;
 mod server;
 pub mod tools;
 pub mod transport;

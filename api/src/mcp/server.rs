@@ -15,10 +15,10 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::rest::{Failure, Rest};
 use super::tools::{self, Ctx, Output};
 use super::wording;
 use slipway_core::state::AppState;
+use slipway_rest::in_process::{Failure, Rest};
 
 /// What the server tells a client at `initialize`.
 const INSTRUCTIONS: &str = "slipway hosts apps from git. Name an app by `app_name` (its name, or owner/name for \

@@ -17,7 +17,7 @@ use serde_json::json;
 use slipway_core::state::AppState;
 
 /// Largest request body: a changeset as large as the REST changeset route takes, in its JSON-RPC envelope.
-pub const BODY_LIMIT: usize = crate::api::repo::CHANGESET_BODY_LIMIT + ENVELOPE_BYTES;
+pub const BODY_LIMIT: usize = slipway_rest::repo::CHANGESET_BODY_LIMIT + ENVELOPE_BYTES;
 
 /// Room for the JSON-RPC envelope and the tool's other arguments around a changeset.
 const ENVELOPE_BYTES: usize = 64 * 1024;

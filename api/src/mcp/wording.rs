@@ -3,7 +3,7 @@
 //! the route's field names (`changes`): an agent cannot call a route, so those phrases become the tools and
 //! arguments it can use. Only the message changes; the status and code stay the route's.
 
-use super::rest::Failure;
+use slipway_rest::in_process::Failure;
 
 /// Route phrases and what an agent is told instead, longest first where one contains another.
 const PHRASES: [(&str, &str); 5] = [
@@ -79,8 +79,8 @@ mod tests {
 
     #[test]
     fn changeset_messages_name_the_tools_arguments() {
-        let request =
-            |changes: &[(&str, &str)], edits: &[(&str, &str)]| crate::api::repo::ChangesetRequest {
+        let request = |changes: &[(&str, &str)], edits: &[(&str, &str)]| {
+            slipway_rest::repo::ChangesetRequest {
                 message: "m".into(),
                 reference: None,
                 changes: Some(
@@ -96,13 +96,14 @@ mod tests {
                         .collect(),
                 ),
                 patches: None,
-            };
-        let empty = crate::api::repo::validate(request(&[], &[])).unwrap_err();
+            }
+        };
+        let empty = slipway_rest::repo::validate(request(&[], &[])).unwrap_err();
         assert_eq!(
             read(empty),
             "a changeset needs at least one path in files, edits or patches"
         );
-        let both = crate::api::repo::validate(request(&[("a", "x")], &[("a", "")])).unwrap_err();
+        let both = slipway_rest::repo::validate(request(&[("a", "x")], &[("a", "")])).unwrap_err();
         assert_eq!(
             read(both),
             "path \"a\" is in both files and edits; a path belongs to exactly one of them"

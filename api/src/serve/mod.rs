@@ -154,7 +154,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     tracing::info!(addr = %args.internal_listen, "serving the internal routes");
     let internal = slipway_http::serve_router(
         internal_listener,
-        crate::api::internal_router(state.clone()),
+        slipway_rest::internal_router(state.clone()),
         slipway_http::shutdown_signal(),
         DRAIN_LIMIT,
     );

@@ -1,6 +1,6 @@
 //! OAuth 2.0 for people at the MCP server, as the MCP authorization specification (2026-07-28) asks: the API is
 //! both the protected resource ({mcp_url}) and its authorization server, whose issuer is the API's public URL.
-//! The routes are in [`crate::api::oauth`]; this module holds what is not HTTP.
+//! The routes are in `slipway_rest::oauth`; this module holds what is not HTTP.
 //!
 //! - **Discovery**: `/.well-known/oauth-protected-resource[/mcp]` (RFC 9728) names {mcp_url} and this issuer; a
 //!   401 from the MCP endpoint points at it with `WWW-Authenticate: Bearer resource_metadata="..."`;

@@ -14,8 +14,8 @@ use super::{Done, list, may, notice, person_page, see, text};
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
 use crate::console::{Console, ConsoleRouter, error_page};
-use crate::mcp::rest::Failure;
 use slipway_core::access::Action;
+use slipway_rest::in_process::Failure;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {

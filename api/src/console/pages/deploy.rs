@@ -11,11 +11,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{person_page, text};
-use crate::api::deploys::MAX_WINDOW;
 use crate::console::ConsoleRouter;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::Person;
-use crate::mcp::rest::with_query;
+use slipway_rest::deploys::MAX_WINDOW;
+use slipway_rest::in_process::with_query;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -31,7 +31,7 @@ async fn window(
     channel: &str,
     deploy_id: &str,
     offset: u64,
-) -> Result<Value, crate::mcp::rest::Failure> {
+) -> Result<Value, slipway_rest::in_process::Failure> {
     let path = with_query(
         &format!("{channel}/logs"),
         &[

@@ -12,8 +12,8 @@ use super::{Done, list, may, notice, person_page, see, text};
 use crate::console::ConsoleRouter;
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
-use crate::mcp::rest::with_query;
 use slipway_core::access::Action;
+use slipway_rest::in_process::with_query;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {

@@ -14,7 +14,7 @@ use super::{list, notice, person_page, see, text};
 use crate::console::html::{self, esc, seg};
 use crate::console::session::{Person, Write};
 use crate::console::{Console, ConsoleRouter};
-use crate::mcp::rest::Failure;
+use slipway_rest::in_process::Failure;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -106,7 +106,7 @@ async fn tokens(person: Person, Query(query): Query<TokensQuery>) -> Response {
 <button type="submit">Create token</button></form>
 <p class="hint">A token carries the nine default scopes. It is shown once, right after you create it.</p></section>"#,
         label = esc(query.label.as_deref().unwrap_or_default()),
-        max = crate::api::tokens::MAX_LABEL,
+        max = slipway_rest::tokens::MAX_LABEL,
     ));
     body.push_str("<h2>Your tokens</h2>");
     body.push_str(&html::table(
@@ -142,7 +142,7 @@ async fn mint(State(console): State<Arc<Console>>, write: Write) -> Response {
             "/tokens",
         );
     };
-    let minted = match crate::api::tokens::mint_for_person(
+    let minted = match slipway_rest::tokens::mint_for_person(
         &console.state,
         caller.user_id,
         write.fields.opt("label"),
@@ -193,7 +193,7 @@ mod tests {
     fn every_life_is_one_the_api_takes() {
         for (_, _, life) in LIVES {
             if let Some(seconds) = life {
-                assert!((1..=crate::api::tokens::MAX_TOKEN_SECONDS).contains(seconds));
+                assert!((1..=slipway_rest::tokens::MAX_TOKEN_SECONDS).contains(seconds));
             }
         }
     }

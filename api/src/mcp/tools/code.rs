@@ -10,9 +10,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ADDS, Ctx, OfApp, OfChannel, Output, READS, SETS, ToolDef, body, json, tool};
-use crate::api::deploys::{DeployRequest, checked_request};
 use crate::mcp::address::{self, AppAddress, ChannelAddress};
-use crate::mcp::rest::{Failure, with_query};
+use slipway_rest::deploys::{DeployRequest, checked_request};
+use slipway_rest::in_process::{Failure, with_query};
 
 /// `list_files` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::{ADDS, Ctx, DESTROYS, OfChannel, READS, ToolDef, download_link, json, tool};
 use crate::mcp::address::{self, AppAddress, ChannelAddress};
-use crate::mcp::rest::{Failure, segment};
+use slipway_rest::in_process::{Failure, segment};
 
 /// Arguments naming one snapshot of a channel.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::{Ctx, DESTROYS, READS, SETS, ToolDef, body, json, tool};
 use crate::mcp::address::{self, AppAddress, ChannelAddress, ResolvedApp};
-use crate::mcp::rest::{Failure, Rest, segment, with_query};
+use slipway_rest::in_process::{Failure, Rest, segment, with_query};
 
 /// `set_env` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]

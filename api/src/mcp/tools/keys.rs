@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{ADDS, Ctx, DESTROYS, NoArguments, READS, SETS, ToolDef, body, json, tool};
-use crate::mcp::rest::segment;
+use slipway_rest::in_process::segment;
 
 /// `get_credentials` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use super::address::{AppAddress, ChannelAddress};
 use super::arguments;
-use super::rest::{Failure, Rest, with_query};
+use slipway_rest::in_process::{Failure, Rest, with_query};
 
 /// What a tool needs to act: the REST API as its caller sees it, and the API's public origin (for links the
 /// caller follows itself, such as a snapshot's download).

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::{ADDS, Ctx, DESTROYS, OfApp, OfChannel, READS, SETS, ToolDef, json, tool};
 use crate::mcp::address::{self, AppAddress, ChannelAddress};
-use crate::mcp::rest::segment;
+use slipway_rest::in_process::segment;
 
 /// Arguments naming a custom domain of a channel.
 #[derive(Debug, Deserialize, JsonSchema)]

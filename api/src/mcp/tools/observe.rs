@@ -10,7 +10,7 @@ use super::{
     ADDS, AppPage, Ctx, Hints, NoArguments, OfApp, READS, ToolDef, download_of, json, tool,
 };
 use crate::mcp::address::{self, AppAddress};
-use crate::mcp::rest::segment;
+use slipway_rest::in_process::segment;
 
 /// `get_export_status` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]

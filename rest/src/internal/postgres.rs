@@ -18,7 +18,7 @@ use slipway_internal::protocol::{
 use uuid::Uuid;
 
 use super::guard::InternalCaller;
-use crate::api::extract::{Json, Path};
+use crate::extract::{Json, Path};
 use slipway_core::access;
 use slipway_core::error::ApiError;
 use slipway_core::state::AppState;

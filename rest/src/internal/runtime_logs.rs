@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::app_by_id;
 use super::guard::InternalCaller;
-use crate::api::extract::{Json, Path};
+use crate::extract::{Json, Path};
 use slipway_core::access;
 use slipway_core::error::ApiError;
 use slipway_core::state::AppState;

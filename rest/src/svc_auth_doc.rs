@@ -51,7 +51,7 @@ fn query(name: &str, required: bool, description: &str) -> utoipa::openapi::path
 }
 
 /// A response in the error envelope, described.
-pub(crate) fn error(description: &str) -> utoipa::openapi::Response {
+pub fn error(description: &str) -> utoipa::openapi::Response {
     ResponseBuilder::new()
         .description(description)
         .content(

@@ -18,6 +18,7 @@ pub mod exports;
 pub mod extract;
 pub mod feedback;
 pub mod forwards;
+pub mod in_process;
 pub mod internal;
 pub mod members;
 pub mod mirror;
@@ -35,7 +36,7 @@ pub mod runtime_log;
 pub mod snapshots;
 pub mod ssh_keys;
 pub mod stats;
-pub(crate) mod svc_auth_doc;
+pub mod svc_auth_doc;
 pub mod tokens;
 pub mod views;
 

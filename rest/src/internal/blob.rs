@@ -13,7 +13,7 @@ use slipway_internal::protocol::{BlobCredentials, BlobStoreRequest, BlobStoreRes
 use uuid::Uuid;
 
 use super::guard::InternalCaller;
-use crate::api::extract::{Json, Path};
+use crate::extract::{Json, Path};
 use slipway_blob::store::{self, NewStore};
 use slipway_core::access;
 use slipway_core::error::ApiError;

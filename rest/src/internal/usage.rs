@@ -9,7 +9,7 @@ use slipway_internal::RouteGroup;
 use slipway_internal::protocol::BandwidthReport;
 
 use super::guard::InternalCaller;
-use crate::api::extract::Json;
+use crate::extract::Json;
 use slipway_core::error::ApiError;
 use slipway_core::state::AppState;
 

@@ -74,7 +74,7 @@ async fn resolve_commit(
 ) -> Result<Json<CommitResponse>, ApiError> {
     caller.require(&state, RouteGroup::Commits)?;
     let app = app_by_id(&state, app_id)?;
-    let sha = crate::api::repo::resolve_commit(&state, &app, rev.clone())
+    let sha = crate::repo::resolve_commit(&state, &app, rev.clone())
         .await?
         .ok_or_else(|| {
             ApiError::Missing(
@@ -145,7 +145,7 @@ async fn archive(
 
 /// 404 unless `sha` is a commit of the app's repository.
 async fn commit_exists(state: &AppState, app: &VisibleApp, sha: &str) -> Result<(), ApiError> {
-    match crate::api::repo::resolve_commit(state, app, sha.to_owned()).await? {
+    match crate::repo::resolve_commit(state, app, sha.to_owned()).await? {
         Some(_) => Ok(()),
         None => Err(ApiError::Missing(
             "not_found",
