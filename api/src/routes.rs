@@ -11,7 +11,7 @@ use slipway_rest as api;
 
 /// Every route of the API's public listener, each answering in the envelope when a handler panics.
 pub fn public(state: AppState) -> Router {
-    let rest = api::router(state.clone(), crate::mcp::doc::document).merge(
+    let rest = api::router(state.clone(), slipway_mcp::doc::document).merge(
         slipway_git::http::routes()
             .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
                 tracing::info_span!(
@@ -23,7 +23,7 @@ pub fn public(state: AppState) -> Router {
             }))
             .with_state(state.clone()),
     );
-    let mcp = crate::mcp::routes(rest.clone(), state).layer(
+    let mcp = slipway_mcp::routes(rest.clone(), state).layer(
         TraceLayer::new_for_http().make_span_with(|req: &Request| {
             tracing::info_span!(
                 "mcp",
@@ -37,5 +37,5 @@ pub fn public(state: AppState) -> Router {
 
 /// The OpenAPI document `/openapi.json` serves: the REST routes and the MCP endpoint.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api::openapi_router(crate::mcp::doc::document).1
+    api::openapi_router(slipway_mcp::doc::document).1
 }

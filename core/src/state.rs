@@ -214,7 +214,7 @@ impl AppState {
         }
     }
 
-    /// The same state with a job runner of this timing (before its loop starts: [`crate::job_kinds::run`]).
+    /// The same state with a job runner of this timing (before its loop starts: `slipway_api::job_kinds::run`).
     pub fn with_job_timing(mut self, timing: slipway_jobs::Timing) -> Self {
         self.jobs = Arc::new(slipway_jobs::Runner::new(timing));
         self

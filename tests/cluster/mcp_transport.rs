@@ -151,7 +151,7 @@ async fn commit_files_takes_what_the_changeset_route_takes_and_no_more() -> Resu
     assert_eq!(files["files"][0]["size"], size);
 
     // Over the endpoint's limit: a JSON-RPC error naming it, and the session goes on.
-    let over = "x".repeat(slipway_api::mcp::transport::BODY_LIMIT);
+    let over = "x".repeat(slipway_mcp::transport::BODY_LIMIT);
     let (code, message) = agent
         .rpc_error(
             "commit_files",
@@ -160,7 +160,7 @@ async fn commit_files_takes_what_the_changeset_route_takes_and_no_more() -> Resu
         .await?;
     assert_eq!(code, -32600, "{message}");
     assert!(
-        message.contains(&slipway_api::mcp::transport::BODY_LIMIT.to_string()),
+        message.contains(&slipway_mcp::transport::BODY_LIMIT.to_string()),
         "{message}"
     );
     let listed = agent.call("list_apps", json!({})).await?.ok();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use slipway_api::console::Console;
+use slipway_console::Console;
 use slipway_identity::UpstreamConfig;
 
 use super::TestApi;
@@ -53,7 +53,7 @@ impl TestConsole {
         let cert = pki.serving_cert(&[HOST])?;
         let dir = slipway_testkit::tls::TempDir::new("console-tls")?;
         let (cert_path, key_path) = cert.write_to(dir.path())?;
-        let args = slipway_api::console::ConsoleArgs {
+        let args = slipway_console::ConsoleArgs {
             console_listen: Some(addr),
             console_url: Some(origin.clone()),
             console_secret_file: None,
@@ -83,13 +83,9 @@ impl TestConsole {
         console.apps_port = args.console_apps_port;
         tokio::spawn(async move {
             let _dir = dir;
-            if let Err(e) = slipway_api::console::serve(
-                listener,
-                tls,
-                Arc::new(console),
-                std::future::pending(),
-            )
-            .await
+            if let Err(e) =
+                slipway_console::serve(listener, tls, Arc::new(console), std::future::pending())
+                    .await
             {
                 panic!("the console stopped: {e:#}");
             }

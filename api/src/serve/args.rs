@@ -76,7 +76,7 @@ pub struct ApiArgs {
     pub s3_gateway_url: Option<String>,
     /// The web console ({console_url}).
     #[command(flatten)]
-    pub console: Box<crate::console::ConsoleArgs>,
+    pub console: Box<slipway_console::ConsoleArgs>,
     /// External SQL access (a TLS Postgres listener).
     #[command(flatten)]
     pub sql_proxy: slipway_data::sql_proxy::SqlProxyArgs,

@@ -138,7 +138,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("listen for the console on {addr}"))?;
-            futures::future::Either::Left(crate::console::serve(
+            futures::future::Either::Left(slipway_console::serve(
                 listener,
                 tls,
                 console,

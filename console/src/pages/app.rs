@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 
 use super::apps::{channel_cells, soft_cap_warning};
 use super::{Done, list, may, notice, person_page, see, text};
-use crate::console::html::{self, esc, seg};
-use crate::console::session::{Person, Write};
-use crate::console::{Console, ConsoleRouter, error_page};
+use crate::html::{self, esc, seg};
+use crate::session::{Person, Write};
+use crate::{Console, ConsoleRouter, error_page};
 use slipway_core::access::Action;
 use slipway_rest::in_process::Failure;
 

@@ -9,9 +9,9 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::{Done, list, notice, person_page, see, text};
-use crate::console::html::{self, esc, seg};
-use crate::console::session::{Person, Write};
-use crate::console::{Console, ConsoleRouter};
+use crate::html::{self, esc, seg};
+use crate::session::{Person, Write};
+use crate::{Console, ConsoleRouter};
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {

@@ -11,9 +11,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{person_page, text};
-use crate::console::ConsoleRouter;
-use crate::console::html::{self, esc, seg};
-use crate::console::session::Person;
+use crate::ConsoleRouter;
+use crate::html::{self, esc, seg};
+use crate::session::Person;
 use slipway_rest::deploys::MAX_WINDOW;
 use slipway_rest::in_process::with_query;
 

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{ADDS, Ctx, DESTROYS, OfApp, OfChannel, READS, SETS, ToolDef, json, tool};
-use crate::mcp::address::{self, AppAddress, ChannelAddress};
+use crate::address::{self, AppAddress, ChannelAddress};
 use slipway_rest::in_process::segment;
 
 /// Arguments naming a custom domain of a channel.

@@ -9,9 +9,9 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::{Done, list, may, notice, person_page, see, text};
-use crate::console::ConsoleRouter;
-use crate::console::html::{self, esc, seg};
-use crate::console::session::{Person, Write};
+use crate::ConsoleRouter;
+use crate::html::{self, esc, seg};
+use crate::session::{Person, Write};
 use slipway_core::access::Action;
 use slipway_rest::in_process::with_query;
 

@@ -7,9 +7,9 @@ use serde_json::Value;
 
 use super::apps::soft_cap_warning;
 use super::{list, person_page, text};
-use crate::console::ConsoleRouter;
-use crate::console::html::{self, esc};
-use crate::console::session::Person;
+use crate::ConsoleRouter;
+use crate::html::{self, esc};
+use crate::session::Person;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {

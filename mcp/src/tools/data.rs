@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{ADDS, Ctx, DESTROYS, OfChannel, READS, ToolDef, download_link, json, tool};
-use crate::mcp::address::{self, AppAddress, ChannelAddress};
+use crate::address::{self, AppAddress, ChannelAddress};
 use slipway_rest::in_process::{Failure, segment};
 
 /// Arguments naming one snapshot of a channel.

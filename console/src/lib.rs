@@ -2,7 +2,7 @@
 //! listener of its own (`--console-listen`), over TLS when given a certificate, and calls the REST API in-process
 //! with the signed-in person's own token, as the MCP server does ([`slipway_rest::in_process`]): every rule (scopes,
 //! roles, 404 for an app the person cannot see, validation, audit events) is the route's, never implemented again
-//! here. The few things no route does are the console's by the spec: signing people in ([`sign_in`], mapping
+//! here. The few things no route does are the console's by the spec: signing people in ([`login`], mapping
 //! them to accounts in [`slipway_core::people`]), minting tokens at `/tokens` ([`pages::tokens`]), and moving an app to
 //! another account ([`slipway_core::transfer`], which has no route at all).
 //!

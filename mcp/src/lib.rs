@@ -2,7 +2,7 @@
 //! over MCP's streamable HTTP transport (`rmcp`), stateless so that any API replica answers any request.
 //!
 //! A tool is a thin translation ([`tools`]): it resolves `app_name` and `channel` to ids ([`address`]) and calls
-//! the REST route in-process through the same router, with the caller's own bearer ([`rest`]). Scopes, protected
+//! the REST route in-process through the same router, with the caller's own bearer ([`slipway_rest::in_process`]). Scopes, protected
 //! actions, roles, 404-not-403, request budgets and the error envelope therefore hold unchanged, and a tool cannot
 //! do what its route would refuse.
 //!

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Ctx, DESTROYS, READS, SETS, ToolDef, body, json, tool};
-use crate::mcp::address::{self, AppAddress, ChannelAddress, ResolvedApp};
+use crate::address::{self, AppAddress, ChannelAddress, ResolvedApp};
 use slipway_rest::in_process::{Failure, Rest, segment, with_query};
 
 /// `set_env` arguments.

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ADDS, Ctx, OfApp, OfChannel, Output, READS, SETS, ToolDef, body, json, tool};
-use crate::mcp::address::{self, AppAddress, ChannelAddress};
+use crate::address::{self, AppAddress, ChannelAddress};
 use slipway_rest::deploys::{DeployRequest, checked_request};
 use slipway_rest::in_process::{Failure, with_query};
 

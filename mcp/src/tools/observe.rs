@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{
     ADDS, AppPage, Ctx, Hints, NoArguments, OfApp, READS, ToolDef, download_of, json, tool,
 };
-use crate::mcp::address::{self, AppAddress};
+use crate::address::{self, AppAddress};
 use slipway_rest::in_process::segment;
 
 /// `get_export_status` arguments.

@@ -11,9 +11,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{list, notice, person_page, see, text};
-use crate::console::html::{self, esc, seg};
-use crate::console::session::{Person, Write};
-use crate::console::{Console, ConsoleRouter};
+use crate::html::{self, esc, seg};
+use crate::session::{Person, Write};
+use crate::{Console, ConsoleRouter};
 use slipway_rest::in_process::Failure;
 
 /// The routes of this page.

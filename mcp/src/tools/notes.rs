@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{ADDS, AppPage, Ctx, Page, READS, SETS, ToolDef, json, tool};
-use crate::mcp::address::{self, AppAddress};
+use crate::address::{self, AppAddress};
 
 /// `submit_feedback` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{ADDS, Ctx, DESTROYS, NoArguments, OfApp, OfChannel, READS, ToolDef, body, json, tool};
-use crate::mcp::address::{self, AppAddress};
+use crate::address::{self, AppAddress};
 
 /// `create_app` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
