@@ -37,7 +37,7 @@ pub enum Command {
     Api(slipway_api::serve::ApiArgs),
     /// Run the reconcilers that turn apps, channels and deploys into builds, workloads and routes, with /healthz,
     /// /readyz and /metrics.
-    Operator(slipway_api::operator::OperatorArgs),
+    Operator(slipway_controllers::operator::OperatorArgs),
     /// Serve S3 for the channels' buckets: each channel's key pair reaches only its own bucket, versioning stays
     /// on, and the owner's byte quota holds; objects live on the S3 backend behind it.
     S3(slipway_blob::serve::S3Args),
@@ -72,7 +72,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Api(args) => slipway_api::serve::run(args).await,
         Command::Admin(command) => slipway_api::admin::run(command).await,
-        Command::Operator(args) => slipway_api::operator::run(args).await,
+        Command::Operator(args) => slipway_controllers::operator::run(args).await,
         Command::Webhook(args) => slipway_webhooks::run(args).await,
         Command::Edge(args) => slipway_edge::run(args).await,
         Command::S3(args) => slipway_blob::serve::run(args).await,

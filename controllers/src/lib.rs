@@ -19,6 +19,7 @@ pub mod leader;
 pub mod log_archive;
 pub mod metrics;
 pub mod network_policies;
+pub mod operator;
 pub mod plan;
 pub mod postgres;
 pub mod probes;

@@ -40,6 +40,9 @@ pub const COMPONENT_PULL: &str = "registry-pull";
 pub const CERTIFICATE: &str = "slipway.dev/certificate";
 /// [`CERTIFICATE`]'s value on a custom domain's certificate.
 pub const CERTIFICATE_DOMAIN: &str = "domain";
+/// Name of the Secret, beside the certificates, that holds the operator's ACME account credentials (the platform
+/// backup keeps it with them).
+pub const ACME_ACCOUNT_SECRET: &str = "slipway-acme-account";
 /// cert-manager's annotation listing a certificate's DNS names (comma-separated); the edge serves a certificate for
 /// the names it lists.
 pub const ALT_NAMES: &str = "cert-manager.io/alt-names";

@@ -152,10 +152,7 @@ impl Release {
             .into_iter()
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()?;
-        if let Some(account) = api
-            .get_opt(slipway_controllers::domain::acme::ACCOUNT_SECRET)
-            .await?
-        {
+        if let Some(account) = api.get_opt(labels::ACME_ACCOUNT_SECRET).await? {
             secrets.push(serde_json::to_value(account)?);
         }
         Ok(secrets)

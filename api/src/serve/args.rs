@@ -82,14 +82,14 @@ pub struct ApiArgs {
     pub sql_proxy: slipway_data::sql_proxy::SqlProxyArgs,
     /// The data server (the channels' SQL databases), measured by the database routes.
     #[command(flatten)]
-    pub data_server: crate::postgres_settings::DataServerArgs,
+    pub data_server: slipway_backends::args::DataServerArgs,
     /// The object-storage backend, where SQL snapshot files are kept (in `<prefix>system`). Unset: no
     /// snapshots are taken.
     #[command(flatten)]
-    pub snapshot_store: crate::blob_settings::S3BackendArgs,
+    pub snapshot_store: slipway_backends::args::S3BackendArgs,
     /// The cluster registry's token endpoint (`/registry/token`).
     #[command(flatten)]
-    pub registry_tokens: crate::registry_tokens::RegistryTokenArgs,
+    pub registry_tokens: slipway_internal::registry_token::RegistryTokenArgs,
     /// Whether code, SQL snapshots and bucket checkpoints may be downloaded; `false` answers 403
     /// download_disabled on every download route and download-token route.
     #[arg(long, env = "SLIPWAY_DOWNLOADS", default_value_t = true, action = clap::ArgAction::Set)]

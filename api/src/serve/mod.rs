@@ -20,7 +20,7 @@ const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(25);
 async fn features(args: &ApiArgs, kube: &kube::Client) -> anyhow::Result<Features> {
     let data_server = args.data_server.server()?;
     if let Some(server) = &data_server {
-        crate::postgres_settings::check_at_start(server).await;
+        server.check_at_start().await;
     }
     let snapshot_archive = match args.snapshot_store.endpoint()? {
         Some(endpoint) => {

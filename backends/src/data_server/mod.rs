@@ -310,6 +310,15 @@ impl DataServer {
         Ok(RolesLock { conn })
     }
 
+    /// [`check`](Self::check) at a process's start: a server that does not let channel roles create postgis is
+    /// reported now, loudly, rather than at the first channel (whose status says the same).
+    pub async fn check_at_start(&self) {
+        match self.check().await {
+            Ok(()) => tracing::info!("data server ready: channel roles may create postgis"),
+            Err(e) => tracing::error!(error = %e, "the data server cannot host channel databases"),
+        }
+    }
+
     /// Checks that channel roles can create postgis here: pgextwlist is loaded and lists it. Remembered once it
     /// passed.
     pub async fn check(&self) -> Result<(), ServerError> {

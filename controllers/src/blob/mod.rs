@@ -42,24 +42,6 @@ pub struct BlobSettings {
     pub pod_endpoint: String,
 }
 
-/// Longest bucket prefix: bucket names have at most 63 characters and a uid takes 36.
-pub const MAX_BUCKET_PREFIX: usize = 63 - 36;
-
-/// Checks a bucket prefix: lowercase letters, digits and `-`, starting with a letter or digit, short enough.
-pub fn valid_bucket_prefix(prefix: &str) -> bool {
-    prefix.len() <= MAX_BUCKET_PREFIX
-        && (prefix.is_empty()
-            || prefix.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit()))
-        && prefix
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-}
-
-/// The backend bucket of the channel with `channel_uid`.
-pub fn backend_bucket(prefix: &str, channel_uid: &str) -> String {
-    format!("{prefix}{channel_uid}")
-}
-
 /// The state of a channel's store, for its condition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreState {
@@ -117,7 +99,7 @@ async fn try_ensure(
             &channel_uid,
             &BlobStoreRequest {
                 app_id: app_uid,
-                backend_bucket: backend_bucket(&settings.bucket_prefix, &channel_uid),
+                backend_bucket: object_store::backend_bucket(&settings.bucket_prefix, &channel_uid),
             },
         )
         .await?;
@@ -137,7 +119,7 @@ pub async fn remove(
 ) -> Result<(), Error> {
     let channel_uid = channel.uid().ok_or(Error::Incomplete("uid"))?;
     // The store names the bucket; a store never recorded still had its bucket named by the rule.
-    let bucket = backend_bucket(&settings.bucket_prefix, &channel_uid);
+    let bucket = object_store::backend_bucket(&settings.bucket_prefix, &channel_uid);
     settings
         .backend
         .remove_bucket(&bucket)
@@ -170,18 +152,6 @@ pub async fn container_env(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bucket_prefixes_keep_names_valid() {
-        assert!(valid_bucket_prefix("slipway-"));
-        assert!(valid_bucket_prefix(""));
-        assert!(!valid_bucket_prefix("-x"));
-        assert!(!valid_bucket_prefix("Slipway"));
-        assert!(!valid_bucket_prefix("a_b"));
-        assert!(!valid_bucket_prefix(&"a".repeat(28)));
-        let uid = "8d1c3c1e-0000-4000-8000-000000000001";
-        assert_eq!(backend_bucket(&"a".repeat(27), uid).len(), 63);
-    }
 
     #[test]
     fn the_env_keys_are_the_reserved_s3_keys() {

@@ -20,9 +20,8 @@ use tokio::sync::Mutex;
 
 use super::certificate::Issued;
 use crate::context::FIELD_MANAGER;
+use slipway_crds::labels::ACME_ACCOUNT_SECRET;
 
-/// Name of the Secret holding the ACME account's credentials.
-pub const ACCOUNT_SECRET: &str = "slipway-acme-account";
 const ACCOUNT_KEY: &str = "credentials.json";
 /// The longest an order may take once its challenge is published (validation, finalization, download).
 const ORDER_TIMEOUT: Duration = Duration::from_secs(90);
@@ -102,11 +101,15 @@ impl Issuer {
         if let Some(account) = cached.as_ref() {
             return Ok(account.clone());
         }
-        let stored = self.secrets.get_opt(ACCOUNT_SECRET).await?.and_then(|s| {
-            s.data
-                .and_then(|d| d.get(ACCOUNT_KEY).cloned())
-                .map(|b| b.0)
-        });
+        let stored = self
+            .secrets
+            .get_opt(ACME_ACCOUNT_SECRET)
+            .await?
+            .and_then(|s| {
+                s.data
+                    .and_then(|d| d.get(ACCOUNT_KEY).cloned())
+                    .map(|b| b.0)
+            });
         let account = match stored {
             Some(bytes) => {
                 let credentials: AccountCredentials = serde_json::from_slice(&bytes)
@@ -138,7 +141,7 @@ impl Issuer {
             .map_err(|e| IssueError::Other(format!("encode the ACME account: {e}")))?;
         let secret = Secret {
             metadata: kube::api::ObjectMeta {
-                name: Some(ACCOUNT_SECRET.into()),
+                name: Some(ACME_ACCOUNT_SECRET.into()),
                 labels: Some(
                     [(
                         slipway_crds::labels::MANAGED_BY.to_owned(),
@@ -159,7 +162,7 @@ impl Issuer {
             Ok(_) => Ok(account),
             // Another replica stored one first (a leadership change mid-way): use that one.
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                let stored = self.secrets.get(ACCOUNT_SECRET).await?;
+                let stored = self.secrets.get(ACME_ACCOUNT_SECRET).await?;
                 let bytes = stored
                     .data
                     .and_then(|d| d.get(ACCOUNT_KEY).cloned())

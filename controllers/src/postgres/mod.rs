@@ -1,5 +1,5 @@
 //! The SQL database of a channel, as the Channel reconciler keeps it: for every non-static channel a database on
-//! the data server ([`server`]) with a write role that owns it and a read-only role, made with the channel and
+//! the data server ([`slipway_backends::data_server`]) with a write role that owns it and a read-only role, made with the channel and
 //! dropped with it behind the [`FINALIZER`]; its state is the Channel's `DatabaseReady` condition, and a failure
 //! moves a channel still provisioning to `failed` until a retry (hourly, or at any change of the channel) works.
 //! The record of the database (its names and the roles' passwords, sealed in the platform database) belongs to the

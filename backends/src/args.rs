@@ -1,12 +1,36 @@
-//! Where the object-storage backend is, as the operator (it makes and removes channel buckets there) and the API
-//! server (it keeps SQL snapshot files in the platform's own bucket there) are told, and where pods reach the
-//! gateway (`S3_ENDPOINT`). Without a backend URL channels get no bucket and no snapshots are taken, which suits
-//! clusters that run slipway without object storage.
+//! The flags that name the two backends, as both the operator and the API server take them: the data server's
+//! admin connection ([`DataServerArgs`]) and the object store with the platform's root key pair
+//! ([`S3BackendArgs`]). Each role adds its own on top (the operator, where pods reach them); the values are checked
+//! here once, so a misconfigured install fails at start with the flag's name.
 
-use slipway_backends::object_store::{Backend, S3Endpoint};
-use slipway_controllers::blob::{self, BlobSettings};
+use std::sync::Arc;
 
-/// The backend and the platform's root key pair on it.
+use crate::data_server::DataServer;
+use crate::object_store::{self, S3Endpoint};
+
+/// The data server's admin connection. Without an admin URL channels get no database and the database routes
+/// answer 503 postgres_unavailable, which suits clusters that run slipway without SQL databases.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DataServerArgs {
+    /// Admin URL of the data server that holds the channels' databases
+    /// (`postgres://USER:PASSWORD@HOST:PORT/postgres`, a superuser; from the environment, since a flag would show
+    /// in the process list). Unset: channels get no database.
+    #[arg(long, env = "SLIPWAY_DATA_SERVER_URL", hide_env_values = true)]
+    pub data_server_url: Option<String>,
+}
+
+impl DataServerArgs {
+    /// The data server these options name; `None` without a URL.
+    pub fn server(&self) -> anyhow::Result<Option<Arc<DataServer>>> {
+        let Some(url) = &self.data_server_url else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(DataServer::new(url)?)))
+    }
+}
+
+/// The object-storage backend and the platform's root key pair on it. Without a backend URL channels get no bucket
+/// and no snapshots are taken, which suits clusters that run slipway without object storage.
 #[derive(Debug, Clone, clap::Args)]
 pub struct S3BackendArgs {
     /// URL of the S3 backend that holds the channels' buckets. Unset: channels get no bucket.
@@ -36,9 +60,9 @@ impl S3BackendArgs {
             return Ok(None);
         };
         anyhow::ensure!(
-            blob::valid_bucket_prefix(&self.s3_bucket_prefix),
+            object_store::valid_bucket_prefix(&self.s3_bucket_prefix),
             "--s3-bucket-prefix must be at most {} lowercase letters, digits and '-', starting with a letter or digit",
-            blob::MAX_BUCKET_PREFIX
+            object_store::MAX_BUCKET_PREFIX
         );
         anyhow::ensure!(
             !self.s3_backend_access_key_id.is_empty()
@@ -49,37 +73,6 @@ impl S3BackendArgs {
             url: url.clone(),
             access_key_id: self.s3_backend_access_key_id.clone(),
             secret_access_key: self.s3_backend_secret_access_key.clone(),
-        }))
-    }
-}
-
-/// Object-storage options of `slipway operator`.
-#[derive(Debug, clap::Args)]
-pub struct BlobOperatorArgs {
-    /// The backend.
-    #[command(flatten)]
-    pub backend: S3BackendArgs,
-    /// The gateway (`slipway s3`) as pods reach it: the `S3_ENDPOINT` apps get, e.g.
-    /// `http://slipway-s3.slipway-system.svc:7480`.
-    #[arg(long, env = "SLIPWAY_S3_ENDPOINT")]
-    pub s3_endpoint: Option<String>,
-}
-
-impl BlobOperatorArgs {
-    /// The settings these options name; `None` without a backend.
-    pub fn settings(&self) -> anyhow::Result<Option<BlobSettings>> {
-        let Some(endpoint) = self.backend.endpoint()? else {
-            return Ok(None);
-        };
-        let pod_endpoint = self.s3_endpoint.clone().ok_or_else(|| {
-            anyhow::anyhow!(
-                "--s3-endpoint (the gateway as pods reach it) is needed with --s3-backend-url"
-            )
-        })?;
-        Ok(Some(BlobSettings {
-            backend: Backend::new(&endpoint),
-            bucket_prefix: self.backend.s3_bucket_prefix.clone(),
-            pod_endpoint,
         }))
     }
 }

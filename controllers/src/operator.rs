@@ -1,4 +1,6 @@
-//! `slipway operator`: runs the reconcilers, with health and Prometheus metrics on an admin port.
+//! `slipway operator`: its flags (the backends' shared ones from [`slipway_backends::args`], the operator's own on
+//! top), and the run: the reconcilers, behind the leader lease, with health and Prometheus metrics on an admin
+//! port.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -6,10 +8,15 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use kube::Api;
 use prometheus_client::registry::Registry;
-use slipway_controllers::leader::LeaderElector;
-use slipway_controllers::metrics::Metrics;
-use slipway_controllers::{Context, OperatorConfig};
+use slipway_backends::args::{DataServerArgs, S3BackendArgs};
+use slipway_backends::object_store::Backend;
 use slipway_internal::InternalEndpoint;
+
+use crate::blob::BlobSettings;
+use crate::leader::LeaderElector;
+use crate::metrics::Metrics;
+use crate::postgres::PostgresSettings;
+use crate::{Context, OperatorConfig};
 
 /// Options of `slipway operator`.
 #[derive(Debug, clap::Args)]
@@ -85,7 +92,7 @@ pub struct OperatorArgs {
         env = "SLIPWAY_TENANT_GRANTS",
         value_delimiter = ','
     )]
-    pub tenant_grants: Vec<slipway_controllers::tenancy::TenantGrant>,
+    pub tenant_grants: Vec<crate::tenancy::TenantGrant>,
     /// A directory of YAML files whose NetworkPolicies are kept in every tenant namespace (the Helm chart mounts
     /// its isolation policies here). Given, the operator keeps exactly those and removes slipway's others (an empty
     /// directory removes them all); unset, it leaves tenant namespaces' policies alone.
@@ -93,13 +100,13 @@ pub struct OperatorArgs {
     pub tenant_network_policies: Option<std::path::PathBuf>,
     /// Tokens of the cluster registry: builds push with one, and the operator reads and deletes images with its own.
     #[command(flatten)]
-    pub registry_tokens: crate::registry_tokens::RegistryTokenArgs,
+    pub registry_tokens: slipway_internal::registry_token::RegistryTokenArgs,
     /// Object storage (the channels' buckets).
     #[command(flatten)]
-    pub blob: crate::blob_settings::BlobOperatorArgs,
+    pub blob: BlobOperatorArgs,
     /// The data server (the channels' SQL databases).
     #[command(flatten)]
-    pub postgres: crate::postgres_settings::PostgresOperatorArgs,
+    pub postgres: PostgresOperatorArgs,
     /// The DNS server custom-domain verification asks (host:port); the system's resolvers when unset.
     #[arg(long, env = "SLIPWAY_DNS_RESOLVER")]
     pub dns_resolver: Option<std::net::SocketAddr>,
@@ -132,10 +139,10 @@ pub struct OperatorArgs {
     /// Raw TCP forwarding: the public host of the edge's forward listeners and the port range they use, as
     /// `host:first-last` (e.g. `tcp.example.com:31000-31099`). Unset: channels cannot be exposed.
     #[arg(long, env = "SLIPWAY_FORWARD_PORTS")]
-    pub forward_ports: Option<slipway_controllers::forward::ForwardPorts>,
+    pub forward_ports: Option<crate::forward::ForwardPorts>,
     /// How many builds may run at once, cluster-wide (a channel's own deploys still run one at a time). Each takes
     /// a build pod and BuildKit's work on the node.
-    #[arg(long, env = "SLIPWAY_MAX_BUILDS", default_value_t = slipway_controllers::build::DEFAULT_MAX_BUILDS,
+    #[arg(long, env = "SLIPWAY_MAX_BUILDS", default_value_t = crate::build::DEFAULT_MAX_BUILDS,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub max_builds: u16,
     /// How much of its plan's CPU share (`cpu_soft_cores`) an app's pod requests from the scheduler, in percent.
@@ -143,14 +150,14 @@ pub struct OperatorArgs {
     /// idle (the limit stays the plan's burst; under contention only the requested part is guaranteed). A change
     /// resizes running apps, which roll over without a gap.
     #[arg(long, env = "SLIPWAY_CPU_REQUEST_PERCENT",
-          default_value_t = slipway_controllers::workload::FULL_CPU_REQUEST_PERCENT,
+          default_value_t = crate::workload::FULL_CPU_REQUEST_PERCENT,
           value_parser = clap::value_parser!(u8).range(1..=100))]
     pub cpu_request_percent: u8,
     /// Minutes a deploy may wait for its pre-deploy checkpoint (the dump of the channel's database and the
     /// bucket's marker). Past them the checkpoint is cancelled, the deploy fails saying how far it got, and the
     /// channel's next deploy can run. Raise it when a channel's database takes longer than this to dump.
     #[arg(long, env = "SLIPWAY_DEPLOY_DEADLINE_MINUTES",
-          default_value_t = slipway_controllers::deploy::DEPLOY_DEADLINE.as_secs() / 60,
+          default_value_t = crate::deploy::DEPLOY_DEADLINE.as_secs() / 60,
           value_parser = clap::value_parser!(u64).range(1..=10_080))]
     pub deploy_deadline_minutes: u64,
 }
@@ -180,7 +187,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         buildkit_addr: args.buildkit_addr,
         buildkit_ca: match (&args.buildkit_ca_cert_file, &args.buildkit_ca_key_file) {
             (Some(cert), Some(key)) => Some(
-                slipway_controllers::build::buildkit_tls::BuildkitCa::load(cert, key)
+                crate::build::buildkit_tls::BuildkitCa::load(cert, key)
                     .map_err(anyhow::Error::msg)
                     .context("--buildkit-ca-cert-file")?,
             ),
@@ -191,27 +198,27 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         tenant_grants: args.tenant_grants,
         tenant_network_policies: args
             .tenant_network_policies
-            .map(|dir| slipway_controllers::network_policies::load_dir(&dir))
+            .map(|dir| crate::network_policies::load_dir(&dir))
             .transpose()
             .map_err(anyhow::Error::msg)
             .context("--tenant-network-policies")?,
-        readiness_window: slipway_controllers::workload::READINESS_WINDOW,
+        readiness_window: crate::workload::READINESS_WINDOW,
         deploy_deadline: std::time::Duration::from_secs(args.deploy_deadline_minutes * 60),
         cpu_request_percent: args.cpu_request_percent,
-        domains: slipway_controllers::domain::DomainsConfig {
+        domains: crate::domain::DomainsConfig {
             resolver: args.dns_resolver,
             edge_addresses: args.edge_addresses,
             certificate_namespace: args
                 .certificate_namespace
                 .or_else(|| std::env::var("POD_NAMESPACE").ok()),
-            acme: args.acme_directory.map(|directory_url| {
-                slipway_controllers::domain::acme::AcmeConfig {
+            acme: args
+                .acme_directory
+                .map(|directory_url| crate::domain::acme::AcmeConfig {
                     directory_url,
                     email: args.acme_email,
                     root_ca: args.acme_root_ca,
                     challenge_grace: std::time::Duration::from_millis(args.acme_challenge_grace_ms),
-                }
-            }),
+                }),
         },
     };
     let mut ctx =
@@ -223,7 +230,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         ctx = ctx.with_blob(blob);
     }
     if let Some(postgres) = args.postgres.settings()? {
-        crate::postgres_settings::check_at_start(&postgres.server).await;
+        postgres.server.check_at_start().await;
         ctx = ctx.with_postgres(postgres);
     }
     if let Some(ports) = args.forward_ports {
@@ -253,14 +260,14 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     });
     let reconcile = async {
         let Some(elector) = &elector else {
-            return slipway_controllers::run::run(ctx.clone()).await;
+            return crate::run::run(ctx.clone()).await;
         };
         elector
             .acquire()
             .await
             .context("acquire the leader lease")?;
         let outcome = tokio::select! {
-            result = slipway_controllers::run::run(ctx.clone()) => result,
+            result = crate::run::run(ctx.clone()) => result,
             lost = elector.hold() => Err(anyhow::anyhow!("lost leadership: {lost}")),
         };
         // Bounded: an apiserver that stalls the release must not keep the process from exiting.
@@ -274,5 +281,68 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     tokio::select! {
         result = reconcile => result,
         () = admin => Ok(()),
+    }
+}
+
+/// Object-storage options of `slipway operator`.
+#[derive(Debug, clap::Args)]
+pub struct BlobOperatorArgs {
+    /// The backend.
+    #[command(flatten)]
+    pub backend: S3BackendArgs,
+    /// The gateway (`slipway s3`) as pods reach it: the `S3_ENDPOINT` apps get, e.g.
+    /// `http://slipway-s3.slipway-system.svc:7480`.
+    #[arg(long, env = "SLIPWAY_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+}
+
+impl BlobOperatorArgs {
+    /// The settings these options name; `None` without a backend.
+    pub fn settings(&self) -> anyhow::Result<Option<BlobSettings>> {
+        let Some(endpoint) = self.backend.endpoint()? else {
+            return Ok(None);
+        };
+        let pod_endpoint = self.s3_endpoint.clone().ok_or_else(|| {
+            anyhow::anyhow!(
+                "--s3-endpoint (the gateway as pods reach it) is needed with --s3-backend-url"
+            )
+        })?;
+        Ok(Some(BlobSettings {
+            backend: Backend::new(&endpoint),
+            bucket_prefix: self.backend.s3_bucket_prefix.clone(),
+            pod_endpoint,
+        }))
+    }
+}
+
+/// The operator's data-server options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PostgresOperatorArgs {
+    /// The admin connection.
+    #[command(flatten)]
+    pub admin: DataServerArgs,
+    /// The data server as pods reach it, HOST:PORT (`DATABASE_HOST` and the host of `DATABASE_URL`). Default: the
+    /// host and port of the admin URL.
+    #[arg(long, env = "SLIPWAY_DATA_SERVER_POD_ADDRESS")]
+    pub data_server_pod_address: Option<String>,
+}
+
+impl PostgresOperatorArgs {
+    /// The settings these options name; `None` without an admin URL.
+    pub fn settings(&self) -> anyhow::Result<Option<PostgresSettings>> {
+        let Some(server) = self.admin.server()? else {
+            return Ok(None);
+        };
+        let pod_address = match &self.data_server_pod_address {
+            Some(address) => address.clone(),
+            None => {
+                let options = server.admin_options();
+                format!("{}:{}", options.get_host(), options.get_port())
+            }
+        };
+        Ok(Some(PostgresSettings {
+            server,
+            pod_address,
+        }))
     }
 }
