@@ -184,15 +184,9 @@ pub struct EdgeArgs {
     /// a new one gives everybody a new `sub`.
     #[arg(long, env = "SLIPWAY_SIGN_IN_SECRET")]
     pub sign_in_secret: Option<PathBuf>,
-    /// Issuer URL of the upstream OpenID Connect provider people sign in at. Unset: sign-in answers 503.
-    #[arg(long, env = "SLIPWAY_SIGN_IN_ISSUER", requires_all = ["sign_in_client_id", "sign_in_client_secret_file"])]
-    pub sign_in_issuer: Option<String>,
-    /// The platform's client id at the upstream provider (redirect URI `{auth_url}/svc-auth/callback`).
-    #[arg(long, env = "SLIPWAY_SIGN_IN_CLIENT_ID")]
-    pub sign_in_client_id: Option<String>,
-    /// File holding the platform's client secret at the upstream provider.
-    #[arg(long, env = "SLIPWAY_SIGN_IN_CLIENT_SECRET_FILE")]
-    pub sign_in_client_secret_file: Option<PathBuf>,
+    /// The upstream OpenID Connect provider people sign in at.
+    #[command(flatten)]
+    pub upstream: slipway_identity::UpstreamArgs,
 }
 
 impl EdgeArgs {
@@ -203,11 +197,7 @@ impl EdgeArgs {
         else {
             return Ok(None);
         };
-        let upstream = slipway_identity::UpstreamConfig::from_flags(
-            self.sign_in_issuer.as_ref(),
-            self.sign_in_client_id.as_ref(),
-            self.sign_in_client_secret_file.as_ref(),
-        )?;
+        let upstream = self.upstream.config()?;
         let sign_in = slipway_identity::SignIn::load(slipway_identity::SignInConfig {
             auth_url: auth_url.clone(),
             signing_key: key.clone(),

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 pub use self::keys::SigningKeys;
 pub use self::seal::Sealer;
 pub use self::subject::SubjectKey;
-pub use self::upstream::{Upstream, UpstreamConfig};
+pub use self::upstream::{Upstream, UpstreamArgs, UpstreamConfig};
 
 /// The identity cookie: the JWT an app verifies.
 pub const ID_COOKIE: &str = "__Host-svc_id";

@@ -44,6 +44,35 @@ pub struct UpstreamConfig {
     pub client_secret: String,
 }
 
+/// The flags that name the upstream provider, shared by the edge (end-user sign-in) and the API server (the MCP
+/// server's OAuth sign-in for people): one provider and one client for both.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UpstreamArgs {
+    /// Issuer URL of the upstream OpenID Connect provider people sign in at: end-user sign-in at the edge, the MCP
+    /// server's OAuth sign-in at the API. Unset: the edge's sign-in answers 503, and the MCP server's OAuth
+    /// authorization answers temporarily_unavailable.
+    #[arg(long, env = "SLIPWAY_SIGN_IN_ISSUER", requires_all = ["sign_in_client_id", "sign_in_client_secret_file"])]
+    pub sign_in_issuer: Option<String>,
+    /// The platform's client id at that provider (redirect URIs `{auth_url}/svc-auth/callback` at the edge and
+    /// `<public-url>/oauth/callback` at the API).
+    #[arg(long, env = "SLIPWAY_SIGN_IN_CLIENT_ID")]
+    pub sign_in_client_id: Option<String>,
+    /// File holding the platform's client secret at that provider.
+    #[arg(long, env = "SLIPWAY_SIGN_IN_CLIENT_SECRET_FILE")]
+    pub sign_in_client_secret_file: Option<std::path::PathBuf>,
+}
+
+impl UpstreamArgs {
+    /// The provider these flags name; `None` unless all three are set.
+    pub fn config(&self) -> anyhow::Result<Option<UpstreamConfig>> {
+        UpstreamConfig::from_flags(
+            self.sign_in_issuer.as_ref(),
+            self.sign_in_client_id.as_ref(),
+            self.sign_in_client_secret_file.as_ref(),
+        )
+    }
+}
+
 impl UpstreamConfig {
     /// The provider the flags name: its issuer, slipway's client id, and the file holding the client secret.
     /// `None` unless all three are set.

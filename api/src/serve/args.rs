@@ -200,16 +200,9 @@ pub struct ApiArgs {
     /// OAuth (people use tokens from POST /tokens), and download links are paths on the host the client reached.
     #[arg(long, env = "SLIPWAY_PUBLIC_URL")]
     pub public_url: Option<String>,
-    /// Issuer URL of the upstream OpenID Connect provider people sign in at for the MCP server (the one end-user
-    /// sign-in uses). Unset: OAuth authorization answers temporarily_unavailable.
-    #[arg(long, env = "SLIPWAY_SIGN_IN_ISSUER", requires_all = ["sign_in_client_id", "sign_in_client_secret_file"])]
-    pub sign_in_issuer: Option<String>,
-    /// The platform's client id at that provider (redirect URI `<public-url>/oauth/callback`).
-    #[arg(long, env = "SLIPWAY_SIGN_IN_CLIENT_ID")]
-    pub sign_in_client_id: Option<String>,
-    /// File holding the platform's client secret at that provider.
-    #[arg(long, env = "SLIPWAY_SIGN_IN_CLIENT_SECRET_FILE")]
-    pub sign_in_client_secret_file: Option<PathBuf>,
+    /// The upstream OpenID Connect provider people sign in at for the MCP server (the one end-user sign-in uses).
+    #[command(flatten)]
+    pub upstream: slipway_identity::UpstreamArgs,
 }
 
 impl ApiArgs {
@@ -247,11 +240,7 @@ impl ApiArgs {
         let Some(public_url) = &self.public_url else {
             return Ok(None);
         };
-        let upstream = slipway_identity::UpstreamConfig::from_flags(
-            self.sign_in_issuer.as_ref(),
-            self.sign_in_client_id.as_ref(),
-            self.sign_in_client_secret_file.as_ref(),
-        )?;
+        let upstream = self.upstream.config()?;
         Ok(Some(slipway_core::oauth::OAuthServer::new(
             public_url, upstream,
         )?))

@@ -306,40 +306,30 @@ async fn data_section(person: &Person, is_static: bool, here: &str) -> String {
                     ]],
                     "",
                 ));
-                let snapshots = person
-                    .api
-                    .get(&format!("{here}/postgres/snapshots"))
-                    .await
-                    .unwrap_or(Value::Null);
-                let rows: Vec<Vec<String>> = snapshots
-                    .as_array()
-                    .map_or(&[][..], Vec::as_slice)
-                    .iter()
-                    .map(|s| {
-                        vec![
-                            html::time(text(s, "created_at")),
-                            esc(text(s, "kind")),
-                            html::sha(s.get("git_sha").and_then(Value::as_str)),
-                            s["size_bytes"].as_u64().map_or("—".into(), html::bytes),
-                            if s["aligned_blob"].as_bool() == Some(true) {
-                                "yes".into()
-                            } else {
-                                "no".into()
-                            },
-                        ]
-                    })
-                    .collect();
-                out.push_str(&html::table(
-                    &[
-                        "snapshot taken",
-                        "kind",
-                        "commit",
-                        "size",
-                        "bucket snapshot too",
-                    ],
-                    &rows,
-                    "No snapshots yet.",
-                ));
+                out.push_str(
+                    &listed_table(
+                        person,
+                        &format!("{here}/postgres/snapshots"),
+                        &[
+                            "snapshot taken",
+                            "kind",
+                            "commit",
+                            "size",
+                            "bucket snapshot too",
+                        ],
+                        "No snapshots yet.",
+                        |s| {
+                            vec![
+                                html::time(text(s, "created_at")),
+                                esc(text(s, "kind")),
+                                html::sha(s.get("git_sha").and_then(Value::as_str)),
+                                s["size_bytes"].as_u64().map_or("—".into(), html::bytes),
+                                yes_no(s["aligned_blob"].as_bool() == Some(true)),
+                            ]
+                        },
+                    )
+                    .await,
+                );
             }
             Err(f) => out.push_str(&html::banner("warning", &f.message)),
         }
@@ -363,39 +353,52 @@ async fn data_section(person: &Person, is_static: bool, here: &str) -> String {
         )),
         Err(f) => out.push_str(&html::banner("warning", &f.message)),
     }
-    let snapshots = person
-        .api
-        .get(&format!("{here}/blob/snapshots"))
-        .await
-        .unwrap_or(Value::Null);
-    let rows: Vec<Vec<String>> = snapshots
+    out.push_str(
+        &listed_table(
+            person,
+            &format!("{here}/blob/snapshots"),
+            &[
+                "bucket snapshot as of",
+                "kind",
+                "objects",
+                "database snapshot too",
+            ],
+            "No bucket snapshots yet.",
+            |s| {
+                vec![
+                    html::time(text(s, "snapshot_ts")),
+                    esc(text(s, "kind")),
+                    s["object_count"].as_i64().unwrap_or(0).to_string(),
+                    yes_no(s["pg_snapshot_id"].is_string()),
+                ]
+            },
+        )
+        .await,
+    );
+    out
+}
+
+/// The table of the list the API answers at `path`, one row per entry; a list it cannot read shows as empty (the
+/// section's own status above says why).
+async fn listed_table(
+    person: &Person,
+    path: &str,
+    headings: &[&str],
+    empty: &str,
+    row: impl Fn(&Value) -> Vec<String>,
+) -> String {
+    let listed = person.api.get(path).await.unwrap_or(Value::Null);
+    let rows: Vec<Vec<String>> = listed
         .as_array()
         .map_or(&[][..], Vec::as_slice)
         .iter()
-        .map(|s| {
-            vec![
-                html::time(text(s, "snapshot_ts")),
-                esc(text(s, "kind")),
-                s["object_count"].as_i64().unwrap_or(0).to_string(),
-                if s["pg_snapshot_id"].is_string() {
-                    "yes".into()
-                } else {
-                    "no".into()
-                },
-            ]
-        })
+        .map(row)
         .collect();
-    out.push_str(&html::table(
-        &[
-            "bucket snapshot as of",
-            "kind",
-            "objects",
-            "database snapshot too",
-        ],
-        &rows,
-        "No bucket snapshots yet.",
-    ));
-    out
+    html::table(headings, &rows, empty)
+}
+
+fn yes_no(yes: bool) -> String {
+    if yes { "yes" } else { "no" }.into()
 }
 
 async fn deploy(Path((app_id, channel_id)): Path<(String, String)>, write: Write) -> Response {
