@@ -1,11 +1,17 @@
-//! What a Channel reconcile reads besides the channel (its App, its custom Domains, the Ingress it wrote), from
-//! the stores of the watches that wake it instead of a request to the apiserver each time.
+//! What a Channel reconcile reads besides the channel (its App, its custom Domains, the Ingress it wrote), and what
+//! a Deploy reconcile reads besides the deploy (its Channel, its App, the channel's other Deploys), from the stores
+//! of the watches that wake them instead of a request to the apiserver each time.
 //!
 //! At 10,000 channels every channel is reconciled a few times as it comes up (its finalizers, its deploys, its
 //! Ingress coming back); a GET of the App, a LIST of the channel's Domains and an Ingress apply each time would be
 //! most of the operator's requests, on an apiserver that is the busiest process of a small cluster. A store is
 //! updated before the watch that fills it wakes a controller, so a reconcile started by an App, Domain or Ingress
-//! change reads that change. Apps and Domains are the shared stores of [`crate::reflectors`].
+//! change reads that change. Apps, Channels, Deploys and Domains are the shared stores of [`crate::reflectors`].
+//!
+//! A deploy in flight is looked at every few seconds; with a GET of its Channel and its App and a LIST of its
+//! channel's Deploys each time, 100 deploys in flight cost 150 requests a second. What a reconcile writes and then
+//! reads back (the channel's `pendingDeploy`, [`crate::deploy`]) and what deletes images (history pruning) still
+//! read the apiserver: a store has not seen a reconcile's own write, nor a Deploy created a moment ago.
 //!
 //! Where a cache cannot answer, the request is made as before: an App missing from the cache may be newer than
 //! it (a channel created just after its App), and the caches are empty until their first listing, which a
@@ -21,7 +27,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::runtime::{WatchStreamExt, reflector::store::Writer};
 use kube::{Api, ResourceExt};
-use slipway_crds::{App, Channel, Domain, DomainPhase};
+use slipway_crds::{App, Channel, Deploy, Domain, DomainPhase};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -29,22 +35,37 @@ use crate::error::Error;
 /// Longest a reconcile waits for a cache's first listing before asking the apiserver instead.
 const FIRST_LISTING: Duration = Duration::from_secs(5);
 
-/// The Channel controller's caches.
+/// The Channel and Deploy controllers' caches.
 pub struct Caches {
     apps: Store<App>,
+    channels: Store<Channel>,
+    deploys: Store<Deploy>,
     domains: Store<Domain>,
     ingresses: Store<Ingress>,
 }
 
+/// The shared stores the caches read ([`crate::reflectors`]).
+pub struct SharedStores {
+    /// Every App.
+    pub apps: Store<App>,
+    /// Every Channel.
+    pub channels: Store<Channel>,
+    /// Every Deploy.
+    pub deploys: Store<Deploy>,
+    /// Every Domain.
+    pub domains: Store<Domain>,
+}
+
 impl Caches {
-    /// Caches reading the shared App and Domain stores ([`crate::reflectors`]), and an Ingress cache of their own
-    /// with the writer that fills it.
-    pub fn new(apps: Store<App>, domains: Store<Domain>) -> (Self, Writer<Ingress>) {
+    /// Caches reading the shared stores, and an Ingress cache of their own with the writer that fills it.
+    pub fn new(shared: SharedStores) -> (Self, Writer<Ingress>) {
         let (ingresses, ingress_writer) = reflector::store();
         (
             Self {
-                apps,
-                domains,
+                apps: shared.apps,
+                channels: shared.channels,
+                deploys: shared.deploys,
+                domains: shared.domains,
                 ingresses,
             },
             ingress_writer,
@@ -131,6 +152,48 @@ pub async fn app(ctx: &Context, channel: &Channel) -> Result<Option<App>, Error>
     }
     let apps: Api<App> = Api::namespaced(ctx.client.clone(), &namespace);
     Ok(apps.get_opt(&channel.spec.app).await?)
+}
+
+/// The Channel `name` of `namespace`, from the cache when it has it (a channel missing from it may be newer).
+pub async fn channel(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Channel>, Error> {
+    if let Some(caches) = ctx.caches.get()
+        && let Some(channel) = caches.channels.get(&ObjectRef::new(name).within(namespace))
+    {
+        return Ok(Some(channel.as_ref().clone()));
+    }
+    let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(channels.get_opt(name).await?)
+}
+
+/// The Deploys of the Channel resource `channel` of `namespace`, from the cache once it has listed them; else the
+/// apiserver selects them (`spec.channel` is a selectable field), so a read is of the channel's deploys and not of
+/// its namespace's.
+pub async fn deploys_of(
+    ctx: &Context,
+    namespace: &str,
+    channel: &str,
+) -> Result<Vec<Deploy>, Error> {
+    match ctx.caches.get() {
+        Some(caches) if listed(&caches.deploys).await => Ok(caches
+            .deploys
+            .state()
+            .into_iter()
+            .filter(|d| d.namespace().as_deref() == Some(namespace) && d.spec.channel == channel)
+            .map(|d| d.as_ref().clone())
+            .collect()),
+        _ => listed_deploys_of(ctx, namespace, channel).await,
+    }
+}
+
+/// The Deploys of the Channel resource `channel` of `namespace` as the apiserver has them now.
+pub async fn listed_deploys_of(
+    ctx: &Context,
+    namespace: &str,
+    channel: &str,
+) -> Result<Vec<Deploy>, Error> {
+    let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), namespace);
+    let selected = kube::api::ListParams::default().fields(&format!("spec.channel={channel}"));
+    Ok(deploys.list(&selected).await?.items)
 }
 
 /// The verified custom domains of `channel`, sorted.

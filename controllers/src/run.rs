@@ -164,15 +164,18 @@ fn app_controller(
 
 /// Channels: woken by their App, their Domains (a verification adds its host to the channel's Ingress), the
 /// Ingress they wrote, and a deploy deleted in flight. What those reconciles read besides the channel comes from
-/// the same watches' stores ([`crate::caches`]), set on the context here, once, so this fails if called twice.
+/// the same watches' stores ([`crate::caches`]), set on the context here, once (the Deploy reconciles read them
+/// too), so this fails if called twice.
 fn channel_controller(
     ctx: &Arc<Context>,
     reflectors: &mut Reflectors,
 ) -> anyhow::Result<impl std::future::Future<Output = ()> + use<>> {
-    let (caches, ingress_writer) = crate::caches::Caches::new(
-        reflectors.apps.store.clone(),
-        reflectors.domains.store.clone(),
-    );
+    let (caches, ingress_writer) = crate::caches::Caches::new(crate::caches::SharedStores {
+        apps: reflectors.apps.store.clone(),
+        channels: reflectors.channels.store.clone(),
+        deploys: reflectors.deploys.store.clone(),
+        domains: reflectors.domains.store.clone(),
+    });
     let deleted_deploys = reflectors.deleted_deploys();
     let (Ok(()), Some(deleted_deploys)) = (ctx.caches.set(caches), deleted_deploys) else {
         anyhow::bail!("the controllers of one context run once");

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
@@ -30,6 +30,7 @@ use slipway_crds::{
     App, Channel, ChannelPhase, Deploy, DeployPhase, DeployStatus, PendingDeploy, ReadyBy, Template,
 };
 
+use crate::caches;
 use crate::channel::publish;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
@@ -54,16 +55,14 @@ struct Scene {
 pub async fn reconcile(deploy: Arc<Deploy>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = deploy.namespace().ok_or(Error::Incomplete("namespace"))?;
     let phase = deploy.status.as_ref().map(|s| s.phase).unwrap_or_default();
-    let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(channel) = channels.get_opt(&deploy.spec.channel).await? else {
+    let Some(channel) = caches::channel(&ctx, &namespace, &deploy.spec.channel).await? else {
         if phase.in_flight() {
             let reason = format!("channel {} does not exist", deploy.spec.channel);
             fail(&ctx, &deploy, &reason).await?;
         }
         return Ok(Action::await_change());
     };
-    let apps: Api<App> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(app) = apps.get_opt(&channel.spec.app).await? else {
+    let Some(app) = caches::app(&ctx, &channel).await? else {
         if phase.in_flight() {
             fail(
                 &ctx,
@@ -74,8 +73,7 @@ pub async fn reconcile(deploy: Arc<Deploy>, ctx: Arc<Context>) -> Result<Action,
         }
         return Ok(Action::await_change());
     };
-    let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), &namespace);
-    let siblings = of_channel(&deploys, &deploy.spec.channel).await?;
+    let siblings = caches::deploys_of(&ctx, &namespace, &deploy.spec.channel).await?;
     let scene = Scene {
         deploy,
         channel,
@@ -86,8 +84,14 @@ pub async fn reconcile(deploy: Arc<Deploy>, ctx: Arc<Context>) -> Result<Action,
         DeployPhase::Queued => start_if_first(&ctx, &scene).await?,
         DeployPhase::Running => advance(&ctx, &scene).await?,
         // A deploy that finished may push an older one out of the channel's history.
+        // Pruning deletes images, so it reads the channel's deploys afresh: one the cache has not seen yet (a
+        // rewind to an image about to expire) keeps its image.
         DeployPhase::Success | DeployPhase::Failed => {
-            history::prune(&ctx, &scene.channel, &scene.siblings).await?;
+            if !history::expired(&scene.siblings, Timestamp::now()).is_empty() {
+                let fresh =
+                    caches::listed_deploys_of(&ctx, &namespace, &scene.deploy.spec.channel).await?;
+                history::prune(&ctx, &scene.channel, &fresh).await?;
+            }
             Action::await_change()
         }
     };
@@ -304,18 +308,10 @@ async fn patch_deploy_status(
     Ok(())
 }
 
-/// The Deploys of the Channel resource `channel`: the apiserver selects them (`spec.channel` is a selectable
-/// field), so a reconcile reads its channel's deploys and not its namespace's.
-async fn of_channel(deploys: &Api<Deploy>, channel: &str) -> Result<Vec<Deploy>, Error> {
-    let selected = ListParams::default().fields(&format!("spec.channel={channel}"));
-    Ok(deploys.list(&selected).await?.items)
-}
-
 /// Sets the channel `channel` of `namespace`'s `pendingDeploy` to its newest deploy in flight (re-reading the
 /// deploys, which a reconcile may have moved), or clears it.
 async fn sync_pending(ctx: &Context, namespace: &str, channel: &str) -> Result<(), Error> {
-    let deploys: Api<Deploy> = Api::namespaced(ctx.client.clone(), namespace);
-    let fresh = of_channel(&deploys, channel).await?;
+    let fresh = caches::listed_deploys_of(ctx, namespace, channel).await?;
     let wanted: Option<PendingDeploy> = queue::newest_in_flight(&fresh).map(|d| PendingDeploy {
         deploy_id: d.uid().unwrap_or_default(),
         deploy_name: d.name_any(),
