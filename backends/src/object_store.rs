@@ -10,9 +10,12 @@ use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
 };
 use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
     BucketVersioningStatus, Delete, ObjectIdentifier, VersioningConfiguration,
 };
+use bytes::Bytes;
+use futures::Stream;
 
 /// The region every bucket is in (and the one injected into containers).
 pub const REGION: &str = "us-east-1";
@@ -62,6 +65,19 @@ pub fn client(endpoint: &S3Endpoint, operation_timeout: Option<Duration>) -> Cli
         .timeout_config(timeouts.build())
         .build();
     Client::from_conf(config)
+}
+
+/// An object's body as the chunks its connection delivers them in. `into_async_read` behind a `ReaderStream` would
+/// copy them into pieces of 4 KiB, a copy and a wake-up each: a snapshot's download ran at a third of the speed of
+/// reading a file.
+pub fn body_chunks(
+    mut body: ByteStream,
+) -> impl Stream<Item = std::io::Result<Bytes>> + Send + Unpin + 'static {
+    futures::stream::poll_fn(move |cx| {
+        std::pin::Pin::new(&mut body)
+            .poll_next(cx)
+            .map(|chunk| chunk.map(|chunk| chunk.map_err(std::io::Error::other)))
+    })
 }
 
 /// What the backend answered when it refused or failed.

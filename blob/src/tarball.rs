@@ -97,7 +97,7 @@ async fn write(
     match body {
         None => tar.directory(name, mtime).await,
         Some(body) => {
-            let body = tokio_util::io::ReaderStream::new(body.into_async_read());
+            let body = slipway_backends::object_store::body_chunks(body);
             tar.file(name, size, mtime, body).await
         }
     }

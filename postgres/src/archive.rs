@@ -234,7 +234,8 @@ impl Archive {
     pub async fn download(
         &self,
         key: &str,
-    ) -> Result<impl Stream<Item = std::io::Result<Bytes>> + Send + 'static, ArchiveError> {
+    ) -> Result<impl Stream<Item = std::io::Result<Bytes>> + Send + Unpin + 'static, ArchiveError>
+    {
         let object = self
             .client
             .get_object()
@@ -243,8 +244,7 @@ impl Archive {
             .send()
             .await
             .map_err(|e| failed("read a snapshot", &e))?;
-        let body = object.body.into_async_read();
-        Ok(tokio_util::io::ReaderStream::new(body))
+        Ok(object_store::body_chunks(object.body))
     }
 
     /// Removes every file whose key starts with `prefix` (an export's archive and its staged parts).

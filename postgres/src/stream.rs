@@ -12,6 +12,11 @@ use tokio_util::io::ReaderStream;
 /// Bytes of the program's stderr kept for the error message.
 const STDERR_LIMIT: u64 = 4096;
 
+/// The pipe's size, and the most one read takes from it: Linux's ceiling for an unprivileged pipe
+/// (`/proc/sys/fs/pipe-max-size`). With the default 64 KiB pipe read 4 KiB at a time, a dump of a gigabyte took a
+/// quarter of a million reads, and the dump waited on each of them.
+const PIPE_BYTES: usize = 1 << 20;
+
 /// Spawns `command` (stdout and stderr piped, killed on drop) and streams its stdout; `what` names it in errors.
 pub fn stdout_of(
     mut command: Command,
@@ -22,6 +27,13 @@ pub fn stdout_of(
         .stdout
         .take()
         .ok_or_else(|| std::io::Error::other(format!("{what}: stdout is not piped")))?;
+    // Best effort: a smaller pipe only costs more reads.
+    if let Err(e) = nix::fcntl::fcntl(
+        &stdout,
+        nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_BYTES as i32),
+    ) {
+        tracing::debug!(what, error = %e, "could not grow the pipe");
+    }
     // Drained alongside, so a chatty program never blocks on a full pipe.
     let stderr = child.stderr.take().map(|stderr| {
         tokio::spawn(async move {
@@ -45,7 +57,7 @@ pub fn stdout_of(
         )))
     })
     .filter_map(|end: std::io::Result<Option<Bytes>>| async move { end.transpose() });
-    Ok(ReaderStream::new(stdout).chain(end))
+    Ok(ReaderStream::with_capacity(stdout, PIPE_BYTES).chain(end))
 }
 
 #[cfg(test)]
