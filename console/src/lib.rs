@@ -13,6 +13,7 @@
 pub mod html;
 pub mod login;
 pub mod pages;
+pub mod retry;
 pub mod session;
 
 use std::net::SocketAddr;

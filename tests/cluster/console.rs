@@ -133,10 +133,51 @@ async fn sessions_are_host_only_cookies_and_every_write_needs_the_sessions_csrf_
         )
         .await?;
     assert_eq!(made.status, 303, "{}", made.text);
-    assert_eq!(
-        api.get("/apps", &ada).await.expect(200, None)["apps"][0]["name"],
-        "made"
+    let made = api.get("/apps", &ada).await.expect(200, None)["apps"][0].clone();
+    assert_eq!(made["name"], "made");
+
+    // A refused form comes back on its own page: the route's status and words above the form, and the fields as
+    // typed, so only the wrong one needs typing again.
+    let again = client
+        .post_form(
+            &console.url("/apps"),
+            &[("csrf", &csrf), ("name", "made"), ("template", "docker")],
+        )
+        .await?;
+    assert_refused(
+        &again,
+        400,
+        "create-app",
+        &[
+            r#"data-refused="create-app">An app named made already exists.</p>"#,
+            r#"<input name="name" value="made""#,
+            r#"<option value="docker" selected>"#,
+        ],
     );
+    // A secret's value is the one field not sent back.
+    let env_page = format!("/apps/{}/env", made["id"].as_str().unwrap());
+    let secret = client
+        .post_form(
+            &console.url(&env_page),
+            &[
+                ("csrf", &csrf),
+                ("key", "lower_case"),
+                ("value", "hunter2-typed"),
+                ("kind", "secret"),
+                ("channel_id", ""),
+            ],
+        )
+        .await?;
+    assert_refused(
+        &secret,
+        400,
+        "set-env",
+        &[
+            r#"<input name="key" value="lower_case""#,
+            r#"<option value="secret" selected>"#,
+        ],
+    );
+    assert!(!secret.text.contains("hunter2-typed"), "{}", secret.text);
 
     // Another person's app is not found, exactly like one that does not exist.
     let theirs = client
@@ -161,6 +202,178 @@ async fn sessions_are_host_only_cookies_and_every_write_needs_the_sessions_csrf_
     let after = client.get(&console.url("/apps")).await?;
     assert_eq!(after.status, 303, "the revoked session is signed out");
     Ok(())
+}
+
+#[tokio::test]
+async fn an_app_gets_channels_settings_a_journal_and_its_deletion_from_its_page() -> Result<()> {
+    let mut api = TestApi::start().await?;
+    let console = TestConsole::start(&mut api).await?;
+    let (ada, ada_address) = person(&api, "ada").await?;
+    let client = console.client()?;
+    sign_in_by_code_raw(&console, &client, &ada_address).await?;
+    let csrf = csrf_in(&client.get(&console.url("/apps")).await?.text);
+    let app = api.create_app(&ada, "life", "app").await;
+    let app_id = app["id"].as_str().unwrap().to_owned();
+    let page = format!("/apps/{app_id}");
+    let post = |path: String, fields: Vec<(&'static str, String)>| {
+        let (client, console, csrf) = (&client, &console, csrf.clone());
+        async move {
+            let mut form: Vec<(&str, &str)> = vec![("csrf", &csrf)];
+            form.extend(fields.iter().map(|(k, v)| (*k, v.as_str())));
+            client.post_form(&console.url(&path), &form).await
+        }
+    };
+    let app_path = format!("/apps/{app_id}");
+    let app_now = || api.get(&app_path, &ada);
+
+    // A channel bound to a branch is added from the app's page, which then lands on the channel's.
+    let made = post(
+        format!("{page}/channels"),
+        vec![("name", "staging".into()), ("branch", "next".into())],
+    )
+    .await?;
+    assert_eq!(made.status, 303, "{}", made.text);
+    let staging = app_now().await.expect(200, None)["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "staging")
+        .cloned()
+        .context("staging was made")?;
+    assert_eq!(staging["git_ref_binding"], "branch:next");
+    let staging_id = staging["id"].as_str().unwrap();
+    assert_eq!(
+        made.location.as_deref(),
+        Some(
+            console
+                .url(&format!(
+                    "{page}/channels/{staging_id}?done=channel-created"
+                ))
+                .as_str()
+        )
+    );
+    // A refused one comes back on the app's page with the form as typed.
+    let refused = post(
+        format!("{page}/channels"),
+        vec![("name", "prod".into()), ("branch", "other".into())],
+    )
+    .await?;
+    assert_refused(
+        &refused,
+        400,
+        "create-channel",
+        &[r#"<input name="branch" value="other""#],
+    );
+
+    // The access toggles: on, then off again, and the agent-access override back to the account's default.
+    for (setting, value, field, expected) in [
+        (
+            "external_blob_access_enabled",
+            "on",
+            "external_blob_access_enabled",
+            json!(true),
+        ),
+        (
+            "external_blob_access_enabled",
+            "off",
+            "external_blob_access_enabled",
+            json!(false),
+        ),
+        (
+            "agent_protected_actions_enabled",
+            "on",
+            "agent_protected_actions_enabled",
+            json!(true),
+        ),
+        (
+            "agent_protected_actions_enabled",
+            "default",
+            "agent_protected_actions_enabled",
+            json!(null),
+        ),
+    ] {
+        let saved = post(
+            format!("{page}/settings"),
+            vec![("setting", setting.into()), ("value", value.into())],
+        )
+        .await?;
+        assert_eq!(saved.status, 303, "{setting}={value}: {}", saved.text);
+        assert_eq!(
+            app_now().await.expect(200, None)[field],
+            expected,
+            "{setting}={value}"
+        );
+    }
+    let unknown = post(
+        format!("{page}/settings"),
+        vec![("setting", "owner".into()), ("value", "on".into())],
+    )
+    .await?;
+    assert_refused(&unknown, 400, "settings", &[]);
+
+    // A revealed secret is in the journal, with who revealed it.
+    api.post(
+        &format!("/apps/{app_id}/env"),
+        &ada,
+        json!({"key": "API_KEY", "value": "s3cret", "kind": "secret"}),
+    )
+    .await
+    .expect(204, None);
+    api.get(&format!("/apps/{app_id}/env/API_KEY/value"), &ada)
+        .await
+        .expect(200, None);
+    let journal = client
+        .get(&console.url(&format!("{page}/activity")))
+        .await?;
+    assert_eq!(journal.status, 200, "{}", journal.text);
+    assert!(
+        journal.text.contains("<code>env.reveal</code>"),
+        "{}",
+        journal.text
+    );
+    assert!(journal.text.contains(&ada.username));
+    assert!(!journal.text.contains("s3cret"));
+
+    // The channel goes behind a second click, back to the app's page.
+    let gone = post(format!("{page}/channels/{staging_id}/delete"), vec![]).await?;
+    assert_eq!(gone.status, 303, "{}", gone.text);
+    assert!(
+        !app_now().await.expect(200, None)["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "staging"),
+        "staging is deleted"
+    );
+
+    // The app goes only when its name is typed exactly.
+    let mistyped = post(format!("{page}/delete"), vec![("confirm", "lif".into())]).await?;
+    assert_refused(
+        &mistyped,
+        400,
+        "delete-app",
+        &[r#"<input name="confirm" value="lif""#],
+    );
+    app_now().await.expect(200, None);
+    let deleted = post(format!("{page}/delete"), vec![("confirm", "life".into())]).await?;
+    assert_eq!(deleted.status, 303, "{}", deleted.text);
+    assert_eq!(
+        deleted.location.as_deref(),
+        Some(console.url("/apps?done=deleted").as_str())
+    );
+    app_now().await.expect(404, Some("not_found"));
+    Ok(())
+}
+
+/// Asserts that `page` is a form's refusal brought back to its page: `status`, the alert of the form `form`, and
+/// each of `kept` (what was typed, as the page shows it).
+fn assert_refused(page: &support::browser::Page, status: u16, form: &str, kept: &[&str]) {
+    assert_eq!(page.status, status, "{}", page.text);
+    let alert = format!(r#"role="alert" data-refused="{form}""#);
+    assert!(page.text.contains(&alert), "no {alert}: {}", page.text);
+    for snippet in kept {
+        assert!(page.text.contains(snippet), "no {snippet}: {}", page.text);
+    }
 }
 
 /// Signs `client` in by code and returns the session cookie's `Set-Cookie` line.
@@ -788,12 +1001,24 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
     submit(
         c,
         "#add-member",
-        &[("username", "nobody-here"), ("role", "member")],
+        &[("username", "nobody-here"), ("role", "admin")],
     )
     .await?;
-    let refusal = wait_for(c, ".banner.error").await?.text().await?;
+    let refusal = wait_for(c, "[data-refused=add-member]")
+        .await?
+        .text()
+        .await?;
     assert_eq!(refusal, "No account is named \"nobody-here\".");
-    c.goto(&console.url(&format!("/apps/{app_id}"))).await?;
+    // It came back on the app's page with what was typed: the name to correct, the role as picked.
+    let kept = |name: &'static str| async move {
+        c.find(Locator::Css(&format!("#add-member [name={name}]")))
+            .await?
+            .prop("value")
+            .await
+    };
+    assert_eq!(kept("username").await?.as_deref(), Some("nobody-here"));
+    assert_eq!(kept("role").await?.as_deref(), Some("admin"));
+    screenshot(c, "refusal-keeps-fields").await?;
     submit(
         c,
         "#add-member",

@@ -10,8 +10,10 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::apps::{channel_cells, soft_cap_warning};
-use super::{Done, list, may, notice, person_page, see, text};
+use super::lifecycle;
+use super::{Done, list, may, notice, person_page_as, see, text};
 use crate::html::{self, esc, seg};
+use crate::retry::{Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter, error_page};
 use slipway_core::access::Action;
@@ -36,42 +38,57 @@ const NOTICES: &[(&str, &str)] = &[
     ),
     ("member-saved", "The member is saved."),
     ("member-removed", "The member is removed."),
+    ("setting-saved", "The setting is saved."),
+    (
+        "channel-deleted",
+        "The channel is deleted, with its database and bucket; its custom domains are free.",
+    ),
 ];
 
 async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done>) -> Response {
-    let here = format!("/apps/{}", seg(&app_id));
-    let app = match person.api.get(&format!("/apps/{}", seg(&app_id))).await {
+    page(&person, &app_id, &done, None).await
+}
+
+/// The page, answering `retry` when a write from it was refused.
+pub(super) async fn page(
+    person: &Person,
+    app_id: &str,
+    done: &Done,
+    retry: Option<&Retry<'_>>,
+) -> Response {
+    let here = format!("/apps/{}", seg(app_id));
+    let app = match person.api.get(&here).await {
         Ok(v) => v,
         Err(f) => return person.refused(&f, &here),
     };
     let members = person
         .api
-        .get(&format!("/apps/{}/members", seg(&app_id)))
+        .get(&format!("{here}/members"))
         .await
         .unwrap_or(Value::Null);
     let forwards = person
         .api
-        .get(&format!("/apps/{}/forwards", seg(&app_id)))
+        .get(&format!("{here}/forwards"))
         .await
         .unwrap_or(Value::Null);
     let csrf = html::csrf_field(&person.session.csrf);
     let mut body = html::breadcrumbs(&[("Apps", "/apps")], text(&app, "name"));
     body.push_str(&notice(done.done.as_deref(), NOTICES));
-    body.push_str(&soft_cap_warning(&person).await);
+    body.push_str(&soft_cap_warning(person).await);
     body.push_str(&format!(
-        r#"<p>Template <b>{template}</b> · owner <b>{owner}</b> · your role <b class="role">{role}</b> · <a href="{here}/env">Environment</a></p>
+        r#"<p>Template <b>{template}</b> · owner <b>{owner}</b> · your role <b class="role">{role}</b> · <a href="{here}/env">Environment</a> · <a href="{here}/activity">Activity</a></p>
 <p class="hint">Clone: <code>{repo}</code></p>"#,
         template = esc(text(&app, "template")),
         owner = esc(text(&app, "owner_username")),
         role = esc(text(&app, "role")),
         repo = esc(text(&app, "repo_url")),
     ));
-    body.push_str(&first_push(&person, &app, &app_id).await);
+    body.push_str(&first_push(person, &app, app_id).await);
     // Health is a word beside each channel's state; a page that cannot read it shows the state alone.
     let health = person.api.get(&format!("{here}/health")).await.ok();
     let rows: Vec<Vec<String>> = list(&app, "channels")
         .iter()
-        .map(|c| channel_cells(&app_id, c, health.as_ref(), person.apps_port))
+        .map(|c| channel_cells(app_id, c, health.as_ref(), person.apps_port))
         .collect();
     body.push_str("<h2>Channels</h2>");
     body.push_str(&html::live(
@@ -89,43 +106,17 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
         ),
     ));
 
-    body.push_str("<h2>Settings</h2>");
-    let flag = |key: &str| {
-        if app[key].as_bool() == Some(true) {
-            "on"
-        } else {
-            "off"
-        }
-    };
-    body.push_str(&html::table(
-        &["setting", "value"],
-        &[
-            vec![
-                "External SQL access".into(),
-                flag("external_db_access_enabled").into(),
-            ],
-            vec![
-                "External object-store access".into(),
-                flag("external_blob_access_enabled").into(),
-            ],
-            vec![
-                "Port forwarding".into(),
-                format!(
-                    "{} (plan {})",
-                    flag("port_forwarding_enabled"),
-                    if app["port_forwarding_available"].as_bool() == Some(true) {
-                        "includes it"
-                    } else {
-                        "does not include it"
-                    }
-                ),
-            ],
-            vec![
-                "Agent access to protected actions".into(),
-                flag("agent_protected_actions_effective").into(),
-            ],
-        ],
-        "",
+    body.push_str(&lifecycle::new_channel(
+        &app,
+        &here,
+        &csrf,
+        Form::of(retry, "create-channel"),
+    ));
+    body.push_str(&lifecycle::settings(
+        &app,
+        &here,
+        &csrf,
+        Form::of(retry, "settings"),
     ));
 
     body.push_str("<h2>Members</h2>");
@@ -154,11 +145,15 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
         "No members.",
     ));
     if may(&app, Action::ManageMembers) {
+        let form = Form::of(retry, "add-member");
         body.push_str(&format!(
-            r#"<form method="post" action="{here}/members" id="add-member">{csrf}
-<label>Username <input name="username" required></label>
-<label>Role <select name="role"><option value="member">member</option><option value="admin">admin</option></select></label>
-<button type="submit">Share</button></form>"#
+            r#"{alert}<form method="post" action="{here}/members" id="add-member">{csrf}
+<label>Username <input name="username"{username} required></label>
+<label>Role <select name="role">{roles}</select></label>
+<button type="submit">Share</button></form>"#,
+            alert = form.alert(),
+            username = form.value("username", ""),
+            roles = form.options("role", &[("member", "member"), ("admin", "admin")]),
         ));
     }
 
@@ -197,19 +192,45 @@ async fn app(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
     ));
 
     if may(&app, Action::TransferApp) {
+        let form = Form::of(retry, "transfer");
         body.push_str(&format!(
             r#"<section class="card"><h2>Transfer ownership</h2>
 <p>Moves the app, its channels, repository, environment, databases, buckets and snapshots to another account. Its
 hostnames change to the new owner's (<code>&lt;app&gt;-&lt;owner&gt;</code>), each channel is deployed again there at the commit it
 serves now (the deploy history starts anew), its databases and buckets get new credentials, and neither you nor its
 members keep a role on it. Custom domains and raw TCP forwards must be removed first.</p>
-<form method="post" action="{here}/transfer" id="transfer">{csrf}
-<label>New owner's username <input name="to" required></label>
-<label>Type the app's name to confirm <input name="confirm" required autocomplete="off"></label>
-<button class="danger" type="submit">Transfer</button></form></section>"#
+{alert}<form method="post" action="{here}/transfer" id="transfer">{csrf}
+<label>New owner's username <input name="to"{to} required></label>
+<label>Type the app's name to confirm <input name="confirm"{confirm} required autocomplete="off"></label>
+<button class="danger" type="submit">Transfer</button></form></section>"#,
+            alert = form.alert(),
+            to = form.value("to", ""),
+            confirm = form.value("confirm", ""),
         ));
     }
-    person_page(&person, text(&app, "name"), &body)
+    body.push_str(&lifecycle::delete(
+        &app,
+        &here,
+        &csrf,
+        Form::of(retry, "delete-app"),
+    ));
+    person_page_as(person, status(retry), text(&app, "name"), &body)
+}
+
+/// The app's page again with `failure`, the refusal of what its form `form` sent.
+pub(super) async fn refused(
+    form: &'static str,
+    app_id: &str,
+    write: &Write,
+    failure: &Failure,
+) -> Response {
+    if failure.status == 401 {
+        return write
+            .person
+            .refused(failure, &format!("/apps/{}", seg(app_id)));
+    }
+    let retry = Retry::new(form, failure, &write.fields);
+    page(&write.person, app_id, &Done::default(), Some(&retry)).await
 }
 
 async fn add_member(Path(app_id): Path<String>, write: Write) -> Response {
@@ -226,7 +247,7 @@ async fn add_member(Path(app_id): Path<String>, write: Write) -> Response {
         .await
     {
         Ok(_) => see(&format!("{here}?done=member-saved")),
-        Err(f) => write.person.refused(&f, &here),
+        Err(f) => refused("add-member", &app_id, &write, &f).await,
     }
 }
 
@@ -301,6 +322,14 @@ async fn transfer(
     };
     match slipway_core::transfer::transfer(&console.state, &caller, request).await {
         Ok(_) => see("/apps?done=transferred"),
-        Err(e) => write.person.refused(&Failure::of_error(&e), &here),
+        Err(e) => {
+            refused(
+                "transfer",
+                &app_id.to_string(),
+                &write,
+                &Failure::of_error(&e),
+            )
+            .await
+        }
     }
 }

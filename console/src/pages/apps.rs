@@ -8,8 +8,9 @@ use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::{Done, list, notice, person_page, see, text};
+use super::{Done, list, notice, person_page_as, see, text};
 use crate::html::{self, esc, seg};
+use crate::retry::{Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter};
 
@@ -76,10 +77,16 @@ pub fn channel_cells(
 }
 
 async fn apps(person: Person, Query(done): Query<Done>) -> Response {
+    page(&person, &done, None).await
+}
+
+/// The page, answering `retry` when a write from it was refused.
+async fn page(person: &Person, done: &Done, retry: Option<&Retry<'_>>) -> Response {
     let listing = match person.api.get("/apps").await {
         Ok(v) => v,
         Err(f) => return person.refused(&f, "/apps"),
     };
+    let form = Form::of(retry, "create-app");
     let mut body = notice(
         done.done.as_deref(),
         &[
@@ -90,7 +97,7 @@ async fn apps(person: Person, Query(done): Query<Done>) -> Response {
             ),
         ],
     );
-    body.push_str(&soft_cap_warning(&person).await);
+    body.push_str(&soft_cap_warning(person).await);
     let apps = list(&listing, "apps");
     if apps.is_empty() {
         body.push_str(r#"<p class="empty">No apps yet.</p>"#);
@@ -124,13 +131,19 @@ async fn apps(person: Person, Query(done): Query<Done>) -> Response {
         ));
     }
     body.push_str(&format!(
-        r#"<section class="card"><h2>New app</h2><form method="post" action="/apps" id="create-app">{csrf}
-<label>Name <input name="name" required pattern="[a-z0-9]([a-z0-9-]*[a-z0-9])?" maxlength="40"></label>
-<label>Template <select name="template"><option value="static">static</option><option value="app">app</option><option value="docker">docker</option></select></label>
+        r#"<section class="card"><h2>New app</h2>{alert}<form method="post" action="/apps" id="create-app">{csrf}
+<label>Name <input name="name"{name} required pattern="[a-z0-9]([a-z0-9-]*[a-z0-9])?" maxlength="40"></label>
+<label>Template <select name="template">{templates}</select></label>
 <button type="submit">Create</button></form></section>"#,
-        csrf = html::csrf_field(&person.session.csrf)
+        alert = form.alert(),
+        csrf = html::csrf_field(&person.session.csrf),
+        name = form.value("name", ""),
+        templates = form.options(
+            "template",
+            &[("static", "static"), ("app", "app"), ("docker", "docker")]
+        ),
     ));
-    person_page(&person, "Apps", &body)
+    person_page_as(person, status(retry), "Apps", &body)
 }
 
 async fn create(State(_): State<Arc<Console>>, write: Write) -> Response {
@@ -142,6 +155,10 @@ async fn create(State(_): State<Arc<Console>>, write: Write) -> Response {
         .await
     {
         Ok(app) => see(&format!("/apps/{}?done=created", seg(text(&app, "id")))),
-        Err(f) => write.person.refused(&f, "/apps"),
+        Err(f) if f.status == 401 => write.person.refused(&f, "/apps"),
+        Err(f) => {
+            let retry = Retry::new("create-app", &f, &write.fields);
+            page(&write.person, &Done::default(), Some(&retry)).await
+        }
     }
 }

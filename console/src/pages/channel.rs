@@ -8,9 +8,10 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use super::{Done, list, may, notice, person_page, see, text, warning};
+use super::{Done, list, may, notice, person_page, person_page_as, see, text, warning};
 use crate::ConsoleRouter;
 use crate::html::{self, esc, seg};
+use crate::retry::{Form, Retry, status};
 use crate::session::{Person, Write};
 use slipway_core::access::Action;
 
@@ -43,6 +44,10 @@ const NOTICES: &[(&str, &str)] = &[
         "The domain is verified: it reaches this channel, and its certificate follows on its first visit.",
     ),
     ("domain-removed", "The domain is detached."),
+    (
+        "channel-created",
+        "The channel is made. Push to its branch, then deploy it here.",
+    ),
 ];
 
 /// What a write that went through but did not get what it asked for says.
@@ -62,7 +67,18 @@ async fn channel(
     Path((app_id, channel_id)): Path<(String, String)>,
     Query(done): Query<Done>,
 ) -> Response {
-    let (app_path, here) = paths(&app_id, &channel_id);
+    page(&person, &app_id, &channel_id, &done, None).await
+}
+
+/// The page, answering `retry` when a write from it was refused.
+async fn page(
+    person: &Person,
+    app_id: &str,
+    channel_id: &str,
+    done: &Done,
+    retry: Option<&Retry<'_>>,
+) -> Response {
+    let (app_path, here) = paths(app_id, channel_id);
     let app = match person.api.get(&app_path).await {
         Ok(v) => v,
         Err(f) => return person.refused(&f, &here),
@@ -163,8 +179,12 @@ async fn channel(
         ),
     ));
 
-    body.push_str(&domains_section(&person, &app, &here, &csrf).await);
-    body.push_str(&data_section(&person, is_static, &here).await);
+    let attach = Form::of(retry, "attach-domain");
+    body.push_str(&domains_section(person, &app, &here, &csrf, attach).await);
+    body.push_str(&data_section(person, is_static, &here).await);
+    body.push_str(&super::lifecycle::delete_channel_button(
+        &app, &channel, &here, &csrf,
+    ));
 
     if !is_static && may(&app, Action::Read) {
         body.push_str(&format!(
@@ -173,8 +193,9 @@ async fn channel(
 <button type="submit">Run</button></form>"#
         ));
     }
-    person_page(
-        &person,
+    person_page_as(
+        person,
+        status(retry),
         &format!("{} · {}", text(&app, "name"), text(&channel, "name")),
         &body,
     )
@@ -240,7 +261,13 @@ fn dns_records(records: &Value) -> String {
     )
 }
 
-async fn domains_section(person: &Person, app: &Value, here: &str, csrf: &str) -> String {
+async fn domains_section(
+    person: &Person,
+    app: &Value,
+    here: &str,
+    csrf: &str,
+    form: Form<'_>,
+) -> String {
     let domains = person
         .api
         .get(&format!("{here}/domains"))
@@ -280,7 +307,9 @@ async fn domains_section(person: &Person, app: &Value, here: &str, csrf: &str) -
     ));
     if manage {
         out.push_str(&format!(
-            r#"<form method="post" action="{here}/domains" id="attach-domain">{csrf}<label>Domain <input name="domain" required></label> <button type="submit">Attach</button></form>"#
+            r#"{alert}<form method="post" action="{here}/domains" id="attach-domain">{csrf}<label>Domain <input name="domain"{domain} required></label> <button type="submit">Attach</button></form>"#,
+            alert = form.alert(),
+            domain = form.value("domain", ""),
         ));
     }
     out
@@ -450,7 +479,18 @@ async fn attach_domain(
         .await
     {
         Ok(_) => see(&format!("{here}?done=domain-attached")),
-        Err(f) => write.person.refused(&f, &here),
+        Err(f) if f.status == 401 => write.person.refused(&f, &here),
+        Err(f) => {
+            let retry = Retry::new("attach-domain", &f, &write.fields);
+            page(
+                &write.person,
+                &app_id,
+                &channel_id,
+                &Done::default(),
+                Some(&retry),
+            )
+            .await
+        }
     }
 }
 

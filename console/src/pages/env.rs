@@ -8,9 +8,10 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use super::{Done, list, may, notice, person_page, see, text};
+use super::{Done, list, may, notice, person_page, person_page_as, see, text};
 use crate::ConsoleRouter;
 use crate::html::{self, esc, seg};
+use crate::retry::{Form, Retry, status};
 use crate::session::{Person, Write};
 use slipway_core::access::Action;
 use slipway_rest::in_process::with_query;
@@ -29,7 +30,12 @@ const NOTICES: &[(&str, &str)] = &[
 ];
 
 async fn env(person: Person, Path(app_id): Path<String>, Query(done): Query<Done>) -> Response {
-    let base = format!("/apps/{}", seg(&app_id));
+    page(&person, &app_id, &done, None).await
+}
+
+/// The page, answering `retry` when a write from it was refused.
+async fn page(person: &Person, app_id: &str, done: &Done, retry: Option<&Retry<'_>>) -> Response {
+    let base = format!("/apps/{}", seg(app_id));
     let here = format!("{base}/env");
     let app = match person.api.get(&base).await {
         Ok(v) => v,
@@ -106,27 +112,36 @@ async fn env(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
         "No variables.",
     ));
     if writes {
-        let options: String = channels
-            .iter()
-            .map(|c| {
-                format!(
-                    r#"<option value="{}">channel {}</option>"#,
-                    esc(text(c, "id")),
-                    esc(text(c, "name"))
-                )
-            })
+        let form = Form::of(retry, "set-env");
+        let scopes: Vec<(&str, String)> = std::iter::once(("", "app default".to_owned()))
+            .chain(
+                channels
+                    .iter()
+                    .map(|c| (text(c, "id"), format!("channel {}", text(c, "name")))),
+            )
             .collect();
+        let scopes: Vec<(&str, &str)> = scopes.iter().map(|(v, l)| (*v, l.as_str())).collect();
+        // A secret's value is not sent back to the page (the module's doc says why).
+        let value = match form.typed("kind") {
+            Some("secret") => r#" placeholder="the secret's value, again""#.to_owned(),
+            _ => form.value("value", ""),
+        };
         body.push_str(&format!(
-            r#"<section class="card"><h2>Set a variable</h2><form method="post" action="{here}" id="set-env">{csrf}
-<label>Key <input name="key" required pattern="[A-Z_][A-Z0-9_]*"></label>
-<label>Value <input name="value"></label>
-<label>Kind <select name="kind"><option value="env">variable</option><option value="secret">secret</option></select></label>
-<label>Scope <select name="channel_id"><option value="">app default</option>{options}</select></label>
-<button type="submit">Save</button></form></section>"#
+            r#"<section class="card"><h2>Set a variable</h2>{alert}<form method="post" action="{here}" id="set-env">{csrf}
+<label>Key <input name="key"{key} required pattern="[A-Z_][A-Z0-9_]*"></label>
+<label>Value <input name="value"{value}></label>
+<label>Kind <select name="kind">{kinds}</select></label>
+<label>Scope <select name="channel_id">{scopes}</select></label>
+<button type="submit">Save</button></form></section>"#,
+            alert = form.alert(),
+            key = form.value("key", ""),
+            kinds = form.options("kind", &[("env", "variable"), ("secret", "secret")]),
+            scopes = form.options("channel_id", &scopes),
         ));
     }
-    person_page(
-        &person,
+    person_page_as(
+        person,
+        status(retry),
         &format!("{} · environment", text(&app, "name")),
         &body,
     )
@@ -144,7 +159,11 @@ async fn set(Path(app_id): Path<String>, write: Write) -> Response {
     }
     match write.person.api.write(Method::POST, &here, &body).await {
         Ok(_) => see(&format!("{here}?done=saved")),
-        Err(f) => write.person.refused(&f, &here),
+        Err(f) if f.status == 401 => write.person.refused(&f, &here),
+        Err(f) => {
+            let retry = Retry::new("set-env", &f, &write.fields);
+            page(&write.person, &app_id, &Done::default(), Some(&retry)).await
+        }
     }
 }
 

@@ -1,14 +1,17 @@
 //! The console's pages. Each reads what it shows from the REST API with the person's token and posts its writes
-//! to the same routes an HTTP client would; a refusal is shown with the route's own words. Which forms a page
-//! offers follows the role table of [`slipway_core::access::Action`], so a member sees read-only what only admins
-//! or the owner may change (and the API refuses it anyway).
+//! to the same routes an HTTP client would; a refusal is shown with the route's own words, on the form's own page
+//! with what was typed where the form has fields ([`crate::retry`]). Which forms a page offers follows the role
+//! table of [`slipway_core::access::Action`], so a member sees read-only what only admins or the owner may change
+//! (and the API refuses it anyway).
 
 pub mod account;
+pub mod activity;
 pub mod app;
 pub mod apps;
 pub mod channel;
 pub mod deploy;
 pub mod env;
+pub mod lifecycle;
 pub mod tokens;
 
 use axum::http::StatusCode;
@@ -24,6 +27,8 @@ pub fn routes() -> ConsoleRouter {
     ConsoleRouter::new()
         .merge(apps::routes())
         .merge(app::routes())
+        .merge(lifecycle::routes())
+        .merge(activity::routes())
         .merge(env::routes())
         .merge(channel::routes())
         .merge(deploy::routes())
@@ -69,7 +74,12 @@ pub fn may(app: &Value, action: Action) -> bool {
 
 /// A page for `person`.
 pub fn person_page(person: &Person, title: &str, body: &str) -> Response {
-    html_page(StatusCode::OK, title, Some(&person.header()), body)
+    person_page_as(person, StatusCode::OK, title, body)
+}
+
+/// A page for `person` answered with `status` (a form's refusal brought back to its page).
+pub fn person_page_as(person: &Person, status: StatusCode, title: &str, body: &str) -> Response {
+    html_page(status, title, Some(&person.header()), body)
 }
 
 /// After a write: back to `to` (303, so a reload does not post again).

@@ -10,8 +10,9 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{list, notice, person_page, see, text};
+use super::{list, notice, person_page, person_page_as, see, text};
 use crate::html::{self, esc, seg};
+use crate::retry::{Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter};
 use slipway_rest::in_process::Failure;
@@ -48,6 +49,11 @@ fn origin_name(origin: Option<&str>) -> &'static str {
 }
 
 async fn tokens(person: Person, Query(query): Query<TokensQuery>) -> Response {
+    page(&person, &query, None).await
+}
+
+/// The page, answering `retry` when a mint from it was refused.
+async fn page(person: &Person, query: &TokensQuery, retry: Option<&Retry<'_>>) -> Response {
     let listing = match person.api.get("/tokens").await {
         Ok(v) => v,
         Err(f) => return person.refused(&f, "/tokens"),
@@ -90,9 +96,10 @@ async fn tokens(person: Person, Query(query): Query<TokensQuery>) -> Response {
             ]
         })
         .collect();
-    let options: String = LIVES
+    let form = Form::of(retry, "mint-token");
+    let lives: Vec<(&str, &str)> = LIVES
         .iter()
-        .map(|(value, label, _)| format!(r#"<option value="{value}">{label}</option>"#))
+        .map(|(value, label, _)| (*value, *label))
         .collect();
     let mut body = notice(
         query.done.as_deref(),
@@ -100,12 +107,14 @@ async fn tokens(person: Person, Query(query): Query<TokensQuery>) -> Response {
     );
     body.push_str(&format!(
         r#"<section class="card"><h2>New token</h2>
-<form method="post" action="/tokens" id="mint-token">{csrf}
-<label>Label <input name="label" id="token-label" value="{label}" maxlength="{max}" required></label>
-<label>Expires <select name="life">{options}</select></label>
+{alert}<form method="post" action="/tokens" id="mint-token">{csrf}
+<label>Label <input name="label" id="token-label"{label} maxlength="{max}" required></label>
+<label>Expires <select name="life">{lives}</select></label>
 <button type="submit">Create token</button></form>
 <p class="hint">A token carries the nine default scopes. It is shown once, right after you create it.</p></section>"#,
-        label = esc(query.label.as_deref().unwrap_or_default()),
+        alert = form.alert(),
+        label = form.value("label", query.label.as_deref().unwrap_or_default()),
+        lives = form.options("life", &lives),
         max = slipway_rest::tokens::MAX_LABEL,
     ));
     body.push_str("<h2>Your tokens</h2>");
@@ -122,7 +131,16 @@ async fn tokens(person: Person, Query(query): Query<TokensQuery>) -> Response {
         &rows,
         "No tokens.",
     ));
-    person_page(&person, "Tokens", &body)
+    person_page_as(person, status(retry), "Tokens", &body)
+}
+
+/// The tokens page again with `failure`, the refusal of a mint, and the form as it was sent.
+async fn refused_mint(write: &Write, failure: &Failure) -> Response {
+    if failure.status == 401 {
+        return write.person.refused(failure, "/tokens");
+    }
+    let retry = Retry::new("mint-token", failure, &write.fields);
+    page(&write.person, &TokensQuery::default(), Some(&retry)).await
 }
 
 async fn mint(State(console): State<Arc<Console>>, write: Write) -> Response {
@@ -137,10 +155,11 @@ async fn mint(State(console): State<Arc<Console>>, write: Write) -> Response {
         .iter()
         .find(|(value, _, _)| *value == write.fields.get("life"))
     else {
-        return write.person.refused(
+        return refused_mint(
+            &write,
             &Failure::bad_request("pick how long the token lives"),
-            "/tokens",
-        );
+        )
+        .await;
     };
     let minted = match slipway_rest::tokens::mint_for_person(
         &console.state,
@@ -151,7 +170,7 @@ async fn mint(State(console): State<Arc<Console>>, write: Write) -> Response {
     .await
     {
         Ok(minted) => minted,
-        Err(e) => return write.person.refused(&Failure::of_error(&e), "/tokens"),
+        Err(e) => return refused_mint(&write, &Failure::of_error(&e)).await,
     };
     let body = format!(
         r#"{notice}<p>Token <b>{label}</b>, {expiry}:</p>

@@ -1,0 +1,117 @@
+//! `/apps/{id}/activity`: the app's journal of audit-logged actions (secret reveals, SQL resets, dumps and
+//! restores, bucket restores and key reads, downloads), newest first, fifty to a page with a link to older ones.
+//! Every member reads it, as the route allows.
+
+use axum::extract::{Path, Query};
+use axum::response::Response;
+use axum::routing::get;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{list, person_page, text};
+use crate::ConsoleRouter;
+use crate::html::{self, esc, seg};
+use crate::session::Person;
+use slipway_rest::in_process::with_query;
+
+/// The routes of this page.
+pub fn routes() -> ConsoleRouter {
+    ConsoleRouter::new().route("/apps/{app_id}/activity", get(activity))
+}
+
+/// Where in the journal the page starts: the route's own cursor, passed on unread.
+#[derive(Debug, Default, Deserialize)]
+struct Cursor {
+    cursor: Option<String>,
+}
+
+async fn activity(
+    person: Person,
+    Path(app_id): Path<String>,
+    Query(at): Query<Cursor>,
+) -> Response {
+    let base = format!("/apps/{}", seg(&app_id));
+    let here = format!("{base}/activity");
+    let app = match person.api.get(&base).await {
+        Ok(v) => v,
+        Err(f) => return person.refused(&f, &here),
+    };
+    let page = match person
+        .api
+        .get(&with_query(&here, &[("cursor", at.cursor.clone())]))
+        .await
+    {
+        Ok(v) => v,
+        Err(f) => return person.refused(&f, &here),
+    };
+    let rows: Vec<Vec<String>> = list(&page, "events")
+        .iter()
+        .map(|e| {
+            vec![
+                html::time(text(e, "at")),
+                esc(e
+                    .get("actor")
+                    .and_then(Value::as_str)
+                    .unwrap_or("a deleted account")),
+                format!("<code>{}</code>", esc(text(e, "action"))),
+                format!("<small>{}</small>", esc(&detail(&e["detail"]))),
+            ]
+        })
+        .collect();
+    let mut body = html::breadcrumbs(
+        &[("Apps", "/apps"), (text(&app, "name"), &base)],
+        "Activity",
+    );
+    body.push_str(
+        r#"<p class="hint">Who revealed a secret, reset, restored or downloaded data, or read a bucket's keys.</p>"#,
+    );
+    body.push_str(&html::table(
+        &["when", "who", "what", "details"],
+        &rows,
+        "Nothing recorded yet.",
+    ));
+    if let Some(next) = page.get("next_cursor").and_then(Value::as_str) {
+        body.push_str(&format!(
+            r#"<p><a href="{}" rel="next">Older</a></p>"#,
+            esc(&with_query(&here, &[("cursor", Some(next.to_owned()))]))
+        ));
+    }
+    person_page(
+        &person,
+        &format!("{} · activity", text(&app, "name")),
+        &body,
+    )
+}
+
+/// An event's details as `key value` pairs in one line (the channel, snapshot or key concerned).
+fn detail(detail: &Value) -> String {
+    match detail {
+        Value::Object(fields) => fields
+            .iter()
+            .map(|(key, value)| match value {
+                Value::String(s) => format!("{key} {s}"),
+                other => format!("{key} {other}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" · "),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn details_read_as_pairs() {
+        let one = serde_json::json!({"channel": "prod"});
+        assert_eq!(detail(&one), "channel prod");
+        let two = detail(&serde_json::json!({"snapshot_id": "s1", "bytes": 12}));
+        assert!(
+            two == "snapshot_id s1 · bytes 12" || two == "bytes 12 · snapshot_id s1",
+            "{two}"
+        );
+        assert_eq!(detail(&Value::Null), "");
+    }
+}

@@ -1,0 +1,341 @@
+//! What changes an app as a whole from its page: adding and deleting channels, the access toggles, and deleting
+//! the app. Each form posts here, and each handler calls the route an HTTP client would (`POST` and `DELETE` of
+//! channels, `PATCH` and `DELETE /apps/{id}`); a refusal comes back on the page with what was typed
+//! ([`crate::retry`]). The sections are offered by the role table, as every form is.
+
+use axum::extract::Path;
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use serde_json::{Value, json};
+
+use super::{may, see, text};
+use crate::ConsoleRouter;
+use crate::html::{self, esc, seg};
+use crate::retry::Form;
+use crate::session::Write;
+use slipway_core::access::Action;
+use slipway_rest::in_process::Failure;
+
+/// The routes of these forms.
+pub fn routes() -> ConsoleRouter {
+    ConsoleRouter::new()
+        .route("/apps/{app_id}/channels", post(create_channel))
+        .route(
+            "/apps/{app_id}/channels/{channel_id}/delete",
+            post(delete_channel),
+        )
+        .route("/apps/{app_id}/settings", post(change_setting))
+        .route("/apps/{app_id}/delete", post(delete_app))
+}
+
+/// The app's access toggles: each one's API field, what the page calls it, and whether it is the agent-access
+/// override (owner only, and three-valued: on, off or the account's default).
+const SETTINGS: &[(&str, &str)] = &[
+    ("external_db_access_enabled", "External SQL access"),
+    (
+        "external_blob_access_enabled",
+        "External object-store access",
+    ),
+    ("port_forwarding_enabled", "Port forwarding"),
+];
+const AGENT_ACCESS: &str = "agent_protected_actions_enabled";
+
+/// The form that adds a channel bound to a branch, for those who may.
+pub fn new_channel(app: &Value, here: &str, csrf: &str, form: Form<'_>) -> String {
+    if !may(app, Action::ManageChannels) {
+        return String::new();
+    }
+    format!(
+        r#"<details class="card"{open}><summary>Add a channel</summary>{alert}<form method="post" action="{here}/channels" id="create-channel">{csrf}
+<label>Name <input name="name"{name} required pattern="[a-z0-9]([a-z0-9-]*[a-z0-9])?" maxlength="40"></label>
+<label>Deploys from branch <input name="branch"{branch} required></label>
+<button type="submit">Add the channel</button></form>
+<p class="hint">A push to that branch is stored; the channel's page deploys it.</p></details>"#,
+        open = if form.typed("name").is_some() {
+            " open"
+        } else {
+            ""
+        },
+        alert = form.alert(),
+        name = form.value("name", ""),
+        branch = form.value("branch", ""),
+    )
+}
+
+/// The settings table, with a switch on each row for those who may change it.
+pub fn settings(app: &Value, here: &str, csrf: &str, form: Form<'_>) -> String {
+    let changes = may(app, Action::ChangeSettings);
+    let switch = |field: &str, to: &str, label: &str| {
+        format!(
+            r#"<form method="post" class="inline" action="{here}/settings">{csrf}<input type="hidden" name="setting" value="{field}"><input type="hidden" name="value" value="{to}"><button class="quiet" type="submit">{label}</button></form>"#
+        )
+    };
+    let mut rows: Vec<Vec<String>> = SETTINGS
+        .iter()
+        .map(|(field, name)| {
+            let on = app[*field].as_bool() == Some(true);
+            let mut state = if on { "on" } else { "off" }.to_owned();
+            if *field == "port_forwarding_enabled" {
+                state.push_str(
+                    if app["port_forwarding_available"].as_bool() == Some(true) {
+                        " (the plan includes it)"
+                    } else {
+                        " (the plan does not include it)"
+                    },
+                );
+            }
+            let action = match (changes, on) {
+                (false, _) => String::new(),
+                (true, true) => switch(field, "off", "Turn off"),
+                (true, false) => switch(field, "on", "Turn on"),
+            };
+            vec![esc(name), state, action]
+        })
+        .collect();
+    let effective = app["agent_protected_actions_effective"].as_bool() == Some(true);
+    let overridden = app[AGENT_ACCESS].as_bool();
+    let agent_state = format!(
+        "{}{}",
+        if effective { "on" } else { "off" },
+        if overridden.is_none() {
+            " (the account's default)"
+        } else {
+            ""
+        }
+    );
+    let agent_actions = if may(app, Action::ChangeAgentAccess) {
+        [
+            ("on", "Allow"),
+            ("off", "Refuse"),
+            ("default", "Use the account's default"),
+        ]
+        .iter()
+        .filter(|(to, _)| {
+            !matches!(
+                (*to, overridden),
+                ("on", Some(true)) | ("off", Some(false)) | ("default", None)
+            )
+        })
+        .map(|(to, label)| switch(AGENT_ACCESS, to, label))
+        .collect::<Vec<_>>()
+        .join(" ")
+    } else {
+        String::new()
+    };
+    rows.push(vec![
+        "Agent access to protected actions".into(),
+        agent_state,
+        agent_actions,
+    ]);
+    format!(
+        r#"<h2>Settings</h2>{alert}{table}"#,
+        alert = form.alert(),
+        table = html::table(&["setting", "value", ""], &rows, "")
+    )
+}
+
+/// The app's deletion for its owner: typing its name is the confirmation.
+pub fn delete(app: &Value, here: &str, csrf: &str, form: Form<'_>) -> String {
+    if !may(app, Action::DeleteApp) {
+        return String::new();
+    }
+    format!(
+        r#"<section class="card danger-zone"><h2>Delete this app</h2>
+<p>Stops every channel and deletes the app with its repository, environment, channels, their databases and
+buckets; its custom domains are freed and its members lose it at once. This cannot be undone.</p>
+{alert}<form method="post" action="{here}/delete" id="delete-app">{csrf}
+<label>Type the app's name, <b>{name}</b>, to confirm <input name="confirm"{typed} required autocomplete="off"></label>
+<button class="danger" type="submit">Delete the app</button></form></section>"#,
+        alert = form.alert(),
+        name = esc(text(app, "name")),
+        typed = form.value("confirm", ""),
+    )
+}
+
+/// The channel's deletion, behind a second click, for those who may; `prod` is never deleted.
+pub fn delete_channel_button(app: &Value, channel: &Value, here: &str, csrf: &str) -> String {
+    if !may(app, Action::ManageChannels) || text(channel, "name") == "prod" {
+        return String::new();
+    }
+    html::Destructive {
+        action: &format!("{here}/delete"),
+        hidden: csrf,
+        opener: "Delete this channel",
+        consequence: &format!(
+            "The channel {} stops serving: its container, routes, database and bucket go with it, and its custom domains are freed.",
+            text(channel, "name")
+        ),
+        button: "Delete the channel",
+    }
+    .html()
+}
+
+async fn create_channel(Path(app_id): Path<String>, write: Write) -> Response {
+    let here = format!("/apps/{}", seg(&app_id));
+    let body = json!({
+        "name": write.fields.get("name"),
+        "git_ref_binding": format!("branch:{}", write.fields.get("branch")),
+    });
+    match write
+        .person
+        .api
+        .write(Method::POST, &format!("{here}/channels"), &body)
+        .await
+    {
+        Ok(channel) => see(&format!(
+            "{here}/channels/{}?done=channel-created",
+            seg(text(&channel, "id"))
+        )),
+        Err(f) => super::app::refused("create-channel", &app_id, &write, &f).await,
+    }
+}
+
+async fn delete_channel(
+    Path((app_id, channel_id)): Path<(String, String)>,
+    write: Write,
+) -> Response {
+    let here = format!("/apps/{}", seg(&app_id));
+    match write
+        .person
+        .api
+        .delete(&format!("{here}/channels/{}", seg(&channel_id)))
+        .await
+    {
+        Ok(_) => see(&format!("{here}?done=channel-deleted")),
+        Err(f) => write
+            .person
+            .refused(&f, &format!("{here}/channels/{}", seg(&channel_id))),
+    }
+}
+
+async fn change_setting(Path(app_id): Path<String>, write: Write) -> Response {
+    let here = format!("/apps/{}", seg(&app_id));
+    let setting = write.fields.get("setting");
+    let value = match (setting, write.fields.get("value")) {
+        (AGENT_ACCESS, "default") => Value::Null,
+        (_, "on") => Value::Bool(true),
+        (_, "off") => Value::Bool(false),
+        _ => Value::String(String::new()),
+    };
+    let known = setting == AGENT_ACCESS || SETTINGS.iter().any(|(field, _)| *field == setting);
+    if !known || value.is_string() {
+        let failure = Failure::bad_request("pick a setting and turn it on or off");
+        return super::app::refused("settings", &app_id, &write, &failure).await;
+    }
+    match write
+        .person
+        .api
+        .write(
+            Method::PATCH,
+            &here,
+            &Value::Object([(setting.to_owned(), value)].into_iter().collect()),
+        )
+        .await
+    {
+        Ok(_) => see(&format!("{here}?done=setting-saved")),
+        Err(f) => super::app::refused("settings", &app_id, &write, &f).await,
+    }
+}
+
+async fn delete_app(Path(app_id): Path<String>, write: Write) -> Response {
+    let here = format!("/apps/{}", seg(&app_id));
+    let app = match write.person.api.get(&here).await {
+        Ok(app) => app,
+        Err(f) => return write.person.refused(&f, &here),
+    };
+    let name = text(&app, "name");
+    if write.fields.raw("confirm") != name {
+        let failure = Failure::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("type the app's name, {name}, exactly, to delete it"),
+        );
+        return super::app::refused("delete-app", &app_id, &write, &failure).await;
+    }
+    match write.person.api.delete(&here).await {
+        Ok(_) => see("/apps?done=deleted"),
+        Err(f) => super::app::refused("delete-app", &app_id, &write, &f).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const HERE: &str = "/apps/a1";
+
+    fn app(role: &str) -> Value {
+        json!({"role": role, "name": "web", "external_db_access_enabled": true,
+               "external_blob_access_enabled": false, "port_forwarding_enabled": false,
+               "port_forwarding_available": false, "agent_protected_actions_enabled": null,
+               "agent_protected_actions_effective": false})
+    }
+
+    fn none() -> Form<'static> {
+        Form::of(None, "")
+    }
+
+    #[test]
+    fn a_member_reads_the_settings_and_changes_nothing() {
+        let member = app("member");
+        let table = settings(&member, HERE, "", none());
+        assert!(table.contains("External SQL access"), "{table}");
+        assert!(!table.contains("<form"), "{table}");
+        assert_eq!(new_channel(&member, HERE, "", none()), "");
+        assert_eq!(delete(&member, HERE, "", none()), "");
+    }
+
+    #[test]
+    fn an_admin_switches_settings_but_neither_agent_access_nor_the_app_itself() {
+        let admin = app("admin");
+        let table = settings(&admin, HERE, "", none());
+        assert!(table.contains(r#"name="setting" value="external_db_access_enabled"><input type="hidden" name="value" value="off">"#), "{table}");
+        assert!(table.contains(r#"name="setting" value="port_forwarding_enabled"><input type="hidden" name="value" value="on">"#), "{table}");
+        assert!(!table.contains(AGENT_ACCESS), "{table}");
+        assert!(new_channel(&admin, HERE, "", none()).contains("create-channel"));
+        assert_eq!(delete(&admin, HERE, "", none()), "");
+    }
+
+    #[test]
+    fn the_owner_sets_agent_access_to_what_it_is_not_and_deletes_by_name() {
+        let owner = app("owner");
+        let table = settings(&owner, HERE, "", none());
+        assert!(
+            table.contains("off (the account&#39;s default)")
+                || table.contains("off (the account's default)"),
+            "{table}"
+        );
+        assert!(
+            table.contains(r#"value="on"><button class="quiet" type="submit">Allow"#),
+            "{table}"
+        );
+        assert!(
+            table.contains(r#"value="off"><button class="quiet" type="submit">Refuse"#),
+            "{table}"
+        );
+        assert!(
+            !table.contains("Use the account"),
+            "already the default: {table}"
+        );
+        let delete = delete(&owner, HERE, "", none());
+        assert!(
+            delete.contains("<b>web</b>") && delete.contains("/apps/a1/delete"),
+            "{delete}"
+        );
+    }
+
+    #[test]
+    fn prod_is_never_offered_for_deletion() {
+        let owner = app("owner");
+        let prod = json!({"name": "prod"});
+        let staging = json!({"name": "staging"});
+        assert_eq!(delete_channel_button(&owner, &prod, "/c", ""), "");
+        assert!(delete_channel_button(&owner, &staging, "/c", "").contains("Delete the channel"));
+        assert_eq!(
+            delete_channel_button(&app("member"), &staging, "/c", ""),
+            ""
+        );
+    }
+}
