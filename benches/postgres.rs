@@ -197,13 +197,16 @@ async fn main() -> Result<()> {
     let mut by_rclone = f64::MAX;
     for _ in 0..3 {
         let started = Instant::now();
+        // Not `output()`: tokio's pipes stdout whatever was set, and this process would hold the whole file.
         let out = rclone(&backend)
             .args([
                 "cat",
                 &format!("store:{}/{key}", archive::system_bucket("slipway-")),
             ])
             .stdout(std::process::Stdio::null())
-            .output()
+            .stderr(std::process::Stdio::piped())
+            .spawn()?
+            .wait_with_output()
             .await?;
         ensure!(
             out.status.success(),
