@@ -142,6 +142,13 @@ impl Answer {
     }
 }
 
+/// A response's whole body, up to [`MAX_ANSWER_BYTES`].
+async fn read(response: axum::response::Response) -> Result<Bytes, Failure> {
+    axum::body::to_bytes(response.into_body(), MAX_ANSWER_BYTES)
+        .await
+        .map_err(|e| Failure::internal(format!("cannot read the route's answer: {e}")))
+}
+
 /// The REST API as one caller sees it.
 #[derive(Clone)]
 pub struct Rest {
@@ -165,6 +172,43 @@ impl Rest {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Answer, Failure> {
+        let response = self.answered(method, path, body).await?;
+        let status = response.status();
+        Ok(Answer {
+            status,
+            body: read(response).await?,
+        })
+    }
+
+    /// `GET path` answered with the route's own response, its body streamed and never held here (a download of
+    /// any size); a non-2xx answer is a [`Failure`], as [`Rest::send`] gives.
+    pub async fn stream(&self, path: &str) -> Result<axum::response::Response, Failure> {
+        self.answered(Method::GET, path, None).await
+    }
+
+    /// The route's 2xx response, else its [`Failure`].
+    async fn answered(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<axum::response::Response, Failure> {
+        let response = self.call(method, path, body).await?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(response)
+        } else {
+            Err(Failure::of_answer(status, &read(response).await?))
+        }
+    }
+
+    /// One request through the router, as this caller.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<axum::response::Response, Failure> {
         let mut request = Request::builder().method(method).uri(path);
         if let Some(authorization) = &self.authorization {
             request = request.header(header::AUTHORIZATION, authorization.clone());
@@ -182,21 +226,12 @@ impl Rest {
         request
             .extensions_mut()
             .insert(slipway_core::caller::ViaMcp);
-        let response = self
+        Ok(self
             .router
             .clone()
             .oneshot(request)
             .await
-            .unwrap_or_else(|never| match never {});
-        let status = response.status();
-        let body = axum::body::to_bytes(response.into_body(), MAX_ANSWER_BYTES)
-            .await
-            .map_err(|e| Failure::internal(format!("cannot read the route's answer: {e}")))?;
-        if status.is_success() {
-            Ok(Answer { status, body })
-        } else {
-            Err(Failure::of_answer(status, &body))
-        }
+            .unwrap_or_else(|never| match never {}))
     }
 
     /// `GET path` as JSON.

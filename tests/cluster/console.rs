@@ -31,7 +31,7 @@ async fn person(api: &TestApi, prefix: &str) -> Result<(User, String)> {
 }
 
 /// The CSRF token in a page's forms.
-fn csrf_in(html: &str) -> String {
+pub(crate) fn csrf_in(html: &str) -> String {
     let start = html
         .find(r#"name="csrf" value=""#)
         .expect("a form with a CSRF token")
@@ -377,7 +377,7 @@ fn assert_refused(page: &support::browser::Page, status: u16, form: &str, kept: 
 }
 
 /// Signs `client` in by code and returns the session cookie's `Set-Cookie` line.
-async fn sign_in_by_code_raw(
+pub(crate) async fn sign_in_by_code_raw(
     console: &TestConsole,
     client: &Browser,
     address: &str,

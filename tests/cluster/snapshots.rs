@@ -20,6 +20,7 @@ use slipway_internal::protocol::{PreDeploySnapshot, PreDeploySnapshotRequest};
 use slipway_postgres::archive::{self, Archive};
 use slipway_testkit::s3::TestS3;
 use sqlx::PgConnection;
+use support::console::TestConsole;
 use support::postgres::{self, Fixture, execute, fixture};
 use tower::ServiceExt;
 use uuid::Uuid;
@@ -354,6 +355,66 @@ async fn snapshots_are_listed_newest_first_and_download_as_a_dump_pg_restore_rea
         "a snapshot of another channel is not this channel's"
     );
     assert!(String::from_utf8_lossy(&body).contains("snapshot_not_found"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_console_downloads_a_snapshot_as_the_route_gives_it() -> Result<()> {
+    let mut s = snapshots("snapconsole", "builder").await?;
+    let id = s.snapshot(None).await?;
+    let address = format!("{}@people.test", s.f.user.username);
+    slipway_store::db::users::set_verified_email(
+        s.f.api.state.db(),
+        &s.f.user.username.parse()?,
+        &address,
+    )
+    .await?;
+    let console = TestConsole::start(&mut s.f.api).await?;
+    let client = console.client()?;
+    super::console::sign_in_by_code_raw(&console, &client, &address).await?;
+
+    // The channel's page offers each snapshot's download as a form.
+    let channel_page = format!("/apps/{}/channels/{}", s.f.app_id, s.f.prod_id);
+    let page = client.get(&console.url(&channel_page)).await?;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let action = format!("{channel_page}/postgres/snapshots/{id}/download");
+    assert!(
+        page.text.contains(&format!(r#"action="{action}""#)),
+        "{}",
+        page.text
+    );
+    let csrf = super::console::csrf_in(&page.text);
+
+    // It answers what the route answers: the same attachment, byte for byte.
+    let through = client
+        .post_form(&console.url(&action), &[("csrf", &csrf)])
+        .await?;
+    let (status, direct, headers) = s
+        .fetch(&s.download_path(&s.f.prod_id, &id), &s.f.user.token)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(through.status, 200, "{}", through.text);
+    assert_eq!(
+        through.headers["content-disposition"].to_str()?,
+        headers["content-disposition"].as_str().unwrap()
+    );
+    assert_eq!(through.text, String::from_utf8_lossy(&direct));
+
+    // Without the session's CSRF token nothing is sent, and a snapshot the channel does not have is not found.
+    let forged = client
+        .post_form(&console.url(&action), &[("csrf", &"0".repeat(48))])
+        .await?;
+    assert_eq!(forged.status, 403);
+    let missing = client
+        .post_form(
+            &console.url(&format!(
+                "{channel_page}/postgres/snapshots/{}/download",
+                Uuid::new_v4()
+            )),
+            &[("csrf", &csrf)],
+        )
+        .await?;
+    assert_eq!(missing.status, 404, "{}", missing.text);
     Ok(())
 }
 

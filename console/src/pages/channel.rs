@@ -181,7 +181,7 @@ async fn page(
 
     let attach = Form::of(retry, "attach-domain");
     body.push_str(&domains_section(person, &app, &here, &csrf, attach).await);
-    body.push_str(&data_section(person, is_static, &here).await);
+    body.push_str(&data_section(person, &app, is_static, &here, &csrf).await);
     body.push_str(&super::lifecycle::delete_channel_button(
         &app, &channel, &here, &csrf,
     ));
@@ -315,7 +315,15 @@ async fn domains_section(
     out
 }
 
-async fn data_section(person: &Person, is_static: bool, here: &str) -> String {
+async fn data_section(
+    person: &Person,
+    app: &Value,
+    is_static: bool,
+    here: &str,
+    csrf: &str,
+) -> String {
+    let sql_list = format!("{here}/postgres/snapshots");
+    let bucket_list = format!("{here}/blob/snapshots");
     let mut out = String::new();
     if !is_static {
         out.push_str("<h2>SQL database</h2>");
@@ -338,13 +346,14 @@ async fn data_section(person: &Person, is_static: bool, here: &str) -> String {
                 out.push_str(
                     &listed_table(
                         person,
-                        &format!("{here}/postgres/snapshots"),
+                        &sql_list,
                         &[
                             "snapshot taken",
                             "kind",
                             "commit",
                             "size",
                             "bucket snapshot too",
+                            "",
                         ],
                         "No snapshots yet.",
                         |s| {
@@ -354,6 +363,7 @@ async fn data_section(person: &Person, is_static: bool, here: &str) -> String {
                                 html::sha(s.get("git_sha").and_then(Value::as_str)),
                                 s["size_bytes"].as_u64().map_or("—".into(), html::bytes),
                                 yes_no(s["aligned_blob"].as_bool() == Some(true)),
+                                super::downloads::button(app, &sql_list, s, csrf),
                             ]
                         },
                     )
@@ -385,12 +395,13 @@ async fn data_section(person: &Person, is_static: bool, here: &str) -> String {
     out.push_str(
         &listed_table(
             person,
-            &format!("{here}/blob/snapshots"),
+            &bucket_list,
             &[
                 "bucket snapshot as of",
                 "kind",
                 "objects",
                 "database snapshot too",
+                "",
             ],
             "No bucket snapshots yet.",
             |s| {
@@ -399,6 +410,7 @@ async fn data_section(person: &Person, is_static: bool, here: &str) -> String {
                     esc(text(s, "kind")),
                     s["object_count"].as_i64().unwrap_or(0).to_string(),
                     yes_no(s["pg_snapshot_id"].is_string()),
+                    super::downloads::button(app, &bucket_list, s, csrf),
                 ]
             },
         )

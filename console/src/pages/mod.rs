@@ -10,6 +10,7 @@ pub mod app;
 pub mod apps;
 pub mod channel;
 pub mod deploy;
+pub mod downloads;
 pub mod env;
 pub mod lifecycle;
 pub mod tokens;
@@ -29,6 +30,7 @@ pub fn routes() -> ConsoleRouter {
         .merge(app::routes())
         .merge(lifecycle::routes())
         .merge(activity::routes())
+        .merge(downloads::routes())
         .merge(env::routes())
         .merge(channel::routes())
         .merge(deploy::routes())

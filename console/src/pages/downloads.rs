@@ -1,0 +1,70 @@
+//! Downloading a channel's snapshots from its page: an SQL snapshot as the dump `pg_restore` reads, a bucket
+//! snapshot as its tar.gz. Each is a form posted with the session's CSRF token (a download is an audited act, so a
+//! link another site could make the browser follow is not enough), answered with the route's own response: its
+//! headers (the attachment's name and type) and its body streamed through, never held in the console.
+
+use axum::extract::Path;
+use axum::response::Response;
+use axum::routing::post;
+use serde_json::Value;
+
+use super::{may, text};
+use crate::ConsoleRouter;
+use crate::html::seg;
+use crate::session::Write;
+use slipway_core::access::Action;
+
+/// The routes of the downloads.
+pub fn routes() -> ConsoleRouter {
+    ConsoleRouter::new()
+        .route(
+            "/apps/{app_id}/channels/{channel_id}/postgres/snapshots/{snapshot_id}/download",
+            post(sql),
+        )
+        .route(
+            "/apps/{app_id}/channels/{channel_id}/blob/snapshots/{snapshot_id}/download",
+            post(bucket),
+        )
+}
+
+/// The download button of snapshot `row` of the list at `list` (the channel's `.../postgres/snapshots` or
+/// `.../blob/snapshots`, a console path that is the route's too), for those who may download data.
+pub fn button(app: &Value, list: &str, row: &Value, csrf: &str) -> String {
+    if !may(app, Action::DownloadData) {
+        return String::new();
+    }
+    format!(
+        r#"<form method="post" class="inline" action="{list}/{id}/download">{csrf}<button class="quiet" type="submit">Download</button></form>"#,
+        id = seg(text(row, "snapshot_id")),
+    )
+}
+
+async fn sql(
+    Path((app_id, channel_id, snapshot_id)): Path<(String, String, String)>,
+    write: Write,
+) -> Response {
+    download(&write, &app_id, &channel_id, "postgres", &snapshot_id).await
+}
+
+async fn bucket(
+    Path((app_id, channel_id, snapshot_id)): Path<(String, String, String)>,
+    write: Write,
+) -> Response {
+    download(&write, &app_id, &channel_id, "blob", &snapshot_id).await
+}
+
+/// The route's answer to `GET .../{kind}/snapshots/{snapshot_id}/download`, passed on.
+async fn download(
+    write: &Write,
+    app_id: &str,
+    channel_id: &str,
+    kind: &str,
+    snapshot_id: &str,
+) -> Response {
+    let channel = format!("/apps/{}/channels/{}", seg(app_id), seg(channel_id));
+    let path = format!("{channel}/{kind}/snapshots/{}/download", seg(snapshot_id));
+    match write.person.api.stream(&path).await {
+        Ok(response) => response,
+        Err(f) => write.person.refused(&f, &channel),
+    }
+}
