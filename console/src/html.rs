@@ -5,21 +5,7 @@
 
 use std::fmt::Write as _;
 
-/// `text` escaped for HTML text and attribute values (quoted with `"`).
-pub fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
+pub use slipway_http::html::escape as esc;
 
 /// A percent-escaped path segment (an id, a key, a domain, a username) for an `href` or a form's `action`.
 pub fn seg(text: &str) -> String {

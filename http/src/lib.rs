@@ -6,6 +6,7 @@
 
 mod admin;
 pub mod cookies;
+pub mod html;
 pub mod request_id;
 pub mod tls;
 

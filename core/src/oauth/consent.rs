@@ -3,22 +3,7 @@
 //! keeps a link from a stranger's client from quietly becoming a token for that stranger.
 
 use super::clients::Client;
-
-/// Text for an HTML page, escaped.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use slipway_http::html::escape;
 
 /// The page asking `username` whether `client` may act for them with `scopes`; its form posts `request` to
 /// `action`.
