@@ -29,8 +29,7 @@ pub fn routes() -> ConsoleRouter {
         .route("/apps/{app_id}/delete", post(delete_app))
 }
 
-/// The app's access toggles: each one's API field, what the page calls it, and whether it is the agent-access
-/// override (owner only, and three-valued: on, off or the account's default).
+/// The app's access toggles, on or off: each one's API field and what the page calls it.
 const SETTINGS: &[(&str, &str)] = &[
     ("external_db_access_enabled", "External SQL access"),
     (
@@ -39,6 +38,7 @@ const SETTINGS: &[(&str, &str)] = &[
     ),
     ("port_forwarding_enabled", "Port forwarding"),
 ];
+/// The agent-access override: owner only, and three-valued (on, off or the account's default, null).
 const AGENT_ACCESS: &str = "agent_protected_actions_enabled";
 
 /// The form that adds a channel bound to a branch, for those who may.
@@ -212,17 +212,18 @@ async fn delete_channel(
 async fn change_setting(Path(app_id): Path<String>, write: Write) -> Response {
     let here = format!("/apps/{}", seg(&app_id));
     let setting = write.fields.get("setting");
-    let value = match (setting, write.fields.get("value")) {
-        (AGENT_ACCESS, "default") => Value::Null,
-        (_, "on") => Value::Bool(true),
-        (_, "off") => Value::Bool(false),
-        _ => Value::String(String::new()),
-    };
     let known = setting == AGENT_ACCESS || SETTINGS.iter().any(|(field, _)| *field == setting);
-    if !known || value.is_string() {
+    let value = match (setting, write.fields.get("value")) {
+        _ if !known => None,
+        (AGENT_ACCESS, "default") => Some(Value::Null),
+        (_, "on") => Some(Value::Bool(true)),
+        (_, "off") => Some(Value::Bool(false)),
+        _ => None,
+    };
+    let Some(value) = value else {
         let failure = Failure::bad_request("pick a setting and turn it on or off");
         return super::app::refused("settings", &app_id, &write, &failure).await;
-    }
+    };
     match write
         .person
         .api
