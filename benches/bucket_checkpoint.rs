@@ -6,9 +6,10 @@
 //! - the checkpoint (the version listing through the gateway and the marker's manifest written to the platform
 //!   database) against a version listing of the backend bucket; no object is copied, so it grows with the number of
 //!   keys and not with their bytes (the line prints both);
-//! - the restore after a tenth of the keys were rewritten (a version listing, then a copy forward of each changed
-//!   key, [`slipway_blob::restore::AT_ONCE`] at a time) against the same restore made directly on the backend: its
-//!   version listing, then the same copies with the same concurrency (the line also prints the copies alone);
+//! - the restore after a tenth of the keys were rewritten (a version listing in [`slipway_blob::restore::LISTINGS`]
+//!   key ranges side by side, then a copy forward of each changed key, [`slipway_blob::restore::AT_ONCE`] at a time)
+//!   against the same restore made directly on the backend with a plain client: its version listing, then the same
+//!   copies with the same concurrency (the line also prints the copies alone);
 //! - the download (the `tar.gz` the download route streams, read to the end) against reading every object directly,
 //!   one at a time, in key order;
 //! - this process's peak resident memory after each (the gateway and slipway's side run in it), which must not grow

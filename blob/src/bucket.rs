@@ -71,11 +71,53 @@ impl BlobAccess {
 impl Bucket {
     /// Every version and delete marker in the bucket, a key's newest first; an error past [`MAX_VERSIONS`].
     pub async fn versions(&self) -> anyhow::Result<Vec<Version>> {
+        self.versions_between(None, None).await
+    }
+
+    /// Every version and delete marker in the bucket, as [`Self::versions`] lists them, listed in key ranges side
+    /// by side: the ranges end at each of `bounds` (any order) and the last at the bucket's end. The backend lists
+    /// one range's pages one after another, each a round trip and a walk of its own; several ranges at once keep
+    /// it busy meanwhile, so a listing of tens of thousands of keys takes a fraction of the time.
+    pub async fn versions_split(&self, bounds: &[&str]) -> anyhow::Result<Vec<Version>> {
+        let mut bounds = bounds.to_vec();
+        bounds.sort_unstable();
+        bounds.dedup();
+        let ranges = std::iter::once(None)
+            .chain(bounds.iter().copied().map(Some))
+            .zip(
+                bounds
+                    .iter()
+                    .copied()
+                    .map(Some)
+                    .chain(std::iter::once(None)),
+            );
+        let listed = futures::future::try_join_all(
+            ranges.map(|(after, through)| self.versions_between(after, through)),
+        )
+        .await?;
+        let all: Vec<Version> = listed.into_iter().flatten().collect();
+        anyhow::ensure!(
+            all.len() <= MAX_VERSIONS,
+            "the bucket holds more than {MAX_VERSIONS} versions, more than checkpoints cover"
+        );
+        Ok(all)
+    }
+
+    /// The versions and delete markers of the keys after `after` up to and including `through` (byte order, as
+    /// S3 lists), from the bucket's first key and to its last without them.
+    async fn versions_between(
+        &self,
+        after: Option<&str>,
+        through: Option<&str>,
+    ) -> anyhow::Result<Vec<Version>> {
+        // Keys up to `after` can come back (a backend may repeat the marker's key); keys past `through` end it.
+        let in_range =
+            |key: &str| after.is_none_or(|a| key > a) && through.is_none_or(|t| key <= t);
         let mut all = Vec::new();
         // A backend may repeat the entry a page ended on at the start of the next (versitygw does past a few
         // thousand keys): an entry already listed is listed once.
         let mut seen = std::collections::HashSet::new();
-        let (mut key_marker, mut version_marker) = (None::<String>, None::<String>);
+        let (mut key_marker, mut version_marker) = (after.map(str::to_owned), None::<String>);
         loop {
             let page = self
                 .client
@@ -86,17 +128,17 @@ impl Bucket {
                 .send()
                 .await
                 .map_err(|e| anyhow::anyhow!("list versions: {}", object_store::describe(&e)))?;
+            let mut past_range = false;
             for v in page.versions() {
-                let id = (
-                    v.key().unwrap_or_default(),
-                    v.version_id().unwrap_or(NULL_VERSION),
-                );
-                if !seen.insert((id.0.to_owned(), id.1.to_owned())) {
+                let key = v.key().unwrap_or_default();
+                past_range |= through.is_some_and(|t| key > t);
+                let id = (key, v.version_id().unwrap_or(NULL_VERSION));
+                if !in_range(key) || !seen.insert((id.0.to_owned(), id.1.to_owned())) {
                     continue;
                 }
                 all.push(Version {
-                    key: v.key().unwrap_or_default().to_owned(),
-                    version_id: v.version_id().unwrap_or(NULL_VERSION).to_owned(),
+                    key: key.to_owned(),
+                    version_id: id.1.to_owned(),
                     size: v.size().unwrap_or(0),
                     is_latest: v.is_latest().unwrap_or(false),
                     delete_marker: false,
@@ -105,16 +147,15 @@ impl Bucket {
                 });
             }
             for m in page.delete_markers() {
-                let id = (
-                    m.key().unwrap_or_default(),
-                    m.version_id().unwrap_or(NULL_VERSION),
-                );
-                if !seen.insert((id.0.to_owned(), id.1.to_owned())) {
+                let key = m.key().unwrap_or_default();
+                past_range |= through.is_some_and(|t| key > t);
+                let id = (key, m.version_id().unwrap_or(NULL_VERSION));
+                if !in_range(key) || !seen.insert((id.0.to_owned(), id.1.to_owned())) {
                     continue;
                 }
                 all.push(Version {
-                    key: m.key().unwrap_or_default().to_owned(),
-                    version_id: m.version_id().unwrap_or(NULL_VERSION).to_owned(),
+                    key: key.to_owned(),
+                    version_id: id.1.to_owned(),
                     size: 0,
                     is_latest: m.is_latest().unwrap_or(false),
                     delete_marker: true,
@@ -126,7 +167,7 @@ impl Bucket {
                 all.len() <= MAX_VERSIONS,
                 "the bucket holds more than {MAX_VERSIONS} versions, more than checkpoints cover"
             );
-            if !page.is_truncated().unwrap_or(false) {
+            if past_range || !page.is_truncated().unwrap_or(false) {
                 break;
             }
             key_marker = page.next_key_marker().map(str::to_owned);
