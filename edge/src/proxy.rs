@@ -9,8 +9,12 @@
 //! endpoint, up to [`CONNECT_ATTEMPTS`] endpoints in all, as nginx's `proxy_next_upstream error timeout` does:
 //! nothing reached the app, so nothing can happen twice, whatever the method. An endpoint refuses connections in
 //! the moment between its pod stopping to listen and the edge learning it is gone (a rollout, a drain), and a
-//! reader should not see that moment as a 502. A request with a body is not sent again: the body has gone into the
-//! failed attempt, and buffering it for a retry would hold every upload in memory.
+//! reader should not see that moment as a 502. In the same moment a stopping app closes its idle keep-alive
+//! connections, and one the edge has just sent a request down breaks before any answer: a bodiless request of an
+//! idempotent method (RFC 9110 section 9.2.2: GET, HEAD, OPTIONS, TRACE, PUT, DELETE) is sent to the next endpoint
+//! then too, as nginx does for those methods; any other (a POST) may have been acted on and is answered 502. A
+//! request with a body is not sent again: the body has gone into the failed attempt, and buffering it for a retry
+//! would hold every upload in memory.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -27,7 +31,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use super::EdgeBody;
 use super::routes::Upstreams;
 
-/// Most endpoints a bodiless request is tried on when connecting fails.
+/// Most endpoints a bodiless request is tried on when connecting fails (or, for an idempotent method, the
+/// connection breaks before an answer).
 pub const CONNECT_ATTEMPTS: usize = 3;
 
 /// What the edge sends an endpoint: the client's body, or nothing (a request without one, which can be sent again).
@@ -176,6 +181,9 @@ impl Proxy {
         } else {
             1
         };
+        let idempotent = replay
+            .as_ref()
+            .is_some_and(|(method, _)| is_idempotent(method));
         let mut attempt = 1;
         let mut res = loop {
             let mut req = match (first.take(), &replay) {
@@ -196,6 +204,11 @@ impl Proxy {
                 Ok(res) => break res,
                 Err(e @ ProxyError::Connect(..)) if attempt < attempts => {
                     tracing::info!(error = %e, attempt, "connecting failed; trying the next endpoint");
+                    attempt += 1;
+                    upstream = upstreams.pick().unwrap_or(upstream);
+                }
+                Err(e @ ProxyError::Upstream(..)) if idempotent && attempt < attempts => {
+                    tracing::info!(error = %e, attempt, "the connection broke before an answer; trying the next endpoint");
                     attempt += 1;
                     upstream = upstreams.pick().unwrap_or(upstream);
                 }
@@ -242,6 +255,20 @@ impl Proxy {
             Err(_) => Err(ProxyError::Timeout(upstream, self.response_timeout)),
         }
     }
+}
+
+/// Whether a request of `method` means the same sent twice as once (RFC 9110 section 9.2.2).
+fn is_idempotent(method: &http::Method) -> bool {
+    use http::Method;
+    [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::TRACE,
+        Method::PUT,
+        Method::DELETE,
+    ]
+    .contains(method)
 }
 
 /// `path` (with its query) at `upstream`, over plain HTTP.
@@ -379,6 +406,20 @@ mod tests {
 
     /// An endpoint on `ip` that answers every request `200 <its address>`, and counts the requests.
     async fn answering(ip: &str) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        endpoint(ip, true).await
+    }
+
+    /// An endpoint on `ip` that reads each request's head and closes the connection without an answer, as a
+    /// stopping app closes a keep-alive connection a request was just sent down; counts the requests.
+    async fn hanging_up(ip: &str) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        endpoint(ip, false).await
+    }
+
+    /// An endpoint on `ip` that reads each request's head, counts it, and `answers` it or hangs up.
+    async fn endpoint(
+        ip: &str,
+        answers: bool,
+    ) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
         let listener = TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -392,12 +433,14 @@ mod tests {
                     head.push(byte[0]);
                 }
                 count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let body = addr.to_string();
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(answer.as_bytes()).await;
+                if answers {
+                    let body = addr.to_string();
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                }
             }
         });
         (addr, served)
@@ -477,6 +520,30 @@ mod tests {
         assert_eq!(status, "HTTP/1.1 502 Bad Gateway");
         // The answer names the last endpoint tried: the second.
         assert!(body.starts_with(&format!("upstream {b}: ")), "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_get_whose_connection_breaks_before_an_answer_is_answered_by_the_next() {
+        let (closing, hung_up) = hanging_up("127.0.0.1").await;
+        let (live, served) = answering("127.0.0.2").await;
+        let (status, body) = through_proxy(vec![closing, live], GET).await;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert_eq!(body, live.to_string());
+        assert_eq!(hung_up.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_bodiless_post_whose_connection_breaks_is_not_sent_again() {
+        // The app may have acted on it before the connection broke.
+        const BODILESS_POST: &str = "POST /x HTTP/1.1\r\nhost: app.example\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        let (closing, hung_up) = hanging_up("127.0.0.1").await;
+        let (live, served) = answering("127.0.0.2").await;
+        let (status, body) = through_proxy(vec![closing, live], BODILESS_POST).await;
+        assert_eq!(status, "HTTP/1.1 502 Bad Gateway");
+        assert!(body.starts_with(&format!("upstream {closing}: ")), "{body}");
+        assert_eq!(hung_up.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
