@@ -80,6 +80,8 @@ pub struct Person {
     pub path: String,
     /// The port apps answer HTTPS on, for links to them.
     pub apps_port: u16,
+    /// Host of the git transports ({git_host}), for the SSH remote's address.
+    pub git_host: String,
 }
 
 impl Person {
@@ -150,6 +152,7 @@ impl FromRequestParts<Arc<Console>> for Person {
             session,
             path: parts.uri.path().to_owned(),
             apps_port: console.apps_port,
+            git_host: console.state.names().git_host.clone(),
         })
     }
 }

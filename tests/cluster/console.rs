@@ -365,6 +365,130 @@ async fn an_app_gets_channels_settings_a_journal_and_its_deletion_from_its_page(
     Ok(())
 }
 
+#[tokio::test]
+async fn the_account_page_adds_and_removes_ssh_keys_and_a_refused_key_comes_back_as_typed()
+-> Result<()> {
+    let mut api = TestApi::start().await?;
+    let console = TestConsole::start(&mut api).await?;
+    let (ivy, ivy_address) = person(&api, "ivy").await?;
+    let client = console.client()?;
+    sign_in_by_code_raw(&console, &client, &ivy_address).await?;
+    let account = client.get(&console.url("/account")).await?;
+    assert_eq!(account.status, 200);
+    let csrf = csrf_in(&account.text);
+    assert!(
+        account.text.contains(&format!(
+            "git@{}:{}/&lt;app&gt;.git",
+            api.state.names().git_host,
+            ivy.username
+        )),
+        "the SSH remote: {}",
+        account.text
+    );
+    let ws = support::git::Workspace::new()?;
+    let key = ws.ssh_key("laptop").await?;
+    let add = |fields: Vec<(&'static str, String)>| {
+        let (client, console, csrf) = (&client, &console, csrf.clone());
+        async move {
+            let mut form: Vec<(&str, &str)> = vec![("csrf", &csrf)];
+            form.extend(fields.iter().map(|(k, v)| (*k, v.as_str())));
+            client
+                .post_form(&console.url("/account/ssh-keys"), &form)
+                .await
+        }
+    };
+
+    // A key that is not ed25519 comes back with the label as typed and the route's words.
+    let refused = add(vec![
+        ("public_key", "ssh-rsa AAAAB3Nza".into()),
+        ("label", "work laptop".into()),
+    ])
+    .await?;
+    assert_refused(
+        &refused,
+        400,
+        "add-ssh-key",
+        &["ssh-rsa AAAAB3Nza</textarea>", r#"value="work laptop""#],
+    );
+    assert!(!refused.text.contains("(bad_request)"), "{}", refused.text);
+
+    // A key is added, with API sign-in (ivy's address is verified), and the page lists it.
+    let added = add(vec![
+        ("public_key", key.clone()),
+        ("label", "work laptop".into()),
+        ("api_login", "on".into()),
+    ])
+    .await?;
+    assert_eq!(added.status, 303, "{}", added.text);
+    assert_eq!(
+        added.location.as_deref(),
+        Some(console.url("/account?done=key-added#ssh-keys").as_str())
+    );
+    let keys = api.get("/ssh-keys", &ivy).await.expect(200, None);
+    let listed = keys["ssh_keys"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{keys}");
+    assert_eq!(listed[0]["label"], "work laptop");
+    assert_eq!(listed[0]["api_login"], true);
+    let key_id = listed[0]["id"].as_str().unwrap().to_owned();
+    let fingerprint = listed[0]["fingerprint_sha256"].as_str().unwrap();
+    let account = client.get(&console.url("/account?done=key-added")).await?;
+    assert!(account.text.contains(fingerprint), "{}", account.text);
+    assert!(
+        account
+            .text
+            .contains(&format!(r#"action="/account/ssh-keys/{key_id}/remove""#)),
+        "{}",
+        account.text
+    );
+
+    // The same key again: 409 from the route, the key kept in the form.
+    let again = add(vec![("public_key", key.clone())]).await?;
+    assert_refused(&again, 409, "add-ssh-key", &[&format!("{key}</textarea>")]);
+
+    // Another person's key cannot be removed from ivy's session: the route's 404, the key still there.
+    let (joe, _) = person(&api, "joe").await?;
+    let joes = api
+        .post(
+            "/ssh-keys",
+            &joe,
+            json!({"public_key": ws.ssh_key("joe").await?}),
+        )
+        .await
+        .expect(200, None);
+    let theirs = client
+        .post_form(
+            &console.url(&format!(
+                "/account/ssh-keys/{}/remove",
+                joes["id"].as_str().unwrap()
+            )),
+            &[("csrf", &csrf)],
+        )
+        .await?;
+    assert_eq!(theirs.status, 404, "{}", theirs.text);
+    let joes_keys = api.get("/ssh-keys", &joe).await.expect(200, None);
+    assert_eq!(joes_keys["ssh_keys"].as_array().unwrap().len(), 1);
+
+    // Without the session's CSRF token nothing is removed.
+    let forged = client
+        .post_form(
+            &console.url(&format!("/account/ssh-keys/{key_id}/remove")),
+            &[("csrf", "0".repeat(48).as_str())],
+        )
+        .await?;
+    assert_eq!(forged.status, 403);
+    // Removed.
+    let removed = client
+        .post_form(
+            &console.url(&format!("/account/ssh-keys/{key_id}/remove")),
+            &[("csrf", &csrf)],
+        )
+        .await?;
+    assert_eq!(removed.status, 303, "{}", removed.text);
+    let keys = api.get("/ssh-keys", &ivy).await.expect(200, None);
+    assert!(keys["ssh_keys"].as_array().unwrap().is_empty(), "{keys}");
+    Ok(())
+}
+
 /// Asserts that `page` is a form's refusal brought back to its page: `status`, the alert of the form `form`, and
 /// each of `kept` (what was typed, as the page shows it).
 fn assert_refused(page: &support::browser::Page, status: u16, form: &str, kept: &[&str]) {

@@ -1,22 +1,41 @@
-//! `/account`: who the person is signed in as, their plan and its limits, and their usage, with the warning the
-//! spec asks for when the databases are over the plan's soft cap.
+//! `/account`: who the person is signed in as, their plan and its limits, their usage (with the warning the spec
+//! asks for when the databases are over the plan's soft cap), and their SSH keys ([`super::ssh_keys`]).
 
+use axum::extract::Query;
 use axum::response::Response;
 use axum::routing::get;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::apps::soft_cap_warning;
-use super::{list, person_page, text};
+use super::{list, notice, person_page_as, ssh_keys, text};
 use crate::ConsoleRouter;
 use crate::html::{self, esc};
+use crate::retry::{Form, Retry, status};
 use crate::session::Person;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
-    ConsoleRouter::new().route("/account", get(account))
+    ConsoleRouter::new()
+        .route("/account", get(account))
+        .merge(ssh_keys::routes())
 }
 
-async fn account(person: Person) -> Response {
+#[derive(Debug, Default, Deserialize)]
+struct AccountQuery {
+    done: Option<String>,
+}
+
+async fn account(person: Person, Query(query): Query<AccountQuery>) -> Response {
+    page(&person, query.done.as_deref(), None).await
+}
+
+/// The page after `done` (what a form of it did), answering `retry` when a form of it was refused.
+pub(super) async fn page(
+    person: &Person,
+    done: Option<&str>,
+    retry: Option<&Retry<'_>>,
+) -> Response {
     let usage = person.api.get("/me/usage").await;
     let blob = person
         .api
@@ -24,7 +43,17 @@ async fn account(person: Person) -> Response {
         .await
         .unwrap_or(Value::Null);
     let plans = person.api.get("/plans").await.unwrap_or(Value::Null);
-    let mut body = soft_cap_warning(&person).await;
+    let mut body = notice(
+        done,
+        &[
+            ("key-added", "The key is added: git over SSH takes it now."),
+            (
+                "key-removed",
+                "The key is removed; it is refused from now on.",
+            ),
+        ],
+    );
+    body.push_str(&soft_cap_warning(person).await);
     body.push_str(&format!(
         "<p>Signed in as <b>{}</b>.</p>",
         esc(&person.session.username)
@@ -117,5 +146,13 @@ async fn account(person: Person) -> Response {
             &format!("Usage cannot be read now: {}", f.message),
         )),
     }
-    person_page(&person, "Account", &body)
+    body.push_str(
+        &ssh_keys::section(
+            person,
+            &person.git_host,
+            Form::of(retry, ssh_keys::ADD_FORM),
+        )
+        .await,
+    );
+    person_page_as(person, status(retry), "Account", &body)
 }

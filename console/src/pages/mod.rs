@@ -13,6 +13,7 @@ pub mod deploy;
 pub mod downloads;
 pub mod env;
 pub mod lifecycle;
+pub mod ssh_keys;
 pub mod tokens;
 
 use axum::http::StatusCode;
