@@ -178,6 +178,21 @@ impl Snapshots {
         Ok((staging, db_name, snapshot, app))
     }
 
+    /// The console, and a client signed in to it as the app's owner (by a code mailed to a verified address).
+    async fn signed_in_console(&mut self) -> Result<(TestConsole, support::browser::Browser)> {
+        let address = format!("{}@people.test", self.f.user.username);
+        slipway_store::db::users::set_verified_email(
+            self.f.api.state.db(),
+            &self.f.user.username.parse()?,
+            &address,
+        )
+        .await?;
+        let console = TestConsole::start(&mut self.f.api).await?;
+        let client = console.client()?;
+        super::console::sign_in_by_code_raw(&console, &client, &address).await?;
+        Ok((console, client))
+    }
+
     async fn restore(&self, channel_id: &str, body: Value) -> support::Reply {
         self.f
             .api
@@ -362,16 +377,7 @@ async fn snapshots_are_listed_newest_first_and_download_as_a_dump_pg_restore_rea
 async fn the_console_downloads_a_snapshot_as_the_route_gives_it() -> Result<()> {
     let mut s = snapshots("snapconsole", "builder").await?;
     let id = s.snapshot(None).await?;
-    let address = format!("{}@people.test", s.f.user.username);
-    slipway_store::db::users::set_verified_email(
-        s.f.api.state.db(),
-        &s.f.user.username.parse()?,
-        &address,
-    )
-    .await?;
-    let console = TestConsole::start(&mut s.f.api).await?;
-    let client = console.client()?;
-    super::console::sign_in_by_code_raw(&console, &client, &address).await?;
+    let (console, client) = s.signed_in_console().await?;
 
     // The channel's page offers each snapshot's download as a form.
     let channel_page = format!("/apps/{}/channels/{}", s.f.app_id, s.f.prod_id);
@@ -415,6 +421,107 @@ async fn the_console_downloads_a_snapshot_as_the_route_gives_it() -> Result<()> 
         )
         .await?;
     assert_eq!(missing.status, 404, "{}", missing.text);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_console_restores_a_snapshot_and_says_when_one_runs_on_past_its_answer() -> Result<()> {
+    let mut s = snapshots("snapconsolerestore", "builder").await?;
+    let (staging, db_name, snapshot, mut app) = s.kept_then_changed().await?;
+    let (console, client) = s.signed_in_console().await?;
+    let channel_page = format!("/apps/{}/channels/{staging}", s.f.app_id);
+    let action = format!("{channel_page}/postgres/restore");
+    let page = client.get(&console.url(&channel_page)).await?;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(
+        page.text.contains(&format!(r#"action="{action}""#))
+            && page
+                .text
+                .contains(&format!(r#"name="snapshot_id" value="{snapshot}""#)),
+        "{}",
+        page.text
+    );
+    let csrf = super::console::csrf_in(&page.text);
+    let restore = |confirm: String| {
+        let (client, console, csrf, action, snapshot) = (
+            &client,
+            &console,
+            csrf.clone(),
+            action.clone(),
+            snapshot.clone(),
+        );
+        async move {
+            client
+                .post_form(
+                    &console.url(&action),
+                    &[
+                        ("csrf", csrf.as_str()),
+                        ("snapshot_id", snapshot.as_str()),
+                        ("confirm", confirm.as_str()),
+                    ],
+                )
+                .await
+        }
+    };
+
+    // A mistyped name: the route's 400 on the channel's page, that row's form open with what was typed.
+    let refused = restore(format!("{db_name}x")).await?;
+    assert_eq!(refused.status, 400, "{}", refused.text);
+    assert!(
+        refused.text.contains(r#"data-refused="restore-sql""#)
+            && refused.text.contains(r#"<details class="confirm" open>"#),
+        "{}",
+        refused.text
+    );
+    assert!(refused.text.contains(&format!(r#"value="{db_name}x""#)));
+    assert_eq!(notes(&mut app).await, ["changed"], "nothing restored");
+
+    // The name typed: done within the console's wait, and the data is the snapshot's.
+    let done = restore(db_name.clone()).await?;
+    assert_eq!(done.status, 303, "{}", done.text);
+    assert_eq!(
+        done.location.as_deref(),
+        Some(
+            console
+                .url(&format!("{channel_page}?done=restored"))
+                .as_str()
+        )
+    );
+    let mut app = s.app_connection(&staging).await?;
+    assert_eq!(notes(&mut app).await, ["kept"]);
+
+    // A restore that outlasts the console's wait (it waits behind the channel's checkpoint lock): the page says it
+    // runs on, and it does, to the end, after the page was answered.
+    execute(&mut app, "UPDATE notes SET body = 'changed again'").await?;
+    let channel: Uuid = staging.parse()?;
+    let (release, holder) = hold_checkpoint_lock(s.f.api.state.db(), channel).await?;
+    let running = restore(db_name.clone()).await?;
+    assert_eq!(running.status, 303, "{}", running.text);
+    assert_eq!(
+        running.location.as_deref(),
+        Some(
+            console
+                .url(&format!("{channel_page}?done=restoring"))
+                .as_str()
+        )
+    );
+    assert_eq!(notes(&mut app).await, ["changed again"]);
+    let _ = release.send(());
+    holder.await??;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while restore_job_state(s.f.api.state.db(), channel)
+        .await
+        .as_deref()
+        != Some("succeeded")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the restore never finished: {:?}",
+            restore_job_state(s.f.api.state.db(), channel).await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(notes(&mut app).await, ["kept"]);
     Ok(())
 }
 

@@ -71,7 +71,7 @@ async fn channel(
 }
 
 /// The page, answering `retry` when a write from it was refused.
-async fn page(
+pub(super) async fn page(
     person: &Person,
     app_id: &str,
     channel_id: &str,
@@ -99,6 +99,7 @@ async fn page(
         text(&channel, "name"),
     );
     body.push_str(&notice(done.done.as_deref(), NOTICES));
+    body.push_str(&notice(done.done.as_deref(), super::restores::NOTICES));
     body.push_str(&warning(done.done.as_deref(), WARNINGS));
     let facts = format!(
         r#"<p><a href="{app_path}">{app_name}</a> · hostname <b id="hostname">{host}</b> · branch <code>{binding}</code> · status <span id="channel-status">{status}</span> · commit {sha}</p>"#,
@@ -181,7 +182,7 @@ async fn page(
 
     let attach = Form::of(retry, "attach-domain");
     body.push_str(&domains_section(person, &app, &here, &csrf, attach).await);
-    body.push_str(&data_section(person, &app, is_static, &here, &csrf).await);
+    body.push_str(&data_section(person, &app, &channel, &here, &csrf, retry).await);
     body.push_str(&super::lifecycle::delete_channel_button(
         &app, &channel, &here, &csrf,
     ));
@@ -318,10 +319,13 @@ async fn domains_section(
 async fn data_section(
     person: &Person,
     app: &Value,
-    is_static: bool,
+    channel: &Value,
     here: &str,
     csrf: &str,
+    retry: Option<&Retry<'_>>,
 ) -> String {
+    use super::restores::{self, Leg};
+    let is_static = text(app, "template") == "static";
     let sql_list = format!("{here}/postgres/snapshots");
     let bucket_list = format!("{here}/blob/snapshots");
     let mut out = String::new();
@@ -363,7 +367,20 @@ async fn data_section(
                                 html::sha(s.get("git_sha").and_then(Value::as_str)),
                                 s["size_bytes"].as_u64().map_or("—".into(), html::bytes),
                                 yes_no(s["aligned_blob"].as_bool() == Some(true)),
-                                super::downloads::button(app, &sql_list, s, csrf),
+                                super::downloads::button(
+                                    app,
+                                    &sql_list,
+                                    text(s, "snapshot_id"),
+                                    csrf,
+                                ) + &restores::button(
+                                    app,
+                                    Leg::Sql,
+                                    here,
+                                    text(s, "snapshot_id"),
+                                    text(&db, "db_name"),
+                                    csrf,
+                                    Form::of(retry, Leg::Sql.form()),
+                                ),
                             ]
                         },
                     )
@@ -410,7 +427,16 @@ async fn data_section(
                     esc(text(s, "kind")),
                     s["object_count"].as_i64().unwrap_or(0).to_string(),
                     yes_no(s["pg_snapshot_id"].is_string()),
-                    super::downloads::button(app, &bucket_list, s, csrf),
+                    super::downloads::button(app, &bucket_list, text(s, "pg_snapshot_id"), csrf)
+                        + &restores::button(
+                            app,
+                            Leg::Bucket,
+                            here,
+                            text(s, "pg_snapshot_id"),
+                            text(channel, "name"),
+                            csrf,
+                            Form::of(retry, Leg::Bucket.form()),
+                        ),
                 ]
             },
         )

@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::routing::post;
 use serde_json::Value;
 
-use super::{may, text};
+use super::may;
 use crate::ConsoleRouter;
 use crate::html::seg;
 use crate::session::Write;
@@ -27,15 +27,17 @@ pub fn routes() -> ConsoleRouter {
         )
 }
 
-/// The download button of snapshot `row` of the list at `list` (the channel's `.../postgres/snapshots` or
-/// `.../blob/snapshots`, a console path that is the route's too), for those who may download data.
-pub fn button(app: &Value, list: &str, row: &Value, csrf: &str) -> String {
-    if !may(app, Action::DownloadData) {
+/// The download button of the snapshot the routes name `snapshot_id` under the list at `list` (the channel's
+/// `.../postgres/snapshots` or `.../blob/snapshots`, a console path that is the route's too), for those who may
+/// download data. Both routes name a snapshot by its SQL checkpoint's id: a bucket snapshot by its
+/// `pg_snapshot_id`, and one without (none to name it by) gets no button.
+pub fn button(app: &Value, list: &str, snapshot_id: &str, csrf: &str) -> String {
+    if !may(app, Action::DownloadData) || snapshot_id.is_empty() {
         return String::new();
     }
     format!(
         r#"<form method="post" class="inline" action="{list}/{id}/download">{csrf}<button class="quiet" type="submit">Download</button></form>"#,
-        id = seg(text(row, "snapshot_id")),
+        id = seg(snapshot_id),
     )
 }
 

@@ -13,6 +13,7 @@ pub mod deploy;
 pub mod downloads;
 pub mod env;
 pub mod lifecycle;
+pub mod restores;
 pub mod ssh_keys;
 pub mod tokens;
 
@@ -32,6 +33,7 @@ pub fn routes() -> ConsoleRouter {
         .merge(lifecycle::routes())
         .merge(activity::routes())
         .merge(downloads::routes())
+        .merge(restores::routes())
         .merge(env::routes())
         .merge(channel::routes())
         .merge(deploy::routes())
