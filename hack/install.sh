@@ -221,6 +221,9 @@ api:
   service:
     type: NodePort
     nodePorts: {http: $API_NODE_PORT, ssh: $SSH_NODE_PORT, sql: $SQL_NODE_PORT}
+  # The console's connection strings name the node's port for SQL.
+  sql:
+    publicAddress: $SLIPWAY_NODE_IP:$SQL_NODE_PORT
   persistence:
     storageClass: slipway-local
     size: 10Gi

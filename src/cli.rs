@@ -30,6 +30,8 @@ pub struct Cli {
 }
 
 /// The roles and tools of the binary.
+// Parsed once at start and taken apart at once: the size of the largest role's flags costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the hosting REST API (apps, channels, deploys, env, git, tokens, plans, object-storage status and

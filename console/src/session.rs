@@ -82,6 +82,8 @@ pub struct Person {
     pub apps_port: u16,
     /// Host of the git transports ({git_host}), for the SSH remote's address.
     pub git_host: String,
+    /// Where clients reach external SQL access (HOST:PORT), when it is served.
+    pub sql_address: Option<String>,
 }
 
 impl Person {
@@ -153,6 +155,7 @@ impl FromRequestParts<Arc<Console>> for Person {
             path: parts.uri.path().to_owned(),
             apps_port: console.apps_port,
             git_host: console.state.names().git_host.clone(),
+            sql_address: console.state.names().sql_address.clone(),
         })
     }
 }

@@ -25,6 +25,8 @@ pub struct PublicNames {
     pub git_host: String,
     /// The addresses the edge answers on: a custom apex domain's A records (`a_values`).
     pub edge_addresses: Vec<String>,
+    /// Where clients reach external SQL access (HOST:PORT); `None` when it is not served.
+    pub sql_address: Option<String>,
 }
 
 impl PublicNames {

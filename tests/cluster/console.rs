@@ -311,6 +311,54 @@ async fn an_app_gets_channels_settings_a_journal_and_its_deletion_from_its_page(
     .await?;
     assert_refused(&unknown, 400, "settings", &[]);
 
+    // How to connect to a channel's database from outside: what stands in the way while the app's external SQL
+    // access is off, then the connection string, named as the SQL listener names the channel's database.
+    let prod_id = app["channels"][0]["id"].as_str().unwrap().to_owned();
+    let connect = |channel: String| {
+        let (client, console, page) = (&client, &console, page.clone());
+        async move {
+            let shown = client
+                .get(&console.url(&format!("{page}/channels/{channel}")))
+                .await?;
+            anyhow::ensure!(shown.status == 200, "{}", shown.text);
+            let card = shown
+                .text
+                .split_once(r#"<section class="card" id="connect">"#)
+                .and_then(|(_, rest)| rest.split_once("</section>"))
+                .map(|(card, _)| card.to_owned())
+                .context("no connect card")?;
+            anyhow::Ok(card)
+        }
+    };
+    let off = connect(prod_id.clone()).await?;
+    assert!(off.contains("External SQL access is off"), "{off}");
+    let on = post(
+        format!("{page}/settings"),
+        vec![
+            ("setting", "external_db_access_enabled".into()),
+            ("value", "on".into()),
+        ],
+    )
+    .await?;
+    assert_eq!(on.status, 303, "{}", on.text);
+    let prod = connect(prod_id).await?;
+    assert!(
+        prod.contains(&format!(
+            "postgresql://{}:&lt;token&gt;@{}/life?sslmode=require",
+            ada.username,
+            support::SQL_ADDRESS
+        )),
+        "{prod}"
+    );
+    let staging_card = connect(staging_id.to_owned()).await?;
+    assert!(
+        staging_card.contains(&format!(
+            "@{}/life-staging?sslmode=require",
+            support::SQL_ADDRESS
+        )),
+        "{staging_card}"
+    );
+
     // A revealed secret is in the journal, with who revealed it.
     api.post(
         &format!("/apps/{app_id}/env"),

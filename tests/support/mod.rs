@@ -53,6 +53,8 @@ pub const APP_DOMAIN: &str = "apps.slipway.test";
 pub const GIT_HOST: &str = "git.slipway.test";
 /// The address custom domains are told to point at (`a_values`); tests bind edges on loopback addresses.
 pub const EDGE_ADDRESS: &str = "127.0.0.1";
+/// Where the test platform says clients reach external SQL access.
+pub const SQL_ADDRESS: &str = "db.slipway.test:5432";
 
 /// A running API and what it stands on.
 pub struct TestApi {
@@ -210,6 +212,7 @@ async fn api_state(
         app_domain: APP_DOMAIN.into(),
         git_host: GIT_HOST.into(),
         edge_addresses: vec![EDGE_ADDRESS.into()],
+        sql_address: Some(SQL_ADDRESS.into()),
     };
     Ok(AppState::new(
         pool,

@@ -36,6 +36,7 @@ pub async fn state(
         app_domain: args.app_domain.clone(),
         git_host: args.git_host.clone(),
         edge_addresses: args.edge_addresses.clone(),
+        sql_address: args.sql_proxy.public_address(&args.git_host),
     };
     Ok((
         AppState::new(

@@ -389,6 +389,7 @@ async fn data_section(
             }
             Err(f) => out.push_str(&html::banner("warning", &f.message)),
         }
+        out.push_str(&connect_card(person, app, channel));
     }
     out.push_str("<h2>Object storage</h2>");
     match person.api.get(&format!("{here}/blob")).await {
@@ -447,6 +448,40 @@ async fn data_section(
 
 /// The table of the list the API answers at `path`, one row per entry; a list it cannot read shows as empty (the
 /// section's own status above says why).
+/// How to reach the channel's database from outside the platform (psql, a GUI, a migration run from a laptop),
+/// when the platform serves external SQL access: the connection string for the app's owner once the app's
+/// external SQL access is on, else what stands in the way. The token stays a placeholder: the page never holds one.
+fn connect_card(person: &Person, app: &Value, channel: &Value) -> String {
+    let Some(address) = person.sql_address.as_deref() else {
+        return String::new();
+    };
+    let inner = if super::role_of(app) != Some(slipway_core::access::Role::Owner) {
+        "<p>Only the app's owner connects to its databases from outside the platform.</p>"
+            .to_owned()
+    } else if app["external_db_access_enabled"].as_bool() != Some(true) {
+        format!(
+            r#"<p>External SQL access is off for this app. Turn it on under <a href="/apps/{}#settings">Settings</a> to connect with <code>psql</code> or a database GUI.</p>"#,
+            seg(text(app, "id"))
+        )
+    } else {
+        let database = match text(channel, "name") {
+            "prod" => text(app, "name").to_owned(),
+            other => format!("{}-{other}", text(app, "name")),
+        };
+        format!(
+            r#"<pre class="commands"><code id="sql-connect">psql "postgresql://{user}:&lt;token&gt;@{address}/{database}?sslmode=require"</code></pre>
+<p><button type="button" data-copy="sql-connect">Copy</button></p>
+<p class="hint">Put a token with the <code>db:*</code> scope in place of <code>&lt;token&gt;</code>: <a href="/tokens?label=psql">make one</a>. The session ends when the token is revoked or the access turned off.</p>"#,
+            user = esc(&person.session.username),
+            address = esc(address),
+            database = esc(&database),
+        )
+    };
+    format!(
+        r#"<section class="card" id="connect"><h3>Connect from your machine</h3>{inner}</section>"#
+    )
+}
+
 async fn listed_table(
     person: &Person,
     path: &str,

@@ -129,7 +129,7 @@ pub fn settings(app: &Value, here: &str, csrf: &str, form: Form<'_>) -> String {
         agent_actions,
     ]);
     format!(
-        r#"<h2>Settings</h2>{alert}{table}"#,
+        r#"<h2 id="settings">Settings</h2>{alert}{table}"#,
         alert = form.alert(),
         table = html::table(&["setting", "value", ""], &rows, "")
     )

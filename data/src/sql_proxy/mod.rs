@@ -60,9 +60,23 @@ pub struct SqlProxyArgs {
     /// PEM private key of the SQL listener's certificate.
     #[arg(long, env = "SLIPWAY_SQL_TLS_KEY", requires = "sql_tls_cert")]
     pub sql_tls_key: Option<PathBuf>,
+    /// Where clients reach the SQL listener (HOST or HOST:PORT), as the console's connection strings name it;
+    /// default: the git host on port 5432, where the chart's api Service answers.
+    #[arg(long, env = "SLIPWAY_SQL_PUBLIC_ADDRESS")]
+    pub sql_public_address: Option<String>,
 }
 
 impl SqlProxyArgs {
+    /// Where clients reach the listener, when there is one: `--sql-public-address`, else `git_host` on 5432.
+    pub fn public_address(&self, git_host: &str) -> Option<String> {
+        self.sql_listen?;
+        Some(
+            self.sql_public_address
+                .clone()
+                .unwrap_or_else(|| format!("{git_host}:5432")),
+        )
+    }
+
     /// The listener's TLS configuration.
     pub fn tls(&self) -> anyhow::Result<Arc<rustls::ServerConfig>> {
         let files = self.sql_tls_cert.clone().zip(self.sql_tls_key.clone());
