@@ -3,6 +3,8 @@
 //! keep its byte count (a restore's copies count against the owner's quota, a pruned version frees its bytes),
 //! and the API server never holds the backend's keys.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use chrono::{DateTime, Utc};
@@ -71,7 +73,8 @@ impl BlobAccess {
 impl Bucket {
     /// Every version and delete marker in the bucket, a key's newest first; an error past [`MAX_VERSIONS`].
     pub async fn versions(&self) -> anyhow::Result<Vec<Version>> {
-        self.versions_between(None, None).await
+        self.versions_between(None, None, &AtomicUsize::new(0))
+            .await
     }
 
     /// Every version and delete marker in the bucket, as [`Self::versions`] lists them, listed in key ranges side
@@ -91,24 +94,23 @@ impl Bucket {
                     .map(Some)
                     .chain(std::iter::once(None)),
             );
-        let listed = futures::future::try_join_all(
-            ranges.map(|(after, through)| self.versions_between(after, through)),
+        // One count for all ranges, so a bucket past the bound stops every listing, not one range's.
+        let listed = AtomicUsize::new(0);
+        let ranges = futures::future::try_join_all(
+            ranges.map(|(after, through)| self.versions_between(after, through, &listed)),
         )
         .await?;
-        let all: Vec<Version> = listed.into_iter().flatten().collect();
-        anyhow::ensure!(
-            all.len() <= MAX_VERSIONS,
-            "the bucket holds more than {MAX_VERSIONS} versions, more than checkpoints cover"
-        );
-        Ok(all)
+        Ok(ranges.into_iter().flatten().collect())
     }
 
     /// The versions and delete markers of the keys after `after` up to and including `through` (byte order, as
-    /// S3 lists), from the bucket's first key and to its last without them.
+    /// S3 lists), from the bucket's first key and to its last without them; each adds to `listed`, the count of the
+    /// whole listing, which past [`MAX_VERSIONS`] is an error.
     async fn versions_between(
         &self,
         after: Option<&str>,
         through: Option<&str>,
+        listed: &AtomicUsize,
     ) -> anyhow::Result<Vec<Version>> {
         // Keys up to `after` can come back (a backend may repeat the marker's key); keys past `through` end it.
         let in_range =
@@ -129,6 +131,7 @@ impl Bucket {
                 .await
                 .map_err(|e| anyhow::anyhow!("list versions: {}", object_store::describe(&e)))?;
             let mut past_range = false;
+            let before = all.len();
             for v in page.versions() {
                 let key = v.key().unwrap_or_default();
                 past_range |= through.is_some_and(|t| key > t);
@@ -163,8 +166,9 @@ impl Bucket {
                     last_modified: time_of(m.last_modified()),
                 });
             }
+            let added = all.len() - before;
             anyhow::ensure!(
-                all.len() <= MAX_VERSIONS,
+                listed.fetch_add(added, Ordering::Relaxed) + added <= MAX_VERSIONS,
                 "the bucket holds more than {MAX_VERSIONS} versions, more than checkpoints cover"
             );
             if past_range || !page.is_truncated().unwrap_or(false) {

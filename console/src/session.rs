@@ -84,6 +84,9 @@ pub struct Person {
     pub git_host: String,
     /// Where clients reach external SQL access (HOST:PORT), when it is served.
     pub sql_address: Option<String>,
+    /// The API's synced cache of the platform's objects, for what no route answers: which database name a
+    /// connection string gives a channel.
+    pub cache: slipway_core::platform::cache::Cache,
 }
 
 impl Person {
@@ -156,6 +159,7 @@ impl FromRequestParts<Arc<Console>> for Person {
             apps_port: console.apps_port,
             git_host: console.state.names().git_host.clone(),
             sql_address: console.state.names().sql_address.clone(),
+            cache: console.state.cache().clone(),
         })
     }
 }

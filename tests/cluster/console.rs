@@ -358,6 +358,24 @@ async fn an_app_gets_channels_settings_a_journal_and_its_deletion_from_its_page(
         )),
         "{staging_card}"
     );
+    // An app named `life-staging` takes that name first, as the SQL proxy reads it: the card says so instead of
+    // giving a string that reaches the other app's database.
+    let shadow = api.create_app(&ada, "life-staging", "app").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let shadowed = loop {
+        let card = connect(staging_id.to_owned()).await?;
+        if !card.contains("postgresql://") || tokio::time::Instant::now() > deadline {
+            break card;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        shadowed.contains("reaches channel <b>prod</b> of app <b>life-staging</b> first"),
+        "{shadowed}"
+    );
+    api.delete(&format!("/apps/{}", shadow["id"].as_str().unwrap()), &ada)
+        .await
+        .expect(204, None);
 
     // A revealed secret is in the journal, with who revealed it.
     api.post(

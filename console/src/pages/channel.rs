@@ -446,8 +446,6 @@ async fn data_section(
     out
 }
 
-/// The table of the list the API answers at `path`, one row per entry; a list it cannot read shows as empty (the
-/// section's own status above says why).
 /// How to reach the channel's database from outside the platform (psql, a GUI, a migration run from a laptop),
 /// when the platform serves external SQL access: the connection string for the app's owner once the app's
 /// external SQL access is on, else what stands in the way. The token stays a placeholder: the page never holds one.
@@ -463,11 +461,15 @@ fn connect_card(person: &Person, app: &Value, channel: &Value) -> String {
             r#"<p>External SQL access is off for this app. Turn it on under <a href="/apps/{}#settings">Settings</a> to connect with <code>psql</code> or a database GUI.</p>"#,
             seg(text(app, "id"))
         )
+    } else if let (database, Some((app_name, channel_name))) = database_name(person, app, channel) {
+        format!(
+            "<p>The database name <code>{}</code> reaches channel <b>{}</b> of app <b>{}</b> first, so no connection string reaches this channel's database. Rename the channel (or that app) to connect to it.</p>",
+            esc(&database),
+            esc(&channel_name),
+            esc(&app_name),
+        )
     } else {
-        let database = match text(channel, "name") {
-            "prod" => text(app, "name").to_owned(),
-            other => format!("{}-{other}", text(app, "name")),
-        };
+        let (database, _) = database_name(person, app, channel);
         format!(
             r#"<pre class="commands"><code id="sql-connect">psql "postgresql://{user}:&lt;token&gt;@{address}/{database}?sslmode=require"</code></pre>
 <p><button type="button" data-copy="sql-connect">Copy</button></p>
@@ -482,6 +484,24 @@ fn connect_card(person: &Person, app: &Value, channel: &Value) -> String {
     )
 }
 
+/// The database name of `channel` in a connection string, and the (app, channel) it reaches instead when another
+/// of the person's channels takes that name first (the SQL proxy's own reading of it).
+fn database_name(
+    person: &Person,
+    app: &Value,
+    channel: &Value,
+) -> (String, Option<(String, String)>) {
+    let (app_name, channel_name) = (text(app, "name"), text(channel, "name"));
+    match person.session.username.parse() {
+        Ok(owner) => {
+            slipway_data::sql_proxy::target::name_of(&person.cache, &owner, app_name, channel_name)
+        }
+        Err(_) => (format!("{app_name}-{channel_name}"), None),
+    }
+}
+
+/// The table of the list the API answers at `path`, one row per entry; a list it cannot read shows as empty (the
+/// section's own status above says why).
 async fn listed_table(
     person: &Person,
     path: &str,

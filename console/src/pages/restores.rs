@@ -83,7 +83,7 @@ pub const NOTICES: &[(&str, &str)] = &[
     ),
     (
         "restoring",
-        "The restore is running. It goes on whether or not this page stays open, deploys and other restores of this channel wait for it, and the app's activity shows when it ends.",
+        "The restore is running. It goes on whether or not this page stays open, and another restore of this channel is refused until it ends. The app's activity records it when it succeeds; one that fails changes nothing.",
     ),
 ];
 
@@ -146,7 +146,14 @@ async fn restore(write: &Write, app_id: &str, channel_id: &str, leg: Leg) -> Res
     });
     // Its own task: the wait below may end before the route answers, and the route must go on to record the job.
     let api = write.person.api.clone();
-    let call = tokio::spawn(async move { api.write(Method::POST, &path, &body).await });
+    let call = tokio::spawn(async move {
+        let answered = api.write(Method::POST, &path, &body).await;
+        if let Err(f) = &answered {
+            // Its page may be long answered: the log keeps why it was refused or failed.
+            tracing::info!(path = %path, status = f.status, code = %f.code, message = %f.message, "a restore asked from the console did not succeed");
+        }
+        answered
+    });
     let answered = match tokio::time::timeout(ANSWER_WITHIN, call).await {
         Err(_) => return see(&format!("{here}?done=restoring")),
         Ok(Ok(answered)) => answered,
@@ -155,7 +162,7 @@ async fn restore(write: &Write, app_id: &str, channel_id: &str, leg: Leg) -> Res
             Err(Failure::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
-                "the restore could not be asked for; nothing was changed",
+                "the restore's answer was lost; the app's activity records it if it succeeded",
             ))
         }
     };

@@ -58,6 +58,32 @@ pub fn resolve(cache: &Cache, owner: &Username, database: &str) -> Option<Target
         })
 }
 
+/// The database name of `channel` of `app` (owned by `owner`) in a connection string (`<app>` for prod,
+/// `<app>-<channel>` otherwise), with the (app, channel) that name reaches instead when another of the owner's
+/// channels takes it first ([`readings`]' order): an app named `shop-dev` takes `shop-dev` from channel `dev` of
+/// app `shop`, which no name then reaches. `None` beside the name when it reaches this channel, or nothing yet (a
+/// channel the cache has not seen).
+pub fn name_of(
+    cache: &Cache,
+    owner: &Username,
+    app: &str,
+    channel: &str,
+) -> (String, Option<(String, String)>) {
+    let name = if channel == "prod" {
+        app.to_owned()
+    } else {
+        format!("{app}-{channel}")
+    };
+    let shadow = resolve(cache, owner, &name).and_then(|target| {
+        let reached = (
+            target.app.metadata.name.clone().unwrap_or_default(),
+            target.channel.channel_name().to_owned(),
+        );
+        (reached.0 != app || reached.1 != channel).then_some(reached)
+    });
+    (name, shadow)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
