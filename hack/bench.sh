@@ -11,10 +11,16 @@
 # runs on a control plane and Postgres of its own, on ports of their own ($SLIPWAY_BENCH_SCALE_ETCD_PORT 21589 and the
 # next, $SLIPWAY_BENCH_SCALE_APISERVER_PORT 21543, $SLIPWAY_BENCH_SCALE_PG_PORT 21542), also stopped afterwards.
 # Its components' logs are kept in $SLIPWAY_CACHE/run-bench-scale/scale-logs (the last run's).
+#
+# The benchmarks build into the tests' target directory, $SLIPWAY_CACHE/target (or $CARGO_TARGET_DIR when set),
+# not incrementally, as hack/test.sh does: a benchmark run after the tests compiles only the workspace's own crates
+# in release, not every dependency again.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
 cd "$HACK/.."
 source "$HACK/versions.sh"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$SLIPWAY_CACHE/target}
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 requested=("$@")
 [ ${#requested[@]} -gt 0 ] || requested=(get_apps git_transport edge edge_scale deploy_to_ready blob forward postgres bucket_checkpoint sql_proxy scale)
 benches=()
