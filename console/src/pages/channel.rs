@@ -461,23 +461,27 @@ fn connect_card(person: &Person, app: &Value, channel: &Value) -> String {
             r#"<p>External SQL access is off for this app. Turn it on under <a href="/apps/{}#settings">Settings</a> to connect with <code>psql</code> or a database GUI.</p>"#,
             seg(text(app, "id"))
         )
-    } else if let (database, Some((app_name, channel_name))) = database_name(person, app, channel) {
-        format!(
-            "<p>The database name <code>{}</code> reaches channel <b>{}</b> of app <b>{}</b> first, so no connection string reaches this channel's database. Rename the channel (or that app) to connect to it.</p>",
-            esc(&database),
-            esc(&channel_name),
-            esc(&app_name),
-        )
     } else {
-        let (database, _) = database_name(person, app, channel);
-        format!(
-            r#"<pre class="commands"><code id="sql-connect">psql "postgresql://{user}:&lt;token&gt;@{address}/{database}?sslmode=require"</code></pre>
+        // A session's username is always an account's; one that is not names no database.
+        let Some((database, shadow)) = database_name(person, app, channel) else {
+            return String::new();
+        };
+        match shadow {
+            Some((app_name, channel_name)) => format!(
+                "<p>The database name <code>{}</code> reaches channel <b>{}</b> of app <b>{}</b> first, so no connection string reaches this channel's database. Rename the channel (or that app) to connect to it.</p>",
+                esc(&database),
+                esc(&channel_name),
+                esc(&app_name),
+            ),
+            None => format!(
+                r#"<pre class="commands"><code id="sql-connect">psql "postgresql://{user}:&lt;token&gt;@{address}/{database}?sslmode=require"</code></pre>
 <p><button type="button" data-copy="sql-connect">Copy</button></p>
 <p class="hint">Put a token with the <code>db:*</code> scope in place of <code>&lt;token&gt;</code>: <a href="/tokens?label=psql">make one</a>. The session ends when the token is revoked or the access turned off.</p>"#,
-            user = esc(&person.session.username),
-            address = esc(address),
-            database = esc(&database),
-        )
+                user = esc(&person.session.username),
+                address = esc(address),
+                database = esc(&database),
+            ),
+        }
     };
     format!(
         r#"<section class="card" id="connect"><h3>Connect from your machine</h3>{inner}</section>"#
@@ -485,19 +489,20 @@ fn connect_card(person: &Person, app: &Value, channel: &Value) -> String {
 }
 
 /// The database name of `channel` in a connection string, and the (app, channel) it reaches instead when another
-/// of the person's channels takes that name first (the SQL proxy's own reading of it).
+/// of the person's channels takes that name first (the SQL proxy's own reading of it); `None` for a username that
+/// is not an account's.
 fn database_name(
     person: &Person,
     app: &Value,
     channel: &Value,
-) -> (String, Option<(String, String)>) {
-    let (app_name, channel_name) = (text(app, "name"), text(channel, "name"));
-    match person.session.username.parse() {
-        Ok(owner) => {
-            slipway_data::sql_proxy::target::name_of(&person.cache, &owner, app_name, channel_name)
-        }
-        Err(_) => (format!("{app_name}-{channel_name}"), None),
-    }
+) -> Option<(String, Option<(String, String)>)> {
+    let owner = person.session.username.parse().ok()?;
+    Some(slipway_data::sql_proxy::target::name_of(
+        &person.cache,
+        &owner,
+        text(app, "name"),
+        text(channel, "name"),
+    ))
 }
 
 /// The table of the list the API answers at `path`, one row per entry; a list it cannot read shows as empty (the
