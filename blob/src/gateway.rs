@@ -20,7 +20,7 @@ use std::sync::Arc;
 use s3s::dto::*;
 use s3s::{S3, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
-use super::quota::{Quota, Settlement};
+use super::quota::{Quota, Settlement, Stored};
 use super::tenants::{Tenant, Tenants, no_such_bucket};
 
 /// The gateway's S3 implementation.
@@ -91,16 +91,24 @@ impl Gateway {
 
     /// Bytes of a stored version (0 for a delete marker or when it cannot be read).
     async fn stored_size(&self, bucket: &str, key: &str, version: Option<&str>) -> i64 {
-        self.backend
+        self.head(bucket, key, version).await.bytes()
+    }
+
+    /// A HEAD of `key` (at `version`): its bytes, or that the backend answered 404.
+    async fn head(&self, bucket: &str, key: &str, version: Option<&str>) -> Stored {
+        let answer = self
+            .backend
             .head_object()
             .bucket(bucket)
             .key(key)
             .set_version_id(version.map(str::to_owned))
             .send()
-            .await
-            .ok()
-            .and_then(|h| h.content_length())
-            .unwrap_or(0)
+            .await;
+        match answer {
+            Ok(head) => Stored::Bytes(head.content_length().unwrap_or(0)),
+            Err(e) if e.raw_response().map(|r| r.status().as_u16()) == Some(404) => Stored::Gone,
+            Err(_) => Stored::Bytes(0),
+        }
     }
 }
 
@@ -358,13 +366,17 @@ s3_impl! {
         let key = req.input.key.clone();
         self.quota
             .freeing(&tenant, &[&key], async {
-                let bytes = self
-                    .stored_size(&tenant.backend_bucket, &key, Some(&version))
+                let stored = self
+                    .head(&tenant.backend_bucket, &key, Some(&version))
                     .await;
-                Ok((
-                    self.proxy.delete_object(req).await?,
-                    Settlement::Delta(-bytes),
-                ))
+                let res = match self.proxy.delete_object(req).await {
+                    Err(e) if stored.already_deleted(&e) => S3Response::new(DeleteObjectOutput {
+                        version_id: Some(version),
+                        ..Default::default()
+                    }),
+                    answer => answer?,
+                };
+                Ok((res, Settlement::Delta(-stored.bytes())))
             })
             .await
     }

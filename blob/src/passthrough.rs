@@ -42,7 +42,7 @@ use s3s::route::S3Route;
 use s3s::{Body, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use slipway_backends::object_store::{REGION, S3Endpoint};
 
-use super::quota::{Quota, Settlement};
+use super::quota::{Quota, Settlement, Stored};
 use super::tenants::{Tenant, Tenants};
 
 /// Longest an idle connection to the backend is kept.
@@ -409,9 +409,8 @@ impl Passthrough {
         uri
     }
 
-    /// Bytes of a stored version (0 for a delete marker or when it cannot be read), as the SDK path's
-    /// `stored_size` but for any key.
-    async fn stored_size(&self, bucket: &str, key: &str, version: &str) -> i64 {
+    /// What the backend holds of `key`'s `version`, as the SDK path's `head` measures it but for any key.
+    async fn stored(&self, bucket: &str, key: &str, version: &str) -> Stored {
         let uri = self.object_uri(bucket, key, Some(version), None);
         let Ok(signed) = self.sign(
             &Method::HEAD,
@@ -419,19 +418,22 @@ impl Passthrough {
             &HeaderMap::new(),
             SignableBody::Bytes(&[]),
         ) else {
-            return 0;
+            return Stored::Bytes(0);
         };
         let Ok(mut head) = Request::builder()
             .method(Method::HEAD)
             .uri(uri)
             .body(Body::empty())
         else {
-            return 0;
+            return Stored::Bytes(0);
         };
         signed.apply_to_request_http1x(&mut head);
         match self.client.request(head).await {
-            Ok(res) if res.status().is_success() => content_length(res.headers()).unwrap_or(0),
-            _ => 0,
+            Ok(res) if res.status().is_success() => {
+                Stored::Bytes(content_length(res.headers()).unwrap_or(0))
+            }
+            Ok(res) if res.status() == StatusCode::NOT_FOUND => Stored::Gone,
+            _ => Stored::Bytes(0),
         }
     }
 
@@ -507,10 +509,19 @@ impl Passthrough {
         let (_, key) = object_path(&req.uri)?;
         self.quota
             .freeing(tenant, &[&key], async {
-                let bytes = self
-                    .stored_size(&tenant.backend_bucket, &key, &version)
-                    .await;
-                Ok((self.send(backend_req).await?, Settlement::Delta(-bytes)))
+                let stored = self.stored(&tenant.backend_bucket, &key, &version).await;
+                let res = match self.send(backend_req).await {
+                    Err(e) if stored.already_deleted(&e) => {
+                        let mut gone =
+                            S3Response::with_status(Body::empty(), StatusCode::NO_CONTENT);
+                        if let Ok(id) = HeaderValue::from_str(&version) {
+                            gone.headers.insert("x-amz-version-id", id);
+                        }
+                        gone
+                    }
+                    answer => answer?,
+                };
+                Ok((res, Settlement::Delta(-stored.bytes())))
             })
             .await
     }

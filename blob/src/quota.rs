@@ -49,6 +49,37 @@ const SWEEP: Duration = Duration::from_millis(250);
 /// Connections that hold deletes' key locks, per gateway process; more deletes of versions at once wait for one.
 const LOCK_CONNECTIONS: u32 = 4;
 
+/// What the backend holds of one version about to be deleted by id, measured under its key's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// The version, this many bytes (0 for a delete marker, or when it could not be read).
+    Bytes(i64),
+    /// No such version: the backend answered 404 (an earlier delete took it, or it never was).
+    Gone,
+}
+
+impl Stored {
+    /// The bytes deleting it frees.
+    pub fn bytes(self) -> i64 {
+        match self {
+            Self::Bytes(bytes) => bytes,
+            Self::Gone => 0,
+        }
+    }
+
+    /// Whether `err`, the backend's answer to deleting this version, only says it was already gone. S3 answers a
+    /// delete of a version it does not hold 204 with that version's id, so concurrent deletes of one version all
+    /// succeed; versitygw answers `InvalidArgument` when no version of the key is left, and `InternalError` when a
+    /// key above it is a file (versity/versitygw#1758, #1757). Only a version measured gone is taken for deleted.
+    pub fn already_deleted(self, err: &S3Error) -> bool {
+        self == Self::Gone
+            && matches!(
+                err.code(),
+                S3ErrorCode::InvalidArgument | S3ErrorCode::InternalError
+            )
+    }
+}
+
 /// How a write that went through moves the stored bytes.
 #[derive(Debug)]
 pub enum Settlement {

@@ -1086,6 +1086,48 @@ async fn deletes_of_the_same_versions_at_once_free_their_bytes_once_and_leave_no
 }
 
 #[tokio::test]
+async fn deleting_a_version_already_deleted_answers_as_s3_does_and_frees_nothing_more() -> Result<()>
+{
+    let g = Gateway::start("twice", "basic").await?;
+    g.put("kept", b"kept!!!".to_vec()).await.unwrap();
+    let put = g
+        .client()
+        .put_object()
+        .bucket(g.bucket())
+        .key("only")
+        .body(vec![b'z'; 10].into())
+        .send()
+        .await?;
+    let version = put.version_id().expect("a version id").to_owned();
+    assert_eq!(g.all_settled().await?, 17);
+    // The key's only version, deleted, then deleted again: the backend then holds no version of the key at all.
+    for _ in 0..2 {
+        let deleted = g
+            .client()
+            .delete_object()
+            .bucket(g.bucket())
+            .key("only")
+            .version_id(&version)
+            .send()
+            .await?;
+        assert_eq!(deleted.version_id(), Some(version.as_str()));
+        assert_eq!(g.all_settled().await?, 7);
+    }
+    // A version id no key ever had is refused as before.
+    let err = g
+        .client()
+        .delete_object()
+        .bucket(g.bucket())
+        .key("kept")
+        .version_id("not-a-version")
+        .send()
+        .await
+        .expect_err("an invalid version id");
+    assert_eq!(err.raw_response().map(|r| r.status().as_u16()), Some(400));
+    Ok(())
+}
+
+#[tokio::test]
 async fn an_object_the_backend_lost_the_metadata_of_is_listed_without_an_etag_and_deleted()
 -> Result<()> {
     let g = Gateway::start("damaged", "basic").await?;
