@@ -13,7 +13,7 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use bytes::{Bytes, BytesMut};
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use slipway_backends::object_store::{self, S3Endpoint};
 use uuid::Uuid;
 
@@ -21,6 +21,25 @@ use uuid::Uuid;
 const PART_BYTES: usize = 8 * 1024 * 1024;
 /// Parts uploading at once while the next one is read.
 const PARTS_IN_FLIGHT: usize = 2;
+
+/// Size of one ranged read of a download.
+const READ_BYTES: u64 = 8 * 1024 * 1024;
+/// Ranged reads of a download in flight at once.
+const READS_IN_FLIGHT: usize = 4;
+
+/// The whole file's size a `Content-Range` answer names (`bytes 0-8388607/952107008`).
+fn full_size(content_range: &str) -> Option<u64> {
+    content_range.rsplit_once('/')?.1.parse().ok()
+}
+
+/// Every chunk of a ranged read's `body`, as the backend sent them (not copied into one buffer).
+async fn chunks_of(mut body: ByteStream) -> std::io::Result<Vec<Bytes>> {
+    let mut chunks = Vec::new();
+    while let Some(chunk) = body.next().await {
+        chunks.push(chunk.map_err(std::io::Error::other)?);
+    }
+    Ok(chunks)
+}
 
 /// Part uploads under way, oldest first; those left when it is dropped (an upload that failed) are cancelled.
 struct InFlight(VecDeque<tokio::task::JoinHandle<Result<CompletedPart, ArchiveError>>>);
@@ -230,21 +249,87 @@ impl Archive {
         }
     }
 
-    /// The file at `key`, streamed.
+    /// The file at `key`, streamed. It is read in ranges of [`READ_BYTES`], up to [`READS_IN_FLIGHT`] at once
+    /// and passed on in order, as `aws s3 cp` reads: one GET at a time left the backend's other core idle while
+    /// this side took the bytes. Every range after the first asks `If-Match` the first's ETag, so a file replaced
+    /// mid-way fails the read rather than splice two files. At most [`READS_IN_FLIGHT`] ranges are held in memory,
+    /// and dropping the stream (a client gone) cancels the reads in flight.
     pub async fn download(
         &self,
         key: &str,
     ) -> Result<impl Stream<Item = std::io::Result<Bytes>> + Send + Unpin + 'static, ArchiveError>
     {
-        let object = self
-            .client
+        let first = match self.read(key, 0, None).await {
+            Ok(first) => first,
+            // An empty file has no first byte to range over.
+            Err(e) if e.code() == Some("InvalidRange") => {
+                let whole = self
+                    .client
+                    .get_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .map_err(|e| failed("read a snapshot", &e))?;
+                return Ok(object_store::body_chunks(whole.body).left_stream());
+            }
+            Err(e) => return Err(failed("read a snapshot", &e)),
+        };
+        let size = first
+            .content_range()
+            .and_then(full_size)
+            .or_else(|| first.content_length().and_then(|n| u64::try_from(n).ok()))
+            .ok_or_else(|| ArchiveError("the backend gave no size of the file".into()))?;
+        let etag = first.e_tag().map(str::to_owned);
+        let (this, key) = (self.clone(), key.to_owned());
+        let ranges = (READ_BYTES..size)
+            .step_by(READ_BYTES as usize)
+            .map(move |start| {
+                let (this, key, etag) = (this.clone(), key.clone(), etag.clone());
+                async move {
+                    let range = this
+                        .read(&key, start, etag)
+                        .await
+                        .map_err(|e| std::io::Error::other(failed("read a snapshot", &e)))?;
+                    Ok::<_, std::io::Error>(range.body)
+                }
+                .boxed()
+            });
+        let reads = futures::stream::iter(
+            std::iter::once(futures::future::ready(Ok(first.body)).boxed()).chain(ranges),
+        )
+        .map(|read| {
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+                chunks_of(read.await?).await
+            }))
+        })
+        .buffered(READS_IN_FLIGHT)
+        .map(|done| done.unwrap_or_else(|e| Err(std::io::Error::other(e))))
+        .flat_map(|chunks| match chunks {
+            Ok(chunks) => futures::stream::iter(chunks.into_iter().map(Ok)).left_stream(),
+            Err(e) => futures::stream::once(futures::future::ready(Err(e))).right_stream(),
+        });
+        Ok(Box::pin(reads).right_stream())
+    }
+
+    /// The range of `key` of [`READ_BYTES`] from `start`, if the file's ETag is still `etag`.
+    async fn read(
+        &self,
+        key: &str,
+        start: u64,
+        etag: Option<String>,
+    ) -> Result<
+        aws_sdk_s3::operation::get_object::GetObjectOutput,
+        aws_sdk_s3::error::SdkError<aws_sdk_s3::operation::get_object::GetObjectError>,
+    > {
+        self.client
             .get_object()
             .bucket(&self.bucket)
             .key(key)
+            .range(format!("bytes={start}-{}", start + READ_BYTES - 1))
+            .set_if_match(etag)
             .send()
             .await
-            .map_err(|e| failed("read a snapshot", &e))?;
-        Ok(object_store::body_chunks(object.body))
     }
 
     /// Removes every file whose key starts with `prefix` (an export's archive and its staged parts).

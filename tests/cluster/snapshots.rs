@@ -9,7 +9,7 @@
 
 use crate::support;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use axum::body::Body;
 use axum::http::{Method, Request};
 use chrono::Utc;
@@ -1404,6 +1404,90 @@ async fn abandoned_uploads_into_the_snapshot_store_are_aborted_and_files_kept() 
             .abort_stale_uploads(std::time::Duration::ZERO)
             .await?,
         0
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_file_read_in_ranges_comes_back_whole_and_a_replaced_one_fails_the_read() -> Result<()> {
+    let backend = TestS3::start().await?;
+    let endpoint = S3Endpoint {
+        url: backend.url.clone(),
+        access_key_id: backend.access_key_id.clone(),
+        secret_access_key: backend.secret_access_key.clone(),
+    };
+    let archive = Archive::new(&endpoint, archive::system_bucket("slipway-"));
+    archive.ensure_bucket().await?;
+    let read_all = |key: &'static str| {
+        let archive = archive.clone();
+        async move {
+            let mut read = Vec::new();
+            let mut body = archive.download(key).await?;
+            while let Some(chunk) = futures::StreamExt::next(&mut body).await {
+                read.extend_from_slice(&chunk?);
+            }
+            anyhow::Ok(read)
+        }
+    };
+    let upload = |key: &'static str, bytes: Vec<u8>| {
+        let archive = archive.clone();
+        async move {
+            let chunks: Vec<std::io::Result<bytes::Bytes>> = bytes
+                .chunks(1 << 20)
+                .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+                .collect();
+            archive.upload(key, futures::stream::iter(chunks)).await
+        }
+    };
+
+    // Over six ranges of 8 MiB, the last one short: every byte in order.
+    let big: Vec<u8> = (0..50 * 1024 * 1024 + 12_345u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    upload("postgres/r/big.dump", big.clone()).await?;
+    let read = read_all("postgres/r/big.dump").await?;
+    assert_eq!(read.len(), big.len());
+    assert!(read == big, "the file reads back byte for byte");
+    // One byte, and none: a file shorter than a range, and one with no range to read.
+    upload("postgres/r/one.dump", vec![7]).await?;
+    assert_eq!(read_all("postgres/r/one.dump").await?, [7]);
+    upload("postgres/r/empty.dump", Vec::new()).await?;
+    assert_eq!(read_all("postgres/r/empty.dump").await?, Vec::<u8>::new());
+
+    // The file replaced while it is read: the ranges asked after it fail instead of mixing two files.
+    let mut body = archive.download("postgres/r/big.dump").await?;
+    let first = futures::StreamExt::next(&mut body)
+        .await
+        .context("a first chunk")??;
+    assert_eq!(first[..], big[..first.len()]);
+    upload("postgres/r/big.dump", vec![1u8; big.len()]).await?;
+    let mut rest = first.len();
+    let mut failed = None;
+    while let Some(chunk) = futures::StreamExt::next(&mut body).await {
+        match chunk {
+            Ok(chunk) => {
+                assert_eq!(
+                    chunk[..],
+                    big[rest..rest + chunk.len()],
+                    "only the first file's bytes"
+                );
+                rest += chunk.len();
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let failed = failed.context("the read of a replaced file fails")?;
+    assert!(
+        failed.to_string().contains("PreconditionFailed") || failed.to_string().contains("412"),
+        "{failed}"
+    );
+    assert!(
+        rest < big.len(),
+        "read {rest} of {} bytes before it failed",
+        big.len()
     );
     Ok(())
 }
