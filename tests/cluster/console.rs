@@ -1052,6 +1052,53 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
         .await?;
     assert_eq!(back["status"], "success", "{back}");
 
+    // The deploy-time graph draws a bar for each finished deploy the API lists (up to twenty), coloured by outcome.
+    let history = api
+        .get(&format!("{channel_path}/deploys"), &ann)
+        .await
+        .expect(200, None);
+    let finished = |outcome: &str| {
+        history["deploys"].as_array().map_or(0, |all| {
+            all.iter().filter(|d| d["status"] == outcome).count()
+        })
+    };
+    assert!(finished("success") >= 3, "{history}");
+    c.goto(&channel_page).await?;
+    wait_for(c, "#deploy-times").await?;
+    let drawn =
+        |css: &'static str| async move { anyhow::Ok(c.find_all(Locator::Css(css)).await?.len()) };
+    assert_eq!(
+        drawn("#deploy-times rect.bar-success").await?,
+        finished("success")
+    );
+    assert_eq!(
+        drawn("#deploy-times rect.bar-failed").await?,
+        finished("failed")
+    );
+    let said = c
+        .find(Locator::Css("#deploy-times svg"))
+        .await?
+        .attr("aria-label")
+        .await?
+        .unwrap_or_default();
+    assert!(
+        said.starts_with(&format!(
+            "The last {} finished deploys took",
+            finished("success") + finished("failed")
+        )),
+        "{said}"
+    );
+    // The account page shows the databases' share of the plan's soft cap.
+    c.goto(&console.url("/account")).await?;
+    let meter = wait_for(c, "#storage-meter").await?;
+    assert!(
+        meter
+            .attr("aria-label")
+            .await?
+            .is_some_and(|l| l.ends_with("% used")),
+        "the meter says its share"
+    );
+
     // At a phone's width no page scrolls sideways.
     c.set_window_size(390, 844).await?;
     for (name, path) in [

@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::apps::soft_cap_warning;
 use super::{list, notice, person_page_as, ssh_keys, text};
 use crate::ConsoleRouter;
+use crate::graphs;
 use crate::html::{self, esc};
 use crate::retry::{Form, Retry, status};
 use crate::session::Person;
@@ -65,11 +66,13 @@ pub(super) async fn page(
                 "<h2>Plan <span id=\"plan\">{}</span></h2>",
                 esc(plan_name)
             ));
-            if let Some(plan) = list(&plans, "plans")
+            let plan = list(&plans, "plans")
                 .iter()
-                .find(|p| text(p, "tier") == plan_name)
-            {
-                let blob_limit = plan["blob_storage_bytes"].as_i64().unwrap_or(0);
+                .find(|p| text(p, "tier") == plan_name);
+            // A negative object storage limit is none.
+            let plan_blob_limit = plan.and_then(|p| p["blob_storage_bytes"].as_i64());
+            if let Some(plan) = plan {
+                let blob_limit = plan_blob_limit.unwrap_or(0);
                 body.push_str(&html::table(
                     &["limit", "value"],
                     &[
@@ -114,28 +117,44 @@ pub(super) async fn page(
                 ));
             }
             body.push_str("<h2>Usage</h2>");
+            // The soft cap counts a MB as 1 MiB (apps::soft_cap_warning), and so do both figures here.
+            let db_used = usage["storage_bytes"].as_u64().unwrap_or(0);
+            let db_limit = usage["storage_limit_mb"]
+                .as_u64()
+                .map(|mb| mb * 1024 * 1024);
+            let blob_used = blob["blob_usage_bytes"].as_u64().unwrap_or(0);
+            let blob_limit = plan_blob_limit.and_then(|l| u64::try_from(l).ok());
+            let of = |limit: Option<u64>| {
+                limit.map_or(String::new(), |l| format!(" of {}", html::bytes(l)))
+            };
             body.push_str(&html::table(
                 &["what", "used"],
                 &[
                     vec![
                         "Databases".into(),
                         format!(
-                            "<span id=\"storage\">{}</span> of {} MB",
-                            html::bytes(usage["storage_bytes"].as_u64().unwrap_or(0)),
-                            usage["storage_limit_mb"]
+                            "<span id=\"storage\">{}</span>{}{}",
+                            html::bytes(db_used),
+                            of(db_limit),
+                            graphs::meter("storage-meter", db_used, db_limit),
                         ),
                     ],
                     vec![
                         "Object storage".into(),
                         format!(
-                            "{} in {} buckets",
-                            html::bytes(blob["blob_usage_bytes"].as_u64().unwrap_or(0)),
-                            blob["store_count"].as_u64().unwrap_or(0)
+                            "{}{} in {} buckets{}",
+                            html::bytes(blob_used),
+                            of(blob_limit),
+                            blob["store_count"].as_u64().unwrap_or(0),
+                            graphs::meter("blob-meter", blob_used, blob_limit),
                         ),
                     ],
                     vec![
                         "Bandwidth this month".into(),
-                        html::bytes(usage["bandwidth_month_bytes"].as_u64().unwrap_or(0)),
+                        format!(
+                            "{} (measured, not limited)",
+                            html::bytes(usage["bandwidth_month_bytes"].as_u64().unwrap_or(0))
+                        ),
                     ],
                 ],
                 "",

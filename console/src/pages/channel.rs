@@ -171,12 +171,16 @@ pub(super) async fn page(
             ]
         })
         .collect();
+    let graph = crate::graphs::deploy_times(list(&history, "deploys"));
     body.push_str(&html::live(
         "deploys",
-        &html::table(
-            &["requested", "commit", "status", "kind", "finished", ""],
-            &rows,
-            "No deploys yet.",
+        &format!(
+            "{graph}{}",
+            html::table(
+                &["requested", "commit", "status", "kind", "finished", ""],
+                &rows,
+                "No deploys yet.",
+            )
         ),
     ));
 

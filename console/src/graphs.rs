@@ -1,0 +1,250 @@
+//! Graphs drawn on the server as inline SVG: a channel's deploy times and how much of a plan's storage is used.
+//! No script or library draws them, so they show without JavaScript, scale with the page (a phone's width
+//! included) and take their colours from the stylesheet. Each has a text alternative for screen readers.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::html::esc;
+
+/// Deploys the deploy-time graph shows at most, the newest.
+const DEPLOYS_SHOWN: usize = 20;
+/// The graph's drawing box: each bar's slot is `SLOT` wide; bars stand on a baseline `HEIGHT` down.
+const SLOT: u32 = 24;
+const HEIGHT: u32 = 80;
+
+/// One finished deploy as the graph draws it.
+#[derive(Debug, PartialEq)]
+struct Bar {
+    /// Milliseconds from its request to its end.
+    millis: i64,
+    /// `success` or `failed` (its colour).
+    outcome: String,
+    /// Its commit, shortened.
+    sha: String,
+    /// When it was requested, as shown in its tooltip.
+    requested: String,
+}
+
+/// The finished deploys of `history` (the deploy list, newest first), oldest first, at most [`DEPLOYS_SHOWN`].
+fn bars(history: &[Value]) -> Vec<Bar> {
+    let at = |d: &Value, field: &str| {
+        d.get(field)
+            .and_then(Value::as_str)
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc))
+    };
+    let mut bars: Vec<Bar> = history
+        .iter()
+        .filter_map(|d| {
+            let (requested, finished) = (at(d, "created_at")?, at(d, "finished_at")?);
+            let outcome = d.get("status").and_then(Value::as_str)?;
+            if !matches!(outcome, "success" | "failed") {
+                return None;
+            }
+            let sha = d.get("git_sha").and_then(Value::as_str).unwrap_or("");
+            Some(Bar {
+                millis: (finished - requested).num_milliseconds().max(0),
+                outcome: outcome.to_owned(),
+                sha: crate::html::short_sha(sha).to_owned(),
+                requested: requested.format("%Y-%m-%d %H:%M UTC").to_string(),
+            })
+        })
+        .take(DEPLOYS_SHOWN)
+        .collect();
+    bars.reverse();
+    bars
+}
+
+/// A duration of `millis` in words: `0.4 s`, `48 s`, `3 min 5 s`.
+fn duration(millis: i64) -> String {
+    let seconds = millis / 1000;
+    if millis < 10_000 {
+        format!("{:.1} s", millis as f64 / 1000.0)
+    } else if seconds < 60 {
+        format!("{seconds} s")
+    } else {
+        format!("{} min {} s", seconds / 60, seconds % 60)
+    }
+}
+
+/// The middle value of `values` (sorted here), the upper of the two middle ones for an even count.
+fn median(mut values: Vec<i64>) -> i64 {
+    values.sort_unstable();
+    values.get(values.len() / 2).copied().unwrap_or(0)
+}
+
+/// How long the channel's recent deploys took, as bars from oldest to newest coloured by outcome, with the
+/// median and the slowest named beside it; nothing when none has finished.
+pub fn deploy_times(history: &[Value]) -> String {
+    let bars = bars(history);
+    if bars.is_empty() {
+        return String::new();
+    }
+    let slowest = bars.iter().map(|b| b.millis).max().unwrap_or(0);
+    let middle = median(bars.iter().map(|b| b.millis).collect());
+    // The scale: the slowest bar is full height (a graph of instant deploys is all baseline).
+    let scale = slowest.max(1) as f64;
+    let width = SLOT * bars.len() as u32;
+    let drawn: String = bars
+        .iter()
+        .enumerate()
+        .map(|(i, bar)| {
+            // Every bar at least 2 units high, so an instant deploy still shows.
+            let high = ((bar.millis as f64 / scale) * f64::from(HEIGHT)).round() as u32;
+            let high = high.clamp(2, HEIGHT);
+            format!(
+                r#"<rect class="bar bar-{outcome}" x="{x}" y="{y}" width="{w}" height="{high}"><title>{sha} · {outcome} · {took} · requested {requested}</title></rect>"#,
+                outcome = esc(&bar.outcome),
+                x = i as u32 * SLOT + 3,
+                y = HEIGHT - high,
+                w = SLOT - 6,
+                sha = esc(&bar.sha),
+                took = duration(bar.millis),
+                requested = esc(&bar.requested),
+            )
+        })
+        .collect();
+    let summary = format!(
+        "The last {} finished deploys took {} at the median and {} at the slowest.",
+        bars.len(),
+        duration(middle),
+        duration(slowest),
+    );
+    format!(
+        r#"<figure class="graph" id="deploy-times"><svg viewBox="0 0 {width} {HEIGHT}" preserveAspectRatio="none" role="img" aria-label="{summary}">{drawn}</svg><figcaption>{summary} Oldest on the left; failed deploys in red.</figcaption></figure>"#,
+    )
+}
+
+/// A bar of how much of `limit` bytes `used` fills, with its share in words; nothing without a limit.
+pub fn meter(id: &str, used: u64, limit: Option<u64>) -> String {
+    let Some(limit) = limit.filter(|l| *l > 0) else {
+        return String::new();
+    };
+    let share = used as f64 / limit as f64;
+    let percent = (share * 100.0).round() as u64;
+    let filled = (share.min(1.0) * 100.0).round() as u64;
+    let class = if share > 1.0 {
+        "over"
+    } else if share >= 0.8 {
+        "near"
+    } else {
+        "under"
+    };
+    format!(
+        r#"<svg class="meter" id="{id}" viewBox="0 0 100 6" preserveAspectRatio="none" role="img" aria-label="{percent}% used"><rect class="meter-track" width="100" height="6"/><rect class="meter-{class}" width="{filled}" height="6"/></svg>"#,
+        id = esc(id),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deploy(status: &str, created: &str, finished: Option<&str>) -> Value {
+        json!({"status": status, "created_at": created, "finished_at": finished, "git_sha": "0123456789abcdef0123456789abcdef01234567"})
+    }
+
+    #[test]
+    fn finished_deploys_are_drawn_oldest_first_and_those_in_flight_left_out() {
+        let history = [
+            deploy("running", "2026-12-01T10:05:00Z", None),
+            deploy(
+                "failed",
+                "2026-12-01T10:02:00Z",
+                Some("2026-12-01T10:02:30Z"),
+            ),
+            deploy(
+                "success",
+                "2026-12-01T10:00:00Z",
+                Some("2026-12-01T10:01:30Z"),
+            ),
+        ];
+        let drawn = bars(&history);
+        assert_eq!(
+            drawn
+                .iter()
+                .map(|b| (b.millis, b.outcome.as_str()))
+                .collect::<Vec<_>>(),
+            [(90_000, "success"), (30_000, "failed")]
+        );
+        assert_eq!(drawn[0].sha, "0123456789ab");
+        let svg = deploy_times(&history);
+        assert_eq!(svg.matches("<rect").count(), 2);
+        assert!(
+            svg.contains(r#"class="bar bar-success" x="3" y="0" width="18" height="80""#),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(r#"class="bar bar-failed" x="27" y="53" width="18" height="27""#),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("took 1 min 30 s at the median and 1 min 30 s at the slowest"),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn no_finished_deploy_draws_nothing_and_only_the_newest_twenty_are_drawn() {
+        assert_eq!(
+            deploy_times(&[deploy("queued", "2026-12-01T10:00:00Z", None)]),
+            ""
+        );
+        let many: Vec<Value> = (0..30)
+            .map(|i| {
+                deploy(
+                    "success",
+                    "2026-12-01T10:00:00Z",
+                    Some(&format!("2026-12-01T10:00:{i:02}Z")),
+                )
+            })
+            .collect();
+        let drawn = bars(&many);
+        assert_eq!(drawn.len(), DEPLOYS_SHOWN);
+        // The list is newest first: the twenty kept are its first twenty, drawn in reverse.
+        assert_eq!(drawn.first().map(|b| b.millis), Some(19_000));
+        assert_eq!(drawn.last().map(|b| b.millis), Some(0));
+    }
+
+    #[test]
+    fn quick_deploys_are_timed_to_a_tenth_of_a_second() {
+        let history = [
+            deploy(
+                "success",
+                "2026-12-01T10:00:00.100Z",
+                Some("2026-12-01T10:00:00.500Z"),
+            ),
+            deploy(
+                "success",
+                "2026-12-01T10:00:00Z",
+                Some("2026-12-01T10:00:00.200Z"),
+            ),
+        ];
+        let svg = deploy_times(&history);
+        assert!(
+            svg.contains("took 0.4 s at the median and 0.4 s at the slowest"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(r#"height="40"><title>0123456789ab · success · 0.2 s"#),
+            "{svg}"
+        );
+        assert_eq!(duration(12_500), "12 s");
+        assert_eq!(duration(185_000), "3 min 5 s");
+    }
+
+    #[test]
+    fn a_meter_fills_to_its_share_and_says_when_it_is_over() {
+        assert_eq!(meter("m", 10, None), "");
+        assert_eq!(meter("m", 10, Some(0)), "");
+        let half = meter("m", 50, Some(100));
+        assert!(half.contains(r#"class="meter-under" width="50""#), "{half}");
+        assert!(half.contains(r#"aria-label="50% used""#));
+        let over = meter("m", 150, Some(100));
+        assert!(over.contains(r#"class="meter-over" width="100""#), "{over}");
+        assert!(over.contains(r#"aria-label="150% used""#));
+        assert!(meter("m", 85, Some(100)).contains("meter-near"));
+    }
+}
