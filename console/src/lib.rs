@@ -10,6 +10,7 @@
 //! the live build log, the copy button), and the Content-Security-Policy allows nothing from elsewhere. Sessions
 //! and CSRF protection are in [`session`].
 
+pub mod dotenv;
 pub mod graphs;
 pub mod html;
 pub mod login;

@@ -555,6 +555,161 @@ async fn the_account_page_adds_and_removes_ssh_keys_and_a_refused_key_comes_back
     Ok(())
 }
 
+#[tokio::test]
+async fn a_pasted_env_file_is_checked_whole_then_saved_and_its_channel_deployed_again() -> Result<()>
+{
+    let mut api = TestApi::start().await?;
+    let console = TestConsole::start(&mut api).await?;
+    let (kim, kim_address) = person(&api, "kim").await?;
+    let _operator = api.start_operator_without_node(&kim.namespace).await?;
+    let app = api.create_app(&kim, "pasted", "static").await;
+    let app_id = app["id"].as_str().unwrap().to_owned();
+    let channel_id = api
+        .get(&format!("/apps/{app_id}"), &kim)
+        .await
+        .expect(200, None)["channels"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sha = api
+        .commit(&kim, &app_id, json!({"index.html": "<h1>env</h1>"}))
+        .await;
+    let first = api
+        .deploy(&kim, &app_id, &channel_id, json!({"sha": sha}))
+        .await;
+    let first = api
+        .finished_deploy(&kim, &app_id, &channel_id, &first, Duration::from_secs(120))
+        .await?;
+    assert_eq!(first["status"], "success", "{first}");
+
+    let client = console.client()?;
+    sign_in_by_code_raw(&console, &client, &kim_address).await?;
+    let env_page = console.url(&format!("/apps/{app_id}/env"));
+    let csrf = csrf_in(&client.get(&env_page).await?.text);
+    let paste = |fields: &[(&str, &str)]| {
+        let mut form = vec![("csrf".to_owned(), csrf.clone())];
+        form.extend(
+            fields
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        let (client, url) = (&client, console.url(&format!("/apps/{app_id}/env/paste")));
+        async move {
+            let form: Vec<(&str, &str)> =
+                form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            client.post_form(&url, &form).await
+        }
+    };
+    let listed = || async {
+        let env = api
+            .get(&format!("/apps/{app_id}/env"), &kim)
+            .await
+            .expect(200, None);
+        env["env"].as_array().unwrap().len()
+    };
+
+    // A mistake on line 3 saves nothing, and the file comes back as typed with the line named.
+    let typo = "# keys\r\nAPI_HOST=api.internal\r\nlower=1\r\n";
+    let refused = paste(&[("dotenv", typo), ("kind", "env"), ("channel_id", "")]).await?;
+    assert_refused(
+        &refused,
+        400,
+        "paste-env",
+        &[
+            "Line 3: lower is not a name a variable may have",
+            "API_HOST=api.internal",
+        ],
+    );
+    assert_eq!(listed().await, 0, "nothing of a refused file is saved");
+    // Refused secrets are not sent back.
+    let secrets = paste(&[
+        ("dotenv", "TOKEN=s3cret\nPORT=80\n"),
+        ("kind", "secret"),
+        ("channel_id", ""),
+    ])
+    .await?;
+    assert_refused(&secrets, 400, "paste-env", &["PORT is reserved"]);
+    assert!(
+        !secrets.text.contains("s3cret"),
+        "a secret is not sent back"
+    );
+    assert_eq!(listed().await, 0);
+
+    // A good file, saved for the channel and deployed: the deploy's page, a new deploy of the commit the channel
+    // serves. (A static site's deploys take no environment, so its snapshot is empty.)
+    let file = "export GREETING=\"hello\\nworld\"\nHOME_DIR=$HOME # kept as typed\n";
+    let saved = paste(&[
+        ("dotenv", file),
+        ("kind", "env"),
+        ("channel_id", &channel_id),
+        ("then", "deploy"),
+    ])
+    .await?;
+    assert_eq!(saved.status, 303, "{}", saved.text);
+    let location = saved.location.clone().unwrap_or_default();
+    let deploy_id = location
+        .rsplit_once("/deploys/")
+        .map(|(_, id)| id.to_owned())
+        .with_context(|| format!("sent to a deploy's page: {location}"))?;
+    let env = api
+        .get(&format!("/apps/{app_id}/env?channel_id={channel_id}"), &kim)
+        .await
+        .expect(200, None);
+    let value = |key: &str| {
+        env["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["key"] == key)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(value("GREETING"), Some(json!("hello\nworld")), "{env}");
+    assert_eq!(value("HOME_DIR"), Some(json!("$HOME")), "{env}");
+    let second = api
+        .finished_deploy(
+            &kim,
+            &app_id,
+            &channel_id,
+            &deploy_id,
+            Duration::from_secs(120),
+        )
+        .await?;
+    assert_eq!(second["status"], "success", "{second}");
+    let history = api
+        .get(
+            &format!("/apps/{app_id}/channels/{channel_id}/deploys"),
+            &kim,
+        )
+        .await
+        .expect(200, None);
+    let deployed = history["deploys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["deploy_id"] == deploy_id.as_str())
+        .with_context(|| format!("deploy {deploy_id} listed: {history}"))?;
+    assert_eq!(deployed["git_sha"], json!(sha), "{deployed}");
+
+    // Saved without a deploy: back to the list, which shows the app default.
+    let plain = paste(&[
+        ("dotenv", "APP_WIDE=1\n"),
+        ("kind", "env"),
+        ("channel_id", ""),
+    ])
+    .await?;
+    assert_eq!(plain.status, 303, "{}", plain.text);
+    assert_eq!(
+        plain.location.as_deref(),
+        Some(
+            console
+                .url(&format!("/apps/{app_id}/env?done=pasted"))
+                .as_str()
+        )
+    );
+    assert!(client.get(&env_page).await?.text.contains("APP_WIDE"));
+    Ok(())
+}
+
 /// Asserts that `page` is a form's refusal brought back to its page: `status`, the alert of the form `form`, and
 /// each of `kept` (what was typed, as the page shows it).
 fn assert_refused(page: &support::browser::Page, status: u16, form: &str, kept: &[&str]) {

@@ -3,23 +3,24 @@
 //! before it answers, and the value is shown on that one page only.
 
 use axum::extract::{Path, Query};
-use axum::http::Method;
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::{Done, list, may, notice, person_page, person_page_as, see, text};
-use crate::ConsoleRouter;
 use crate::html::{self, esc, seg};
 use crate::retry::{Form, Retry, status};
 use crate::session::{Person, Write};
+use crate::{ConsoleRouter, dotenv};
 use slipway_core::access::Action;
-use slipway_rest::in_process::with_query;
+use slipway_rest::in_process::{Failure, with_query};
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
     ConsoleRouter::new()
         .route("/apps/{app_id}/env", get(env).post(set))
+        .route("/apps/{app_id}/env/paste", post(paste))
         .route("/apps/{app_id}/env/{key}/delete", post(delete))
         .route("/apps/{app_id}/env/{key}/reveal", post(reveal))
 }
@@ -27,7 +28,18 @@ pub fn routes() -> ConsoleRouter {
 const NOTICES: &[(&str, &str)] = &[
     ("saved", "Saved. It takes effect at the next deploy."),
     ("deleted", "Deleted. It takes effect at the next deploy."),
+    (
+        "pasted",
+        "Saved every variable of the file. They take effect at the next deploy.",
+    ),
+    (
+        "pasted-deployed",
+        "Saved every variable of the file, and deployed the channels they apply to again.",
+    ),
 ];
+
+/// The id of the form that takes a pasted `.env` file.
+const PASTE_FORM: &str = "paste-env";
 
 async fn env(person: Person, Path(app_id): Path<String>, Query(done): Query<Done>) -> Response {
     page(&person, &app_id, &done, None).await
@@ -138,6 +150,12 @@ async fn page(person: &Person, app_id: &str, done: &Done, retry: Option<&Retry<'
             kinds = form.options("kind", &[("env", "variable"), ("secret", "secret")]),
             scopes = form.options("channel_id", &scopes),
         ));
+        body.push_str(&paste_form(
+            &here,
+            &csrf,
+            Form::of(retry, PASTE_FORM),
+            &scopes,
+        ));
     }
     person_page_as(
         person,
@@ -165,6 +183,119 @@ async fn set(Path(app_id): Path<String>, write: Write) -> Response {
             page(&write.person, &app_id, &Done::default(), Some(&retry)).await
         }
     }
+}
+
+/// The form that takes a whole `.env` file, to save, or to save and deploy what it applies to. Refused, it comes
+/// back with the file as typed, unless it held secrets (the module's doc says why).
+fn paste_form(here: &str, csrf: &str, form: Form<'_>, scopes: &[(&str, &str)]) -> String {
+    let pasted = match form.typed("kind") {
+        Some("secret") => String::new(),
+        _ => esc(form.typed("dotenv").unwrap_or_default()),
+    };
+    format!(
+        r#"<section class="card"><h2>Paste a <code>.env</code> file</h2>{alert}<form method="post" action="{here}/paste" id="{PASTE_FORM}">{csrf}
+<p class="hint">One <code>KEY=value</code> per line; <code>#</code> comments, <code>export</code> and quoted values are read, and <code>$NAMES</code> are kept as typed. Every line is checked before any is saved.</p>
+<label>File <textarea name="dotenv" rows="8" cols="60" required spellcheck="false">{pasted}</textarea></label>
+<label>Kind <select name="kind">{kinds}</select></label>
+<label>Scope <select name="channel_id">{scopes}</select></label>
+<button type="submit">Save</button> <button type="submit" name="then" value="deploy" class="quiet">Save and deploy</button></form></section>"#,
+        alert = form.alert(),
+        kinds = form.options("kind", &[("env", "variables"), ("secret", "secrets")]),
+        scopes = form.options("channel_id", scopes),
+    )
+}
+
+/// Saves every variable of a pasted `.env` file, checked whole first; then, for "Save and deploy", deploys again
+/// each channel they apply to that serves a commit (the scope's channel, or every channel for app defaults), at
+/// the commit it serves. The API saves one variable per call: should one call be refused after the file was
+/// checked (the database unavailable), the page says which variables were saved before it.
+async fn paste(Path(app_id): Path<String>, write: Write) -> Response {
+    let base = format!("/apps/{}", seg(&app_id));
+    let here = format!("{base}/env");
+    let entries = match dotenv::parse(write.fields.raw("dotenv")) {
+        Ok(entries) => entries,
+        Err(message) => {
+            let failure = Failure::new(StatusCode::BAD_REQUEST, "bad_request", message);
+            return refused_paste(&write, &app_id, &failure).await;
+        }
+    };
+    let channel = write.fields.opt("channel_id");
+    for (saved, entry) in entries.iter().enumerate() {
+        let mut body = json!({
+            "key": entry.key,
+            "value": entry.value,
+            "kind": write.fields.get("kind"),
+        });
+        if let Some(channel) = &channel {
+            body["channel_id"] = json!(channel);
+        }
+        match write.person.api.write(Method::POST, &here, &body).await {
+            Ok(_) => {}
+            Err(f) if f.status == 401 => return write.person.refused(&f, &here),
+            Err(f) => {
+                let keys: Vec<&str> = entries[..saved].iter().map(|e| e.key.as_str()).collect();
+                let message = if keys.is_empty() {
+                    format!("Nothing was saved: {}", f.message)
+                } else {
+                    format!(
+                        "Saved {}; {} and the rest were not: {}",
+                        keys.join(", "),
+                        entry.key,
+                        f.message
+                    )
+                };
+                let status = StatusCode::from_u16(f.status).unwrap_or(StatusCode::BAD_GATEWAY);
+                return refused_paste(&write, &app_id, &Failure::new(status, &f.code, message))
+                    .await;
+            }
+        }
+    }
+    if write.fields.opt("then").as_deref() != Some("deploy") {
+        return see(&format!("{here}?done=pasted"));
+    }
+    let app = match write.person.api.get(&base).await {
+        Ok(app) => app,
+        Err(f) => return write.person.refused(&f, &here),
+    };
+    let mut deployed = Vec::new();
+    for c in list(&app, "channels") {
+        let id = text(c, "id");
+        let Some(sha) = c.get("current_sha").and_then(Value::as_str) else {
+            continue;
+        };
+        if channel.as_deref().is_some_and(|chosen| chosen != id) {
+            continue;
+        }
+        let path = format!("{base}/channels/{}/deploy", seg(id));
+        match write
+            .person
+            .api
+            .write(Method::POST, &path, &json!({"sha": sha}))
+            .await
+        {
+            Ok(d) => deployed.push(format!(
+                "{base}/channels/{}/deploys/{}",
+                seg(id),
+                seg(text(&d, "deploy_id"))
+            )),
+            Err(f) => {
+                return write
+                    .person
+                    .refused(&f, &format!("{base}/channels/{}", seg(id)));
+            }
+        }
+    }
+    match deployed.as_slice() {
+        // One deploy: its page, where its log follows.
+        [only] => see(only),
+        _ => see(&format!("{here}?done=pasted-deployed")),
+    }
+}
+
+/// The env page again with `failure`, the refusal of a pasted file.
+async fn refused_paste(write: &Write, app_id: &str, failure: &Failure) -> Response {
+    let retry = Retry::new(PASTE_FORM, failure, &write.fields);
+    page(&write.person, app_id, &Done::default(), Some(&retry)).await
 }
 
 async fn delete(Path((app_id, key)): Path<(String, String)>, write: Write) -> Response {
