@@ -1,6 +1,6 @@
 //! `/apps/{id}/channels/{cid}`: one channel: its hostname, status and commit, the deploy form, the deploy history
 //! (each deploy's log a click away), custom domains with the DNS records to create, the SQL database and the
-//! bucket with their usage and snapshots, and the runtime log.
+//! bucket with their usage and snapshots, and the runtime log's controls (its page is [`super::runtime_log`]).
 
 use axum::extract::{Path, Query};
 use axum::http::Method;
@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use super::{Done, list, may, notice, person_page, person_page_as, see, text, warning};
+use super::{Done, list, may, notice, person_page_as, see, text, warning};
 use crate::ConsoleRouter;
 use crate::html::{self, esc, seg};
 use crate::retry::{Form, Retry, status};
@@ -31,7 +31,6 @@ pub fn routes() -> ConsoleRouter {
             &format!("{base}/domains/{{domain}}/remove"),
             post(detach_domain),
         )
-        .route(&format!("{base}/runtime-log"), post(runtime_log))
 }
 
 const NOTICES: &[(&str, &str)] = &[
@@ -192,11 +191,8 @@ pub(super) async fn page(
     ));
 
     if !is_static && may(&app, Action::Read) {
-        body.push_str(&format!(
-            r#"<h2>Runtime log</h2><form method="post" action="{here}/runtime-log" id="runtime-log">{csrf}
-<label>Command on <code>app.log</code> <input name="command" value="tail -n 200 app.log" size="40"></label>
-<button type="submit">Run</button></form>"#
-        ));
+        body.push_str("<h2>Runtime log</h2>");
+        body.push_str(&super::runtime_log::form(&here, &Default::default()));
     }
     person_page_as(
         person,
@@ -631,58 +627,6 @@ async fn detach_domain(
         .await
     {
         Ok(_) => see(&format!("{here}?done=domain-removed")),
-        Err(f) => write.person.refused(&f, &here),
-    }
-}
-
-async fn runtime_log(Path((app_id, channel_id)): Path<(String, String)>, write: Write) -> Response {
-    let (_, here) = paths(&app_id, &channel_id);
-    let mut request = json!({});
-    if let Some(command) = write.fields.opt("command") {
-        request["command"] = json!(command);
-    }
-    match write
-        .person
-        .api
-        .write(Method::POST, &format!("{here}/runtime/log"), &request)
-        .await
-    {
-        Ok(log) => {
-            let facts = html::table(
-                &[
-                    "generation",
-                    "state",
-                    "exit code",
-                    "restarts",
-                    "started",
-                    "finished",
-                ],
-                &[vec![
-                    log["container_index"].as_i64().unwrap_or(0).to_string(),
-                    format!(
-                        "{}{}",
-                        html::status(text(&log, "status")),
-                        if log["oom_killed"].as_bool() == Some(true) {
-                            " (out of memory)"
-                        } else {
-                            ""
-                        }
-                    ),
-                    log["exit_code"]
-                        .as_i64()
-                        .map_or("—".into(), |c| c.to_string()),
-                    log["restart_count"].as_i64().unwrap_or(0).to_string(),
-                    esc(text(&log, "started_at")),
-                    esc(text(&log, "finished_at")),
-                ]],
-                "",
-            );
-            let body = format!(
-                r#"<p><a href="{here}">Back to the channel</a></p>{facts}<pre class="log" id="runtime-output">{}</pre>"#,
-                esc(text(&log, "output"))
-            );
-            person_page(&write.person, "Runtime log", &body)
-        }
         Err(f) => write.person.refused(&f, &here),
     }
 }

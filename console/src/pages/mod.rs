@@ -14,6 +14,7 @@ pub mod downloads;
 pub mod env;
 pub mod lifecycle;
 pub mod restores;
+pub mod runtime_log;
 pub mod ssh_keys;
 pub mod tokens;
 
@@ -36,6 +37,7 @@ pub fn routes() -> ConsoleRouter {
         .merge(restores::routes())
         .merge(env::routes())
         .merge(channel::routes())
+        .merge(runtime_log::routes())
         .merge(deploy::routes())
         .merge(tokens::routes())
         .merge(account::routes())
