@@ -6,10 +6,11 @@
 //! A secret's value is the one field never sent back: the page that answers a refusal is not the place for it.
 
 use axum::http::StatusCode;
+use axum::response::Response;
 use slipway_rest::in_process::Failure;
 
 use crate::html::{self, esc};
-use crate::session::Fields;
+use crate::session::{Fields, Write};
 
 /// A refused write: which form sent it, the route's status and message, and the fields as typed.
 pub struct Retry<'a> {
@@ -90,6 +91,22 @@ impl<'a> Form<'a> {
             )
         })
     }
+}
+
+/// What a write whose form `form` the API refused answers: the sign-in page, by way of `back`, when the session
+/// stopped working (401, [`crate::session::Person::refused`]); else the page `page` renders with the refusal over
+/// that form and the fields as typed.
+pub async fn refused(
+    write: &Write,
+    form: &'static str,
+    failure: &Failure,
+    back: &str,
+    page: impl AsyncFnOnce(&Retry<'_>) -> Response,
+) -> Response {
+    if failure.status == 401 {
+        return write.person.refused(failure, back);
+    }
+    page(&Retry::new(form, failure, &write.fields)).await
 }
 
 /// The status a page answers with: the refusal's when it answers one, else 200.

@@ -13,7 +13,7 @@ use super::apps::{channel_cells, soft_cap_warning};
 use super::lifecycle;
 use super::{Done, list, may, notice, person_page_as, see, text};
 use crate::html::{self, esc, seg};
-use crate::retry::{Form, Retry, status};
+use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter, error_page};
 use slipway_core::access::Action;
@@ -224,13 +224,11 @@ pub(super) async fn refused(
     write: &Write,
     failure: &Failure,
 ) -> Response {
-    if failure.status == 401 {
-        return write
-            .person
-            .refused(failure, &format!("/apps/{}", seg(app_id)));
-    }
-    let retry = Retry::new(form, failure, &write.fields);
-    page(&write.person, app_id, &Done::default(), Some(&retry)).await
+    let back = format!("/apps/{}", seg(app_id));
+    retry::refused(write, form, failure, &back, async |retry| {
+        page(&write.person, app_id, &Done::default(), Some(retry)).await
+    })
+    .await
 }
 
 async fn add_member(Path(app_id): Path<String>, write: Write) -> Response {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Done, list, notice, person_page_as, see, text};
 use crate::html::{self, esc, seg};
-use crate::retry::{Form, Retry, status};
+use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter};
 
@@ -155,10 +155,11 @@ async fn create(State(_): State<Arc<Console>>, write: Write) -> Response {
         .await
     {
         Ok(app) => see(&format!("/apps/{}?done=created", seg(text(&app, "id")))),
-        Err(f) if f.status == 401 => write.person.refused(&f, "/apps"),
         Err(f) => {
-            let retry = Retry::new("create-app", &f, &write.fields);
-            page(&write.person, &Done::default(), Some(&retry)).await
+            retry::refused(&write, "create-app", &f, "/apps", async |retry| {
+                page(&write.person, &Done::default(), Some(retry)).await
+            })
+            .await
         }
     }
 }

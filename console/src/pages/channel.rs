@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::{Done, list, may, notice, person_page_as, see, text, warning};
 use crate::ConsoleRouter;
 use crate::html::{self, esc, seg};
-use crate::retry::{Form, Retry, status};
+use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use slipway_core::access::Action;
 
@@ -577,16 +577,17 @@ async fn attach_domain(
         .await
     {
         Ok(_) => see(&format!("{here}?done=domain-attached")),
-        Err(f) if f.status == 401 => write.person.refused(&f, &here),
         Err(f) => {
-            let retry = Retry::new("attach-domain", &f, &write.fields);
-            page(
-                &write.person,
-                &app_id,
-                &channel_id,
-                &Done::default(),
-                Some(&retry),
-            )
+            retry::refused(&write, "attach-domain", &f, &here, async |retry| {
+                page(
+                    &write.person,
+                    &app_id,
+                    &channel_id,
+                    &Done::default(),
+                    Some(retry),
+                )
+                .await
+            })
             .await
         }
     }

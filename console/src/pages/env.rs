@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Done, list, may, notice, person_page, person_page_as, see, text};
 use crate::html::{self, esc, seg};
-use crate::retry::{Form, Retry, status};
+use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{ConsoleRouter, dotenv};
 use slipway_core::access::Action;
@@ -177,10 +177,11 @@ async fn set(Path(app_id): Path<String>, write: Write) -> Response {
     }
     match write.person.api.write(Method::POST, &here, &body).await {
         Ok(_) => see(&format!("{here}?done=saved")),
-        Err(f) if f.status == 401 => write.person.refused(&f, &here),
         Err(f) => {
-            let retry = Retry::new("set-env", &f, &write.fields);
-            page(&write.person, &app_id, &Done::default(), Some(&retry)).await
+            retry::refused(&write, "set-env", &f, &here, async |retry| {
+                page(&write.person, &app_id, &Done::default(), Some(retry)).await
+            })
+            .await
         }
     }
 }
@@ -231,7 +232,6 @@ async fn paste(Path(app_id): Path<String>, write: Write) -> Response {
         }
         match write.person.api.write(Method::POST, &here, &body).await {
             Ok(_) => {}
-            Err(f) if f.status == 401 => return write.person.refused(&f, &here),
             Err(f) => {
                 let keys: Vec<&str> = entries[..saved].iter().map(|e| e.key.as_str()).collect();
                 let message = if keys.is_empty() {
@@ -292,10 +292,14 @@ async fn paste(Path(app_id): Path<String>, write: Write) -> Response {
     }
 }
 
-/// The env page again with `failure`, the refusal of a pasted file.
+/// The env page again with `failure`, the refusal of a pasted file (or the sign-in page, for a session that
+/// stopped working).
 async fn refused_paste(write: &Write, app_id: &str, failure: &Failure) -> Response {
-    let retry = Retry::new(PASTE_FORM, failure, &write.fields);
-    page(&write.person, app_id, &Done::default(), Some(&retry)).await
+    let back = format!("/apps/{}/env", seg(app_id));
+    retry::refused(write, PASTE_FORM, failure, &back, async |retry| {
+        page(&write.person, app_id, &Done::default(), Some(retry)).await
+    })
+    .await
 }
 
 async fn delete(Path((app_id, key)): Path<(String, String)>, write: Write) -> Response {

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use super::{Done, may, see};
 use crate::ConsoleRouter;
 use crate::html::{esc, seg};
-use crate::retry::{Form, Retry};
+use crate::retry::{self, Form};
 use crate::session::Write;
 use slipway_core::access::Action;
 use slipway_rest::in_process::Failure;
@@ -168,16 +168,11 @@ async fn restore(write: &Write, app_id: &str, channel_id: &str, leg: Leg) -> Res
     };
     match answered {
         Ok(_) => see(&format!("{here}?done=restored")),
-        Err(f) if f.status == 401 => write.person.refused(&f, &here),
         Err(f) => {
-            let retry = Retry::new(leg.form(), &f, &write.fields);
-            super::channel::page(
-                &write.person,
-                app_id,
-                channel_id,
-                &Done::default(),
-                Some(&retry),
-            )
+            retry::refused(write, leg.form(), &f, &here, async |retry| {
+                let done = Done::default();
+                super::channel::page(&write.person, app_id, channel_id, &done, Some(retry)).await
+            })
             .await
         }
     }

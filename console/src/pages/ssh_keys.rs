@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::{list, see, text};
 use crate::ConsoleRouter;
 use crate::html::{self, esc, seg};
-use crate::retry::{Form, Retry};
+use crate::retry::{self, Form};
 use crate::session::{Person, Write};
 
 /// The form's id, which a refusal names to come back to it.
@@ -109,10 +109,11 @@ async fn add(write: Write) -> Response {
         .await
     {
         Ok(_) => see("/account?done=key-added#ssh-keys"),
-        Err(f) if f.status == 401 => write.person.refused(&f, "/account"),
         Err(f) => {
-            let retry = Retry::new(ADD_FORM, &f, &write.fields);
-            super::account::page(&write.person, None, Some(&retry)).await
+            retry::refused(&write, ADD_FORM, &f, "/account", async |retry| {
+                super::account::page(&write.person, None, Some(retry)).await
+            })
+            .await
         }
     }
 }

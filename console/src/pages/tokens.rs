@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::{list, notice, person_page, person_page_as, see, text};
 use crate::html::{self, esc, seg};
-use crate::retry::{Form, Retry, status};
+use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter};
 use slipway_rest::in_process::Failure;
@@ -136,11 +136,10 @@ async fn page(person: &Person, query: &TokensQuery, retry: Option<&Retry<'_>>) -
 
 /// The tokens page again with `failure`, the refusal of a mint, and the form as it was sent.
 async fn refused_mint(write: &Write, failure: &Failure) -> Response {
-    if failure.status == 401 {
-        return write.person.refused(failure, "/tokens");
-    }
-    let retry = Retry::new("mint-token", failure, &write.fields);
-    page(&write.person, &TokensQuery::default(), Some(&retry)).await
+    retry::refused(write, "mint-token", failure, "/tokens", async |retry| {
+        page(&write.person, &TokensQuery::default(), Some(retry)).await
+    })
+    .await
 }
 
 async fn mint(State(console): State<Arc<Console>>, write: Write) -> Response {
