@@ -1037,7 +1037,7 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
     let _ben_operator = api.start_operator_without_node(&ben.namespace).await?;
     let chromium = support::chromium::Chromium::start(&console.host_rule()).await?;
     let c = &chromium.client;
-    c.set_window_size(1280, 1000).await?;
+    c.set_window_size(1366, 1000).await?;
 
     // Sign in at the provider; the signed-out visitor was sent to the sign-in page first.
     c.goto(&console.url("/sign-in")).await?;
@@ -1220,6 +1220,7 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
     assert!(finished("success") >= 3, "{history}");
     c.goto(&channel_page).await?;
     wait_for(c, "#deploy-times").await?;
+    screenshot(c, "channel").await?;
     let drawn =
         |css: &'static str| async move { anyhow::Ok(c.find_all(Locator::Css(css)).await?.len()) };
     assert_eq!(
@@ -1278,7 +1279,7 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
         );
         screenshot(c, &format!("{name}-390")).await?;
     }
-    c.set_window_size(1280, 1000).await?;
+    c.set_window_size(1366, 1000).await?;
     // Every page names the console's icon, which is served.
     let icon = c
         .find(Locator::Css("link[rel=icon]"))
