@@ -30,14 +30,7 @@ async fn person(api: &TestApi, prefix: &str) -> Result<(User, String)> {
     Ok((user, address))
 }
 
-/// The CSRF token in a page's forms.
-pub(crate) fn csrf_in(html: &str) -> String {
-    let start = html
-        .find(r#"name="csrf" value=""#)
-        .expect("a form with a CSRF token")
-        + 19;
-    html[start..start + 48].to_owned()
-}
+pub(crate) use support::console::csrf_in;
 
 #[tokio::test]
 async fn sessions_are_host_only_cookies_and_every_write_needs_the_sessions_csrf_token() -> Result<()>
@@ -727,41 +720,7 @@ pub(crate) async fn sign_in_by_code_raw(
     client: &Browser,
     address: &str,
 ) -> Result<String> {
-    let page = client.get(&console.url("/sign-in")).await?;
-    let pre = csrf_in(&page.text);
-    let seen = sign_in_codes_mailed_to(&console.maildir, address)?.len();
-    // The per-address spacing of codes is a minute: wait out the earlier code of this address.
-    let mut sent = client
-        .post_form(
-            &console.url("/sign-in/email"),
-            &[("csrf", &pre), ("email", address)],
-        )
-        .await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(75);
-    while sent.status == 429 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        sent = client
-            .post_form(
-                &console.url("/sign-in/email"),
-                &[("csrf", &pre), ("email", address)],
-            )
-            .await?;
-    }
-    ensure!(sent.status == 200, "mail a code: {}", sent.status);
-    let code = next_sign_in_code(&console.maildir, address, seen).await?;
-    let signed = client
-        .post_form(
-            &console.url("/sign-in/code"),
-            &[("csrf", &pre), ("code", &code)],
-        )
-        .await?;
-    ensure!(signed.status == 303, "type the code: {}", signed.status);
-    signed
-        .set_cookies
-        .iter()
-        .find(|c| c.starts_with("__Host-slipway_session="))
-        .cloned()
-        .context("no session cookie")
+    support::console::sign_in_by_code(client, &console.origin, &console.maildir, address).await
 }
 
 /// The words of a page's banner.

@@ -1389,6 +1389,30 @@ async fn runtime_log_until(
     }
 }
 
+/// The output the console's runtime-log page at `url` shows, once its sandbox has run (a loaded node answers 503
+/// "retry later", which the page passes on).
+async fn console_runtime_output(console: &support::browser::Browser, url: &str) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let page = console.get(url).await?;
+        if page.status == 200 {
+            let (_, output) = page
+                .text
+                .split_once(r#"id="runtime-output" role="log" aria-live="polite">"#)
+                .with_context(|| format!("no runtime output in {}", page.text))?;
+            let (output, _) = output.split_once("</pre>").context("an unclosed <pre>")?;
+            return Ok(output.to_owned());
+        }
+        anyhow::ensure!(
+            page.status == 503 && tokio::time::Instant::now() < deadline,
+            "the console's runtime log answered {}: {}",
+            page.status,
+            page.text
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    }
+}
+
 /// Runs `command` on generation `index` of the channel's runtime log.
 async fn run_on_log(
     platform: &Installed,
@@ -1419,7 +1443,7 @@ async fn run_on_log(
 async fn runtime_logs_outlive_crashes_oom_kills_and_pod_deletion_and_commands_run_on_them_without_network()
 -> Result<()> {
     let platform = Installed::from_env()?;
-    let kim = platform.account("kim").await?;
+    let (kim, address) = platform.person("kim").await?;
     let (app, channel) = platform.create_app(&kim, "logs", "app").await?;
     let ws = Workspace::new()?;
     ws.git(".", &["init", "-q", "-b", "master", "logs"]).await?;
@@ -1491,6 +1515,27 @@ async fn runtime_logs_outlive_crashes_oom_kills_and_pod_deletion_and_commands_ru
     assert_eq!(restarted["restart_count"], 1, "{restarted}");
     assert_eq!(restarted["source"], "live");
     assert_eq!(restarted["available_indices"], json!([0, 1]));
+
+    // The console's runtime-log page builds its own pipeline and runs it in the same sandbox: the last lines, or
+    // those containing a text in any case. A text with shell syntax in it is only searched for: run, this one
+    // would print "boot".
+    let console = platform.console_session(&address).await?;
+    let page = |query: &str| {
+        format!(
+            "{}/apps/{app}/channels/{channel}/runtime-log?{query}",
+            platform.console
+        )
+    };
+    let warming = console_runtime_output(&console, &page("lines=10&filter=WARMING")).await?;
+    assert!(warming.contains("warming up on stderr"), "{warming}");
+    assert!(!warming.contains("boot line"), "{warming}");
+    let last = console_runtime_output(&console, &page("lines=1")).await?;
+    assert_eq!(last.lines().count(), 1, "{last}");
+    let injected = "'; echo boot #";
+    let query = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([("lines", "5"), ("filter", injected)])
+        .finish();
+    assert_eq!(console_runtime_output(&console, &page(&query)).await?, "");
 
     // Pipelines on the archived generation's app.log, with the spec's userland.
     let counted = run_on_log(

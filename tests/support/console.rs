@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use slipway_console::Console;
 use slipway_identity::UpstreamConfig;
 
@@ -113,6 +113,52 @@ impl TestConsole {
     pub fn host_rule(&self) -> String {
         format!("MAP {HOST} 127.0.0.1")
     }
+}
+
+/// The CSRF token in a page's forms.
+pub fn csrf_in(html: &str) -> String {
+    let start = html
+        .find(r#"name="csrf" value=""#)
+        .expect("a form with a CSRF token")
+        + 19;
+    html[start..start + 48].to_owned()
+}
+
+/// Signs `client` in to the console at `origin` by a code mailed to `address` (delivered to `maildir`), and
+/// returns the session cookie's `Set-Cookie` line.
+pub async fn sign_in_by_code(
+    client: &super::browser::Browser,
+    origin: &str,
+    maildir: &Path,
+    address: &str,
+) -> Result<String> {
+    let page = client.get(&format!("{origin}/sign-in")).await?;
+    let pre = csrf_in(&page.text);
+    let seen = sign_in_codes_mailed_to(maildir, address)?.len();
+    let ask = format!("{origin}/sign-in/email");
+    let form = [("csrf", pre.as_str()), ("email", address)];
+    // The per-address spacing of codes is a minute: wait out the earlier code of this address.
+    let mut sent = client.post_form(&ask, &form).await?;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(75);
+    while sent.status == 429 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        sent = client.post_form(&ask, &form).await?;
+    }
+    ensure!(sent.status == 200, "mail a code: {}", sent.status);
+    let code = next_sign_in_code(maildir, address, seen).await?;
+    let signed = client
+        .post_form(
+            &format!("{origin}/sign-in/code"),
+            &[("csrf", &pre), ("code", &code)],
+        )
+        .await?;
+    ensure!(signed.status == 303, "type the code: {}", signed.status);
+    signed
+        .set_cookies
+        .iter()
+        .find(|c| c.starts_with("__Host-slipway_session="))
+        .cloned()
+        .context("no session cookie")
 }
 
 /// The sign-in codes mailed to `to` so far, oldest first.

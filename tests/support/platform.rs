@@ -112,7 +112,19 @@ pub struct Installed {
     pub auth_url: String,
     /// The upstream provider people sign in at (hack/oidc.sh).
     pub oidc_issuer: String,
+    /// The web console's origin (`https://<node>:<port>`), its certificate from the CA at `edge_ca`.
+    pub console: String,
+    /// Where the chart's mail relay delivers (hack/smtp.sh's Maildir).
+    pub maildir: PathBuf,
     http: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// `prefix` and six random characters: a username no other test run takes.
+fn fresh_name(prefix: &str) -> String {
+    format!(
+        "{prefix}{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..6]
+    )
 }
 
 fn var(name: &str) -> Result<String> {
@@ -242,6 +254,8 @@ impl Installed {
             forward_host: var("SLIPWAY_PLATFORM_FORWARD_HOST")?,
             auth_url: var("SLIPWAY_PLATFORM_AUTH_URL")?,
             oidc_issuer: var("SLIPWAY_PLATFORM_OIDC_ISSUER")?,
+            console: var("SLIPWAY_PLATFORM_CONSOLE")?,
+            maildir: var("SLIPWAY_PLATFORM_MAILDIR")?.into(),
             // A connection per request, as a load balancer in front of the platform opens them: a pooled
             // connection to a replica that is shutting down can be closed by it just as a request is written,
             // which clients retry for idempotent requests and this client would count as a failure.
@@ -260,12 +274,42 @@ impl Installed {
     /// [`Installed::account`] on `plan`: `basic` apps request a quarter core, so a test can run two of them in the
     /// room of one builder app.
     pub async fn account_on(&self, prefix: &str, plan: &str) -> Result<Account> {
-        let username = format!(
-            "{prefix}{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..6]
-        );
+        self.create_user(&fresh_name(prefix), plan, None).await
+    }
+
+    /// [`Installed::account`] with a verified email address (`<username>@example.test`, returned too), which
+    /// signs the person in to the console by a mailed code.
+    pub async fn person(&self, prefix: &str) -> Result<(Account, String)> {
+        let username = fresh_name(prefix);
+        let address = format!("{username}@example.test");
+        let account = self
+            .create_user(&username, "builder", Some(&address))
+            .await?;
+        Ok((account, address))
+    }
+
+    /// A browser signed in to the console as the person with the verified `address` (by a mailed code).
+    pub async fn console_session(&self, address: &str) -> Result<super::browser::Browser> {
+        let ca = std::fs::read_to_string(&self.edge_ca)?;
+        let addr = self
+            .console
+            .strip_prefix("https://")
+            .with_context(|| format!("SLIPWAY_PLATFORM_CONSOLE={} is not https://", self.console))?
+            .parse()?;
+        let browser = super::browser::Browser::new(&ca, &[], addr)?;
+        super::console::sign_in_by_code(&browser, &self.console, &self.maildir, address).await?;
+        Ok(browser)
+    }
+
+    /// `slipway admin create-user` in the api pod, with `email` taken as verified.
+    async fn create_user(
+        &self,
+        username: &str,
+        plan: &str,
+        email: Option<&str>,
+    ) -> Result<Account> {
         let deploy = format!("deployment/{}-api", self.release);
-        let token = kubectl(&[
+        let mut args = vec![
             "-n",
             &self.namespace,
             "exec",
@@ -275,16 +319,17 @@ impl Installed {
             "admin",
             "create-user",
             "--username",
-            &username,
+            username,
             "--plan",
             plan,
-        ])
-        .await?
-        .trim()
-        .to_owned();
+        ];
+        if let Some(email) = email {
+            args.extend(["--email", email]);
+        }
+        let token = kubectl(&args).await?.trim().to_owned();
         Ok(Account {
             namespace: format!("slipway-user-{username}"),
-            username,
+            username: username.to_owned(),
             token,
         })
     }
