@@ -700,6 +700,38 @@ async fn a_pasted_env_file_is_checked_whole_then_saved_and_its_channel_deployed_
         )
     );
     assert!(client.get(&env_page).await?.text.contains("APP_WIDE"));
+
+    // "Save and deploy" for a channel that serves no commit yet saves and says that nothing was deployed.
+    let next = api
+        .post(
+            &format!("/apps/{app_id}/channels"),
+            &kim,
+            json!({"name": "next", "git_ref_binding": "branch:next"}),
+        )
+        .await
+        .expect(200, None);
+    let next_id = next["id"].as_str().unwrap();
+    let undeployed = paste(&[
+        ("dotenv", "NEXT_ONLY=1\n"),
+        ("kind", "env"),
+        ("channel_id", next_id),
+        ("then", "deploy"),
+    ])
+    .await?;
+    assert_eq!(undeployed.status, 303, "{}", undeployed.text);
+    let notice = client
+        .get(undeployed.location.as_deref().unwrap_or_default())
+        .await?;
+    assert!(
+        notice.text.contains("so none was deployed"),
+        "{}",
+        notice.text
+    );
+    let listed = api
+        .get(&format!("/apps/{app_id}/channels/{next_id}/deploys"), &kim)
+        .await
+        .expect(200, None);
+    assert_eq!(listed["deploys"], json!([]), "{listed}");
     Ok(())
 }
 

@@ -36,6 +36,11 @@ const NOTICES: &[(&str, &str)] = &[
         "pasted-deployed",
         "Saved every variable of the file, and deployed the channels they apply to again.",
     ),
+    (
+        "pasted-none-deployed",
+        "Saved every variable of the file. No channel they apply to serves a commit yet, so none was deployed: \
+         they take effect at its first deploy.",
+    ),
 ];
 
 /// The id of the form that takes a pasted `.env` file.
@@ -286,6 +291,7 @@ async fn paste(Path(app_id): Path<String>, write: Write) -> Response {
         }
     }
     match deployed.as_slice() {
+        [] => see(&format!("{here}?done=pasted-none-deployed")),
         // One deploy: its page, where its log follows.
         [only] => see(only),
         _ => see(&format!("{here}?done=pasted-deployed")),
