@@ -1,4 +1,5 @@
-//! Graphs drawn on the server as inline SVG: a channel's deploy times and how much of a plan's storage is used.
+//! Graphs drawn on the server as inline SVG: a channel's deploy times, an account's bandwidth by day, and how much
+//! of a plan's storage is used.
 //! No script or library draws them, so they show without JavaScript, scale with the page (a phone's width
 //! included) and take their colours from the stylesheet. Each has a text alternative for screen readers.
 
@@ -83,26 +84,18 @@ pub fn deploy_times(history: &[Value]) -> String {
     }
     let slowest = bars.iter().map(|b| b.millis).max().unwrap_or(0);
     let middle = median(bars.iter().map(|b| b.millis).collect());
-    // The scale: the slowest bar is full height (a graph of instant deploys is all baseline).
-    let scale = slowest.max(1) as f64;
-    let width = SLOT * bars.len() as u32;
-    let drawn: String = bars
+    let drawn: Vec<Drawn> = bars
         .iter()
-        .enumerate()
-        .map(|(i, bar)| {
-            // Every bar at least 2 units high, so an instant deploy still shows.
-            let high = ((bar.millis as f64 / scale) * f64::from(HEIGHT)).round() as u32;
-            let high = high.clamp(2, HEIGHT);
-            format!(
-                r#"<rect class="bar bar-{outcome}" x="{x}" y="{y}" width="{w}" height="{high}"><title>{sha} · {outcome} · {took} · requested {requested}</title></rect>"#,
-                outcome = esc(&bar.outcome),
-                x = i as u32 * SLOT + 3,
-                y = HEIGHT - high,
-                w = SLOT - 6,
-                sha = esc(&bar.sha),
-                took = duration(bar.millis),
-                requested = esc(&bar.requested),
-            )
+        .map(|bar| Drawn {
+            value: bar.millis as f64,
+            class: format!("bar-{}", bar.outcome),
+            title: format!(
+                "{} · {} · {} · requested {}",
+                bar.sha,
+                bar.outcome,
+                duration(bar.millis),
+                bar.requested
+            ),
         })
         .collect();
     let summary = format!(
@@ -111,8 +104,92 @@ pub fn deploy_times(history: &[Value]) -> String {
         duration(middle),
         duration(slowest),
     );
+    // Every deploy at least 2 units high, so an instant one still shows.
+    bar_graph(
+        "deploy-times",
+        &drawn,
+        2,
+        &summary,
+        "Oldest on the left; failed deploys in red.",
+    )
+}
+
+/// What the edge sent for the account on each day of `days` (`GET /me/usage`'s `bandwidth_days`, oldest first), as
+/// bars with the total and the busiest day in words; nothing when the API gave no days.
+pub fn bandwidth_days(days: &[Value]) -> String {
+    let days: Vec<(&str, u64)> = days
+        .iter()
+        .filter_map(|d| Some((d.get("day")?.as_str()?, d.get("bytes")?.as_u64()?)))
+        .collect();
+    let (Some(&(first, _)), Some(&(last, _))) = (days.first(), days.last()) else {
+        return String::new();
+    };
+    let total: u64 = days.iter().map(|(_, b)| b).sum();
+    let busiest = days.iter().max_by_key(|(_, b)| *b).filter(|(_, b)| *b > 0);
+    let drawn: Vec<Drawn> = days
+        .iter()
+        .map(|(day, bytes)| Drawn {
+            value: *bytes as f64,
+            class: "bar-sent".into(),
+            title: format!("{day} · {}", crate::html::bytes(*bytes)),
+        })
+        .collect();
+    let summary = match busiest {
+        Some((day, bytes)) => format!(
+            "{} sent from {first} to {last}; the busiest day, {day}, sent {}.",
+            crate::html::bytes(total),
+            crate::html::bytes(*bytes),
+        ),
+        None => format!("Nothing sent from {first} to {last}."),
+    };
+    bar_graph(
+        "bandwidth-days",
+        &drawn,
+        0,
+        &summary,
+        "One bar a day (UTC), today on the right.",
+    )
+}
+
+/// One bar of a bar graph.
+struct Drawn {
+    /// Its size; the largest bar of the graph is full height.
+    value: f64,
+    /// Its CSS class (its colour).
+    class: String,
+    /// Its tooltip.
+    title: String,
+}
+
+/// `bars` side by side, left to right, as the figure `id` with `summary` for screen readers and the caption. A bar
+/// above zero is at least `floor` units high.
+fn bar_graph(id: &str, bars: &[Drawn], floor: u32, summary: &str, caption: &str) -> String {
+    let largest = bars.iter().map(|b| b.value).fold(0.0, f64::max);
+    // A graph of zeros is all baseline.
+    let scale = if largest > 0.0 { largest } else { 1.0 };
+    let width = SLOT * bars.len() as u32;
+    let drawn: String = bars
+        .iter()
+        .enumerate()
+        .map(|(i, bar)| {
+            let high = ((bar.value / scale) * f64::from(HEIGHT)).round() as u32;
+            let least = if bar.value > 0.0 || floor > 0 { floor } else { 0 };
+            let high = high.clamp(least, HEIGHT);
+            format!(
+                r#"<rect class="bar {class}" x="{x}" y="{y}" width="{w}" height="{high}"><title>{title}</title></rect>"#,
+                class = esc(&bar.class),
+                x = i as u32 * SLOT + 3,
+                y = HEIGHT - high,
+                w = SLOT - 6,
+                title = esc(&bar.title),
+            )
+        })
+        .collect();
     format!(
-        r#"<figure class="graph" id="deploy-times"><svg viewBox="0 0 {width} {HEIGHT}" preserveAspectRatio="none" role="img" aria-label="{summary}">{drawn}</svg><figcaption>{summary} Oldest on the left; failed deploys in red.</figcaption></figure>"#,
+        r#"<figure class="graph" id="{id}"><svg viewBox="0 0 {width} {HEIGHT}" preserveAspectRatio="none" role="img" aria-label="{summary}">{drawn}</svg><figcaption>{summary} {caption}</figcaption></figure>"#,
+        id = esc(id),
+        summary = esc(summary),
+        caption = esc(caption),
     )
 }
 
@@ -233,6 +310,41 @@ mod tests {
         );
         assert_eq!(duration(12_500), "12 s");
         assert_eq!(duration(185_000), "3 min 5 s");
+    }
+
+    #[test]
+    fn bandwidth_is_a_bar_a_day_scaled_to_the_busiest_and_zero_days_lie_flat() {
+        assert_eq!(bandwidth_days(&[]), "");
+        let days = [
+            json!({"day": "2026-12-04", "bytes": 0}),
+            json!({"day": "2026-12-05", "bytes": 2048}),
+            json!({"day": "2026-12-06", "bytes": 512}),
+        ];
+        let svg = bandwidth_days(&days);
+        assert_eq!(svg.matches("<rect").count(), 3);
+        assert!(
+            svg.contains(
+                r#"class="bar bar-sent" x="3" y="80" width="18" height="0"><title>2026-12-04 · 0 B"#
+            ),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(r#"x="27" y="0" width="18" height="80"><title>2026-12-05 · 2.0 KiB"#),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(r#"x="51" y="60" width="18" height="20""#),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("2.5 KiB sent from 2026-12-04 to 2026-12-06; the busiest day, 2026-12-05, sent 2.0 KiB."),
+            "{svg}"
+        );
+        let quiet = bandwidth_days(&[json!({"day": "2026-12-06", "bytes": 0})]);
+        assert!(
+            quiet.contains("Nothing sent from 2026-12-06 to 2026-12-06."),
+            "{quiet}"
+        );
     }
 
     #[test]

@@ -37,7 +37,24 @@ pub struct Usage {
     /// Bytes the edge sent for the caller's channels (and their public S3 endpoints) this calendar month (UTC),
     /// reported by the edges every 30 seconds.
     pub bandwidth_month_bytes: i64,
+    /// The last 30 days (UTC) of the same bytes, oldest first and today last (still counting). Not in the spec's
+    /// response: the console draws it. A day with nothing sent, or from before the platform kept daily figures,
+    /// is 0.
+    pub bandwidth_days: Vec<BandwidthDay>,
 }
+
+/// Bytes the edge sent for the caller on one day.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BandwidthDay {
+    /// The day (UTC), `YYYY-MM-DD`.
+    #[schema(value_type = String, format = Date)]
+    pub day: chrono::NaiveDate,
+    /// Bytes sent that day.
+    pub bytes: i64,
+}
+
+/// Days of bandwidth history `GET /me/usage` gives.
+const BANDWIDTH_DAYS: i32 = 30;
 
 /// The plan tiers and their limits. No bearer, no database read.
 #[utoipa::path(get, path = "/plans", tag = "plans", responses((status = 200, body = PlanList)))]
@@ -56,6 +73,12 @@ async fn usage(State(state): State<AppState>, caller: Caller) -> Result<Json<Usa
         .ok_or_else(|| anyhow::anyhow!("unknown plan {}", caller.plan))?;
     let bandwidth_month_bytes =
         slipway_store::db::bandwidth::this_month(state.db(), &caller.username).await?;
+    let bandwidth_days =
+        slipway_store::db::bandwidth::last_days(state.db(), &caller.username, BANDWIDTH_DAYS)
+            .await?
+            .into_iter()
+            .map(|(day, bytes)| BandwidthDay { day, bytes })
+            .collect();
     // Database storage is measured on the data server; without one it cannot be, and a made-up 0 would read as a
     // fact (503 postgres_unavailable, as the spec's row says).
     let server = slipway_core::channel_database::configured(&state)?;
@@ -67,5 +90,6 @@ async fn usage(State(state): State<AppState>, caller: Caller) -> Result<Json<Usa
         storage_bytes,
         storage_limit_mb: plan.storage_mb,
         bandwidth_month_bytes,
+        bandwidth_days,
     }))
 }

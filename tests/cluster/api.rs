@@ -641,11 +641,20 @@ async fn plans_are_public_and_usage_reports_the_plan() -> Result<()> {
     assert!(ranks.windows(2).all(|w| w[0] < w[1]), "ascending by rank");
 
     let alice = api.user("alice", "builder").await?;
-    let usage = api.get("/me/usage", &alice).await.expect(200, None);
+    let mut usage = api.get("/me/usage", &alice).await.expect(200, None);
+    // Beside the spec's four fields, the last 30 days of bandwidth (ARCHITECTURE.md, "Bandwidth").
+    let days = usage
+        .as_object_mut()
+        .unwrap()
+        .remove("bandwidth_days")
+        .unwrap();
     assert_eq!(
         usage,
         json!({"plan": "builder", "storage_bytes": 0, "storage_limit_mb": 5120, "bandwidth_month_bytes": 0})
     );
+    let days = days.as_array().unwrap();
+    assert_eq!(days.len(), 30);
+    assert!(days.iter().all(|d| d["bytes"] == 0), "{days:?}");
     api.call(Method::GET, "/me/usage", None, None)
         .await
         .expect(401, Some("auth_required"));

@@ -1235,7 +1235,9 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
         )),
         "{said}"
     );
-    // The account page shows the databases' share of the plan's soft cap.
+    // The account page shows the databases' share of the plan's soft cap, and the bandwidth of the last 30 days a
+    // bar a day: the 3 KiB an edge reports for Ann now is the busiest day.
+    slipway_store::db::bandwidth::add(api.state.db(), &[(ann.username.clone(), 3072)]).await?;
     c.goto(&console.url("/account")).await?;
     let meter = wait_for(c, "#storage-meter").await?;
     assert!(
@@ -1245,6 +1247,15 @@ async fn a_person_runs_an_app_from_the_console_in_chromium() -> Result<()> {
             .is_some_and(|l| l.ends_with("% used")),
         "the meter says its share"
     );
+    assert_eq!(drawn("#bandwidth-days rect.bar-sent").await?, 30);
+    let said = c
+        .find(Locator::Css("#bandwidth-days svg"))
+        .await?
+        .attr("aria-label")
+        .await?
+        .unwrap_or_default();
+    assert!(said.starts_with("3.0 KiB sent from "), "{said}");
+    assert!(said.ends_with(", sent 3.0 KiB."), "{said}");
 
     // At a phone's width no page scrolls sideways.
     c.set_window_size(390, 844).await?;

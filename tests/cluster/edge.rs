@@ -241,7 +241,7 @@ async fn the_edge_routes_only_the_operators_ingress_of_a_channel() -> Result<()>
 }
 
 #[tokio::test]
-async fn the_bytes_the_edge_sends_are_the_owner_s_bandwidth_this_month_exactly_and_outlive_a_restart()
+async fn the_bytes_the_edge_sends_are_the_owner_s_bandwidth_this_month_and_day_exactly_and_outlive_a_restart()
 -> Result<()> {
     let mut api = TestApi::start().await?;
     // GET /me/usage measures the account's databases on the data server, so it answers only with one.
@@ -258,6 +258,14 @@ async fn the_bytes_the_edge_sends_are_the_owner_s_bandwidth_this_month_exactly_a
     sqlx::query(
         "INSERT INTO bandwidth_usage (owner, month, bytes)
          VALUES ($1, (date_trunc('month', now() AT TIME ZONE 'UTC') - interval '1 month')::date, 999)",
+    )
+    .bind(&user.username)
+    .execute(api.state.db())
+    .await?;
+    // The days: yesterday's 40 bytes are in the last 30 days; a day past the 90 kept goes with the next report.
+    sqlx::query(
+        "INSERT INTO bandwidth_days (owner, day, bytes) VALUES
+         ($1, (now() AT TIME ZONE 'UTC')::date - 1, 40), ($1, (now() AT TIME ZONE 'UTC')::date - 90, 7)",
     )
     .bind(&user.username)
     .execute(api.state.db())
@@ -292,6 +300,30 @@ async fn the_bytes_the_edge_sends_are_the_owner_s_bandwidth_this_month_exactly_a
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(sent, 150);
+    // Today's bytes are the month's; with yesterday's they are the 30 days', one entry a day, oldest first.
+    let usage = api.get("/me/usage", &user).await.expect(200, None);
+    let days = usage["bandwidth_days"].as_array().unwrap();
+    assert_eq!(days.len(), 30, "{usage}");
+    let dates: Vec<chrono::NaiveDate> = days
+        .iter()
+        .map(|d| d["day"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        dates
+            .windows(2)
+            .all(|w| w[1] == w[0] + chrono::Days::new(1)),
+        "{usage}"
+    );
+    let by_day: Vec<u64> = days.iter().map(|d| d["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(by_day.iter().sum::<u64>(), 190, "{usage}");
+    assert!(by_day.contains(&150) && by_day.contains(&40), "{usage}");
+    let kept: Vec<i32> = sqlx::query_scalar(
+        "SELECT ((now() AT TIME ZONE 'UTC')::date - day)::int FROM bandwidth_days WHERE owner = $1 ORDER BY day",
+    )
+    .bind(&user.username)
+    .fetch_all(api.state.db())
+    .await?;
+    assert_eq!(kept, [1, 0], "the day 90 days back was dropped");
     // Another API process (a restart) reads the same month from the platform database; another account has none.
     let restarted = api.replica().await?;
     let usage = support::call_on(

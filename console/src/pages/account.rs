@@ -159,6 +159,12 @@ pub(super) async fn page(
                 ],
                 "",
             ));
+            body.push_str(&graphs::bandwidth_days(
+                usage["bandwidth_days"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default(),
+            ));
         }
         Err(f) => body.push_str(&html::banner(
             "warning",
