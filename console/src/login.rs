@@ -230,12 +230,16 @@ async fn mail_code(
         .code_spacing
         .check(to.email.to_string().to_ascii_lowercase())
         .map_err(spaced)?;
-    state.spend_mail_to(to.email.as_ref()).map_err(|_| {
-        (
-            StatusCode::TOO_MANY_REQUESTS,
-            "This address has been sent as many codes as it may this hour.".to_owned(),
-        )
-    })?;
+    state
+        .spend_mail_to(to.email.as_ref())
+        .await
+        .map_err(|e| internal(&e))?
+        .map_err(|_| {
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                "This address has been sent as many codes as it may this hour.".to_owned(),
+            )
+        })?;
     let Some(account) = people::account_for_address(state.db(), to.email.as_ref())
         .await
         .map_err(|e| internal(&e))?

@@ -12,6 +12,7 @@ use sqlx::PgPool;
 use super::internal_access::InternalAccess;
 use crate::platform::cache::Cache;
 use crate::platform::repos::Repos;
+use crate::registration::budget::HourlyBudget;
 use slipway_auth::rate::{Budget, TokenLimiter};
 use slipway_mirror_fetch::{MirrorConfig, Mirrors};
 use slipway_store::env::crypto::Keyring;
@@ -129,40 +130,45 @@ pub struct AppState {
     jobs: Arc<slipway_jobs::Runner>,
 }
 
-/// The limits in force and the per-token buckets they fill.
+/// What spending from a shared budget gives: `Ok(Err(wait))` when it is spent, with how long until the next fits;
+/// `Err` when the platform database could not be asked.
+pub type Spent = sqlx::Result<Result<(), std::time::Duration>>;
+
+/// The limits in force and the buckets they fill: per token in this process, the rest shared by every replica.
 struct Guard {
     limits: Limits,
     limiter: TokenLimiter,
-    registrations: crate::registration::budget::SourceBudget,
+    /// The hourly budgets every replica shares (`slipway_store::db::rate_buckets`).
+    registrations: HourlyBudget,
     /// Verification codes each address may be sent in an hour.
-    mail_recipients: slipway_auth::rate::KeyedLimiter<String>,
+    mail_recipients: HourlyBudget,
     /// SSH logins each key may make in an hour.
-    logins: slipway_auth::rate::KeyedLimiter<String>,
+    logins: HourlyBudget,
     /// OAuth clients each source address may register in an hour.
-    oauth_registrations: crate::registration::budget::SourceBudget,
+    oauth_registrations: HourlyBudget,
     /// OAuth sign-ins each source address may start in an hour.
-    oauth_authorizations: crate::registration::budget::SourceBudget,
+    oauth_authorizations: HourlyBudget,
 }
 
 impl Guard {
     fn new(limits: Limits) -> Self {
         Self {
             limiter: TokenLimiter::new(limits.rate),
-            registrations: crate::registration::budget::SourceBudget::new(
+            registrations: HourlyBudget::new(
+                "registration",
                 limits.registration.per_source_per_hour,
             ),
-            mail_recipients: slipway_auth::rate::KeyedLimiter::with_quota(Some(
-                crate::registration::budget::per_hour(
-                    crate::registration::codes::PER_ADDRESS_PER_HOUR,
-                ),
-            )),
-            logins: slipway_auth::rate::KeyedLimiter::with_quota(Some(
-                crate::registration::budget::per_hour(crate::registration::LOGINS_PER_KEY_PER_HOUR),
-            )),
-            oauth_registrations: crate::registration::budget::SourceBudget::new(
+            mail_recipients: HourlyBudget::new(
+                "mail-recipient",
+                crate::registration::codes::PER_ADDRESS_PER_HOUR,
+            ),
+            logins: HourlyBudget::new("ssh-login", crate::registration::LOGINS_PER_KEY_PER_HOUR),
+            oauth_registrations: HourlyBudget::new(
+                "oauth-registration",
                 OAUTH_REGISTRATIONS_PER_SOURCE_PER_HOUR,
             ),
-            oauth_authorizations: crate::registration::budget::SourceBudget::new(
+            oauth_authorizations: HourlyBudget::new(
+                "oauth-authorization",
                 OAUTH_AUTHORIZATIONS_PER_SOURCE_PER_HOUR,
             ),
             limits,
@@ -275,30 +281,32 @@ impl AppState {
         self.guard.limiter.check(token)
     }
 
-    /// Takes one registration from `source`'s hourly budget; `Err` says how long until the next fits.
-    pub fn spend_registration(&self, source: std::net::IpAddr) -> Result<(), std::time::Duration> {
-        self.guard.registrations.spend(source)
+    /// Takes one registration from `source`'s hourly budget; `Ok(Err(wait))` says how long until the next fits.
+    pub async fn spend_registration(&self, source: std::net::IpAddr) -> Spent {
+        self.guard.registrations.spend_from(self.db(), source).await
     }
 
-    /// Takes one code from the hourly budget of the address `to`; `Err` says how long until the next fits.
-    pub fn spend_mail_to(&self, to: &str) -> Result<(), std::time::Duration> {
-        self.guard.mail_recipients.check(to.to_owned())
+    /// Takes one code from the hourly budget of the address `to`; `Ok(Err(wait))` says how long until the next
+    /// fits.
+    pub async fn spend_mail_to(&self, to: &str) -> Spent {
+        self.guard.mail_recipients.spend(self.db(), to).await
     }
 
-    /// Takes one OAuth client registration from `source`'s hourly budget; `Err` says how long until the next fits.
-    pub fn spend_oauth_registration(
-        &self,
-        source: std::net::IpAddr,
-    ) -> Result<(), std::time::Duration> {
-        self.guard.oauth_registrations.spend(source)
+    /// Takes one OAuth client registration from `source`'s hourly budget; `Ok(Err(wait))` says how long until
+    /// the next fits.
+    pub async fn spend_oauth_registration(&self, source: std::net::IpAddr) -> Spent {
+        self.guard
+            .oauth_registrations
+            .spend_from(self.db(), source)
+            .await
     }
 
-    /// Takes one OAuth sign-in from `source`'s hourly budget; `Err` says how long until the next fits.
-    pub fn spend_oauth_authorization(
-        &self,
-        source: std::net::IpAddr,
-    ) -> Result<(), std::time::Duration> {
-        self.guard.oauth_authorizations.spend(source)
+    /// Takes one OAuth sign-in from `source`'s hourly budget; `Ok(Err(wait))` says how long until the next fits.
+    pub async fn spend_oauth_authorization(&self, source: std::net::IpAddr) -> Spent {
+        self.guard
+            .oauth_authorizations
+            .spend_from(self.db(), source)
+            .await
     }
 
     /// The MCP server's authorization server; `None` without a public URL (its routes answer 404).
@@ -311,9 +319,10 @@ impl AppState {
         self.features.public_urls.clone()
     }
 
-    /// Takes one SSH login from the hourly budget of the key `fingerprint`; `Err` says how long until the next fits.
-    pub fn spend_login(&self, fingerprint: &str) -> Result<(), std::time::Duration> {
-        self.guard.logins.check(fingerprint.to_owned())
+    /// Takes one SSH login from the hourly budget of the key `fingerprint`; `Ok(Err(wait))` says how long until
+    /// the next fits.
+    pub async fn spend_login(&self, fingerprint: &str) -> Spent {
+        self.guard.logins.spend(self.db(), fingerprint).await
     }
 
     /// The mail relay; `None` when none is configured (email verification answers 503).

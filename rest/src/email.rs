@@ -87,12 +87,15 @@ async fn request_code(
             "email verification is not configured on this platform (no mail relay)".into(),
         )
     })?;
-    state.spend_mail_to(to.email.as_ref()).map_err(|wait| {
-        ApiError::Throttled(
-            "this address has been sent as many codes as it may this hour".into(),
-            wait,
-        )
-    })?;
+    state
+        .spend_mail_to(to.email.as_ref())
+        .await?
+        .map_err(|wait| {
+            ApiError::Throttled(
+                "this address has been sent as many codes as it may this hour".into(),
+                wait,
+            )
+        })?;
     let mut tx = state.db().begin().await?;
     let verified = email_challenges::lock_account(&mut tx, caller.user_id)
         .await?

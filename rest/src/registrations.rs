@@ -329,7 +329,7 @@ async fn register(
             Utc::now().timestamp(),
         )
         .map_err(ApiError::bad_request)?;
-    state.spend_registration(source).map_err(|wait| {
+    state.spend_registration(source).await?.map_err(|wait| {
         ApiError::Throttled(
             "this address has made as many registrations as it may this hour".into(),
             wait,
@@ -433,7 +433,7 @@ async fn ssh_login(
             Utc::now().timestamp(),
         )
         .map_err(ApiError::bad_request)?;
-    state.spend_login(&key.fingerprint).map_err(|wait| {
+    state.spend_login(&key.fingerprint).await?.map_err(|wait| {
         ApiError::Throttled(
             format!(
                 "this key has signed in {} times this hour, as many as it may",

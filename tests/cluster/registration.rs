@@ -339,6 +339,68 @@ async fn register_from(
 }
 
 #[tokio::test]
+async fn hourly_budgets_are_one_for_every_replica_and_outlive_a_restart() -> Result<()> {
+    // Two API processes on one platform database, with the default limits: 5 registrations an hour per source.
+    let api = TestApi::start().await?;
+    let (a, b) = (api.state.clone(), api.replica_state().await?);
+    let source: IpAddr = "2001:db8:7::1".parse()?;
+    for (i, state) in [&a, &b, &a, &b, &a].into_iter().enumerate() {
+        assert_eq!(state.spend_registration(source).await?, Ok(()), "spend {i}");
+    }
+    // Spent on either replica, and for the rest of the source's /48; the next fits an hour / 5 later.
+    for state in [&a, &b] {
+        let wait = state.spend_registration(source).await?.unwrap_err();
+        assert!(
+            wait > Duration::from_secs(700) && wait <= Duration::from_secs(720),
+            "{wait:?}"
+        );
+    }
+    let neighbour: IpAddr = "2001:db8:7:ffff::9".parse()?;
+    assert!(b.spend_registration(neighbour).await?.is_err());
+    assert_eq!(a.spend_registration("192.0.2.7".parse()?).await?, Ok(()));
+    // A replica started afterwards (a restart) finds the budget as spent.
+    let restarted = api.replica_state().await?;
+    assert!(restarted.spend_registration(source).await?.is_err());
+
+    // Twenty spends at once from both replicas on a fresh budget: exactly five get through.
+    let address = "racing@example.test";
+    let spends = (0..20).map(|i| {
+        let state = if i % 2 == 0 { a.clone() } else { b.clone() };
+        async move { state.spend_mail_to(address).await }
+    });
+    let spent = futures::future::try_join_all(spends).await?;
+    assert_eq!(spent.iter().filter(|s| s.is_ok()).count(), 5);
+    assert_eq!(
+        a.spend_login("SHA256:not-yet-seen").await?,
+        Ok(()),
+        "budgets are per kind"
+    );
+
+    // A bucket whose time has passed is full again and goes with the hourly sweep; the others stay.
+    sqlx::query(
+        "UPDATE rate_buckets SET tat = now() - interval '1 second' WHERE key = '192.0.2.7'",
+    )
+    .execute(api.state.db())
+    .await?;
+    let mut sweeper = slipway_core::platform::sweep::Sweeper::new(
+        api.state.db().clone(),
+        api.state.cache().clone(),
+    );
+    assert_eq!(
+        sweeper.sweep(Duration::from_secs(3600)).await?.rate_buckets,
+        1
+    );
+    let left: Vec<String> = sqlx::query_scalar("SELECT key FROM rate_buckets ORDER BY key")
+        .fetch_all(api.state.db())
+        .await?;
+    assert_eq!(
+        left,
+        ["2001:db8:7::", "SHA256:not-yet-seen", "racing@example.test"]
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn registration_has_a_budget_per_source_address_and_one_for_the_platform_and_can_be_closed()
 -> Result<()> {
     let api = api_with(RegistrationLimits {

@@ -397,7 +397,12 @@ impl TestApi {
 
     /// Another API process on the same database and repositories, with a cache of its own: a second replica.
     pub async fn replica(&self) -> Result<axum::Router> {
-        let state = api_state(
+        Ok(slipway_api::routes::public(self.replica_state().await?))
+    }
+
+    /// The state of another API process on the same database and cluster, as [`TestApi::replica`] serves it.
+    pub async fn replica_state(&self) -> Result<AppState> {
+        Ok(api_state(
             self.db_url(),
             &self.kube,
             &self.repos_dir,
@@ -405,8 +410,7 @@ impl TestApi {
             self.callers_namespace.name(),
         )
         .await?
-        .with_features(self.state.features().clone());
-        Ok(slipway_api::routes::public(state))
+        .with_features(self.state.features().clone()))
     }
 
     /// Creates a user with a unique name starting with `prefix` (letters and digits, as usernames are) on `plan`,

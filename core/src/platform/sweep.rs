@@ -10,7 +10,8 @@
 //!   time, and an app being created is in the cluster long before the next sweep);
 //! - a domain claim goes once it has lapsed: settled and without its Domain (see
 //!   [`slipway_store::db::domain_claims::forget_lapsed`]), such as the claims older versions left behind when they deleted
-//!   a channel or an app.
+//!   a channel or an app;
+//! - a shared budget's bucket goes once it is full again, when it is the same as no row.
 //!
 //! Deleting an app through the API forgets its rows at once ([`forget_app`]); the sweep is for the rest.
 
@@ -36,6 +37,8 @@ pub struct Swept {
     pub apps: usize,
     /// Domain claims forgotten.
     pub domain_claims: u64,
+    /// Shared budgets that were full again ([`slipway_store::db::rate_buckets::forget_full`]).
+    pub rate_buckets: u64,
 }
 
 /// Sweeps one process's view; remembers the apps found missing last time.
@@ -66,6 +69,7 @@ impl Sweeper {
                     deploys = swept.deploys,
                     apps = swept.apps,
                     domain_claims = swept.domain_claims,
+                    rate_buckets = swept.rate_buckets,
                     "rows of deploys, apps and domains that are gone forgotten"
                 ),
                 Err(e) => {
@@ -126,10 +130,12 @@ impl Sweeper {
             .collect();
         let domain_claims =
             slipway_store::db::domain_claims::forget_lapsed(&self.db, &self.cache).await?;
+        let rate_buckets = slipway_store::db::rate_buckets::forget_full(&self.db).await?;
         Ok(Swept {
             deploys: gone.len(),
             apps: confirmed.len(),
             domain_claims,
+            rate_buckets,
         })
     }
 }

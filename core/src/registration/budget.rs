@@ -1,12 +1,13 @@
-//! How many registrations may come in: a budget per source address (a GCRA bucket per address, refilled over an
-//! hour, in this process) and a global one (registrations in the last hour, counted in the platform database, so
-//! every replica shares it). A spent budget answers 429; the platform operator can also close registration
-//! (503 `service_unavailable`).
+//! How many registrations, and other unauthenticated or mail-sending requests, may come in. Each is an hourly
+//! [`HourlyBudget`] per key (a source address, a mail address, an SSH key), kept in the platform database
+//! ([`slipway_store::db::rate_buckets`]) so every replica shares it and a restart does not refill it; registrations
+//! also have a global budget (registrations in the last hour, counted in the database too). A spent budget answers
+//! 429; the platform operator can also close registration (503 `service_unavailable`).
 
 use std::net::IpAddr;
-use std::num::NonZeroU32;
+use std::time::Duration;
 
-use slipway_auth::rate::{KeyedLimiter, Quota};
+use sqlx::PgPool;
 
 /// The registration switch and budgets (`slipway api` flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,30 +30,49 @@ impl Default for RegistrationLimits {
     }
 }
 
-/// The per-source buckets. IPv6 sources are bucketed by their /48, the block a site is usually given, so one
-/// allocation cannot fill the limiter with addresses of its own.
-#[derive(Debug)]
-pub struct SourceBudget {
-    limiter: KeyedLimiter<IpAddr>,
+/// An hourly budget of one kind (`scope`): `per_hour` spends per key, all of which may come at once; 0 is
+/// unlimited.
+#[derive(Debug, Clone, Copy)]
+pub struct HourlyBudget {
+    scope: &'static str,
+    per_hour: u32,
 }
 
-/// A quota of `n` an hour, all of which may come at once (`n` of 0 counts as 1).
-pub fn per_hour(n: u32) -> Quota {
-    Quota::per_hour(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN))
-}
+impl HourlyBudget {
+    /// `per_hour` spends an hour per key of `scope`.
+    pub const fn new(scope: &'static str, per_hour: u32) -> Self {
+        Self { scope, per_hour }
+    }
 
-impl SourceBudget {
-    /// Buckets of `per_hour` registrations, all of which may come at once.
-    pub fn new(per_hour: u32) -> Self {
-        Self {
-            limiter: KeyedLimiter::with_quota(NonZeroU32::new(per_hour).map(Quota::per_hour)),
+    /// Takes one from `key`'s bucket; `Ok(Err(wait))` when it is empty, with how long until the next fits.
+    pub async fn spend(&self, db: &PgPool, key: &str) -> sqlx::Result<Result<(), Duration>> {
+        if self.per_hour == 0 {
+            return Ok(Ok(()));
         }
+        slipway_store::db::rate_buckets::spend(
+            db,
+            self.scope,
+            key,
+            self.per_hour,
+            Duration::from_secs(3600),
+        )
+        .await
     }
 
-    /// Takes one registration from `source`'s bucket; when it is empty, how long until the next fits.
-    pub fn spend(&self, source: IpAddr) -> Result<(), std::time::Duration> {
-        self.limiter.check(bucket_of(source))
+    /// Takes one from the bucket of the source address `source` ([`source_key`]).
+    pub async fn spend_from(
+        &self,
+        db: &PgPool,
+        source: IpAddr,
+    ) -> sqlx::Result<Result<(), Duration>> {
+        self.spend(db, &source_key(source)).await
     }
+}
+
+/// The key a source address is counted under. IPv6 sources are bucketed by their /48, the block a site is usually
+/// given, so one allocation cannot fill the table with addresses of its own.
+pub fn source_key(source: IpAddr) -> String {
+    bucket_of(source).to_string()
 }
 
 /// The address a source is counted under: IPv4 (and IPv4-mapped IPv6) as is, other IPv6 by its /48.
@@ -74,29 +94,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_source_gets_its_hourly_budget_and_others_keep_theirs() {
-        let budget = SourceBudget::new(2);
-        let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        assert!(budget.spend(a).is_ok() && budget.spend(a).is_ok());
-        let wait = budget.spend(a).unwrap_err();
-        assert!(wait > std::time::Duration::from_secs(60), "{wait:?}");
-        assert!(budget.spend(b).is_ok());
-    }
-
-    #[test]
     fn ipv6_sources_share_their_48_and_mapped_ipv4_is_ipv4() {
-        let budget = SourceBudget::new(1);
-        assert!(budget.spend("2001:db8::1".parse().unwrap()).is_ok());
-        assert!(budget.spend("2001:db8:0:ffff::2".parse().unwrap()).is_err());
-        assert!(budget.spend("2001:db8:1::1".parse().unwrap()).is_ok());
-        assert!(budget.spend("192.0.2.7".parse().unwrap()).is_ok());
-        assert!(budget.spend("::ffff:192.0.2.7".parse().unwrap()).is_err());
-    }
-
-    #[test]
-    fn zero_is_unlimited() {
-        let budget = SourceBudget::new(0);
-        let a = "10.0.0.1".parse().unwrap();
-        assert!((0..1000).all(|_| budget.spend(a).is_ok()));
+        let key = |a: &str| source_key(a.parse().unwrap());
+        assert_eq!(key("2001:db8::1"), key("2001:db8:0:ffff::2"));
+        assert_ne!(key("2001:db8::1"), key("2001:db8:1::1"));
+        assert_eq!(key("::ffff:10.0.0.1"), "10.0.0.1");
+        assert_eq!(key("10.0.0.1"), "10.0.0.1");
     }
 }

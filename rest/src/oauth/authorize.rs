@@ -113,9 +113,12 @@ async fn authorize(
 ) -> Result<Response, ApiError> {
     let server = server(&state)?;
     // Anyone may start a sign-in, and each keeps a row for a day: a budget per source (IPv6 by its /48).
-    state.spend_oauth_authorization(source).map_err(|wait| {
-        ApiError::Throttled("this address started many sign-ins this hour".into(), wait)
-    })?;
+    state
+        .spend_oauth_authorization(source)
+        .await?
+        .map_err(|wait| {
+            ApiError::Throttled("this address started many sign-ins this hour".into(), wait)
+        })?;
     let params = match parameters(query.as_deref()) {
         Ok(p) => p,
         Err(e) => return Ok(OAuthError::bad("invalid_request", e).into_response()),

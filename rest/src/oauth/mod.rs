@@ -85,12 +85,15 @@ async fn register(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     server(&state)?;
-    state.spend_oauth_registration(source).map_err(|wait| {
-        ApiError::Throttled(
-            "this address registered many OAuth clients this hour".into(),
-            wait,
-        )
-    })?;
+    state
+        .spend_oauth_registration(source)
+        .await?
+        .map_err(|wait| {
+            ApiError::Throttled(
+                "this address registered many OAuth clients this hour".into(),
+                wait,
+            )
+        })?;
     let registration: Registration = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {

@@ -14,6 +14,7 @@ pub mod members;
 pub mod mirrors;
 pub mod notes;
 pub mod notices;
+pub mod rate_buckets;
 pub mod registrations;
 pub mod runtime_logs;
 pub mod ssh_keys;
