@@ -1,5 +1,6 @@
 //! The platform database's part of `slipway admin restore` against the real Postgres: a dump that arrives cut short
-//! (the backup's reader gone mid-stream, a damaged file) changes nothing, and a whole one restores every row.
+//! (the backup's reader gone mid-stream, a damaged file) changes nothing, and a whole one restores every row and
+//! nothing a newer version's fresh install had made beside them.
 
 use std::process::Stdio;
 
@@ -68,10 +69,13 @@ async fn a_platform_dump_cut_short_changes_nothing_and_a_whole_one_restores_ever
     );
     let whole = std::fs::read(&dump)?;
 
+    // A fresh install of a newer version: a table, a sequence and a function the backup's version never had.
     let to = TestDatabase::create().await?;
     run(
         to.url(),
-        "CREATE TABLE users (name text PRIMARY KEY); INSERT INTO users VALUES ('before')",
+        "CREATE TABLE users (name text PRIMARY KEY); INSERT INTO users VALUES ('before'); \
+         CREATE TABLE added_later (id bigserial PRIMARY KEY); CREATE SEQUENCE counted_later; \
+         CREATE FUNCTION added_later() RETURNS int LANGUAGE sql AS 'SELECT 1'",
     )
     .await?;
     let before = tables(to.url()).await?;
@@ -96,9 +100,22 @@ async fn a_platform_dump_cut_short_changes_nothing_and_a_whole_one_restores_ever
 
     slipway_api::backup::pod::restore_database(to.url(), Stdio::from(std::fs::File::open(&dump)?))
         .await?;
+    // Only what the backup held: its migrations then run on the schema they know.
     assert_eq!(
         tables(to.url()).await?,
         vec![("events".to_owned(), ROWS), ("users".to_owned(), 1)]
+    );
+    let mut db = PgConnection::connect(to.url()).await?;
+    let left: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM pg_class WHERE relname IN ('counted_later', 'added_later_id_seq')) \
+              + (SELECT count(*) FROM pg_proc WHERE proname = 'added_later')",
+    )
+    .fetch_one(&mut db)
+    .await?;
+    db.close().await?;
+    assert_eq!(
+        left, 0,
+        "the newer version's sequence and function are gone"
     );
     std::fs::remove_dir_all(&dir)?;
     Ok(())

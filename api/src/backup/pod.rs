@@ -255,10 +255,40 @@ fn pg_command(program: &str, url: &str) -> anyhow::Result<tokio::process::Comman
     Ok(command)
 }
 
+/// What a restore runs first, in its transaction: drops every table, sequence and function of the current schema
+/// that no extension owns. A restore goes into a fresh install, whose schema may be newer than the backup's: left
+/// in place, a table a later migration added would stay beside the backup's migration records, and the api would
+/// fail to create it again when it migrates the restored database forward.
+const CLEAR_SCHEMA: &str = r#"SET LOCAL client_min_messages = warning;
+DO $clear$
+DECLARE dropping text;
+BEGIN
+  FOR dropping IN
+    SELECT format('DROP TABLE IF EXISTS %I.%I CASCADE', n.nspname, c.relname)
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
+      AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype = 'e')
+    UNION ALL
+    SELECT format('DROP SEQUENCE IF EXISTS %I.%I CASCADE', n.nspname, c.relname)
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = current_schema() AND c.relkind = 'S'
+      AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('e', 'a', 'i'))
+    UNION ALL
+    SELECT format('DROP FUNCTION IF EXISTS %s CASCADE', p.oid::regprocedure)
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    WHERE n.nspname = current_schema()
+      AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')
+  LOOP
+    EXECUTE dropping;
+  END LOOP;
+END
+$clear$;
+"#;
+
 /// Restores the `pg_dump --format=custom` read from `dump` into the platform database at `url`, all or nothing:
-/// pg_restore's script (emptying the dump's tables first) into one psql transaction, without the settings the
-/// server is too old for (the client tools may be newer than the server), committed only once pg_restore has read
-/// the whole dump.
+/// [`CLEAR_SCHEMA`], then pg_restore's script (emptying the dump's tables first) in one psql transaction, without
+/// the settings the server is too old for (the client tools may be newer than the server), committed only once
+/// pg_restore has read the whole dump.
 pub async fn restore_database(url: &str, dump: Stdio) -> anyhow::Result<()> {
     let db = connect(url).await?;
     let server_version: i32 =
@@ -291,6 +321,7 @@ pub async fn restore_database(url: &str, dump: Stdio) -> anyhow::Result<()> {
     // pg_restore has read the whole dump; otherwise psql is killed with the transaction open.
     let copied = async {
         into_psql.write_all(b"BEGIN;\n").await?;
+        into_psql.write_all(CLEAR_SCHEMA.as_bytes()).await?;
         slipway_postgres::restore::copy_for_server(script, &mut into_psql, server_version).await?;
         anyhow::Ok(())
     }
