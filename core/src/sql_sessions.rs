@@ -60,7 +60,6 @@ struct Entry {
     token_id: Uuid,
     app_id: Uuid,
     username: String,
-    cancel_key: Option<(i32, Vec<u8>)>,
     cut: CancellationToken,
 }
 
@@ -145,13 +144,7 @@ impl Sessions {
     }
 
     /// Registers a session that logged in with `token_id` to a channel of `app_id` (owned by `username`).
-    pub fn open(
-        self: &Arc<Self>,
-        token_id: Uuid,
-        app_id: Uuid,
-        username: &str,
-        cancel_key: Option<(i32, Vec<u8>)>,
-    ) -> Session {
+    pub fn open(self: &Arc<Self>, token_id: Uuid, app_id: Uuid, username: &str) -> Session {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let cut = CancellationToken::new();
         self.lock().insert(
@@ -160,7 +153,6 @@ impl Sessions {
                 token_id,
                 app_id,
                 username: username.to_owned(),
-                cancel_key,
                 cut: cut.clone(),
             },
         );
@@ -190,16 +182,6 @@ impl Sessions {
                 reason: reason.to_owned(),
             })
             .inc();
-    }
-
-    /// Whether a session of this process got the backend key `(pid, key)`: only those cancel requests are passed
-    /// on to the data server.
-    pub fn knows_cancel_key(&self, pid: i32, key: &[u8]) -> bool {
-        self.lock().values().any(|e| {
-            e.cancel_key
-                .as_ref()
-                .is_some_and(|(p, k)| *p == pid && k == key)
-        })
     }
 
     fn cut_where(&self, why: Cut, mut doomed: impl FnMut(&Entry) -> bool) -> usize {

@@ -23,11 +23,36 @@ const CUT_WITHIN: Duration = Duration::from_secs(10);
 
 /// Serves external SQL access for `api` on a loopback port (a self-signed certificate) and answers the port.
 async fn serve_sql(api: &TestApi) -> Result<u16> {
+    serve_sql_of(api.state.clone()).await
+}
+
+/// Serves external SQL access for the API process of `state` on a loopback port and answers the port.
+async fn serve_sql_of(state: slipway_core::state::AppState) -> Result<u16> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     let tls = slipway_data::sql_proxy::tls::server_config(None, &["localhost".to_owned()])?;
-    let state = api.state.clone();
     tokio::spawn(async move { slipway_data::sql_proxy::serve(state, listener, tls).await });
+    Ok(port)
+}
+
+/// A TCP balancer on a loopback port that sends each connection to the next of `ports` in turn, as a Service
+/// spreads connections over replicas; answers its port.
+async fn round_robin(ports: Vec<u16>) -> Result<u16> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        for to in ports.iter().cycle() {
+            let Ok((mut client, _)) = listener.accept().await else {
+                return;
+            };
+            let to = *to;
+            tokio::spawn(async move {
+                if let Ok(mut upstream) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                }
+            });
+        }
+    });
     Ok(port)
 }
 
@@ -378,5 +403,73 @@ async fn a_revocation_made_elsewhere_ends_sessions_at_the_periodic_check() -> Re
         .execute(f.api.state.db())
         .await?;
     dies(&mut conn, "the token was revoked in the database").await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cancel_that_reaches_another_replica_cancels_the_session_s_query() -> Result<()> {
+    let f = fixture("sqlcancel", "basic").await?;
+    f.ready(&f.prod_id).await;
+    set_toggle(&f, true).await;
+    // Two API processes behind one address: the session goes to the first, the next connection to the second.
+    let first = serve_sql(&f.api).await?;
+    let second = serve_sql_of(f.api.replica_state().await?).await?;
+    let port = round_robin(vec![first, second]).await?;
+    let user = &f.user;
+    let sql = "SELECT pg_sleep(300)";
+    let sleeping = psql(
+        &url(port, &user.username, &user.token, "shop", "require"),
+        sql,
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()?;
+    let mut admin = support::postgres::connect(&support::postgres::admin_url()).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM pg_stat_activity WHERE query = $1 AND state = 'active'",
+    )
+    .bind(sql)
+    .fetch_one(&mut admin)
+    .await?
+        == 0
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the query never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Ctrl-C: psql sends a CancelRequest with the session's backend key on a new connection, which reaches the
+    // second process; it passes it on because the first listed the key in the platform database.
+    let pid = sleeping.id().expect("psql runs");
+    let interrupted = tokio::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .await?;
+    assert!(interrupted.success());
+    let out = sleeping.wait_with_output().await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the query was not cancelled: {stderr}"
+    );
+    assert!(
+        stderr.contains("canceling statement due to user request"),
+        "{stderr}"
+    );
+    // The session is over: its key is no longer listed.
+    let deadline = tokio::time::Instant::now() + CUT_WITHIN;
+    while sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sql_cancel_keys")
+        .fetch_one(f.api.state.db())
+        .await?
+        > 0
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ended session's key is still listed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     Ok(())
 }

@@ -11,7 +11,8 @@
 //! - a domain claim goes once it has lapsed: settled and without its Domain (see
 //!   [`slipway_store::db::domain_claims::forget_lapsed`]), such as the claims older versions left behind when they deleted
 //!   a channel or an app;
-//! - a shared budget's bucket goes once it is full again, when it is the same as no row.
+//! - a shared budget's bucket goes once it is full again, when it is the same as no row;
+//! - an SQL session's cancel key goes after 30 days, when a crashed replica never said the session ended.
 //!
 //! Deleting an app through the API forgets its rows at once ([`forget_app`]); the sweep is for the rest.
 
@@ -39,6 +40,8 @@ pub struct Swept {
     pub domain_claims: u64,
     /// Shared budgets that were full again ([`slipway_store::db::rate_buckets::forget_full`]).
     pub rate_buckets: u64,
+    /// Cancel keys of SQL sessions a crashed replica never ended ([`slipway_store::db::sql_cancel_keys`]).
+    pub sql_cancel_keys: u64,
 }
 
 /// Sweeps one process's view; remembers the apps found missing last time.
@@ -70,6 +73,7 @@ impl Sweeper {
                     apps = swept.apps,
                     domain_claims = swept.domain_claims,
                     rate_buckets = swept.rate_buckets,
+                    sql_cancel_keys = swept.sql_cancel_keys,
                     "rows of deploys, apps and domains that are gone forgotten"
                 ),
                 Err(e) => {
@@ -131,11 +135,13 @@ impl Sweeper {
         let domain_claims =
             slipway_store::db::domain_claims::forget_lapsed(&self.db, &self.cache).await?;
         let rate_buckets = slipway_store::db::rate_buckets::forget_full(&self.db).await?;
+        let sql_cancel_keys = slipway_store::db::sql_cancel_keys::forget_stale(&self.db).await?;
         Ok(Swept {
             deploys: gone.len(),
             apps: confirmed.len(),
             domain_claims,
             rate_buckets,
+            sql_cancel_keys,
         })
     }
 }

@@ -19,7 +19,9 @@
 //! 4. [`slipway_core::sql_sessions`] ends open sessions when their token or the app's toggle no longer allows them.
 //!
 //! A CancelRequest (plaintext or inside TLS) is passed on to the data server only when it names the backend key
-//! of a session this process opened, so the proxy cannot be used to guess other sessions' keys.
+//! of a session the proxy opened, on this replica or another ([`slipway_store::db::sql_cancel_keys`]: a client
+//! cancels on a new connection, which a Service may send to any replica), so the proxy cannot be used to guess
+//! other sessions' keys.
 
 pub mod login;
 pub mod target;
@@ -273,11 +275,18 @@ impl Proxy {
         }
     }
 
-    /// Passes a CancelRequest on when it names a session of this process.
+    /// Passes a CancelRequest on when it names a session the proxy opened on any replica.
     async fn cancel(&self, pid: i32, key: &[u8]) {
-        if !self.state.sql_sessions().knows_cancel_key(pid, key) {
-            tracing::debug!(pid, "cancel request for no session of this process ignored");
-            return;
+        match slipway_store::db::sql_cancel_keys::known(self.state.db(), pid, key).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::debug!(pid, "cancel request for no open session ignored");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(pid, error = %e, "cancel request dropped: the platform database did not answer");
+                return;
+            }
         }
         if let Err(e) = upstream::cancel(&self.data_server, pid, key).await {
             tracing::warn!(pid, error = %e, "passing a cancel request on failed");
@@ -292,12 +301,18 @@ impl Proxy {
         mut upstream: upstream::Upstream,
         grant: login::Grant,
     ) {
-        let session = self.state.sql_sessions().open(
-            grant.token_id,
-            grant.app_id,
-            &grant.username,
-            upstream.cancel_key.take(),
-        );
+        let session = self
+            .state
+            .sql_sessions()
+            .open(grant.token_id, grant.app_id, &grant.username);
+        // Listed before the client learns the key, so a cancel sent at once finds it; forgotten when it ends.
+        let cancel_key = upstream.cancel_key.take();
+        if let Some((pid, key)) = &cancel_key
+            && let Err(e) =
+                slipway_store::db::sql_cancel_keys::record(self.state.db(), *pid, key).await
+        {
+            tracing::warn!(error = %e, "the session's cancel key could not be listed: cancels will not reach it");
+        }
         let started = Instant::now();
         tracing::info!(user = %grant.username, db = %grant.db_name, channel_id = %grant.channel_id, "SQL session opened");
         if let Err(e) = wire::send(&mut client, &upstream.greeting).await {
@@ -320,5 +335,11 @@ impl Proxy {
             seconds = started.elapsed().as_secs_f64(),
             "SQL session {ended}"
         );
+        if let Some((pid, key)) = &cancel_key
+            && let Err(e) =
+                slipway_store::db::sql_cancel_keys::forget(self.state.db(), *pid, key).await
+        {
+            tracing::warn!(error = %e, "the ended session's cancel key stays listed until the sweep");
+        }
     }
 }

@@ -17,6 +17,7 @@ pub mod notices;
 pub mod rate_buckets;
 pub mod registrations;
 pub mod runtime_logs;
+pub mod sql_cancel_keys;
 pub mod ssh_keys;
 pub mod tokens;
 pub mod users;
