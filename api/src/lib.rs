@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod backup;
+pub mod host_key;
 pub mod job_kinds;
 pub mod routes;
 pub mod serve;

@@ -10,7 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use russh::keys::{HashAlg, PrivateKey};
+use russh::keys::HashAlg;
+pub use russh::keys::PrivateKey;
 use russh::server::{
     Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Server as _, Session, VerifiedPublicKey,
 };
@@ -26,21 +27,56 @@ const REFUSED: u32 = 128;
 
 /// Loads the host key at `path`, or creates an Ed25519 key there (mode 0600) on first start.
 pub fn load_or_create_host_key(path: &Path) -> anyhow::Result<PrivateKey> {
-    if path.exists() {
-        return PrivateKey::read_openssh_file(path)
-            .with_context(|| format!("read the SSH host key {}", path.display()));
+    if let Some(key) = read_host_key(path)? {
+        return Ok(key);
     }
+    let key = new_host_key();
+    write_host_key(path, &key)?;
+    tracing::info!(path = %path.display(), "generated an SSH host key");
+    Ok(key)
+}
+
+/// The host key at `path` (OpenSSH format), if there is one.
+pub fn read_host_key(path: &Path) -> anyhow::Result<Option<PrivateKey>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    PrivateKey::read_openssh_file(path)
+        .map(Some)
+        .with_context(|| format!("read the SSH host key {}", path.display()))
+}
+
+/// `key` as OpenSSH's private key text, as it is kept in a file or a Secret.
+pub fn host_key_text(key: &PrivateKey) -> anyhow::Result<String> {
+    Ok(key
+        .to_openssh(russh::keys::ssh_key::LineEnding::LF)
+        .context("encode the SSH host key")?
+        .to_string())
+}
+
+/// The host key in OpenSSH's private key `text`.
+pub fn parse_host_key(text: &str) -> anyhow::Result<PrivateKey> {
+    PrivateKey::from_openssh(text).context("read the SSH host key")
+}
+
+/// A new Ed25519 host key.
+pub fn new_host_key() -> PrivateKey {
     let seed: [u8; 32] = rand::RngExt::random(&mut rand::rng());
-    let key = PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(
+    PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(
         &seed,
-    ));
+    ))
+}
+
+/// Writes `key` to `path` (OpenSSH format, mode 0600) in place of what is there, whole or not at all.
+pub fn write_host_key(path: &Path, key: &PrivateKey) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     }
-    key.write_openssh_file(path, russh::keys::ssh_key::LineEnding::LF)
-        .with_context(|| format!("write the SSH host key {}", path.display()))?;
-    tracing::info!(path = %path.display(), "generated an SSH host key");
-    Ok(key)
+    let fresh = path.with_extension("new");
+    key.write_openssh_file(&fresh, russh::keys::ssh_key::LineEnding::LF)
+        .with_context(|| format!("write the SSH host key {}", fresh.display()))?;
+    std::fs::rename(&fresh, path)
+        .with_context(|| format!("move the SSH host key to {}", path.display()))
 }
 
 /// The russh configuration: public keys only, the given host key.

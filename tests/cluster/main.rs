@@ -47,5 +47,6 @@ mod runtime_log;
 mod sign_in;
 mod snapshots;
 mod sql_proxy;
+mod ssh_host_key;
 mod token_cache;
 mod webhook;

@@ -19,9 +19,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use support::git::{Workspace, http_remote};
 use support::https::TestDns;
-use support::platform::{
-    Account, Installed, app_ids, domain_certificate, hack, kubectl, output, until,
-};
+use support::platform::{Account, Installed, app_ids, domain_certificate, hack, kubectl, until};
 use tokio::io::AsyncBufReadExt;
 
 /// A server that answers its version and the secret the platform gave it.
@@ -75,15 +73,7 @@ async fn seen(
         .as_str()
         .context("the revealed value")?
         .to_owned();
-    let mut keyscan = tokio::process::Command::new("ssh-keyscan");
-    keyscan.args([
-        "-t",
-        "ed25519",
-        "-p",
-        &platform.ssh_port.to_string(),
-        &platform.ssh_host,
-    ]);
-    let host_key = output(keyscan, "ssh-keyscan").await?;
+    let host_key = platform.ssh_host_key().await?;
     let domains = platform
         .call(
             "GET",
@@ -102,7 +92,7 @@ async fn seen(
     Ok(Seen {
         refs,
         secret,
-        host_key: host_key.trim().to_owned(),
+        host_key,
         domains,
     })
 }

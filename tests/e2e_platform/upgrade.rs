@@ -156,6 +156,21 @@ async fn an_upgrade_under_load_loses_nothing_and_an_uninstall_leaves_only_what_i
         .wait_for_page(&site_host, "/", "static-one")
         .await?;
 
+    // A release from before the host key's Secret kept the key on the data volume only: so does this one once
+    // the Secret is emptied. After the upgrade SSH answers with the same key, and the Secret holds it.
+    let key_before = platform.ssh_host_key().await?;
+    let secret = format!("secret/{}-ssh-host-key", platform.release);
+    kubectl(&[
+        "-n",
+        &platform.namespace,
+        "patch",
+        &secret,
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/data"}]"#,
+    ])
+    .await?;
+
     // A steady stream of readers, and a deploy queued just before the upgrade starts.
     let before = images(&platform).await?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -208,6 +223,21 @@ async fn an_upgrade_under_load_loses_nothing_and_an_uninstall_leaves_only_what_i
         after.iter().all(|i| i.ends_with(&format!(":{tag}"))),
         "pods still run {after:?} (before: {before:?})"
     );
+    assert_eq!(
+        platform.ssh_host_key().await?,
+        key_before,
+        "SSH kept its host key"
+    );
+    let held = kubectl(&[
+        "-n",
+        &platform.namespace,
+        "get",
+        &secret,
+        "-o",
+        "jsonpath={.data.ssh_host_ed25519_key}",
+    ])
+    .await?;
+    assert!(!held.trim().is_empty(), "the Secret holds the host key");
 
     // The platform cleans up what it made, then the release goes.
     platform.delete_apps(&[(&fay, &web), (&fay, &site)]).await?;
@@ -228,6 +258,8 @@ async fn left_behind(platform: &Installed, tenant: &str) -> Result<()> {
         format!("secret/{release}-env-keys"),
         // End-user sign-in's signing key and the secret people's `sub` derive from (kept, like the keyring).
         format!("secret/{release}-sign-in"),
+        // The SSH host key (kept, like the claim that held it before it had a Secret).
+        format!("secret/{release}-ssh-host-key"),
         format!("persistentvolumeclaim/{release}-api-data"),
         // The bundled object-store backend's root key pair (kept, like the keyring) and its StatefulSet's claim
         // (Kubernetes leaves those), every object and version in it.

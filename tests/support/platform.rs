@@ -288,6 +288,21 @@ impl Installed {
         Ok((account, address))
     }
 
+    /// The Ed25519 host key the platform's SSH port answers with, as `ssh-keyscan` prints it.
+    pub async fn ssh_host_key(&self) -> Result<String> {
+        let mut keyscan = tokio::process::Command::new("ssh-keyscan");
+        keyscan.args([
+            "-t",
+            "ed25519",
+            "-p",
+            &self.ssh_port.to_string(),
+            &self.ssh_host,
+        ]);
+        let key = output(keyscan, "ssh-keyscan").await?;
+        anyhow::ensure!(key.contains("ssh-ed25519"), "no host key: {key}");
+        Ok(key.trim().to_owned())
+    }
+
     /// A browser signed in to the console as the person with the verified `address` (by a mailed code).
     pub async fn console_session(&self, address: &str) -> Result<super::browser::Browser> {
         let ca = std::fs::read_to_string(&self.edge_ca)?;

@@ -42,6 +42,9 @@ pub struct PodSources {
         default_value = "/var/lib/slipway/ssh/ssh_host_ed25519_key"
     )]
     pub ssh_host_key: PathBuf,
+    /// The Secret every replica reads the SSH host key from (see [`crate::host_key`]); a restored key goes there too.
+    #[arg(long, env = "SLIPWAY_SSH_HOST_KEY_SECRET")]
+    pub ssh_host_key_secret: Option<crate::host_key::SecretName>,
 }
 
 /// The name of the SSH host key in the data part.
@@ -189,15 +192,27 @@ pub async fn receive(part: Part, sources: PodSources) -> anyhow::Result<()> {
             Ok(())
         }
         Part::Data => {
+            let (repos_dir, key_file) = (sources.repos_dir.clone(), sources.ssh_host_key.clone());
             let restored = tokio::task::spawn_blocking(move || {
                 read_data(
                     std::io::BufReader::with_capacity(1 << 20, std::io::stdin()),
-                    &sources.repos_dir,
-                    &sources.ssh_host_key,
+                    &repos_dir,
+                    &key_file,
                 )
             })
             .await??;
             eprintln!("data: {restored} repositories restored");
+            // The replicas read the host key from the Secret at start: the backup's key goes there too.
+            if let (Some(secret), Some(key)) = (
+                &sources.ssh_host_key_secret,
+                slipway_git::ssh::read_host_key(&sources.ssh_host_key)?,
+            ) {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("reach the cluster to restore the SSH host key")?;
+                crate::host_key::store(&client, secret, &key).await?;
+                eprintln!("data: SSH host key put into the Secret {secret}");
+            }
             Ok(())
         }
         Part::Ids => {

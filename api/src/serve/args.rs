@@ -59,6 +59,10 @@ pub struct ApiArgs {
         default_value = "/var/lib/slipway/ssh/ssh_host_ed25519_key"
     )]
     pub ssh_host_key: PathBuf,
+    /// The Secret (`<namespace>/<name>`, existing) that holds the SSH host key for every replica. The first start
+    /// puts the key file's key in it (or a new one); the file is then kept equal to it. Without it, the file alone.
+    #[arg(long, env = "SLIPWAY_SSH_HOST_KEY_SECRET")]
+    pub ssh_host_key_secret: Option<crate::host_key::SecretName>,
     /// Address of the internal listener: the `/internal/v1` routes the operator, the edge and build pods call, and
     /// `/healthz`. Keep it inside the cluster.
     #[arg(long, env = "SLIPWAY_INTERNAL_LISTEN", default_value = "0.0.0.0:8081")]

@@ -106,7 +106,12 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     tracing::info!(addr = %args.listen, "serving the API");
     let ssh = match args.ssh_listen {
         Some(addr) => {
-            let key = slipway_git::ssh::load_or_create_host_key(&args.ssh_host_key)?;
+            let key = match &args.ssh_host_key_secret {
+                Some(secret) => {
+                    crate::host_key::load(state.kube(), secret, &args.ssh_host_key).await?
+                }
+                None => slipway_git::ssh::load_or_create_host_key(&args.ssh_host_key)?,
+            };
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("listen for SSH on {addr}"))?;

@@ -153,6 +153,10 @@ URL, the pods' address and the snapshot-download switch as container environment
 {{- if and .Values.api.enabled .Values.api.console.enabled .Values.api.console.url }}true{{- end }}
 {{- end }}
 
+{{- define "slipway.api.ssh.hostKeySecretName" -}}
+{{- default (printf "%s-ssh-host-key" (include "slipway.fullname" .) | trunc 63 | trimSuffix "-") .Values.api.ssh.hostKeySecret }}
+{{- end }}
+
 {{- define "slipway.api.console.secretName" -}}
 {{- default (printf "%s-console" (include "slipway.fullname" .) | trunc 63 | trimSuffix "-") .Values.api.console.existingSecret }}
 {{- end }}
