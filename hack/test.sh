@@ -3,7 +3,8 @@
 #   1. lint     cargo fmt --check, hack/layers (no cycle between crates or modules), clippy with -D warnings, and
 #               hack/monitoring-check.sh: helm lint --strict with monitoring off and on, the rendered PodMonitors and
 #               PrometheusRule against prometheus-operator's CRD schemas, promtool check rules and test rules (each
-#               alert firing and quiet on recorded series), the dashboard's queries
+#               alert firing and quiet on recorded series), the dashboard's queries; and that the chart refuses to
+#               render a second api replica
 #   2. unit     every crate's unit tests and the CRD drift test (no cluster)
 #   3. cluster  tests/cluster/ against a real control plane, a real Postgres and Pebble (ACME CA and test DNS, for
 #               custom domains) started for this run and stopped after it
@@ -96,12 +97,23 @@ export SLIPWAY_TEST_JOSE_TGZ="$SLIPWAY_CACHE/npm/jose-$JOSE_VERSION.tgz"
 export SLIPWAY_TEST_SCHEMATHESIS="$SCHEMATHESIS_VENV/bin/schemathesis"
 
 tier_lint() {
-  log "tier lint: rustfmt, layers, clippy, helm lint and the chart's monitoring objects"
+  log "tier lint: rustfmt, layers, clippy, helm lint, the chart's monitoring objects and its refusals"
   cargo fmt --all --check
   hack/layers
   cargo clippy --workspace --all-targets --locked -- -D warnings
   # helm lint --strict (monitoring off and on) and the checks of the PodMonitors, rules and dashboard.
   HELM=$HELM hack/monitoring-check.sh
+  # The chart refuses what it cannot run: a second api replica, with the repositories on one volume.
+  local refused
+  if refused=$("$HELM" template t charts/slipway --set appDomain=apps.example.com --set api.replicaCount=2 2>&1); then
+    echo "the chart rendered api.replicaCount=2, which it must refuse" >&2
+    return 1
+  fi
+  if ! grep -q "api.replicaCount must be 1" <<<"$refused"; then
+    echo "the chart refused api.replicaCount=2 for another reason: $refused" >&2
+    return 1
+  fi
+  log "the chart refuses api.replicaCount=2"
 }
 
 tier_unit() {
