@@ -58,15 +58,11 @@ pub async fn load(
     secret: &SecretName,
     file: &Path,
 ) -> anyhow::Result<PrivateKey> {
-    let key = settle(client, secret, || match ssh::read_host_key(file)? {
-        Some(key) => {
-            tracing::info!(secret = %secret, file = %file.display(), "kept the data volume's SSH host key in the Secret");
-            Ok(key)
-        }
-        None => {
-            tracing::info!(secret = %secret, "generated an SSH host key into the Secret");
-            Ok(ssh::new_host_key())
-        }
+    let key = settle(client, secret, || {
+        Ok(match ssh::read_host_key(file)? {
+            Some(key) => (key, "the data volume's key"),
+            None => (ssh::new_host_key(), "a new key"),
+        })
     })
     .await?;
     let on_file = ssh::read_host_key(file).ok().flatten();
@@ -92,12 +88,12 @@ pub async fn store(
     bail!("the Secret {secret} kept changing while the SSH host key was written")
 }
 
-/// The key in `secret`, or the one `first` gives written there when it holds none and no other writer got there
-/// first.
+/// The key in `secret`, or the one `first` gives (with where it came from) written there when it holds none and no
+/// other writer got there first.
 async fn settle(
     client: &kube::Client,
     secret: &SecretName,
-    first: impl Fn() -> anyhow::Result<PrivateKey>,
+    first: impl Fn() -> anyhow::Result<(PrivateKey, &'static str)>,
 ) -> anyhow::Result<PrivateKey> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &secret.namespace);
     for _ in 0..ATTEMPTS {
@@ -106,9 +102,10 @@ async fn settle(
             let text = std::str::from_utf8(&text.0).context("the SSH host key is not text")?;
             return ssh::parse_host_key(text).with_context(|| format!("the host key in {secret}"));
         }
-        let key = first()?;
+        let (key, from) = first()?;
         // A replica that wrote first makes this write lose, and the next round reads its key.
         if replace(&secrets, secret, current, &key).await? {
+            tracing::info!(secret = %secret, from, "put the SSH host key into the Secret");
             return Ok(key);
         }
     }

@@ -50,7 +50,8 @@ const fn non_zero(n: u32) -> NonZeroU32 {
 /// The buckets of every token that sent a request lately.
 pub type TokenLimiter = KeyedLimiter<Uuid>;
 
-/// A bucket per key (a token, a source address) that sent lately; idle keys are forgotten once many are held.
+/// A bucket per key (a token, an address the console mails) that sent lately, in this process; idle keys are
+/// forgotten once many are held.
 pub struct KeyedLimiter<K: Clone + Eq + std::hash::Hash> {
     limiter: Option<DefaultKeyedRateLimiter<K>>,
 }

@@ -161,8 +161,8 @@ struct Drawn {
     title: String,
 }
 
-/// `bars` side by side, left to right, as the figure `id` with `summary` for screen readers and the caption. A bar
-/// above zero is at least `floor` units high.
+/// `bars` side by side, left to right, as the figure `id` with `summary` for screen readers and the caption. Every
+/// bar is at least `floor` units high.
 fn bar_graph(id: &str, bars: &[Drawn], floor: u32, summary: &str, caption: &str) -> String {
     let largest = bars.iter().map(|b| b.value).fold(0.0, f64::max);
     // A graph of zeros is all baseline.
@@ -173,8 +173,7 @@ fn bar_graph(id: &str, bars: &[Drawn], floor: u32, summary: &str, caption: &str)
         .enumerate()
         .map(|(i, bar)| {
             let high = ((bar.value / scale) * f64::from(HEIGHT)).round() as u32;
-            let least = if bar.value > 0.0 || floor > 0 { floor } else { 0 };
-            let high = high.clamp(least, HEIGHT);
+            let high = high.clamp(floor, HEIGHT);
             format!(
                 r#"<rect class="bar {class}" x="{x}" y="{y}" width="{w}" height="{high}"><title>{title}</title></rect>"#,
                 class = esc(&bar.class),

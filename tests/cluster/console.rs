@@ -17,7 +17,7 @@ use anyhow::{Context, Result, ensure};
 use axum::http::Method;
 use fantoccini::{Client, Locator};
 use serde_json::json;
-use support::browser::{Browser, upstream_user};
+use support::browser::upstream_user;
 use support::console::{TestConsole, next_sign_in_code, screenshot_dir, sign_in_codes_mailed_to};
 use support::{TestApi, User};
 
@@ -68,7 +68,7 @@ async fn sessions_are_host_only_cookies_and_every_write_needs_the_sessions_csrf_
         .await?;
     assert_eq!(refused.status, 403);
 
-    let session_cookie = sign_in_by_code_raw(&console, &client, &ada_address).await?;
+    let session_cookie = console.sign_in_by_code(&client, &ada_address).await?;
     let csrf = csrf_in(&client.get(&console.url("/apps")).await?.text);
     assert!(
         session_cookie.starts_with("__Host-slipway_session="),
@@ -203,7 +203,7 @@ async fn an_app_gets_channels_settings_a_journal_and_its_deletion_from_its_page(
     let console = TestConsole::start(&mut api).await?;
     let (ada, ada_address) = person(&api, "ada").await?;
     let client = console.client()?;
-    sign_in_by_code_raw(&console, &client, &ada_address).await?;
+    console.sign_in_by_code(&client, &ada_address).await?;
     let csrf = csrf_in(&client.get(&console.url("/apps")).await?.text);
     let app = api.create_app(&ada, "life", "app").await;
     let app_id = app["id"].as_str().unwrap().to_owned();
@@ -431,7 +431,7 @@ async fn the_account_page_adds_and_removes_ssh_keys_and_a_refused_key_comes_back
     let console = TestConsole::start(&mut api).await?;
     let (ivy, ivy_address) = person(&api, "ivy").await?;
     let client = console.client()?;
-    sign_in_by_code_raw(&console, &client, &ivy_address).await?;
+    console.sign_in_by_code(&client, &ivy_address).await?;
     let account = client.get(&console.url("/account")).await?;
     assert_eq!(account.status, 200);
     let csrf = csrf_in(&account.text);
@@ -576,7 +576,7 @@ async fn a_pasted_env_file_is_checked_whole_then_saved_and_its_channel_deployed_
     assert_eq!(first["status"], "success", "{first}");
 
     let client = console.client()?;
-    sign_in_by_code_raw(&console, &client, &kim_address).await?;
+    console.sign_in_by_code(&client, &kim_address).await?;
     let env_page = console.url(&format!("/apps/{app_id}/env"));
     let csrf = csrf_in(&client.get(&env_page).await?.text);
     let paste = |fields: &[(&str, &str)]| {
@@ -744,15 +744,6 @@ fn assert_refused(page: &support::browser::Page, status: u16, form: &str, kept: 
     for snippet in kept {
         assert!(page.text.contains(snippet), "no {snippet}: {}", page.text);
     }
-}
-
-/// Signs `client` in by code and returns the session cookie's `Set-Cookie` line.
-pub(crate) async fn sign_in_by_code_raw(
-    console: &TestConsole,
-    client: &Browser,
-    address: &str,
-) -> Result<String> {
-    support::console::sign_in_by_code(client, &console.origin, &console.maildir, address).await
 }
 
 /// The words of a page's banner.

@@ -189,7 +189,7 @@ impl Snapshots {
         .await?;
         let console = TestConsole::start(&mut self.f.api).await?;
         let client = console.client()?;
-        super::console::sign_in_by_code_raw(&console, &client, &address).await?;
+        console.sign_in_by_code(&client, &address).await?;
         Ok((console, client))
     }
 

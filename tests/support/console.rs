@@ -109,6 +109,15 @@ impl TestConsole {
         super::browser::Browser::new(&self.ca_pem, &[HOST], self.addr)
     }
 
+    /// Signs `client` in by a code mailed to `address` and returns the session cookie's `Set-Cookie` line.
+    pub async fn sign_in_by_code(
+        &self,
+        client: &super::browser::Browser,
+        address: &str,
+    ) -> Result<String> {
+        sign_in_by_code(client, &self.origin, &self.maildir, address).await
+    }
+
     /// The host rule that makes Chromium reach the console's name at its address.
     pub fn host_rule(&self) -> String {
         format!("MAP {HOST} 127.0.0.1")
