@@ -67,6 +67,15 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         ignored: Vec<String>,
     },
+    /// git's hooks for repositories in object storage (not for people): hands the ref updates of a push,
+    /// changeset or mirror sync to the API process that started git, which publishes them.
+    #[command(hide = true)]
+    GitHook {
+        /// The hook (`pre-receive`, `reference-transaction`).
+        hook: String,
+        /// The reference transaction's state (`prepared`, `committed`, `aborted`).
+        state: Option<String>,
+    },
 }
 
 /// Runs the chosen subcommand.
@@ -84,6 +93,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Crds { dir: Some(dir) } => write_crds(&dir),
         Command::MirrorRelay { .. } => slipway_mirror_fetch::relay::run(),
+        Command::GitHook { hook, state } => {
+            std::process::exit(slipway_git_store::hook::run(&hook, state.as_deref()))
+        }
     }
 }
 

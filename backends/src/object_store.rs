@@ -103,6 +103,22 @@ pub fn describe<E: ProvideErrorMetadata + std::error::Error>(e: &E) -> String {
     }
 }
 
+/// Creates `bucket` on the backend `client` reaches, unless it exists.
+pub async fn create_bucket(client: &Client, bucket: &str) -> Result<(), BackendError> {
+    match client.create_bucket().bucket(bucket).send().await {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.code(),
+                Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(BackendError(format!("create bucket: {}", describe(&e)))),
+    }
+}
+
 /// The operator's view of the backend: making and removing channel buckets.
 #[derive(Clone, Debug)]
 pub struct Backend {
@@ -119,15 +135,7 @@ impl Backend {
 
     /// Creates `bucket` unless it exists, and turns versioning on (again, if someone turned it off).
     pub async fn ensure_bucket(&self, bucket: &str) -> Result<(), BackendError> {
-        match self.client.create_bucket().bucket(bucket).send().await {
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.code(),
-                    Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")
-                ) => {}
-            Err(e) => return Err(BackendError(format!("create bucket: {}", describe(&e)))),
-        }
+        create_bucket(&self.client, bucket).await?;
         let enabled = self
             .client
             .get_bucket_versioning()

@@ -178,6 +178,28 @@ impl VisibleApp {
         })
     }
 
+    /// The app as its repository's owner.
+    pub fn repo(&self) -> slipway_git_store::RepoOf<'_> {
+        slipway_git_store::RepoOf {
+            id: self.id,
+            owner: &self.owner,
+            name: &self.name,
+        }
+    }
+
+    /// The app's repository, ready to be read and served (in object storage: this replica's cache, synced with
+    /// the database). 404 when the app has none.
+    pub async fn ready_repo(&self, state: &AppState) -> Result<std::path::PathBuf, ApiError> {
+        match state.repos().ready(self.repo()).await {
+            Ok(Some(path)) => Ok(path),
+            Ok(None) => {
+                tracing::warn!(app = %self.id, "app has no repository");
+                Err(ApiError::NotFound("repository"))
+            }
+            Err(e) => Err(ApiError::Internal(e.context("open the app's repository"))),
+        }
+    }
+
     /// The app's channels, prod first.
     pub fn channels(&self, state: &AppState) -> Vec<Arc<Channel>> {
         state

@@ -11,9 +11,9 @@ use sqlx::PgPool;
 
 use super::internal_access::InternalAccess;
 use crate::platform::cache::Cache;
-use crate::platform::repos::Repos;
 use crate::registration::budget::HourlyBudget;
 use slipway_auth::rate::{Budget, TokenLimiter};
+use slipway_git_store::Repos;
 use slipway_mirror_fetch::{MirrorConfig, Mirrors};
 use slipway_store::env::crypto::Keyring;
 
@@ -124,6 +124,7 @@ pub struct Features {
 #[derive(Clone)]
 pub struct AppState {
     inner: Arc<Inner>,
+    repos: Arc<Repos>,
     guard: Arc<Guard>,
     features: Arc<Features>,
     mirrors: Arc<Mirrors>,
@@ -181,7 +182,6 @@ struct Inner {
     db: PgPool,
     kube: Client,
     cache: Cache,
-    repos: Repos,
     names: PublicNames,
     keyring: Keyring,
     internal: InternalAccess,
@@ -208,13 +208,13 @@ impl AppState {
                 db,
                 kube,
                 cache,
-                repos,
                 names,
                 keyring,
                 internal,
                 sql_sessions: Arc::default(),
                 token_uses: Default::default(),
             }),
+            repos: Arc::new(repos),
             guard: Arc::new(Guard::new(Limits::default())),
             features: Arc::default(),
             mirrors: Arc::new(Mirrors::default()),
@@ -252,6 +252,12 @@ impl AppState {
     /// The mirror settings.
     pub fn mirrors(&self) -> &Mirrors {
         &self.mirrors
+    }
+
+    /// The same state with its repositories kept elsewhere.
+    pub fn with_repos(mut self, repos: Repos) -> Self {
+        self.repos = Arc::new(repos);
+        self
     }
 
     /// The same state under other limits (fresh buckets).
@@ -387,7 +393,7 @@ impl AppState {
 
     /// The git repositories.
     pub fn repos(&self) -> &Repos {
-        &self.inner.repos
+        &self.repos
     }
 
     /// Public names.

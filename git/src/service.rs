@@ -12,6 +12,7 @@ use uuid::Uuid;
 use slipway_core::access::{self, Action, VisibleApp};
 use slipway_core::error::ApiError;
 use slipway_core::state::AppState;
+use slipway_git_store::{Writer, Writing};
 
 /// The git services slipway serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +78,8 @@ pub struct Granted {
     pub app: VisibleApp,
     /// Its bare repository.
     pub path: PathBuf,
+    /// What a push's `receive-pack` is started with, so its ref updates are published.
+    pub writer: Writer,
     /// Largest pack a push may send, in bytes.
     pub max_push_bytes: u64,
 }
@@ -121,17 +124,15 @@ pub async fn authorize(
     {
         return Err(Refusal::Forbidden(reason));
     }
-    let path = state.repos().path(&app.owner, &app.name);
-    if !tokio::fs::try_exists(path.join("HEAD"))
-        .await
-        .unwrap_or(false)
-    {
-        tracing::warn!(repo = %path.display(), "app has no repository on disk");
-        return Err(Refusal::NotFound);
-    }
+    let path = app.ready_repo(state).await?;
+    let writer = match service {
+        Service::ReceivePack => state.repos().writer(app.id, username, Writing::Push),
+        Service::UploadPack => Default::default(),
+    };
     Ok(Granted {
         app,
         path,
+        writer,
         max_push_bytes: state.limits().git_max_push_bytes,
     })
 }
@@ -151,6 +152,7 @@ pub fn command(
     git_protocol: Option<&str>,
 ) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("git");
+    cmd.args(&granted.writer.config);
     if service == Service::ReceivePack {
         cmd.arg("-c")
             .arg(format!("receive.maxInputSize={}", granted.max_push_bytes));
@@ -172,6 +174,7 @@ pub fn command(
     if let Some(protocol) = git_protocol.filter(|p| slipway_repository::protocol::valid(p)) {
         cmd.env("GIT_PROTOCOL", protocol);
     }
+    cmd.envs(granted.writer.env.iter().map(|(k, v)| (k, v)));
     cmd
 }
 

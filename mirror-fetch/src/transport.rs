@@ -42,6 +42,9 @@ pub struct Fetch<'a> {
     pub repo: &'a Path,
     /// The relay program (this binary).
     pub relay: &'a Path,
+    /// `-c` options and environment that publish the fetch's ref updates (a repository in object storage);
+    /// empty for one on a volume.
+    pub publish: (&'a [String], &'a [(&'static str, String)]),
 }
 
 /// How a fetch went.
@@ -208,7 +211,7 @@ async fn relay_git(
     let dir = SocketDir::create().map_err(|e| internal("socket directory", &e))?;
     let socket = dir.0.join("relay.sock");
     let listener = UnixListener::bind(&socket).map_err(|e| internal("socket", &e))?;
-    let mut git = git_fetch(fetch.repo, fetch.relay, &socket)
+    let mut git = git_fetch(fetch.repo, fetch.relay, &socket, fetch.publish)
         .spawn()
         .map_err(|e| internal("git", &e))?;
     let mut git_stderr = git.stderr.take();
@@ -321,10 +324,16 @@ async fn relay_git(
 
 /// `git fetch` of every branch and tag into the bare repository, over the relay, with nothing from the
 /// environment's git configuration and no transport but SSH.
-fn git_fetch(repo: &Path, relay: &Path, socket: &Path) -> tokio::process::Command {
+fn git_fetch(
+    repo: &Path,
+    relay: &Path,
+    socket: &Path,
+    (publish_config, publish_env): (&[String], &[(&'static str, String)]),
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("git");
     cmd.arg("-C")
         .arg(repo)
+        .args(publish_config)
         .args([
             "-c",
             "protocol.allow=never",
@@ -356,6 +365,7 @@ fn git_fetch(repo: &Path, relay: &Path, socket: &Path) -> tokio::process::Comman
             format!("{} mirror-relay", shell_word(&relay.to_string_lossy())),
         )
         .env(SOCKET_ENV, socket)
+        .envs(publish_env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -108,24 +108,9 @@ impl Archive {
 
     /// Creates the bucket unless it exists.
     pub async fn ensure_bucket(&self) -> Result<(), ArchiveError> {
-        match self
-            .client
-            .create_bucket()
-            .bucket(&self.bucket)
-            .send()
+        object_store::create_bucket(&self.client, &self.bucket)
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.code(),
-                    Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")
-                ) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(failed("create the snapshot bucket", &e)),
-        }
+            .map_err(|e| ArchiveError(format!("the snapshot bucket: {}", e.0)))
     }
 
     /// Streams `body` into `key`; the bytes written. A body that ends in an error leaves nothing behind.

@@ -73,12 +73,30 @@ enum Node {
     Other,
 }
 
-/// Commits `changeset` to the repository at `repo_path` and returns the new commit. Blocking: run it off the
-/// async runtime.
+/// How the new commit moves the branch.
+pub enum RefWrite<'a> {
+    /// In this process with gix, under git's lock file (a repository on a volume).
+    InProcess,
+    /// With `git update-ref`, started with these `-c` options and environment, so that git's
+    /// `reference-transaction` hook publishes the update (a repository in object storage). After a refusal,
+    /// `resync` brings the repository up to date before the changeset is built again.
+    Git {
+        /// `-c` options before the subcommand.
+        config: &'a [String],
+        /// Environment variables.
+        env: &'a [(&'static str, String)],
+        /// Brings the repository up to date.
+        resync: &'a dyn Fn() -> anyhow::Result<()>,
+    },
+}
+
+/// Commits `changeset` to the repository at `repo_path`, moving the branch as `write` says, and returns the new
+/// commit. Blocking: run it off the async runtime.
 pub fn commit(
     repo_path: &Path,
     changeset: &Changeset,
     who: &Identity,
+    write: &RefWrite<'_>,
 ) -> Result<ObjectId, ChangesetError> {
     let repo = store::open(repo_path)?;
     let name = gix::refs::FullName::try_from(store::branch_ref(&changeset.branch).as_str())
@@ -117,6 +135,22 @@ pub fn commit(
             extra_headers: Vec::new(),
         };
         let id = repo.write_object(&commit)?.detach();
+        if let RefWrite::Git {
+            config,
+            env,
+            resync,
+        } = write
+        {
+            let reflog = format!("changeset: {}", first_line(&changeset.message));
+            match update_ref_with_git(repo_path, config, env, &name, head, id, &reflog) {
+                Ok(()) => return Ok(id),
+                Err(e) => {
+                    tracing::debug!(error = %e, attempt, "changeset ref update was refused");
+                    resync()?;
+                    continue;
+                }
+            }
+        }
         let edit = RefEdit {
             change: Change::Update {
                 log: LogChange {
@@ -152,6 +186,37 @@ pub fn commit(
         "{} kept moving while this changeset was being committed; nothing was written, send it again",
         changeset.branch
     )))
+}
+
+/// `git update-ref` of `name` from `old` (`None`: must not exist) to `new`.
+fn update_ref_with_git(
+    repo_path: &Path,
+    config: &[String],
+    env: &[(&'static str, String)],
+    name: &gix::refs::FullName,
+    old: Option<ObjectId>,
+    new: ObjectId,
+    reflog: &str,
+) -> anyhow::Result<()> {
+    let old = old.unwrap_or_else(|| ObjectId::null(gix::hash::Kind::Sha1));
+    let out = std::process::Command::new("git")
+        .args(config)
+        .arg("--git-dir")
+        .arg(repo_path)
+        .args(["update-ref", "-m", reflog])
+        .arg(name.as_bstr().to_string())
+        .arg(new.to_string())
+        .arg(old.to_string())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "git update-ref: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
 }
 
 fn first_line(s: &str) -> &str {
@@ -363,6 +428,7 @@ mod tests {
                 ("src/a.rs", Some("fn a() {}\n")),
             ]),
             &who(),
+            &RefWrite::InProcess,
         )
         .unwrap();
         assert_eq!(git(&repo, &["rev-list", "--count", "master"]).trim(), "1");
@@ -375,7 +441,7 @@ mod tests {
                 replace_all: false,
             }],
         );
-        let second = commit(&repo, &next, &who()).unwrap();
+        let second = commit(&repo, &next, &who(), &RefWrite::InProcess).unwrap();
         assert_eq!(
             git(&repo, &["rev-parse", "master^"]).trim(),
             first.to_string()
@@ -398,6 +464,7 @@ mod tests {
             &repo,
             &changeset(&[("src/a.rs", None), ("b.txt", Some("b"))]),
             &who(),
+            &RefWrite::InProcess,
         )
         .unwrap();
         assert_eq!(
@@ -415,6 +482,7 @@ mod tests {
             &repo,
             &changeset(&[("a/b.txt", Some("1")), ("c", Some("2"))]),
             &who(),
+            &RefWrite::InProcess,
         )
         .unwrap();
         let before = head(&repo);
@@ -423,7 +491,7 @@ mod tests {
             (vec![("c/d", Some("x"))], "which is a file"),
             (vec![("a", None)], "cannot delete a directory"),
         ] {
-            let err = commit(&repo, &changeset(&bad), &who()).unwrap_err();
+            let err = commit(&repo, &changeset(&bad), &who(), &RefWrite::InProcess).unwrap_err();
             assert!(
                 matches!(&err, ChangesetError::Invalid(m) if m.contains(says)),
                 "{err}"
@@ -435,6 +503,7 @@ mod tests {
             &repo,
             &changeset(&[("c", None), ("c/d", Some("x"))]),
             &who(),
+            &RefWrite::InProcess,
         )
         .unwrap();
         assert_eq!(git(&repo, &["show", "master:c/d"]), "x");
@@ -444,7 +513,13 @@ mod tests {
     #[test]
     fn a_branch_that_moved_is_built_on_again() {
         let repo = bare_repo();
-        commit(&repo, &changeset(&[("f", Some("one\n"))]), &who()).unwrap();
+        commit(
+            &repo,
+            &changeset(&[("f", Some("one\n"))]),
+            &who(),
+            &RefWrite::InProcess,
+        )
+        .unwrap();
         // Simulate a push between reading the head and publishing: another commit lands first.
         let mut edit = changeset(&[]);
         edit.edits.insert(
@@ -455,8 +530,14 @@ mod tests {
                 replace_all: false,
             }],
         );
-        let pushed = commit(&repo, &changeset(&[("g", Some("g\n"))]), &who()).unwrap();
-        let ours = commit(&repo, &edit, &who()).unwrap();
+        let pushed = commit(
+            &repo,
+            &changeset(&[("g", Some("g\n"))]),
+            &who(),
+            &RefWrite::InProcess,
+        )
+        .unwrap();
+        let ours = commit(&repo, &edit, &who(), &RefWrite::InProcess).unwrap();
         assert_eq!(
             git(&repo, &["rev-parse", "master^"]).trim(),
             pushed.to_string()
@@ -471,13 +552,25 @@ mod tests {
     #[test]
     fn concurrent_commits_without_any_queue_never_lose_one() {
         let repo = bare_repo();
-        commit(&repo, &changeset(&[("base", Some("0"))]), &who()).unwrap();
+        commit(
+            &repo,
+            &changeset(&[("base", Some("0"))]),
+            &who(),
+            &RefWrite::InProcess,
+        )
+        .unwrap();
         let threads: Vec<_> = (0..8)
             .map(|i| {
                 let repo = repo.clone();
                 std::thread::spawn(move || {
                     let name = format!("t{i}");
-                    commit(&repo, &changeset(&[(name.as_str(), Some("x"))]), &who()).map(|_| name)
+                    commit(
+                        &repo,
+                        &changeset(&[(name.as_str(), Some("x"))]),
+                        &who(),
+                        &RefWrite::InProcess,
+                    )
+                    .map(|_| name)
                 })
             })
             .collect();
@@ -508,7 +601,7 @@ mod tests {
             patch_path in "[a-c]{1,2}", hunk in "(@@[ a-c]{0,2}\n)?([ +\\-][a-c]{0,2}\n){0,4}",
         ) {
             let repo = bare_repo();
-            commit(&repo, &changeset(&[("a", Some("abc\nab\n")), ("b/c", Some("c\n"))]), &who()).unwrap();
+            commit(&repo, &changeset(&[("a", Some("abc\nab\n")), ("b/c", Some("c\n"))]), &who(), &RefWrite::InProcess).unwrap();
             let before = head(&repo);
             let mut cs = changeset(&[]);
             for (p, c) in &files {
@@ -522,7 +615,7 @@ mod tests {
             if !cs.changes.contains_key(&patch_path) && !cs.edits.contains_key(&patch_path) {
                 cs.patches.insert(patch_path, hunk);
             }
-            match commit(&repo, &cs, &who()) {
+            match commit(&repo, &cs, &who(), &RefWrite::InProcess) {
                 Ok(id) => {
                     prop_assert_eq!(head(&repo), Some(id));
                     git(&repo, &["fsck", "--strict"]);

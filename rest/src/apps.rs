@@ -25,6 +25,7 @@ use slipway_core::claims;
 use slipway_core::error::{ApiError, ErrorEnvelope};
 use slipway_core::platform::tenancy::{self, FIELD_MANAGER};
 use slipway_core::state::AppState;
+use slipway_git_store::RepoOf;
 
 /// The routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -215,6 +216,11 @@ async fn write_app(
         Err(e) => return Err(admission_or(e)),
     };
     let uid = app.metadata.uid.clone().unwrap_or_default();
+    let repo = RepoOf {
+        id: uid.parse().unwrap_or_default(),
+        owner,
+        name,
+    };
 
     // From here on a failure removes the App again, so nothing half-made is left behind.
     let rest = async {
@@ -228,7 +234,7 @@ async fn write_app(
             }
             Err(e) => return Err(e),
         };
-        state.repos().create(owner, name).await?;
+        state.repos().create(repo).await?;
         state.cache().app_appeared(&uid).await?;
         state
             .cache()
@@ -240,7 +246,7 @@ async fn write_app(
         let _ = apps
             .delete(name.as_str(), &DeleteParams::background())
             .await;
-        let _ = state.repos().delete(owner, name).await;
+        let _ = state.repos().delete(repo).await;
         return Err(e);
     }
     Ok(uid)
@@ -431,7 +437,7 @@ async fn delete_app(
         Err(e) => return Err(e.into()),
     }
     domain_release::detach_all(&state, &app.namespace, Holder::App(&app.name)).await?;
-    state.repos().delete(&app.owner, &app.name).await?;
+    state.repos().delete(app.repo()).await?;
     claims::release_app(&state, &app.namespace, &app.name).await?;
     slipway_data::exports::forget_app(&state, app_id)
         .await

@@ -55,7 +55,7 @@ async fn download_code(
         ),
         None => (current_commit(&channel)?, "not_found"),
     };
-    let repo = state.repos().path(&app.owner, &app.name);
+    let repo = app.ready_repo(&state).await?;
     let check = (repo.clone(), sha.clone());
     let present = tokio::task::spawn_blocking(move || -> anyhow::Result<bool> {
         let repo = store::open(&check.0)?;

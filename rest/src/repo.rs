@@ -19,7 +19,8 @@ use slipway_core::access::{self, Action, VisibleApp};
 use slipway_core::caller::Caller;
 use slipway_core::error::{ApiError, ErrorEnvelope};
 use slipway_core::state::AppState;
-use slipway_repository::changeset::{self, Changeset, ChangesetError, Identity};
+use slipway_git_store::Writing;
+use slipway_repository::changeset::{self, Changeset, ChangesetError, Identity, RefWrite};
 use slipway_repository::patch::Edit;
 use slipway_repository::paths::RepoPath;
 use slipway_repository::store::{self, FileKind};
@@ -122,7 +123,7 @@ pub async fn resolve_commit(
     app: &VisibleApp,
     rev: String,
 ) -> Result<Option<String>, ApiError> {
-    let path = state.repos().path(&app.owner, &app.name);
+    let path = app.ready_repo(state).await?;
     blocking(move || Ok(store::resolve(&store::open(&path)?, &rev)?.map(|id| id.to_string()))).await
 }
 
@@ -134,7 +135,7 @@ async fn app_and_repo(
 ) -> Result<(VisibleApp, std::path::PathBuf), ApiError> {
     caller.require_scope(scopes::REPO)?;
     let app = access::authorize(state, caller, app_id, action).await?;
-    let path = state.repos().path(&app.owner, &app.name);
+    let path = app.ready_repo(state).await?;
     Ok((app, path))
 }
 
@@ -242,9 +243,25 @@ async fn post_changeset(
     };
     let lock = state.commit_lock(&path);
     let _queued = lock.lock().await;
-    let committed = tokio::task::spawn_blocking(move || changeset::commit(&path, &changeset, &who))
-        .await
-        .map_err(|e| ApiError::Internal(e.into()))?;
+    let writer = state
+        .repos()
+        .writer(app.id, &caller.username, Writing::Update);
+    let repos = state.repos().clone();
+    let runtime = tokio::runtime::Handle::current();
+    let committed = tokio::task::spawn_blocking(move || {
+        if writer.config.is_empty() {
+            return changeset::commit(&path, &changeset, &who, &RefWrite::InProcess);
+        }
+        let resync = || runtime.block_on(repos.ready(app.repo())).map(|_| ());
+        let write = RefWrite::Git {
+            config: &writer.config,
+            env: &writer.env,
+            resync: &resync,
+        };
+        changeset::commit(&path, &changeset, &who, &write)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.into()))?;
     match committed {
         Ok(sha) => Ok(Json(ChangesetResponse {
             sha: sha.to_string(),

@@ -25,6 +25,7 @@ mod env;
 mod exports;
 mod forward;
 mod git;
+mod git_objects;
 mod history;
 mod internal;
 mod jobs;

@@ -35,8 +35,8 @@ use serde_json::Value;
 use slipway_auth::{scopes, token};
 use slipway_core::internal_access::InternalAccess;
 use slipway_core::platform::cache::Cache;
-use slipway_core::platform::repos::Repos;
 use slipway_core::state::{AppState, PublicNames};
+use slipway_git_store::Repos;
 use slipway_internal::review::{DEFAULT_AUDIENCE, DEFAULT_TTL};
 use slipway_internal::{
     CallerSpec, Callers, Identity, InternalEndpoint, Role, SourceKey, TokenSource,
@@ -365,6 +365,12 @@ impl TestApi {
     /// The same API under other limits (a fresh router with fresh request budgets).
     pub fn with_limits(mut self, limits: slipway_core::state::Limits) -> Self {
         self.rebuild(|state| state.with_limits(limits));
+        self
+    }
+
+    /// The same API with its repositories kept by `repos` (a fresh router).
+    pub fn with_repos(mut self, repos: Repos) -> Self {
+        self.rebuild(|state| state.with_repos(repos));
         self
     }
 
@@ -1012,6 +1018,11 @@ fn request(method: Method, path: &str, token: Option<&str>, body: Option<Value>)
 }
 
 /// Serves `router` on `ip` (any port) for the rest of the test's runtime; returns its base URL.
+/// Serves `router` on a real socket on 127.0.0.1 (another replica's, for the git CLI) and returns its base URL.
+pub async fn serve_router(router: axum::Router) -> Result<String> {
+    serve_on(&LiveRouter::new(router), "127.0.0.1").await
+}
+
 async fn serve_on(router: &LiveRouter, ip: &str) -> Result<String> {
     let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
     let addr = listener.local_addr()?;

@@ -42,7 +42,13 @@ pub struct ApiArgs {
         default_value = "/etc/slipway/env-keys/keys"
     )]
     pub env_keys_file: PathBuf,
-    /// Directory holding the apps' bare git repositories.
+    /// Where the apps' repositories are kept: `volume` (bare repositories under --repos-dir, for one API replica)
+    /// or `object-store` (packs in the `<prefix>git` bucket of --s3-backend-url, refs in the platform database,
+    /// --repos-dir this replica's disposable cache; any number of replicas).
+    #[arg(long, env = "SLIPWAY_GIT_STORAGE", value_enum, default_value_t = GitStorage::Volume)]
+    pub git_storage: GitStorage,
+    /// Directory holding the apps' bare git repositories (with --git-storage object-store, this replica's cache of
+    /// them).
     #[arg(
         long,
         env = "SLIPWAY_REPOS_DIR",
@@ -338,4 +344,13 @@ mod tests {
         );
         assert!(api_args(&["--sql-tls-cert", "/c.pem", "--sql-tls-key", "/k.pem"]).is_ok());
     }
+}
+
+/// Where the apps' repositories are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GitStorage {
+    /// On one volume.
+    Volume,
+    /// In object storage and the platform database.
+    ObjectStore,
 }

@@ -6,8 +6,8 @@ use slipway_internal::{Callers, SourceKey};
 
 use slipway_core::internal_access::InternalAccess;
 use slipway_core::platform::cache::Cache;
-use slipway_core::platform::repos::Repos;
 use slipway_core::state::{AppState, PublicNames};
+use slipway_git_store::Repos;
 
 /// Builds the API's state: database (migrated), kube client, synced caches.
 pub async fn state(
@@ -31,6 +31,25 @@ pub async fn state(
         source_key,
     );
     let db = slipway_store::db::connect(&args.database_url).await?;
+    let repos = match args.git_storage {
+        super::args::GitStorage::Volume => Repos::new(&args.repos_dir),
+        super::args::GitStorage::ObjectStore => {
+            let endpoint = args.snapshot_store.endpoint()?.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--git-storage object-store needs the object store (--s3-backend-url)"
+                )
+            })?;
+            let bucket = format!("{}git", args.snapshot_store.s3_bucket_prefix);
+            Repos::in_object_store(
+                &args.repos_dir,
+                db.clone(),
+                &endpoint,
+                &bucket,
+                &std::env::current_exe()?,
+            )
+            .await?
+        }
+    };
     let (cache, tasks) = Cache::start(kube.clone()).await?;
     let names = PublicNames {
         app_domain: args.app_domain.clone(),
@@ -39,17 +58,9 @@ pub async fn state(
         sql_address: args.sql_proxy.public_address(&args.git_host),
     };
     Ok((
-        AppState::new(
-            db,
-            kube,
-            cache,
-            Repos::new(&args.repos_dir),
-            names,
-            keyring,
-            internal,
-        )
-        .with_limits(args.limits())
-        .with_mirrors(args.mirrors()),
+        AppState::new(db, kube, cache, repos, names, keyring, internal)
+            .with_limits(args.limits())
+            .with_mirrors(args.mirrors()),
         tasks,
     ))
 }

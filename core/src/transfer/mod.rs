@@ -135,15 +135,19 @@ pub async fn transfer(
         undo_new(state, &target, &app.name, &names, &new_app).await;
         e
     };
-    let old_repo = state.repos().path(&app.owner, &app.name);
-    let new_repo = state.repos().path(&target.username, &app.name);
-    if let Err(e) = move_repository(&old_repo, &new_repo).await {
+    let old_repo = app.repo();
+    let new_repo = slipway_git_store::RepoOf {
+        id: new_app.id,
+        owner: &target.username,
+        name: &app.name,
+    };
+    if let Err(e) = state.repos().hand_over(old_repo, new_repo).await {
         return Err(undo(e.into()).await);
     }
     let rekeyed = match rekey::rekey(state, &app, &target, new_app.id, &pairs).await {
         Ok(rekeyed) => rekeyed,
         Err(e) => {
-            let _ = move_repository(&new_repo, &old_repo).await;
+            let _ = state.repos().hand_over(new_repo, old_repo).await;
             return Err(undo(e.into()).await);
         }
     };
@@ -156,14 +160,14 @@ pub async fn transfer(
         Err(e) => {
             drop(tx);
             credentials::put_back(state, &databases, old_plan).await;
-            let _ = move_repository(&new_repo, &old_repo).await;
+            let _ = state.repos().hand_over(new_repo, old_repo).await;
             return Err(undo(e).await);
         }
     };
     if let Err(e) = tx.commit().await {
         credentials::put_back(state, &databases, old_plan).await;
         locked.release().await;
-        let _ = move_repository(&new_repo, &old_repo).await;
+        let _ = state.repos().hand_over(new_repo, old_repo).await;
         return Err(undo(e.into()).await);
     }
     locked.release().await;
@@ -431,24 +435,6 @@ async fn undo_new(
     }
     let _ = state.cache().app_gone(&new_app.id.to_string()).await;
     release_all(state, &target.namespace, app, channels).await;
-}
-
-/// Renames the bare repository into the new owner's directory (one rename on one volume: all or nothing).
-async fn move_repository(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    if let Some(parent) = to.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .with_context(|| format!("create {}", parent.display()))?;
-    }
-    match tokio::fs::metadata(to).await {
-        Ok(_) => anyhow::bail!("{} exists already", to.display()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("look at {}", to.display())),
-    }
-    tokio::fs::rename(from, to)
-        .await
-        .with_context(|| format!("move {} to {}", from.display(), to.display()))
 }
 
 /// Deploys `sha` again on the moved channel `channel`.

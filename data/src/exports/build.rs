@@ -73,7 +73,10 @@ pub async fn build(
     prefix: &str,
 ) -> Result<(String, u64), Failure> {
     let started = Utc::now();
-    let repo = state.repos().path(&app.owner, &app.name);
+    let repo = app
+        .ready_repo(state)
+        .await
+        .reason(|| "the repository could not be read; try again".to_owned())?;
     let bundle_key = format!("{prefix}parts/repo.bundle");
     let bundle = stage_bundle(archive, &repo, &bundle_key)
         .await

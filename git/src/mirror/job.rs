@@ -87,7 +87,18 @@ pub async fn perform(state: &AppState, job: &Job, _progress: &Progress) -> Resul
     else {
         return Ok(serde_json::json!({"synced": false, "why": "the app is gone"}));
     };
-    let repo = state.repos().path(&app.owner, &app.name);
+    let repo = match app.ready_repo(state).await {
+        Ok(repo) => repo,
+        Err(ApiError::NotFound(_)) => {
+            return Ok(serde_json::json!({"synced": false, "why": "the app has no repository"}));
+        }
+        Err(e) => {
+            tracing::warn!(app = %app.id, error = %e, "a mirror sync could not open the repository");
+            return Err(JobError::Failed(
+                "the repository could not be opened".into(),
+            ));
+        }
+    };
     let timeout = state.mirrors().config().timeout;
     let outcome = match tokio::time::timeout(
         timeout,

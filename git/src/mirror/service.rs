@@ -2,6 +2,7 @@
 //! status, sync, disconnect, and the fetch each deploy of a connected app starts with. Callers have checked the
 //! caller's role; these functions check the mirror's own state.
 
+use slipway_git_store::Writing;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -212,6 +213,9 @@ pub(super) async fn sync_once(
         tracing::error!(app = %mirror.app_id, error = %e, "a mirror's deploy key does not open");
         "the deploy key cannot be opened (was the platform's keyring changed?); disconnect and connect again".to_owned()
     })?;
+    let writer = state
+        .repos()
+        .writer(mirror.app_id, "mirror", Writing::Mirror);
     let fetched = transport::fetch(transport::Fetch {
         remote: &remote,
         addrs: &addrs,
@@ -219,6 +223,7 @@ pub(super) async fn sync_once(
         pinned: pinned.clone(),
         repo,
         relay: &config.relay_program,
+        publish: (&writer.config, &writer.env),
     })
     .await;
     if let (None, Some(seen)) = (&pinned, &fetched.host_key) {

@@ -132,7 +132,7 @@ async fn archive(
         caller.require(&state, group)?;
     }
     commit_exists(&state, &app, &sha).await?;
-    let repo = state.repos().path(&app.owner, &app.name);
+    let repo = app.ready_repo(&state).await?;
     let mut res = Response::new(
         slipway_repository::archive::tar_body(&repo, &sha).map_err(ApiError::Internal)?,
     );

@@ -1,0 +1,349 @@
+//! Where the apps' bare repositories are kept, and the one way every other part reaches them ([`Repos`]).
+//!
+//! - **On a volume** (`--git-storage volume`): `<root>/<owner>/<app>.git` on one volume that one API process
+//!   mounts. git's own lock files keep ref updates atomic.
+//! - **In object storage** (`--git-storage object-store`): packs in the git bucket ([`bucket`]), refs in the
+//!   platform database (`slipway_store::db::git_refs`), and on every replica a disposable cache at
+//!   `<cache>/<app uid>.git` that [`cache::sync`] brings to the database's version before it is served. The real
+//!   `git upload-pack`, `receive-pack` and `fetch` keep serving the cache; whatever moves a ref runs with a grant
+//!   ([`Writer`]) and git's `reference-transaction` hook ([`hook`]), through which [`publish`] uploads the new
+//!   objects and moves the refs with one compare-and-swap per ref. Any replica serves any repository, and of two
+//!   racing pushes through two replicas exactly one wins.
+
+pub mod bucket;
+pub mod cache;
+pub mod hook;
+pub mod publish;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, ensure};
+use slipway_backends::object_store::S3Endpoint;
+use slipway_crds::names::{AppName, Username};
+use slipway_store::db::git_refs;
+use uuid::Uuid;
+
+use crate::bucket::PackBucket;
+pub use crate::hook::Writing;
+use crate::hook::{Grant, GrantKey};
+
+/// The app a repository belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct RepoOf<'a> {
+    /// The app's uid.
+    pub id: Uuid,
+    /// Its owner.
+    pub owner: &'a Username,
+    /// Its name.
+    pub name: &'a AppName,
+}
+
+/// Where the repositories are kept.
+#[derive(Debug, Clone)]
+pub struct Repos {
+    root: PathBuf,
+    objects: Option<Arc<ObjectStorage>>,
+}
+
+/// What a git process that may move refs is started with: config that names the hook, and the grant it carries.
+/// Empty for repositories on a volume, where git's lock files are the whole story.
+#[derive(Debug, Clone, Default)]
+pub struct Writer {
+    /// `-c` options, before the git subcommand.
+    pub config: Vec<String>,
+    /// Environment variables.
+    pub env: Vec<(&'static str, String)>,
+}
+
+impl Repos {
+    /// Repositories on a volume, under `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            objects: None,
+        }
+    }
+
+    /// Repositories in the bucket `bucket` on `endpoint` with their refs in `db`, cached under `cache`. `program`
+    /// is the slipway binary git runs as its hook. Starts the hook's socket.
+    pub async fn in_object_store(
+        cache: impl Into<PathBuf>,
+        db: sqlx::PgPool,
+        endpoint: &S3Endpoint,
+        bucket: &str,
+        program: &Path,
+    ) -> anyhow::Result<Self> {
+        let cache = cache.into();
+        let storage = ObjectStorage::start(&cache, db, endpoint, bucket, program).await?;
+        Ok(Self {
+            root: cache,
+            objects: Some(storage),
+        })
+    }
+
+    /// Whether repositories are kept in object storage.
+    pub fn in_objects(&self) -> bool {
+        self.objects.is_some()
+    }
+
+    /// The volume path of `owner`'s `app` (`<root>/<owner>/<app>.git`): where a repository on a volume lives, and
+    /// where an import finds one.
+    pub fn path(&self, owner: &Username, app: &AppName) -> PathBuf {
+        self.root.join(owner.as_str()).join(format!("{app}.git"))
+    }
+
+    /// The repository of `app`, ready to be read and served: the volume path, or the cache synced with the
+    /// database. `None` when the app has no repository.
+    pub async fn ready(&self, app: RepoOf<'_>) -> anyhow::Result<Option<PathBuf>> {
+        match &self.objects {
+            None => {
+                let path = self.path(app.owner, app.name);
+                let exists = tokio::fs::try_exists(path.join("HEAD"))
+                    .await
+                    .unwrap_or(false);
+                Ok(exists.then_some(path))
+            }
+            Some(storage) => {
+                let path = storage.cache_path(app.id);
+                Ok(cache::sync(storage, app.id, &path).await?.then_some(path))
+            }
+        }
+    }
+
+    /// What a git process started to move `app`'s refs for `actor` carries: `receive-pack`, `update-ref` or a
+    /// mirror's `fetch`, as `writing` says.
+    pub fn writer(&self, app: Uuid, actor: &str, writing: Writing) -> Writer {
+        let Some(storage) = &self.objects else {
+            return Writer::default();
+        };
+        let grant = Grant {
+            app,
+            writing,
+            actor: actor.to_owned(),
+        };
+        Writer {
+            config: vec![
+                "-c".into(),
+                format!("core.hooksPath={}", storage.hooks.display()),
+            ],
+            env: vec![
+                (hook::SOCKET_ENV, storage.socket.display().to_string()),
+                (hook::GRANT_ENV, storage.grants.seal(&grant)),
+            ],
+        }
+    }
+
+    /// Creates an empty repository whose default branch is `master`. On a volume an existing one is replaced: a
+    /// repository left by an app that no longer exists must not leak into a new app of the same name.
+    pub async fn create(&self, app: RepoOf<'_>) -> anyhow::Result<()> {
+        match &self.objects {
+            None => {
+                let path = self.path(app.owner, app.name);
+                remove_dir_if_present(&path).await?;
+                git_init(&path).await
+            }
+            Some(storage) => Ok(git_refs::create(&storage.db, app.id).await?),
+        }
+    }
+
+    /// Removes the repository; a missing one is fine.
+    pub async fn delete(&self, app: RepoOf<'_>) -> anyhow::Result<()> {
+        let Some(storage) = &self.objects else {
+            return remove_dir_if_present(&self.path(app.owner, app.name)).await;
+        };
+        remove_dir_if_present(&storage.cache_path(app.id)).await?;
+        if let Some(gone) = git_refs::delete(&storage.db, app.id).await? {
+            // The rows are gone, so no replica serves the packs again; a failure here leaves only bytes behind.
+            if let Err(e) = storage.bucket.remove(gone.id, &gone.packs).await {
+                tracing::warn!(app = %app.id, error = format!("{e:#}"), "removing a deleted repository's packs failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives `from`'s repository to `to`, the same app under its new owner.
+    pub async fn hand_over(&self, from: RepoOf<'_>, to: RepoOf<'_>) -> anyhow::Result<()> {
+        match &self.objects {
+            None => {
+                move_dir(
+                    &self.path(from.owner, from.name),
+                    &self.path(to.owner, to.name),
+                )
+                .await
+            }
+            Some(storage) => {
+                ensure!(
+                    git_refs::hand_over(&storage.db, from.id, to.id).await?,
+                    "app {} has no repository",
+                    from.id
+                );
+                remove_dir_if_present(&storage.cache_path(from.id)).await
+            }
+        }
+    }
+}
+
+/// Repositories in object storage: the database, the bucket, this replica's cache and the hook's socket.
+#[derive(Debug)]
+pub struct ObjectStorage {
+    db: sqlx::PgPool,
+    bucket: PackBucket,
+    cache: PathBuf,
+    hooks: PathBuf,
+    socket: PathBuf,
+    grants: GrantKey,
+    syncing: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl ObjectStorage {
+    async fn start(
+        cache: &Path,
+        db: sqlx::PgPool,
+        endpoint: &S3Endpoint,
+        bucket: &str,
+        program: &Path,
+    ) -> anyhow::Result<Arc<Self>> {
+        tokio::fs::create_dir_all(cache)
+            .await
+            .with_context(|| format!("create {}", cache.display()))?;
+        let program = program.display().to_string();
+        ensure!(
+            !program.contains('\''),
+            "the slipway binary's path holds a quote: {program}"
+        );
+        let hooks = cache.join(".hooks");
+        tokio::fs::create_dir_all(&hooks).await?;
+        for hook in ["pre-receive", "reference-transaction"] {
+            let script = hooks.join(hook);
+            tokio::fs::write(
+                &script,
+                format!("#!/bin/sh\nexec '{program}' git-hook {hook} \"$@\"\n"),
+            )
+            .await?;
+            use std::os::unix::fs::PermissionsExt as _;
+            tokio::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).await?;
+        }
+        let socket = cache.join(".hook.sock");
+        let _ = tokio::fs::remove_file(&socket).await;
+        let listener = tokio::net::UnixListener::bind(&socket)
+            .with_context(|| format!("listen on {}", socket.display()))?;
+        let storage = Arc::new(Self {
+            db,
+            bucket: PackBucket::open(endpoint, bucket).await?,
+            cache: cache.to_owned(),
+            hooks,
+            socket,
+            grants: GrantKey::random(),
+            syncing: Mutex::default(),
+        });
+        tokio::spawn(publish::serve(storage.clone(), listener));
+        Ok(storage)
+    }
+
+    fn cache_path(&self, app: Uuid) -> PathBuf {
+        self.cache.join(format!("{app}.git"))
+    }
+
+    fn sync_lock(&self, path: &Path) -> Arc<tokio::sync::Mutex<()>> {
+        self.syncing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(path.to_owned())
+            .or_default()
+            .clone()
+    }
+}
+
+/// `git` on the repository at `path`, ignoring the machine's global and system configuration.
+fn git(path: &Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg("--git-dir")
+        .arg(path)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env_remove(hook::GRANT_ENV)
+        .kill_on_drop(true);
+    cmd
+}
+
+/// An empty bare repository at `path` whose default branch is `master`.
+async fn git_init(path: &Path) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .with_context(|| format!("create {}", parent.display()))?;
+    }
+    let out = tokio::process::Command::new("git")
+        .args(["init", "--quiet", "--bare", "--initial-branch=master"])
+        .arg(path)
+        .output()
+        .await
+        .context("run git init (is git installed?)")?;
+    ensure!(
+        out.status.success(),
+        "git init failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+async fn remove_dir_if_present(path: &Path) -> anyhow::Result<()> {
+    match tokio::fs::remove_dir_all(path).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("remove {}", path.display())),
+    }
+}
+
+/// Moves the repository at `from` to `to`, which must not exist.
+async fn move_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
+    if let Some(parent) = to.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .with_context(|| format!("create {}", parent.display()))?;
+    }
+    match tokio::fs::metadata(to).await {
+        Ok(_) => anyhow::bail!("{} exists already", to.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("look at {}", to.display())),
+    }
+    tokio::fs::rename(from, to)
+        .await
+        .with_context(|| format!("move {} to {}", from.display(), to.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn repositories_on_a_volume_are_bare_on_master_and_removable() {
+        let dir = std::env::temp_dir().join(format!("slipway-repos-{}", Uuid::new_v4()));
+        let repos = Repos::new(&dir);
+        let (owner, name) = ("alice".parse().unwrap(), "blog".parse().unwrap());
+        let app = RepoOf {
+            id: Uuid::new_v4(),
+            owner: &owner,
+            name: &name,
+        };
+        assert_eq!(repos.ready(app).await.unwrap(), None);
+        repos.create(app).await.unwrap();
+        let path = repos.ready(app).await.unwrap().unwrap();
+        assert_eq!(path, dir.join("alice/blog.git"));
+        let head = std::fs::read_to_string(path.join("HEAD")).unwrap();
+        assert_eq!(head.trim(), "ref: refs/heads/master");
+        assert!(path.join("objects").is_dir());
+        assert!(
+            repos
+                .writer(app.id, "alice", Writing::Push)
+                .config
+                .is_empty()
+        );
+        repos.delete(app).await.unwrap();
+        assert!(!path.exists());
+        repos.delete(app).await.unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,281 @@
+//! Publishing a ref update of a repository kept in object storage: the one write path of pushes, changesets and
+//! mirror syncs. git's hooks ([`crate::hook`]) hand the updates over a Unix socket; the objects they need that no
+//! ref of the cache already reaches (a push's still in its quarantine) are packed (`git pack-objects`), the pack is
+//! uploaded to the bucket, and only then do the refs move in the database with one compare-and-swap per ref
+//! ([`git_refs::publish`]). The answer decides whether git writes the refs into the cache.
+//!
+//! A crash after the database moved and before git wrote the cache loses nothing: every replica, this one
+//! included, syncs its cache from the database before it serves the repository again.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, ensure};
+use slipway_store::db::git_refs::{self, PackRow, PublishError, RefUpdate};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+
+use crate::ObjectStorage;
+use crate::hook::{Grant, Writing};
+
+/// The object id git writes for "no object".
+const ZERO: &str = "0000000000000000000000000000000000000000";
+
+/// Largest hook message read (a push of many refs sends one line each).
+const MAX_MESSAGE: u64 = 16 << 20;
+
+/// Serves the hook's socket until the process ends.
+pub(crate) async fn serve(storage: Arc<ObjectStorage>, listener: UnixListener) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "git hook socket: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let storage = storage.clone();
+        tokio::spawn(async move {
+            if let Err(e) = answer(&storage, stream).await {
+                tracing::warn!(error = %e, "git hook socket: answering failed");
+            }
+        });
+    }
+}
+
+async fn answer(storage: &ObjectStorage, mut stream: UnixStream) -> anyhow::Result<()> {
+    let mut message = String::new();
+    (&mut stream)
+        .take(MAX_MESSAGE)
+        .read_to_string(&mut message)
+        .await?;
+    let mut parts = message.splitn(3, '\n');
+    let (grant, quarantine, updates) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let reply = match storage.grants.open(grant) {
+        None => "refused this git process may not update refs\n".to_owned(),
+        Some(grant) => match publish(storage, &grant, quarantine, updates).await {
+            Ok(()) => "ok\n".to_owned(),
+            Err(reason) => format!("refused {}\n", reason.replace('\n', " ")),
+        },
+    };
+    stream.write_all(reply.as_bytes()).await?;
+    stream.shutdown().await?;
+    Ok(())
+}
+
+/// The updates of a hook's stdin that publish anything: refs under `refs/` (not the `HEAD` symref line), without
+/// the empty lines a nested `packed-refs` transaction adds.
+pub(crate) fn parse_updates(text: &str) -> Result<Vec<RefUpdate>, String> {
+    let mut updates = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut parts = line.splitn(3, ' ');
+        let (Some(old), Some(new), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(format!(
+                "a ref update line is not `<old> <new> <ref>`: {line:?}"
+            ));
+        };
+        if !name.starts_with("refs/") || (old == ZERO && new == ZERO) {
+            continue;
+        }
+        let oid = |s: &str| -> Result<Option<String>, String> {
+            if s.len() != 40 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("not an object id: {s:?}"));
+            }
+            Ok((s != ZERO).then(|| s.to_ascii_lowercase()))
+        };
+        updates.push(RefUpdate {
+            name: name.to_owned(),
+            old: oid(old)?,
+            new: oid(new)?,
+        });
+    }
+    Ok(updates)
+}
+
+/// Publishes the hook's updates for `grant`, with the objects of a push's `quarantine` (a directory inside the
+/// repository's `objects`); the reason git is to be told when they are refused.
+async fn publish(
+    storage: &ObjectStorage,
+    grant: &Grant,
+    quarantine: &str,
+    text: &str,
+) -> Result<(), String> {
+    let updates = parse_updates(text)?;
+    if updates.is_empty() {
+        return Ok(());
+    }
+    let path = storage.cache_path(grant.app);
+    let quarantine = match quarantine.trim() {
+        "" => None,
+        q => Some(inside_objects(&path, q)?),
+    };
+    let fault = |e: anyhow::Error| {
+        tracing::error!(app = %grant.app, error = format!("{e:#}"), "publishing a ref update failed");
+        "the repository's storage failed; nothing was updated, try again".to_owned()
+    };
+    let repo_id = git_refs::id(&storage.db, grant.app)
+        .await
+        .map_err(|e| fault(e.into()))?
+        .ok_or_else(|| "no such repository".to_owned())?;
+    let new: Vec<&str> = updates.iter().filter_map(|u| u.new.as_deref()).collect();
+    let pack = if new.is_empty() {
+        None
+    } else {
+        pack_new_objects(&path, quarantine.as_deref(), &new)
+            .await
+            .map_err(fault)?
+    };
+    if let Some(pack) = &pack {
+        // A push's pack stays in its quarantine, which git moves into the repository once the push is accepted.
+        let dir = quarantine
+            .as_deref()
+            .unwrap_or(&path.join("objects"))
+            .join("pack");
+        storage
+            .bucket
+            .upload(repo_id, &dir, &pack.name)
+            .await
+            .map_err(fault)?;
+        crate::cache::keep(&dir, &pack.name).await.map_err(fault)?;
+    }
+    let packs: Vec<PackRow> = pack.into_iter().collect();
+    match git_refs::publish(
+        &storage.db,
+        grant.app,
+        &updates,
+        &packs,
+        &grant.actor,
+        grant.writing == Writing::Mirror,
+    )
+    .await
+    {
+        Ok(version) => {
+            tracing::info!(
+                app = %grant.app,
+                version,
+                refs = updates.len(),
+                actor = %grant.actor,
+                "published a ref update"
+            );
+            Ok(())
+        }
+        Err(PublishError::Stale { name, .. }) => Err(format!(
+            "{name} was updated by someone else since it was read; fetch and try again"
+        )),
+        Err(PublishError::Missing) => Err("no such repository".into()),
+        Err(PublishError::Db(e)) => Err(fault(e.into())),
+    }
+}
+
+/// `quarantine` when it is a directory inside the repository's object store, as git makes them.
+fn inside_objects(path: &Path, quarantine: &str) -> Result<PathBuf, String> {
+    let quarantine = Path::new(quarantine);
+    let objects = path.join("objects");
+    match (quarantine.canonicalize(), objects.canonicalize()) {
+        (Ok(q), Ok(o)) if q.starts_with(&o) && q != o => Ok(q),
+        _ => Err("the push's quarantine is not in the repository".into()),
+    }
+}
+
+/// Packs the objects `new` reaches that no ref of the cache reaches into the `pack` directory of `quarantine` (a
+/// push's objects) or of the repository; `None` when there are none. Every ref of the cache was published, so its
+/// objects are in the bucket already.
+async fn pack_new_objects(
+    path: &Path,
+    quarantine: Option<&Path>,
+    new: &[&str],
+) -> anyhow::Result<Option<PackRow>> {
+    let local = crate::cache::local_refs(path).await?;
+    let mut revs = String::new();
+    for oid in new {
+        revs.push_str(oid);
+        revs.push('\n');
+    }
+    revs.push_str("--not\n");
+    for oid in local.values() {
+        revs.push_str(oid);
+        revs.push('\n');
+    }
+    let objects = path.join("objects");
+    let dir = quarantine.unwrap_or(&objects).join("pack");
+    tokio::fs::create_dir_all(&dir).await?;
+    let mut git = crate::git(path);
+    if let Some(quarantine) = quarantine {
+        git.env("GIT_OBJECT_DIRECTORY", quarantine)
+            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", &objects);
+    }
+    let mut child = git
+        .args(["pack-objects", "--revs", "--quiet"])
+        .arg(dir.join("pack"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("run git pack-objects")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(revs.as_bytes()).await?;
+    }
+    let out = child.wait_with_output().await?;
+    ensure!(
+        out.status.success(),
+        "git pack-objects: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let sha = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    ensure!(
+        sha.len() >= 40 && sha.bytes().all(|b| b.is_ascii_hexdigit()),
+        "git pack-objects printed {sha:?}"
+    );
+    let name = format!("pack-{sha}");
+    let file = dir.join(format!("{name}.pack"));
+    let mut header = [0u8; 12];
+    tokio::fs::File::open(&file)
+        .await?
+        .read_exact(&mut header)
+        .await?;
+    let objects = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+    if objects == 0 {
+        return Ok(None);
+    }
+    let bytes = tokio::fs::metadata(&file).await?.len();
+    Ok(Some(PackRow {
+        name,
+        bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hook_lines_become_updates_and_the_rest_is_dropped() {
+        let a = "a".repeat(40);
+        let b = "B".repeat(40);
+        let text = format!(
+            "{ZERO} {a} refs/heads/master\n{ZERO} {a} HEAD\n{ZERO} {ZERO} refs/heads/x\n{b} {ZERO} refs/tags/v1\n"
+        );
+        assert_eq!(
+            parse_updates(&text).unwrap(),
+            vec![
+                RefUpdate {
+                    name: "refs/heads/master".into(),
+                    old: None,
+                    new: Some(a.clone()),
+                },
+                RefUpdate {
+                    name: "refs/tags/v1".into(),
+                    old: Some("b".repeat(40)),
+                    new: None,
+                },
+            ]
+        );
+        assert!(parse_updates("nonsense").is_err());
+        assert!(parse_updates(&format!("xyz {a} refs/heads/m")).is_err());
+    }
+}

@@ -1,0 +1,292 @@
+//! Repositories kept in object storage (`--git-storage object-store`) served by two API replicas on one platform
+//! database and one real versitygw, each with a cache of its own: what one replica writes (push, force-push, ref
+//! deletion, changeset) the other serves at once, a cache deleted under a replica comes back from the bucket, of
+//! two pushes racing through the two replicas exactly one wins every round, and a deleted app leaves no pack behind.
+
+use crate::support;
+
+use anyhow::Result;
+use axum::http::Method;
+use serde_json::json;
+use slipway_git_store::Repos;
+use slipway_store::db::git_refs;
+use slipway_testkit::s3::TestS3;
+use support::TestApi;
+use support::git::{Workspace, http_remote};
+
+/// The bucket the tests keep packs in.
+const BUCKET: &str = "slipway-git";
+
+/// Repositories in the bucket of `s3`, with this replica's cache at `cache`.
+async fn in_objects(
+    state: &slipway_core::state::AppState,
+    s3: &TestS3,
+    cache: &std::path::Path,
+) -> Result<Repos> {
+    Repos::in_object_store(
+        cache,
+        state.db().clone(),
+        &support::s3_calls::root(s3),
+        BUCKET,
+        std::path::Path::new(env!("CARGO_BIN_EXE_slipway")),
+    )
+    .await
+}
+
+/// The test's API as replica A and another process on its database as replica B, both keeping repositories in
+/// the bucket; B's router and cache directory.
+struct Replicas {
+    a: TestApi,
+    b: axum::Router,
+    b_cache: std::path::PathBuf,
+    a_url: String,
+    b_url: String,
+    s3: TestS3,
+}
+
+impl Replicas {
+    async fn start() -> Result<Self> {
+        let s3 = TestS3::start().await?;
+        let api = TestApi::start().await?;
+        let a_cache = api.repos_dir.join("cache-a");
+        let b_cache = api.repos_dir.join("cache-b");
+        let repos = in_objects(&api.state, &s3, &a_cache).await?;
+        let a = api.with_repos(repos);
+        let b_state = a.replica_state().await?;
+        let b_repos = in_objects(&b_state, &s3, &b_cache).await?;
+        let b = slipway_api::routes::public(b_state.with_repos(b_repos));
+        let a_url = a.serve().await?;
+        let b_url = support::serve_router(b.clone()).await?;
+        Ok(Self {
+            a,
+            b,
+            b_cache,
+            a_url,
+            b_url,
+            s3,
+        })
+    }
+
+    fn bucket_files(&self) -> Result<usize> {
+        let dir = self.s3.bucket_dir(BUCKET).join("repos");
+        if !dir.exists() {
+            return Ok(0);
+        }
+        let mut count = 0;
+        for repo in std::fs::read_dir(dir)? {
+            count += std::fs::read_dir(repo?.path())?.count();
+        }
+        Ok(count)
+    }
+}
+
+async fn tree_sha(router: &axum::Router, app: &str, token: &str, reference: &str) -> String {
+    let reply = support::call_on(
+        router,
+        Method::GET,
+        &format!("/apps/{app}/tree?ref={reference}"),
+        Some(token),
+        None,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.body["sha"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_replica_serves_what_another_wrote() -> Result<()> {
+    let r = Replicas::start().await?;
+    let alice = r.a.user("alice", "basic").await?;
+    let app = r.a.create_app(&alice, "site", "static").await;
+    let id = app["id"].as_str().unwrap().to_owned();
+    let via_a = http_remote(&r.a_url, &alice.token, &alice.username, "site");
+    let via_b = http_remote(&r.b_url, &alice.token, &alice.username, "site");
+    let ws = Workspace::new()?;
+
+    // An empty repository clones through B; a push through A is what B clones and reads next.
+    ws.git(".", &["clone", "-q", &via_b, "one"]).await?;
+    ws.write("one/index.html", "<h1>one</h1>\n")?;
+    ws.git("one", &["add", "."]).await?;
+    ws.git("one", &["commit", "-qm", "one"]).await?;
+    ws.git("one", &["push", "-q", &via_a, "HEAD:master"])
+        .await?;
+    let pushed = ws.git("one", &["rev-parse", "HEAD"]).await?;
+    ws.git(".", &["clone", "-q", &via_b, "two"]).await?;
+    assert_eq!(ws.git("two", &["rev-parse", "HEAD"]).await?, pushed);
+    assert_eq!(
+        tree_sha(&r.b, &id, &alice.token, "master").await,
+        pushed.trim()
+    );
+
+    // A changeset through B lands on the pushed commit, and a fetch through A brings it.
+    let reply = support::call_on(
+        &r.b,
+        Method::POST,
+        &format!("/apps/{id}/changeset"),
+        Some(&alice.token),
+        Some(json!({"message": "from b", "changes": {"b.txt": "b\n"}})),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let changeset = reply.body["sha"].as_str().unwrap().to_owned();
+    ws.git("one", &["pull", "-q", &via_a, "master"]).await?;
+    assert_eq!(
+        ws.git("one", &["rev-parse", "HEAD"]).await?.trim(),
+        changeset
+    );
+    assert_eq!(ws.git("one", &["rev-parse", "HEAD^"]).await?, pushed);
+
+    // A stale push through A is refused as git refuses one; a force-push through B replaces the branch, and A
+    // serves the replacement.
+    ws.write("two/index.html", "<h1>two</h1>\n")?;
+    ws.git("two", &["commit", "-qam", "two"]).await?;
+    let stale = ws.try_git("two", &["push", &via_a, "HEAD:master"]).await?;
+    assert!(!stale.ok, "a push behind the branch was accepted");
+    assert!(stale.stderr.contains("[rejected]"), "{}", stale.stderr);
+    ws.git("two", &["push", "-q", "--force", &via_b, "HEAD:master"])
+        .await?;
+    let forced = ws.git("two", &["rev-parse", "HEAD"]).await?;
+    assert_eq!(
+        tree_sha(&r.a.router, &id, &alice.token, "master").await,
+        forced.trim()
+    );
+
+    // A branch made through B and deleted through A is gone from both.
+    ws.git("two", &["push", "-q", &via_b, "HEAD:refs/heads/feature"])
+        .await?;
+    let listed = ws.git("two", &["ls-remote", &via_a]).await?;
+    assert!(listed.contains("refs/heads/feature"), "{listed}");
+    ws.git("two", &["push", "-q", &via_a, ":refs/heads/feature"])
+        .await?;
+    let listed = ws.git("two", &["ls-remote", &via_b]).await?;
+    assert!(!listed.contains("refs/heads/feature"), "{listed}");
+
+    // B's cache deleted whole: the next clone through B comes from the bucket, complete.
+    std::fs::remove_dir_all(&r.b_cache)?;
+    ws.git(".", &["clone", "-q", &via_b, "cold"]).await?;
+    assert_eq!(ws.git("cold", &["rev-parse", "HEAD"]).await?, forced);
+    ws.git("cold", &["fsck", "--strict", "--no-dangling"])
+        .await?;
+
+    // The database logged every ref update with who made it.
+    let app_id: uuid::Uuid = id.parse()?;
+    let log = git_refs::log(r.a.state.db(), app_id).await?;
+    let moves: Vec<(&str, Option<&str>, &str)> = log
+        .iter()
+        .map(|l| (l.name.as_str(), l.new.as_deref(), l.actor.as_str()))
+        .collect();
+    assert_eq!(
+        moves,
+        vec![
+            (
+                "refs/heads/master",
+                Some(pushed.trim()),
+                alice.username.as_str()
+            ),
+            (
+                "refs/heads/master",
+                Some(changeset.as_str()),
+                alice.username.as_str()
+            ),
+            (
+                "refs/heads/master",
+                Some(forced.trim()),
+                alice.username.as_str()
+            ),
+            (
+                "refs/heads/feature",
+                Some(forced.trim()),
+                alice.username.as_str()
+            ),
+            ("refs/heads/feature", None, alice.username.as_str()),
+        ]
+    );
+
+    // Deleting the app forgets the repository and its packs.
+    assert!(r.bucket_files()? > 0);
+    r.a.delete(&format!("/apps/{id}"), &alice)
+        .await
+        .expect(204, None);
+    assert_eq!(git_refs::version(r.a.state.db(), app_id).await?, None);
+    assert_eq!(r.bucket_files()?, 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_racing_through_two_replicas_have_one_winner_every_round() -> Result<()> {
+    const ROUNDS: usize = 50;
+    let r = Replicas::start().await?;
+    let alice = r.a.user("alice", "basic").await?;
+    let app = r.a.create_app(&alice, "race", "static").await;
+    let app_id: uuid::Uuid = app["id"].as_str().unwrap().parse()?;
+    let via = [
+        http_remote(&r.a_url, &alice.token, &alice.username, "race"),
+        http_remote(&r.b_url, &alice.token, &alice.username, "race"),
+    ];
+    let ws = std::sync::Arc::new(Workspace::new()?);
+    ws.git(".", &["init", "-q", "-b", "master", "w0"]).await?;
+    ws.write("w0/base.txt", "base\n")?;
+    ws.git("w0", &["add", "."]).await?;
+    ws.git("w0", &["commit", "-qm", "base"]).await?;
+    ws.git("w0", &["push", "-q", &via[0], "HEAD:master"])
+        .await?;
+    ws.git(".", &["clone", "-q", &via[1], "w1"]).await?;
+
+    let mut winners = Vec::new();
+    for round in 0..ROUNDS {
+        // Both work trees start from the branch as it is and each commits something of its own.
+        let mut shas = Vec::new();
+        for (side, dir) in ["w0", "w1"].iter().enumerate() {
+            ws.git(dir, &["fetch", "-q", &via[side], "master"]).await?;
+            ws.git(dir, &["reset", "-q", "--hard", "FETCH_HEAD"])
+                .await?;
+            ws.write(&format!("{dir}/{dir}.txt"), format!("{round}\n"))?;
+            ws.git(dir, &["add", "."]).await?;
+            ws.git(dir, &["commit", "-qm", &format!("{dir} round {round}")])
+                .await?;
+            shas.push(ws.git(dir, &["rev-parse", "HEAD"]).await?.trim().to_owned());
+        }
+        let pushes = ["w0", "w1"].iter().enumerate().map(|(side, dir)| {
+            let (ws, remote) = (ws.clone(), via[side].clone());
+            async move { ws.try_git(dir, &["push", &remote, "HEAD:master"]).await }
+        });
+        let results = futures::future::try_join_all(pushes).await?;
+        let won: Vec<usize> = (0..2).filter(|&i| results[i].ok).collect();
+        assert_eq!(
+            won.len(),
+            1,
+            "round {round}: {:?}",
+            results
+                .iter()
+                .map(|r| (r.ok, &r.stderr))
+                .collect::<Vec<_>>()
+        );
+        let loser = &results[1 - won[0]];
+        // Declined as a hook-declined push is, with the reason on a `remote:` line.
+        assert!(
+            loser.stderr.contains("[remote rejected]")
+                && loser.stderr.contains("was updated by someone else"),
+            "round {round}: {}",
+            loser.stderr
+        );
+        winners.push(shas[won[0]].clone());
+    }
+
+    // The log holds the base and then exactly the winners, each moving the branch from the one before: no update
+    // was lost or made twice.
+    let log = git_refs::log(r.a.state.db(), app_id).await?;
+    let news: Vec<String> = log.iter().filter_map(|l| l.new.clone()).collect();
+    assert_eq!(news[1..], winners[..]);
+    for pair in log.windows(2) {
+        assert_eq!(pair[1].old, pair[0].new, "{pair:?}");
+    }
+    ws.git(".", &["clone", "-q", &via[1], "last"]).await?;
+    assert_eq!(
+        ws.git("last", &["rev-parse", "HEAD"]).await?.trim(),
+        winners.last().unwrap()
+    );
+    ws.git("last", &["fsck", "--strict", "--no-dangling"])
+        .await?;
+    println!("pushes raced through two replicas: {ROUNDS} rounds, one winner each");
+    Ok(())
+}
