@@ -102,6 +102,26 @@ pub enum AdminCommand {
         #[arg(long, default_value = "slipway")]
         release: String,
     },
+    /// Bring every app's repository from a volume into object storage, for an installation moving to
+    /// `--git-storage object-store` (and more than one api replica).
+    ///
+    /// Reads `<from>/<owner>/<app>.git` for each App in the cluster, publishes every ref and HEAD to the platform
+    /// database and the packs to the `<prefix>git` bucket, then checks every ref against the source. Running it
+    /// again changes nothing; an app without a repository under FROM is listed and left.
+    GitImport {
+        /// The directory holding the volume's repositories (`--repos-dir` of the single-replica api), read only.
+        #[arg(long)]
+        from: std::path::PathBuf,
+        /// A directory for the repositories' working copies during the import (emptied as it goes).
+        #[arg(long, default_value = "/tmp/slipway-git-import")]
+        cache: std::path::PathBuf,
+        /// Postgres URL of the platform database.
+        #[arg(long, env = "SLIPWAY_DATABASE_URL")]
+        database_url: String,
+        /// The object store.
+        #[command(flatten)]
+        store: slipway_backends::args::S3BackendArgs,
+    },
     /// The api pod's side of a backup: writes one part to stdout.
     #[command(hide = true)]
     BackupPart {
@@ -216,6 +236,26 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
         } => {
             crate::backup::restore(&kube().await?, &namespace, &release, &input).await?;
             Ok(())
+        }
+        AdminCommand::GitImport {
+            from,
+            cache,
+            database_url,
+            store,
+        } => {
+            let endpoint = store
+                .endpoint()?
+                .context("the object store is needed (--s3-backend-url)")?;
+            let db = slipway_store::db::connect(&database_url).await?;
+            let repos = slipway_git_store::Repos::in_object_store(
+                &cache,
+                db,
+                &endpoint,
+                &format!("{}git", store.s3_bucket_prefix),
+                &std::env::current_exe()?,
+            )
+            .await?;
+            crate::git_import::import_all(&kube().await?, &repos, &from).await
         }
         AdminCommand::BackupPart { part, sources } => crate::backup::pod::send(part, sources).await,
         AdminCommand::RestoreCheck { sources } => crate::backup::pod::check_fresh(&sources).await,

@@ -8,11 +8,12 @@
 //!   `git upload-pack`, `receive-pack` and `fetch` keep serving the cache; whatever moves a ref runs with a grant
 //!   ([`Writer`]) and git's `reference-transaction` hook ([`hook`]), through which [`publish`] uploads the new
 //!   objects and moves the refs with one compare-and-swap per ref. Any replica serves any repository, and of two
-//!   racing pushes through two replicas exactly one wins.
+//!   racing pushes through two replicas exactly one wins. [`import`] brings a repository from a volume.
 
 pub mod bucket;
 pub mod cache;
 pub mod hook;
+pub mod import;
 pub mod publish;
 
 use std::collections::HashMap;
@@ -161,6 +162,15 @@ impl Repos {
             }
         }
         Ok(())
+    }
+
+    /// Removes this replica's cache of `app`'s repository (it comes back on the next request); nothing on a
+    /// volume.
+    pub async fn forget_cache(&self, app: Uuid) -> anyhow::Result<()> {
+        match &self.objects {
+            None => Ok(()),
+            Some(storage) => remove_dir_if_present(&storage.cache_path(app)).await,
+        }
     }
 
     /// Gives `from`'s repository to `to`, the same app under its new owner.

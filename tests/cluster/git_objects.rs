@@ -2,6 +2,7 @@
 //! database and one real versitygw, each with a cache of its own: what one replica writes (push, force-push, ref
 //! deletion, changeset) the other serves at once, a cache deleted under a replica comes back from the bucket, of
 //! two pushes racing through the two replicas exactly one wins every round, and a deleted app leaves no pack behind.
+//! A repository a volume kept is imported whole, and importing it again changes nothing.
 
 use crate::support;
 
@@ -288,5 +289,94 @@ async fn pushes_racing_through_two_replicas_have_one_winner_every_round() -> Res
     ws.git("last", &["fsck", "--strict", "--no-dangling"])
         .await?;
     println!("pushes raced through two replicas: {ROUNDS} rounds, one winner each");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_s_repository_imports_whole_and_importing_again_changes_nothing() -> Result<()> {
+    // A repository made the volume way: branches, a tag, HEAD on another branch than master.
+    let s3 = TestS3::start().await?;
+    let api = TestApi::start().await?;
+    let alice = api.user("alice", "basic").await?;
+    let app = api.create_app(&alice, "blog", "static").await;
+    let app_id: uuid::Uuid = app["id"].as_str().unwrap().parse()?;
+    let url = api.serve().await?;
+    let remote = http_remote(&url, &alice.token, &alice.username, "blog");
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
+    for i in 0..3 {
+        ws.write(&format!("w/{i}.txt"), format!("{i}\n"))?;
+        ws.git("w", &["add", "."]).await?;
+        ws.git("w", &["commit", "-qm", &format!("c{i}")]).await?;
+    }
+    ws.git("w", &["tag", "-a", "v1", "-m", "v1"]).await?;
+    ws.git(
+        "w",
+        &[
+            "push",
+            "-q",
+            &remote,
+            "HEAD:master",
+            "HEAD~1:refs/heads/old",
+            "v1",
+        ],
+    )
+    .await?;
+    let volume = api.repos_dir.join(&alice.username).join("blog.git");
+    let git_volume = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&volume)
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    git_volume(&["symbolic-ref", "HEAD", "refs/heads/old"]);
+    let refs_before = git_volume(&["for-each-ref", "--format=%(objectname) %(refname)"]);
+
+    let repos = in_objects(&api.state, &s3, &api.repos_dir.join("cache")).await?;
+    let api = api.with_repos(repos);
+    let (owner, name) = (alice.username.parse()?, "blog".parse()?);
+    let repo = slipway_git_store::RepoOf {
+        id: app_id,
+        owner: &owner,
+        name: &name,
+    };
+    let first = slipway_git_store::import::import(api.state.repos(), repo, &volume).await?;
+    assert_eq!(first.refs, 3);
+    let again = slipway_git_store::import::import(api.state.repos(), repo, &volume).await?;
+    assert_eq!(again, first, "a second import moved the repository");
+
+    // Served from object storage, cold: the same refs, HEAD on `old`, and a whole history.
+    api.state.repos().forget_cache(app_id).await?;
+    let listed = ws.git(".", &["ls-remote", &remote]).await?;
+    for line in refs_before.lines() {
+        let (oid, name) = line.split_once(' ').unwrap();
+        assert!(
+            listed.contains(&format!("{oid}\t{name}")),
+            "{name} missing: {listed}"
+        );
+    }
+    ws.git(".", &["clone", "-q", &remote, "copy"]).await?;
+    assert_eq!(
+        ws.git("copy", &["rev-parse", "--abbrev-ref", "HEAD"])
+            .await?
+            .trim(),
+        "old"
+    );
+    ws.git("copy", &["fsck", "--strict", "--no-dangling"])
+        .await?;
+
+    // An existing clone fetches and pushes on without cloning again.
+    ws.write("w/after.txt", "after\n")?;
+    ws.git("w", &["add", "."]).await?;
+    ws.git("w", &["commit", "-qm", "after the import"]).await?;
+    ws.git("w", &["push", "-q", &remote, "HEAD:master"]).await?;
+    assert_eq!(
+        tree_sha(&api.router, &app_id.to_string(), &alice.token, "master").await,
+        ws.git("w", &["rev-parse", "HEAD"]).await?.trim()
+    );
     Ok(())
 }

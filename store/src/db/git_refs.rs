@@ -141,6 +141,29 @@ pub async fn id(db: &PgPool, app: Uuid) -> sqlx::Result<Option<Uuid>> {
         .await
 }
 
+/// Points `app`'s `HEAD` at `head` (a full ref name); a change moves the version, so every cache takes it. False
+/// when the app has no repository.
+pub async fn set_head(db: &PgPool, app: Uuid, head: &str) -> sqlx::Result<bool> {
+    let mut tx = db.begin().await?;
+    let Some(current) =
+        sqlx::query_scalar::<_, String>("SELECT head FROM git_repos WHERE app_id = $1 FOR UPDATE")
+            .bind(app)
+            .fetch_optional(&mut *tx)
+            .await?
+    else {
+        return Ok(false);
+    };
+    if current != head {
+        sqlx::query("UPDATE git_repos SET head = $2, version = version + 1 WHERE app_id = $1")
+            .bind(app)
+            .bind(head)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(true)
+}
+
 /// The repository's refs and packs at one version, read in one snapshot.
 pub async fn snapshot(db: &PgPool, app: Uuid) -> sqlx::Result<Option<Snapshot>> {
     let mut tx = db.begin().await?;
