@@ -114,6 +114,22 @@ tier_lint() {
     return 1
   fi
   log "the chart refuses api.replicaCount=2"
+  # With the repositories in object storage it takes two, rolls them and keeps only a cache per pod.
+  local rendered api want
+  rendered=$("$HELM" template t charts/slipway --set appDomain=apps.example.com --set api.replicaCount=2 \
+    --set api.git.storage=objectStore)
+  api=$(awk '/^# Source: slipway\/templates\/api-deployment.yaml/{on=1;next} /^# Source:/{on=0} on' <<<"$rendered")
+  for want in "replicas: 2" "value: object-store" "sizeLimit: 20Gi" "topologyKey: kubernetes.io/hostname"; do
+    if ! grep -q "$want" <<<"$api"; then
+      echo "the chart's api with api.git.storage=objectStore lacks \"$want\"" >&2
+      return 1
+    fi
+  done
+  if grep -q "type: Recreate" <<<"$api" || grep -q "api-data-pvc.yaml" <<<"$rendered"; then
+    echo "the chart's api with api.git.storage=objectStore still recreates or claims a volume" >&2
+    return 1
+  fi
+  log "the chart runs two api replicas with api.git.storage=objectStore"
 }
 
 tier_unit() {

@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 
+use crate::serve::GitStorage;
 use anyhow::{Context, bail};
 use sqlx::postgres::PgConnectOptions;
 use tokio::io::AsyncWriteExt;
@@ -45,6 +46,23 @@ pub struct PodSources {
     /// The Secret every replica reads the SSH host key from (see [`crate::host_key`]); a restored key goes there too.
     #[arg(long, env = "SLIPWAY_SSH_HOST_KEY_SECRET")]
     pub ssh_host_key_secret: Option<crate::host_key::SecretName>,
+    /// Where the api keeps the repositories.
+    #[arg(long, env = "SLIPWAY_GIT_STORAGE", value_enum, default_value_t = GitStorage::Volume)]
+    pub git_storage: GitStorage,
+}
+
+impl PodSources {
+    /// Fails when the repositories are kept in object storage, which backups do not cover yet: a backup without
+    /// them, or a restore that left them out, would lose every app's code without a word.
+    fn require_volume(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.git_storage == GitStorage::Volume,
+            "this installation keeps its git repositories in object storage (api.git.storage=objectStore), which \
+             `slipway admin backup` and `restore` do not cover yet; back up the platform database and the \
+             object store's `<prefix>git` bucket with their own tools"
+        );
+        Ok(())
+    }
 }
 
 /// The name of the SSH host key in the data part.
@@ -102,6 +120,7 @@ async fn send_part(part: Part, sources: PodSources) -> anyhow::Result<()> {
             run(dump, "pg_dump").await
         }
         Part::Data => {
+            sources.require_volume()?;
             let counts = tokio::task::spawn_blocking(move || {
                 let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout());
                 let counts = write_data(&mut out, &sources.repos_dir, &sources.ssh_host_key)?;
@@ -122,6 +141,7 @@ async fn send_part(part: Part, sources: PodSources) -> anyhow::Result<()> {
 /// Fails unless the install is fresh: no user in the platform database, no repository on the volume. A restore
 /// runs this before it changes anything.
 pub async fn check_fresh(sources: &PodSources) -> anyhow::Result<()> {
+    sources.require_volume()?;
     no_users(&sources.database_url).await?;
     let repos_dir = sources.repos_dir.clone();
     tokio::task::spawn_blocking(move || no_repositories(&repos_dir)).await?

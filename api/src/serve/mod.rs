@@ -9,7 +9,7 @@ use anyhow::Context;
 
 use slipway_core::state::Features;
 
-pub use self::args::ApiArgs;
+pub use self::args::{ApiArgs, GitStorage};
 pub use self::state::state;
 
 /// How long the API's listeners let open requests finish once the process is told to stop: inside the chart's
