@@ -68,9 +68,10 @@ async fn answer(storage: &ObjectStorage, mut stream: UnixStream) -> anyhow::Resu
     Ok(())
 }
 
-/// The updates of a hook's stdin that publish anything: refs under `refs/` (not the `HEAD` symref line), without
-/// the empty lines a nested `packed-refs` transaction adds.
-pub(crate) fn parse_updates(text: &str) -> Result<Vec<RefUpdate>, String> {
+/// The updates of a hook's stdin that publish anything: refs under `refs/` (not the `HEAD` symref line). A line
+/// with no object on either side is a mirror's prune (`fetch --prune` deletes whatever the ref was), and otherwise
+/// only the echo of a nested `packed-refs` transaction, which is left out.
+pub(crate) fn parse_updates(text: &str, writing: Writing) -> Result<Vec<RefUpdate>, String> {
     let mut updates = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let mut parts = line.splitn(3, ' ');
@@ -79,7 +80,8 @@ pub(crate) fn parse_updates(text: &str) -> Result<Vec<RefUpdate>, String> {
                 "a ref update line is not `<old> <new> <ref>`: {line:?}"
             ));
         };
-        if !name.starts_with("refs/") || (old == ZERO && new == ZERO) {
+        if !name.starts_with("refs/") || (old == ZERO && new == ZERO && writing != Writing::Mirror)
+        {
             continue;
         }
         let oid = |s: &str| -> Result<Option<String>, String> {
@@ -105,7 +107,7 @@ async fn publish(
     quarantine: &str,
     text: &str,
 ) -> Result<(), String> {
-    let updates = parse_updates(text)?;
+    let updates = parse_updates(text, grant.writing)?;
     if updates.is_empty() {
         return Ok(());
     }
@@ -261,7 +263,7 @@ mod tests {
             "{ZERO} {a} refs/heads/master\n{ZERO} {a} HEAD\n{ZERO} {ZERO} refs/heads/x\n{b} {ZERO} refs/tags/v1\n"
         );
         assert_eq!(
-            parse_updates(&text).unwrap(),
+            parse_updates(&text, Writing::Push).unwrap(),
             vec![
                 RefUpdate {
                     name: "refs/heads/master".into(),
@@ -275,7 +277,16 @@ mod tests {
                 },
             ]
         );
-        assert!(parse_updates("nonsense").is_err());
-        assert!(parse_updates(&format!("xyz {a} refs/heads/m")).is_err());
+        assert!(parse_updates("nonsense", Writing::Push).is_err());
+        assert!(parse_updates(&format!("xyz {a} refs/heads/m"), Writing::Update).is_err());
+        // A mirror's prune names no object on either side.
+        assert_eq!(
+            parse_updates(&format!("{ZERO} {ZERO} refs/heads/x\n"), Writing::Mirror).unwrap(),
+            vec![RefUpdate {
+                name: "refs/heads/x".into(),
+                old: None,
+                new: None,
+            }]
+        );
     }
 }

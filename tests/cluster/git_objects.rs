@@ -2,7 +2,8 @@
 //! database and one real versitygw, each with a cache of its own: what one replica writes (push, force-push, ref
 //! deletion, changeset) the other serves at once, a cache deleted under a replica comes back from the bucket, of
 //! two pushes racing through the two replicas exactly one wins every round, and a deleted app leaves no pack behind.
-//! A repository a volume kept is imported whole, and importing it again changes nothing.
+//! A mirror's sync publishes the external repository as it is (rewrites and deletions included). A repository a
+//! volume kept is imported whole, and importing it again changes nothing.
 
 use crate::support;
 
@@ -377,6 +378,81 @@ async fn a_volume_s_repository_imports_whole_and_importing_again_changes_nothing
     assert_eq!(
         tree_sha(&api.router, &app_id.to_string(), &alice.token, "master").await,
         ws.git("w", &["rev-parse", "HEAD"]).await?.trim()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_sync_publishes_the_external_repository_as_it_is() -> Result<()> {
+    let s3 = TestS3::start().await?;
+    let api = TestApi::start().await?;
+    let repos = in_objects(&api.state, &s3, &api.repos_dir.join("cache")).await?;
+    let api = api.with_repos(repos);
+    let peer = support::git_peer::GitPeer::start().await?;
+    peer.create_repo("site").await?;
+    let alice = api.user("alice", "basic").await?;
+    let app = api.create_app(&alice, "site", "static").await;
+    let id = app["id"].as_str().unwrap().to_owned();
+    let app_id: uuid::Uuid = id.parse()?;
+    // History of the app's own, which the mirror replaces.
+    api.commit(&alice, &id, json!({"old.txt": "mine"})).await;
+    let connected = api
+        .post(
+            &format!("/apps/{id}/github/connect"),
+            &alice,
+            json!({"remote_url": peer.url("site")}),
+        )
+        .await
+        .expect(200, None);
+    peer.authorize(connected["public_key"].as_str().unwrap())?;
+    let sync = || async {
+        let status = api
+            .post(&format!("/apps/{id}/github/sync"), &alice, json!({}))
+            .await
+            .expect(200, None);
+        assert_eq!(status["last_sync_status"], "success", "{status}");
+        status
+    };
+
+    // Every branch of the peer, its master over the app's own, whatever the app's master was.
+    let a0 = peer
+        .commit("site", "master", &[("index.html", "v1")], false)
+        .await?;
+    peer.commit("site", "feature", &[("f.txt", "f")], false)
+        .await?;
+    sync().await;
+    assert_eq!(tree_sha(&api.router, &id, &alice.token, "master").await, a0);
+    tree_sha(&api.router, &id, &alice.token, "feature").await;
+
+    // A rewrite upstream and a branch deleted there: the next sync follows both.
+    let a1 = peer
+        .commit("site", "master", &[("index.html", "v2")], true)
+        .await?;
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(peer.repo_path("site"))
+        .args(["branch", "-D", "feature"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sync().await;
+    assert_eq!(tree_sha(&api.router, &id, &alice.token, "master").await, a1);
+    let gone = api
+        .get(&format!("/apps/{id}/tree?ref=feature"), &alice)
+        .await;
+    assert_eq!(gone.status, 404, "{}", gone.body);
+
+    // Published as the mirror's: the log names it for every move after the app's own commit.
+    let log = git_refs::log(api.state.db(), app_id).await?;
+    assert_eq!(log[0].actor, alice.username);
+    assert!(log[1..].iter().all(|l| l.actor == "mirror"), "{log:?}");
+    assert!(
+        log.iter()
+            .any(|l| l.name == "refs/heads/feature" && l.new.is_none()),
+        "{log:?}"
     );
     Ok(())
 }

@@ -204,7 +204,8 @@ pub async fn snapshot(db: &PgPool, app: Uuid) -> sqlx::Result<Option<Snapshot>> 
 
 /// Applies `updates` and makes `packs` live, all or nothing: under the repository row's lock every ref must still
 /// be what its update expects (unless `force`), then the refs move, the version goes up by one and the log
-/// records each update with `actor`. Returns the new version.
+/// records each update with `actor`. A forced update that finds the ref as it wants it is left out; when nothing
+/// is left to do the version stays. Returns the version after.
 pub async fn publish(
     db: &PgPool,
     app: Uuid,
@@ -220,7 +221,9 @@ pub async fn publish(
             .fetch_optional(&mut *tx)
             .await?
             .ok_or(PublishError::Missing)?;
+    let current = version;
     let version = version + 1;
+    let mut moved = 0;
     for update in updates {
         let found: Option<String> =
             sqlx::query_scalar("SELECT oid FROM git_refs WHERE repo_id = $1 AND name = $2")
@@ -235,6 +238,10 @@ pub async fn publish(
                 found,
             });
         }
+        if force && found == update.new {
+            continue;
+        }
+        moved += 1;
         match &update.new {
             Some(oid) => {
                 sqlx::query(
@@ -267,6 +274,9 @@ pub async fn publish(
         .bind(actor)
         .execute(&mut *tx)
         .await?;
+    }
+    if moved == 0 && packs.is_empty() {
+        return Ok(current);
     }
     for pack in packs {
         sqlx::query(
