@@ -193,7 +193,8 @@ e2e_settings() {
 
 platform_selected() {
   selected e2e_platform || selected e2e_platform_s3 || selected e2e_platform_isolation || selected e2e_platform_size \
-    || selected e2e_platform_monitoring || selected e2e_platform_backup || selected e2e_platform_upgrade
+    || selected e2e_platform_monitoring || selected e2e_platform_backup || selected e2e_platform_git_objects \
+    || selected e2e_platform_upgrade
 }
 
 # Brings up what the e2e tier runs on, once the node's parts are built: the node, the Postgres its platform keeps
@@ -290,6 +291,9 @@ tier_e2e() {
       # The platform backed up, taken away (hack/install.sh purge) and restored into a fresh install; alone.
       # --show-output: the backup's size and each step's time belong in the log.
       if selected e2e_platform_backup; then platform_tests backup:: --show-output --test-threads=1; fi
+      # The repositories moved into object storage and two api replicas racing pushes; alone. --show-output: the
+      # import's lines and the rounds raced belong in the log.
+      if selected e2e_platform_git_objects; then platform_tests git_objects:: --show-output --test-threads=1; fi
       # --show-output: its count of requests answered during the upgrade belongs in the log.
       if selected e2e_platform_upgrade; then platform_tests upgrade:: --show-output; fi
       "$HACK/install.sh" uninstall

@@ -6,7 +6,8 @@
 //! the chart's isolation switched off and on again; `e2e_platform_isolation`), then `size::` (data at the sizes
 //! users reach, one test at a time; `e2e_platform_size`), then `monitoring::` (the chart's alerts firing in a real
 //! Prometheus; `e2e_platform_monitoring`), then `backup::` (the platform backed up, taken away and restored;
-//! `e2e_platform_backup`), then `upgrade::` (`helm upgrade` under load and `helm uninstall`;
+//! `e2e_platform_backup`), then `git_objects::` (the repositories moved into object storage and served by two api
+//! replicas; `e2e_platform_git_objects`), then `upgrade::` (`helm upgrade` under load and `helm uninstall`;
 //! `e2e_platform_upgrade`).
 //!
 //! One test binary, not one per module, for the reasons `tests/cluster/main.rs` gives.
@@ -15,6 +16,7 @@
 mod support;
 
 mod backup;
+mod git_objects;
 mod isolation;
 mod monitoring;
 mod platform;
