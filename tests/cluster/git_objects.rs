@@ -236,42 +236,7 @@ async fn pushes_racing_through_two_replicas_have_one_winner_every_round() -> Res
 
     let mut winners = Vec::new();
     for round in 0..ROUNDS {
-        // Both work trees start from the branch as it is and each commits something of its own.
-        let mut shas = Vec::new();
-        for (side, dir) in ["w0", "w1"].iter().enumerate() {
-            ws.git(dir, &["fetch", "-q", &via[side], "master"]).await?;
-            ws.git(dir, &["reset", "-q", "--hard", "FETCH_HEAD"])
-                .await?;
-            ws.write(&format!("{dir}/{dir}.txt"), format!("{round}\n"))?;
-            ws.git(dir, &["add", "."]).await?;
-            ws.git(dir, &["commit", "-qm", &format!("{dir} round {round}")])
-                .await?;
-            shas.push(ws.git(dir, &["rev-parse", "HEAD"]).await?.trim().to_owned());
-        }
-        let pushes = ["w0", "w1"].iter().enumerate().map(|(side, dir)| {
-            let (ws, remote) = (ws.clone(), via[side].clone());
-            async move { ws.try_git(dir, &["push", &remote, "HEAD:master"]).await }
-        });
-        let results = futures::future::try_join_all(pushes).await?;
-        let won: Vec<usize> = (0..2).filter(|&i| results[i].ok).collect();
-        assert_eq!(
-            won.len(),
-            1,
-            "round {round}: {:?}",
-            results
-                .iter()
-                .map(|r| (r.ok, &r.stderr))
-                .collect::<Vec<_>>()
-        );
-        let loser = &results[1 - won[0]];
-        // Declined as a hook-declined push is, with the reason on a `remote:` line.
-        assert!(
-            loser.stderr.contains("[remote rejected]")
-                && loser.stderr.contains("was updated by someone else"),
-            "round {round}: {}",
-            loser.stderr
-        );
-        winners.push(shas[won[0]].clone());
+        winners.push(support::git::race_round(&ws, ["w0", "w1"], &via, round).await?);
     }
 
     // The log holds the base and then exactly the winners, each moving the branch from the one before: no update
@@ -304,25 +269,7 @@ async fn a_volume_s_repository_imports_whole_and_importing_again_changes_nothing
     let url = api.serve().await?;
     let remote = http_remote(&url, &alice.token, &alice.username, "blog");
     let ws = Workspace::new()?;
-    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
-    for i in 0..3 {
-        ws.write(&format!("w/{i}.txt"), format!("{i}\n"))?;
-        ws.git("w", &["add", "."]).await?;
-        ws.git("w", &["commit", "-qm", &format!("c{i}")]).await?;
-    }
-    ws.git("w", &["tag", "-a", "v1", "-m", "v1"]).await?;
-    ws.git(
-        "w",
-        &[
-            "push",
-            "-q",
-            &remote,
-            "HEAD:master",
-            "HEAD~1:refs/heads/old",
-            "v1",
-        ],
-    )
-    .await?;
+    support::git::push_refs_of_three_kinds(&ws, "w", &remote).await?;
     let volume = api.repos_dir.join(&alice.username).join("blog.git");
     let git_volume = |args: &[&str]| {
         let out = std::process::Command::new("git")

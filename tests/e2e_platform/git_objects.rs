@@ -227,25 +227,7 @@ async fn repositories_move_into_object_storage_and_two_api_replicas_serve_them()
     let (app_id, _) = platform.create_app(&account, "moved", "static").await?;
     let remote = http_remote(&platform.api, &account.token, &account.username, "moved");
     let ws = Workspace::new()?;
-    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
-    for i in 0..3 {
-        ws.write(&format!("w/{i}.txt"), format!("{i}\n"))?;
-        ws.git("w", &["add", "."]).await?;
-        ws.git("w", &["commit", "-qm", &format!("c{i}")]).await?;
-    }
-    ws.git("w", &["tag", "-a", "v1", "-m", "v1"]).await?;
-    ws.git(
-        "w",
-        &[
-            "push",
-            "-q",
-            &remote,
-            "HEAD:master",
-            "HEAD~1:refs/heads/old",
-            "v1",
-        ],
-    )
-    .await?;
+    support::git::push_refs_of_three_kinds(&ws, "w", &remote).await?;
     let refs_before = ws.git(".", &["ls-remote", &remote]).await?;
     let key_before = platform.ssh_host_key().await?;
 
@@ -258,33 +240,15 @@ async fn repositories_move_into_object_storage_and_two_api_replicas_serve_them()
         printed.contains(&format!("{}/moved: 3 refs checked", account.username)),
         "{printed}"
     );
-    hack(
-        "install.sh",
-        &["set", "api.git.storage=objectStore", "api.replicaCount=2"],
-    )
-    .await?;
-    kubectl(&[
-        "-n",
-        &platform.namespace,
-        "rollout",
-        "status",
-        &format!("deployment/{}-api", platform.release),
-        "--timeout=300s",
-    ])
-    .await?;
-    // The Service reaches the new pods once their endpoints are published.
-    let listed = until(
-        Duration::from_secs(60),
-        "the api answering again",
-        async || {
-            let listed = ws.try_git(".", &["ls-remote", &remote]).await?;
-            Ok(listed.ok.then_some(listed.stdout))
-        },
+    set_api(
+        &platform,
+        &account,
+        &["api.git.storage=objectStore", "api.replicaCount=2"],
     )
     .await?;
 
     // Every ref, HEAD and the host key are as they were; the clone made before fetches and pushes on.
-    assert_eq!(listed, refs_before);
+    assert_eq!(ws.git(".", &["ls-remote", &remote]).await?, refs_before);
     assert_eq!(platform.ssh_host_key().await?, key_before);
     ws.git("w", &["fetch", "-q", &remote]).await?;
     ws.write("w/after.txt", "after\n")?;
@@ -316,38 +280,7 @@ async fn repositories_move_into_object_storage_and_two_api_replicas_serve_them()
     let mut winners = Vec::new();
     let started = std::time::Instant::now();
     for round in 0..ROUNDS {
-        let mut shas = Vec::new();
-        for (side, dir) in ["w", "w1"].iter().enumerate() {
-            ws.git(dir, &["fetch", "-q", &via[side], "master"]).await?;
-            ws.git(dir, &["reset", "-q", "--hard", "FETCH_HEAD"])
-                .await?;
-            ws.write(&format!("{dir}/{dir}.txt"), format!("{round}\n"))?;
-            ws.git(dir, &["add", "."]).await?;
-            ws.git(dir, &["commit", "-qm", &format!("{dir} round {round}")])
-                .await?;
-            shas.push(ws.git(dir, &["rev-parse", "HEAD"]).await?.trim().to_owned());
-        }
-        let pushes = ["w", "w1"].iter().enumerate().map(|(side, dir)| {
-            let (ws, remote) = (ws.clone(), via[side].clone());
-            async move { ws.try_git(dir, &["push", &remote, "HEAD:master"]).await }
-        });
-        let results = futures::future::try_join_all(pushes).await?;
-        let won: Vec<usize> = (0..2).filter(|&i| results[i].ok).collect();
-        assert_eq!(
-            won.len(),
-            1,
-            "round {round}: {:?}",
-            results
-                .iter()
-                .map(|r| (r.ok, &r.stderr))
-                .collect::<Vec<_>>()
-        );
-        assert!(
-            results[1 - won[0]].stderr.contains("[remote rejected]"),
-            "round {round}: {}",
-            results[1 - won[0]].stderr
-        );
-        winners.push(shas[won[0]].clone());
+        winners.push(support::git::race_round(&ws, ["w", "w1"], &via, round).await?);
     }
     ws.git("w1", &["fetch", "-q", &via[0], "master"]).await?;
     let history = ws

@@ -185,3 +185,63 @@ pub fn http_remote(base: &str, token: &str, owner: &str, app: &str) -> String {
 pub fn is_work_tree(dir: &Path) -> bool {
     dir.join(".git").is_dir()
 }
+
+/// One round of two pushes racing to `master` of one repository: each of the work trees `dirs` takes the branch as
+/// its remote in `remotes` has it, commits something of its own and pushes through that remote, both at once.
+/// Asserts that exactly one push won and the other was declined with the reason a stale push gets; returns the
+/// winner's commit.
+pub async fn race_round(
+    ws: &std::sync::Arc<Workspace>,
+    dirs: [&str; 2],
+    remotes: &[String; 2],
+    round: usize,
+) -> Result<String> {
+    let mut shas = Vec::new();
+    for (dir, remote) in dirs.iter().zip(remotes) {
+        ws.git(dir, &["fetch", "-q", remote, "master"]).await?;
+        ws.git(dir, &["reset", "-q", "--hard", "FETCH_HEAD"])
+            .await?;
+        ws.write(&format!("{dir}/{dir}.txt"), format!("{round}\n"))?;
+        ws.git(dir, &["add", "."]).await?;
+        ws.git(dir, &["commit", "-qm", &format!("{dir} round {round}")])
+            .await?;
+        shas.push(ws.git(dir, &["rev-parse", "HEAD"]).await?.trim().to_owned());
+    }
+    let pushes = dirs.iter().zip(remotes).map(|(dir, remote)| {
+        let (ws, remote) = (ws.clone(), remote.clone());
+        async move { ws.try_git(dir, &["push", &remote, "HEAD:master"]).await }
+    });
+    let results = futures::future::try_join_all(pushes).await?;
+    let won: Vec<usize> = (0..2).filter(|&i| results[i].ok).collect();
+    anyhow::ensure!(
+        won.len() == 1,
+        "round {round}: {} pushes won: {:?}",
+        won.len(),
+        results
+            .iter()
+            .map(|r| (r.ok, &r.stderr))
+            .collect::<Vec<_>>()
+    );
+    let loser = &results[1 - won[0]].stderr;
+    anyhow::ensure!(
+        loser.contains("[remote rejected]") && loser.contains("was updated by someone else"),
+        "round {round}: the losing push said {loser}"
+    );
+    Ok(shas[won[0]].clone())
+}
+
+/// A new work tree `dir` with three commits on `master`, an annotated tag `v1` and a branch `old` one commit
+/// behind, all pushed to `remote`: a repository with more than one kind of ref.
+pub async fn push_refs_of_three_kinds(ws: &Workspace, dir: &str, remote: &str) -> Result<()> {
+    ws.git(".", &["init", "-q", "-b", "master", dir]).await?;
+    for i in 0..3 {
+        ws.write(&format!("{dir}/{i}.txt"), format!("{i}\n"))?;
+        ws.git(dir, &["add", "."]).await?;
+        ws.git(dir, &["commit", "-qm", &format!("c{i}")]).await?;
+    }
+    ws.git(dir, &["tag", "-a", "v1", "-m", "v1"]).await?;
+    let refs = ["HEAD:master", "HEAD~1:refs/heads/old", "v1"];
+    ws.git(dir, &[&["push", "-q", remote][..], &refs[..]].concat())
+        .await?;
+    Ok(())
+}
