@@ -1,6 +1,7 @@
 //! Git over slipway's smart HTTP against plain `git http-backend` on the same machine in the same run: push and
 //! clone of a repository of incompressible files (1000 MiB by default, under the platform's 1 GiB push limit), with
-//! MB/s for each and the ratio, plus the latency of a 10-file changeset. Needs the control plane and Postgres
+//! MB/s for each and the ratio, then the same through two api replicas that keep repositories in object storage
+//! (push, a clone from a warm cache, a clone from an empty one), plus the latency of a 10-file changeset. Needs the control plane and Postgres
 //! (`make bench` starts them). The peak RSS printed is this process's, which serves slipway's API and the CGI
 //! bridge (git's own processes are outside it on both sides).
 //!
@@ -107,6 +108,73 @@ async fn main() -> Result<()> {
             "git {op} over HTTP ({mb:.0} MB, best of {rounds}): slipway {ours:.1} MB/s, git http-backend {native:.1} MB/s, ratio {:.2}; peak RSS {:.0} MiB",
             ours / native,
             peak_rss_mib()
+        );
+    }
+
+    // The same repository through two api replicas keeping repositories in object storage (a real versitygw on
+    // this machine): pushed through A, cloned through A (its cache warm) and through B (its cache empty, every
+    // pack from the bucket).
+    let s3 = slipway_testkit::s3::TestS3::start().await?;
+    let mut replicas = Vec::new();
+    for name in ["a", "b"] {
+        let state = api.replica_state().await?;
+        let repos = slipway_git_store::Repos::in_object_store(
+            ws.path(&format!("cache-{name}")),
+            state.db().clone(),
+            &support::s3_calls::root(&s3),
+            "slipway-git",
+            Path::new(env!("CARGO_BIN_EXE_slipway")),
+        )
+        .await?;
+        let router = slipway_api::routes::public(state.with_repos(repos));
+        let base = support::serve_router(router.clone()).await?;
+        replicas.push((router, base));
+    }
+    let mut objects = [f64::MAX; 3]; // push, warm clone, cold clone
+    for round in 0..rounds {
+        let app = format!("obj{round}");
+        let created = support::call_on(
+            &replicas[0].0,
+            axum::http::Method::POST,
+            "/apps",
+            Some(&user.token),
+            Some(json!({"name": app, "template": "static"})),
+        )
+        .await;
+        anyhow::ensure!(created.status == 200, "create {app}: {}", created.body);
+        let via =
+            |i: usize| support::git::http_remote(&replicas[i].1, &user.token, &user.username, &app);
+        let t = Instant::now();
+        ws.git("src", &["push", "-q", &via(0), "HEAD:master"])
+            .await?;
+        let push = t.elapsed().as_secs_f64();
+        let mut clones = [0.0; 2];
+        for (i, clone) in clones.iter_mut().enumerate() {
+            let target = format!("clone-objects-{round}-{i}");
+            let t = Instant::now();
+            ws.git(".", &["clone", "-q", "--bare", &via(i), &target])
+                .await?;
+            *clone = t.elapsed().as_secs_f64();
+            std::fs::remove_dir_all(ws.path(&target))?;
+        }
+        eprintln!(
+            "round {round} object storage: push {push:.2}s, warm clone {:.2}s, cold clone {:.2}s",
+            clones[0], clones[1]
+        );
+        objects[0] = objects[0].min(push);
+        objects[1] = objects[1].min(clones[0]);
+        objects[2] = objects[2].min(clones[1]);
+    }
+    for (op, ours, native) in [
+        ("push", objects[0], best[1][0]),
+        ("clone, cache warm", objects[1], best[1][1]),
+        ("clone, cache cold", objects[2], best[1][1]),
+    ] {
+        println!(
+            "git {op} through two replicas, repositories in object storage ({mb:.0} MB, best of {rounds}): {:.1} MB/s, git http-backend {:.1} MB/s, ratio {:.2}",
+            mb / ours,
+            mb / native,
+            native / ours
         );
     }
 
