@@ -236,7 +236,7 @@ async fn pushes_racing_through_two_replicas_have_one_winner_every_round() -> Res
 
     let mut winners = Vec::new();
     for round in 0..ROUNDS {
-        winners.push(support::git::race_round(&ws, ["w0", "w1"], &via, round).await?);
+        winners.push(support::git::race_round(&ws, ["w0", "w1"], &via, &via, round).await?);
     }
 
     // The log holds the base and then exactly the winners, each moving the branch from the one before: no update

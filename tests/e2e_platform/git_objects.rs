@@ -268,6 +268,24 @@ async fn repositories_move_into_object_storage_and_two_api_replicas_serve_them()
         http_remote(&b.url, &account.token, &account.username, "moved"),
     ];
     ws.git(".", &["clone", "-q", &via[1], "w1"]).await?;
+    // A token of its own for the race's fetches: each pod then sees two requests a round per token, inside the
+    // default budget of 600 a minute.
+    let fetcher = platform
+        .call(
+            "POST",
+            "/tokens",
+            &account,
+            Some(json!({"label": "race fetches"})),
+        )
+        .await?
+        .expect(200)["token"]
+        .as_str()
+        .context("token")?
+        .to_owned();
+    let fetch_via = [
+        http_remote(&a.url, &fetcher, &account.username, "moved"),
+        http_remote(&b.url, &fetcher, &account.username, "moved"),
+    ];
     assert_eq!(
         ws.git("w1", &["rev-parse", "HEAD"]).await?,
         ws.git("w", &["rev-parse", "HEAD"]).await?
@@ -280,7 +298,7 @@ async fn repositories_move_into_object_storage_and_two_api_replicas_serve_them()
     let mut winners = Vec::new();
     let started = std::time::Instant::now();
     for round in 0..ROUNDS {
-        winners.push(support::git::race_round(&ws, ["w", "w1"], &via, round).await?);
+        winners.push(support::git::race_round(&ws, ["w", "w1"], &fetch_via, &via, round).await?);
     }
     ws.git("w1", &["fetch", "-q", &via[0], "master"]).await?;
     let history = ws

@@ -187,17 +187,19 @@ pub fn is_work_tree(dir: &Path) -> bool {
 }
 
 /// One round of two pushes racing to `master` of one repository: each of the work trees `dirs` takes the branch as
-/// its remote in `remotes` has it, commits something of its own and pushes through that remote, both at once.
+/// its remote in `fetch_from` has it, commits something of its own and pushes through its remote in `push_to`, both
+/// at once. (Fetching with another token than pushing keeps long races inside one token's request budget.)
 /// Asserts that exactly one push won and the other was declined with the reason a stale push gets; returns the
 /// winner's commit.
 pub async fn race_round(
     ws: &std::sync::Arc<Workspace>,
     dirs: [&str; 2],
-    remotes: &[String; 2],
+    fetch_from: &[String; 2],
+    push_to: &[String; 2],
     round: usize,
 ) -> Result<String> {
     let mut shas = Vec::new();
-    for (dir, remote) in dirs.iter().zip(remotes) {
+    for (dir, remote) in dirs.iter().zip(fetch_from) {
         ws.git(dir, &["fetch", "-q", remote, "master"]).await?;
         ws.git(dir, &["reset", "-q", "--hard", "FETCH_HEAD"])
             .await?;
@@ -207,7 +209,7 @@ pub async fn race_round(
             .await?;
         shas.push(ws.git(dir, &["rev-parse", "HEAD"]).await?.trim().to_owned());
     }
-    let pushes = dirs.iter().zip(remotes).map(|(dir, remote)| {
+    let pushes = dirs.iter().zip(push_to).map(|(dir, remote)| {
         let (ws, remote) = (ws.clone(), remote.clone());
         async move { ws.try_git(dir, &["push", &remote, "HEAD:master"]).await }
     });
