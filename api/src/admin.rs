@@ -251,7 +251,7 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
                 &cache,
                 db,
                 &endpoint,
-                &format!("{}git", store.s3_bucket_prefix),
+                &slipway_git_store::bucket::name(&store.s3_bucket_prefix),
                 &std::env::current_exe()?,
             )
             .await?;

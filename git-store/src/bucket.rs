@@ -1,15 +1,46 @@
-//! The git bucket: every published pack as `repos/<app uid>/pack-<sha>.pack` and its `.idx`, written once (a pack
-//! is named by its content) and read by every replica that syncs its cache. A pack is uploaded before the ref
-//! update that needs it is published, so no ref ever names an object the bucket does not hold.
+//! The git bucket: every published pack as `repos/<repository>/pack-<sha>.<upload>.pack` and its `.idx`, written
+//! once and read by every replica that syncs its cache. A pack is uploaded before the ref update that needs it is
+//! published, so no ref ever names an object the bucket does not hold. Each upload has a key of its own, so that
+//! removing a retired or orphaned copy can never take a live one with it.
 
 use std::path::Path;
+use std::time::SystemTime;
 
 use anyhow::Context;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use slipway_backends::object_store::{self, S3Endpoint};
+use slipway_store::db::git_refs::PackRow;
 use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
+
+/// The git bucket of an installation whose buckets are named `<prefix>...`.
+pub fn name(prefix: &str) -> String {
+    format!("{prefix}git")
+}
+
+/// Whether `key` is one [`PackBucket::key`] makes: `repos/<uuid>/pack-<hex>[.<uuid>].{pack,idx}`.
+pub fn is_pack_key(key: &str) -> bool {
+    let mut parts = key.split('/');
+    let (Some("repos"), Some(repo), Some(file), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let Some((rest, extension)) = file.rsplit_once('.') else {
+        return false;
+    };
+    let pack = match rest.split_once('.') {
+        Some((pack, upload)) if upload.parse::<Uuid>().is_ok() => pack,
+        Some(_) => return false,
+        None => rest,
+    };
+    repo.parse::<Uuid>().is_ok()
+        && EXTENSIONS.contains(&extension)
+        && pack
+            .strip_prefix("pack-")
+            .is_some_and(|sha| !sha.is_empty() && sha.bytes().all(|b| b.is_ascii_hexdigit()))
+}
 
 /// The two files of a pack, `.pack` first: a reader finds a pack by its `.idx`, so that one is written last.
 pub const EXTENSIONS: [&str; 2] = ["pack", "idx"];
@@ -34,12 +65,18 @@ impl PackBucket {
         })
     }
 
-    fn key(app: Uuid, pack: &str, extension: &str) -> String {
-        format!("repos/{app}/{pack}.{extension}")
+    /// The key of one file of a pack of repository `repo`: `repos/<repo>/<pack>.<upload>.<extension>`, or
+    /// `repos/<repo>/<pack>.<extension>` for a pack uploaded before uploads were told apart.
+    pub fn key(repo: Uuid, pack: &str, upload: Option<Uuid>, extension: &str) -> String {
+        match upload {
+            Some(upload) => format!("repos/{repo}/{pack}.{upload}.{extension}"),
+            None => format!("repos/{repo}/{pack}.{extension}"),
+        }
     }
 
-    /// Uploads `<dir>/<pack>.pack` and `.idx`.
-    pub async fn upload(&self, app: Uuid, dir: &Path, pack: &str) -> anyhow::Result<()> {
+    /// Uploads `<dir>/<pack>.pack` and `.idx` as a new copy of the pack; returns the upload's id, part of its key.
+    pub async fn upload(&self, repo: Uuid, dir: &Path, pack: &str) -> anyhow::Result<Uuid> {
+        let upload = Uuid::new_v4();
         for extension in EXTENSIONS {
             let file = dir.join(format!("{pack}.{extension}"));
             let body = ByteStream::from_path(&file)
@@ -48,7 +85,7 @@ impl PackBucket {
             self.client
                 .put_object()
                 .bucket(&self.bucket)
-                .key(Self::key(app, pack, extension))
+                .key(Self::key(repo, pack, Some(upload), extension))
                 .body(body)
                 .send()
                 .await
@@ -56,26 +93,27 @@ impl PackBucket {
                     anyhow::anyhow!("upload {pack}.{extension}: {}", object_store::describe(&e))
                 })?;
         }
-        Ok(())
+        Ok(upload)
     }
 
     /// Downloads `pack` into `dir`, each file written beside its final name and renamed into place, the `.idx`
     /// last.
-    pub async fn download(&self, app: Uuid, dir: &Path, pack: &str) -> anyhow::Result<()> {
+    pub async fn download(&self, repo: Uuid, dir: &Path, pack: &PackRow) -> anyhow::Result<()> {
+        let name = &pack.name;
         for extension in EXTENSIONS {
-            let target = dir.join(format!("{pack}.{extension}"));
-            let partial = dir.join(format!("tmp_{pack}.{extension}.{}", Uuid::new_v4()));
+            let target = dir.join(format!("{name}.{extension}"));
+            let partial = dir.join(format!("tmp_{name}.{extension}.{}", Uuid::new_v4()));
             let result = async {
                 let object = self
                     .client
                     .get_object()
                     .bucket(&self.bucket)
-                    .key(Self::key(app, pack, extension))
+                    .key(Self::key(repo, name, pack.upload, extension))
                     .send()
                     .await
                     .map_err(|e| {
                         anyhow::anyhow!(
-                            "download {pack}.{extension}: {}",
+                            "download {name}.{extension}: {}",
                             object_store::describe(&e)
                         )
                     })?;
@@ -97,21 +135,120 @@ impl PackBucket {
         Ok(())
     }
 
-    /// Removes every file of `packs`; missing ones are fine.
-    pub async fn remove(&self, app: Uuid, packs: &[String]) -> anyhow::Result<()> {
-        for pack in packs {
-            for extension in EXTENSIONS {
-                self.client
-                    .delete_object()
-                    .bucket(&self.bucket)
-                    .key(Self::key(app, pack, extension))
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        anyhow::anyhow!("remove {pack}.{extension}: {}", object_store::describe(&e))
-                    })?;
-            }
+    /// Removes both files of each of `packs`; missing ones are fine.
+    pub async fn remove(&self, repo: Uuid, packs: &[PackRow]) -> anyhow::Result<()> {
+        let keys: Vec<String> = packs
+            .iter()
+            .flat_map(|p| EXTENSIONS.map(|ext| Self::key(repo, &p.name, p.upload, ext)))
+            .collect();
+        self.remove_keys(&keys).await
+    }
+
+    /// Removes the objects `keys`; missing ones are fine.
+    pub async fn remove_keys(&self, keys: &[String]) -> anyhow::Result<()> {
+        for key in keys {
+            self.client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .send()
+                .await
+                .map_err(|e| anyhow::anyhow!("remove {key}: {}", object_store::describe(&e)))?;
         }
         Ok(())
+    }
+
+    /// Every object of repository `repo`, with when it was written.
+    pub async fn list(&self, repo: Uuid) -> anyhow::Result<Vec<(String, SystemTime)>> {
+        let mut found = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(format!("repos/{repo}/"))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| {
+                anyhow::anyhow!("list the packs of {repo}: {}", object_store::describe(&e))
+            })?;
+            for object in page.contents() {
+                let (Some(key), Some(modified)) = (object.key(), object.last_modified()) else {
+                    continue;
+                };
+                let modified = SystemTime::try_from(*modified).unwrap_or(SystemTime::UNIX_EPOCH);
+                found.push((key.to_owned(), modified));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Writes the file at `path` as the object `key`: a restore puts back the copies a backup took, under the keys
+    /// the platform database names. Only keys of this bucket's shape are taken.
+    pub async fn put_file(&self, key: &str, path: &Path) -> anyhow::Result<()> {
+        anyhow::ensure!(is_pack_key(key), "{key} is not the key of a pack's file");
+        let body = ByteStream::from_path(path)
+            .await
+            .with_context(|| format!("read {}", path.display()))?;
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("upload {key}: {}", object_store::describe(&e)))?;
+        Ok(())
+    }
+
+    /// Whether any repository has an object here.
+    pub async fn holds_any(&self) -> anyhow::Result<bool> {
+        let page = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix("repos/")
+            .max_keys(1)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("list the git bucket: {}", object_store::describe(&e)))?;
+        Ok(!page.contents().is_empty())
+    }
+
+    /// Removes every object of repository `repo`: the packs its rows name and any a failed publish left.
+    pub async fn remove_repository(&self, repo: Uuid) -> anyhow::Result<usize> {
+        let keys: Vec<String> = self.list(repo).await?.into_iter().map(|(k, _)| k).collect();
+        self.remove_keys(&keys).await?;
+        Ok(keys.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_keys_of_packs_are_pack_keys() {
+        let (repo, upload) = (Uuid::new_v4(), Uuid::new_v4());
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let pack = format!("pack-{sha}");
+        for key in [
+            PackBucket::key(repo, &pack, Some(upload), "pack"),
+            PackBucket::key(repo, &pack, Some(upload), "idx"),
+            PackBucket::key(repo, &pack, None, "idx"),
+        ] {
+            assert!(is_pack_key(&key), "{key}");
+        }
+        for key in [
+            format!("repos/{repo}/{pack}.{upload}.keep"),
+            format!("repos/{repo}/{pack}.nonsense.pack"),
+            format!("repos/{repo}/pack-.pack"),
+            format!("repos/{repo}/../x/{pack}.pack"),
+            format!("repos/not-a-uuid/{pack}.pack"),
+            format!("other/{repo}/{pack}.pack"),
+            format!("repos/{repo}/sub/{pack}.pack"),
+        ] {
+            assert!(!is_pack_key(&key), "{key}");
+        }
     }
 }

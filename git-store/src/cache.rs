@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use slipway_store::db::git_refs::{self, Snapshot};
+use slipway_store::db::git_refs::{self, PackRow, Snapshot};
 use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
 
@@ -31,8 +31,8 @@ pub async fn sync(storage: &ObjectStorage, app: Uuid, path: &Path) -> anyhow::Re
     if marker(path).await == Some((app, version)) {
         return Ok(true);
     }
-    let lock = storage.sync_lock(path);
-    let _held = lock.lock().await;
+    let lock = storage.cache_lock(path);
+    let _held = lock.write().await;
     if marker(path).await == Some((app, version)) {
         return Ok(true);
     }
@@ -45,11 +45,13 @@ pub async fn sync(storage: &ObjectStorage, app: Uuid, path: &Path) -> anyhow::Re
     }
     let fetched = fetch_packs(storage, &snapshot, path).await?;
     move_refs(&snapshot, path).await?;
+    let pruned = prune_packs(path, &snapshot.packs).await?;
     write_marker(path, app, snapshot.version).await?;
     tracing::debug!(
         %app,
         version = snapshot.version,
         packs_fetched = fetched,
+        packs_pruned = pruned,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "synced a repository cache"
     );
@@ -80,7 +82,7 @@ async fn init(path: &Path) -> anyhow::Result<()> {
 }
 
 /// Downloads the live packs the cache lacks and keeps every live pack; returns how many were downloaded.
-async fn fetch_packs(
+pub(crate) async fn fetch_packs(
     storage: &ObjectStorage,
     snapshot: &Snapshot,
     path: &Path,
@@ -90,10 +92,7 @@ async fn fetch_packs(
     let mut fetched = 0;
     for pack in &snapshot.packs {
         if !tokio::fs::try_exists(dir.join(format!("{}.idx", pack.name))).await? {
-            storage
-                .bucket
-                .download(snapshot.id, &dir, &pack.name)
-                .await?;
+            storage.bucket.download(snapshot.id, &dir, pack).await?;
             fetched += 1;
         }
         keep(&dir, &pack.name).await?;
@@ -131,41 +130,101 @@ pub(crate) async fn local_refs(path: &Path) -> anyhow::Result<BTreeMap<String, S
         .collect())
 }
 
-/// Moves the cache's refs and `HEAD` to the snapshot's: one transaction of the refs that differ, each checked
-/// against the value just read, tried again when a push on this replica holds one of their locks.
-async fn move_refs(snapshot: &Snapshot, path: &Path) -> anyhow::Result<()> {
-    let wanted: BTreeMap<&str, &str> = snapshot
+/// Removes the cache's packs that are not among the repository's `live` ones: the packs a compaction folded into
+/// one, and those of updates that were refused. Every object a ref reaches is in a live pack, and the caller holds
+/// the cache's lock alone, so no push is between publishing a pack and its ref. A git reading one of them keeps
+/// its open file, and looks again among the packs for what it has not read yet. Returns how many went.
+pub(crate) async fn prune_packs(path: &Path, live: &[PackRow]) -> anyhow::Result<usize> {
+    let dir = path.join("objects/pack");
+    let live: std::collections::HashSet<&str> = live.iter().map(|p| p.name.as_str()).collect();
+    let mut entries = tokio::fs::read_dir(&dir).await?;
+    let mut pruned = 0;
+    let mut gone = Vec::new();
+    while let Some(entry) = entries.next_entry().await? {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let Some(pack) = file.strip_suffix(".idx") else {
+            continue;
+        };
+        if pack.starts_with("pack-") && !live.contains(pack) {
+            gone.push(pack.to_owned());
+        }
+    }
+    for pack in gone {
+        // The `.idx` goes first: without it git no longer sees the pack.
+        for extension in ["idx", "pack", "rev", "bitmap", "keep", "promisor", "mtimes"] {
+            match tokio::fs::remove_file(dir.join(format!("{pack}.{extension}"))).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("remove {pack}.{extension}")),
+            }
+        }
+        pruned += 1;
+    }
+    Ok(pruned)
+}
+
+/// The refs of the snapshot git can write, by name. A ref git cannot name, or one that would be a directory of
+/// another (a repository published before those rules were checked), is left out with a warning rather than
+/// failing every sync of the repository.
+fn writable_refs(snapshot: &Snapshot) -> BTreeMap<&str, &str> {
+    let mut wanted: BTreeMap<String, &str> = BTreeMap::new();
+    for (name, oid) in &snapshot.refs {
+        if !crate::is_ref_name(name) {
+            tracing::warn!(repo = %snapshot.id, name, "a published ref has a name git cannot write; left out of the cache");
+        } else if let Some(other) = git_refs::dir_file_clash(&wanted, name) {
+            tracing::warn!(repo = %snapshot.id, name, other, "a published ref clashes with another; left out of the cache");
+        } else {
+            wanted.insert(name.clone(), oid);
+        }
+    }
+    snapshot
         .refs
         .iter()
+        .filter(|(name, _)| wanted.contains_key(name))
         .map(|(n, o)| (n.as_str(), o.as_str()))
-        .collect();
+        .collect()
+}
+
+/// Moves the cache's refs and `HEAD` to the snapshot's: one transaction of the refs that differ, each checked
+/// against the value just read, tried again when a writer on this replica holds one of their locks.
+async fn move_refs(snapshot: &Snapshot, path: &Path) -> anyhow::Result<()> {
+    let wanted = writable_refs(snapshot);
     let mut attempt = 0;
     loop {
         let local = local_refs(path).await?;
-        let mut script = String::new();
+        // `update-ref -z`: every field ends in a NUL, so no name can be read as two.
+        let mut script = Vec::new();
+        let mut command = |words: &[&str]| {
+            script.extend_from_slice(words[0].as_bytes());
+            script.push(b' ');
+            for word in &words[1..] {
+                script.extend_from_slice(word.as_bytes());
+                script.push(0);
+            }
+        };
+        for (name, have) in &local {
+            if !wanted.contains_key(name.as_str()) {
+                command(&["delete", name, have]);
+            }
+        }
         for (name, oid) in &wanted {
             match local.get(*name) {
                 Some(have) if have == oid => {}
-                Some(have) => script.push_str(&format!("update {name} {oid} {have}\n")),
-                None => script.push_str(&format!("create {name} {oid}\n")),
-            }
-        }
-        for (name, have) in &local {
-            if !wanted.contains_key(name.as_str()) {
-                script.push_str(&format!("delete {name} {have}\n"));
+                Some(have) => command(&["update", name, oid, have]),
+                None => command(&["create", name, oid]),
             }
         }
         if script.is_empty() {
             break;
         }
         let mut child = crate::git(path)
-            .args(["update-ref", "--stdin"])
+            .args(["update-ref", "-z", "--stdin"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()?;
         if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(script.as_bytes()).await?;
+            stdin.write_all(&script).await?;
         }
         let out = child.wait_with_output().await?;
         if out.status.success() {

@@ -36,7 +36,7 @@ pub async fn import(repos: &Repos, app: RepoOf<'_>, source: &Path) -> anyhow::Re
         .ready(app)
         .await?
         .context("the repository vanished while it was imported")?;
-    let writer = repos.writer(app.id, "import", Writing::Mirror);
+    let writer = repos.writer(app.id, "import", Writing::Mirror).await;
     let out = crate::git(&cache)
         .args(&writer.config)
         .envs(writer.env.iter().map(|(k, v)| (k, v)))

@@ -14,6 +14,7 @@ pub mod bucket;
 pub mod cache;
 pub mod hook;
 pub mod import;
+pub mod maintain;
 pub mod publish;
 
 use std::collections::HashMap;
@@ -49,13 +50,16 @@ pub struct Repos {
 }
 
 /// What a git process that may move refs is started with: config that names the hook, and the grant it carries.
-/// Empty for repositories on a volume, where git's lock files are the whole story.
+/// Empty for repositories on a volume, where git's lock files are the whole story. Keep it until the process has
+/// ended: a push's holds the cache's writer lock, so that no sync moves a ref between the push's publishing and
+/// its own update of the cache.
 #[derive(Debug, Clone, Default)]
 pub struct Writer {
     /// `-c` options, before the git subcommand.
     pub config: Vec<String>,
     /// Environment variables.
     pub env: Vec<(&'static str, String)>,
+    _held: Option<Arc<tokio::sync::OwnedRwLockReadGuard<()>>>,
 }
 
 impl Repos {
@@ -114,10 +118,23 @@ impl Repos {
     }
 
     /// What a git process started to move `app`'s refs for `actor` carries: `receive-pack`, `update-ref` or a
-    /// mirror's `fetch`, as `writing` says.
-    pub fn writer(&self, app: Uuid, actor: &str, writing: Writing) -> Writer {
+    /// mirror's `fetch`, as `writing` says. A push waits for a sync of the cache in progress to end.
+    ///
+    /// Only a push holds the lock: it publishes in `pre-receive` and moves the cache's refs only later, from the
+    /// values its client saw, so a sync in between would make git refuse its own, published, update. `update-ref`
+    /// and `fetch` publish with the refs' lock files held, which a sync waits for.
+    pub async fn writer(&self, app: Uuid, actor: &str, writing: Writing) -> Writer {
         let Some(storage) = &self.objects else {
             return Writer::default();
+        };
+        let held = match writing {
+            Writing::Push => Some(Arc::new(
+                storage
+                    .cache_lock(&storage.cache_path(app))
+                    .read_owned()
+                    .await,
+            )),
+            Writing::Update | Writing::Mirror => None,
         };
         let grant = Grant {
             app,
@@ -133,6 +150,7 @@ impl Repos {
                 (hook::SOCKET_ENV, storage.socket.display().to_string()),
                 (hook::GRANT_ENV, storage.grants.seal(&grant)),
             ],
+            _held: held,
         }
     }
 
@@ -157,7 +175,7 @@ impl Repos {
         remove_dir_if_present(&storage.cache_path(app.id)).await?;
         if let Some(gone) = git_refs::delete(&storage.db, app.id).await? {
             // The rows are gone, so no replica serves the packs again; a failure here leaves only bytes behind.
-            if let Err(e) = storage.bucket.remove(gone.id, &gone.packs).await {
+            if let Err(e) = storage.bucket.remove_repository(gone).await {
                 tracing::warn!(app = %app.id, error = format!("{e:#}"), "removing a deleted repository's packs failed");
             }
         }
@@ -171,6 +189,51 @@ impl Repos {
             None => Ok(()),
             Some(storage) => remove_dir_if_present(&storage.cache_path(app)).await,
         }
+    }
+
+    /// Maintains `app`'s repository when no replica did within `policy.every` ([`maintain`]); `None` when another
+    /// replica has, the app has no repository, or repositories are on a volume (where `git gc` keeps them).
+    pub async fn maintain(
+        &self,
+        app: Uuid,
+        policy: &maintain::Policy,
+    ) -> anyhow::Result<Option<maintain::Maintained>> {
+        let Some(storage) = &self.objects else {
+            return Ok(None);
+        };
+        let Some(id) =
+            slipway_store::db::git_maintenance::claim(&storage.db, app, policy.every).await?
+        else {
+            return Ok(None);
+        };
+        maintain::run(storage, app, id, policy).await.map(Some)
+    }
+
+    /// Removes this replica's caches of repositories that are no longer kept here (a deleted app's, or a
+    /// transferred app's under its old uid); how many went. Nothing on a volume.
+    pub async fn sweep_caches(&self) -> anyhow::Result<usize> {
+        let Some(storage) = &self.objects else {
+            return Ok(0);
+        };
+        let mut entries = tokio::fs::read_dir(&storage.cache).await?;
+        let mut swept = 0;
+        while let Some(entry) = entries.next_entry().await? {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(app) = name
+                .strip_suffix(".git")
+                .and_then(|u| u.parse::<Uuid>().ok())
+            else {
+                continue;
+            };
+            if git_refs::version(&storage.db, app).await?.is_none() {
+                let path = storage.cache_path(app);
+                let lock = storage.cache_lock(&path);
+                let _held = lock.write().await;
+                remove_dir_if_present(&path).await?;
+                swept += 1;
+            }
+        }
+        Ok(swept)
     }
 
     /// Gives `from`'s repository to `to`, the same app under its new owner.
@@ -195,6 +258,9 @@ impl Repos {
     }
 }
 
+/// How many caches' locks are kept before the unused ones are dropped.
+const KEPT_LOCKS: usize = 256;
+
 /// Repositories in object storage: the database, the bucket, this replica's cache and the hook's socket.
 #[derive(Debug)]
 pub struct ObjectStorage {
@@ -204,7 +270,7 @@ pub struct ObjectStorage {
     hooks: PathBuf,
     socket: PathBuf,
     grants: GrantKey,
-    syncing: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::RwLock<()>>>>,
 }
 
 impl ObjectStorage {
@@ -246,7 +312,7 @@ impl ObjectStorage {
             hooks,
             socket,
             grants: GrantKey::random(),
-            syncing: Mutex::default(),
+            locks: Mutex::default(),
         });
         tokio::spawn(publish::serve(storage.clone(), listener));
         Ok(storage)
@@ -256,14 +322,20 @@ impl ObjectStorage {
         self.cache.join(format!("{app}.git"))
     }
 
-    fn sync_lock(&self, path: &Path) -> Arc<tokio::sync::Mutex<()>> {
-        self.syncing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(path.to_owned())
-            .or_default()
-            .clone()
+    /// The lock of the cache at `path`: a sync holds it alone, pushes share it. Locks nobody holds are dropped
+    /// once there are many.
+    fn cache_lock(&self, path: &Path) -> Arc<tokio::sync::RwLock<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        if locks.len() >= KEPT_LOCKS {
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        }
+        locks.entry(path.to_owned()).or_default().clone()
     }
+}
+
+/// Whether git can write a ref named `name`: one under `refs/` that passes `git check-ref-format`.
+pub(crate) fn is_ref_name(name: &str) -> bool {
+    name.starts_with("refs/") && gix_validate::reference::name(name.as_bytes().into()).is_ok()
 }
 
 /// `git` on the repository at `path`, ignoring the machine's global and system configuration.
@@ -348,6 +420,7 @@ mod tests {
         assert!(
             repos
                 .writer(app.id, "alice", Writing::Push)
+                .await
                 .config
                 .is_empty()
         );

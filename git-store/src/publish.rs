@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, ensure};
-use slipway_store::db::git_refs::{self, PackRow, PublishError, RefUpdate};
+use slipway_store::db::git_refs::{self, Check, PackRow, PublishError, RefUpdate};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -47,9 +47,18 @@ pub(crate) async fn serve(storage: Arc<ObjectStorage>, listener: UnixListener) {
 async fn answer(storage: &ObjectStorage, mut stream: UnixStream) -> anyhow::Result<()> {
     let mut message = String::new();
     (&mut stream)
-        .take(MAX_MESSAGE)
+        .take(MAX_MESSAGE + 1)
         .read_to_string(&mut message)
         .await?;
+    if message.len() as u64 > MAX_MESSAGE {
+        let reply = format!(
+            "refused the update names more refs than one transaction may ({} MiB of ref lines); push them in parts\n",
+            MAX_MESSAGE >> 20
+        );
+        stream.write_all(reply.as_bytes()).await?;
+        stream.shutdown().await?;
+        return Ok(());
+    }
     let mut parts = message.splitn(3, '\n');
     let (grant, quarantine, updates) = (
         parts.next().unwrap_or_default(),
@@ -68,9 +77,11 @@ async fn answer(storage: &ObjectStorage, mut stream: UnixStream) -> anyhow::Resu
     Ok(())
 }
 
-/// The updates of a hook's stdin that publish anything: refs under `refs/` (not the `HEAD` symref line). A line
-/// with no object on either side is a mirror's prune (`fetch --prune` deletes whatever the ref was), and otherwise
-/// only the echo of a nested `packed-refs` transaction, which is left out.
+/// The updates of a hook's stdin that publish anything: refs under `refs/` (not the `HEAD` symref line, and not a
+/// name outside `refs/`, which receive-pack refuses itself). A line with no object on either side is a mirror's
+/// prune (`fetch --prune` deletes whatever the ref was), and otherwise only the echo of a nested `packed-refs`
+/// transaction, which is left out. A name git cannot write refuses the whole update: receive-pack checks names
+/// only after `pre-receive`, where a push publishes.
 pub(crate) fn parse_updates(text: &str, writing: Writing) -> Result<Vec<RefUpdate>, String> {
     let mut updates = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -83,6 +94,9 @@ pub(crate) fn parse_updates(text: &str, writing: Writing) -> Result<Vec<RefUpdat
         if !name.starts_with("refs/") || (old == ZERO && new == ZERO && writing != Writing::Mirror)
         {
             continue;
+        }
+        if !crate::is_ref_name(name) {
+            return Err(format!("refusing to create funny ref {name:?}"));
         }
         let oid = |s: &str| -> Result<Option<String>, String> {
             if s.len() != 40 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -125,34 +139,40 @@ async fn publish(
         .map_err(|e| fault(e.into()))?
         .ok_or_else(|| "no such repository".to_owned())?;
     let new: Vec<&str> = updates.iter().filter_map(|u| u.new.as_deref()).collect();
-    let pack = if new.is_empty() {
+    let mut pack = if new.is_empty() {
         None
     } else {
         pack_new_objects(&path, quarantine.as_deref(), &new)
             .await
             .map_err(fault)?
     };
-    if let Some(pack) = &pack {
+    if let Some(pack) = &mut pack {
         // A push's pack stays in its quarantine, which git moves into the repository once the push is accepted.
         let dir = quarantine
             .as_deref()
             .unwrap_or(&path.join("objects"))
             .join("pack");
-        storage
+        let upload = storage
             .bucket
             .upload(repo_id, &dir, &pack.name)
             .await
             .map_err(fault)?;
         crate::cache::keep(&dir, &pack.name).await.map_err(fault)?;
+        pack.upload = Some(upload);
     }
     let packs: Vec<PackRow> = pack.into_iter().collect();
+    let check = match grant.writing {
+        Writing::Push => Check::Push,
+        Writing::Update => Check::Update,
+        Writing::Mirror => Check::Force,
+    };
     match git_refs::publish(
         &storage.db,
         grant.app,
         &updates,
         &packs,
         &grant.actor,
-        grant.writing == Writing::Mirror,
+        check,
     )
     .await
     {
@@ -169,6 +189,7 @@ async fn publish(
         Err(PublishError::Stale { name, .. }) => Err(format!(
             "{name} was updated by someone else since it was read; fetch and try again"
         )),
+        Err(PublishError::Refused(reason)) => Err(reason),
         Err(PublishError::Missing) => Err("no such repository".into()),
         Err(PublishError::Db(e)) => Err(fault(e.into())),
     }
@@ -248,6 +269,7 @@ async fn pack_new_objects(
     Ok(Some(PackRow {
         name,
         bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
+        upload: None,
     }))
 }
 
@@ -279,6 +301,16 @@ mod tests {
         );
         assert!(parse_updates("nonsense", Writing::Push).is_err());
         assert!(parse_updates(&format!("xyz {a} refs/heads/m"), Writing::Update).is_err());
+        for funny in [
+            "refs/heads/a..b",
+            "refs/heads/a b",
+            "refs/heads/x.lock",
+            "refs/heads/a/",
+            "refs/heads/@{x}",
+        ] {
+            let err = parse_updates(&format!("{ZERO} {a} {funny}\n"), Writing::Push).unwrap_err();
+            assert!(err.contains("funny ref"), "{funny}: {err}");
+        }
         // A mirror's prune names no object on either side.
         assert_eq!(
             parse_updates(&format!("{ZERO} {ZERO} refs/heads/x\n"), Writing::Mirror).unwrap(),

@@ -37,7 +37,11 @@ pub async fn collect(repo: &Path, prune: &str) -> anyhow::Result<()> {
 }
 
 /// Collects every app's repository; how many were collected. One that fails is logged and the rest go on.
+/// Repositories in object storage are maintained instead ([`slipway_git_store::maintain`]), each by one replica.
 pub async fn pass(state: &AppState, prune: &str) -> usize {
+    if state.repos().in_objects() {
+        return maintain_all(state, &slipway_git_store::maintain::Policy::default()).await;
+    }
     let mut collected = 0;
     for app in state.cache().apps() {
         let Some(app) = VisibleApp::from_resource(app, Role::Owner) else {
@@ -55,6 +59,38 @@ pub async fn pass(state: &AppState, prune: &str) -> usize {
         }
     }
     collected
+}
+
+/// Maintains every repository kept in object storage that no replica maintained within `policy.every`, and
+/// removes this replica's caches of repositories that are gone; how many were maintained.
+pub async fn maintain_all(state: &AppState, policy: &slipway_git_store::maintain::Policy) -> usize {
+    let mut maintained = 0;
+    for app in state.cache().apps() {
+        let Some(app) = VisibleApp::from_resource(app, Role::Owner) else {
+            continue;
+        };
+        match state.repos().maintain(app.id, policy).await {
+            Ok(Some(done)) => {
+                maintained += 1;
+                tracing::debug!(app = %app.id, ?done, "maintained a repository");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(app = %app.id, error = format!("{e:#}"), "repository maintenance failed; retried at the next pass")
+            }
+        }
+    }
+    match state.repos().sweep_caches().await {
+        Ok(swept) if swept > 0 => {
+            tracing::info!(swept, "removed caches of repositories that are gone")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            error = format!("{e:#}"),
+            "sweeping the repository caches failed"
+        ),
+    }
+    maintained
 }
 
 /// How long after the start the first pass runs: soon, so an API restarted more often than [`EVERY`] still

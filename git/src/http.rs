@@ -200,7 +200,7 @@ async fn info_refs(
         .stdout
         .take()
         .ok_or_else(|| GitError::Internal(anyhow::anyhow!("git has no stdout")))?;
-    tokio::spawn(service::reap(child, service, granted.path));
+    tokio::spawn(service::reap(child, service, granted));
     // Protocol v0/v1 responses start with a `# service=` packet and a flush; v2's capability advertisement does not.
     let prefix = if v2 {
         Vec::new()
@@ -279,7 +279,7 @@ async fn rpc(
             "git has no stdin or stdout"
         )));
     };
-    tokio::spawn(service::reap(child, service, granted.path));
+    tokio::spawn(service::reap(child, service, granted));
 
     // Request body -> stdin, concurrently with stdout -> response body.
     let reader = StreamReader::new(body.into_data_stream().map_err(io::Error::other));

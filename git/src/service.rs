@@ -126,7 +126,7 @@ pub async fn authorize(
     }
     let path = app.ready_repo(state).await?;
     let writer = match service {
-        Service::ReceivePack => state.repos().writer(app.id, username, Writing::Push),
+        Service::ReceivePack => state.repos().writer(app.id, username, Writing::Push).await,
         Service::UploadPack => Default::default(),
     };
     Ok(Granted {
@@ -178,8 +178,10 @@ pub fn command(
     cmd
 }
 
-/// Logs what a finished git process wrote to stderr and how it ended.
-pub async fn reap(mut child: tokio::process::Child, service: Service, repo: PathBuf) {
+/// Logs what a finished git process wrote to stderr and how it ended. Holds `granted` (and with it a push's writer
+/// lock) until then.
+pub async fn reap(mut child: tokio::process::Child, service: Service, granted: Granted) {
+    let repo = &granted.path;
     // Drain stderr to the end (a full pipe would stall git) and keep the first 64 KiB for the log.
     let mut stderr = Vec::new();
     if let Some(mut err) = child.stderr.take() {

@@ -245,7 +245,8 @@ async fn post_changeset(
     let _queued = lock.lock().await;
     let writer = state
         .repos()
-        .writer(app.id, &caller.username, Writing::Update);
+        .writer(app.id, &caller.username, Writing::Update)
+        .await;
     let repos = state.repos().clone();
     let runtime = tokio::runtime::Handle::current();
     let committed = tokio::task::spawn_blocking(move || {

@@ -3,7 +3,9 @@
 //! deletion, changeset) the other serves at once, a cache deleted under a replica comes back from the bucket, of
 //! two pushes racing through the two replicas exactly one wins every round, and a deleted app leaves no pack behind.
 //! A mirror's sync publishes the external repository as it is (rewrites and deletions included). A repository a
-//! volume kept is imported whole, and importing it again changes nothing.
+//! volume kept is imported whole, and importing it again changes nothing. A push git would refuse publishes
+//! nothing, a sync on the pushing replica never trips a push, and maintenance folds the packs once cluster-wide
+//! and removes every copy no row names.
 
 use crate::support;
 
@@ -401,5 +403,267 @@ async fn a_mirror_sync_publishes_the_external_repository_as_it_is() -> Result<()
             .any(|l| l.name == "refs/heads/feature" && l.new.is_none()),
         "{log:?}"
     );
+    Ok(())
+}
+
+/// The names of the refs `remote` lists.
+async fn listed_refs(ws: &Workspace, remote: &str) -> Result<Vec<String>> {
+    Ok(ws
+        .git(".", &["ls-remote", "--refs", remote])
+        .await?
+        .lines()
+        .filter_map(|l| l.split_once('\t').map(|(_, name)| name.to_owned()))
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_git_would_refuse_publishes_nothing() -> Result<()> {
+    let r = Replicas::start().await?;
+    let alice = r.a.user("alice", "basic").await?;
+    let app = r.a.create_app(&alice, "rules", "static").await;
+    let app_id: uuid::Uuid = app["id"].as_str().unwrap().parse()?;
+    let via_a = http_remote(&r.a_url, &alice.token, &alice.username, "rules");
+    let via_b = http_remote(&r.b_url, &alice.token, &alice.username, "rules");
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
+    ws.write("w/a.txt", "a\n")?;
+    ws.git("w", &["add", "."]).await?;
+    ws.git("w", &["commit", "-qm", "a"]).await?;
+    ws.git(
+        "w",
+        &["push", "-q", &via_a, "HEAD:master", "HEAD:refs/heads/x"],
+    )
+    .await?;
+    let logged = git_refs::log(r.a.state.db(), app_id).await?.len();
+
+    // The branch HEAD names cannot be deleted, as git refuses it.
+    let refused = ws
+        .try_git("w", &["push", &via_b, "--delete", "master"])
+        .await?;
+    assert!(!refused.ok, "the current branch was deleted");
+    assert!(
+        refused
+            .stderr
+            .contains("refusing to delete the current branch"),
+        "{}",
+        refused.stderr
+    );
+
+    // A ref that would be a directory of another, or have one as its directory: git could write neither, so
+    // neither is published, and nothing else of the same push is.
+    ws.write("w/b.txt", "b\n")?;
+    ws.git("w", &["add", "."]).await?;
+    ws.git("w", &["commit", "-qm", "b"]).await?;
+    for clash in [
+        vec!["HEAD:refs/heads/x/y"],
+        vec!["HEAD:refs/heads/fine", "HEAD:refs/heads/master/z"],
+    ] {
+        let mut args = vec!["push", via_a.as_str()];
+        args.extend(clash.iter().copied());
+        let refused = ws.try_git("w", &args).await?;
+        assert!(!refused.ok, "{clash:?} was accepted");
+        assert!(
+            refused
+                .stderr
+                .contains("cannot be both a file and a directory"),
+            "{}",
+            refused.stderr
+        );
+    }
+    assert_eq!(
+        listed_refs(&ws, &via_b).await?,
+        ["refs/heads/master", "refs/heads/x"]
+    );
+    assert_eq!(git_refs::log(r.a.state.db(), app_id).await?.len(), logged);
+
+    // Both replicas go on serving and taking pushes.
+    ws.git("w", &["push", "-q", &via_b, "HEAD:master"]).await?;
+    ws.git(".", &["clone", "-q", &via_a, "copy"]).await?;
+    assert_eq!(
+        ws.git("copy", &["rev-parse", "HEAD"]).await?,
+        ws.git("w", &["rev-parse", "HEAD"]).await?
+    );
+    ws.git("copy", &["fsck", "--strict", "--no-dangling"])
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_are_never_refused_by_a_sync_on_their_own_replica() -> Result<()> {
+    const ROUNDS: usize = 5;
+    const BRANCHES: usize = 300;
+    let r = Replicas::start().await?;
+    let alice = r.a.user("alice", "basic").await?;
+    let app = r.a.create_app(&alice, "busy", "static").await;
+    let app_id: uuid::Uuid = app["id"].as_str().unwrap().parse()?;
+    let via_a = http_remote(&r.a_url, &alice.token, &alice.username, "busy");
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
+
+    // While every push goes through A, a reader on A syncs its cache as fast as it can: each push's own publish
+    // moves the version, so a sync runs beside every push. Without the cache's lock the sync reaches refs
+    // receive-pack has yet to write, and one of the two fails (`cannot lock ref ...: reference already exists`).
+    let (owner, name): (slipway_crds::names::Username, slipway_crds::names::AppName) =
+        (alice.username.parse()?, "busy".parse()?);
+    let state = r.a.state.clone();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut syncs = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let repo = slipway_git_store::RepoOf {
+                    id: app_id,
+                    owner: &owner,
+                    name: &name,
+                };
+                state.repos().ready(repo).await?;
+                syncs += 1;
+            }
+            anyhow::Ok(syncs)
+        })
+    };
+    // A push of new objects, and one of many branches at a commit the repository has: that one uploads nothing,
+    // so a sync after its publish has nothing to download, while receive-pack still writes one ref after another.
+    for round in 0..ROUNDS {
+        ws.write("w/n.txt", format!("{round}\n"))?;
+        ws.git("w", &["add", "."]).await?;
+        ws.git("w", &["commit", "-qm", &format!("round {round}")])
+            .await?;
+        let pushed = ws.try_git("w", &["push", &via_a, "HEAD:master"]).await?;
+        assert!(pushed.ok, "round {round}: {}", pushed.stderr);
+        let branches: Vec<String> = (0..BRANCHES)
+            .map(|b| format!("HEAD:refs/heads/r{round}/b{b}"))
+            .collect();
+        let mut args = vec!["push", via_a.as_str()];
+        args.extend(branches.iter().map(String::as_str));
+        let pushed = ws.try_git("w", &args).await?;
+        assert!(
+            pushed.ok,
+            "round {round}, {BRANCHES} branches: {}",
+            pushed.stderr
+        );
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let syncs = reader.await??;
+    assert_eq!(
+        git_refs::log(r.a.state.db(), app_id).await?.len(),
+        ROUNDS * (1 + BRANCHES)
+    );
+    println!(
+        "{} pushes beside {syncs} reads of the same replica's cache, none refused",
+        2 * ROUNDS
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_folds_the_packs_once_and_removes_what_no_row_names() -> Result<()> {
+    use slipway_git_store::maintain::{Maintained, Policy};
+    const PUSHES: usize = 10;
+    let r = Replicas::start().await?;
+    let alice = r.a.user("alice", "basic").await?;
+    let app = r.a.create_app(&alice, "packs", "static").await;
+    let app_id: uuid::Uuid = app["id"].as_str().unwrap().parse()?;
+    let via_a = http_remote(&r.a_url, &alice.token, &alice.username, "packs");
+    let via_b = http_remote(&r.b_url, &alice.token, &alice.username, "packs");
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
+    for push in 0..PUSHES {
+        ws.write(&format!("w/{push}.txt"), format!("{push}\n"))?;
+        ws.git("w", &["add", "."]).await?;
+        ws.git("w", &["commit", "-qm", &format!("push {push}")])
+            .await?;
+        ws.git("w", &["push", "-q", &via_a, "HEAD:master"]).await?;
+    }
+    // B's cache holds the ten packs.
+    ws.git(".", &["clone", "-q", &via_b, "warm"]).await?;
+    let db = r.a.state.db();
+    let repo_id = git_refs::id(db, app_id).await?.expect("a repository");
+    let live = |db| async move {
+        anyhow::Ok(
+            git_refs::snapshot(db, app_id)
+                .await?
+                .expect("a repository")
+                .packs,
+        )
+    };
+    assert_eq!(live(db).await?.len(), PUSHES);
+
+    // A copy no row names, as an update refused after its upload leaves.
+    for extension in ["pack", "idx"] {
+        ws.write(&format!("junk/pack-junk.{extension}"), "junk")?;
+    }
+    slipway_git_store::bucket::PackBucket::open(&support::s3_calls::root(&r.s3), BUCKET)
+        .await?
+        .upload(repo_id, &ws.path("junk"), "pack-junk")
+        .await?;
+    assert_eq!(r.bucket_files()?, 2 * PUSHES + 2);
+
+    let now = Policy {
+        every: std::time::Duration::ZERO,
+        compact_at: 2,
+        grace: std::time::Duration::ZERO,
+    };
+    let done = r.a.state.repos().maintain(app_id, &now).await?;
+    assert_eq!(
+        done,
+        Some(Maintained {
+            packs_folded: PUSHES,
+            retired_removed: PUSHES,
+            orphans_removed: 2,
+        })
+    );
+    assert_eq!(live(db).await?.len(), 1);
+    assert_eq!(r.bucket_files()?, 2);
+    // Once cluster-wide: maintained a moment ago, it is not due again.
+    let daily = Policy {
+        every: std::time::Duration::from_secs(3600),
+        ..now.clone()
+    };
+    assert_eq!(r.a.state.repos().maintain(app_id, &daily).await?, None);
+
+    // B still serves from the packs it holds; after the next push it syncs to the folded pack and the new one.
+    ws.git(".", &["clone", "-q", &via_b, "stale"]).await?;
+    ws.git("stale", &["fsck", "--strict", "--no-dangling"])
+        .await?;
+    ws.write("w/after.txt", "after\n")?;
+    ws.git("w", &["add", "."]).await?;
+    ws.git("w", &["commit", "-qm", "after"]).await?;
+    ws.git("w", &["push", "-q", &via_a, "HEAD:master"]).await?;
+    ws.git(".", &["clone", "-q", &via_b, "synced"]).await?;
+    ws.git("synced", &["fsck", "--strict", "--no-dangling"])
+        .await?;
+    let packs_in = |cache: &std::path::Path| -> Result<usize> {
+        let dir = cache.join(format!("{app_id}.git/objects/pack"));
+        Ok(std::fs::read_dir(dir)?
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "pack"))
+            })
+            .count())
+    };
+    assert_eq!(packs_in(&r.b_cache)?, 2);
+
+    // A cold cache takes the two live packs and nothing else.
+    std::fs::remove_dir_all(&r.b_cache)?;
+    ws.git(".", &["clone", "-q", &via_b, "cold"]).await?;
+    assert_eq!(
+        ws.git("cold", &["rev-parse", "HEAD"]).await?,
+        ws.git("w", &["rev-parse", "HEAD"]).await?
+    );
+    ws.git("cold", &["fsck", "--strict", "--no-dangling"])
+        .await?;
+    assert_eq!(packs_in(&r.b_cache)?, 2);
+
+    // A deleted app leaves nothing in the bucket, and its cache goes at the next sweep.
+    r.a.delete(&format!("/apps/{app_id}"), &alice)
+        .await
+        .expect(204, None);
+    assert_eq!(r.bucket_files()?, 0);
+    assert!(r.b_cache.join(format!("{app_id}.git")).exists());
+    let b_repos = in_objects(&r.a.replica_state().await?, &r.s3, &r.b_cache).await?;
+    assert_eq!(b_repos.sweep_caches().await?, 1);
+    assert!(!r.b_cache.join(format!("{app_id}.git")).exists());
     Ok(())
 }

@@ -39,7 +39,7 @@ pub async fn state(
                     "--git-storage object-store needs the object store (--s3-backend-url)"
                 )
             })?;
-            let bucket = format!("{}git", args.snapshot_store.s3_bucket_prefix);
+            let bucket = slipway_git_store::bucket::name(&args.snapshot_store.s3_bucket_prefix);
             Repos::in_object_store(
                 &args.repos_dir,
                 db.clone(),

@@ -215,7 +215,8 @@ pub(super) async fn sync_once(
     })?;
     let writer = state
         .repos()
-        .writer(mirror.app_id, "mirror", Writing::Mirror);
+        .writer(mirror.app_id, "mirror", Writing::Mirror)
+        .await;
     let fetched = transport::fetch(transport::Fetch {
         remote: &remote,
         addrs: &addrs,

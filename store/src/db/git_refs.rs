@@ -4,6 +4,8 @@
 //! Every replica reads [`version`] before it serves a repository and syncs its cache from [`snapshot`] when the
 //! number moved.
 
+use std::collections::BTreeMap;
+
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
@@ -26,6 +28,9 @@ pub struct PackRow {
     pub name: String,
     /// Size of the `.pack` file.
     pub bytes: i64,
+    /// The upload that put this copy in the bucket, part of its key; `None` for a pack uploaded before uploads
+    /// were told apart.
+    pub upload: Option<Uuid>,
 }
 
 /// Everything a cache needs to match a repository at one version.
@@ -56,6 +61,9 @@ pub enum PublishError {
         /// What it is now.
         found: Option<String>,
     },
+    /// The refs after the update would break one of git's rules; the message says which.
+    #[error("{0}")]
+    Refused(String),
     /// The repository is not kept here (its app is gone).
     #[error("no such repository")]
     Missing,
@@ -80,35 +88,13 @@ pub async fn create(db: &PgPool, app: Uuid) -> sqlx::Result<()> {
     Ok(())
 }
 
-/// A repository that has been forgotten, with what to remove from the bucket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Forgotten {
-    /// Its id.
-    pub id: Uuid,
-    /// Its packs.
-    pub packs: Vec<String>,
-}
-
-/// Forgets `app`'s repository with its refs, packs and log; `None` when there is none.
-pub async fn delete(db: &PgPool, app: Uuid) -> sqlx::Result<Option<Forgotten>> {
-    let mut tx = db.begin().await?;
-    let Some(id) = sqlx::query_scalar("SELECT id FROM git_repos WHERE app_id = $1 FOR UPDATE")
+/// Forgets `app`'s repository with its refs, packs and log; returns its id (its name in the bucket), `None` when
+/// there is none.
+pub async fn delete(db: &PgPool, app: Uuid) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar("DELETE FROM git_repos WHERE app_id = $1 RETURNING id")
         .bind(app)
-        .fetch_optional(&mut *tx)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let packs = sqlx::query_scalar("SELECT name FROM git_packs WHERE repo_id = $1")
-        .bind(id)
-        .fetch_all(&mut *tx)
-        .await?;
-    sqlx::query("DELETE FROM git_repos WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(Some(Forgotten { id, packs }))
+        .fetch_optional(db)
+        .await
 }
 
 /// Hands `from`'s repository to the app `to` (a transfer makes a new app); false when `from` has none.
@@ -182,16 +168,15 @@ pub async fn snapshot(db: &PgPool, app: Uuid) -> sqlx::Result<Option<Snapshot>> 
         .bind(id)
         .fetch_all(&mut *tx)
         .await?;
-    let packs = sqlx::query("SELECT name, bytes FROM git_packs WHERE repo_id = $1 ORDER BY name")
-        .bind(id)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .map(|r| PackRow {
-            name: r.get("name"),
-            bytes: r.get("bytes"),
-        })
-        .collect();
+    let packs = sqlx::query(
+        "SELECT name, bytes, upload FROM git_packs WHERE repo_id = $1 AND retired_at IS NULL ORDER BY name",
+    )
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .map(pack_row)
+    .collect();
     tx.commit().await?;
     Ok(Some(Snapshot {
         id,
@@ -202,93 +187,121 @@ pub async fn snapshot(db: &PgPool, app: Uuid) -> sqlx::Result<Option<Snapshot>> 
     }))
 }
 
-/// Applies `updates` and makes `packs` live, all or nothing: under the repository row's lock every ref must still
-/// be what its update expects (unless `force`), then the refs move, the version goes up by one and the log
-/// records each update with `actor`. A forced update that finds the ref as it wants it is left out; when nothing
-/// is left to do the version stays. Returns the version after.
+/// How [`publish`] checks each update against the stored refs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// A push: every ref must still be what the pusher saw, and the branch `HEAD` names may not be deleted (git's
+    /// `receive.denyDeleteCurrent`).
+    Push,
+    /// A ref update of the platform's own (a changeset): every ref must still be what the writer saw.
+    Update,
+    /// A mirror's sync: the refs move whatever they were, and one already as wanted is left out.
+    Force,
+}
+
+/// Applies `updates` and makes `packs` live, all or nothing. Under the repository row's lock every ref must still
+/// be what its update expects (as `check` says), and the refs after the update must be ones git can write: no ref
+/// is both a file and a directory (`refs/heads/a` beside `refs/heads/a/b`). Then the refs move, the version goes up
+/// by one and the log records each update with `actor`. When nothing is left to do the version stays. Returns the
+/// version after.
 pub async fn publish(
     db: &PgPool,
     app: Uuid,
     updates: &[RefUpdate],
     packs: &[PackRow],
     actor: &str,
-    force: bool,
+    check: Check,
 ) -> Result<i64, PublishError> {
     let mut tx = db.begin().await?;
-    let (id, version): (Uuid, i64) =
-        sqlx::query_as("SELECT id, version FROM git_repos WHERE app_id = $1 FOR UPDATE")
+    let (id, current, head): (Uuid, i64, String) =
+        sqlx::query_as("SELECT id, version, head FROM git_repos WHERE app_id = $1 FOR UPDATE")
             .bind(app)
             .fetch_optional(&mut *tx)
             .await?
             .ok_or(PublishError::Missing)?;
-    let current = version;
-    let version = version + 1;
-    let mut moved = 0;
+    let mut refs: BTreeMap<String, String> =
+        sqlx::query_as("SELECT name, oid FROM git_refs WHERE repo_id = $1")
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+    let mut moved: Vec<(&RefUpdate, Option<String>)> = Vec::new();
     for update in updates {
-        let found: Option<String> =
-            sqlx::query_scalar("SELECT oid FROM git_refs WHERE repo_id = $1 AND name = $2")
-                .bind(id)
-                .bind(&update.name)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if !force && found != update.old {
+        if moved.iter().any(|(u, _)| u.name == update.name) {
+            return Err(PublishError::Refused(format!(
+                "{} is updated twice in one transaction",
+                update.name
+            )));
+        }
+        let found = refs.get(&update.name).cloned();
+        if check != Check::Force && found != update.old {
             return Err(PublishError::Stale {
                 name: update.name.clone(),
                 expected: update.old.clone(),
                 found,
             });
         }
-        if force && found == update.new {
+        if found == update.new {
             continue;
         }
-        moved += 1;
-        match &update.new {
-            Some(oid) => {
-                sqlx::query(
-                    "INSERT INTO git_refs (repo_id, name, oid) VALUES ($1, $2, $3)
-                     ON CONFLICT (repo_id, name) DO UPDATE SET oid = EXCLUDED.oid",
-                )
-                .bind(id)
-                .bind(&update.name)
-                .bind(oid)
-                .execute(&mut *tx)
-                .await?;
-            }
-            None => {
-                sqlx::query("DELETE FROM git_refs WHERE repo_id = $1 AND name = $2")
-                    .bind(id)
-                    .bind(&update.name)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+        if check == Check::Push && update.new.is_none() && update.name == head {
+            return Err(PublishError::Refused(format!(
+                "refusing to delete the current branch: {}",
+                update.name
+            )));
         }
-        sqlx::query(
-            "INSERT INTO git_ref_log (repo_id, version, name, old, new, actor)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(id)
-        .bind(version)
-        .bind(&update.name)
-        .bind(&found)
-        .bind(&update.new)
-        .bind(actor)
-        .execute(&mut *tx)
-        .await?;
+        match &update.new {
+            Some(oid) => refs.insert(update.name.clone(), oid.clone()),
+            None => refs.remove(&update.name),
+        };
+        moved.push((update, found));
     }
-    if moved == 0 && packs.is_empty() {
+    for (update, _) in &moved {
+        if update.new.is_some()
+            && let Some(other) = dir_file_clash(&refs, &update.name)
+        {
+            return Err(PublishError::Refused(format!(
+                "cannot create {}: {other} exists, and a ref cannot be both a file and a directory",
+                update.name
+            )));
+        }
+    }
+    if moved.is_empty() && packs.is_empty() {
         return Ok(current);
     }
-    for pack in packs {
-        sqlx::query(
-            "INSERT INTO git_packs (repo_id, name, bytes) VALUES ($1, $2, $3)
-             ON CONFLICT (repo_id, name) DO NOTHING",
-        )
+    let version = current + 1;
+    let (names, olds, news): (Vec<&str>, Vec<Option<&str>>, Vec<Option<&str>>) = moved
+        .iter()
+        .map(|(u, found)| (u.name.as_str(), found.as_deref(), u.new.as_deref()))
+        .collect();
+    sqlx::query("DELETE FROM git_refs WHERE repo_id = $1 AND name = ANY($2)")
         .bind(id)
-        .bind(&pack.name)
-        .bind(pack.bytes)
+        .bind(&names)
         .execute(&mut *tx)
         .await?;
-    }
+    sqlx::query(
+        "INSERT INTO git_refs (repo_id, name, oid)
+         SELECT $1, name, oid FROM UNNEST($2::text[], $3::text[]) AS u(name, oid) WHERE oid IS NOT NULL",
+    )
+    .bind(id)
+    .bind(&names)
+    .bind(&news)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO git_ref_log (repo_id, version, name, old, new, actor)
+         SELECT $1, $2, name, old, new, $6 FROM UNNEST($3::text[], $4::text[], $5::text[]) AS u(name, old, new)",
+    )
+    .bind(id)
+    .bind(version)
+    .bind(&names)
+    .bind(&olds)
+    .bind(&news)
+    .bind(actor)
+    .execute(&mut *tx)
+    .await?;
+    insert_packs(&mut tx, id, packs).await?;
     sqlx::query("UPDATE git_repos SET version = $2 WHERE id = $1")
         .bind(id)
         .bind(version)
@@ -296,6 +309,60 @@ pub async fn publish(
         .await?;
     tx.commit().await?;
     Ok(version)
+}
+
+/// A pack read from a `name, bytes, upload` row.
+pub(crate) fn pack_row(row: sqlx::postgres::PgRow) -> PackRow {
+    PackRow {
+        name: row.get("name"),
+        bytes: row.get("bytes"),
+        upload: row.get("upload"),
+    }
+}
+
+/// Makes `packs` live in repository `id`. A pack already live keeps its copy in the bucket (the new upload is an
+/// orphan the maintenance removes); a retired one comes back with the new copy, since the old one may be on its
+/// way out of the bucket.
+pub(crate) async fn insert_packs(
+    tx: &mut sqlx::PgConnection,
+    id: Uuid,
+    packs: &[PackRow],
+) -> sqlx::Result<()> {
+    if packs.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = packs.iter().map(|p| p.name.as_str()).collect();
+    let bytes: Vec<i64> = packs.iter().map(|p| p.bytes).collect();
+    let uploads: Vec<Option<Uuid>> = packs.iter().map(|p| p.upload).collect();
+    sqlx::query(
+        "INSERT INTO git_packs (repo_id, name, bytes, upload)
+         SELECT $1, name, bytes, upload FROM UNNEST($2::text[], $3::bigint[], $4::uuid[]) AS u(name, bytes, upload)
+         ON CONFLICT (repo_id, name) DO UPDATE SET
+             upload = CASE WHEN git_packs.retired_at IS NULL THEN git_packs.upload ELSE EXCLUDED.upload END,
+             retired_at = NULL",
+    )
+    .bind(id)
+    .bind(&names)
+    .bind(&bytes)
+    .bind(&uploads)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+/// A ref of `refs` that `name` cannot stand beside, because one would be the other's directory: `refs/heads/a`
+/// for `refs/heads/a/b`, or `refs/heads/a/b` for `refs/heads/a`. git keeps refs as files, so it can write
+/// neither pair.
+pub fn dir_file_clash<'a, V>(refs: &'a BTreeMap<String, V>, name: &str) -> Option<&'a str> {
+    let mut parents = name.match_indices('/').map(|(at, _)| &name[..at]);
+    if let Some(parent) = parents.find_map(|p| refs.get_key_value(p)) {
+        return Some(parent.0);
+    }
+    let below = format!("{name}/");
+    refs.range(below.clone()..)
+        .next()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| k.starts_with(&below))
 }
 
 /// One entry of a repository's ref log.
@@ -323,4 +390,36 @@ pub async fn log(db: &PgPool, app: Uuid) -> sqlx::Result<Vec<LoggedUpdate>> {
     .bind(app)
     .fetch_all(db)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ref_clashes_with_its_directories_and_what_is_below_it() {
+        let refs: BTreeMap<String, ()> = ["refs/heads/a", "refs/heads/b/c", "refs/heads/bc"]
+            .into_iter()
+            .map(|n| (n.to_owned(), ()))
+            .collect();
+        assert_eq!(
+            dir_file_clash(&refs, "refs/heads/a/x"),
+            Some("refs/heads/a")
+        );
+        assert_eq!(
+            dir_file_clash(&refs, "refs/heads/a/x/y"),
+            Some("refs/heads/a")
+        );
+        assert_eq!(
+            dir_file_clash(&refs, "refs/heads/b"),
+            Some("refs/heads/b/c")
+        );
+        assert_eq!(dir_file_clash(&refs, "refs/heads/b/d"), None);
+        assert_eq!(dir_file_clash(&refs, "refs/heads/ab"), None);
+        assert_eq!(dir_file_clash(&refs, "refs/heads/a"), None);
+        assert_eq!(
+            dir_file_clash(&refs, "refs/heads/bc/d"),
+            Some("refs/heads/bc")
+        );
+    }
 }

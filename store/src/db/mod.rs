@@ -10,6 +10,7 @@ pub mod console_codes;
 pub mod deploy_logs;
 pub mod domain_claims;
 pub mod email_challenges;
+pub mod git_maintenance;
 pub mod git_refs;
 pub mod members;
 pub mod mirrors;
