@@ -667,3 +667,121 @@ async fn maintenance_folds_the_packs_once_and_removes_what_no_row_names() -> Res
     assert!(!r.b_cache.join(format!("{app_id}.git")).exists());
     Ok(())
 }
+
+/// `slipway admin <backup-part|restore-part> data` as the api pod runs it, for the api `api` keeping repositories in
+/// `s3`'s bucket with its cache under `cache`; `input` is the part a restore reads. Returns its success, stdout and
+/// stderr.
+async fn data_part(
+    api: &TestApi,
+    s3: &TestS3,
+    cache: &std::path::Path,
+    command: &str,
+    input: &[u8],
+) -> Result<(bool, Vec<u8>, String)> {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_slipway"))
+        .args(["admin", command, "data"])
+        .env("SLIPWAY_DATABASE_URL", api.db_url())
+        .env("SLIPWAY_GIT_STORAGE", "object-store")
+        .env("SLIPWAY_REPOS_DIR", cache)
+        .env("SLIPWAY_SSH_HOST_KEY", cache.join("no-host-key"))
+        .env("SLIPWAY_S3_BACKEND_URL", &s3.url)
+        .env("SLIPWAY_S3_BACKEND_ACCESS_KEY_ID", &s3.access_key_id)
+        .env(
+            "SLIPWAY_S3_BACKEND_SECRET_ACCESS_KEY",
+            &s3.secret_access_key,
+        )
+        .env("SLIPWAY_S3_BUCKET_PREFIX", BUCKET.trim_end_matches("git"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    // A backup part runs for as long as its stdin is open; a restore part reads it to the end.
+    let mut stdin = child.stdin.take();
+    if command == "restore-part"
+        && let Some(mut feed) = stdin.take()
+    {
+        feed.write_all(input).await?;
+    }
+    let out = child.wait_with_output().await?;
+    drop(stdin);
+    Ok((
+        out.status.success(),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_takes_every_pack_and_a_restore_puts_them_into_an_empty_bucket() -> Result<()> {
+    let s3 = TestS3::start().await?;
+    let api = TestApi::start().await?;
+    let repos = in_objects(&api.state, &s3, &api.repos_dir.join("cache")).await?;
+    let api = api.with_repos(repos);
+    let alice = api.user("alice", "basic").await?;
+    let app = api.create_app(&alice, "kept", "static").await;
+    let app_id: uuid::Uuid = app["id"].as_str().unwrap().parse()?;
+    let url = api.serve().await?;
+    let remote = http_remote(&url, &alice.token, &alice.username, "kept");
+    let ws = Workspace::new()?;
+    support::git::push_refs_of_three_kinds(&ws, "w", &remote).await?;
+    let refs_before = ws.git(".", &["ls-remote", &remote]).await?;
+
+    let cache = api.repos_dir.join("pod");
+    std::fs::create_dir_all(&cache)?;
+    let (ok, part, stderr) = data_part(&api, &s3, &cache, "backup-part", b"").await?;
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("1 repositories in object storage"),
+        "{stderr}"
+    );
+
+    // The bucket emptied, as a fresh install's is: a part cut short puts nothing back and leaves nothing behind.
+    let emptied = TestS3::start().await?;
+    let (ok, _, stderr) = data_part(
+        &api,
+        &emptied,
+        &cache,
+        "restore-part",
+        &part[..part.len() / 2],
+    )
+    .await?;
+    assert!(!ok, "a part cut short was restored: {stderr}");
+    let dir = emptied.bucket_dir(BUCKET).join("repos");
+    let left = walk_files(&dir);
+    assert_eq!(left, 0, "a refused restore left {left} files in the bucket");
+
+    // The whole part: every pack back under its key, and the refs the database holds are served whole from it.
+    let (ok, _, stderr) = data_part(&api, &emptied, &cache, "restore-part", &part).await?;
+    assert!(ok, "{stderr}");
+    let (ok, _, stderr) = data_part(&api, &emptied, &cache, "restore-part", &part).await?;
+    assert!(!ok, "a restore went into a bucket that holds repositories");
+    assert!(stderr.contains("fresh install"), "{stderr}");
+    let restored = in_objects(&api.state, &emptied, &api.repos_dir.join("restored")).await?;
+    let api = api.with_repos(restored);
+    assert_eq!(ws.git(".", &["ls-remote", &remote]).await?, refs_before);
+    ws.git(".", &["clone", "-q", "--mirror", &remote, "copy.git"])
+        .await?;
+    ws.git("copy.git", &["fsck", "--strict", "--no-dangling"])
+        .await?;
+    assert!(git_refs::version(api.state.db(), app_id).await?.is_some());
+    Ok(())
+}
+
+/// How many files are under `dir`, at any depth.
+fn walk_files(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            if e.path().is_dir() {
+                walk_files(&e.path())
+            } else {
+                1
+            }
+        })
+        .sum()
+}

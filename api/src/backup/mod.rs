@@ -7,10 +7,11 @@
 //! - `objects.json`: every App, Channel, Domain, Forward and Deploy, with its status ([`cluster`]);
 //! - `secrets.json`: the env keyring, end-user sign-in's keys, the certificates and ACME account key, and the env
 //!   Secrets Apps and Channels name;
-//! - `data.tar`: the api's volume, every app's repository and the SSH host key ([`pod`]);
+//! - `data.tar`: every app's repository and the SSH host key ([`pod`]): the api's volume, or with repositories in
+//!   object storage a copy of every pack of the git bucket;
 //! - `manifest.json`: what the file holds and when it was taken.
 //!
-//! Channel databases (on the data server) and bucket contents (in the object store) are not in it: they live in
+//! Channel databases (on the data server) and the channels' bucket contents (in the object store) are not in it: they live in
 //! systems the platform team runs and backs up with their own tools, and a restore finds them where they were.
 //!
 //! The command runs where `kubectl` does, with the caller's credentials. What only the api pod reaches (the

@@ -1,11 +1,14 @@
 //! The parts of a backup that only the api pod can reach: the platform database (its URL is the api's) and the
-//! data volume (every app's repository and the SSH host key). `slipway admin backup` runs these in the api pod and
+//! repositories with the SSH host key (the data volume's, or with `--git-storage object-store` the packs' copies
+//! in the git bucket, see [`packs`]). `slipway admin backup` runs these in the api pod and
 //! takes their output over the pod's exec stream; `slipway admin restore` feeds them back the same way. They speak
 //! on stdout and stdin only, and say what they did on stderr.
 
 use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
+
+mod packs;
 
 use crate::serve::GitStorage;
 use anyhow::{Context, bail};
@@ -17,7 +20,8 @@ use tokio::io::AsyncWriteExt;
 pub enum Part {
     /// The platform database, as `pg_dump --format=custom`.
     Database,
-    /// The data volume, as a tar: `ssh/host_key` and `repos/<owner>/<app>.git/...`.
+    /// The repositories and the SSH host key, as a tar: `ssh/host_key`, then `repos/<owner>/<app>.git/...` from the
+    /// data volume or `git/<key>` for each pack in the git bucket.
     Data,
     /// The restored objects' new ids, with the backup's keyring (JSON; restore only).
     Ids,
@@ -49,20 +53,9 @@ pub struct PodSources {
     /// Where the api keeps the repositories.
     #[arg(long, env = "SLIPWAY_GIT_STORAGE", value_enum, default_value_t = GitStorage::Volume)]
     pub git_storage: GitStorage,
-}
-
-impl PodSources {
-    /// Fails when the repositories are kept in object storage, which backups do not cover yet: a backup without
-    /// them, or a restore that left them out, would lose every app's code without a word.
-    fn require_volume(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            self.git_storage == GitStorage::Volume,
-            "this installation keeps its git repositories in object storage (api.git.storage=objectStore), which \
-             `slipway admin backup` and `restore` do not cover yet; back up the platform database and the \
-             object store's `<prefix>git` bucket with their own tools"
-        );
-        Ok(())
-    }
+    /// The object store, whose git bucket holds the repositories' packs with `--git-storage object-store`.
+    #[command(flatten)]
+    pub object_store: slipway_backends::args::S3BackendArgs,
 }
 
 /// The name of the SSH host key in the data part.
@@ -119,8 +112,15 @@ async fn send_part(part: Part, sources: PodSources) -> anyhow::Result<()> {
             .stdout(Stdio::inherit());
             run(dump, "pg_dump").await
         }
+        Part::Data if sources.git_storage == GitStorage::ObjectStore => {
+            let counts = packs::send(&sources).await?;
+            eprintln!(
+                "data: {} repositories in object storage, {} files, {} bytes",
+                counts.repositories, counts.files, counts.bytes
+            );
+            Ok(())
+        }
         Part::Data => {
-            sources.require_volume()?;
             let counts = tokio::task::spawn_blocking(move || {
                 let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout());
                 let counts = write_data(&mut out, &sources.repos_dir, &sources.ssh_host_key)?;
@@ -138,11 +138,18 @@ async fn send_part(part: Part, sources: PodSources) -> anyhow::Result<()> {
     }
 }
 
-/// Fails unless the install is fresh: no user in the platform database, no repository on the volume. A restore
-/// runs this before it changes anything.
+/// Fails unless the install is fresh: no user in the platform database, no repository on the volume or in the git
+/// bucket. A restore runs this before it changes anything.
 pub async fn check_fresh(sources: &PodSources) -> anyhow::Result<()> {
-    sources.require_volume()?;
     no_users(&sources.database_url).await?;
+    if sources.git_storage == GitStorage::ObjectStore {
+        if packs::bucket(sources).await?.holds_any().await? {
+            bail!(
+                "the git bucket already holds repositories: a backup is restored into a fresh install only"
+            );
+        }
+        return Ok(());
+    }
     let repos_dir = sources.repos_dir.clone();
     tokio::task::spawn_blocking(move || no_repositories(&repos_dir)).await?
 }
@@ -212,16 +219,21 @@ pub async fn receive(part: Part, sources: PodSources) -> anyhow::Result<()> {
             Ok(())
         }
         Part::Data => {
-            let (repos_dir, key_file) = (sources.repos_dir.clone(), sources.ssh_host_key.clone());
-            let restored = tokio::task::spawn_blocking(move || {
-                read_data(
-                    std::io::BufReader::with_capacity(1 << 20, std::io::stdin()),
-                    &repos_dir,
-                    &key_file,
-                )
-            })
-            .await??;
-            eprintln!("data: {restored} repositories restored");
+            let input = std::io::BufReader::with_capacity(1 << 20, std::io::stdin());
+            if sources.git_storage == GitStorage::ObjectStore {
+                let counts = packs::receive(input, &sources).await?;
+                eprintln!(
+                    "data: {} repositories' packs put back into object storage ({} bytes)",
+                    counts.repositories, counts.bytes
+                );
+            } else {
+                let (repos_dir, key_file) =
+                    (sources.repos_dir.clone(), sources.ssh_host_key.clone());
+                let restored =
+                    tokio::task::spawn_blocking(move || read_data(input, &repos_dir, &key_file))
+                        .await??;
+                eprintln!("data: {restored} repositories restored");
+            }
             // The replicas read the host key from the Secret at start: the backup's key goes there too.
             if let (Some(secret), Some(key)) = (
                 &sources.ssh_host_key_secret,
@@ -413,6 +425,24 @@ pub struct DataCounts {
     pub files: u64,
     /// Bytes of those files.
     pub bytes: u64,
+}
+
+impl DataCounts {
+    /// Fails unless a data part that unpacked to these counts ended with `end`, the counts it was written with.
+    fn matches(&self, end: Option<DataCounts>) -> anyhow::Result<()> {
+        let Some(end) = end else {
+            bail!(
+                "the data part ends early (after {} files): it was cut short; no repository was restored",
+                self.files
+            );
+        };
+        if end != *self {
+            bail!(
+                "the data part holds {self:?}, not the {end:?} it was written with; no repository was restored"
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Writes the SSH host key and every repository as a tar to `out`. A repository is copied while it may take pushes,
@@ -644,17 +674,7 @@ pub fn read_data(input: impl Read, repos_dir: &Path, host_key: &Path) -> anyhow:
     for owner in &owners {
         unpacked.repositories += sorted_dir(owner)?.len() as u64;
     }
-    let Some(end) = end else {
-        bail!(
-            "the data part ends early (after {} files): it was cut short; no repository was restored",
-            unpacked.files
-        );
-    };
-    if end != unpacked {
-        bail!(
-            "the data part holds {unpacked:?}, not the {end:?} it was written with; no repository was restored"
-        );
-    }
+    unpacked.matches(end)?;
     std::fs::create_dir_all(repos_dir)?;
     for owner in owners {
         let target = repos_dir.join(owner.file_name().unwrap_or_default());
@@ -662,16 +682,22 @@ pub fn read_data(input: impl Read, repos_dir: &Path, host_key: &Path) -> anyhow:
             .with_context(|| format!("move {} into place", target.display()))?;
     }
     if let Some(key) = key {
-        if let Some(dir) = host_key.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let fresh = host_key.with_extension("restoring");
-        std::fs::write(&fresh, key)?;
-        std::fs::set_permissions(&fresh, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        std::fs::rename(&fresh, host_key)?;
+        put_host_key(host_key, &key)?;
     }
     std::fs::remove_dir_all(&staging)?;
     Ok(unpacked.repositories)
+}
+
+/// Writes the backup's SSH host key over the file `host_key`, owner-only, whole or not at all.
+fn put_host_key(host_key: &Path, key: &[u8]) -> anyhow::Result<()> {
+    if let Some(dir) = host_key.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let fresh = host_key.with_extension("restoring");
+    std::fs::write(&fresh, key)?;
+    std::fs::set_permissions(&fresh, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    std::fs::rename(&fresh, host_key)?;
+    Ok(())
 }
 
 #[cfg(test)]
