@@ -99,40 +99,54 @@ impl PackBucket {
     /// Downloads `pack` into `dir`, each file written beside its final name and renamed into place, the `.idx`
     /// last.
     pub async fn download(&self, repo: Uuid, dir: &Path, pack: &PackRow) -> anyhow::Result<()> {
-        let name = &pack.name;
         for extension in EXTENSIONS {
-            let target = dir.join(format!("{name}.{extension}"));
-            let partial = dir.join(format!("tmp_{name}.{extension}.{}", Uuid::new_v4()));
-            let result = async {
-                let object = self
-                    .client
-                    .get_object()
-                    .bucket(&self.bucket)
-                    .key(Self::key(repo, name, pack.upload, extension))
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "download {name}.{extension}: {}",
-                            object_store::describe(&e)
-                        )
-                    })?;
-                let mut file = tokio::fs::File::create(&partial).await?;
-                let mut body = object.body;
-                while let Some(chunk) = body.try_next().await? {
-                    file.write_all(&chunk).await?;
-                }
-                file.sync_all().await?;
-                tokio::fs::rename(&partial, &target).await?;
-                anyhow::Ok(())
-            }
-            .await;
-            if result.is_err() {
-                let _ = tokio::fs::remove_file(&partial).await;
-            }
-            result?;
+            let key = Self::key(repo, &pack.name, pack.upload, extension);
+            let target = dir.join(format!("{}.{extension}", pack.name));
+            anyhow::ensure!(
+                self.fetch(&key, &target).await?,
+                "{key} is missing from the git bucket"
+            );
         }
         Ok(())
+    }
+
+    /// Writes the object `key` to `target`, beside it first and renamed into place; false when there is no such
+    /// object.
+    pub async fn fetch(&self, key: &str, target: &Path) -> anyhow::Result<bool> {
+        let partial = target.with_file_name(format!(
+            "tmp_{}.{}",
+            target.file_name().unwrap_or_default().to_string_lossy(),
+            Uuid::new_v4()
+        ));
+        let result = async {
+            let object = match self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .send()
+                .await
+            {
+                Ok(object) => object,
+                Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_key()) => {
+                    return Ok(false);
+                }
+                Err(e) => anyhow::bail!("download {key}: {}", object_store::describe(&e)),
+            };
+            let mut file = tokio::fs::File::create(&partial).await?;
+            let mut body = object.body;
+            while let Some(chunk) = body.try_next().await? {
+                file.write_all(&chunk).await?;
+            }
+            file.sync_all().await?;
+            tokio::fs::rename(&partial, target).await?;
+            anyhow::Ok(true)
+        }
+        .await;
+        if !matches!(result, Ok(true)) {
+            let _ = tokio::fs::remove_file(&partial).await;
+        }
+        result
     }
 
     /// Removes both files of each of `packs`; missing ones are fine.
@@ -160,18 +174,26 @@ impl PackBucket {
 
     /// Every object of repository `repo`, with when it was written.
     pub async fn list(&self, repo: Uuid) -> anyhow::Result<Vec<(String, SystemTime)>> {
+        self.list_under(&format!("repos/{repo}/")).await
+    }
+
+    /// Every object of every repository, with when it was written.
+    pub async fn list_all(&self) -> anyhow::Result<Vec<(String, SystemTime)>> {
+        self.list_under("repos/").await
+    }
+
+    async fn list_under(&self, prefix: &str) -> anyhow::Result<Vec<(String, SystemTime)>> {
         let mut found = Vec::new();
         let mut pages = self
             .client
             .list_objects_v2()
             .bucket(&self.bucket)
-            .prefix(format!("repos/{repo}/"))
+            .prefix(prefix)
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| {
-                anyhow::anyhow!("list the packs of {repo}: {}", object_store::describe(&e))
-            })?;
+            let page =
+                page.map_err(|e| anyhow::anyhow!("list {prefix}: {}", object_store::describe(&e)))?;
             for object in page.contents() {
                 let (Some(key), Some(modified)) = (object.key(), object.last_modified()) else {
                     continue;

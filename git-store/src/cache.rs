@@ -19,8 +19,11 @@ use crate::ObjectStorage;
 /// The file that records which app and version the cache matches.
 const MARKER: &str = "slipway-synced";
 
-/// How often a ref update that meets a lock (a push on this replica holds it) is tried.
-const ATTEMPTS: u32 = 5;
+/// How often a ref update that meets a lock (a changeset on this replica holds it) is tried.
+const ATTEMPTS: u32 = 8;
+
+/// How long a sync waits for the pushes and mirror syncs on this replica that hold the cache's lock.
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(60);
 
 /// Brings the cache of `app`'s repository at `path` up to the database's version; false when the app has no
 /// repository.
@@ -32,7 +35,12 @@ pub async fn sync(storage: &ObjectStorage, app: Uuid, path: &Path) -> anyhow::Re
         return Ok(true);
     }
     let lock = storage.cache_lock(path);
-    let _held = lock.write().await;
+    let Ok(_held) = tokio::time::timeout(LOCK_WAIT, lock.write()).await else {
+        anyhow::bail!(
+            "the repository's cache is busy with a push on this replica for over {}s; try again",
+            LOCK_WAIT.as_secs()
+        );
+    };
     if marker(path).await == Some((app, version)) {
         return Ok(true);
     }
@@ -43,8 +51,14 @@ pub async fn sync(storage: &ObjectStorage, app: Uuid, path: &Path) -> anyhow::Re
     if marker(path).await.map(|(a, _)| a) != Some(app) {
         init(path).await?;
     }
-    let fetched = fetch_packs(storage, &snapshot, path).await?;
-    move_refs(&snapshot, path).await?;
+    let mut fetched = fetch_packs(storage, &snapshot, path).await?;
+    if let Err(e) = move_refs(&snapshot, path).await {
+        // Whatever wedged the cache's refs goes with the cache: it is made again from the bucket.
+        tracing::warn!(%app, error = format!("{e:#}"), "the cache's refs could not be moved; making the cache again");
+        init(path).await?;
+        fetched = fetch_packs(storage, &snapshot, path).await?;
+        move_refs(&snapshot, path).await?;
+    }
     let pruned = prune_packs(path, &snapshot.packs).await?;
     write_marker(path, app, snapshot.version).await?;
     tracing::debug!(
@@ -110,6 +124,50 @@ pub(crate) async fn keep(dir: &Path, pack: &str) -> anyhow::Result<()> {
             .await?;
     }
     Ok(())
+}
+
+/// The two transactions of a sync.
+#[derive(Clone, Copy)]
+enum Phase {
+    /// Deleting the refs the snapshot no longer has.
+    Delete,
+    /// Creating and moving the rest.
+    Write,
+}
+
+impl Phase {
+    /// The `update-ref -z --stdin` script of this phase (every field ends in a NUL, so no name is read as two);
+    /// empty when there is nothing to do.
+    fn script(self, local: &BTreeMap<String, String>, wanted: &BTreeMap<&str, &str>) -> Vec<u8> {
+        let mut script = Vec::new();
+        let mut command = |words: &[&str]| {
+            script.extend_from_slice(words[0].as_bytes());
+            script.push(b' ');
+            for word in &words[1..] {
+                script.extend_from_slice(word.as_bytes());
+                script.push(0);
+            }
+        };
+        match self {
+            Phase::Delete => {
+                for (name, have) in local {
+                    if !wanted.contains_key(name.as_str()) {
+                        command(&["delete", name, have]);
+                    }
+                }
+            }
+            Phase::Write => {
+                for (name, oid) in wanted {
+                    match local.get(*name) {
+                        Some(have) if have == oid => {}
+                        Some(have) => command(&["update", name, oid, have]),
+                        None => command(&["create", name, oid]),
+                    }
+                }
+            }
+        }
+        script
+    }
 }
 
 /// The cache's refs under `refs/`, by name.
@@ -185,58 +243,40 @@ fn writable_refs(snapshot: &Snapshot) -> BTreeMap<&str, &str> {
         .collect()
 }
 
-/// Moves the cache's refs and `HEAD` to the snapshot's: one transaction of the refs that differ, each checked
-/// against the value just read, tried again when a writer on this replica holds one of their locks.
+/// Moves the cache's refs and `HEAD` to the snapshot's: the refs that are gone in one transaction, then the ones
+/// that differ in another (git cannot create `a/b` in the transaction that deletes `a`), each checked against the
+/// value just read and tried again when a writer on this replica holds one of their locks.
 async fn move_refs(snapshot: &Snapshot, path: &Path) -> anyhow::Result<()> {
     let wanted = writable_refs(snapshot);
-    let mut attempt = 0;
-    loop {
-        let local = local_refs(path).await?;
-        // `update-ref -z`: every field ends in a NUL, so no name can be read as two.
-        let mut script = Vec::new();
-        let mut command = |words: &[&str]| {
-            script.extend_from_slice(words[0].as_bytes());
-            script.push(b' ');
-            for word in &words[1..] {
-                script.extend_from_slice(word.as_bytes());
-                script.push(0);
+    for phase in [Phase::Delete, Phase::Write] {
+        let mut attempt = 0;
+        loop {
+            let local = local_refs(path).await?;
+            let script = phase.script(&local, &wanted);
+            if script.is_empty() {
+                break;
             }
-        };
-        for (name, have) in &local {
-            if !wanted.contains_key(name.as_str()) {
-                command(&["delete", name, have]);
+            let mut child = crate::git(path)
+                .args(["update-ref", "-z", "--stdin"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()?;
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(&script).await?;
             }
-        }
-        for (name, oid) in &wanted {
-            match local.get(*name) {
-                Some(have) if have == oid => {}
-                Some(have) => command(&["update", name, oid, have]),
-                None => command(&["create", name, oid]),
+            let out = child.wait_with_output().await?;
+            if out.status.success() {
+                break;
             }
+            attempt += 1;
+            ensure!(
+                attempt < ATTEMPTS,
+                "update the cache's refs: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
         }
-        if script.is_empty() {
-            break;
-        }
-        let mut child = crate::git(path)
-            .args(["update-ref", "-z", "--stdin"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(&script).await?;
-        }
-        let out = child.wait_with_output().await?;
-        if out.status.success() {
-            break;
-        }
-        attempt += 1;
-        ensure!(
-            attempt < ATTEMPTS,
-            "update the cache's refs: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
     }
     let head = crate::git(path)
         .args(["symbolic-ref", "HEAD"])

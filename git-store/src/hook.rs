@@ -73,6 +73,8 @@ pub struct Grant {
     pub writing: Writing,
     /// Who writes, for the ref log.
     pub actor: String,
+    /// The [`crate::Writer`] the git process was started with, which keeps a push's hold on its cache's lock.
+    pub writer: Uuid,
 }
 
 /// Seals and opens grants with a key of this process.
@@ -102,10 +104,11 @@ impl GrantKey {
     /// The grant as the text a git process carries.
     pub fn seal(&self, grant: &Grant) -> String {
         let body = format!(
-            "{}.{}.{}",
+            "{}.{}.{}.{}",
             grant.app,
             grant.writing.code(),
-            hex::encode(grant.actor.as_bytes())
+            hex::encode(grant.actor.as_bytes()),
+            grant.writer
         );
         let mac = self.mac(&body);
         format!("{body}.{mac}")
@@ -122,10 +125,12 @@ impl GrantKey {
         let app = parts.next()?.parse().ok()?;
         let writing = Writing::parse(parts.next()?)?;
         let actor = String::from_utf8(hex::decode(parts.next()?).ok()?).ok()?;
+        let writer = parts.next()?.parse().ok()?;
         Some(Grant {
             app,
             writing,
             actor,
+            writer,
         })
     }
 }
@@ -196,6 +201,7 @@ mod tests {
             app: Uuid::new_v4(),
             writing: Writing::Update,
             actor: "alice.smith".into(),
+            writer: Uuid::new_v4(),
         };
         let sealed = key.seal(&grant);
         assert_eq!(key.open(&sealed), Some(grant.clone()));

@@ -51,16 +51,29 @@ pub struct Repos {
 
 /// What a git process that may move refs is started with: config that names the hook, and the grant it carries.
 /// Empty for repositories on a volume, where git's lock files are the whole story. Keep it until the process has
-/// ended: a push's holds the cache's writer lock, so that no sync moves a ref between the push's publishing and
-/// its own update of the cache.
+/// ended: a push's and a mirror sync's hold on the cache's lock lasts as long as it.
 #[derive(Debug, Clone, Default)]
 pub struct Writer {
     /// `-c` options, before the git subcommand.
     pub config: Vec<String>,
     /// Environment variables.
     pub env: Vec<(&'static str, String)>,
-    _held: Option<Arc<tokio::sync::OwnedRwLockReadGuard<()>>>,
+    _hold: Option<Arc<Hold>>,
 }
+
+/// A writer's share of its cache's lock, while it has one. Syncs take the lock alone, so no sync runs while a
+/// writer holds it:
+///
+/// - a push takes it when it publishes (in `pre-receive`) and keeps it until its `receive-pack` has ended, since
+///   git moves the cache's refs only then, from the values the client saw: a sync in between would move them first
+///   and make git refuse an update that was stored;
+/// - a mirror's `fetch` (and an import) holds it throughout: what it fetched is in no live pack until it publishes,
+///   and a sync would prune it.
+///
+/// A changeset holds none: it publishes with the ref's lock file held, which a sync's `update-ref` waits for, and
+/// its objects are loose until then.
+#[derive(Debug, Default)]
+pub struct Hold(Mutex<Option<tokio::sync::OwnedRwLockReadGuard<()>>>);
 
 impl Repos {
     /// Repositories on a volume, under `root`.
@@ -118,28 +131,27 @@ impl Repos {
     }
 
     /// What a git process started to move `app`'s refs for `actor` carries: `receive-pack`, `update-ref` or a
-    /// mirror's `fetch`, as `writing` says. A push waits for a sync of the cache in progress to end.
-    ///
-    /// Only a push holds the lock: it publishes in `pre-receive` and moves the cache's refs only later, from the
-    /// values its client saw, so a sync in between would make git refuse its own, published, update. `update-ref`
-    /// and `fetch` publish with the refs' lock files held, which a sync waits for.
+    /// mirror's `fetch`, as `writing` says. A mirror's waits for a sync of the cache in progress to end (see
+    /// [`Hold`]).
     pub async fn writer(&self, app: Uuid, actor: &str, writing: Writing) -> Writer {
         let Some(storage) = &self.objects else {
             return Writer::default();
         };
-        let held = match writing {
-            Writing::Push => Some(Arc::new(
-                storage
-                    .cache_lock(&storage.cache_path(app))
-                    .read_owned()
-                    .await,
-            )),
-            Writing::Update | Writing::Mirror => None,
-        };
+        let id = Uuid::new_v4();
+        let hold = Arc::new(Hold::default());
+        match writing {
+            Writing::Push => storage.register(id, &hold),
+            Writing::Mirror => {
+                let lock = storage.cache_lock(&storage.cache_path(app));
+                hold.take(lock.read_owned().await);
+            }
+            Writing::Update => {}
+        }
         let grant = Grant {
             app,
             writing,
             actor: actor.to_owned(),
+            writer: id,
         };
         Writer {
             config: vec![
@@ -150,7 +162,7 @@ impl Repos {
                 (hook::SOCKET_ENV, storage.socket.display().to_string()),
                 (hook::GRANT_ENV, storage.grants.seal(&grant)),
             ],
-            _held: held,
+            _hold: Some(hold),
         }
     }
 
@@ -258,6 +270,13 @@ impl Repos {
     }
 }
 
+impl Hold {
+    /// Keeps `guard` until the writer is dropped.
+    fn take(&self, guard: tokio::sync::OwnedRwLockReadGuard<()>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+    }
+}
+
 /// How many caches' locks are kept before the unused ones are dropped.
 const KEPT_LOCKS: usize = 256;
 
@@ -271,6 +290,7 @@ pub struct ObjectStorage {
     socket: PathBuf,
     grants: GrantKey,
     locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::RwLock<()>>>>,
+    holds: Mutex<HashMap<Uuid, std::sync::Weak<Hold>>>,
 }
 
 impl ObjectStorage {
@@ -289,6 +309,8 @@ impl ObjectStorage {
             !program.contains('\''),
             "the slipway binary's path holds a quote: {program}"
         );
+        // What a maintenance killed half-way left (links to packs); none runs before this process starts one.
+        let _ = tokio::fs::remove_dir_all(cache.join(".maintenance")).await;
         let hooks = cache.join(".hooks");
         tokio::fs::create_dir_all(&hooks).await?;
         for hook in ["pre-receive", "reference-transaction"] {
@@ -313,6 +335,7 @@ impl ObjectStorage {
             socket,
             grants: GrantKey::random(),
             locks: Mutex::default(),
+            holds: Mutex::default(),
         });
         tokio::spawn(publish::serve(storage.clone(), listener));
         Ok(storage)
@@ -322,7 +345,20 @@ impl ObjectStorage {
         self.cache.join(format!("{app}.git"))
     }
 
-    /// The lock of the cache at `path`: a sync holds it alone, pushes share it. Locks nobody holds are dropped
+    /// Keeps `hold` where a publish of the writer `id` finds it.
+    fn register(&self, id: Uuid, hold: &Arc<Hold>) {
+        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        holds.retain(|_, hold| hold.strong_count() > 0);
+        holds.insert(id, Arc::downgrade(hold));
+    }
+
+    /// The hold of the writer `id`, while its process runs.
+    fn hold_of(&self, id: Uuid) -> Option<Arc<Hold>> {
+        let holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        holds.get(&id).and_then(std::sync::Weak::upgrade)
+    }
+
+    /// The lock of the cache at `path`: a sync holds it alone, writers share it ([`Hold`]). Locks nobody holds are dropped
     /// once there are many.
     fn cache_lock(&self, path: &Path) -> Arc<tokio::sync::RwLock<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());

@@ -51,6 +51,8 @@ async fn answer(storage: &ObjectStorage, mut stream: UnixStream) -> anyhow::Resu
         .read_to_string(&mut message)
         .await?;
     if message.len() as u64 > MAX_MESSAGE {
+        // Read the rest, so that the hook is not cut off mid-write and shows the reason.
+        tokio::io::copy(&mut stream, &mut tokio::io::sink()).await?;
         let reply = format!(
             "refused the update names more refs than one transaction may ({} MiB of ref lines); push them in parts\n",
             MAX_MESSAGE >> 20
@@ -134,10 +136,29 @@ async fn publish(
         tracing::error!(app = %grant.app, error = format!("{e:#}"), "publishing a ref update failed");
         "the repository's storage failed; nothing was updated, try again".to_owned()
     };
+    if grant.writing == Writing::Push
+        && let Some(hold) = storage.hold_of(grant.writer)
+    {
+        let lock = storage.cache_lock(&path);
+        match tokio::time::timeout(crate::cache::LOCK_WAIT, lock.read_owned()).await {
+            Ok(guard) => hold.take(guard),
+            Err(_) => {
+                return Err("the repository's cache is busy on this replica; try again".into());
+            }
+        }
+    }
     let repo_id = git_refs::id(&storage.db, grant.app)
         .await
         .map_err(|e| fault(e.into()))?
         .ok_or_else(|| "no such repository".to_owned())?;
+    let check = match grant.writing {
+        Writing::Push => Check::Push,
+        Writing::Update => Check::Update,
+        Writing::Mirror => Check::Force,
+    };
+    git_refs::precheck(&storage.db, grant.app, &updates, check)
+        .await
+        .map_err(|e| refusal(e, &fault))?;
     let new: Vec<&str> = updates.iter().filter_map(|u| u.new.as_deref()).collect();
     let mut pack = if new.is_empty() {
         None
@@ -161,11 +182,6 @@ async fn publish(
         pack.upload = Some(upload);
     }
     let packs: Vec<PackRow> = pack.into_iter().collect();
-    let check = match grant.writing {
-        Writing::Push => Check::Push,
-        Writing::Update => Check::Update,
-        Writing::Mirror => Check::Force,
-    };
     match git_refs::publish(
         &storage.db,
         grant.app,
@@ -186,12 +202,19 @@ async fn publish(
             );
             Ok(())
         }
-        Err(PublishError::Stale { name, .. }) => Err(format!(
-            "{name} was updated by someone else since it was read; fetch and try again"
-        )),
-        Err(PublishError::Refused(reason)) => Err(reason),
-        Err(PublishError::Missing) => Err("no such repository".into()),
-        Err(PublishError::Db(e)) => Err(fault(e.into())),
+        Err(e) => Err(refusal(e, &fault)),
+    }
+}
+
+/// What git is told of a refused update.
+fn refusal(e: PublishError, fault: &impl Fn(anyhow::Error) -> String) -> String {
+    match e {
+        PublishError::Stale { name, .. } => {
+            format!("{name} was updated by someone else since it was read; fetch and try again")
+        }
+        PublishError::Refused(reason) => reason,
+        PublishError::Missing => "no such repository".into(),
+        PublishError::Db(e) => fault(e.into()),
     }
 }
 

@@ -435,6 +435,7 @@ async fn a_push_git_would_refuse_publishes_nothing() -> Result<()> {
     )
     .await?;
     let logged = git_refs::log(r.a.state.db(), app_id).await?.len();
+    let files = r.bucket_files()?;
 
     // The branch HEAD names cannot be deleted, as git refuses it.
     let refused = ws
@@ -475,6 +476,39 @@ async fn a_push_git_would_refuse_publishes_nothing() -> Result<()> {
         ["refs/heads/master", "refs/heads/x"]
     );
     assert_eq!(git_refs::log(r.a.state.db(), app_id).await?.len(), logged);
+    // Refused before anything was packed: the new commit left no copy in the bucket.
+    assert_eq!(r.bucket_files()?, files);
+
+    // Deleting `x` and creating `x/y` in one transaction git cannot do either; in two pushes through A it is fine,
+    // and B, whose cache has `x`, serves `x/y` after it.
+    let refused = ws
+        .try_git(
+            "w",
+            &[
+                "push",
+                "--atomic",
+                &via_a,
+                ":refs/heads/x",
+                "HEAD:refs/heads/x/y",
+            ],
+        )
+        .await?;
+    assert!(!refused.ok, "x was replaced by x/y in one transaction");
+    assert!(
+        refused
+            .stderr
+            .contains("cannot be both a file and a directory"),
+        "{}",
+        refused.stderr
+    );
+    ws.git("w", &["push", "-q", &via_a, ":refs/heads/x"])
+        .await?;
+    ws.git("w", &["push", "-q", &via_a, "HEAD:refs/heads/x/y"])
+        .await?;
+    assert_eq!(
+        listed_refs(&ws, &via_b).await?,
+        ["refs/heads/master", "refs/heads/x/y"]
+    );
 
     // Both replicas go on serving and taking pushes.
     ws.git("w", &["push", "-q", &via_b, "HEAD:master"]).await?;
@@ -720,8 +754,7 @@ async fn a_backup_takes_every_pack_and_a_restore_puts_them_into_an_empty_bucket(
     let repos = in_objects(&api.state, &s3, &api.repos_dir.join("cache")).await?;
     let api = api.with_repos(repos);
     let alice = api.user("alice", "basic").await?;
-    let app = api.create_app(&alice, "kept", "static").await;
-    let app_id: uuid::Uuid = app["id"].as_str().unwrap().parse()?;
+    api.create_app(&alice, "kept", "static").await;
     let url = api.serve().await?;
     let remote = http_remote(&url, &alice.token, &alice.username, "kept");
     let ws = Workspace::new()?;
@@ -744,10 +777,12 @@ async fn a_backup_takes_every_pack_and_a_restore_puts_them_into_an_empty_bucket(
         &emptied,
         &cache,
         "restore-part",
-        &part[..part.len() / 2],
+        // Every pack's file, but not the closing counts (the last 2 KiB: their entry and the tar's end).
+        &part[..part.len() - 2048],
     )
     .await?;
     assert!(!ok, "a part cut short was restored: {stderr}");
+    assert!(stderr.contains("cut short"), "{stderr}");
     let dir = emptied.bucket_dir(BUCKET).join("repos");
     let left = walk_files(&dir);
     assert_eq!(left, 0, "a refused restore left {left} files in the bucket");
@@ -759,13 +794,13 @@ async fn a_backup_takes_every_pack_and_a_restore_puts_them_into_an_empty_bucket(
     assert!(!ok, "a restore went into a bucket that holds repositories");
     assert!(stderr.contains("fresh install"), "{stderr}");
     let restored = in_objects(&api.state, &emptied, &api.repos_dir.join("restored")).await?;
-    let api = api.with_repos(restored);
+    // The same API, its repositories now in the restored bucket (it goes on serving `remote`).
+    let _api = api.with_repos(restored);
     assert_eq!(ws.git(".", &["ls-remote", &remote]).await?, refs_before);
     ws.git(".", &["clone", "-q", "--mirror", &remote, "copy.git"])
         .await?;
     ws.git("copy.git", &["fsck", "--strict", "--no-dangling"])
         .await?;
-    assert!(git_refs::version(api.state.db(), app_id).await?.is_some());
     Ok(())
 }
 

@@ -84,16 +84,3 @@ pub async fn pack_rows(db: &PgPool, id: Uuid) -> sqlx::Result<Vec<PackRow>> {
             .collect(),
     )
 }
-
-/// Every pack row of every repository, live or retired, with its repository's id: what a backup copies. Retired
-/// ones are taken too, since a database dumped before a compaction still names them as live.
-pub async fn all_packs(db: &PgPool) -> sqlx::Result<Vec<(Uuid, PackRow)>> {
-    Ok(
-        sqlx::query("SELECT repo_id, name, bytes, upload FROM git_packs ORDER BY repo_id, name")
-            .fetch_all(db)
-            .await?
-            .into_iter()
-            .map(|row| (sqlx::Row::get(&row, "repo_id"), pack_row(row)))
-            .collect(),
-    )
-}

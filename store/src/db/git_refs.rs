@@ -200,8 +200,9 @@ pub enum Check {
 }
 
 /// Applies `updates` and makes `packs` live, all or nothing. Under the repository row's lock every ref must still
-/// be what its update expects (as `check` says), and the refs after the update must be ones git can write: no ref
-/// is both a file and a directory (`refs/heads/a` beside `refs/heads/a/b`). Then the refs move, the version goes up
+/// be what its update expects (as `check` says), and the refs must be ones git can write in one transaction: no
+/// ref is both a file and a directory (`refs/heads/a` beside `refs/heads/a/b`), after the update or, for a ref it
+/// creates, before it. Then the refs move, the version goes up
 /// by one and the log records each update with `actor`. When nothing is left to do the version stays. Returns the
 /// version after.
 pub async fn publish(
@@ -219,54 +220,8 @@ pub async fn publish(
             .fetch_optional(&mut *tx)
             .await?
             .ok_or(PublishError::Missing)?;
-    let mut refs: BTreeMap<String, String> =
-        sqlx::query_as("SELECT name, oid FROM git_refs WHERE repo_id = $1")
-            .bind(id)
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .collect();
-    let mut moved: Vec<(&RefUpdate, Option<String>)> = Vec::new();
-    for update in updates {
-        if moved.iter().any(|(u, _)| u.name == update.name) {
-            return Err(PublishError::Refused(format!(
-                "{} is updated twice in one transaction",
-                update.name
-            )));
-        }
-        let found = refs.get(&update.name).cloned();
-        if check != Check::Force && found != update.old {
-            return Err(PublishError::Stale {
-                name: update.name.clone(),
-                expected: update.old.clone(),
-                found,
-            });
-        }
-        if found == update.new {
-            continue;
-        }
-        if check == Check::Push && update.new.is_none() && update.name == head {
-            return Err(PublishError::Refused(format!(
-                "refusing to delete the current branch: {}",
-                update.name
-            )));
-        }
-        match &update.new {
-            Some(oid) => refs.insert(update.name.clone(), oid.clone()),
-            None => refs.remove(&update.name),
-        };
-        moved.push((update, found));
-    }
-    for (update, _) in &moved {
-        if update.new.is_some()
-            && let Some(other) = dir_file_clash(&refs, &update.name)
-        {
-            return Err(PublishError::Refused(format!(
-                "cannot create {}: {other} exists, and a ref cannot be both a file and a directory",
-                update.name
-            )));
-        }
-    }
+    let refs = all_refs(&mut tx, id).await?;
+    let moved = plan(refs, &head, updates, check)?;
     if moved.is_empty() && packs.is_empty() {
         return Ok(current);
     }
@@ -348,6 +303,102 @@ pub(crate) async fn insert_packs(
     .execute(tx)
     .await?;
     Ok(())
+}
+
+/// Checks `updates` as [`publish`] will, without its lock and writing nothing: a writer asks before it packs and
+/// uploads anything, so that an update refused anyway (a stale push, most often) leaves no copy in the bucket.
+/// `publish` checks again; an update that passes here may still be refused there.
+pub async fn precheck(
+    db: &PgPool,
+    app: Uuid,
+    updates: &[RefUpdate],
+    check: Check,
+) -> Result<(), PublishError> {
+    let mut conn = db.acquire().await?;
+    let (id, head): (Uuid, String) =
+        sqlx::query_as("SELECT id, head FROM git_repos WHERE app_id = $1")
+            .bind(app)
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or(PublishError::Missing)?;
+    let refs = all_refs(&mut conn, id).await?;
+    plan(refs, &head, updates, check).map(|_| ())
+}
+
+async fn all_refs(
+    conn: &mut sqlx::PgConnection,
+    id: Uuid,
+) -> sqlx::Result<BTreeMap<String, String>> {
+    Ok(
+        sqlx::query_as("SELECT name, oid FROM git_refs WHERE repo_id = $1")
+            .bind(id)
+            .fetch_all(conn)
+            .await?
+            .into_iter()
+            .collect(),
+    )
+}
+
+/// What `updates` move, each with the value it found in `refs` (the repository's refs, `HEAD` naming `head`), or
+/// why they are refused: a ref no longer what its writer saw (as `check` says), the current branch deleted by a
+/// push, a ref updated twice, or refs git could not write in one transaction (no ref both a file and a directory,
+/// after the update or, for a ref it creates, before it). A forced update that finds the ref as wanted is left
+/// out.
+fn plan<'u>(
+    mut refs: BTreeMap<String, String>,
+    head: &str,
+    updates: &'u [RefUpdate],
+    check: Check,
+) -> Result<Vec<(&'u RefUpdate, Option<String>)>, PublishError> {
+    let before: BTreeMap<String, ()> = refs.keys().map(|name| (name.clone(), ())).collect();
+    let mut moved: Vec<(&RefUpdate, Option<String>)> = Vec::new();
+    for update in updates {
+        if moved.iter().any(|(u, _)| u.name == update.name) {
+            return Err(PublishError::Refused(format!(
+                "{} is updated twice in one transaction",
+                update.name
+            )));
+        }
+        let found = refs.get(&update.name).cloned();
+        if check != Check::Force && found != update.old {
+            return Err(PublishError::Stale {
+                name: update.name.clone(),
+                expected: update.old.clone(),
+                found,
+            });
+        }
+        if found == update.new {
+            continue;
+        }
+        if check == Check::Push && update.new.is_none() && update.name == head {
+            return Err(PublishError::Refused(format!(
+                "refusing to delete the current branch: {}",
+                update.name
+            )));
+        }
+        match &update.new {
+            Some(oid) => refs.insert(update.name.clone(), oid.clone()),
+            None => refs.remove(&update.name),
+        };
+        moved.push((update, found));
+    }
+    for (update, found) in &moved {
+        let created = found.is_none() && update.new.is_some();
+        let clash = dir_file_clash(&refs, &update.name).or_else(|| {
+            created
+                .then(|| dir_file_clash(&before, &update.name))
+                .flatten()
+        });
+        if update.new.is_some()
+            && let Some(other) = clash
+        {
+            return Err(PublishError::Refused(format!(
+                "cannot create {}: {other} exists, and a ref cannot be both a file and a directory",
+                update.name
+            )));
+        }
+    }
+    Ok(moved)
 }
 
 /// A ref of `refs` that `name` cannot stand beside, because one would be the other's directory: `refs/heads/a`

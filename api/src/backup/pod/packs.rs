@@ -4,15 +4,16 @@
 //! restore puts each copy back under its key, and the replicas' caches fill from the bucket on their first
 //! requests.
 //!
-//! The packs are listed after the database was dumped, and retired ones are taken too: a compaction in between
-//! retires packs the dump still names as live, and they stay in the bucket for an hour after.
+//! The bucket is listed after the database was dumped, and every pack's file in it is taken, whatever its row says:
+//! a compaction in between retires packs the dump still names as live, and those stay in the bucket at least an
+//! hour more. A file removed between the listing and its copy (a retired one whose time had come) is skipped;
+//! copies no row names come back as orphans, which maintenance removes.
 
 use std::io::{Read, Write};
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use slipway_git_store::bucket::{self, EXTENSIONS, PackBucket};
-use slipway_store::db::git_maintenance;
+use slipway_git_store::bucket::{self, PackBucket};
 use uuid::Uuid;
 
 use super::{DATA_END, DataCounts, HOST_KEY, PodSources};
@@ -33,13 +34,17 @@ pub(super) async fn bucket(sources: &PodSources) -> anyhow::Result<PackBucket> {
     .await
 }
 
-/// Writes the data part to stdout: the host key, every pack's copy (downloaded one at a time into a scratch
-/// directory beside the cache) and the counts.
+/// Writes the data part to stdout: the host key, every pack's file in the bucket (downloaded one at a time into a
+/// scratch directory beside the cache) and the counts.
 pub(super) async fn send(sources: &PodSources) -> anyhow::Result<DataCounts> {
     let bucket = bucket(sources).await?;
-    let db = super::connect(&sources.database_url).await?;
-    let packs = git_maintenance::all_packs(&db).await?;
-    db.close().await;
+    let keys: Vec<String> = bucket
+        .list_all()
+        .await?
+        .into_iter()
+        .map(|(key, _)| key)
+        .filter(|key| bucket::is_pack_key(key))
+        .collect();
     let scratch = sources
         .repos_dir
         .join(format!(".backup-{}", Uuid::new_v4().simple()));
@@ -53,20 +58,20 @@ pub(super) async fn send(sources: &PodSources) -> anyhow::Result<DataCounts> {
             super::append_file(&mut tar, &sources.ssh_host_key, HOST_KEY, &mut counts)?;
         }
         let mut repositories = std::collections::HashSet::new();
-        for (repo, pack) in packs {
-            bucket.download(repo, &scratch, &pack).await?;
-            let dir = scratch.clone();
+        let file = scratch.join("copy");
+        for key in keys {
+            if !bucket.fetch(&key, &file).await? {
+                continue;
+            }
+            let copied = file.clone();
+            let name = format!("{GIT}{key}");
             (tar, counts) = tokio::task::spawn_blocking(move || {
-                for extension in EXTENSIONS {
-                    let file = dir.join(format!("{}.{extension}", pack.name));
-                    let key = PackBucket::key(repo, &pack.name, pack.upload, extension);
-                    super::append_file(&mut tar, &file, &format!("{GIT}{key}"), &mut counts)?;
-                    std::fs::remove_file(&file)?;
-                }
+                super::append_file(&mut tar, &copied, &name, &mut counts)?;
+                std::fs::remove_file(&copied)?;
                 anyhow::Ok((tar, counts))
             })
             .await??;
-            repositories.insert(repo);
+            repositories.insert(key.split('/').nth(1).unwrap_or_default().to_owned());
         }
         counts.repositories = repositories.len() as u64;
         tokio::task::spawn_blocking(move || {
