@@ -30,6 +30,10 @@
 #        hack/install.sh logs             print the components' recent warnings and errors (for a failed test run)
 #        hack/install.sh env              print the exports of the addresses (after install)
 #
+# SLIPWAY_API_REPLICAS (default 1) sets the api's replicas on install; more than one keeps the repositories in
+# object storage (api.git.storage=objectStore), where any replica serves any repository. An installation is not
+# moved between the two by install: see the chart README for the move, or start again with `make down`.
+#
 # Needs a running node (hack/node.sh start) with the same SLIPWAY_RUN and SLIPWAY_NODE_SLOT.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
@@ -57,6 +61,10 @@ EDGE_TLS_NODE_PORT=30443
 # The web console, over HTTPS with a certificate for the node's address from the local CA below.
 CONSOLE_NODE_PORT=30090
 CONSOLE_TLS_SECRET=slipway-console-tls
+API_REPLICAS=${SLIPWAY_API_REPLICAS:-1}
+[[ $API_REPLICAS =~ ^[1-9][0-9]*$ ]] || die "SLIPWAY_API_REPLICAS must be a positive number, not $API_REPLICAS"
+GIT_STORAGE=volume
+[ "$API_REPLICAS" -eq 1 ] || GIT_STORAGE=objectStore
 # The first user's address: verified, so it signs in to the console (at the local provider, or by a mailed code).
 ADMIN_EMAIL=admin@slipway.localhost
 # End-user sign-in: the auth host on the edge's HTTPS node port, and a local upstream identity provider
@@ -216,6 +224,9 @@ workloads:
   # The node's apps request part of their plan's CPU share (hack/node.sh says how much, and why).
   cpuRequestPercent: $SLIPWAY_CPU_REQUEST_PERCENT
 api:
+  replicaCount: $API_REPLICAS
+  git:
+    storage: $GIT_STORAGE
   # The MCP server's OAuth sign-in for people: issued by the api's own address, through the upstream provider below.
   publicUrl: http://$SLIPWAY_NODE_IP:$API_NODE_PORT
   service:
@@ -392,8 +403,15 @@ install() {
   oidc
   smtp
   acme
+  local installed
+  installed=$(kubectl -n "$NAMESPACE" get deployment "$RELEASE-api" --ignore-not-found -o \
+    jsonpath='{.spec.template.spec.containers[0].env[?(@.name=="SLIPWAY_GIT_STORAGE")].value}{"/"}{.metadata.name}')
+  case "$installed:$GIT_STORAGE" in
+    object-store/*:volume) die "the installed release keeps its repositories in object storage: install it with SLIPWAY_API_REPLICAS above 1, or start again (make down)" ;;
+    /?*:objectStore) die "the installed release keeps its repositories on a volume: moving them is the chart README's \"Repositories in object storage\"; or start again (make down)" ;;
+  esac
   values "$image" "$backend" "$data_server" >"$DIR/values.yaml"
-  log "helm upgrade --install $RELEASE ($image)"
+  log "helm upgrade --install $RELEASE ($image, $API_REPLICAS api replicas, repositories: $GIT_STORAGE)"
   helm_or_explain upgrade --install "$RELEASE" "$ROOT/charts/slipway" --namespace "$NAMESPACE" \
     --values "$DIR/values.yaml" --wait --timeout 5m >/dev/null
   # The first user, made the way the chart's notes say: `slipway admin create-user` run in the api pod. The builder
