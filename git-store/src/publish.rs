@@ -147,16 +147,12 @@ async fn publish(
             }
         }
     }
-    let repo_id = git_refs::id(&storage.db, grant.app)
-        .await
-        .map_err(|e| fault(e.into()))?
-        .ok_or_else(|| "no such repository".to_owned())?;
     let check = match grant.writing {
         Writing::Push => Check::Push,
         Writing::Update => Check::Update,
         Writing::Mirror => Check::Force,
     };
-    git_refs::precheck(&storage.db, grant.app, &updates, check)
+    let repo_id = git_refs::precheck(&storage.db, grant.app, &updates, check)
         .await
         .map_err(|e| refusal(e, &fault))?;
     let new: Vec<&str> = updates.iter().filter_map(|u| u.new.as_deref()).collect();

@@ -71,6 +71,16 @@ impl Replicas {
         })
     }
 
+    /// Alice, her new static app `name` with its uid, and its remote through A and through B.
+    async fn app(&self, name: &str) -> Result<(support::User, uuid::Uuid, [String; 2])> {
+        let alice = self.a.user("alice", "basic").await?;
+        let app = self.a.create_app(&alice, name, "static").await;
+        let id = app["id"].as_str().unwrap_or_default().parse()?;
+        let via = [&self.a_url, &self.b_url]
+            .map(|url| http_remote(url, &alice.token, &alice.username, name));
+        Ok((alice, id, via))
+    }
+
     fn bucket_files(&self) -> Result<usize> {
         let dir = self.s3.bucket_dir(BUCKET).join("repos");
         if !dir.exists() {
@@ -220,13 +230,7 @@ async fn any_replica_serves_what_another_wrote() -> Result<()> {
 async fn pushes_racing_through_two_replicas_have_one_winner_every_round() -> Result<()> {
     const ROUNDS: usize = 50;
     let r = Replicas::start().await?;
-    let alice = r.a.user("alice", "basic").await?;
-    let app = r.a.create_app(&alice, "race", "static").await;
-    let app_id: uuid::Uuid = app["id"].as_str().unwrap().parse()?;
-    let via = [
-        http_remote(&r.a_url, &alice.token, &alice.username, "race"),
-        http_remote(&r.b_url, &alice.token, &alice.username, "race"),
-    ];
+    let (_, app_id, via) = r.app("race").await?;
     let ws = std::sync::Arc::new(Workspace::new()?);
     ws.git(".", &["init", "-q", "-b", "master", "w0"]).await?;
     ws.write("w0/base.txt", "base\n")?;
@@ -419,11 +423,7 @@ async fn listed_refs(ws: &Workspace, remote: &str) -> Result<Vec<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_git_would_refuse_publishes_nothing() -> Result<()> {
     let r = Replicas::start().await?;
-    let alice = r.a.user("alice", "basic").await?;
-    let app = r.a.create_app(&alice, "rules", "static").await;
-    let app_id: uuid::Uuid = app["id"].as_str().unwrap().parse()?;
-    let via_a = http_remote(&r.a_url, &alice.token, &alice.username, "rules");
-    let via_b = http_remote(&r.b_url, &alice.token, &alice.username, "rules");
+    let (_, app_id, [via_a, via_b]) = r.app("rules").await?;
     let ws = Workspace::new()?;
     ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
     ws.write("w/a.txt", "a\n")?;
@@ -527,10 +527,7 @@ async fn pushes_are_never_refused_by_a_sync_on_their_own_replica() -> Result<()>
     const ROUNDS: usize = 5;
     const BRANCHES: usize = 300;
     let r = Replicas::start().await?;
-    let alice = r.a.user("alice", "basic").await?;
-    let app = r.a.create_app(&alice, "busy", "static").await;
-    let app_id: uuid::Uuid = app["id"].as_str().unwrap().parse()?;
-    let via_a = http_remote(&r.a_url, &alice.token, &alice.username, "busy");
+    let (alice, app_id, [via_a, _]) = r.app("busy").await?;
     let ws = Workspace::new()?;
     ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
 
@@ -596,11 +593,7 @@ async fn maintenance_folds_the_packs_once_and_removes_what_no_row_names() -> Res
     use slipway_git_store::maintain::{Maintained, Policy};
     const PUSHES: usize = 10;
     let r = Replicas::start().await?;
-    let alice = r.a.user("alice", "basic").await?;
-    let app = r.a.create_app(&alice, "packs", "static").await;
-    let app_id: uuid::Uuid = app["id"].as_str().unwrap().parse()?;
-    let via_a = http_remote(&r.a_url, &alice.token, &alice.username, "packs");
-    let via_b = http_remote(&r.b_url, &alice.token, &alice.username, "packs");
+    let (alice, app_id, [via_a, via_b]) = r.app("packs").await?;
     let ws = Workspace::new()?;
     ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
     for push in 0..PUSHES {

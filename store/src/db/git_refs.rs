@@ -307,13 +307,14 @@ pub(crate) async fn insert_packs(
 
 /// Checks `updates` as [`publish`] will, without its lock and writing nothing: a writer asks before it packs and
 /// uploads anything, so that an update refused anyway (a stale push, most often) leaves no copy in the bucket.
-/// `publish` checks again; an update that passes here may still be refused there.
+/// `publish` checks again; an update that passes here may still be refused there. Returns the repository's id (its
+/// name in the bucket).
 pub async fn precheck(
     db: &PgPool,
     app: Uuid,
     updates: &[RefUpdate],
     check: Check,
-) -> Result<(), PublishError> {
+) -> Result<Uuid, PublishError> {
     let mut conn = db.acquire().await?;
     let (id, head): (Uuid, String) =
         sqlx::query_as("SELECT id, head FROM git_repos WHERE app_id = $1")
@@ -322,7 +323,7 @@ pub async fn precheck(
             .await?
             .ok_or(PublishError::Missing)?;
     let refs = all_refs(&mut conn, id).await?;
-    plan(refs, &head, updates, check).map(|_| ())
+    plan(refs, &head, updates, check).map(|_| id)
 }
 
 async fn all_refs(
