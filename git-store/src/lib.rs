@@ -15,6 +15,7 @@ pub mod cache;
 pub mod hook;
 pub mod import;
 pub mod maintain;
+mod pack;
 pub mod publish;
 
 use std::collections::HashMap;

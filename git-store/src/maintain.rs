@@ -19,7 +19,6 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, ensure};
 use slipway_store::db::git_maintenance;
 use slipway_store::db::git_refs::{self, PackRow};
-use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
 
 use crate::ObjectStorage;
@@ -164,41 +163,14 @@ async fn fold(scratch: &Path, out: &Path) -> anyhow::Result<PackRow> {
         "git cat-file: {}",
         String::from_utf8_lossy(&list.stderr).trim()
     );
-    let mut child = crate::git(scratch)
-        .args(["pack-objects", "--quiet", "--delta-base-offset"])
-        .arg(out.join("pack"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("run git pack-objects")?;
-    let mut stdin = child
-        .stdin
-        .take()
-        .context("git pack-objects has no stdin")?;
-    let objects = list.stdout;
-    let feed = tokio::spawn(async move {
-        stdin.write_all(&objects).await?;
-        stdin.shutdown().await
-    });
-    let packed = child.wait_with_output().await?;
-    feed.await??;
-    ensure!(
-        packed.status.success(),
-        "git pack-objects: {}",
-        String::from_utf8_lossy(&packed.stderr).trim()
-    );
-    let sha = String::from_utf8_lossy(&packed.stdout).trim().to_owned();
-    let name = format!("pack-{sha}");
-    let bytes = tokio::fs::metadata(out.join(format!("{name}.pack")))
-        .await
-        .with_context(|| format!("git pack-objects printed {sha:?}"))?
-        .len();
-    Ok(PackRow {
-        name,
-        bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
-        upload: None,
-    })
+    crate::pack::write(
+        crate::git(scratch),
+        &["--quiet", "--delta-base-offset"],
+        list.stdout,
+        out,
+    )
+    .await?
+    .context("the repository holds no object")
 }
 
 /// Removes the objects of repository `id` no pack row names, written more than `grace` ago; how many went.

@@ -1,8 +1,9 @@
 //! Publishing a ref update of a repository kept in object storage: the one write path of pushes, changesets and
 //! mirror syncs. git's hooks ([`crate::hook`]) hand the updates over a Unix socket; the objects they need that no
-//! ref of the cache already reaches (a push's still in its quarantine) are packed (`git pack-objects`), the pack is
-//! uploaded to the bucket, and only then do the refs move in the database with one compare-and-swap per ref
-//! ([`git_refs::publish`]). The answer decides whether git writes the refs into the cache.
+//! ref of the cache already reaches (a push's still in its quarantine) are uploaded to the bucket as packs (a push's
+//! received packs as they are, the rest packed with `git pack-objects`), and only then do the refs move in the
+//! database with one compare-and-swap per ref ([`git_refs::publish`]). The answer decides whether git writes the
+//! refs into the cache.
 //!
 //! A crash after the database moved and before git wrote the cache loses nothing: every replica, this one
 //! included, syncs its cache from the database before it serves the repository again.
@@ -10,7 +11,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, ensure};
 use slipway_store::db::git_refs::{self, Check, PackRow, PublishError, RefUpdate};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
@@ -156,19 +156,19 @@ async fn publish(
         .await
         .map_err(|e| refusal(e, &fault))?;
     let new: Vec<&str> = updates.iter().filter_map(|u| u.new.as_deref()).collect();
-    let mut pack = if new.is_empty() {
-        None
+    // A push's packs stay in its quarantine, which git moves into the repository once the push is accepted.
+    let dir = quarantine
+        .as_deref()
+        .unwrap_or(&path.join("objects"))
+        .join("pack");
+    let mut packs = if new.is_empty() {
+        Vec::new()
     } else {
-        pack_new_objects(&path, quarantine.as_deref(), &new)
+        new_packs(&path, quarantine.as_deref(), &new)
             .await
             .map_err(fault)?
     };
-    if let Some(pack) = &mut pack {
-        // A push's pack stays in its quarantine, which git moves into the repository once the push is accepted.
-        let dir = quarantine
-            .as_deref()
-            .unwrap_or(&path.join("objects"))
-            .join("pack");
+    for pack in &mut packs {
         let upload = storage
             .bucket
             .upload(repo_id, &dir, &pack.name)
@@ -177,7 +177,6 @@ async fn publish(
         crate::cache::keep(&dir, &pack.name).await.map_err(fault)?;
         pack.upload = Some(upload);
     }
-    let packs: Vec<PackRow> = pack.into_iter().collect();
     match git_refs::publish(
         &storage.db,
         grant.app,
@@ -224,72 +223,45 @@ fn inside_objects(path: &Path, quarantine: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// Packs the objects `new` reaches that no ref of the cache reaches into the `pack` directory of `quarantine` (a
-/// push's objects) or of the repository; `None` when there are none. Every ref of the cache was published, so its
-/// objects are in the bucket already.
-async fn pack_new_objects(
+/// The packs that hold the objects `new` reaches and no ref of the cache reaches (every ref of the cache was
+/// published, so its objects are in the bucket already), in the `pack` directory of `quarantine` (a push's objects)
+/// or of the repository.
+///
+/// A push's received packs are taken as they are: receive-pack indexes them with `--fix-thin`, so each stands on its
+/// own, and packing their objects again would be a second pass over the whole push. They are kept (`.keep`), and
+/// `git pack-objects --honor-pack-keep` then packs only the rest: a small push's loose objects, or objects the
+/// push leans on that the cache holds and no published ref reaches (a failed changeset's, say).
+async fn new_packs(
     path: &Path,
     quarantine: Option<&Path>,
     new: &[&str],
-) -> anyhow::Result<Option<PackRow>> {
-    let local = crate::cache::local_refs(path).await?;
+) -> anyhow::Result<Vec<PackRow>> {
+    let objects = path.join("objects");
+    let dir = quarantine.unwrap_or(&objects).join("pack");
+    let mut git = crate::git(path);
+    let mut options = vec!["--revs", "--quiet"];
+    let mut packs = Vec::new();
+    if let Some(quarantine) = quarantine {
+        for name in crate::pack::complete_in(&dir).await? {
+            crate::cache::keep(&dir, &name).await?;
+            packs.push(crate::pack::row(&dir, &name).await?);
+        }
+        git.env("GIT_OBJECT_DIRECTORY", quarantine)
+            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", &objects);
+        options.push("--honor-pack-keep");
+    }
     let mut revs = String::new();
     for oid in new {
         revs.push_str(oid);
         revs.push('\n');
     }
     revs.push_str("--not\n");
-    for oid in local.values() {
+    for oid in crate::cache::local_refs(path).await?.values() {
         revs.push_str(oid);
         revs.push('\n');
     }
-    let objects = path.join("objects");
-    let dir = quarantine.unwrap_or(&objects).join("pack");
-    tokio::fs::create_dir_all(&dir).await?;
-    let mut git = crate::git(path);
-    if let Some(quarantine) = quarantine {
-        git.env("GIT_OBJECT_DIRECTORY", quarantine)
-            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", &objects);
-    }
-    let mut child = git
-        .args(["pack-objects", "--revs", "--quiet"])
-        .arg(dir.join("pack"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("run git pack-objects")?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(revs.as_bytes()).await?;
-    }
-    let out = child.wait_with_output().await?;
-    ensure!(
-        out.status.success(),
-        "git pack-objects: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    let sha = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    ensure!(
-        sha.len() >= 40 && sha.bytes().all(|b| b.is_ascii_hexdigit()),
-        "git pack-objects printed {sha:?}"
-    );
-    let name = format!("pack-{sha}");
-    let file = dir.join(format!("{name}.pack"));
-    let mut header = [0u8; 12];
-    tokio::fs::File::open(&file)
-        .await?
-        .read_exact(&mut header)
-        .await?;
-    let objects = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
-    if objects == 0 {
-        return Ok(None);
-    }
-    let bytes = tokio::fs::metadata(&file).await?.len();
-    Ok(Some(PackRow {
-        name,
-        bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
-        upload: None,
-    }))
+    packs.extend(crate::pack::write(git, &options, revs.into_bytes(), &dir).await?);
+    Ok(packs)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! A mirror's sync publishes the external repository as it is (rewrites and deletions included). A repository a
 //! volume kept is imported whole, and importing it again changes nothing. A push git would refuse publishes
 //! nothing, a sync on the pushing replica never trips a push, and maintenance folds the packs once cluster-wide
-//! and removes every copy no row names.
+//! and removes every copy no row names. A push's received packs are published as they are, and each stands alone.
 
 use crate::support;
 
@@ -41,6 +41,7 @@ async fn in_objects(
 /// the bucket; B's router and cache directory.
 struct Replicas {
     a: TestApi,
+    a_cache: std::path::PathBuf,
     b: axum::Router,
     b_cache: std::path::PathBuf,
     a_url: String,
@@ -63,6 +64,7 @@ impl Replicas {
         let b_url = support::serve_router(b.clone()).await?;
         Ok(Self {
             a,
+            a_cache,
             b,
             b_cache,
             a_url,
@@ -692,6 +694,95 @@ async fn maintenance_folds_the_packs_once_and_removes_what_no_row_names() -> Res
     let b_repos = in_objects(&r.a.replica_state().await?, &r.s3, &r.b_cache).await?;
     assert_eq!(b_repos.sweep_caches().await?, 1);
     assert!(!r.b_cache.join(format!("{app_id}.git")).exists());
+
+    Ok(())
+}
+
+/// The objects in the packs of the cache at `<cache>/<app>.git`: how many the packs hold, and how many distinct.
+async fn packed_objects(ws: &Workspace, repo: &std::path::Path) -> Result<(usize, usize)> {
+    let git_dir = repo.to_string_lossy().into_owned();
+    let stats = ws
+        .git(".", &["--git-dir", &git_dir, "count-objects", "-v"])
+        .await?;
+    let in_packs = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("in-pack: "))
+        .unwrap_or_default()
+        .parse()?;
+    let distinct = ws
+        .git(
+            ".",
+            &[
+                "--git-dir",
+                &git_dir,
+                "cat-file",
+                "--batch-all-objects",
+                "--batch-check",
+            ],
+        )
+        .await?
+        .lines()
+        .count();
+    Ok((in_packs, distinct))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_publishes_the_packs_it_received_and_each_stands_alone() -> Result<()> {
+    // Over receive-pack's unpack limit (100 objects), so that git keeps what it receives as a pack.
+    const FILES: usize = 150;
+    let r = Replicas::start().await?;
+    let (_alice, app_id, [via_a, via_b]) = r.app("whole").await?;
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
+    let text = |file: usize| {
+        (0..200)
+            .map(|line| format!("{file} line {line}\n"))
+            .collect::<String>()
+    };
+    for file in 0..FILES {
+        ws.write(&format!("w/{file}.txt"), text(file))?;
+    }
+    ws.git("w", &["add", "."]).await?;
+    ws.git("w", &["commit", "-qm", "first"]).await?;
+    ws.git("w", &["push", "-q", &via_a, "HEAD:master"]).await?;
+    // A published the push as the one pack it received: one copy of every object in its cache and the bucket.
+    let a_repo = r.a_cache.join(format!("{app_id}.git"));
+    assert_eq!(
+        packed_objects(&ws, &a_repo).await?,
+        (FILES + 2, FILES + 2),
+        "objects in the packs of the pushing replica's cache, and distinct ones"
+    );
+    assert_eq!(r.bucket_files()?, 2);
+
+    // The second push changes every file a little: a thin pack, its blobs deltas against the first push's, which
+    // receive-pack completes with their bases.
+    for file in 0..FILES {
+        ws.write(&format!("w/{file}.txt"), format!("{}changed\n", text(file)))?;
+    }
+    ws.git("w", &["commit", "-qam", "second"]).await?;
+    ws.git("w", &["push", "-q", &via_a, "HEAD:master"]).await?;
+    let live = git_refs::snapshot(r.a.state.db(), app_id)
+        .await?
+        .expect("a repository")
+        .packs;
+    assert_eq!(live.len(), 2, "{live:?}");
+    assert_eq!(r.bucket_files()?, 4);
+
+    // Each pack stands on its own: a cache made from the bucket alone serves the whole history.
+    std::fs::remove_dir_all(&r.b_cache)?;
+    ws.git(".", &["clone", "-q", &via_b, "cold"]).await?;
+    assert_eq!(
+        ws.git("cold", &["rev-parse", "HEAD"]).await?,
+        ws.git("w", &["rev-parse", "HEAD"]).await?
+    );
+    ws.git("cold", &["fsck", "--strict", "--no-dangling"])
+        .await?;
+    let b_repo = r.b_cache.join(format!("{app_id}.git"));
+    ws.git(
+        ".",
+        &["--git-dir", &b_repo.to_string_lossy(), "fsck", "--strict"],
+    )
+    .await?;
     Ok(())
 }
 
