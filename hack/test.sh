@@ -105,31 +105,40 @@ tier_lint() {
   HELM=$HELM hack/monitoring-check.sh
   # The chart refuses what it cannot run: a second api replica, with the repositories on one volume.
   local refused
-  if refused=$("$HELM" template t charts/slipway --set appDomain=apps.example.com --set api.replicaCount=2 2>&1); then
-    echo "the chart rendered api.replicaCount=2, which it must refuse" >&2
+  if refused=$("$HELM" template t charts/slipway --set appDomain=apps.example.com --set api.git.storage=volume \
+    --set api.replicaCount=2 2>&1); then
+    echo "the chart rendered api.replicaCount=2 with api.git.storage=volume, which it must refuse" >&2
     return 1
   fi
   if ! grep -q "api.replicaCount must be 1" <<<"$refused"; then
     echo "the chart refused api.replicaCount=2 for another reason: $refused" >&2
     return 1
   fi
-  log "the chart refuses api.replicaCount=2"
-  # With the repositories in object storage it takes two, rolls them and keeps only a cache per pod.
+  log "the chart refuses api.replicaCount=2 with api.git.storage=volume"
+  # By default the repositories are in object storage: two replicas, rolled, with only a cache per pod.
   local rendered api want
-  rendered=$("$HELM" template t charts/slipway --set appDomain=apps.example.com --set api.replicaCount=2 \
-    --set api.git.storage=objectStore)
+  rendered=$("$HELM" template t charts/slipway --set appDomain=apps.example.com)
   api=$(awk '/^# Source: slipway\/templates\/api-deployment.yaml/{on=1;next} /^# Source:/{on=0} on' <<<"$rendered")
   for want in "replicas: 2" "value: object-store" "sizeLimit: 20Gi" "topologyKey: kubernetes.io/hostname"; do
     if ! grep -q "$want" <<<"$api"; then
-      echo "the chart's api with api.git.storage=objectStore lacks \"$want\"" >&2
+      echo "the chart's default api lacks \"$want\"" >&2
       return 1
     fi
   done
   if grep -q "type: Recreate" <<<"$api" || grep -q "api-data-pvc.yaml" <<<"$rendered"; then
-    echo "the chart's api with api.git.storage=objectStore still recreates or claims a volume" >&2
+    echo "the chart's default api still recreates or claims a volume" >&2
     return 1
   fi
-  log "the chart runs two api replicas with api.git.storage=objectStore"
+  # With api.git.storage=volume alone, one replica on the claim.
+  api=$("$HELM" template t charts/slipway --set appDomain=apps.example.com --set api.git.storage=volume |
+    awk '/^# Source: slipway\/templates\/api-deployment.yaml/{on=1;next} /^# Source:/{on=0} on')
+  for want in "replicas: 1" "type: Recreate" "claimName: t-slipway-api-data"; do
+    if ! grep -q "$want" <<<"$api"; then
+      echo "the chart's api with api.git.storage=volume lacks \"$want\"" >&2
+      return 1
+    fi
+  done
+  log "the chart runs two api replicas in object storage by default, one on a volume when asked"
 }
 
 tier_unit() {

@@ -1,6 +1,7 @@
 //! The installed platform's repositories moved from the api's volume into object storage, as the chart README says
 //! to (api scaled to 0, `slipway admin git-import` in a pod on the data claim, `helm upgrade` with
-//! `api.git.storage=objectStore` and two replicas), and the two replicas serving them: every ref, the SSH host key
+//! `api.git.storage=objectStore`, `movedFromVolume` and two replicas; without `movedFromVolume` the chart refuses
+//! and nothing changes), and the two replicas serving them: every ref, the SSH host key
 //! and an existing clone survive the move, a push through one pod is what a clone through the other gets, and 200
 //! rounds of pushes racing through the two pods each have exactly one winner with no update lost.
 //!
@@ -231,6 +232,21 @@ async fn repositories_move_into_object_storage_and_two_api_replicas_serve_them()
     let refs_before = ws.git(".", &["ls-remote", &remote]).await?;
     let key_before = platform.ssh_host_key().await?;
 
+    // An upgrade to the chart's default (repositories in object storage) is refused while the api mounts the
+    // volume that holds them, and changes nothing.
+    let refused = hack(
+        "install.sh",
+        &["set", "api.git.storage=objectStore", "api.replicaCount=2"],
+    )
+    .await
+    .expect_err("the chart switched an api on its volume to object storage");
+    assert!(
+        format!("{refused:#}").contains("keeps the apps' git repositories on its volume"),
+        "{refused:#}"
+    );
+    assert_eq!(api_pods(&platform).await?.len(), 1);
+    assert_eq!(ws.git(".", &["ls-remote", &remote]).await?, refs_before);
+
     // The move, as the chart README says.
     scale_api(&platform, 0).await?;
     let printed = import_job(&platform).await?;
@@ -243,7 +259,11 @@ async fn repositories_move_into_object_storage_and_two_api_replicas_serve_them()
     set_api(
         &platform,
         &account,
-        &["api.git.storage=objectStore", "api.replicaCount=2"],
+        &[
+            "api.git.storage=objectStore",
+            "api.git.movedFromVolume=true",
+            "api.replicaCount=2",
+        ],
     )
     .await?;
 
@@ -322,7 +342,11 @@ async fn repositories_move_into_object_storage_and_two_api_replicas_serve_them()
     set_api(
         &platform,
         &account,
-        &["api.git.storage=volume", "api.replicaCount=1"],
+        &[
+            "api.git.storage=volume",
+            "api.git.movedFromVolume=false",
+            "api.replicaCount=1",
+        ],
     )
     .await?;
     Ok(())
