@@ -37,10 +37,33 @@ pub async fn load(
     concurrency: usize,
     duration: Duration,
 ) -> Result<(Vec<Duration>, Duration)> {
+    load_spread(
+        client,
+        std::slice::from_ref(uri),
+        auth,
+        concurrency,
+        duration,
+    )
+    .await
+}
+
+/// [`load`] spread over `uris` (the same route on several replicas): loop `i` asks `uris[i % uris.len()]`.
+pub async fn load_spread(
+    client: &HttpClient,
+    uris: &[hyper::Uri],
+    auth: &str,
+    concurrency: usize,
+    duration: Duration,
+) -> Result<(Vec<Duration>, Duration)> {
+    anyhow::ensure!(!uris.is_empty(), "no address to load");
     let started = Instant::now();
     let mut workers = Vec::new();
-    for _ in 0..concurrency {
-        let (client, uri, auth) = (client.clone(), uri.clone(), auth.to_owned());
+    for i in 0..concurrency {
+        let (client, uri, auth) = (
+            client.clone(),
+            uris[i % uris.len()].clone(),
+            auth.to_owned(),
+        );
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             while started.elapsed() < duration {
