@@ -114,6 +114,45 @@ pub(crate) async fn fetch_packs(
     Ok(fetched)
 }
 
+/// Removes what git processes killed with this replica's last process left in the caches under `cache`: a push's
+/// quarantine (`objects/tmp_objdir-*`, as large as the push) and half-written packs and downloads
+/// (`objects/pack/tmp_*`). None of them is ever read again; none is being written before this process serves.
+/// Returns how many went.
+pub(crate) async fn clear_leftovers(cache: &Path) -> anyhow::Result<usize> {
+    let mut cleared = 0;
+    let mut repos = tokio::fs::read_dir(cache).await?;
+    while let Some(repo) = repos.next_entry().await? {
+        if !repo.file_name().to_string_lossy().ends_with(".git") {
+            continue;
+        }
+        let objects = repo.path().join("objects");
+        for (dir, prefix) in [
+            (objects.clone(), "tmp_objdir-"),
+            (objects.join("pack"), "tmp_"),
+        ] {
+            let mut entries = match tokio::fs::read_dir(&dir).await {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e).with_context(|| format!("read {}", dir.display())),
+            };
+            while let Some(entry) = entries.next_entry().await? {
+                if !entry.file_name().to_string_lossy().starts_with(prefix) {
+                    continue;
+                }
+                let path = entry.path();
+                let removed = if entry.file_type().await?.is_dir() {
+                    tokio::fs::remove_dir_all(&path).await
+                } else {
+                    tokio::fs::remove_file(&path).await
+                };
+                removed.with_context(|| format!("remove {}", path.display()))?;
+                cleared += 1;
+            }
+        }
+    }
+    Ok(cleared)
+}
+
 /// Marks a pack as one `git gc` must leave alone.
 pub(crate) async fn keep(dir: &Path, pack: &str) -> anyhow::Result<()> {
     let keep = dir.join(format!("{pack}.keep"));
@@ -294,4 +333,44 @@ async fn move_refs(snapshot: &Snapshot, path: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn leftovers_of_killed_git_processes_go_and_nothing_else_does() {
+        let cache = std::env::temp_dir().join(format!("slipway-cache-{}", Uuid::new_v4()));
+        let repo = cache.join(format!("{}.git", Uuid::new_v4()));
+        let pack = repo.join("objects/pack");
+        let quarantine = repo.join("objects/tmp_objdir-incoming-Ab12/pack");
+        std::fs::create_dir_all(&quarantine).unwrap();
+        std::fs::create_dir_all(&pack).unwrap();
+        std::fs::write(quarantine.join("pack-1.pack"), "received").unwrap();
+        for file in [
+            "tmp_pack_x1",
+            "tmp_pack-2.idx.1234",
+            "pack-3.pack",
+            "pack-3.idx",
+            "pack-3.keep",
+        ] {
+            std::fs::write(pack.join(file), file).unwrap();
+        }
+        std::fs::create_dir_all(repo.join("objects/ab")).unwrap();
+        std::fs::create_dir_all(cache.join(".hooks/tmp_objdir-not-a-repo")).unwrap();
+
+        assert_eq!(clear_leftovers(&cache).await.unwrap(), 3);
+        assert!(!repo.join("objects/tmp_objdir-incoming-Ab12").exists());
+        let mut kept: Vec<String> = std::fs::read_dir(&pack)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        kept.sort();
+        assert_eq!(kept, ["pack-3.idx", "pack-3.keep", "pack-3.pack"]);
+        assert!(repo.join("objects/ab").exists());
+        assert!(cache.join(".hooks/tmp_objdir-not-a-repo").exists());
+        assert_eq!(clear_leftovers(&cache).await.unwrap(), 0);
+        std::fs::remove_dir_all(&cache).unwrap();
+    }
 }

@@ -222,6 +222,18 @@ impl Repos {
         maintain::run(storage, app, id, policy).await.map(Some)
     }
 
+    /// Removes the bucket's objects of repositories the database no longer knows, written more than `grace` ago
+    /// (a deleted app's whose removal failed); how many went. Nothing on a volume.
+    pub async fn remove_gone_repositories(
+        &self,
+        grace: std::time::Duration,
+    ) -> anyhow::Result<usize> {
+        match &self.objects {
+            Some(storage) => maintain::remove_gone_repositories(storage, grace).await,
+            None => Ok(0),
+        }
+    }
+
     /// Removes this replica's caches of repositories that are no longer kept here (a deleted app's, or a
     /// transferred app's under its old uid); how many went. Nothing on a volume.
     pub async fn sweep_caches(&self) -> anyhow::Result<usize> {
@@ -312,6 +324,13 @@ impl ObjectStorage {
         );
         // What a maintenance killed half-way left (links to packs); none runs before this process starts one.
         let _ = tokio::fs::remove_dir_all(cache.join(".maintenance")).await;
+        let cleared = cache::clear_leftovers(cache).await?;
+        if cleared > 0 {
+            tracing::info!(
+                cleared,
+                "removed what killed git processes left in the repository caches"
+            );
+        }
         let hooks = cache.join(".hooks");
         tokio::fs::create_dir_all(&hooks).await?;
         for hook in ["pre-receive", "reference-transaction"] {

@@ -11,7 +11,9 @@
 //!   are older than the grace.
 //!
 //! Apart from that, each replica removes its caches of repositories that are no longer kept here
-//! ([`crate::Repos::sweep_caches`]).
+//! ([`crate::Repos::sweep_caches`]), and the bucket's objects of repositories the database no longer knows, which
+//! a deleted app leaves when removing them failed ([`remove_gone_repositories`]), once they are older than the
+//! grace.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -197,4 +199,36 @@ async fn remove_orphans(
         .collect();
     storage.bucket.remove_keys(&orphans).await?;
     Ok(orphans.len())
+}
+
+/// Removes the objects of repositories the database does not know, written more than `grace` ago; how many went.
+pub(crate) async fn remove_gone_repositories(
+    storage: &ObjectStorage,
+    grace: Duration,
+) -> anyhow::Result<usize> {
+    let before = SystemTime::now()
+        .checked_sub(grace)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let mut by_repo: std::collections::HashMap<Uuid, Vec<(String, SystemTime)>> =
+        std::collections::HashMap::new();
+    for (key, written) in storage.bucket.list_all().await? {
+        let repo = key
+            .strip_prefix("repos/")
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|repo| repo.parse::<Uuid>().ok());
+        if let Some(repo) = repo {
+            by_repo.entry(repo).or_default().push((key, written));
+        }
+    }
+    let ids: Vec<Uuid> = by_repo.keys().copied().collect();
+    let known = git_maintenance::known(&storage.db, &ids).await?;
+    let gone: Vec<String> = by_repo
+        .into_iter()
+        .filter(|(repo, _)| !known.contains(repo))
+        .flat_map(|(_, objects)| objects)
+        .filter(|(_, written)| *written <= before)
+        .map(|(key, _)| key)
+        .collect();
+    storage.bucket.remove_keys(&gone).await?;
+    Ok(gone.len())
 }

@@ -61,8 +61,8 @@ pub async fn pass(state: &AppState, prune: &str) -> usize {
     collected
 }
 
-/// Maintains every repository kept in object storage that no replica maintained within `policy.every`, and
-/// removes this replica's caches of repositories that are gone; how many were maintained.
+/// Maintains every repository kept in object storage that no replica maintained within `policy.every`, removes the
+/// bucket's objects of repositories that are gone and this replica's caches of them; how many were maintained.
 pub async fn maintain_all(state: &AppState, policy: &slipway_git_store::maintain::Policy) -> usize {
     let mut maintained = 0;
     for app in state.cache().apps() {
@@ -79,6 +79,19 @@ pub async fn maintain_all(state: &AppState, policy: &slipway_git_store::maintain
                 tracing::warn!(app = %app.id, error = format!("{e:#}"), "repository maintenance failed; retried at the next pass")
             }
         }
+    }
+    match state.repos().remove_gone_repositories(policy.grace).await {
+        Ok(removed) if removed > 0 => {
+            tracing::info!(
+                removed,
+                "removed the bucket's objects of repositories that are gone"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            error = format!("{e:#}"),
+            "removing the objects of repositories that are gone failed"
+        ),
     }
     match state.repos().sweep_caches().await {
         Ok(swept) if swept > 0 => {

@@ -5,7 +5,7 @@
 //! A mirror's sync publishes the external repository as it is (rewrites and deletions included). A repository a
 //! volume kept is imported whole, and importing it again changes nothing. A push git would refuse publishes
 //! nothing, a sync on the pushing replica never trips a push, and maintenance folds the packs once cluster-wide
-//! and removes every copy no row names. A push's received packs are published as they are, and each stands alone.
+//! and removes every copy no row names, and the objects of repositories that are gone. A push's received packs are published as they are, and each stands alone.
 
 use crate::support;
 
@@ -695,6 +695,33 @@ async fn maintenance_folds_the_packs_once_and_removes_what_no_row_names() -> Res
     assert_eq!(b_repos.sweep_caches().await?, 1);
     assert!(!r.b_cache.join(format!("{app_id}.git")).exists());
 
+    // Objects of a repository the database does not know (a deleted app's whose removal failed) go at a pass
+    // once they are older than the grace; a known repository's stay.
+    let (_, kept_id, [kept_via, _]) = r.app("kept").await?;
+    ws.git("w", &["push", "-q", &kept_via, "HEAD:master"])
+        .await?;
+    let gone = uuid::Uuid::new_v4();
+    slipway_git_store::bucket::PackBucket::open(&support::s3_calls::root(&r.s3), BUCKET)
+        .await?
+        .upload(gone, &ws.path("junk"), "pack-junk")
+        .await?;
+    assert_eq!(r.bucket_files()?, 4);
+    let a_repos = r.a.state.repos();
+    assert_eq!(
+        a_repos
+            .remove_gone_repositories(std::time::Duration::from_secs(3600))
+            .await?,
+        0
+    );
+    assert_eq!(
+        a_repos
+            .remove_gone_repositories(std::time::Duration::ZERO)
+            .await?,
+        2
+    );
+    assert_eq!(r.bucket_files()?, 2);
+    ws.git(".", &["clone", "-q", &kept_via, "kept"]).await?;
+    assert!(git_refs::version(db, kept_id).await?.is_some());
     Ok(())
 }
 

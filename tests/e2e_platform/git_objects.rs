@@ -3,7 +3,9 @@
 //! `api.git.storage=objectStore`, `movedFromVolume` and two replicas; without `movedFromVolume` the chart refuses
 //! and nothing changes), and the two replicas serving them: every ref, the SSH host key
 //! and an existing clone survive the move, a push through one pod is what a clone through the other gets, and 200
-//! rounds of pushes racing through the two pods each have exactly one winner with no update lost.
+//! rounds of pushes racing through the two pods each have exactly one winner with no update lost. A push whose api
+//! process is killed (SIGKILL) mid-way publishes nothing and its retry through the other pod succeeds; a new pod's
+//! first clone comes whole from the bucket.
 //!
 //! One test, because the steps follow each other on one release. It ends by putting the release back on the
 //! volume with one replica and deleting its app, as `upgrade::` expects the release.
@@ -22,6 +24,16 @@ use tokio::io::AsyncBufReadExt;
 
 /// Rounds of racing pushes.
 const ROUNDS: usize = 200;
+
+/// Files of 1 MiB of random bytes in the push whose api process is killed: long enough a push to be cut in the
+/// middle.
+const KILL_FILES: usize = 300;
+
+/// How long moving those 300 MB through one pod may take.
+const KILL_PUSH_WITHIN: Duration = Duration::from_secs(600);
+
+/// Percent of a push's objects written when its api process is killed.
+const KILL_AT_PERCENT: u32 = 30;
 
 /// `kubectl port-forward` to one pod's API port, for as long as the value lives; its base URL.
 struct PodForward {
@@ -159,6 +171,77 @@ async fn import_job(platform: &Installed) -> Result<String> {
     ])
     .await?;
     Ok(logs)
+}
+
+/// How a push whose api process was killed ended.
+struct Killed {
+    /// Whether git reported success.
+    ok: bool,
+    /// What git printed.
+    stderr: String,
+    /// Percent of the objects written when the process was killed.
+    written: u32,
+    /// How many times the container had been restarted before the kill.
+    restarts: u64,
+}
+
+/// Pushes `HEAD:master` of `dir` to `remote` (which goes through the api pod `pod`) and, once git has written
+/// [`KILL_AT_PERCENT`]% of the objects, kills that pod's api process with SIGKILL.
+async fn push_killed_midway(
+    ws: &Workspace,
+    dir: &str,
+    remote: &str,
+    platform: &Installed,
+    pod: &str,
+) -> Result<Killed> {
+    use tokio::io::AsyncReadExt;
+    let mut child = ws
+        .command(dir, &["push", "--progress", remote, "HEAD:master"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let mut stderr = child.stderr.take().context("git push has no stderr")?;
+    let mut printed = String::new();
+    let mut chunk = [0u8; 4096];
+    let written = loop {
+        let read = tokio::time::timeout(Duration::from_secs(120), stderr.read(&mut chunk))
+            .await
+            .context("git push printed nothing for 120s")??;
+        anyhow::ensure!(
+            read > 0,
+            "git push ended before {KILL_AT_PERCENT}% was written:\n{printed}"
+        );
+        printed.push_str(&String::from_utf8_lossy(&chunk[..read]));
+        if let Some(done) = writing_percent(&printed).filter(|d| *d >= KILL_AT_PERCENT) {
+            break done;
+        }
+    };
+    let restarts = platform.kill_container(pod, "api").await?;
+    stderr.read_to_string(&mut printed).await?;
+    let status = tokio::time::timeout(Duration::from_secs(120), child.wait())
+        .await
+        .context("git push did not end after its api process was killed")??;
+    Ok(Killed {
+        ok: status.success(),
+        stderr: printed,
+        written,
+        restarts,
+    })
+}
+
+/// The last percent of git's `Writing objects:  NN% (...)` progress in `progress`.
+fn writing_percent(progress: &str) -> Option<u32> {
+    progress
+        .rsplit(['\r', '\n'])
+        .filter(|line| line.contains('%'))
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("Writing objects:")?
+                .split('%')
+                .next()?
+                .trim()
+                .parse()
+                .ok()
+        })
 }
 
 fn tempfile_with(text: &str) -> Result<std::path::PathBuf> {
@@ -335,9 +418,79 @@ async fn repositories_move_into_object_storage_and_two_api_replicas_serve_them()
         started.elapsed()
     );
 
+    // kill -9 of the api process a push goes through, mid-push: the push fails and publishes nothing, the retry
+    // through the other pod succeeds, and the restarted process clears the killed push's quarantine.
+    drop((a, b));
+    ws.git(".", &["clone", "-q", &remote, "k"]).await?;
+    let before_kill = ws.git("k", &["rev-parse", "HEAD"]).await?;
+    for file in 0..KILL_FILES {
+        let mut random = std::fs::File::open("/dev/urandom")?;
+        let mut out = std::fs::File::create(ws.path(&format!("k/big-{file}.bin")))?;
+        std::io::copy(&mut std::io::Read::take(&mut random, 1 << 20), &mut out)?;
+    }
+    ws.git("k", &["add", "."]).await?;
+    ws.git("k", &["commit", "-qm", "big"]).await?;
+    let a = forward(&platform, &pods[0]).await?;
+    let via_a = http_remote(&a.url, &account.token, &account.username, "moved");
+    let killed = push_killed_midway(&ws, "k", &via_a, &platform, &pods[0]).await?;
+    println!(
+        "killed {} with {}% of the push's objects written",
+        pods[0], killed.written
+    );
+    assert!(
+        !killed.ok,
+        "the push went through the killed pod: {}",
+        killed.stderr
+    );
+    drop(a);
+    let b = forward(&platform, &pods[1]).await?;
+    let via_b = http_remote(&b.url, &account.token, &account.username, "moved");
+    assert_eq!(
+        ws.git(".", &["ls-remote", &via_b, "refs/heads/master"])
+            .await?,
+        format!("{}\trefs/heads/master\n", before_kill.trim())
+    );
+    ws.git_within(
+        "k",
+        &["push", "-q", &via_b, "HEAD:master"],
+        KILL_PUSH_WITHIN,
+    )
+    .await?;
+    let big = ws.git("k", &["rev-parse", "HEAD"]).await?;
+    platform
+        .wait_restarted(&pods[0], "api", killed.restarts)
+        .await?;
+    let logs = kubectl(&["-n", &platform.namespace, "logs", &pods[0], "-c", "api"]).await?;
+    assert!(
+        logs.contains("removed what killed git processes left in the repository caches"),
+        "the restarted api did not clear the killed push's quarantine:\n{logs}"
+    );
+
+    // A new pod's first clone comes from the bucket alone, whole.
+    drop(b);
+    kubectl(&["-n", &platform.namespace, "delete", "pod", &pods[1]]).await?;
+    let fresh = until(
+        Duration::from_secs(180),
+        "a new api pod in place of the deleted one",
+        async || {
+            let now = api_pods(&platform).await?;
+            Ok((now.len() == 2 && !now.contains(&pods[1]))
+                .then(|| now.into_iter().find(|p| *p != pods[0]))
+                .flatten())
+        },
+    )
+    .await?;
+    let c = forward(&platform, &fresh).await?;
+    let via_c = http_remote(&c.url, &account.token, &account.username, "moved");
+    ws.git_within(".", &["clone", "-q", &via_c, "cold"], KILL_PUSH_WITHIN)
+        .await?;
+    assert_eq!(ws.git("cold", &["rev-parse", "HEAD"]).await?, big);
+    ws.git("cold", &["fsck", "--strict", "--no-dangling"])
+        .await?;
+    drop(c);
+
     // Back on the volume with one replica, as `upgrade::` expects the release; this app lived only in object
     // storage, so it goes.
-    drop((a, b));
     platform.delete_app(&account, &app_id).await?;
     set_api(
         &platform,

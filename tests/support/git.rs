@@ -50,6 +50,20 @@ impl Workspace {
         args: &[&str],
         limit: std::time::Duration,
     ) -> Result<Run> {
+        let mut cmd = self.command(cwd, args);
+        let out = tokio::time::timeout(limit, cmd.output())
+            .await
+            .with_context(|| format!("git {args:?} did not finish within {limit:?}"))??;
+        Ok(Run {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    /// The command `git args...` in `cwd` (relative to the workspace), as [`Self::try_git`] runs it: for a test that
+    /// reads git's output while it runs.
+    pub fn command(&self, cwd: &str, args: &[&str]) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new("git");
         cmd.args(args)
             .current_dir(self.dir.join(cwd))
@@ -67,14 +81,7 @@ impl Workspace {
         if let Some(ssh) = &self.ssh_command {
             cmd.env("GIT_SSH_COMMAND", ssh);
         }
-        let out = tokio::time::timeout(limit, cmd.output())
-            .await
-            .with_context(|| format!("git {args:?} did not finish within {limit:?}"))??;
-        Ok(Run {
-            ok: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })
+        cmd
     }
 
     /// `git args...`, failing the test on a non-zero exit; returns stdout.

@@ -288,6 +288,66 @@ impl Installed {
         Ok((account, address))
     }
 
+    /// The status of the container `container` of the platform's pod `pod`.
+    async fn container_status(&self, pod: &str, container: &str) -> Result<Value> {
+        let pod: Value = serde_json::from_str(
+            &kubectl(&["-n", &self.namespace, "get", "pod", pod, "-o", "json"]).await?,
+        )?;
+        pod["status"]["containerStatuses"]
+            .as_array()
+            .and_then(|all| all.iter().find(|c| c["name"] == container))
+            .cloned()
+            .with_context(|| format!("pod {pod} has no container {container}"))
+    }
+
+    /// Kills the process of the container `container` of the platform's pod `pod` with SIGKILL, through the
+    /// node's containerd, as a crash or the OOM killer would: no drain, no shutdown hook. The kubelet starts it
+    /// again in the same pod. Returns how many times it had been restarted before, for [`Self::wait_restarted`].
+    pub async fn kill_container(&self, pod: &str, container: &str) -> Result<u64> {
+        let status = self.container_status(pod, container).await?;
+        let restarts = status["restartCount"].as_u64().unwrap_or(0);
+        let id = status["containerID"]
+            .as_str()
+            .and_then(|id| id.strip_prefix("containerd://"))
+            .with_context(|| format!("{pod}/{container} runs no containerd container: {status}"))?;
+        let out = tokio::process::Command::new(var("SLIPWAY_CTR")?)
+            .args(["--address", &var("SLIPWAY_CONTAINERD_SOCKET")?])
+            .args([
+                "--namespace",
+                "k8s.io",
+                "tasks",
+                "kill",
+                "--signal",
+                "SIGKILL",
+                id,
+            ])
+            .output()
+            .await?;
+        if !out.status.success() {
+            bail!(
+                "ctr tasks kill {id} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(restarts)
+    }
+
+    /// Waits until the container `container` of `pod`, restarted `restarts` times before a kill, has been started
+    /// again and is ready.
+    pub async fn wait_restarted(&self, pod: &str, container: &str, restarts: u64) -> Result<()> {
+        until(
+            Duration::from_secs(180),
+            &format!("{pod}/{container} started again and ready"),
+            async || {
+                let status = self.container_status(pod, container).await?;
+                Ok((status["restartCount"].as_u64().unwrap_or(0) > restarts
+                    && status["ready"] == true)
+                    .then_some(()))
+            },
+        )
+        .await
+    }
+
     /// The Ed25519 host key the platform's SSH port answers with, as `ssh-keyscan` prints it.
     pub async fn ssh_host_key(&self) -> Result<String> {
         let mut keyscan = tokio::process::Command::new("ssh-keyscan");

@@ -1,7 +1,9 @@
 //! The maintenance of repositories kept in object storage, which runs once cluster-wide per repository: a replica
 //! [`claim`]s it, folds the live packs into one ([`compact`]), and later removes the packs the fold retired
-//! ([`take_retired`]) and the copies no row names ([`pack_rows`] tells them apart).
+//! ([`take_retired`]) and the copies no row names ([`pack_rows`] tells them apart). Objects of repositories the
+//! database no longer knows ([`known`] tells them apart) go too.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -83,4 +85,13 @@ pub async fn pack_rows(db: &PgPool, id: Uuid) -> sqlx::Result<Vec<PackRow>> {
             .map(pack_row)
             .collect(),
     )
+}
+
+/// Which of `ids` are repositories the database knows.
+pub async fn known(db: &PgPool, ids: &[Uuid]) -> sqlx::Result<HashSet<Uuid>> {
+    let known: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM git_repos WHERE id = ANY($1)")
+        .bind(ids)
+        .fetch_all(db)
+        .await?;
+    Ok(known.into_iter().collect())
 }
