@@ -165,7 +165,7 @@ impl Connection {
     ) -> Result<(), russh::Error> {
         self.channels.remove(&channel);
         session.channel_success(channel)?;
-        session.extended_data(channel, 1, format!("fatal: {message}\n").into_bytes())?;
+        session.extended_data(channel, 1, fatal(message))?;
         session.exit_status_request(channel, REFUSED)?;
         session.eof(channel)?;
         session.close(channel)?;
@@ -314,34 +314,33 @@ impl russh::server::Handler for Connection {
                 )
                 .await;
         };
-        let granted =
-            match service::authorize(&self.state, user_id, &username, &owner, &repo, service).await
-            {
-                Ok(granted) => granted,
-                Err(Refusal::NotFound) => {
-                    return self
-                        .refuse(
-                            channel,
-                            &format!("repository '{owner}/{repo}' not found"),
-                            session,
-                        )
-                        .await;
-                }
-                Err(Refusal::Forbidden(m)) => return self.refuse(channel, &m, session).await,
-                Err(Refusal::Internal(e)) => {
-                    tracing::error!(
-                        error = format!("{e:#}"),
-                        "authorizing an SSH git command failed"
-                    );
-                    return self.refuse(channel, "internal error", session).await;
-                }
-            };
         let Some(chan) = self.channels.remove(&channel) else {
             return session.channel_failure(channel);
         };
         session.channel_success(channel)?;
         let protocol = self.protocol.remove(&channel);
-        tokio::spawn(run(chan, service, granted, protocol));
+        // Authorizing may wait (a repository's cache syncing behind a push on this replica): it runs beside the
+        // session's loop, so the connection's other channels keep moving meanwhile.
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            let refusal = match service::authorize(
+                &state, user_id, &username, &owner, &repo, service,
+            )
+            .await
+            {
+                Ok(granted) => return run(chan, service, granted, protocol).await,
+                Err(Refusal::NotFound) => format!("repository '{owner}/{repo}' not found"),
+                Err(Refusal::Forbidden(m)) => m,
+                Err(Refusal::Internal(e)) => {
+                    tracing::error!(
+                        error = format!("{e:#}"),
+                        "authorizing an SSH git command failed"
+                    );
+                    "internal error".to_owned()
+                }
+            };
+            refuse_on(&chan, &refusal).await;
+        });
         Ok(())
     }
 
@@ -354,6 +353,19 @@ impl russh::server::Handler for Connection {
         self.protocol.remove(&channel);
         Ok(())
     }
+}
+
+/// A refusal as git prints its own on stderr.
+fn fatal(message: &str) -> Vec<u8> {
+    format!("fatal: {message}\n").into_bytes()
+}
+
+/// Tells the client on `channel` why its command does not run ([`fatal`]) and closes the channel.
+async fn refuse_on(channel: &Channel<Msg>, message: &str) {
+    let _ = channel.extended_data_bytes(1, fatal(message)).await;
+    let _ = channel.exit_status(REFUSED).await;
+    let _ = channel.eof().await;
+    let _ = channel.close().await;
 }
 
 /// Runs `service` on `repo` with the channel as its stdio, then reports its exit status and closes the channel.
