@@ -74,6 +74,11 @@ impl PackBucket {
         }
     }
 
+    /// The repository whose object `key` is (`repos/<repo>/...`).
+    pub fn repo_of(key: &str) -> Option<Uuid> {
+        key.strip_prefix("repos/")?.split('/').next()?.parse().ok()
+    }
+
     /// Uploads `<dir>/<pack>.pack` and `.idx` as a new copy of the pack; returns the upload's id, part of its key.
     /// The requests are signed and name their body's CRC32, which the store checks, rather than a SHA-256 of the body
     /// in the signature: hashing a gigabyte push with SHA-256 here and again in the store cost more than sending it.
@@ -290,6 +295,7 @@ mod tests {
             PackBucket::key(repo, &pack, None, "idx"),
         ] {
             assert!(is_pack_key(&key), "{key}");
+            assert_eq!(PackBucket::repo_of(&key), Some(repo), "{key}");
         }
         for key in [
             format!("repos/{repo}/{pack}.{upload}.keep"),

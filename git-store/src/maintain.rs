@@ -212,11 +212,7 @@ pub(crate) async fn remove_gone_repositories(
     let mut by_repo: std::collections::HashMap<Uuid, Vec<(String, SystemTime)>> =
         std::collections::HashMap::new();
     for (key, written) in storage.bucket.list_all().await? {
-        let repo = key
-            .strip_prefix("repos/")
-            .and_then(|rest| rest.split('/').next())
-            .and_then(|repo| repo.parse::<Uuid>().ok());
-        if let Some(repo) = repo {
+        if let Some(repo) = PackBucket::repo_of(&key) {
             by_repo.entry(repo).or_default().push((key, written));
         }
     }

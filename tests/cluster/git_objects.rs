@@ -83,6 +83,19 @@ impl Replicas {
         Ok((alice, id, via))
     }
 
+    /// Deletes B's cache and clones `via_b` into `cold`, which must hold the head of `w`, whole.
+    async fn clone_cold(&self, ws: &Workspace, via_b: &str) -> Result<()> {
+        std::fs::remove_dir_all(&self.b_cache)?;
+        ws.git(".", &["clone", "-q", via_b, "cold"]).await?;
+        assert_eq!(
+            ws.git("cold", &["rev-parse", "HEAD"]).await?,
+            ws.git("w", &["rev-parse", "HEAD"]).await?
+        );
+        ws.git("cold", &["fsck", "--strict", "--no-dangling"])
+            .await?;
+        Ok(())
+    }
+
     fn bucket_files(&self) -> Result<usize> {
         let dir = self.s3.bucket_dir(BUCKET).join("repos");
         if !dir.exists() {
@@ -94,6 +107,13 @@ impl Replicas {
         }
         Ok(count)
     }
+}
+
+/// A workspace with an empty work tree `w` on `master`, where the tests commit what they push.
+async fn work_tree() -> Result<Workspace> {
+    let ws = Workspace::new()?;
+    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
+    Ok(ws)
 }
 
 async fn tree_sha(router: &axum::Router, app: &str, token: &str, reference: &str) -> String {
@@ -426,8 +446,7 @@ async fn listed_refs(ws: &Workspace, remote: &str) -> Result<Vec<String>> {
 async fn a_push_git_would_refuse_publishes_nothing() -> Result<()> {
     let r = Replicas::start().await?;
     let (_, app_id, [via_a, via_b]) = r.app("rules").await?;
-    let ws = Workspace::new()?;
-    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
+    let ws = work_tree().await?;
     ws.write("w/a.txt", "a\n")?;
     ws.git("w", &["add", "."]).await?;
     ws.git("w", &["commit", "-qm", "a"]).await?;
@@ -530,8 +549,7 @@ async fn pushes_are_never_refused_by_a_sync_on_their_own_replica() -> Result<()>
     const BRANCHES: usize = 300;
     let r = Replicas::start().await?;
     let (alice, app_id, [via_a, _]) = r.app("busy").await?;
-    let ws = Workspace::new()?;
-    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
+    let ws = work_tree().await?;
 
     // While every push goes through A, a reader on A syncs its cache as fast as it can: each push's own publish
     // moves the version, so a sync runs beside every push. Without the cache's lock the sync reaches refs
@@ -596,8 +614,7 @@ async fn maintenance_folds_the_packs_once_and_removes_what_no_row_names() -> Res
     const PUSHES: usize = 10;
     let r = Replicas::start().await?;
     let (alice, app_id, [via_a, via_b]) = r.app("packs").await?;
-    let ws = Workspace::new()?;
-    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
+    let ws = work_tree().await?;
     for push in 0..PUSHES {
         ws.write(&format!("w/{push}.txt"), format!("{push}\n"))?;
         ws.git("w", &["add", "."]).await?;
@@ -675,14 +692,7 @@ async fn maintenance_folds_the_packs_once_and_removes_what_no_row_names() -> Res
     assert_eq!(packs_in(&r.b_cache)?, 2);
 
     // A cold cache takes the two live packs and nothing else.
-    std::fs::remove_dir_all(&r.b_cache)?;
-    ws.git(".", &["clone", "-q", &via_b, "cold"]).await?;
-    assert_eq!(
-        ws.git("cold", &["rev-parse", "HEAD"]).await?,
-        ws.git("w", &["rev-parse", "HEAD"]).await?
-    );
-    ws.git("cold", &["fsck", "--strict", "--no-dangling"])
-        .await?;
+    r.clone_cold(&ws, &via_b).await?;
     assert_eq!(packs_in(&r.b_cache)?, 2);
 
     // A deleted app leaves nothing in the bucket, and its cache goes at the next sweep.
@@ -759,8 +769,7 @@ async fn a_push_publishes_the_packs_it_received_and_each_stands_alone() -> Resul
     const FILES: usize = 150;
     let r = Replicas::start().await?;
     let (_alice, app_id, [via_a, via_b]) = r.app("whole").await?;
-    let ws = Workspace::new()?;
-    ws.git(".", &["init", "-q", "-b", "master", "w"]).await?;
+    let ws = work_tree().await?;
     let text = |file: usize| {
         (0..200)
             .map(|line| format!("{file} line {line}\n"))
@@ -796,14 +805,7 @@ async fn a_push_publishes_the_packs_it_received_and_each_stands_alone() -> Resul
     assert_eq!(r.bucket_files()?, 4);
 
     // Each pack stands on its own: a cache made from the bucket alone serves the whole history.
-    std::fs::remove_dir_all(&r.b_cache)?;
-    ws.git(".", &["clone", "-q", &via_b, "cold"]).await?;
-    assert_eq!(
-        ws.git("cold", &["rev-parse", "HEAD"]).await?,
-        ws.git("w", &["rev-parse", "HEAD"]).await?
-    );
-    ws.git("cold", &["fsck", "--strict", "--no-dangling"])
-        .await?;
+    r.clone_cold(&ws, &via_b).await?;
     let b_repo = r.b_cache.join(format!("{app_id}.git"));
     ws.git(
         ".",
