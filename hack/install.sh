@@ -34,6 +34,10 @@
 # object storage (api.git.storage=objectStore), where any replica serves any repository. An installation is not
 # moved between the two by install: see the chart README for the move, or start again with `make down`.
 #
+# On a cluster of more than one node (SLIPWAY_NODES=2 make up) the API's and the edge's node ports, reached at the
+# first node's address, forward to pods on any node (externalTrafficPolicy Cluster): with Local they would answer
+# only while a pod of theirs runs on the first node.
+#
 # Needs a running node (hack/node.sh start) with the same SLIPWAY_RUN and SLIPWAY_NODE_SLOT.
 set -euo pipefail
 HACK=$(cd "$(dirname "$0")" && pwd)
@@ -196,6 +200,11 @@ console_certificate() {
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
 
+# The node ports' traffic policy: Cluster when there is more than one node (see the top of this file).
+traffic_policy() {
+  if [ "$(kubectl get nodes -o name | wc -l)" -gt 1 ]; then echo Cluster; else echo Local; fi
+}
+
 values() { # image-ref backend-image-ref data-server-url
   local image=$1 backend=$2 data_port=${3##*:} buildkit=${SLIPWAY_BUILDKIT_ADDR#tcp://}
   data_port=${data_port%%/*}
@@ -232,6 +241,7 @@ api:
   service:
     type: NodePort
     nodePorts: {http: $API_NODE_PORT, ssh: $SSH_NODE_PORT, sql: $SQL_NODE_PORT}
+    externalTrafficPolicy: $(traffic_policy)
   # The console's connection strings name the node's port for SQL.
   sql:
     publicAddress: $SLIPWAY_NODE_IP:$SQL_NODE_PORT
@@ -258,6 +268,7 @@ api:
 edge:
   service:
     type: NodePort
+    externalTrafficPolicy: $(traffic_policy)
     nodePort: $EDGE_NODE_PORT
     httpsNodePort: $EDGE_TLS_NODE_PORT
 blob:

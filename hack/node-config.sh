@@ -1,6 +1,7 @@
-# The node's configuration files: certificates and kubeconfigs for the kubelet and kube-proxy, containerd (CRI,
-# registry mirrors), CNI, the kubelet, kube-proxy, the registry and BuildKit. hack/node.sh sources it and calls
-# write_configs at each start, with its variables (NODE, NAME, the addresses) set.
+# A node's configuration files: certificates and kubeconfigs for the kubelet and kube-proxy, containerd (CRI,
+# registry mirrors), CNI, the kubelet, kube-proxy, and on the first node the registries and BuildKit. hack/node.sh
+# sources it and calls write_configs at each start of a node, with its variables (NODE, NAME, INDEX, the addresses)
+# set.
 # shellcheck shell=bash
 
 write_configs() {
@@ -72,7 +73,7 @@ EOF
       "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
       "ipam": {
         "type": "host-local", "dataDir": "$NODE/cni/ipam",
-        "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}]
+        "ranges": [[{"subnet": "$NODE_POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
@@ -121,6 +122,9 @@ healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
+
+  # The rest is the first node's alone: the registries and BuildKit.
+  [ "$INDEX" = 0 ] || return 0
 
   cat >"$NODE/registry.yaml" <<EOF
 version: 0.1

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Brings up the local platform: builds what is missing, starts a single-node Kubernetes cluster on this machine
-# (hack/node.sh: control plane, kubelet, containerd, CNI, kube-proxy, CoreDNS, registry, BuildKit), installs slipway
+# Brings up the local platform: builds what is missing, starts a Kubernetes cluster on this machine, of
+# SLIPWAY_NODES nodes (default 1; hack/node.sh: control plane, kubelet, containerd, CNI, kube-proxy, CoreDNS,
+# registry, BuildKit), installs slipway
 # on it with the Helm chart from the locally built image (hack/install.sh) and prints the addresses and an admin
 # token. Run it again to reuse what is running and upgrade the release to the current code; `make down` stops it.
 set -euo pipefail
@@ -17,10 +18,11 @@ eval "$("$HACK/node.sh" env)"
 eval "$("$HACK/install.sh" env)"
 API=$SLIPWAY_PLATFORM_API EDGE=$SLIPWAY_PLATFORM_EDGE TOKEN=$SLIPWAY_PLATFORM_ADMIN_TOKEN
 SSH_HOST=${SLIPWAY_PLATFORM_SSH%:*} SSH_PORT=${SLIPWAY_PLATFORM_SSH##*:}
+NODES=$(kubectl get nodes -o name | wc -l)
 
 cat <<EOT
 
-slipway is up: a single-node Kubernetes $KUBE_VERSION cluster on this machine with slipway installed by its Helm
+slipway is up: a Kubernetes $KUBE_VERSION cluster of $NODES node(s) on this machine with slipway installed by its Helm
 chart (release slipway in namespace slipway-system) from the image $SLIPWAY_REGISTRY/slipway/slipway, built here.
 The platform database is this machine's Postgres, and a second one there holds the channels' SQL databases
 (hack/data-server.sh); builds run on the node's BuildKit and push to its registry
