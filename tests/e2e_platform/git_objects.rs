@@ -5,12 +5,15 @@
 //! and an existing clone survive the move, a push through one pod is what a clone through the other gets, and 200
 //! rounds of pushes racing through the two pods each have exactly one winner with no update lost. A push whose api
 //! process is killed (SIGKILL) mid-way publishes nothing and its retry through the other pod succeeds; a new pod's
-//! first clone comes whole from the bucket.
+//! first clone comes whole from the bucket. Then a second node joins and each node is drained in turn under load
+//! (`drain`).
 //!
 //! One test, because the steps follow each other on one release. It ends by putting the release back on the
 //! volume with one replica and deleting its app, as `upgrade::` expects the release.
 
 #![allow(clippy::unwrap_used)]
+
+mod drain;
 
 use crate::support;
 
@@ -488,6 +491,8 @@ async fn repositories_move_into_object_storage_and_two_api_replicas_serve_them()
     ws.git("cold", &["fsck", "--strict", "--no-dangling"])
         .await?;
     drop(c);
+
+    drain::each_node_drained_under_load(&account, ws.clone(), &remote).await?;
 
     // Back on the volume with one replica, as `upgrade::` expects the release; this app lived only in object
     // storage, so it goes.

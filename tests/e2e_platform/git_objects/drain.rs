@@ -1,0 +1,383 @@
+//! A second node joins (`hack/node.sh join 1`), and each node is drained in turn (`kubectl drain`, which evicts as
+//! the PodDisruptionBudgets allow) under a stream of pushes, changesets, deploys, API reads and requests to a
+//! deployed app. Every platform operation succeeds, or succeeds on one retry; every acknowledged push is on its
+//! branch afterwards. The app runs one instance, so its pod's move is an outage of the pod's restart: how long is
+//! printed, and the app must answer again once its node is drained.
+
+use crate::support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+use support::git::Workspace;
+use support::platform::{Account, Installed, hack, kubectl, until};
+
+/// The pause before an operation's one retry: long enough for a moved pod's replacement to be ready.
+const RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// The pause between two changesets, two API reads, two requests of the app's visitor.
+const REQUEST_EVERY: Duration = Duration::from_millis(250);
+
+/// What the app answers (every deploy is of `v1`: the changesets write another file).
+const VERSION: &str = "version=v1";
+
+const NODES: [&str; 2] = ["slipway-node", "slipway-node-1"];
+
+/// What one kind of operation did during a drain.
+#[derive(Default, Debug)]
+struct Tally {
+    ok: u64,
+    /// Why the operations that needed their retry failed the first time.
+    retried: Vec<String>,
+    failed: Vec<String>,
+}
+
+impl Tally {
+    /// Runs `op`, and once more after [`RETRY_AFTER`] when it fails.
+    async fn run<T, F: Future<Output = Result<T>>>(
+        &mut self,
+        mut op: impl FnMut() -> F,
+    ) -> Option<T> {
+        match op().await {
+            Ok(value) => {
+                self.ok += 1;
+                return Some(value);
+            }
+            Err(e) => self.retried.push(format!("{e:#}")),
+        }
+        tokio::time::sleep(RETRY_AFTER).await;
+        match op().await {
+            Ok(value) => {
+                self.ok += 1;
+                Some(value)
+            }
+            Err(e) => {
+                self.failed.push(format!("{e:#}"));
+                None
+            }
+        }
+    }
+
+    fn summary(&self, kind: &str) -> String {
+        format!("{kind} {} ok ({} retried)", self.ok, self.retried.len())
+    }
+}
+
+/// The app's visitor: requests that failed, and the longest run of failures.
+#[derive(Default, Debug)]
+struct Visits {
+    ok: u64,
+    failed: u64,
+    longest_outage: Duration,
+}
+
+struct Setting {
+    platform: Arc<Installed>,
+    account: Account,
+    ws: Arc<Workspace>,
+    /// The moved app's remote, through the api's node port.
+    remote: String,
+    /// The deployed site: its id, its prod channel, its hostname.
+    site: (String, String, String),
+    stop: Arc<AtomicBool>,
+}
+
+/// Joins a second node, drains each node in turn under load, and has the second node leave again. `ws` holds a
+/// clone of the moved app at `dir`.
+pub(super) async fn each_node_drained_under_load(
+    account: &Account,
+    ws: Arc<Workspace>,
+    remote: &str,
+) -> Result<()> {
+    let platform = Arc::new(Installed::from_env()?);
+    hack("node.sh", &["join", "1"]).await?;
+    // The node ports answer on the first node's address whichever node the pods run on (with `Local` they answer
+    // only where a pod of theirs runs, and a drained node runs none).
+    super::set_api(
+        &platform,
+        account,
+        &[
+            "api.service.externalTrafficPolicy=Cluster",
+            "edge.service.externalTrafficPolicy=Cluster",
+        ],
+    )
+    .await?;
+
+    // The deployed app the visitor asks, and whose master the changesets write.
+    let (site_id, site_channel) = platform.create_app(account, "drained", "app").await?;
+    let sha = platform
+        .push_version_server(account, &ws, "drained")
+        .await?;
+    platform
+        .deploy(account, &site_id, &site_channel, &sha)
+        .await?;
+    let site_host = platform.prod_host(account, "drained");
+    platform.wait_for_page(&site_host, "/", VERSION).await?;
+
+    ws.git(".", &["clone", "-q", remote, "pusher"]).await?;
+    ws.git("pusher", &["checkout", "-q", "-b", "drain-pushes"])
+        .await?;
+    let setting = Arc::new(Setting {
+        platform: platform.clone(),
+        account: account.clone(),
+        ws: ws.clone(),
+        remote: remote.to_owned(),
+        site: (site_id.clone(), site_channel, site_host),
+        stop: Arc::new(AtomicBool::new(false)),
+    });
+
+    let mut acknowledged = Vec::new();
+    for node in NODES {
+        setting.stop.store(false, Ordering::SeqCst);
+        let pushes = tokio::spawn(pushes(setting.clone()));
+        let changesets = tokio::spawn(changesets(setting.clone()));
+        let deploys = tokio::spawn(deploys(setting.clone()));
+        let reads = tokio::spawn(reads(setting.clone()));
+        let visits = tokio::spawn(visits(setting.clone()));
+        let started = Instant::now();
+        kubectl(&[
+            "drain",
+            node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--force",
+            "--timeout=600s",
+        ])
+        .await
+        .with_context(|| format!("draining {node}"))?;
+        let drained_in = started.elapsed();
+        // The app answers again on the other node.
+        platform
+            .wait_for_page(&setting.site.2, "/", VERSION)
+            .await?;
+        setting.stop.store(true, Ordering::SeqCst);
+        let (pushes, acked) = pushes.await??;
+        let changesets = changesets.await??;
+        let deploys = deploys.await??;
+        let reads = reads.await??;
+        let visits = visits.await??;
+        kubectl(&["uncordon", node]).await?;
+        println!(
+            "drained {node} in {drained_in:.0?}: {}, {}, {}, {}; the app answered {} requests, failed {}, \
+             longest outage {:.1?}",
+            pushes.summary("pushes"),
+            changesets.summary("changesets"),
+            deploys.summary("deploys"),
+            reads.summary("API reads"),
+            visits.ok,
+            visits.failed,
+            visits.longest_outage
+        );
+        for (kind, tally) in [
+            ("push", &pushes),
+            ("changeset", &changesets),
+            ("deploy", &deploys),
+            ("API read", &reads),
+        ] {
+            for reason in &tally.retried {
+                println!("  a {kind} retried after: {reason}");
+            }
+            if !tally.failed.is_empty() || tally.ok == 0 {
+                bail!(
+                    "draining {node}: {kind}s failed twice in a row: {:?}",
+                    tally.failed
+                );
+            }
+        }
+        acknowledged.extend(acked);
+    }
+
+    // Every acknowledged push is on the branch.
+    ws.git("pusher", &["fetch", "-q", remote, "drain-pushes"])
+        .await?;
+    for sha in &acknowledged {
+        ws.git(
+            "pusher",
+            &["merge-base", "--is-ancestor", sha, "FETCH_HEAD"],
+        )
+        .await
+        .with_context(|| format!("the acknowledged push {sha} is not on drain-pushes"))?;
+    }
+    println!(
+        "{} acknowledged pushes, all on their branch",
+        acknowledged.len()
+    );
+
+    hack("node.sh", &["leave", "1"]).await?;
+    until(Duration::from_secs(60), "one node left", async || {
+        let nodes = kubectl(&["get", "nodes", "-o", "name"]).await?;
+        Ok((nodes.lines().count() == 1).then_some(()))
+    })
+    .await?;
+    platform.delete_app(account, &site_id).await?;
+    super::set_api(
+        &platform,
+        account,
+        &[
+            "api.service.externalTrafficPolicy=Local",
+            "edge.service.externalTrafficPolicy=Local",
+        ],
+    )
+    .await
+}
+
+/// Commits and pushes to `drain-pushes` until stopped; answers the tally and the acknowledged commits.
+async fn pushes(s: Arc<Setting>) -> Result<(Tally, Vec<String>)> {
+    let (mut tally, mut acked) = (Tally::default(), Vec::new());
+    let mut n = 0;
+    while !s.stop.load(Ordering::SeqCst) {
+        n += 1;
+        s.ws.write("pusher/drain.txt", format!("{n}\n"))?;
+        s.ws.git("pusher", &["add", "drain.txt"]).await?;
+        s.ws.git("pusher", &["commit", "-qm", &format!("drain push {n}")])
+            .await?;
+        let shared = s.clone();
+        let pushed = tally.run(move || push(shared.clone())).await;
+        if pushed.is_some() {
+            acked.push(
+                s.ws.git("pusher", &["rev-parse", "HEAD"])
+                    .await?
+                    .trim()
+                    .to_owned(),
+            );
+        }
+    }
+    Ok((tally, acked))
+}
+
+async fn push(s: Arc<Setting>) -> Result<()> {
+    let push =
+        s.ws.try_git("pusher", &["push", &s.remote, "drain-pushes"])
+            .await?;
+    if push.ok {
+        Ok(())
+    } else {
+        bail!("{}", push.stderr)
+    }
+}
+
+/// Writes the site's master through the changeset API until stopped.
+async fn changesets(s: Arc<Setting>) -> Result<Tally> {
+    let mut tally = Tally::default();
+    let mut n = 0;
+    while !s.stop.load(Ordering::SeqCst) {
+        n += 1;
+        let shared = s.clone();
+        tally.run(move || changeset(shared.clone(), n)).await;
+        tokio::time::sleep(REQUEST_EVERY).await;
+    }
+    Ok(tally)
+}
+
+async fn changeset(s: Arc<Setting>, n: u64) -> Result<()> {
+    let body = json!({
+        "message": format!("drain changeset {n}"),
+        "changes": {"changes.txt": format!("{n}\n")},
+    });
+    let path = format!("/apps/{}/changeset", s.site.0);
+    let answer = s
+        .platform
+        .call("POST", &path, &s.account, Some(body))
+        .await?;
+    if answer.status == 200 {
+        Ok(())
+    } else {
+        bail!("{} {}", answer.status, answer.text())
+    }
+}
+
+/// Deploys the site's master, one deploy after the other, until stopped.
+async fn deploys(s: Arc<Setting>) -> Result<Tally> {
+    let mut tally = Tally::default();
+    while !s.stop.load(Ordering::SeqCst) {
+        let shared = s.clone();
+        tally.run(move || deploy(shared.clone())).await;
+    }
+    Ok(tally)
+}
+
+async fn deploy(s: Arc<Setting>) -> Result<()> {
+    let (app, channel) = (&s.site.0, &s.site.1);
+    let head = s
+        .platform
+        .call(
+            "GET",
+            &format!("/apps/{app}/tree?ref=master"),
+            &s.account,
+            None,
+        )
+        .await?;
+    if head.status != 200 {
+        bail!("tree: {} {}", head.status, head.text());
+    }
+    let sha = head.json()["sha"]
+        .as_str()
+        .context("the tree's sha")?
+        .to_owned();
+    // Not `queue_deploy`, which panics on an answer other than 200: here that is a failure to retry.
+    let path = format!("/apps/{app}/channels/{channel}/deploy");
+    let queued = s
+        .platform
+        .call("POST", &path, &s.account, Some(json!({"sha": sha})))
+        .await?;
+    if queued.status != 200 {
+        bail!("deploy: {} {}", queued.status, queued.text());
+    }
+    let id = queued.json()["deploy_id"]
+        .as_str()
+        .context("deploy id")?
+        .to_owned();
+    let log = s.platform.finished(&s.account, app, channel, &id).await?;
+    if log["status"] == "success" {
+        Ok(())
+    } else {
+        bail!("deploy {id}: {log}")
+    }
+}
+
+/// `GET /apps` until stopped.
+async fn reads(s: Arc<Setting>) -> Result<Tally> {
+    let mut tally = Tally::default();
+    while !s.stop.load(Ordering::SeqCst) {
+        let shared = s.clone();
+        tally.run(move || read(shared.clone())).await;
+        tokio::time::sleep(REQUEST_EVERY).await;
+    }
+    Ok(tally)
+}
+
+async fn read(s: Arc<Setting>) -> Result<()> {
+    let answer = s.platform.call("GET", "/apps", &s.account, None).await?;
+    if answer.status == 200 {
+        Ok(())
+    } else {
+        bail!("{} {}", answer.status, answer.text())
+    }
+}
+
+/// Asks the site until stopped; counts the failures and the longest run of them.
+async fn visits(s: Arc<Setting>) -> Result<Visits> {
+    let mut visits = Visits::default();
+    let mut down_since: Option<Instant> = None;
+    while !s.stop.load(Ordering::SeqCst) {
+        let up = s
+            .platform
+            .edge_get(&s.site.2, "/")
+            .await
+            .is_ok_and(|a| a.status == 200 && a.text().contains(VERSION));
+        if up {
+            visits.ok += 1;
+            if let Some(since) = down_since.take() {
+                visits.longest_outage = visits.longest_outage.max(since.elapsed());
+            }
+        } else {
+            visits.failed += 1;
+            down_since.get_or_insert_with(Instant::now);
+        }
+        tokio::time::sleep(REQUEST_EVERY).await;
+    }
+    Ok(visits)
+}
