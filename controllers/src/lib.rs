@@ -13,6 +13,7 @@ mod deletion;
 pub mod deploy;
 pub mod domain;
 pub mod error;
+pub mod evacuate;
 pub mod forward;
 pub mod ingress;
 pub mod leader;

@@ -45,13 +45,7 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
         ))
     })?;
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns.name_any());
-    let selector = format!(
-        "{}={},{}={}",
-        labels::MANAGED_BY,
-        labels::MANAGER,
-        labels::COMPONENT,
-        labels::COMPONENT_RUN
-    );
+    let selector = crate::deploy::triggers::run_pod_selector();
     let wanted = app_resources(plan, ctx.config.cpu_request_percent);
     let tmp = tmp_volume(plan);
     for deployment in deployments

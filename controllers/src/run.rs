@@ -110,7 +110,8 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                 domains,
                 forwards,
                 tenancy_controller(&ctx),
-                plan_controller(&ctx)
+                plan_controller(&ctx),
+                evacuate_controller(&ctx)
             )
         }
     };
@@ -346,6 +347,23 @@ async fn tenancy_controller(ctx: &Arc<Context>) {
         .shutdown_on_signal()
         .run(
             |o, c| timed("Namespace", o, c, crate::tenancy::reconcile),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await
+}
+
+/// Nodes: a cordoned node's app pods move to other nodes before a drain evicts them. Nodes are cluster-wide, so a
+/// namespaced operator leaves them alone.
+async fn evacuate_controller(ctx: &Arc<Context>) {
+    if ctx.config.namespace.is_some() {
+        return;
+    }
+    crate::evacuate::controller(&ctx.client)
+        .shutdown_on_signal()
+        .run(
+            |o, c| timed("Node", o, c, crate::evacuate::reconcile),
             error_policy,
             ctx.clone(),
         )

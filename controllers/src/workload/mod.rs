@@ -3,7 +3,8 @@
 //! version that serves; the channel's Service selects pods by deploy, so the route moves to the new version only
 //! when [`promote`] is called after [`advance`] reported it ready, and the old version is told to stop only once
 //! the Service's endpoints no longer reach it; a version that never gets ready is [`discard`]ed without the serving
-//! one noticing. Everything is owned by the Channel, so deleting a channel or
+//! one noticing. Each Deployment has a PodDisruptionBudget that keeps a node drain from taking its one pod down
+//! ([`crate::evacuate`] moves it first). Everything is owned by the Channel, so deleting a channel or
 //! its app stops its workloads through garbage collection.
 //!
 //! No state is kept in memory: every call reads the cluster, so a restarted operator carries on where it was.
@@ -17,6 +18,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource};
@@ -106,6 +108,8 @@ pub async fn advance(ctx: &Context, release: &Release<'_>) -> Result<Rollout, Er
     create_if_missing(&secrets, &objects::env_secret(release, &names)?).await?;
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let deployment = create_if_missing(&deployments, &deployment).await?;
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    create_if_missing(&budgets, &objects::disruption_budget(release, &names)?).await?;
     let created = deployment
         .metadata
         .creation_timestamp
@@ -174,10 +178,12 @@ pub async fn promote(ctx: &Context, release: &Release<'_>) -> Result<Switch, Err
         return Ok(Switch::Moving);
     }
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let run = objects::superseded_selector(release.channel, &names, labels::COMPONENT_RUN);
     let env = objects::superseded_selector(release.channel, &names, labels::COMPONENT_ENV);
     delete_matching(&deployments, &run).await?;
+    delete_matching(&budgets, &run).await?;
     delete_matching(&secrets, &env).await?;
     Ok(Switch::Done)
 }
@@ -187,8 +193,10 @@ pub async fn promote(ctx: &Context, release: &Release<'_>) -> Result<Switch, Err
 pub async fn discard(ctx: &Context, deploy: &Deploy) -> Result<(), Error> {
     let names = Names::of(deploy)?;
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
     delete_if_present(&deployments, &names.deployment).await?;
+    delete_if_present(&budgets, &names.deployment).await?;
     delete_if_present(&secrets, &names.env_secret).await?;
     Ok(())
 }

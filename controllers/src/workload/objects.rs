@@ -1,6 +1,6 @@
 //! The objects a deploy runs as, built as pure functions of a [`Release`] so they are tested without a cluster:
-//! the deploy's immutable env Secret, its Deployment (the app container beside the readiness sidecar) and the
-//! channel's Service.
+//! the deploy's immutable env Secret, its Deployment (the app container beside the readiness sidecar), the
+//! Deployment's PodDisruptionBudget and the channel's Service.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
     ResourceRequirements, SeccompProfile, Secret, SecretEnvSource, SecurityContext, Service,
     ServicePort, ServiceSpec, SleepAction, Volume, VolumeMount,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -413,13 +414,7 @@ pub fn deployment(
         ..PodSpec::default()
     };
     Ok(Deployment {
-        metadata: ObjectMeta {
-            name: Some(names.deployment.clone()),
-            namespace: Some(names.namespace.clone()),
-            labels: Some(deploy_labels(release, names, labels::COMPONENT_RUN)),
-            owner_references: Some(owned_by_channel(release.channel)?),
-            ..ObjectMeta::default()
-        },
+        metadata: run_metadata(release, names)?,
         spec: Some(DeploymentSpec {
             replicas: Some(1),
             // The pod template never changes (a new version is a new Deployment), so there is nothing to roll
@@ -444,6 +439,39 @@ pub fn deployment(
             ..DeploymentSpec::default()
         }),
         status: None,
+    })
+}
+
+/// The budget that keeps a node drain from evicting the deploy's one pod while it serves: the eviction is refused
+/// until [`crate::evacuate`] has rolled the pod over to another node (a new pod ready beside it first). A pod that
+/// is not ready may always be evicted, so a crashing app never holds a drain up.
+pub fn disruption_budget(
+    release: &Release<'_>,
+    names: &Names,
+) -> Result<PodDisruptionBudget, Error> {
+    Ok(PodDisruptionBudget {
+        metadata: run_metadata(release, names)?,
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(deploy_selector(names)),
+                match_expressions: None,
+            }),
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".to_owned()),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// The name, labels and owner of a deploy's Deployment and of its PodDisruptionBudget.
+fn run_metadata(release: &Release<'_>, names: &Names) -> Result<ObjectMeta, Error> {
+    Ok(ObjectMeta {
+        name: Some(names.deployment.clone()),
+        namespace: Some(names.namespace.clone()),
+        labels: Some(deploy_labels(release, names, labels::COMPONENT_RUN)),
+        owner_references: Some(owned_by_channel(release.channel)?),
+        ..ObjectMeta::default()
     })
 }
 

@@ -1,8 +1,8 @@
 //! A second node joins (`hack/node.sh join 1`), and each node is drained in turn (`kubectl drain`, which evicts as
 //! the PodDisruptionBudgets allow) under a stream of pushes, changesets, deploys, API reads and requests to a
 //! deployed app. Every platform operation succeeds, or succeeds on one retry; every acknowledged push is on its
-//! branch afterwards. The app runs one instance, so its pod's move is an outage of the pod's restart: how long is
-//! printed, and the app must answer again once its node is drained.
+//! branch afterwards. The app runs one pod, and keeps answering: its budget holds the eviction until the operator
+//! has moved the pod to the other node (a new pod ready first).
 
 use crate::support;
 
@@ -83,6 +83,8 @@ struct Setting {
     /// The deployed site: its id, its prod channel, its hostname.
     site: (String, String, String),
     stop: Arc<AtomicBool>,
+    /// The deployed app's name, the prefix of its pods' names.
+    app_name: String,
 }
 
 /// Joins a second node, drains each node in turn under load, and has the second node leave again. `ws` holds a
@@ -127,7 +129,10 @@ pub(super) async fn each_node_drained_under_load(
         remote: remote.to_owned(),
         site: (site_id.clone(), site_channel, site_host),
         stop: Arc::new(AtomicBool::new(false)),
+        app_name: "drained".to_owned(),
     });
+
+    cordon_moves_the_app(&setting).await?;
 
     let mut acknowledged = Vec::new();
     for node in NODES {
@@ -187,6 +192,11 @@ pub(super) async fn each_node_drained_under_load(
                 );
             }
         }
+        assert_eq!(
+            visits.failed, 0,
+            "draining {node}: the app stopped answering for {:.1?}",
+            visits.longest_outage
+        );
         acknowledged.extend(acked);
     }
 
@@ -224,13 +234,90 @@ pub(super) async fn each_node_drained_under_load(
     .await
 }
 
+/// A cordon alone, with no drain and no deploy under way, moves the app: the operator starts its new pod on the
+/// other node first, records a `MovedOffNode` Event, and the app answers every request meanwhile.
+async fn cordon_moves_the_app(s: &Arc<Setting>) -> Result<()> {
+    let (node, _) = app_pods(s)
+        .await?
+        .into_iter()
+        .next()
+        .context("the app runs no pod")?;
+    s.stop.store(false, Ordering::SeqCst);
+    let visits = tokio::spawn(visits(s.clone()));
+    kubectl(&["cordon", &node]).await?;
+    until(
+        Duration::from_secs(180),
+        "the app's pod moving off the cordoned node",
+        async || {
+            let pods = app_pods(s).await?;
+            Ok((!pods.is_empty() && pods.iter().all(|(n, _)| *n != node)).then_some(()))
+        },
+    )
+    .await?;
+    s.stop.store(true, Ordering::SeqCst);
+    let visits = visits.await??;
+    kubectl(&["uncordon", &node]).await?;
+    let events = kubectl(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        "reason=MovedOffNode",
+        "-o",
+        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+    ])
+    .await?;
+    let moved = format!("off node {node}, which is cordoned");
+    assert!(
+        events.lines().any(|l| l.contains(&moved)),
+        "no MovedOffNode event for {node}: {events}"
+    );
+    println!(
+        "cordoned {node}: the operator moved the app's pod to the other node; the app answered {} requests, \
+         failed {}",
+        visits.ok, visits.failed
+    );
+    assert_eq!(
+        visits.failed, 0,
+        "the app stopped answering for {:.1?}",
+        visits.longest_outage
+    );
+    Ok(())
+}
+
+/// The app's running pods (not terminating): (node, name).
+async fn app_pods(s: &Setting) -> Result<Vec<(String, String)>> {
+    let listed = kubectl(&[
+        "get",
+        "pods",
+        "-A",
+        "-l",
+        "app.kubernetes.io/component=run",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.deletionTimestamp}|{.spec.nodeName}|{.metadata.name}{\"\\n\"}{end}",
+    ])
+    .await?;
+    let prefix = format!("{}-", s.app_name);
+    Ok(listed
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, '|');
+            let (deleting, node, name) = (parts.next()?, parts.next()?, parts.next()?);
+            (deleting.is_empty() && name.starts_with(&prefix))
+                .then(|| (node.to_owned(), name.to_owned()))
+        })
+        .collect())
+}
+
 /// Commits and pushes to `drain-pushes` until stopped; answers the tally and the acknowledged commits.
 async fn pushes(s: Arc<Setting>) -> Result<(Tally, Vec<String>)> {
     let (mut tally, mut acked) = (Tally::default(), Vec::new());
     let mut n = 0;
     while !s.stop.load(Ordering::SeqCst) {
         n += 1;
-        s.ws.write("pusher/drain.txt", format!("{n}\n"))?;
+        // Unique across drains, which each count from 1.
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+        s.ws.write("pusher/drain.txt", format!("{n} {}\n", stamp.as_nanos()))?;
         s.ws.git("pusher", &["add", "drain.txt"]).await?;
         s.ws.git("pusher", &["commit", "-qm", &format!("drain push {n}")])
             .await?;

@@ -307,6 +307,27 @@ fn the_service_maps_port_80_to_the_app_port_and_7000_to_the_forward_port_on_the_
 }
 
 #[test]
+fn the_budget_holds_the_deploys_one_serving_pod_and_lets_an_unready_one_go() {
+    let f = fixture("app");
+    let names = Names::of(&f.deploy).expect("names");
+    let budget = to_json(&disruption_budget(&release(&f), &names).expect("budget"));
+    assert_eq!(budget["metadata"]["name"], names.deployment.as_str());
+    assert_eq!(budget["metadata"]["ownerReferences"][0]["uid"], CHANNEL_UID);
+    assert_eq!(
+        budget["metadata"]["labels"]["app.kubernetes.io/component"],
+        "run"
+    );
+    assert_eq!(
+        budget["spec"],
+        json!({
+            "minAvailable": 1,
+            "selector": {"matchLabels": {"slipway.dev/deploy": DEPLOY_UID}},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow"
+        })
+    );
+}
+
+#[test]
 fn superseded_objects_are_the_channels_others_of_one_component() {
     let f = fixture("app");
     let names = Names::of(&f.deploy).expect("names");
