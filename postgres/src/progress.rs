@@ -15,8 +15,9 @@ use slipway_backends::data_server::DataServer;
 
 use slipway_jobs::Progress;
 
-/// How often the server is asked.
-const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+/// How often the server is asked: one catalog query per dump, often enough that a dump of a few seconds shows
+/// how far it got before it ends (at 2 s a 2-second dump of a 241 MiB table was never sampled).
+const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 
 /// The `application_name` of the dump with id `id`.
 pub fn dump_session_name(id: uuid::Uuid) -> String {
@@ -69,7 +70,7 @@ impl<'a> DumpWatch<'a> {
     }
 
     /// Runs `dump` (the work that reads the dump's output to its end), sampling the dump's progress into
-    /// `progress` every few seconds meanwhile; what `dump` returns. A sample that fails is skipped.
+    /// `progress` twice a second meanwhile; what `dump` returns. A sample that fails is skipped.
     pub async fn during<T>(mut self, progress: &Progress, dump: impl Future<Output = T>) -> T {
         progress.set_total(self.total);
         slipway_jobs::alongside(dump, async {
