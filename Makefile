@@ -31,7 +31,7 @@ unit: ## Unit tests only (no cluster)
 cluster-test: ## Cluster tests only, against a fresh local control plane
 	@hack/test.sh cluster
 
-e2e-test: ## End-to-end tests only, against a fresh local single-node cluster
+e2e-test: ## End-to-end tests only, against a fresh local cluster
 	@hack/test.sh e2e
 
 images: ## Build the local images (pause, CoreDNS, busybox, warm-base stand-ins, the slipway base) if missing

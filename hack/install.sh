@@ -36,7 +36,8 @@
 #
 # On a cluster of more than one node (SLIPWAY_NODES=2 make up) the API's and the edge's node ports, reached at the
 # first node's address, forward to pods on any node (externalTrafficPolicy Cluster): with Local they would answer
-# only while a pod of theirs runs on the first node.
+# only while a pod of theirs runs on the first node. The TCP forward ports stay Local (their allowlist needs the
+# client's own address): they answer while an edge pod runs on the first node.
 #
 # Needs a running node (hack/node.sh start) with the same SLIPWAY_RUN and SLIPWAY_NODE_SLOT.
 set -euo pipefail

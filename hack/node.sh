@@ -379,8 +379,10 @@ start_containerd() {
 start() {
   [ "$(id -u)" -eq 0 ] || die "the node needs root (network namespaces, mounts, cgroups, iptables)"
   build
-  if healthy; then
+  local k
+  if healthy && [ -d "/sys/class/net/$HOST_IF/bridge" ]; then
     log "already running (reused)"
+    for k in $(seq 1 $((NODES - 1))); do (join "$k"); done
     print_env >&2
     return
   fi
@@ -422,7 +424,6 @@ start() {
   fi
   print_env >"$NODE/env"
   log "ready: node $NODE_NAME runs pods; registry http://$REGISTRY; BuildKit unix://$NODE/buildkit/buildkitd.sock"
-  local k
   for k in $(seq 1 $((NODES - 1))); do (join "$k"); done
   print_env >&2
 }
@@ -452,6 +453,7 @@ join() {
 
 # Node K leaves: drained (its pods evicted as PodDisruptionBudgets allow), its Node deleted, its parts stopped.
 leave() {
+  [ "$(id -u)" -eq 0 ] || die "the node needs root (network namespaces, mounts, cgroups, iptables)"
   [ "$1" != 0 ] || die "node 0 is the first node: hack/node.sh stop"
   select_node "$1"
   if kubectl get node "$NODE_NAME" >/dev/null 2>&1; then

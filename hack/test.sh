@@ -8,7 +8,7 @@
 #   2. unit     every crate's unit tests and the CRD drift test (no cluster)
 #   3. cluster  tests/cluster/ against a real control plane, a real Postgres and Pebble (ACME CA and test DNS, for
 #               custom domains) started for this run and stopped after it
-#   4. e2e      tests/e2e_platform/ and tests/e2e/ against a real single-node cluster (hack/node.sh: kubelet,
+#   4. e2e      tests/e2e_platform/ and tests/e2e/ against a real local cluster (hack/node.sh: kubelet,
 #               containerd, CNI, kube-proxy, kube-router, CoreDNS, registry, BuildKit) started for this run (in the
 #               background while the cluster tier runs, with the platform installed on it) and stopped after it
 # No tier is skipped: a part that cannot be built or started fails the run.
@@ -260,7 +260,7 @@ e2e_teardown() {
 }
 
 tier_e2e() {
-  log "tier e2e: end-to-end tests on a real single-node cluster"
+  log "tier e2e: end-to-end tests on a real local cluster"
   e2e_prepare_in_background
   local prepared=0
   wait "$e2e_prepare_pid" || prepared=$?

@@ -53,6 +53,9 @@ pub struct OperatorConfig {
     /// How much of its plan's CPU share an app's pod requests, in percent (1-100): 100
     /// ([`crate::workload::FULL_CPU_REQUEST_PERCENT`]) reserves it all, less overcommits the nodes' CPU.
     pub cpu_request_percent: u8,
+    /// Whether each app's Deployment gets a PodDisruptionBudget ([`crate::evacuate`]); never in a namespaced
+    /// operator, which does not watch the nodes that would move the pod.
+    pub app_disruption_budgets: bool,
 }
 
 /// Shared state of the reconcilers.

@@ -4,13 +4,16 @@
 //! cluster autoscaler), rolls every app Deployment with a pod there over with a surge, as a plan change does: the
 //! new pod starts on a node that takes pods, the old one stops once the new one is ready, and the drain's next
 //! eviction finds it gone. While the operator is down a drain waits for it, as it waits for CloudNativePG to move
-//! a primary.
+//! a primary. A move that cannot happen (no other node takes pods) or does not finish within five minutes (the new
+//! pod never gets ready) is given up: the budget goes, with a Warning Event, and the drain evicts the pod.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -23,17 +26,25 @@ use crate::error::Error;
 /// Field manager of the move patches.
 const FIELD_MANAGER: &str = "slipway-operator-evacuate";
 
-/// The pod-template annotation a move sets: the node and the pod moved off it. A new value rolls the pods over.
+/// The pod-template annotation a move sets: the node and the pod template moved off it. A new value rolls the pods
+/// over.
 pub const MOVED_OFF: &str = "slipway.dev/moved-off";
 
 /// The reason of the Event a move records on the Deployment.
 pub const MOVED_REASON: &str = "MovedOffNode";
+
+/// The reason of the Warning Event recorded when a move is given up and the drain may evict the pod.
+pub const ABANDONED_REASON: &str = "MoveAbandoned";
 
 /// The taint the cluster autoscaler puts on a node it is about to remove.
 const AUTOSCALER_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
 /// How often a cordoned node is looked at again while app pods remain on it.
 const RECHECK: Duration = Duration::from_secs(10);
+
+/// How long a move may take: past it the new pod is taken not to get ready (no node takes it, its image does not
+/// pull, it crashes there), and the budget goes, so that the drain evicts the old pod rather than wait forever.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(300);
 
 /// The controller over every node.
 pub fn controller(client: &kube::Client) -> Controller<Node> {
@@ -46,59 +57,133 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Err
         return Ok(Action::await_change());
     }
     let name = node.name_any();
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let elsewhere = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .any(|n| n.name_any() != name && !cordoned(n));
     let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let selector = crate::deploy::triggers::run_pod_selector();
     let listed = pods
         .list(
             &ListParams::default()
-                .labels(&selector)
+                .labels(&crate::deploy::triggers::run_pod_selector())
                 .fields(&format!("spec.nodeName={name}")),
         )
         .await?;
-    let mut remaining = 0;
-    for pod in &listed.items {
-        if pod.metadata.deletion_timestamp.is_some() {
-            continue;
+    // Each Deployment once, keyed by its pods' template: two pods of one template move together.
+    let mut on_node = std::collections::BTreeMap::new();
+    for pod in listed
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        if let (Some(namespace), Some(deployment), Some(template)) = (
+            pod.namespace(),
+            deployment_of(pod),
+            pod.labels().get("pod-template-hash"),
+        ) {
+            on_node.insert((namespace, deployment), format!("{name} {template}"));
         }
-        remaining += 1;
-        let (Some(namespace), Some(deployment)) = (pod.namespace(), deployment_of(pod)) else {
-            continue;
-        };
-        let moved_off = format!("{name} {}", pod.uid().unwrap_or_default());
-        let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
-        let Some(current) = deployments.get_opt(&deployment).await? else {
-            continue;
-        };
-        if annotation(&current) == Some(moved_off.as_str()) {
-            continue;
-        }
-        deployments
-            .patch(
-                &deployment,
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Strategic(move_patch(&moved_off)),
-            )
-            .await?;
-        tracing::info!(
-            node = %name,
-            namespace = %namespace,
-            deployment = %deployment,
-            "moving an app off a cordoned node"
-        );
-        crate::channel::publish(
-            &ctx,
-            &current,
-            EventType::Normal,
-            MOVED_REASON,
-            format!("moving pod {} off node {name}, which is cordoned: a new pod starts elsewhere first", pod.name_any()),
-        )
-        .await;
     }
-    Ok(if remaining > 0 {
-        Action::requeue(RECHECK)
-    } else {
+    for ((namespace, deployment), moved_off) in &on_node {
+        let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+        let moved = move_one(&ctx, &deployments, deployment, moved_off, elsewhere).await;
+        if let Err(e) = moved {
+            // One app's trouble holds no other app's move up.
+            tracing::warn!(node = %name, namespace = %namespace, deployment = %deployment, error = %e,
+                "could not move an app off a cordoned node");
+        }
+    }
+    Ok(if on_node.is_empty() {
         Action::await_change()
+    } else {
+        Action::requeue(RECHECK)
     })
+}
+
+/// Rolls `deployment` over with a surge, marked `moved_off` (`<node> <pod template>`), unless that move is under
+/// way; gives the move up when no other node takes pods or it has taken [`GIVE_UP_AFTER`].
+async fn move_one(
+    ctx: &Context,
+    deployments: &Api<Deployment>,
+    deployment: &str,
+    moved_off: &str,
+    elsewhere: bool,
+) -> Result<(), Error> {
+    let Some(current) = deployments.get_opt(deployment).await? else {
+        return Ok(());
+    };
+    if !elsewhere {
+        return give_up(ctx, &current, "no other node takes pods").await;
+    }
+    if annotation(&current) == Some(moved_off) {
+        if moving_for(&current).is_some_and(|d| d > GIVE_UP_AFTER) {
+            let reason = format!(
+                "the new pod was not ready within {} s",
+                GIVE_UP_AFTER.as_secs()
+            );
+            return give_up(ctx, &current, &reason).await;
+        }
+        return Ok(());
+    }
+    deployments
+        .patch(
+            deployment,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Strategic(move_patch(moved_off)),
+        )
+        .await?;
+    let node = moved_off.split(' ').next().unwrap_or_default();
+    tracing::info!(node, deployment, "moving an app off a cordoned node");
+    crate::channel::publish(
+        ctx,
+        &current,
+        EventType::Normal,
+        MOVED_REASON,
+        format!(
+            "moving the app off node {node}, which is cordoned: a new pod starts elsewhere first"
+        ),
+    )
+    .await;
+    Ok(())
+}
+
+/// Removes the Deployment's budget, so that the drain evicts its pod: the app is down until the pod restarts
+/// elsewhere, as without a budget.
+async fn give_up(ctx: &Context, deployment: &Deployment, reason: &str) -> Result<(), Error> {
+    let Some(namespace) = deployment.namespace() else {
+        return Ok(());
+    };
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &namespace);
+    if budgets.get_opt(&deployment.name_any()).await?.is_none() {
+        return Ok(());
+    }
+    crate::deletion::delete_if_present(&budgets, &deployment.name_any()).await?;
+    tracing::warn!(deployment = %deployment.name_any(), reason, "gave up moving an app off a cordoned node");
+    crate::channel::publish(
+        ctx,
+        deployment,
+        EventType::Warning,
+        ABANDONED_REASON,
+        format!("not moving the app first ({reason}): a drain evicts its pod, and it is down until the pod restarts"),
+    )
+    .await;
+    Ok(())
+}
+
+/// How long ago this controller last patched the Deployment (its field manager's time).
+fn moving_for(deployment: &Deployment) -> Option<Duration> {
+    let entry = deployment
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|f| f.manager.as_deref() == Some(FIELD_MANAGER))?;
+    let since = entry.time.as_ref()?.0;
+    let seconds = Timestamp::now().as_second() - since.as_second();
+    u64::try_from(seconds).ok().map(Duration::from_secs)
 }
 
 /// Whether no new pod may go to the node: cordoned, or about to be removed by the cluster autoscaler.
@@ -217,8 +302,37 @@ mod tests {
     }
 
     #[test]
+    fn a_move_is_timed_by_this_controllers_last_patch() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+        let entry = |manager: &str, ago: i64| ManagedFieldsEntry {
+            manager: Some(manager.to_owned()),
+            time: Some(Time(
+                Timestamp::from_second(Timestamp::now().as_second() - ago).unwrap(),
+            )),
+            ..ManagedFieldsEntry::default()
+        };
+        let deployment = |entries| Deployment {
+            metadata: ObjectMeta {
+                managed_fields: Some(entries),
+                ..ObjectMeta::default()
+            },
+            ..Deployment::default()
+        };
+        let moving = moving_for(&deployment(vec![
+            entry("kube-controller-manager", 5),
+            entry(FIELD_MANAGER, 400),
+        ]))
+        .unwrap();
+        assert!(
+            moving >= Duration::from_secs(400) && moving > GIVE_UP_AFTER,
+            "{moving:?}"
+        );
+        assert_eq!(moving_for(&deployment(vec![entry("someone", 400)])), None);
+    }
+
+    #[test]
     fn a_move_surges_and_marks_the_pod_template() {
-        let patch = move_patch("node-a 1234");
+        let patch = move_patch("node-a 7f9c8d");
         assert_eq!(
             patch["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
             0
@@ -226,7 +340,7 @@ mod tests {
         assert_eq!(patch["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 1);
         assert_eq!(
             patch["spec"]["template"]["metadata"]["annotations"][MOVED_OFF],
-            "node-a 1234"
+            "node-a 7f9c8d"
         );
     }
 }

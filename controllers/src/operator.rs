@@ -153,6 +153,13 @@ pub struct OperatorArgs {
           default_value_t = crate::workload::FULL_CPU_REQUEST_PERCENT,
           value_parser = clap::value_parser!(u8).range(1..=100))]
     pub cpu_request_percent: u8,
+    /// Give each app's Deployment a PodDisruptionBudget, so that a node drain waits while the operator moves the
+    /// app's one pod to another node (a new pod ready first) instead of taking the app down. Off: a drain evicts
+    /// at once (the app is down until its pod restarts elsewhere), and the cluster autoscaler, which never scales
+    /// down a node whose pods a budget holds, may remove nodes that run apps.
+    #[arg(long, env = "SLIPWAY_APP_DISRUPTION_BUDGETS", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub app_disruption_budgets: bool,
     /// Minutes a deploy may wait for its pre-deploy checkpoint (the dump of the channel's database and the
     /// bucket's marker). Past them the checkpoint is cancelled, the deploy fails saying how far it got, and the
     /// channel's next deploy can run. Raise it when a channel's database takes longer than this to dump.
@@ -205,6 +212,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         readiness_window: crate::workload::READINESS_WINDOW,
         deploy_deadline: std::time::Duration::from_secs(args.deploy_deadline_minutes * 60),
         cpu_request_percent: args.cpu_request_percent,
+        app_disruption_budgets: args.app_disruption_budgets,
         domains: crate::domain::DomainsConfig {
             resolver: args.dns_resolver,
             edge_addresses: args.edge_addresses,

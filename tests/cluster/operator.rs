@@ -52,6 +52,7 @@ fn context(client: kube::Client, namespace: &str) -> Arc<Context> {
         readiness_window: slipway_controllers::workload::READINESS_WINDOW,
         deploy_deadline: slipway_controllers::deploy::DEPLOY_DEADLINE,
         cpu_request_percent: slipway_controllers::workload::FULL_CPU_REQUEST_PERCENT,
+        app_disruption_budgets: true,
         domains: Default::default(),
     };
     Arc::new(Context::new(client, config, metrics))

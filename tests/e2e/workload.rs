@@ -139,6 +139,7 @@ impl Tenant {
             readiness_window,
             deploy_deadline: slipway_controllers::deploy::DEPLOY_DEADLINE,
             cpu_request_percent: slipway_testkit::node::cpu_request_percent()?,
+            app_disruption_budgets: true,
             domains: Default::default(),
         };
         let mut metrics_registry = prometheus_client::registry::Registry::default();

@@ -623,6 +623,7 @@ impl TestApi {
             readiness_window: slipway_controllers::workload::READINESS_WINDOW,
             deploy_deadline: slipway_controllers::deploy::DEPLOY_DEADLINE,
             cpu_request_percent: slipway_testkit::node::cpu_request_percent()?,
+            app_disruption_budgets: true,
             domains: Default::default(),
         })
     }
@@ -792,6 +793,7 @@ impl TestApi {
             readiness_window: slipway_controllers::workload::READINESS_WINDOW,
             deploy_deadline: slipway_controllers::deploy::DEPLOY_DEADLINE,
             cpu_request_percent: slipway_controllers::workload::FULL_CPU_REQUEST_PERCENT,
+            app_disruption_budgets: true,
             domains,
         })
     }

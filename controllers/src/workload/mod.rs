@@ -108,8 +108,11 @@ pub async fn advance(ctx: &Context, release: &Release<'_>) -> Result<Rollout, Er
     create_if_missing(&secrets, &objects::env_secret(release, &names)?).await?;
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let deployment = create_if_missing(&deployments, &deployment).await?;
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &names.namespace);
-    create_if_missing(&budgets, &objects::disruption_budget(release, &names)?).await?;
+    if ctx.config.app_disruption_budgets && ctx.config.namespace.is_none() {
+        let budgets: Api<PodDisruptionBudget> =
+            Api::namespaced(ctx.client.clone(), &names.namespace);
+        create_if_missing(&budgets, &objects::disruption_budget(release, &names)?).await?;
+    }
     let created = deployment
         .metadata
         .creation_timestamp

@@ -222,6 +222,7 @@ pub(super) async fn each_node_drained_under_load(
         Ok((nodes.lines().count() == 1).then_some(()))
     })
     .await?;
+    no_other_node_gives_the_move_up(&setting).await?;
     platform.delete_app(account, &site_id).await?;
     super::set_api(
         &platform,
@@ -281,6 +282,70 @@ async fn cordon_moves_the_app(s: &Arc<Setting>) -> Result<()> {
         visits.failed, 0,
         "the app stopped answering for {:.1?}",
         visits.longest_outage
+    );
+    Ok(())
+}
+
+/// With one node left, a cordon cannot move the app: the operator gives the move up (a `MoveAbandoned` Event) and
+/// deletes the app's budget, so that a drain would evict the pod rather than wait forever.
+async fn no_other_node_gives_the_move_up(s: &Arc<Setting>) -> Result<()> {
+    let (node, pod) = app_pods(s)
+        .await?
+        .into_iter()
+        .next()
+        .context("the app runs no pod")?;
+    let namespace = kubectl(&[
+        "get",
+        "pods",
+        "-A",
+        "--field-selector",
+        &format!("metadata.name={pod}"),
+        "-o",
+        "jsonpath={.items[0].metadata.namespace}",
+    ])
+    .await?;
+    let list_budgets = [
+        "-n",
+        namespace.as_str(),
+        "get",
+        "poddisruptionbudgets",
+        "-o",
+        "name",
+    ];
+    let budgets = || kubectl(&list_budgets);
+    assert!(
+        !budgets().await?.trim().is_empty(),
+        "the app has no PodDisruptionBudget"
+    );
+    kubectl(&["cordon", &node]).await?;
+    let given_up = until(
+        Duration::from_secs(120),
+        "the operator giving the move up",
+        async || {
+            let events = kubectl(&[
+                "-n",
+                &namespace,
+                "get",
+                "events",
+                "--field-selector",
+                "reason=MoveAbandoned",
+                "-o",
+                "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+            ])
+            .await?;
+            Ok(events
+                .lines()
+                .find(|l| l.contains("no other node takes pods"))
+                .map(str::to_owned))
+        },
+    )
+    .await;
+    kubectl(&["uncordon", &node]).await?;
+    println!("cordoned the last node: {}", given_up?);
+    assert_eq!(
+        budgets().await?.trim(),
+        "",
+        "the budget outlived the abandoned move"
     );
     Ok(())
 }
