@@ -17,6 +17,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
@@ -52,16 +53,18 @@ pub fn controller(client: &kube::Client) -> Controller<Node> {
 }
 
 /// Moves the app pods off the node when it is cordoned.
-pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// `nodes` is the controller's own store of every node.
+pub async fn reconcile(
+    node: Arc<Node>,
+    ctx: Arc<Context>,
+    nodes: Store<Node>,
+) -> Result<Action, Error> {
     if !cordoned(&node) {
         return Ok(Action::await_change());
     }
     let name = node.name_any();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
     let elsewhere = nodes
-        .list(&ListParams::default())
-        .await?
-        .items
+        .state()
         .iter()
         .any(|n| n.name_any() != name && !cordoned(n));
     let pods: Api<Pod> = Api::all(ctx.client.clone());

@@ -17,6 +17,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use slipway_crds::{App, Channel, Deploy, Domain, Forward};
 
 use crate::context::Context;
@@ -72,6 +73,35 @@ where
         ctx.backoff.succeeded(&key);
     }
     result
+}
+
+/// Runs `controller` until the process is told to stop: each reconcile timed and counted as `kind`, failures backed
+/// off by [`error_policy`].
+fn drive<K, F, Fut>(
+    controller: Controller<K>,
+    kind: &'static str,
+    reconcile: F,
+    ctx: &Arc<Context>,
+) -> impl std::future::Future<Output = ()> + use<K, F, Fut>
+where
+    K: Clone
+        + Resource<DynamicType = ()>
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    controller
+        .shutdown_on_signal()
+        .run(
+            move |o, c| timed(kind, o, c, reconcile.clone()),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()))
 }
 
 /// The objects of kind `K` the operator follows: in its one namespace when it has one, else in every namespace.
@@ -152,15 +182,10 @@ fn app_controller(
     ctx: &Arc<Context>,
     reflectors: &Reflectors,
 ) -> impl std::future::Future<Output = ()> + use<> {
-    Controller::for_shared_stream(reflectors.apps.subscribe(), reflectors.apps.store.clone())
-        .owns_shared_stream(reflectors.channels.subscribe())
-        .shutdown_on_signal()
-        .run(
-            |o, c| timed("App", o, c, crate::app::reconcile),
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()))
+    let controller =
+        Controller::for_shared_stream(reflectors.apps.subscribe(), reflectors.apps.store.clone())
+            .owns_shared_stream(reflectors.channels.subscribe());
+    drive(controller, "App", crate::app::reconcile, ctx)
 }
 
 /// Channels: woken by their App, their Domains (a verification adds its host to the channel's Ingress), the
@@ -210,15 +235,8 @@ fn channel_controller(
         deploy
             .namespace()
             .map(|ns| ObjectRef::<Channel>::new(&deploy.spec.channel).within(&ns))
-    })
-    .shutdown_on_signal()
-    .run(
-        |o, c| timed("Channel", o, c, crate::channel::reconcile),
-        error_policy,
-        ctx.clone(),
-    )
-    .for_each(|_| futures::future::ready(()));
-    Ok(controller)
+    });
+    Ok(drive(controller, "Channel", crate::channel::reconcile, ctx))
 }
 
 /// Deploys. A deploy that finishes lets the next one of its channel start: its change also reconciles the
@@ -237,48 +255,46 @@ fn deploy_controller(
         crate::build::job::BUILD_LABEL_VALUE
     ));
     let run_pods = watcher::Config::default().labels(&crate::deploy::triggers::run_pod_selector());
-    Controller::for_shared_stream(reflectors.deploys.subscribe(), deploy_store.clone())
-        .watches_shared_stream(
-            reflectors.deploys.subscribe(),
-            move |changed: Arc<Deploy>| {
-                let all = deploy_store.state();
-                crate::deploy::queue::unblocked_by(&changed, all.iter().map(AsRef::as_ref))
-                    .into_iter()
-                    .map(ObjectRef::from_obj)
-                    .collect::<Vec<_>>()
-            },
-        )
-        .owns_stream(
-            watcher(scoped::<PartialObjectMeta<Job>>(ctx), builds)
-                .default_backoff()
-                .touched_objects(),
-        )
-        .watches_stream(
-            watcher(scoped::<PartialObjectMeta<Pod>>(ctx), run_pods)
-                .default_backoff()
-                .touched_objects(),
-            move |pod: PartialObjectMeta<Pod>| {
-                crate::deploy::triggers::by_pod(&pod.metadata, &pod_store.state())
-            },
-        )
-        .watches_stream(
-            watcher(
-                scoped::<PartialObjectMeta<EndpointSlice>>(ctx),
-                watcher::Config::default(),
+    let controller =
+        Controller::for_shared_stream(reflectors.deploys.subscribe(), deploy_store.clone())
+            .watches_shared_stream(
+                reflectors.deploys.subscribe(),
+                move |changed: Arc<Deploy>| {
+                    let all = deploy_store.state();
+                    crate::deploy::queue::unblocked_by(&changed, all.iter().map(AsRef::as_ref))
+                        .into_iter()
+                        .map(ObjectRef::from_obj)
+                        .collect::<Vec<_>>()
+                },
             )
-            .default_backoff()
-            .touched_objects(),
-            move |slice: PartialObjectMeta<EndpointSlice>| {
-                crate::deploy::triggers::by_endpoint_slice(&slice.metadata, &slice_store.state())
-            },
-        )
-        .shutdown_on_signal()
-        .run(
-            |o, c| timed("Deploy", o, c, crate::deploy::reconcile),
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()))
+            .owns_stream(
+                watcher(scoped::<PartialObjectMeta<Job>>(ctx), builds)
+                    .default_backoff()
+                    .touched_objects(),
+            )
+            .watches_stream(
+                watcher(scoped::<PartialObjectMeta<Pod>>(ctx), run_pods)
+                    .default_backoff()
+                    .touched_objects(),
+                move |pod: PartialObjectMeta<Pod>| {
+                    crate::deploy::triggers::by_pod(&pod.metadata, &pod_store.state())
+                },
+            )
+            .watches_stream(
+                watcher(
+                    scoped::<PartialObjectMeta<EndpointSlice>>(ctx),
+                    watcher::Config::default(),
+                )
+                .default_backoff()
+                .touched_objects(),
+                move |slice: PartialObjectMeta<EndpointSlice>| {
+                    crate::deploy::triggers::by_endpoint_slice(
+                        &slice.metadata,
+                        &slice_store.state(),
+                    )
+                },
+            );
+    drive(controller, "Deploy", crate::deploy::reconcile, ctx)
 }
 
 /// Domains: a channel that appears (or gets its hostname) lets its Domains work out their records.
@@ -287,26 +303,21 @@ fn domain_controller(
     reflectors: &Reflectors,
 ) -> impl std::future::Future<Output = ()> + use<> {
     let domain_store = reflectors.domains.store.clone();
-    Controller::for_shared_stream(reflectors.domains.subscribe(), domain_store.clone())
-        .watches_shared_stream(
-            reflectors.channels.subscribe(),
-            move |channel: Arc<Channel>| {
-                let (ns, name) = (channel.namespace(), channel.name_any());
-                domain_store
-                    .state()
-                    .into_iter()
-                    .filter(|d| d.namespace() == ns && d.spec.channel == name)
-                    .map(|d| ObjectRef::from_obj(d.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .shutdown_on_signal()
-        .run(
-            |o, c| timed("Domain", o, c, crate::domain::reconcile),
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()))
+    let controller =
+        Controller::for_shared_stream(reflectors.domains.subscribe(), domain_store.clone())
+            .watches_shared_stream(
+                reflectors.channels.subscribe(),
+                move |channel: Arc<Channel>| {
+                    let (ns, name) = (channel.namespace(), channel.name_any());
+                    domain_store
+                        .state()
+                        .into_iter()
+                        .filter(|d| d.namespace() == ns && d.spec.channel == name)
+                        .map(|d| ObjectRef::from_obj(d.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+            );
+    drive(controller, "Domain", crate::domain::reconcile, ctx)
 }
 
 /// Forwards: an app's toggle decides whether its channels' Forwards serve.
@@ -316,8 +327,8 @@ fn forward_controller(
 ) -> impl std::future::Future<Output = ()> + use<> {
     let controller = crate::caches::controller(scoped::<Forward>(ctx));
     let forward_store = controller.store();
-    controller
-        .watches_shared_stream(reflectors.apps.subscribe(), move |app: Arc<App>| {
+    let controller =
+        controller.watches_shared_stream(reflectors.apps.subscribe(), move |app: Arc<App>| {
             let (ns, prefix) = (app.namespace(), format!("{}.", app.name_any()));
             forward_store
                 .state()
@@ -325,14 +336,8 @@ fn forward_controller(
                 .filter(|f| f.namespace() == ns && f.spec.channel.starts_with(&prefix))
                 .map(|f| ObjectRef::from_obj(f.as_ref()))
                 .collect::<Vec<_>>()
-        })
-        .shutdown_on_signal()
-        .run(
-            |o, c| timed("Forward", o, c, crate::forward::reconcile),
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()))
+        });
+    drive(controller, "Forward", crate::forward::reconcile, ctx)
 }
 
 /// Grants and NetworkPolicies in tenant namespaces, when the operator runs with them (the chart's
@@ -343,15 +348,8 @@ async fn tenancy_controller(ctx: &Arc<Context>) {
     if keeps_nothing || ctx.config.namespace.is_some() {
         return;
     }
-    crate::tenancy::controller(&ctx.client)
-        .shutdown_on_signal()
-        .run(
-            |o, c| timed("Namespace", o, c, crate::tenancy::reconcile),
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()))
-        .await
+    let controller = crate::tenancy::controller(&ctx.client);
+    drive(controller, "Namespace", crate::tenancy::reconcile, ctx).await
 }
 
 /// Nodes: a cordoned node's app pods move to other nodes before a drain evicts them. Nodes are cluster-wide, so a
@@ -360,26 +358,14 @@ async fn evacuate_controller(ctx: &Arc<Context>) {
     if ctx.config.namespace.is_some() {
         return;
     }
-    crate::evacuate::controller(&ctx.client)
-        .shutdown_on_signal()
-        .run(
-            |o, c| timed("Node", o, c, crate::evacuate::reconcile),
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()))
-        .await
+    let controller = crate::evacuate::controller(&ctx.client);
+    let nodes = controller.store();
+    let reconcile = move |node, ctx| crate::evacuate::reconcile(node, ctx, nodes.clone());
+    drive(controller, "Node", reconcile, ctx).await
 }
 
 /// Plans: a plan change resizes the running apps of the namespace whose plan label moved.
 async fn plan_controller(ctx: &Arc<Context>) {
-    crate::plan::controller(&ctx.client, ctx.config.namespace.as_deref())
-        .shutdown_on_signal()
-        .run(
-            |o, c| timed("Plan", o, c, crate::plan::reconcile),
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()))
-        .await
+    let controller = crate::plan::controller(&ctx.client, ctx.config.namespace.as_deref());
+    drive(controller, "Plan", crate::plan::reconcile, ctx).await
 }

@@ -81,6 +81,15 @@ impl Answer {
         );
         self.json()
     }
+
+    /// The body as JSON when the status is `status`; otherwise an error that carries the status and the body.
+    pub fn ok(&self, status: u16) -> Result<Value> {
+        if self.status == status {
+            Ok(self.json())
+        } else {
+            bail!("{} {}", self.status, self.text())
+        }
+    }
 }
 
 /// A user of the installed platform and their token.
@@ -653,7 +662,7 @@ impl Installed {
         Ok((id, log))
     }
 
-    /// Queues a deploy of `sha`; returns its id.
+    /// Queues a deploy of `sha`; returns its id, or an error that carries the answer.
     pub async fn queue_deploy(
         &self,
         account: &Account,
@@ -669,7 +678,8 @@ impl Installed {
                 Some(json!({"sha": sha})),
             )
             .await?
-            .expect(200);
+            .ok(200)
+            .context("queueing a deploy")?;
         Ok(queued["deploy_id"]
             .as_str()
             .context("deploy id")?

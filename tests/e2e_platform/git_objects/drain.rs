@@ -138,9 +138,9 @@ pub(super) async fn each_node_drained_under_load(
     for node in NODES {
         setting.stop.store(false, Ordering::SeqCst);
         let pushes = tokio::spawn(pushes(setting.clone()));
-        let changesets = tokio::spawn(changesets(setting.clone()));
-        let deploys = tokio::spawn(deploys(setting.clone()));
-        let reads = tokio::spawn(reads(setting.clone()));
+        let changesets = tokio::spawn(stream(setting.clone(), REQUEST_EVERY, changeset));
+        let deploys = tokio::spawn(stream(setting.clone(), Duration::ZERO, deploy));
+        let reads = tokio::spawn(stream(setting.clone(), REQUEST_EVERY, read));
         let visits = tokio::spawn(visits(setting.clone()));
         let started = Instant::now();
         kubectl(&[
@@ -404,84 +404,57 @@ async fn push(s: Arc<Setting>) -> Result<()> {
     let push =
         s.ws.try_git("pusher", &["push", &s.remote, "drain-pushes"])
             .await?;
-    if push.ok {
-        Ok(())
-    } else {
+    if !push.ok {
         bail!("{}", push.stderr)
     }
+    Ok(())
 }
 
-/// Writes the site's master through the changeset API until stopped.
-async fn changesets(s: Arc<Setting>) -> Result<Tally> {
+/// Runs `op` (with a count from 1) until stopped, `pause` apart, each with its one retry.
+async fn stream<F: Future<Output = Result<()>>>(
+    s: Arc<Setting>,
+    pause: Duration,
+    op: impl Fn(Arc<Setting>, u64) -> F,
+) -> Result<Tally> {
     let mut tally = Tally::default();
     let mut n = 0;
     while !s.stop.load(Ordering::SeqCst) {
         n += 1;
-        let shared = s.clone();
-        tally.run(move || changeset(shared.clone(), n)).await;
-        tokio::time::sleep(REQUEST_EVERY).await;
+        tally.run(|| op(s.clone(), n)).await;
+        tokio::time::sleep(pause).await;
     }
     Ok(tally)
 }
 
+/// Writes the site's master through the changeset API.
 async fn changeset(s: Arc<Setting>, n: u64) -> Result<()> {
     let body = json!({
         "message": format!("drain changeset {n}"),
         "changes": {"changes.txt": format!("{n}\n")},
     });
     let path = format!("/apps/{}/changeset", s.site.0);
-    let answer = s
-        .platform
+    s.platform
         .call("POST", &path, &s.account, Some(body))
-        .await?;
-    if answer.status == 200 {
-        Ok(())
-    } else {
-        bail!("{} {}", answer.status, answer.text())
-    }
+        .await?
+        .ok(200)?;
+    Ok(())
 }
 
-/// Deploys the site's master, one deploy after the other, until stopped.
-async fn deploys(s: Arc<Setting>) -> Result<Tally> {
-    let mut tally = Tally::default();
-    while !s.stop.load(Ordering::SeqCst) {
-        let shared = s.clone();
-        tally.run(move || deploy(shared.clone())).await;
-    }
-    Ok(tally)
-}
-
-async fn deploy(s: Arc<Setting>) -> Result<()> {
+/// Deploys the site's master and waits for the deploy to end.
+async fn deploy(s: Arc<Setting>, _: u64) -> Result<()> {
     let (app, channel) = (&s.site.0, &s.site.1);
+    let path = format!("/apps/{app}/tree?ref=master");
     let head = s
         .platform
-        .call(
-            "GET",
-            &format!("/apps/{app}/tree?ref=master"),
-            &s.account,
-            None,
-        )
-        .await?;
-    if head.status != 200 {
-        bail!("tree: {} {}", head.status, head.text());
-    }
-    let sha = head.json()["sha"]
-        .as_str()
-        .context("the tree's sha")?
-        .to_owned();
-    // Not `queue_deploy`, which panics on an answer other than 200: here that is a failure to retry.
-    let path = format!("/apps/{app}/channels/{channel}/deploy");
-    let queued = s
+        .call("GET", &path, &s.account, None)
+        .await?
+        .ok(200)
+        .context("tree")?;
+    let sha = head["sha"].as_str().context("the tree's sha")?;
+    let id = s
         .platform
-        .call("POST", &path, &s.account, Some(json!({"sha": sha})))
+        .queue_deploy(&s.account, app, channel, sha)
         .await?;
-    if queued.status != 200 {
-        bail!("deploy: {} {}", queued.status, queued.text());
-    }
-    let id = queued.json()["deploy_id"]
-        .as_str()
-        .context("deploy id")?
-        .to_owned();
     let log = s.platform.finished(&s.account, app, channel, &id).await?;
     if log["status"] == "success" {
         Ok(())
@@ -490,24 +463,13 @@ async fn deploy(s: Arc<Setting>) -> Result<()> {
     }
 }
 
-/// `GET /apps` until stopped.
-async fn reads(s: Arc<Setting>) -> Result<Tally> {
-    let mut tally = Tally::default();
-    while !s.stop.load(Ordering::SeqCst) {
-        let shared = s.clone();
-        tally.run(move || read(shared.clone())).await;
-        tokio::time::sleep(REQUEST_EVERY).await;
-    }
-    Ok(tally)
-}
-
-async fn read(s: Arc<Setting>) -> Result<()> {
-    let answer = s.platform.call("GET", "/apps", &s.account, None).await?;
-    if answer.status == 200 {
-        Ok(())
-    } else {
-        bail!("{} {}", answer.status, answer.text())
-    }
+/// `GET /apps`.
+async fn read(s: Arc<Setting>, _: u64) -> Result<()> {
+    s.platform
+        .call("GET", "/apps", &s.account, None)
+        .await?
+        .ok(200)?;
+    Ok(())
 }
 
 /// Asks the site until stopped; counts the failures and the longest run of them.
