@@ -196,15 +196,16 @@ pub fn is_work_tree(dir: &Path) -> bool {
 /// One round of two pushes racing to `master` of one repository: each of the work trees `dirs` takes the branch as
 /// its remote in `fetch_from` has it, commits something of its own and pushes through its remote in `push_to`, both
 /// at once. (Fetching with another token than pushing keeps long races inside one token's request budget.)
-/// Asserts that exactly one push won and the other was declined with the reason a stale push gets; returns the
-/// winner's commit.
-pub async fn race_round(
+/// Asserts that exactly one push won and the other was declined as git declines a stale push: by the server, when
+/// both reached it before either had moved the branch, or by the client, when the loser's ref advertisement already
+/// showed the winner's commit.
+async fn race_round(
     ws: &std::sync::Arc<Workspace>,
     dirs: [&str; 2],
     fetch_from: &[String; 2],
     push_to: &[String; 2],
     round: usize,
-) -> Result<String> {
+) -> Result<RaceRound> {
     let mut shas = Vec::new();
     for (dir, remote) in dirs.iter().zip(fetch_from) {
         ws.git(dir, &["fetch", "-q", remote, "master"]).await?;
@@ -232,11 +233,48 @@ pub async fn race_round(
             .collect::<Vec<_>>()
     );
     let loser = &results[1 - won[0]].stderr;
+    let at_server =
+        loser.contains("[remote rejected]") && loser.contains("was updated by someone else");
+    let by_client = loser.contains("[rejected]") && loser.contains("(fetch first)");
     anyhow::ensure!(
-        loser.contains("[remote rejected]") && loser.contains("was updated by someone else"),
+        at_server || by_client,
         "round {round}: the losing push said {loser}"
     );
-    Ok(shas[won[0]].clone())
+    Ok(RaceRound {
+        winner: shas[won[0]].clone(),
+        at_server,
+    })
+}
+
+/// How a round of [`race_round`] ended.
+struct RaceRound {
+    /// The winner's commit.
+    winner: String,
+    /// Whether the server declined the loser (both pushes reached it before either moved the branch), rather than
+    /// the loser's own client, which saw the winner's commit advertised.
+    at_server: bool,
+}
+
+/// Runs `rounds` of [`race_round`]; returns the winners in order and how many rounds raced at the server, and
+/// fails unless at least one did (a run whose pushes never overlapped shows nothing about the race).
+pub async fn race_rounds(
+    ws: &std::sync::Arc<Workspace>,
+    dirs: [&str; 2],
+    fetch_from: &[String; 2],
+    push_to: &[String; 2],
+    rounds: usize,
+) -> Result<(Vec<String>, usize)> {
+    let (mut winners, mut at_server) = (Vec::new(), 0);
+    for round in 0..rounds {
+        let ended = race_round(ws, dirs, fetch_from, push_to, round).await?;
+        winners.push(ended.winner);
+        at_server += usize::from(ended.at_server);
+    }
+    anyhow::ensure!(
+        at_server > 0,
+        "no round of {rounds} had both pushes reach the server before either moved the branch"
+    );
+    Ok((winners, at_server))
 }
 
 /// A new work tree `dir` with three commits on `master`, an annotated tag `v1` and a branch `old` one commit
