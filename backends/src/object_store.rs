@@ -5,11 +5,12 @@
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
 };
-use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
     BucketVersioningStatus, Delete, ObjectIdentifier, VersioningConfiguration,
@@ -84,6 +85,36 @@ pub fn body_chunks(
 #[derive(Debug, thiserror::Error)]
 #[error("object store: {0}")]
 pub struct BackendError(pub String);
+
+/// The backend was not reached, or failed on its side (a 5xx such as 503 `SlowDown`): a request that needed it may
+/// well succeed later, so the API answers it 503 `service_unavailable` rather than 500.
+#[derive(Debug, thiserror::Error)]
+#[error("object store unavailable: {0}")]
+pub struct Unavailable(pub String);
+
+/// An SDK error of a request for `what` as an error to pass on: [`Unavailable`] when the backend was not reached or
+/// failed on its side, else a plain error that says what the backend answered.
+pub fn failure<E>(what: impl std::fmt::Display, e: &SdkError<E, HttpResponse>) -> anyhow::Error
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let text = format!("{what}: {}", describe(e));
+    if unreachable(e) {
+        Unavailable(text).into()
+    } else {
+        anyhow::Error::msg(text)
+    }
+}
+
+/// Whether the request did not reach the backend, timed out, or the backend failed on its side.
+fn unreachable<E>(e: &SdkError<E, HttpResponse>) -> bool {
+    match e {
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => true,
+        _ => e
+            .raw_response()
+            .is_some_and(|r| r.status().is_server_error()),
+    }
+}
 
 /// Describes an SDK error by its S3 code and message (or its transport failure), never with credentials.
 pub fn describe<E: ProvideErrorMetadata + std::error::Error>(e: &E) -> String {

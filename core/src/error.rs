@@ -5,6 +5,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use slipway_backends::object_store::Unavailable;
 use slipway_crds::rules::{Denial, DenialKind};
 
 /// An error a route answers with.
@@ -232,34 +233,69 @@ pub fn pool_exhausted(e: &anyhow::Error) -> bool {
         .any(|cause| matches!(cause.downcast_ref(), Some(sqlx::Error::PoolTimedOut)))
 }
 
+/// A failure that passes: the same request may well succeed later, so it answers 503 `service_unavailable` with a
+/// `Retry-After` rather than 500.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transient {
+    /// What the client is told.
+    pub message: &'static str,
+    /// When it may try again, in seconds.
+    pub retry_after_secs: u64,
+}
+
+/// What a request answers when the object store that keeps the repositories was not reached or failed on its side.
+const STORAGE_DOWN: Transient = Transient {
+    message: "object storage is unavailable; try again shortly",
+    retry_after_secs: 5,
+};
+
+/// Whether `e` is a failure that passes ([`Transient`]): every connection of the database pool stayed busy, or
+/// object storage was not reached. Counted and logged as such.
+pub fn transient(e: &anyhow::Error) -> Option<Transient> {
+    if pool_exhausted(e) {
+        slipway_store::db::count_pool_timeout();
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "request failed: the database pool is exhausted"
+        );
+        return Some(Transient {
+            message: BUSY,
+            retry_after_secs: BUSY_RETRY_AFTER_SECS,
+        });
+    }
+    if e.chain().any(|cause| cause.is::<Unavailable>()) {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "request failed: object storage is unavailable"
+        );
+        return Some(STORAGE_DOWN);
+    }
+    None
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let busy = matches!(&self, ApiError::Internal(e) if pool_exhausted(e));
-        if busy {
-            slipway_store::db::count_pool_timeout();
-        }
-        let (status, code) = if busy {
+        let transient = match &self {
+            ApiError::Internal(e) => {
+                let transient = transient(e);
+                if transient.is_none() {
+                    tracing::error!(error = format!("{e:#}"), "request failed");
+                }
+                transient
+            }
+            _ => None,
+        };
+        let (status, code) = if transient.is_some() {
             (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable")
         } else {
             self.status_and_code()
         };
-        if let ApiError::Internal(e) = &self {
-            if busy {
-                tracing::warn!(
-                    error = format!("{e:#}"),
-                    "request failed: the database pool is exhausted"
-                );
-            } else {
-                tracing::error!(error = format!("{e:#}"), "request failed");
-            }
-        }
         let body = ErrorEnvelope {
             error: ErrorBody {
                 code,
-                message: if busy {
-                    BUSY.to_owned()
-                } else {
-                    self.to_string()
+                message: match transient {
+                    Some(t) => t.message.to_owned(),
+                    None => self.to_string(),
                 },
                 fields: match &self {
                     ApiError::Validation(problems) => Some(problems.clone()),
@@ -273,8 +309,7 @@ impl IntoResponse for ApiError {
             ApiError::TooManyRequests(wait) | ApiError::Throttled(_, wait) => {
                 Some(retry_after_secs(*wait))
             }
-            _ if busy => Some(BUSY_RETRY_AFTER_SECS),
-            _ => None,
+            _ => transient.map(|t| t.retry_after_secs),
         };
         if let Some(secs) = retry_after {
             response.headers_mut().insert(
@@ -378,6 +413,27 @@ mod tests {
         }
         let other = ApiError::from(sqlx::Error::PoolClosed).into_response();
         assert_eq!(other.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[tokio::test]
+    async fn a_request_that_found_object_storage_unreachable_answers_503_without_its_cause() {
+        let error = anyhow::Error::from(Unavailable(
+            "upload pack-1.pack: dispatch failure: http://10.0.0.9:7070".into(),
+        ))
+        .context("publishing a ref update");
+        let response = ApiError::Internal(error).into_response();
+        assert_eq!(
+            response.headers().get(axum::http::header::RETRY_AFTER),
+            Some(&axum::http::HeaderValue::from(
+                STORAGE_DOWN.retry_after_secs
+            ))
+        );
+        let (status, body) = answer_of(response).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body,
+            serde_json::json!({"error": {"code": "service_unavailable", "message": STORAGE_DOWN.message}})
+        );
     }
 
     #[tokio::test]

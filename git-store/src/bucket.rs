@@ -100,7 +100,7 @@ impl PackBucket {
                 .send()
                 .await
                 .map_err(|e| {
-                    anyhow::anyhow!("upload {pack}.{extension}: {}", object_store::describe(&e))
+                    object_store::failure(format_args!("upload {pack}.{extension}"), &e)
                 })?;
         }
         Ok(upload)
@@ -141,11 +141,13 @@ impl PackBucket {
                 Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_key()) => {
                     return Ok(false);
                 }
-                Err(e) => anyhow::bail!("download {key}: {}", object_store::describe(&e)),
+                Err(e) => return Err(object_store::failure(format_args!("download {key}"), &e)),
             };
             let mut file = tokio::fs::File::create(&partial).await?;
             let mut body = object.body;
-            while let Some(chunk) = body.try_next().await? {
+            // A connection lost mid-body is the store going away, as a refused one is.
+            let lost = |e| object_store::Unavailable(format!("download {key}: {e}"));
+            while let Some(chunk) = body.try_next().await.map_err(lost)? {
                 file.write_all(&chunk).await?;
             }
             file.sync_all().await?;
@@ -177,7 +179,7 @@ impl PackBucket {
                 .key(key)
                 .send()
                 .await
-                .map_err(|e| anyhow::anyhow!("remove {key}: {}", object_store::describe(&e)))?;
+                .map_err(|e| object_store::failure(format_args!("remove {key}"), &e))?;
         }
         Ok(())
     }
@@ -203,7 +205,7 @@ impl PackBucket {
             .send();
         while let Some(page) = pages.next().await {
             let page =
-                page.map_err(|e| anyhow::anyhow!("list {prefix}: {}", object_store::describe(&e)))?;
+                page.map_err(|e| object_store::failure(format_args!("list {prefix}"), &e))?;
             for object in page.contents() {
                 let (Some(key), Some(modified)) = (object.key(), object.last_modified()) else {
                     continue;
@@ -232,7 +234,7 @@ impl PackBucket {
             .disable_payload_signing()
             .send()
             .await
-            .map_err(|e| anyhow::anyhow!("upload {key}: {}", object_store::describe(&e)))?;
+            .map_err(|e| object_store::failure(format_args!("upload {key}"), &e))?;
         Ok(())
     }
 
@@ -246,7 +248,7 @@ impl PackBucket {
             .max_keys(1)
             .send()
             .await
-            .map_err(|e| anyhow::anyhow!("list the git bucket: {}", object_store::describe(&e)))?;
+            .map_err(|e| object_store::failure(format_args!("list the git bucket"), &e))?;
         Ok(!page.contents().is_empty())
     }
 

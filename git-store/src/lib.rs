@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, ensure};
-use slipway_backends::object_store::S3Endpoint;
+use slipway_backends::object_store::{self, S3Endpoint};
 use slipway_crds::names::{AppName, Username};
 use slipway_store::db::git_refs;
 use uuid::Uuid;
@@ -59,7 +59,22 @@ pub struct Writer {
     pub config: Vec<String>,
     /// Environment variables.
     pub env: Vec<(&'static str, String)>,
-    _hold: Option<Arc<Hold>>,
+    hold: Option<Arc<Hold>>,
+}
+
+impl Writer {
+    /// Why this writer's last publish failed, when it failed because the repository's storage was unavailable (the
+    /// object store not reached, or no database connection came free): git only says the update was refused, and
+    /// the caller answers 503 `service_unavailable` rather than a refusal.
+    pub fn storage_unavailable(&self) -> Option<anyhow::Error> {
+        let outage = self.hold.as_ref()?.outage()?;
+        Some(match outage {
+            Outage::ObjectStore(message) => object_store::Unavailable(message).into(),
+            Outage::Database => {
+                anyhow::Error::from(sqlx::Error::PoolTimedOut).context("publishing a ref update")
+            }
+        })
+    }
 }
 
 /// A writer's share of its cache's lock, while it has one. Syncs take the lock alone, so no sync runs while a
@@ -73,8 +88,38 @@ pub struct Writer {
 ///
 /// A changeset holds none: it publishes with the ref's lock file held, which a sync's `update-ref` waits for, and
 /// its objects are loose until then.
+///
+/// It also carries why the writer's last publish failed, when its storage was unavailable
+/// ([`Writer::storage_unavailable`]).
 #[derive(Debug, Default)]
-pub struct Hold(Mutex<Option<tokio::sync::OwnedRwLockReadGuard<()>>>);
+pub struct Hold {
+    guard: Mutex<Option<tokio::sync::OwnedRwLockReadGuard<()>>>,
+    outage: Mutex<Option<Outage>>,
+}
+
+/// Storage a publish needed and could not use; the same update may well succeed later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outage {
+    /// The object store was not reached, or failed on its side.
+    ObjectStore(String),
+    /// No connection of the platform database's pool came free.
+    Database,
+}
+
+impl Outage {
+    /// The outage `e` comes from, if any.
+    pub(crate) fn of(e: &anyhow::Error) -> Option<Self> {
+        e.chain().find_map(|cause| {
+            if let Some(unavailable) = cause.downcast_ref::<object_store::Unavailable>() {
+                Some(Outage::ObjectStore(unavailable.0.clone()))
+            } else if matches!(cause.downcast_ref(), Some(sqlx::Error::PoolTimedOut)) {
+                Some(Outage::Database)
+            } else {
+                None
+            }
+        })
+    }
+}
 
 impl Repos {
     /// Repositories on a volume, under `root`.
@@ -140,13 +185,10 @@ impl Repos {
         };
         let id = Uuid::new_v4();
         let hold = Arc::new(Hold::default());
-        match writing {
-            Writing::Push => storage.register(id, &hold),
-            Writing::Mirror => {
-                let lock = storage.cache_lock(&storage.cache_path(app));
-                hold.take(lock.read_owned().await);
-            }
-            Writing::Update => {}
+        storage.register(id, &hold);
+        if writing == Writing::Mirror {
+            let lock = storage.cache_lock(&storage.cache_path(app));
+            hold.take(lock.read_owned().await);
         }
         let grant = Grant {
             app,
@@ -163,7 +205,7 @@ impl Repos {
                 (hook::SOCKET_ENV, storage.socket.display().to_string()),
                 (hook::GRANT_ENV, storage.grants.seal(&grant)),
             ],
-            _hold: Some(hold),
+            hold: Some(hold),
         }
     }
 
@@ -286,7 +328,19 @@ impl Repos {
 impl Hold {
     /// Keeps `guard` until the writer is dropped.
     fn take(&self, guard: tokio::sync::OwnedRwLockReadGuard<()>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+        *self.guard.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+    }
+
+    /// Records that the writer's publish failed for `outage`.
+    pub(crate) fn note(&self, outage: Outage) {
+        *self.outage.lock().unwrap_or_else(|e| e.into_inner()) = Some(outage);
+    }
+
+    fn outage(&self) -> Option<Outage> {
+        self.outage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -365,7 +419,8 @@ impl ObjectStorage {
         self.cache.join(format!("{app}.git"))
     }
 
-    /// Keeps `hold` where a publish of the writer `id` finds it.
+    /// Keeps `hold` where a publish of the writer `id` finds it: to take a push's share of the cache's lock, and to
+    /// note an outage.
     fn register(&self, id: Uuid, hold: &Arc<Hold>) {
         let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
         holds.retain(|_, hold| hold.strong_count() > 0);

@@ -15,8 +15,8 @@ use slipway_store::db::git_refs::{self, Check, PackRow, PublishError, RefUpdate}
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
-use crate::ObjectStorage;
 use crate::hook::{Grant, Writing};
+use crate::{ObjectStorage, Outage};
 
 /// The object id git writes for "no object".
 const ZERO: &str = "0000000000000000000000000000000000000000";
@@ -133,6 +133,13 @@ async fn publish(
         q => Some(inside_objects(&path, q)?),
     };
     let fault = |e: anyhow::Error| {
+        if let Some(outage) = Outage::of(&e) {
+            tracing::warn!(app = %grant.app, error = format!("{e:#}"), "a ref update found its storage unavailable");
+            if let Some(hold) = storage.hold_of(grant.writer) {
+                hold.note(outage);
+            }
+            return "the repository's storage is unavailable; nothing was updated, try again shortly".to_owned();
+        }
         tracing::error!(app = %grant.app, error = format!("{e:#}"), "publishing a ref update failed");
         "the repository's storage failed; nothing was updated, try again".to_owned()
     };

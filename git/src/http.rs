@@ -74,6 +74,13 @@ impl IntoResponse for GitError {
                 return res;
             }
             GitError::Internal(e) => {
+                if let Some(t) = slipway_core::error::transient(&e) {
+                    let message = format!("{}\n", t.message);
+                    let mut res = (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+                    res.headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from(t.retry_after_secs));
+                    return res;
+                }
                 tracing::error!(error = format!("{e:#}"), "git request failed");
                 (
                     StatusCode::INTERNAL_SERVER_ERROR,

@@ -225,7 +225,8 @@ async fn get_blob(
     responses((status = 200, body = ChangesetResponse),
               (status = 400, body = ErrorEnvelope, description = "invalid path or branch, empty message, a path in two fields, or an edit or hunk that did not resolve; nothing is written"),
               (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
-              (status = 409, body = ErrorEnvelope, description = "the branch moved under the changeset so it no longer applies, or the app mirrors an external repository")))]
+              (status = 409, body = ErrorEnvelope, description = "the branch moved under the changeset so it no longer applies, or the app mirrors an external repository"),
+              (status = 503, body = ErrorEnvelope, description = "service_unavailable: the object storage that keeps the repository is unavailable; nothing is written, retry after Retry-After")))]
 async fn post_changeset(
     State(state): State<AppState>,
     caller: Caller,
@@ -253,7 +254,11 @@ async fn post_changeset(
         if writer.config.is_empty() {
             return changeset::commit(&path, &changeset, &who, &RefWrite::InProcess);
         }
-        let resync = || runtime.block_on(repos.ready(app.repo())).map(|_| ());
+        // A refusal for want of storage is no conflict to retry on: the caller is told to come back later.
+        let resync = || match writer.storage_unavailable() {
+            Some(outage) => Err(outage),
+            None => runtime.block_on(repos.ready(app.repo())).map(|_| ()),
+        };
         let write = RefWrite::Git {
             config: &writer.config,
             env: &writer.env,

@@ -5,7 +5,9 @@
 //! A mirror's sync publishes the external repository as it is (rewrites and deletions included). A repository a
 //! volume kept is imported whole, and importing it again changes nothing. A push git would refuse publishes
 //! nothing, a sync on the pushing replica never trips a push, and maintenance folds the packs once cluster-wide
-//! and removes every copy no row names, and the objects of repositories that are gone. A push's received packs are published as they are, and each stands alone.
+//! and removes every copy no row names, and the objects of repositories that are gone. A push's received packs are
+//! published as they are, and each stands alone. With object storage down, what needs it answers 503 and moves no
+//! ref.
 
 use crate::support;
 
@@ -932,4 +934,76 @@ fn walk_files(dir: &std::path::Path) -> usize {
             }
         })
         .sum()
+}
+
+/// Object storage down: what needs it answers 503 `service_unavailable` with a `Retry-After`, not a refusal or a
+/// 500, and moves no ref: a changeset (its pack cannot be uploaded), a clone through a replica whose cache must
+/// come from the bucket, and a push (declined, saying why). Once storage is back, each succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_object_storage_down_what_needs_it_answers_503_and_moves_nothing() -> Result<()> {
+    let mut r = Replicas::start().await?;
+    let (alice, app_id, via) = r.app("outage").await?;
+    let ws = work_tree().await?;
+    ws.write("w/index.html", "<h1>up</h1>\n")?;
+    ws.git("w", &["add", "."]).await?;
+    ws.git("w", &["commit", "-qm", "up"]).await?;
+    ws.git("w", &["push", "-q", &via[0], "HEAD:master"]).await?;
+    let version = git_refs::version(r.a.state.db(), app_id).await?;
+    let changeset = async |router: &axum::Router| {
+        support::call_on(
+            router,
+            Method::POST,
+            &format!("/apps/{app_id}/changeset"),
+            Some(&alice.token),
+            Some(json!({"message": "while down", "changes": {"down.txt": "down\n"}})),
+        )
+        .await
+    };
+
+    r.s3.pause();
+    let refused = changeset(&r.a.router).await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(refused.body["error"]["code"], "service_unavailable");
+    assert_eq!(
+        refused.headers.get(axum::http::header::RETRY_AFTER),
+        Some(&axum::http::HeaderValue::from(5)),
+        "the client is told when to try again"
+    );
+    if r.b_cache.exists() {
+        std::fs::remove_dir_all(&r.b_cache)?;
+    }
+    let cold = ws.try_git(".", &["clone", "-q", &via[1], "cold"]).await?;
+    assert!(!cold.ok, "a clone that needed the bucket succeeded");
+    assert!(
+        cold.stderr.contains("503"),
+        "the clone failed otherwise: {}",
+        cold.stderr
+    );
+    ws.write("w/index.html", "<h1>down</h1>\n")?;
+    ws.git("w", &["commit", "-qam", "down"]).await?;
+    let push = ws.try_git("w", &["push", &via[0], "HEAD:master"]).await?;
+    assert!(!push.ok, "a push was acknowledged while storage was down");
+    assert!(
+        push.stderr.contains("storage is unavailable"),
+        "the push was declined otherwise: {}",
+        push.stderr
+    );
+    assert_eq!(
+        git_refs::version(r.a.state.db(), app_id).await?,
+        version,
+        "a ref moved while storage was down"
+    );
+
+    r.s3.resume().await?;
+    ws.git("w", &["push", "-q", &via[0], "HEAD:master"]).await?;
+    let written = changeset(&r.a.router).await;
+    assert_eq!(written.status, 200, "{}", written.body);
+    ws.git(".", &["clone", "-q", &via[1], "cold"]).await?;
+    assert_eq!(
+        ws.git("cold", &["rev-parse", "HEAD"]).await?.trim(),
+        written.body["sha"].as_str().unwrap_or_default()
+    );
+    ws.git("cold", &["fsck", "--strict", "--no-dangling"])
+        .await?;
+    Ok(())
 }
