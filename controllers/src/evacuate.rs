@@ -163,6 +163,16 @@ async fn give_up(ctx: &Context, deployment: &Deployment, reason: &str) -> Result
     if budgets.get_opt(&deployment.name_any()).await?.is_none() {
         return Ok(());
     }
+    // Marked first, so that no pass making missing budgets puts it back while the drain goes on.
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mark = serde_json::json!({"metadata": {"annotations": {NO_BUDGET: reason}}});
+    deployments
+        .patch(
+            &deployment.name_any(),
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Merge(mark),
+        )
+        .await?;
     crate::deletion::delete_if_present(&budgets, &deployment.name_any()).await?;
     tracing::warn!(deployment = %deployment.name_any(), reason, "gave up moving an app off a cordoned node");
     crate::channel::publish(
@@ -173,6 +183,49 @@ async fn give_up(ctx: &Context, deployment: &Deployment, reason: &str) -> Result
         format!("not moving the app first ({reason}): a drain evicts its pod, and it is down until the pod restarts"),
     )
     .await;
+    Ok(())
+}
+
+/// The Deployment annotation a given-up move leaves: the app keeps no budget until its next deploy, so that the
+/// pass that makes missing budgets ([`settle_budgets`]) does not hold the drain up again.
+pub const NO_BUDGET: &str = "slipway.dev/no-disruption-budget";
+
+/// Brings the budgets of one namespace's app Deployments (`deployments`, as listed) in line with the operator's
+/// setting: with budgets on, a Deployment without one gets it (an app deployed before budgets, or while they were
+/// off), unless a move of it was given up; with budgets off, every app budget goes, so that nothing holds a node
+/// the cluster autoscaler would remove. A budget is owned by its Deployment, so one made for a Deployment deleted
+/// meanwhile is collected with it.
+pub async fn settle_budgets(
+    ctx: &Context,
+    namespace: &str,
+    deployments: &[Deployment],
+) -> Result<(), Error> {
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = crate::deploy::triggers::run_pod_selector();
+    let have: std::collections::BTreeSet<String> = budgets
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|b| b.metadata.name)
+        .collect();
+    if !ctx.config.app_disruption_budgets {
+        for name in &have {
+            crate::deletion::delete_if_present(&budgets, name).await?;
+        }
+        return Ok(());
+    }
+    for deployment in deployments {
+        let skip = have.contains(&deployment.name_any())
+            || deployment.metadata.deletion_timestamp.is_some()
+            || deployment.annotations().contains_key(NO_BUDGET);
+        if skip {
+            continue;
+        }
+        let budget = crate::workload::disruption_budget(deployment)?;
+        crate::workload::create_if_missing(&budgets, &budget).await?;
+        tracing::info!(namespace, deployment = %deployment.name_any(), "made the disruption budget a running app lacked");
+    }
     Ok(())
 }
 

@@ -3,7 +3,9 @@
 //! controller follows those labels and resizes every running app Deployment of the namespace to the plan's memory,
 //! CPU and disk. A resized Deployment rolls over without a gap: the new pod starts beside the old one and the old
 //! one goes once the new one is ready. Channel caps (the webhook) and object-store quotas (the gateway) read the
-//! plan at each request, so they need nothing here.
+//! plan at each request, so they need nothing here. The same pass over a namespace's running apps, at start and
+//! every ten minutes, makes the disruption budget an app lacks, or removes the budgets when they are turned off
+//! ([`crate::evacuate::settle_budgets`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +23,9 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::workload::{APP_CONTAINER, app_resources, tmp_volume};
 
+/// How often a namespace's running apps are looked at again, besides when its plan label moves.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
+
 /// Field manager of the resize patches.
 const FIELD_MANAGER: &str = "slipway-operator-plan";
 
@@ -33,25 +38,31 @@ pub fn controller(client: &kube::Client, namespace: Option<&str>) -> Controller<
     Controller::new(Api::<Namespace>::all(client.clone()), config)
 }
 
-/// Resizes the namespace's running app Deployments that do not have its plan's resources yet.
+/// Resizes the namespace's running app Deployments that do not have its plan's resources yet, and brings their
+/// disruption budgets in line with the operator's setting ([`crate::evacuate::settle_budgets`]).
 pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = ns.name_any();
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+    let selector = crate::deploy::triggers::run_pod_selector();
+    let listed = deployments
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    // A namespaced operator makes no budgets (it does not watch Nodes, so it could not move an app first).
+    if ctx.config.namespace.is_none() {
+        crate::evacuate::settle_budgets(&ctx, &namespace, &listed).await?;
+    }
     let Some(tier) = ns.labels().get(labels::PLAN) else {
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(SWEEP_EVERY));
     };
     let plan = Plan::by_tier(tier).ok_or_else(|| {
         Error::InvalidSpec(format!(
-            "namespace {} names the unknown plan {tier}",
-            ns.name_any()
+            "namespace {namespace} names the unknown plan {tier}"
         ))
     })?;
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns.name_any());
-    let selector = crate::deploy::triggers::run_pod_selector();
     let wanted = app_resources(plan, ctx.config.cpu_request_percent);
     let tmp = tmp_volume(plan);
-    for deployment in deployments
-        .list(&ListParams::default().labels(&selector))
-        .await?
-    {
+    for deployment in listed {
         if sized_for(&deployment, &wanted, &tmp) {
             continue;
         }
@@ -63,7 +74,7 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
             )
             .await?;
         tracing::info!(
-            namespace = %ns.name_any(),
+            namespace = %namespace,
             deployment = %deployment.name_any(),
             plan = plan.tier,
             "resized a running app to its owner's plan"
@@ -71,7 +82,7 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
     }
     // Deployments made after this pass are made with the plan already; a periodic pass catches one that was
     // being created while the label moved.
-    Ok(Action::requeue(Duration::from_secs(600)))
+    Ok(Action::requeue(SWEEP_EVERY))
 }
 
 /// Whether the Deployment's app container and `/tmp` already have the plan's sizes.

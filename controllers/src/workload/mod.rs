@@ -31,7 +31,7 @@ use crate::error::Error;
 
 pub use objects::{
     APP_CONTAINER, APP_UID, FORWARD_PORT, FULL_CPU_REQUEST_PERCENT, HTTP_PORT, Names,
-    app_resources, tmp_volume,
+    app_resources, disruption_budget, tmp_volume,
 };
 pub use probe::CONTAINER as READINESS_CONTAINER;
 pub use readiness::WINDOW as READINESS_WINDOW;
@@ -111,7 +111,7 @@ pub async fn advance(ctx: &Context, release: &Release<'_>) -> Result<Rollout, Er
     if ctx.config.app_disruption_budgets && ctx.config.namespace.is_none() {
         let budgets: Api<PodDisruptionBudget> =
             Api::namespaced(ctx.client.clone(), &names.namespace);
-        create_if_missing(&budgets, &objects::disruption_budget(release, &names)?).await?;
+        create_if_missing(&budgets, &objects::disruption_budget(&deployment)?).await?;
     }
     let created = deployment
         .metadata
@@ -206,7 +206,7 @@ pub async fn discard(ctx: &Context, deploy: &Deploy) -> Result<(), Error> {
 
 /// Creates `object` unless an object of its name exists; returns what the cluster holds. Existing objects are
 /// left as they are: a deploy's Secret is immutable and its Deployment never changes.
-async fn create_if_missing<K>(api: &Api<K>, object: &K) -> Result<K, Error>
+pub(crate) async fn create_if_missing<K>(api: &Api<K>, object: &K) -> Result<K, Error>
 where
     K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {

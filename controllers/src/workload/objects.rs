@@ -442,21 +442,26 @@ pub fn deployment(
     })
 }
 
-/// The budget that keeps a node drain from evicting the deploy's one pod while it serves: the eviction is refused
+/// The budget that keeps a node drain from evicting a deploy's one pod while it serves: the eviction is refused
 /// until [`crate::evacuate`] has rolled the pod over to another node (a new pod ready beside it first). A pod that
-/// is not ready may always be evicted, so a crashing app never holds a drain up.
-pub fn disruption_budget(
-    release: &Release<'_>,
-    names: &Names,
-) -> Result<PodDisruptionBudget, Error> {
+/// is not ready may always be evicted, so a crashing app never holds a drain up. It is made from the deploy's
+/// Deployment as the cluster holds it (its name, labels and pod selector), and owned by it: a budget goes with its
+/// Deployment, and one missing beside a running Deployment can be made from it alone.
+pub fn disruption_budget(deployment: &Deployment) -> Result<PodDisruptionBudget, Error> {
+    let meta = &deployment.metadata;
     Ok(PodDisruptionBudget {
-        metadata: run_metadata(release, names)?,
+        metadata: ObjectMeta {
+            name: meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            labels: meta.labels.clone(),
+            owner_references: Some(vec![
+                deployment.owner_ref(&()).ok_or(Error::Incomplete("uid"))?,
+            ]),
+            ..ObjectMeta::default()
+        },
         spec: Some(PodDisruptionBudgetSpec {
             min_available: Some(IntOrString::Int(1)),
-            selector: Some(LabelSelector {
-                match_labels: Some(deploy_selector(names)),
-                match_expressions: None,
-            }),
+            selector: deployment.spec.as_ref().map(|spec| spec.selector.clone()),
             unhealthy_pod_eviction_policy: Some("AlwaysAllow".to_owned()),
             ..PodDisruptionBudgetSpec::default()
         }),
@@ -464,7 +469,7 @@ pub fn disruption_budget(
     })
 }
 
-/// The name, labels and owner of a deploy's Deployment and of its PodDisruptionBudget.
+/// The name, labels and owner of a deploy's Deployment.
 fn run_metadata(release: &Release<'_>, names: &Names) -> Result<ObjectMeta, Error> {
     Ok(ObjectMeta {
         name: Some(names.deployment.clone()),

@@ -132,6 +132,7 @@ pub(super) async fn each_node_drained_under_load(
         app_name: "drained".to_owned(),
     });
 
+    a_missing_budget_is_made_again(&setting).await?;
     cordon_moves_the_app(&setting).await?;
 
     let mut acknowledged = Vec::new();
@@ -235,6 +236,57 @@ pub(super) async fn each_node_drained_under_load(
     .await
 }
 
+/// The namespace the app's pods run in, and the names of its PodDisruptionBudgets.
+async fn app_budgets(s: &Setting) -> Result<(String, String)> {
+    let (_, pod) = app_pods(s)
+        .await?
+        .into_iter()
+        .next()
+        .context("the app runs no pod")?;
+    let namespace = kubectl(&[
+        "get",
+        "pods",
+        "-A",
+        "--field-selector",
+        &format!("metadata.name={pod}"),
+        "-o",
+        "jsonpath={.items[0].metadata.namespace}",
+    ])
+    .await?;
+    let budgets = kubectl(&[
+        "-n",
+        &namespace,
+        "get",
+        "poddisruptionbudgets",
+        "-o",
+        "name",
+    ])
+    .await?;
+    Ok((namespace, budgets.trim().to_owned()))
+}
+
+/// An app whose budget is missing (deployed before budgets, or while they were off) gets it from the operator's
+/// pass over its namespace, which a change of the namespace starts.
+async fn a_missing_budget_is_made_again(s: &Arc<Setting>) -> Result<()> {
+    let (namespace, budgets) = app_budgets(s).await?;
+    assert!(!budgets.is_empty(), "the deployed app has no budget");
+    kubectl(&["-n", &namespace, "delete", "poddisruptionbudgets", "--all"]).await?;
+    let poke = format!("slipway.dev/test-poke={}", uuid::Uuid::new_v4().simple());
+    kubectl(&["annotate", "namespace", &namespace, &poke, "--overwrite"]).await?;
+    let made = until(
+        Duration::from_secs(120),
+        "the operator making the app's budget again",
+        async || {
+            let (_, now) = app_budgets(s).await?;
+            Ok((!now.is_empty()).then_some(now))
+        },
+    )
+    .await?;
+    assert_eq!(made, budgets, "the budget made again is not the deploy's");
+    println!("deleted the app's budget: the operator's pass over its namespace made {made} again");
+    Ok(())
+}
+
 /// A cordon alone, with no drain and no deploy under way, moves the app: the operator starts its new pod on the
 /// other node first, records a `MovedOffNode` Event, and the app answers every request meanwhile.
 async fn cordon_moves_the_app(s: &Arc<Setting>) -> Result<()> {
@@ -289,34 +341,13 @@ async fn cordon_moves_the_app(s: &Arc<Setting>) -> Result<()> {
 /// With one node left, a cordon cannot move the app: the operator gives the move up (a `MoveAbandoned` Event) and
 /// deletes the app's budget, so that a drain would evict the pod rather than wait forever.
 async fn no_other_node_gives_the_move_up(s: &Arc<Setting>) -> Result<()> {
-    let (node, pod) = app_pods(s)
+    let (node, _) = app_pods(s)
         .await?
         .into_iter()
         .next()
         .context("the app runs no pod")?;
-    let namespace = kubectl(&[
-        "get",
-        "pods",
-        "-A",
-        "--field-selector",
-        &format!("metadata.name={pod}"),
-        "-o",
-        "jsonpath={.items[0].metadata.namespace}",
-    ])
-    .await?;
-    let list_budgets = [
-        "-n",
-        namespace.as_str(),
-        "get",
-        "poddisruptionbudgets",
-        "-o",
-        "name",
-    ];
-    let budgets = || kubectl(&list_budgets);
-    assert!(
-        !budgets().await?.trim().is_empty(),
-        "the app has no PodDisruptionBudget"
-    );
+    let (namespace, budgets) = app_budgets(s).await?;
+    assert!(!budgets.is_empty(), "the app has no PodDisruptionBudget");
     kubectl(&["cordon", &node]).await?;
     let given_up = until(
         Duration::from_secs(120),
@@ -343,9 +374,23 @@ async fn no_other_node_gives_the_move_up(s: &Arc<Setting>) -> Result<()> {
     kubectl(&["uncordon", &node]).await?;
     println!("cordoned the last node: {}", given_up?);
     assert_eq!(
-        budgets().await?.trim(),
+        app_budgets(s).await?.1,
         "",
         "the budget outlived the abandoned move"
+    );
+    // Marked, so that the operator's pass over the namespace does not make the budget again.
+    let marks = kubectl(&[
+        "-n",
+        &namespace,
+        "get",
+        "deployments",
+        "-o",
+        "jsonpath={.items[*].metadata.annotations.slipway\\.dev/no-disruption-budget}",
+    ])
+    .await?;
+    assert!(
+        marks.contains("no other node takes pods"),
+        "the Deployment is not marked to keep no budget: {marks:?}"
     );
     Ok(())
 }

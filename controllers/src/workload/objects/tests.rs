@@ -310,9 +310,22 @@ fn the_service_maps_port_80_to_the_app_port_and_7000_to_the_forward_port_on_the_
 fn the_budget_holds_the_deploys_one_serving_pod_and_lets_an_unready_one_go() {
     let f = fixture("app");
     let names = Names::of(&f.deploy).expect("names");
-    let budget = to_json(&disruption_budget(&release(&f), &names).expect("budget"));
+    let mut deployment = deployment(&release(&f), &names, "busybox", false).expect("deployment");
+    assert!(
+        disruption_budget(&deployment).is_err(),
+        "a budget needs its Deployment as the cluster holds it, with a uid to be owned by"
+    );
+    deployment.metadata.uid = Some("5f0c1d2e-0000-4000-8000-00000000d301".to_owned());
+    let budget = to_json(&disruption_budget(&deployment).expect("budget"));
     assert_eq!(budget["metadata"]["name"], names.deployment.as_str());
-    assert_eq!(budget["metadata"]["ownerReferences"][0]["uid"], CHANNEL_UID);
+    assert_eq!(
+        budget["metadata"]["ownerReferences"][0]["uid"],
+        "5f0c1d2e-0000-4000-8000-00000000d301"
+    );
+    assert_eq!(
+        budget["metadata"]["ownerReferences"][0]["kind"],
+        "Deployment"
+    );
     assert_eq!(
         budget["metadata"]["labels"]["app.kubernetes.io/component"],
         "run"
