@@ -9,7 +9,8 @@
 //! HTTP server implementation and the difference is slipway's own work (auth, lookups, process plumbing).
 //! Environment: `SLIPWAY_BENCH_MB` (repository size), `SLIPWAY_BENCH_ROUNDS` (rounds per transport, best kept).
 //!
-//! Prints figures; it asserts nothing about time.
+//! Each publish to object storage logs its phases to stderr (`RUST_LOG` picks other logs). Prints figures; it
+//! asserts nothing about time.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -36,6 +37,14 @@ const FILE_MB: usize = 4;
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // Each publish's phases (precheck, packing the rest, upload, commit) from its log line, beside the figures.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "slipway_git_store::publish=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let total_mb: usize = env_or("SLIPWAY_BENCH_MB", 1000);
     let rounds: usize = env_or("SLIPWAY_BENCH_ROUNDS", 2);
     let api = support::TestApi::start().await?;

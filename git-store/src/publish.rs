@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use slipway_store::db::git_refs::{self, Check, PackRow, PublishError, RefUpdate};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -159,9 +160,11 @@ async fn publish(
         Writing::Update => Check::Update,
         Writing::Mirror => Check::Force,
     };
+    let started = Instant::now();
     let repo_id = git_refs::precheck(&storage.db, grant.app, &updates, check)
         .await
         .map_err(|e| refusal(e, &fault))?;
+    let prechecked = Instant::now();
     let new: Vec<&str> = updates.iter().filter_map(|u| u.new.as_deref()).collect();
     // A push's packs stay in its quarantine, which git moves into the repository once the push is accepted.
     let dir = quarantine
@@ -175,6 +178,7 @@ async fn publish(
             .await
             .map_err(fault)?
     };
+    let packed = Instant::now();
     for pack in &mut packs {
         let upload = storage
             .bucket
@@ -184,6 +188,7 @@ async fn publish(
         crate::cache::keep(&dir, &pack.name).await.map_err(fault)?;
         pack.upload = Some(upload);
     }
+    let uploaded = Instant::now();
     match git_refs::publish(
         &storage.db,
         grant.app,
@@ -195,11 +200,19 @@ async fn publish(
     .await
     {
         Ok(version) => {
+            // Where a publish's time goes: the push's own wait, after git has received and indexed its pack.
+            let ms = |from: Instant, to: Instant| to.duration_since(from).as_millis() as u64;
             tracing::info!(
                 app = %grant.app,
                 version,
                 refs = updates.len(),
                 actor = %grant.actor,
+                packs = packs.len(),
+                bytes = packs.iter().map(|p| p.bytes).sum::<i64>(),
+                precheck_ms = ms(started, prechecked),
+                pack_ms = ms(prechecked, packed),
+                upload_ms = ms(packed, uploaded),
+                commit_ms = ms(uploaded, Instant::now()),
                 "published a ref update"
             );
             Ok(())
