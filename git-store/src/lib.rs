@@ -265,7 +265,8 @@ impl Repos {
     }
 
     /// Removes the bucket's objects of repositories the database no longer knows, written more than `grace` ago
-    /// (a deleted app's whose removal failed); how many went. Nothing on a volume.
+    /// (a deleted app's whose removal failed), and aborts the multipart uploads started that long ago (a replica
+    /// stopped mid-upload); how many went. Nothing on a volume.
     pub async fn remove_gone_repositories(
         &self,
         grace: std::time::Duration,

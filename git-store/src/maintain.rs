@@ -12,8 +12,8 @@
 //!
 //! Apart from that, each replica removes its caches of repositories that are no longer kept here
 //! ([`crate::Repos::sweep_caches`]), and the bucket's objects of repositories the database no longer knows, which
-//! a deleted app leaves when removing them failed ([`remove_gone_repositories`]), once they are older than the
-//! grace.
+//! a deleted app leaves when removing them failed ([`remove_gone_repositories`]), and the parts of uploads a
+//! stopped replica left, once they are older than the grace.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -201,7 +201,8 @@ async fn remove_orphans(
     Ok(orphans.len())
 }
 
-/// Removes the objects of repositories the database does not know, written more than `grace` ago; how many went.
+/// Removes the objects of repositories the database does not know, written more than `grace` ago, and aborts the
+/// multipart uploads started that long ago (a replica stopped mid-upload); how many went.
 pub(crate) async fn remove_gone_repositories(
     storage: &ObjectStorage,
     grace: Duration,
@@ -226,5 +227,6 @@ pub(crate) async fn remove_gone_repositories(
         .map(|(key, _)| key)
         .collect();
     storage.bucket.remove_keys(&gone).await?;
-    Ok(gone.len())
+    let aborted = storage.bucket.abort_uploads_before(before).await?;
+    Ok(gone.len() + aborted)
 }

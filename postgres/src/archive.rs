@@ -349,52 +349,10 @@ impl Archive {
         &self,
         older_than: std::time::Duration,
     ) -> Result<usize, ArchiveError> {
-        let cutoff = std::time::SystemTime::now() - older_than;
-        let mut aborted = 0;
-        let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
-        loop {
-            let page = self
-                .client
-                .list_multipart_uploads()
-                .bucket(&self.bucket)
-                .set_key_marker(key_marker.clone())
-                .set_upload_id_marker(id_marker.clone())
-                .send()
-                .await
-                .map_err(|e| failed("list unfinished uploads", &e))?;
-            for upload in page.uploads() {
-                let started = upload
-                    .initiated()
-                    .and_then(|t| std::time::SystemTime::try_from(*t).ok());
-                let (Some(key), Some(id), Some(started)) =
-                    (upload.key(), upload.upload_id(), started)
-                else {
-                    continue;
-                };
-                if started > cutoff {
-                    continue;
-                }
-                match self
-                    .client
-                    .abort_multipart_upload()
-                    .bucket(&self.bucket)
-                    .key(key)
-                    .upload_id(id)
-                    .send()
-                    .await
-                {
-                    Ok(_) => aborted += 1,
-                    // Another replica's sweep got there first.
-                    Err(e) if e.code() == Some("NoSuchUpload") => {}
-                    Err(e) => return Err(failed("abort an unfinished upload", &e)),
-                }
-            }
-            if !page.is_truncated().unwrap_or(false) {
-                return Ok(aborted);
-            }
-            key_marker = page.next_key_marker().map(str::to_owned);
-            id_marker = page.next_upload_id_marker().map(str::to_owned);
-        }
+        let before = std::time::SystemTime::now() - older_than;
+        object_store::abort_uploads_before(&self.client, &self.bucket, before)
+            .await
+            .map_err(|e| ArchiveError(format!("{e:#}")))
     }
 
     /// Removes the file at `key` (gone already is fine).

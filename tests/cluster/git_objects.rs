@@ -15,6 +15,7 @@ use anyhow::Result;
 use axum::http::Method;
 use serde_json::json;
 use slipway_git_store::Repos;
+use slipway_git_store::bucket::PackBucket;
 use slipway_store::db::git_refs;
 use slipway_testkit::s3::TestS3;
 use support::TestApi;
@@ -1005,5 +1006,81 @@ async fn with_object_storage_down_what_needs_it_answers_503_and_moves_nothing() 
     );
     ws.git("cold", &["fsck", "--strict", "--no-dangling"])
         .await?;
+    Ok(())
+}
+
+/// A file past the multipart threshold goes up in parts, four at a time, and comes back whole; an upload a replica
+/// stopped before finishing is aborted by the cluster-wide sweep, so the store keeps none of its parts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_pack_goes_up_in_parts_and_an_unfinished_upload_is_aborted() -> Result<()> {
+    let r = Replicas::start().await?;
+    let (_, app_id, _) = r.app("large").await?;
+    let repo = git_refs::id(r.a.state.db(), app_id)
+        .await?
+        .expect("the app's repository");
+    let endpoint = support::s3_calls::root(&r.s3);
+    // The smallest threshold a bucket takes (two parts of 64 MiB), so that 160 MiB go up as three parts.
+    let bucket = PackBucket::open(&endpoint, BUCKET)
+        .await?
+        .in_parts_from(128 << 20);
+    let ws = Workspace::new()?;
+    let file = ws.path("pack-large.pack");
+    {
+        let mut random = std::fs::File::open("/dev/urandom")?;
+        let mut out = std::fs::File::create(&file)?;
+        std::io::copy(&mut std::io::Read::take(&mut random, 160 << 20), &mut out)?;
+    }
+    let name = format!("pack-{}", "1".repeat(40));
+    let key = PackBucket::key(repo, &name, Some(uuid::Uuid::new_v4()), "pack");
+    bucket.put_file(&key, &file).await?;
+    let client = slipway_backends::object_store::client(&endpoint, None);
+    let head = client.head_object().bucket(BUCKET).key(&key).send().await?;
+    assert_eq!(head.content_length(), Some(160 << 20));
+    assert!(
+        head.e_tag().is_some_and(|t| t.ends_with("-3\"")),
+        "not a multipart upload of three parts: {:?}",
+        head.e_tag()
+    );
+    let back = ws.path("back.pack");
+    assert!(bucket.fetch(&key, &back).await?);
+    assert!(
+        std::fs::read(&back)? == std::fs::read(&file)?,
+        "the object is not the file"
+    );
+    bucket.remove_keys(std::slice::from_ref(&key)).await?;
+
+    // An upload a stopped replica left: started, one part sent, never completed.
+    let left = format!("repos/{repo}/pack-{}.pack", "0".repeat(40));
+    let started = client
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key(&left)
+        .send()
+        .await?;
+    client
+        .upload_part()
+        .bucket(BUCKET)
+        .key(&left)
+        .upload_id(started.upload_id().expect("an upload id"))
+        .part_number(1)
+        .body(vec![7u8; 5 << 20].into())
+        .send()
+        .await?;
+    let unfinished = async || {
+        let listed = client
+            .list_multipart_uploads()
+            .bucket(BUCKET)
+            .send()
+            .await?;
+        anyhow::Ok(listed.uploads().len())
+    };
+    assert_eq!(unfinished().await?, 1);
+    let removed =
+        r.a.state
+            .repos()
+            .remove_gone_repositories(std::time::Duration::ZERO)
+            .await?;
+    assert_eq!(removed, 1, "the sweep removed something else");
+    assert_eq!(unfinished().await?, 0, "the unfinished upload stays");
     Ok(())
 }
