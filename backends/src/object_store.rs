@@ -360,6 +360,37 @@ pub fn backend_bucket(prefix: &str, channel_uid: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aws_sdk_s3::error::{ConnectorError, ErrorMetadata};
+    use aws_sdk_s3::operation::get_object::GetObjectError;
+    use aws_sdk_s3::primitives::SdkBody;
+
+    #[test]
+    fn a_store_not_reached_or_failing_on_its_side_is_unavailable_and_a_refusal_is_not() {
+        let answer = |status: u16, code: &str| {
+            let raw = http::Response::builder()
+                .status(status)
+                .body(SdkBody::empty())
+                .expect("a response");
+            SdkError::service_error(
+                GetObjectError::generic(ErrorMetadata::builder().code(code).build()),
+                HttpResponse::try_from(raw).expect("a response"),
+            )
+        };
+        let unavailable: [SdkError<GetObjectError, HttpResponse>; 4] = [
+            SdkError::dispatch_failure(ConnectorError::io("connection refused".into())),
+            SdkError::timeout_error("operation timed out"),
+            answer(503, "SlowDown"),
+            answer(500, "InternalError"),
+        ];
+        for e in &unavailable {
+            assert!(failure("get", e).is::<Unavailable>(), "{e:?}");
+        }
+        for e in [answer(403, "AccessDenied"), answer(404, "NoSuchKey")] {
+            let failed = failure("get", &e);
+            assert!(!failed.is::<Unavailable>(), "{e:?}");
+            assert!(failed.to_string().contains("get: "), "{failed}");
+        }
+    }
 
     #[test]
     fn bucket_prefixes_keep_names_valid() {
