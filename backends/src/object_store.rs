@@ -106,13 +106,17 @@ where
     }
 }
 
-/// Whether the request did not reach the backend, timed out, or the backend failed on its side.
+/// Whether the request did not reach the backend (its connection failed or timed out), timed out, or the backend
+/// failed on its side. A failure that no retry mends is not: a connector misconfigured (`is_user`, a TLS setting,
+/// say), or 501 and 505, which a store answers to what it does not implement.
 fn unreachable<E>(e: &SdkError<E, HttpResponse>) -> bool {
     match e {
-        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => true,
-        _ => e
-            .raw_response()
-            .is_some_and(|r| r.status().is_server_error()),
+        SdkError::DispatchFailure(failure) => failure.is_io() || failure.is_timeout(),
+        SdkError::TimeoutError(_) => true,
+        _ => e.raw_response().is_some_and(|r| {
+            let status = r.status().as_u16();
+            r.status().is_server_error() && status != 501 && status != 505
+        }),
     }
 }
 
@@ -385,7 +389,13 @@ mod tests {
         for e in &unavailable {
             assert!(failure("get", e).is::<Unavailable>(), "{e:?}");
         }
-        for e in [answer(403, "AccessDenied"), answer(404, "NoSuchKey")] {
+        let permanent: [SdkError<GetObjectError, HttpResponse>; 4] = [
+            answer(403, "AccessDenied"),
+            answer(404, "NoSuchKey"),
+            answer(501, "NotImplemented"),
+            SdkError::dispatch_failure(ConnectorError::user("invalid TLS configuration".into())),
+        ];
+        for e in permanent {
             let failed = failure("get", &e);
             assert!(!failed.is::<Unavailable>(), "{e:?}");
             assert!(failed.to_string().contains("get: "), "{failed}");

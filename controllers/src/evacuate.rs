@@ -24,8 +24,12 @@ use kube::{Api, ResourceExt};
 use crate::context::Context;
 use crate::error::Error;
 
-/// Field manager of the move patches.
+/// Field manager of the move patches (whose time [`moving_for`] reads).
 const FIELD_MANAGER: &str = "slipway-operator-evacuate";
+
+/// Field manager of the mark a given-up move leaves ([`NO_BUDGET`]), apart from the moves' so that it does not
+/// restart a move's clock.
+const MARK_MANAGER: &str = "slipway-operator-evacuate-mark";
 
 /// The pod-template annotation a move sets: the node and the pod template moved off it. A new value rolls the pods
 /// over.
@@ -169,7 +173,7 @@ async fn give_up(ctx: &Context, deployment: &Deployment, reason: &str) -> Result
     deployments
         .patch(
             &deployment.name_any(),
-            &PatchParams::apply(FIELD_MANAGER),
+            &PatchParams::apply(MARK_MANAGER),
             &Patch::Merge(mark),
         )
         .await?;
@@ -222,7 +226,15 @@ pub async fn settle_budgets(
         if skip {
             continue;
         }
-        let budget = crate::workload::disruption_budget(deployment)?;
+        // Read again: a move given up since the list marks the Deployment, and its budget must stay gone.
+        let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+        let Some(current) = deployments.get_opt(&deployment.name_any()).await? else {
+            continue;
+        };
+        if current.annotations().contains_key(NO_BUDGET) {
+            continue;
+        }
+        let budget = crate::workload::disruption_budget(&current)?;
         crate::workload::create_if_missing(&budgets, &budget).await?;
         tracing::info!(namespace, deployment = %deployment.name_any(), "made the disruption budget a running app lacked");
     }

@@ -48,12 +48,31 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
         .list(&ListParams::default().labels(&selector))
         .await?
         .items;
-    // A namespaced operator makes no budgets (it does not watch Nodes, so it could not move an app first).
-    if ctx.config.namespace.is_none() {
-        crate::evacuate::settle_budgets(&ctx, &namespace, &listed).await?;
+    resize(&ctx, &ns, &deployments, &listed).await?;
+    // A namespaced operator makes no budgets (it does not watch Nodes, so it could not move an app first), and a
+    // namespace being deleted needs none. A budget that cannot be settled now is settled at the next pass; it
+    // holds no resize up.
+    if ctx.config.namespace.is_none() && ns.metadata.deletion_timestamp.is_none() {
+        let settled = crate::evacuate::settle_budgets(&ctx, &namespace, &listed).await;
+        if let Err(e) = settled {
+            tracing::warn!(namespace = %namespace, error = %e, "could not settle the apps' disruption budgets");
+        }
     }
+    // Deployments made after this pass are made with the plan already; a periodic pass catches one that was
+    // being created while the label moved.
+    Ok(Action::requeue(SWEEP_EVERY))
+}
+
+/// Resizes the Deployments `listed` of namespace `ns` that do not have its plan's resources yet.
+async fn resize(
+    ctx: &Context,
+    ns: &Namespace,
+    deployments: &Api<Deployment>,
+    listed: &[Deployment],
+) -> Result<(), Error> {
+    let namespace = ns.name_any();
     let Some(tier) = ns.labels().get(labels::PLAN) else {
-        return Ok(Action::requeue(SWEEP_EVERY));
+        return Ok(());
     };
     let plan = Plan::by_tier(tier).ok_or_else(|| {
         Error::InvalidSpec(format!(
@@ -63,7 +82,7 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
     let wanted = app_resources(plan, ctx.config.cpu_request_percent);
     let tmp = tmp_volume(plan);
     for deployment in listed {
-        if sized_for(&deployment, &wanted, &tmp) {
+        if sized_for(deployment, &wanted, &tmp) {
             continue;
         }
         deployments
@@ -80,9 +99,7 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
             "resized a running app to its owner's plan"
         );
     }
-    // Deployments made after this pass are made with the plan already; a periodic pass catches one that was
-    // being created while the label moved.
-    Ok(Action::requeue(SWEEP_EVERY))
+    Ok(())
 }
 
 /// Whether the Deployment's app container and `/tmp` already have the plan's sizes.

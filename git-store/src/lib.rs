@@ -265,8 +265,7 @@ impl Repos {
     }
 
     /// Removes the bucket's objects of repositories the database no longer knows, written more than `grace` ago
-    /// (a deleted app's whose removal failed), and aborts the multipart uploads started that long ago (a replica
-    /// stopped mid-upload); how many went. Nothing on a volume.
+    /// (a deleted app's whose removal failed); how many went. Nothing on a volume.
     pub async fn remove_gone_repositories(
         &self,
         grace: std::time::Duration,
@@ -275,6 +274,21 @@ impl Repos {
             Some(storage) => maintain::remove_gone_repositories(storage, grace).await,
             None => Ok(0),
         }
+    }
+
+    /// Aborts the git bucket's multipart uploads started more than `older_than` ago, which a replica stopped
+    /// mid-upload leaves; how many went. Nothing on a volume.
+    pub async fn abort_unfinished_uploads(
+        &self,
+        older_than: std::time::Duration,
+    ) -> anyhow::Result<usize> {
+        let Some(storage) = &self.objects else {
+            return Ok(0);
+        };
+        let before = std::time::SystemTime::now()
+            .checked_sub(older_than)
+            .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+        storage.bucket.abort_uploads_before(before).await
     }
 
     /// Removes this replica's caches of repositories that are no longer kept here (a deleted app's, or a

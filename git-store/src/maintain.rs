@@ -12,8 +12,9 @@
 //!
 //! Apart from that, each replica removes its caches of repositories that are no longer kept here
 //! ([`crate::Repos::sweep_caches`]), and the bucket's objects of repositories the database no longer knows, which
-//! a deleted app leaves when removing them failed ([`remove_gone_repositories`]), and the parts of uploads a
-//! stopped replica left, once they are older than the grace.
+//! a deleted app leaves when removing them failed ([`remove_gone_repositories`]), once they are older than the
+//! grace, and aborts the multipart uploads a stopped replica left, once they are older than
+//! [`Policy::upload_grace`].
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -35,6 +36,9 @@ pub struct Policy {
     pub compact_at: usize,
     /// How long a retired or orphaned copy stays in the bucket.
     pub grace: Duration,
+    /// How long an unfinished multipart upload may run before it is taken as left by a stopped replica and aborted:
+    /// far longer than any upload takes, so that a slow one is never cut off.
+    pub upload_grace: Duration,
 }
 
 impl Default for Policy {
@@ -43,6 +47,7 @@ impl Default for Policy {
             every: Duration::from_secs(20 * 3600),
             compact_at: 8,
             grace: Duration::from_secs(3600),
+            upload_grace: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -201,8 +206,7 @@ async fn remove_orphans(
     Ok(orphans.len())
 }
 
-/// Removes the objects of repositories the database does not know, written more than `grace` ago, and aborts the
-/// multipart uploads started that long ago (a replica stopped mid-upload); how many went.
+/// Removes the objects of repositories the database does not know, written more than `grace` ago; how many went.
 pub(crate) async fn remove_gone_repositories(
     storage: &ObjectStorage,
     grace: Duration,
@@ -227,6 +231,5 @@ pub(crate) async fn remove_gone_repositories(
         .map(|(key, _)| key)
         .collect();
     storage.bucket.remove_keys(&gone).await?;
-    let aborted = storage.bucket.abort_uploads_before(before).await?;
-    Ok(gone.len() + aborted)
+    Ok(gone.len())
 }

@@ -62,7 +62,8 @@ pub async fn pass(state: &AppState, prune: &str) -> usize {
 }
 
 /// Maintains every repository kept in object storage that no replica maintained within `policy.every`, removes the
-/// bucket's objects of repositories that are gone and this replica's caches of them; how many were maintained.
+/// bucket's objects of repositories that are gone and this replica's caches of them, and aborts the uploads stopped
+/// replicas left; how many were maintained.
 pub async fn maintain_all(state: &AppState, policy: &slipway_git_store::maintain::Policy) -> usize {
     let mut maintained = 0;
     for app in state.cache().apps() {
@@ -91,6 +92,20 @@ pub async fn maintain_all(state: &AppState, policy: &slipway_git_store::maintain
         Err(e) => tracing::warn!(
             error = format!("{e:#}"),
             "removing the objects of repositories that are gone failed"
+        ),
+    }
+    match state
+        .repos()
+        .abort_unfinished_uploads(policy.upload_grace)
+        .await
+    {
+        Ok(aborted) if aborted > 0 => {
+            tracing::info!(aborted, "aborted uploads that stopped replicas left")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            error = format!("{e:#}"),
+            "aborting the uploads stopped replicas left failed"
         ),
     }
     match state.repos().sweep_caches().await {

@@ -653,6 +653,7 @@ async fn maintenance_folds_the_packs_once_and_removes_what_no_row_names() -> Res
         every: std::time::Duration::ZERO,
         compact_at: 2,
         grace: std::time::Duration::ZERO,
+        upload_grace: std::time::Duration::ZERO,
     };
     let done = r.a.state.repos().maintain(app_id, &now).await?;
     assert_eq!(
@@ -1010,7 +1011,7 @@ async fn with_object_storage_down_what_needs_it_answers_503_and_moves_nothing() 
 }
 
 /// A file past the multipart threshold goes up in parts, four at a time, and comes back whole; an upload a replica
-/// stopped before finishing is aborted by the cluster-wide sweep, so the store keeps none of its parts.
+/// stopped before finishing is aborted once it is older than the grace, so the store keeps none of its parts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_pack_goes_up_in_parts_and_an_unfinished_upload_is_aborted() -> Result<()> {
     let r = Replicas::start().await?;
@@ -1075,12 +1076,20 @@ async fn a_large_pack_goes_up_in_parts_and_an_unfinished_upload_is_aborted() -> 
         anyhow::Ok(listed.uploads().len())
     };
     assert_eq!(unfinished().await?, 1);
-    let removed =
-        r.a.state
-            .repos()
-            .remove_gone_repositories(std::time::Duration::ZERO)
-            .await?;
-    assert_eq!(removed, 1, "the sweep removed something else");
+    let repos = r.a.state.repos();
+    let day = std::time::Duration::from_secs(24 * 3600);
+    assert_eq!(
+        repos.abort_unfinished_uploads(day).await?,
+        0,
+        "an upload younger than the grace was aborted"
+    );
+    assert_eq!(unfinished().await?, 1);
+    assert_eq!(
+        repos
+            .abort_unfinished_uploads(std::time::Duration::ZERO)
+            .await?,
+        1
+    );
     assert_eq!(unfinished().await?, 0, "the unfinished upload stays");
     Ok(())
 }
