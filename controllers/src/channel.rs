@@ -13,13 +13,17 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use slipway_crds::conditions::{self, reasons};
 use slipway_crds::names::{self, Username};
-use slipway_crds::{App, Channel, ChannelPhase, ChannelStatus};
+use slipway_crds::{App, Channel, ChannelStatus};
 
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Error;
 
 /// How often a healthy channel is looked at again without a change.
 const RECHECK: Duration = Duration::from_secs(300);
+/// The field manager of the status fields this reconciler writes, and no other writer touches: observedGeneration,
+/// phase, hostname and conditions. The deploy reconciler writes the rest as [`crate::deploy::CHANNEL_MANAGER`],
+/// so a channel's `managedFields` say which reconciler wrote which field.
+pub const STATUS_MANAGER: &str = "slipway-operator-channel";
 
 /// What the reconciler decided the channel's status should say.
 #[derive(Debug, PartialEq)]
@@ -67,8 +71,9 @@ pub fn observe(channel: &Channel, app: Option<&App>, app_domain: &str) -> Observ
     }
 }
 
-/// The status the channel should have, keeping what the deploy reconciler owns (phase, sha, readiness mode,
-/// pending deploy).
+/// The status the channel should have, keeping what the deploy reconciler owns (currentSha, readyBy,
+/// pendingDeploy). The phase follows from the status's facts ([`ChannelStatus::derived_phase`]): a channel whose
+/// database cannot be made has failed provisioning, and comes back when a retry works.
 pub fn desired_status(channel: &Channel, observed: &Observed, now: Time) -> ChannelStatus {
     let mut status = channel.status.clone().unwrap_or_default();
     let generation = channel.metadata.generation;
@@ -128,13 +133,6 @@ pub fn desired_status(channel: &Channel, observed: &Observed, now: Time) -> Chan
                 now.clone(),
             ),
         );
-        // A channel whose database cannot be made has failed provisioning; it comes back when a retry works.
-        status.phase = match (status.phase, database.ready) {
-            (ChannelPhase::Provisioning, false) => ChannelPhase::Failed,
-            (ChannelPhase::Failed, true) if status.current_sha.is_some() => ChannelPhase::Running,
-            (ChannelPhase::Failed, true) => ChannelPhase::Provisioning,
-            (phase, _) => phase,
-        };
     }
     conditions::set_condition(
         &mut status.conditions,
@@ -147,6 +145,7 @@ pub fn desired_status(channel: &Channel, observed: &Observed, now: Time) -> Chan
             now,
         ),
     );
+    status.phase = status.derived_phase();
     status
 }
 
@@ -228,27 +227,22 @@ pub async fn reconcile(mut channel: Arc<Channel>, ctx: Arc<Context>) -> Result<A
     }
     let wanted = desired_status(&channel, &observed, Time(Timestamp::now()));
     if channel.status.as_ref() != Some(&wanted) {
-        // Only the fields this reconciler owns: the deploy reconciler writes phase, currentSha, readyBy and
+        // Only the fields this reconciler owns: the deploy reconciler writes currentSha, readyBy and
         // pendingDeploy, and a whole-status write from this (possibly older) copy would undo its moves.
         // The write names the version it was worked out from: the Ready condition and the phase follow
         // currentSha, and a deploy that went live in the meantime must not be answered with "provisioning".
-        let mut patch = serde_json::json!({
+        let patch = serde_json::json!({
             "metadata": {"resourceVersion": channel.metadata.resource_version},
             "status": {
                 "observedGeneration": wanted.observed_generation,
+                "phase": wanted.phase,
                 "hostname": wanted.hostname,
                 "conditions": wanted.conditions,
             },
         });
-        // The phase only when the database moved it (between provisioning and failed).
-        if observed.database.is_some()
-            && channel.status.as_ref().map(|s| s.phase) != Some(wanted.phase)
-        {
-            patch["status"]["phase"] = serde_json::json!(wanted.phase);
-        }
         let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &namespace);
         let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.into()),
+            field_manager: Some(STATUS_MANAGER.into()),
             ..Default::default()
         };
         match channels

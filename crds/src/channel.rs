@@ -84,6 +84,17 @@ pub enum ChannelPhase {
     Failed,
 }
 
+impl ChannelPhase {
+    /// The phase as the resource and the API spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Provisioning => "provisioning",
+            Self::Running => "running",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 /// Which readiness check a version of a dynamic channel passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -145,4 +156,87 @@ pub struct ChannelStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+impl ChannelStatus {
+    /// The phase the status's own facts give: running once a deploy has gone live (`currentSha`); before that,
+    /// failed while the database cannot be made (`DatabaseReady` is `False`), else provisioning. A channel that
+    /// went live stays running when its database later fails: it still serves its version.
+    ///
+    /// The channel reconciler writes `phase` from this and is its only writer; readers that must not lag a go-live
+    /// by one reconcile (the API) call it themselves.
+    pub fn derived_phase(&self) -> ChannelPhase {
+        let database_failed = self
+            .conditions
+            .iter()
+            .any(|c| c.type_ == crate::conditions::DATABASE_READY && c.status == "False");
+        if self.current_sha.is_some() {
+            ChannelPhase::Running
+        } else if database_failed {
+            ChannelPhase::Failed
+        } else {
+            ChannelPhase::Provisioning
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::{ChannelPhase, ChannelStatus};
+    use crate::conditions::{DATABASE_READY, condition};
+
+    fn status(current_sha: Option<&str>, database_ready: Option<bool>) -> ChannelStatus {
+        let conditions = database_ready
+            .map(|ready| {
+                condition(
+                    DATABASE_READY,
+                    ready,
+                    "Test",
+                    "",
+                    None,
+                    Time(Timestamp::UNIX_EPOCH),
+                )
+            })
+            .into_iter()
+            .collect();
+        ChannelStatus {
+            current_sha: current_sha.map(str::to_owned),
+            conditions,
+            ..ChannelStatus::default()
+        }
+    }
+
+    #[test]
+    fn the_phase_follows_the_live_commit_and_the_database() {
+        let sha = Some("0123456789abcdef0123456789abcdef01234567");
+        for (current_sha, database_ready, phase) in [
+            (None, None, ChannelPhase::Provisioning),
+            (None, Some(true), ChannelPhase::Provisioning),
+            (None, Some(false), ChannelPhase::Failed),
+            (sha, None, ChannelPhase::Running),
+            (sha, Some(true), ChannelPhase::Running),
+            // A live channel whose database fails later still serves its version.
+            (sha, Some(false), ChannelPhase::Running),
+        ] {
+            assert_eq!(
+                status(current_sha, database_ready).derived_phase(),
+                phase,
+                "currentSha {current_sha:?}, DatabaseReady {database_ready:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_phase_is_spelled_as_its_serde_name() {
+        for phase in [
+            ChannelPhase::Provisioning,
+            ChannelPhase::Running,
+            ChannelPhase::Failed,
+        ] {
+            assert_eq!(serde_json::to_value(phase).unwrap(), phase.as_str());
+        }
+    }
 }

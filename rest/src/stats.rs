@@ -131,14 +131,15 @@ async fn user_stats(
         for channel in of_app {
             let status = channel.status.clone().unwrap_or_default();
             channels.total += 1;
-            match status.phase {
+            let phase = status.derived_phase();
+            match phase {
                 ChannelPhase::Running => channels.running += 1,
                 ChannelPhase::Provisioning => channels.provisioning += 1,
                 ChannelPhase::Failed => channels.failed += 1,
             }
             if app.role == Role::Owner
                 && template != Template::Static
-                && status.phase == ChannelPhase::Running
+                && phase == ChannelPhase::Running
             {
                 running_containers += 1;
             }
@@ -151,7 +152,7 @@ async fn user_stats(
                 channel_id: channel.uid().and_then(|u| u.parse().ok()),
                 channel: channel.channel_name().to_owned(),
                 hostname: status.hostname.clone(),
-                status: phase_name(status.phase).to_owned(),
+                status: phase.as_str().to_owned(),
                 current_sha: status.current_sha.clone(),
             });
         }
@@ -169,12 +170,4 @@ async fn user_stats(
             cpu_burst_cores_per_container: plan.cpu_burst,
         },
     }))
-}
-
-fn phase_name(phase: ChannelPhase) -> &'static str {
-    match phase {
-        ChannelPhase::Running => "running",
-        ChannelPhase::Provisioning => "provisioning",
-        ChannelPhase::Failed => "failed",
-    }
 }

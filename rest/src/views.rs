@@ -3,7 +3,7 @@
 use serde::Serialize;
 use slipway_crds::names::{self, ChannelName};
 use slipway_crds::plans::Plan;
-use slipway_crds::{Channel, ChannelPhase, DeployPhase};
+use slipway_crds::{Channel, DeployPhase};
 
 use slipway_core::access::VisibleApp;
 use slipway_core::state::AppState;
@@ -83,14 +83,6 @@ pub struct OwnerFacts<'a> {
     pub agent_protected_actions_default: bool,
 }
 
-fn phase_name(p: ChannelPhase) -> &'static str {
-    match p {
-        ChannelPhase::Provisioning => "provisioning",
-        ChannelPhase::Running => "running",
-        ChannelPhase::Failed => "failed",
-    }
-}
-
 /// The wire name of a deploy status.
 pub fn deploy_phase_name(p: DeployPhase) -> &'static str {
     match p {
@@ -146,8 +138,8 @@ impl ChannelView {
             name,
             hostname,
             git_ref_binding: channel.spec.git_ref_binding.clone(),
+            status: status.derived_phase().as_str().to_owned(),
             current_sha: status.current_sha,
-            status: phase_name(status.phase).to_owned(),
             pending_deploy: pending_deploy(state, app, channel),
         }
     }

@@ -16,7 +16,7 @@ use anyhow::Result;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use slipway_crds::{Channel, Deploy, DeployPhase};
+use slipway_crds::{Channel, ChannelPhase, Deploy, DeployPhase};
 use slipway_internal::{InternalClient, InternalEndpoint, TokenSource};
 use slipway_testkit::wait_until;
 use support::{TestApi, User};
@@ -119,6 +119,24 @@ async fn a_static_deploy_goes_live_and_moves_the_channel() -> Result<()> {
     assert_eq!(after["current_sha"], sha.as_str());
     assert_eq!(after["status"], "running");
     assert_eq!(after["pending_deploy"], Value::Null);
+
+    // The go-live wakes the channel reconciler, which moves the resource's phase: each status field has one writer.
+    let channels: Api<Channel> = Api::namespaced(s.api.kube.clone(), &s.alice.namespace);
+    wait_until(WITHIN, || async {
+        let channel = channels.get("site.prod").await?;
+        Ok(channel
+            .status
+            .is_some_and(|c| c.phase == ChannelPhase::Running))
+    })
+    .await?;
+    support::deploys::assert_sole_writers(
+        &channels.get("site.prod").await?,
+        &[
+            ("currentSha", slipway_controllers::deploy::CHANNEL_MANAGER),
+            ("phase", slipway_controllers::channel::STATUS_MANAGER),
+            ("conditions", slipway_controllers::channel::STATUS_MANAGER),
+        ],
+    );
 
     // A static app has no images, and the cap is the plan's.
     let images = s

@@ -317,11 +317,15 @@ async fn a_channel_reconciled_from_a_copy_older_than_its_go_live_stays_running()
     // The copy the channel reconciler is working from when the first deploy goes live.
     let stale = channels.create(&PostParams::default(), &channel).await?;
     let sha = "0123456789abcdef0123456789abcdef01234567";
+    // What the deploy reconciler writes as a deploy goes live: the commit, under its own field manager.
     channels
         .patch_status(
             "blog.prod",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"currentSha": sha, "phase": "running"}})),
+            &PatchParams {
+                field_manager: Some(slipway_controllers::deploy::CHANNEL_MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"status": {"currentSha": sha}})),
         )
         .await?;
 
@@ -330,10 +334,14 @@ async fn a_channel_reconciled_from_a_copy_older_than_its_go_live_stays_running()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let after = channels.get("blog.prod").await?;
     let status = after.status.clone().unwrap();
-    assert_eq!(status.phase, ChannelPhase::Running, "{status:?}");
+    assert_ne!(
+        ready_reason(&after).map(|(status, _)| status),
+        Some("False".into()),
+        "a stale copy wrote Ready: {status:?}"
+    );
     assert_eq!(status.current_sha.as_deref(), Some(sha));
 
-    // Reconciled from what is there now, the channel says it serves the deployed commit.
+    // Reconciled from what is there now, the channel is running and says it serves the deployed commit.
     slipway_controllers::channel::reconcile(Arc::new(after), ctx)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -342,6 +350,17 @@ async fn a_channel_reconciled_from_a_copy_older_than_its_go_live_stays_running()
     assert_eq!(
         ready_reason(&now),
         Some(("True".into(), "Reconciled".into()))
+    );
+
+    // Each status field has one writer, named in managedFields.
+    crate::support::deploys::assert_sole_writers(
+        &now,
+        &[
+            ("currentSha", slipway_controllers::deploy::CHANNEL_MANAGER),
+            ("phase", slipway_controllers::channel::STATUS_MANAGER),
+            ("conditions", slipway_controllers::channel::STATUS_MANAGER),
+            ("hostname", slipway_controllers::channel::STATUS_MANAGER),
+        ],
     );
     Ok(())
 }

@@ -5,7 +5,7 @@ use anyhow::Result;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
-use slipway_crds::{Deploy, DeployPhase, DeploySpec};
+use slipway_crds::{Channel, Deploy, DeployPhase, DeploySpec};
 
 use super::{TestApi, User};
 
@@ -65,4 +65,30 @@ pub async fn succeeded(
     })
     .await?;
     Ok(done)
+}
+
+/// Asserts that each named status field of `channel` has exactly the one writer given, by its `managedFields`.
+pub fn assert_sole_writers(channel: &Channel, writers: &[(&str, &str)]) {
+    let mut owners = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for entry in channel.metadata.managed_fields.iter().flatten() {
+        let Some(fields) = entry.fields_v1.as_ref() else {
+            continue;
+        };
+        let Some(status) = fields.0.get("f:status").and_then(|s| s.as_object()) else {
+            continue;
+        };
+        for key in status.keys().filter_map(|k| k.strip_prefix("f:")) {
+            owners
+                .entry(key.to_owned())
+                .or_default()
+                .push(entry.manager.clone().unwrap_or_default());
+        }
+    }
+    for (field, manager) in writers {
+        assert_eq!(
+            owners.get(*field).map(Vec::as_slice),
+            Some([(*manager).to_owned()].as_slice()),
+            "the writers of status.{field}: {owners:?}"
+        );
+    }
 }

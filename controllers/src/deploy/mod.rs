@@ -27,7 +27,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use slipway_crds::conditions::{self, reasons};
 use slipway_crds::{
-    App, Channel, ChannelPhase, Deploy, DeployPhase, DeployStatus, PendingDeploy, ReadyBy, Template,
+    App, Channel, Deploy, DeployPhase, DeployStatus, PendingDeploy, ReadyBy, Template,
 };
 
 use crate::caches;
@@ -205,13 +205,14 @@ async fn go_live(
         ctx.client.clone(),
         &scene.channel.namespace().unwrap_or_default(),
     );
-    let patch = json!({"status": {
-        "currentSha": sha,
-        "phase": ChannelPhase::Running,
-        "readyBy": ready_by,
-    }});
+    // The channel reconciler, woken by this write, moves the phase to running.
+    let patch = json!({"status": {"currentSha": sha, "readyBy": ready_by}});
     channels
-        .patch_status(&scene.channel.name_any(), &params(), &Patch::Merge(&patch))
+        .patch_status(
+            &scene.channel.name_any(),
+            &channel_params(),
+            &Patch::Merge(&patch),
+        )
         .await?;
     let deploy = &scene.deploy;
     log(ctx, deploy, &format!("[deploy] live: {sha}\n")).await?;
@@ -291,6 +292,19 @@ fn params() -> PatchParams {
     }
 }
 
+/// The field manager of the channel status fields this reconciler writes, and no other writer touches:
+/// currentSha, readyBy and pendingDeploy ([`crate::channel::STATUS_MANAGER`] writes the rest). Merge patches,
+/// not server-side apply: clearing `pendingDeploy` must work on a field an older operator wrote, and an apply
+/// removes only fields its own manager owns.
+pub const CHANNEL_MANAGER: &str = "slipway-operator-deploy";
+
+fn channel_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(CHANNEL_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
 async fn patch_deploy_status(
     ctx: &Context,
     deploy: &Deploy,
@@ -328,7 +342,7 @@ async fn sync_pending(ctx: &Context, namespace: &str, channel: &str) -> Result<(
         channels
             .patch_status(
                 channel,
-                &params(),
+                &channel_params(),
                 &Patch::Merge(&json!({"status": {"pendingDeploy": wanted}})),
             )
             .await?;
