@@ -285,10 +285,10 @@ impl Repos {
         let Some(storage) = &self.objects else {
             return Ok(0);
         };
-        let before = std::time::SystemTime::now()
-            .checked_sub(older_than)
-            .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
-        storage.bucket.abort_uploads_before(before).await
+        storage
+            .bucket
+            .abort_uploads_before(maintain::ago(older_than))
+            .await
     }
 
     /// Removes this replica's caches of repositories that are no longer kept here (a deleted app's, or a

@@ -191,9 +191,7 @@ async fn remove_orphans(
         .iter()
         .flat_map(|p| EXTENSIONS.map(|ext| PackBucket::key(id, &p.name, p.upload, ext)))
         .collect();
-    let before = SystemTime::now()
-        .checked_sub(grace)
-        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let before = ago(grace);
     let orphans: Vec<String> = storage
         .bucket
         .list(id)
@@ -206,14 +204,19 @@ async fn remove_orphans(
     Ok(orphans.len())
 }
 
+/// The time `grace` ago (the epoch if the clock is nearer it than that): what is older may go.
+pub(crate) fn ago(grace: Duration) -> SystemTime {
+    SystemTime::now()
+        .checked_sub(grace)
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
 /// Removes the objects of repositories the database does not know, written more than `grace` ago; how many went.
 pub(crate) async fn remove_gone_repositories(
     storage: &ObjectStorage,
     grace: Duration,
 ) -> anyhow::Result<usize> {
-    let before = SystemTime::now()
-        .checked_sub(grace)
-        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let before = ago(grace);
     let mut by_repo: std::collections::HashMap<Uuid, Vec<(String, SystemTime)>> =
         std::collections::HashMap::new();
     for (key, written) in storage.bucket.list_all().await? {

@@ -81,44 +81,33 @@ pub async fn maintain_all(state: &AppState, policy: &slipway_git_store::maintain
             }
         }
     }
-    match state.repos().remove_gone_repositories(policy.grace).await {
-        Ok(removed) if removed > 0 => {
-            tracing::info!(
-                removed,
-                "removed the bucket's objects of repositories that are gone"
-            )
-        }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(
-            error = format!("{e:#}"),
-            "removing the objects of repositories that are gone failed"
-        ),
-    }
-    match state
-        .repos()
-        .abort_unfinished_uploads(policy.upload_grace)
-        .await
-    {
-        Ok(aborted) if aborted > 0 => {
-            tracing::info!(aborted, "aborted uploads that stopped replicas left")
-        }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(
-            error = format!("{e:#}"),
-            "aborting the uploads stopped replicas left failed"
-        ),
-    }
-    match state.repos().sweep_caches().await {
-        Ok(swept) if swept > 0 => {
-            tracing::info!(swept, "removed caches of repositories that are gone")
-        }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(
-            error = format!("{e:#}"),
-            "sweeping the repository caches failed"
-        ),
-    }
+    let repos = state.repos();
+    log_sweep(
+        repos.remove_gone_repositories(policy.grace).await,
+        "removed the bucket's objects of repositories that are gone",
+        "removing the objects of repositories that are gone failed",
+    );
+    log_sweep(
+        repos.abort_unfinished_uploads(policy.upload_grace).await,
+        "aborted uploads that stopped replicas left",
+        "aborting the uploads stopped replicas left failed",
+    );
+    log_sweep(
+        repos.sweep_caches().await,
+        "removed caches of repositories that are gone",
+        "sweeping the repository caches failed",
+    );
     maintained
+}
+
+/// Logs a sweep's outcome: `done` with how many things went (when any did), or `failed` with why; the next pass
+/// sweeps again either way.
+fn log_sweep(outcome: anyhow::Result<usize>, done: &str, failed: &str) {
+    match outcome {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(count, "{done}"),
+        Err(e) => tracing::warn!(error = format!("{e:#}"), "{failed}"),
+    }
 }
 
 /// How long after the start the first pass runs: soon, so an API restarted more often than [`EVERY`] still
