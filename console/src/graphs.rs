@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::html::esc;
+use crate::html::{Markup, html};
 
 /// Deploys the deploy-time graph shows at most, the newest.
 const DEPLOYS_SHOWN: usize = 20;
@@ -77,10 +77,10 @@ fn median(mut values: Vec<i64>) -> i64 {
 
 /// How long the channel's recent deploys took, as bars from oldest to newest coloured by outcome, with the
 /// median and the slowest named beside it; nothing when none has finished.
-pub fn deploy_times(history: &[Value]) -> String {
+pub fn deploy_times(history: &[Value]) -> Markup {
     let bars = bars(history);
     if bars.is_empty() {
-        return String::new();
+        return Markup::default();
     }
     let slowest = bars.iter().map(|b| b.millis).max().unwrap_or(0);
     let middle = median(bars.iter().map(|b| b.millis).collect());
@@ -116,13 +116,13 @@ pub fn deploy_times(history: &[Value]) -> String {
 
 /// What the edge sent for the account on each day of `days` (`GET /me/usage`'s `bandwidth_days`, oldest first), as
 /// bars with the total and the busiest day in words; nothing when the API gave no days.
-pub fn bandwidth_days(days: &[Value]) -> String {
+pub fn bandwidth_days(days: &[Value]) -> Markup {
     let days: Vec<(&str, u64)> = days
         .iter()
         .filter_map(|d| Some((d.get("day")?.as_str()?, d.get("bytes")?.as_u64()?)))
         .collect();
     let (Some(&(first, _)), Some(&(last, _))) = (days.first(), days.last()) else {
-        return String::new();
+        return Markup::default();
     };
     let total: u64 = days.iter().map(|(_, b)| b).sum();
     let busiest = days.iter().max_by_key(|(_, b)| *b).filter(|(_, b)| *b > 0);
@@ -163,39 +163,30 @@ struct Drawn {
 
 /// `bars` side by side, left to right, as the figure `id` with `summary` for screen readers and the caption. Every
 /// bar is at least `floor` units high.
-fn bar_graph(id: &str, bars: &[Drawn], floor: u32, summary: &str, caption: &str) -> String {
+fn bar_graph(id: &str, bars: &[Drawn], floor: u32, summary: &str, caption: &str) -> Markup {
     let largest = bars.iter().map(|b| b.value).fold(0.0, f64::max);
     // A graph of zeros is all baseline.
     let scale = if largest > 0.0 { largest } else { 1.0 };
     let width = SLOT * bars.len() as u32;
-    let drawn: String = bars
-        .iter()
-        .enumerate()
-        .map(|(i, bar)| {
-            let high = ((bar.value / scale) * f64::from(HEIGHT)).round() as u32;
-            let high = high.clamp(floor, HEIGHT);
-            format!(
-                r#"<rect class="bar {class}" x="{x}" y="{y}" width="{w}" height="{high}"><title>{title}</title></rect>"#,
-                class = esc(&bar.class),
-                x = i as u32 * SLOT + 3,
-                y = HEIGHT - high,
-                w = SLOT - 6,
-                title = esc(&bar.title),
-            )
-        })
-        .collect();
-    format!(
-        r#"<figure class="graph" id="{id}"><svg viewBox="0 0 {width} {HEIGHT}" preserveAspectRatio="none" role="img" aria-label="{summary}">{drawn}</svg><figcaption>{summary} {caption}</figcaption></figure>"#,
-        id = esc(id),
-        summary = esc(summary),
-        caption = esc(caption),
-    )
+    // SVG elements are closed explicitly (`{}`): inside HTML, an SVG element is not void.
+    html! {
+        figure.graph id=(id) {
+            svg viewBox={ "0 0 " (width) " " (HEIGHT) } preserveAspectRatio="none" role="img" aria-label=(summary) {
+                @for (i, bar) in bars.iter().enumerate() {
+                    @let high = (((bar.value / scale) * f64::from(HEIGHT)).round() as u32).clamp(floor, HEIGHT);
+                    rect class={ "bar " (bar.class) } x=(i as u32 * SLOT + 3) y=(HEIGHT - high) width=(SLOT - 6)
+                        height=(high) { title { (bar.title) } }
+                }
+            }
+            figcaption { (summary) " " (caption) }
+        }
+    }
 }
 
 /// A bar of how much of `limit` bytes `used` fills, with its share in words; nothing without a limit.
-pub fn meter(id: &str, used: u64, limit: Option<u64>) -> String {
+pub fn meter(id: &str, used: u64, limit: Option<u64>) -> Markup {
     let Some(limit) = limit.filter(|l| *l > 0) else {
-        return String::new();
+        return Markup::default();
     };
     let share = used as f64 / limit as f64;
     let percent = (share * 100.0).round() as u64;
@@ -207,16 +198,29 @@ pub fn meter(id: &str, used: u64, limit: Option<u64>) -> String {
     } else {
         "under"
     };
-    format!(
-        r#"<svg class="meter" id="{id}" viewBox="0 0 100 6" preserveAspectRatio="none" role="img" aria-label="{percent}% used"><rect class="meter-track" width="100" height="6"/><rect class="meter-{class}" width="{filled}" height="6"/></svg>"#,
-        id = esc(id),
-    )
+    html! {
+        svg.meter id=(id) viewBox="0 0 100 6" preserveAspectRatio="none" role="img" aria-label={ (percent) "% used" } {
+            rect.meter-track width="100" height="6" {}
+            rect class={ "meter-" (class) } width=(filled) height="6" {}
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    // The graphs as the text a browser gets.
+    fn deploy_times(history: &[Value]) -> String {
+        super::deploy_times(history).into_string()
+    }
+    fn bandwidth_days(days: &[Value]) -> String {
+        super::bandwidth_days(days).into_string()
+    }
+    fn meter(id: &str, used: u64, limit: Option<u64>) -> String {
+        super::meter(id, used, limit).into_string()
+    }
 
     fn deploy(status: &str, created: &str, finished: Option<&str>) -> Value {
         json!({"status": status, "created_at": created, "finished_at": finished, "git_sha": "0123456789abcdef0123456789abcdef01234567"})

@@ -1,11 +1,9 @@
-//! HTML for the console's pages, written by hand: every page is a string built on the server, every value from
-//! outside (names, labels, log text, error messages) goes through [`esc`], and the page loads nothing but the
+//! The shared parts of the console's pages, written with maud's `html!`: every value put into a page is escaped
+//! unless it is already markup (a [`Markup`] some `html!` made), and the page loads nothing but the
 //! console's own stylesheet and script (no asset from outside the cluster, no inline script: the
 //! Content-Security-Policy forbids both).
 
-use std::fmt::Write as _;
-
-pub use slipway_http::html::escape as esc;
+pub use maud::{Markup, html};
 
 /// A percent-escaped path segment (an id, a key, a domain, a username) for an `href` or a form's `action`.
 pub fn seg(text: &str) -> String {
@@ -30,85 +28,78 @@ const SECTIONS: [(&str, &str); 3] = [
 ];
 
 /// The navigation's links, the one of the section `path` is in marked as the current page.
-fn sections(path: &str) -> String {
-    SECTIONS
-        .iter()
-        .map(|(href, name)| {
-            let inside = path == *href
-                || path
-                    .strip_prefix(href)
-                    .is_some_and(|rest| rest.starts_with('/'));
-            let current = if inside {
-                r#" aria-current="page""#
-            } else {
-                ""
-            };
-            format!(r#"<a href="{href}"{current}>{name}</a>"#)
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+fn sections(path: &str) -> Markup {
+    html! {
+        @for (i, (href, name)) in SECTIONS.iter().enumerate() {
+            @if i > 0 { " " }
+            @let inside = path == *href
+                || path.strip_prefix(href).is_some_and(|rest| rest.starts_with('/'));
+            a href=(href) aria-current=[inside.then_some("page")] { (name) }
+        }
+    }
 }
 
-/// A whole page: `title`, the navigation (with sign-out when someone is signed in), optional `notice` banners,
-/// then `body` (already HTML).
-pub fn page(title: &str, header: Option<&Header<'_>>, body: &str) -> String {
-    let mut nav = String::new();
-    if let Some(h) = header {
-        let _ = write!(
-            nav,
-            r#"<nav>{sections}
-<span class="who">{user}</span>
-<form method="post" action="/sign-out" class="inline">{csrf}<button type="submit">Sign out</button></form></nav>"#,
-            sections = sections(h.path),
-            user = esc(h.username),
-            csrf = csrf_field(h.csrf),
-        );
+/// A whole page: `title`, the navigation (with sign-out when someone is signed in), then `body`.
+pub fn page(title: &str, header: Option<&Header<'_>>, body: impl maud::Render) -> Markup {
+    html! {
+        (maud::DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · slipway" }
+                link rel="icon" href="/static/favicon.svg" type="image/svg+xml";
+                link rel="stylesheet" href="/static/console.css";
+                script src="/static/console.js" defer {}
+            }
+            body {
+                header {
+                    a.brand href="/" { "slipway" }
+                    @if let Some(h) = header {
+                        nav {
+                            (sections(h.path)) " "
+                            span.who { (h.username) } " "
+                            form.inline method="post" action="/sign-out" {
+                                (csrf_field(h.csrf))
+                                button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
     }
-    format!(
-        r#"<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title} · slipway</title><link rel="icon" href="/static/favicon.svg" type="image/svg+xml"><link rel="stylesheet" href="/static/console.css"><script src="/static/console.js" defer></script></head>
-<body><header><a class="brand" href="/">slipway</a>{nav}</header><main>
-<h1>{title}</h1>
-{body}
-</main></body></html>"#,
-        title = esc(title),
-    )
 }
 
 /// The hidden field every form that writes carries.
-pub fn csrf_field(csrf: &str) -> String {
-    format!(r#"<input type="hidden" name="csrf" value="{}">"#, esc(csrf))
+pub fn csrf_field(csrf: &str) -> Markup {
+    html! { input type="hidden" name="csrf" value=(csrf); }
 }
 
 /// A banner: `kind` is `warning`, `error` or `ok`.
-pub fn banner(kind: &str, text: &str) -> String {
-    format!(
-        r#"<p class="banner {kind}" role="status">{}</p>"#,
-        esc(text)
-    )
+pub fn banner(kind: &str, text: &str) -> Markup {
+    html! { p class={ "banner " (kind) } role="status" { (text) } }
 }
 
-/// A table with `headings` and rows of cells (already HTML); `empty` when there are no rows.
-pub fn table(headings: &[&str], rows: &[Vec<String>], empty: &str) -> String {
-    if rows.is_empty() {
-        return format!(r#"<p class="empty">{}</p>"#, esc(empty));
-    }
-    // In a box of its own that scrolls sideways: a wide table never widens the page on a narrow screen.
-    let mut out = String::from(r#"<div class="table-scroll"><table><thead><tr>"#);
-    for h in headings {
-        let _ = write!(out, "<th>{}</th>", esc(h));
-    }
-    out.push_str("</tr></thead><tbody>");
-    for row in rows {
-        out.push_str("<tr>");
-        for cell in row {
-            let _ = write!(out, "<td>{cell}</td>");
+/// A table with `headings` and rows of cells; `empty` when there are no rows. In a box of its own that scrolls
+/// sideways: a wide table never widens the page on a narrow screen.
+pub fn table(headings: &[&str], rows: &[Vec<Markup>], empty: &str) -> Markup {
+    html! {
+        @if rows.is_empty() {
+            p.empty { (empty) }
+        } @else {
+            div.table-scroll {
+                table {
+                    thead { tr { @for h in headings { th { (h) } } } }
+                    tbody { @for row in rows { tr { @for cell in row { td { (cell) } } } } }
+                }
+            }
         }
-        out.push_str("</tr>");
     }
-    out.push_str("</tbody></table></div>");
-    out
 }
 
 /// A destructive action behind a second click: a disclosure whose summary names the action, and which, once
@@ -117,8 +108,8 @@ pub fn table(headings: &[&str], rows: &[Vec<String>], empty: &str) -> String {
 pub struct Destructive<'a> {
     /// The form's action (a console path, already percent-escaped where it holds values).
     pub action: &'a str,
-    /// The form's hidden fields (the CSRF field among them), already HTML.
-    pub hidden: &'a str,
+    /// The form's hidden fields (the CSRF field among them).
+    pub hidden: &'a Markup,
     /// What the summary says: the action in a word ("Revoke").
     pub opener: &'a str,
     /// What happens, in a sentence, as text.
@@ -128,16 +119,18 @@ pub struct Destructive<'a> {
 }
 
 impl Destructive<'_> {
-    /// The disclosure's HTML.
-    pub fn html(&self) -> String {
-        format!(
-            r#"<details class="confirm"><summary>{opener}</summary><form method="post" action="{action}">{hidden}<p>{consequence}</p><button class="danger" type="submit">{button}</button></form></details>"#,
-            opener = esc(self.opener),
-            action = self.action,
-            hidden = self.hidden,
-            consequence = esc(self.consequence),
-            button = esc(self.button),
-        )
+    /// The disclosure.
+    pub fn html(&self) -> Markup {
+        html! {
+            details.confirm {
+                summary { (self.opener) }
+                form method="post" action=(self.action) {
+                    (self.hidden)
+                    p { (self.consequence) }
+                    button.danger type="submit" { (self.button) }
+                }
+            }
+        }
     }
 }
 
@@ -179,78 +172,93 @@ pub fn short_sha(sha: &str) -> &str {
 
 /// A commit id shortened to 12 characters, in a `code` element with the whole id as its title. Anything that is
 /// not a 40-hex commit id (a branch name a deploy could not resolve) is shown whole: cut, it would pass for one.
-pub fn sha(sha: Option<&str>) -> String {
-    match sha {
-        Some(s) if s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()) => {
-            format!(r#"<code title="{}">{}</code>"#, esc(s), esc(short_sha(s)))
+pub fn sha(sha: Option<&str>) -> Markup {
+    html! {
+        @match sha {
+            Some(s) if s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                code title=(s) { (short_sha(s)) }
+            }
+            Some(s) if !s.is_empty() => code { (s) },
+            _ => "—",
         }
-        Some(s) if !s.is_empty() => format!("<code>{}</code>", esc(s)),
-        _ => "—".to_owned(),
     }
 }
 
 /// A timestamp (RFC 3339) as people read it, to the minute in UTC, in a `time` element the console's script
 /// words relative to now ("5 min ago"), the exact time kept as its title; anything else as it is.
-pub fn time(text: &str) -> String {
-    match chrono::DateTime::parse_from_rfc3339(text) {
-        Ok(at) => {
-            let at = at.with_timezone(&chrono::Utc);
-            format!(
-                r#"<time datetime="{}">{}</time>"#,
-                at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                at.format("%Y-%m-%d %H:%M UTC")
-            )
+pub fn time(text: &str) -> Markup {
+    html! {
+        @match chrono::DateTime::parse_from_rfc3339(text) {
+            Ok(at) => {
+                @let at = at.with_timezone(&chrono::Utc);
+                time datetime=(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)) {
+                    (at.format("%Y-%m-%d %H:%M UTC"))
+                }
+            }
+            Err(_) => (text),
         }
-        Err(_) => esc(text),
     }
 }
 
 /// A link to the app at `host` over HTTPS on `port` (named only when it is not 443), showing the hostname.
-pub fn app_link(host: &str, port: u16) -> String {
-    if host.is_empty() {
-        return "—".to_owned();
+pub fn app_link(host: &str, port: u16) -> Markup {
+    html! {
+        @if host.is_empty() {
+            "—"
+        } @else if port == 443 {
+            a href={ "https://" (host) "/" } { (host) }
+        } @else {
+            a href={ "https://" (host) ":" (port) "/" } { (host) }
+        }
     }
-    let port = if port == 443 {
-        String::new()
-    } else {
-        format!(":{port}")
-    };
-    format!(r#"<a href="https://{0}{port}/">{0}</a>"#, esc(host))
 }
 
 /// A part of a page that keeps itself current: the console's script reads the page again every few seconds and
 /// swaps this part (found by `id`) in when it changed.
-pub fn live(id: &str, inner: &str) -> String {
-    format!(r#"<div id="{}" data-live>{inner}</div>"#, esc(id))
+pub fn live(id: &str, inner: impl maud::Render) -> Markup {
+    html! { div id=(id) data-live { (inner) } }
 }
 
 /// A breadcrumb trail at the top of a page: each page above it a link (`trail`, outermost first), then the page
 /// itself, `here`, marked as the current one.
-pub fn breadcrumbs(trail: &[(&str, &str)], here: &str) -> String {
-    let mut items: String = trail
-        .iter()
-        .map(|(label, href)| format!(r#"<li><a href="{}">{}</a></li>"#, esc(href), esc(label)))
-        .collect();
-    items.push_str(&format!(r#"<li aria-current="page">{}</li>"#, esc(here)));
-    format!(r#"<nav class="crumbs" aria-label="Breadcrumb"><ol>{items}</ol></nav>"#)
+pub fn breadcrumbs(trail: &[(&str, &str)], here: &str) -> Markup {
+    html! {
+        nav.crumbs aria-label="Breadcrumb" {
+            ol {
+                @for (label, href) in trail { li { a href=(href) { (label) } } }
+                li aria-current="page" { (here) }
+            }
+        }
+    }
 }
 
 /// A status word styled by its meaning.
-pub fn status(word: &str) -> String {
-    format!(
-        r#"<span class="status status-{}">{}</span>"#,
-        esc(&word.replace(|c: char| !c.is_ascii_alphanumeric(), "-")),
-        esc(word)
-    )
+pub fn status(word: &str) -> Markup {
+    let class = word.replace(|c: char| !c.is_ascii_alphanumeric(), "-");
+    html! { span class={ "status status-" (class) } { (word) } }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    // The parts as the text a browser gets.
+    fn sha(id: Option<&str>) -> String {
+        super::sha(id).into_string()
+    }
+    fn time(text: &str) -> String {
+        super::time(text).into_string()
+    }
+    fn app_link(host: &str, port: u16) -> String {
+        super::app_link(host, port).into_string()
+    }
+    fn status(word: &str) -> String {
+        super::status(word).into_string()
+    }
+
     #[test]
     fn breadcrumbs_link_the_pages_above_and_mark_this_one() {
-        let crumbs = breadcrumbs(&[("Apps", "/apps"), ("<web>", "/apps/1")], "prod");
+        let crumbs = breadcrumbs(&[("Apps", "/apps"), ("<web>", "/apps/1")], "prod").into_string();
         assert_eq!(
             crumbs,
             r#"<nav class="crumbs" aria-label="Breadcrumb"><ol><li><a href="/apps">Apps</a></li><li><a href="/apps/1">&lt;web&gt;</a></li><li aria-current="page">prod</li></ol></nav>"#
@@ -259,6 +267,7 @@ mod tests {
 
     #[test]
     fn the_navigation_marks_the_section_of_the_page() {
+        let sections = |path| sections(path).into_string();
         let nav = sections("/apps/a1/channels/c1");
         assert!(
             nav.contains(r#"<a href="/apps" aria-current="page">Apps</a>"#),
@@ -280,7 +289,8 @@ mod tests {
             consequence: "Scripts using <ci> stop working.",
             button: "Revoke the token",
         }
-        .html();
+        .html()
+        .into_string();
         // The only submit button is inside the closed disclosure, after the consequence.
         assert!(html.starts_with(r#"<details class="confirm"><summary>Revoke</summary><form method="post" action="/tokens/t%2F1/revoke">"#), "{html}");
         assert_eq!(html.matches("<button").count(), 1);
@@ -313,12 +323,18 @@ mod tests {
 
     #[test]
     fn text_cannot_become_markup() {
+        let text = r#"<script>alert("x")</script> & 'y'"#;
         assert_eq!(
-            esc(r#"<script>alert("x")</script> & 'y'"#),
-            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+            html! { (text) }.into_string(),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; 'y'"
+        );
+        // Attribute values are always double-quoted, so a quote of either kind cannot end one.
+        assert_eq!(
+            html! { a title=(text) {} }.into_string(),
+            r#"<a title="&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; 'y'"></a>"#
         );
         assert_eq!(seg("a/../b?c"), "a%2F..%2Fb%3Fc");
-        let page = page("<b>", None, "");
+        let page = page("<b>", None, "").into_string();
         assert!(page.contains("<h1>&lt;b&gt;</h1>"));
         assert!(!page.contains("<script>"), "no inline script");
     }

@@ -287,12 +287,12 @@ pub fn html_page(
     status: StatusCode,
     title: &str,
     header: Option<&html::Header<'_>>,
-    body: &str,
+    body: html::Markup,
 ) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        html::page(title, header, body),
+        html::page(title, header, body).into_string(),
     )
         .into_response()
 }
@@ -303,16 +303,16 @@ pub fn error_page_for(
     status: StatusCode,
     message: &str,
 ) -> Response {
-    let body = format!(
-        "{}<p><a href=\"/apps\">Back to your apps</a></p>",
-        html::banner("error", message)
-    );
+    let body = html::html! {
+        (html::banner("error", message))
+        p { a href="/apps" { "Back to your apps" } }
+    };
     let title = if status == StatusCode::NOT_FOUND {
         "Not found"
     } else {
         "That did not work"
     };
-    html_page(status, title, header, &body)
+    html_page(status, title, header, body)
 }
 
 /// A page saying what went wrong, for nobody in particular.

@@ -24,7 +24,7 @@ use axum::routing::{get, post};
 use chrono::{Duration, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::html::{self, esc};
+use super::html::{self, Markup, html};
 use super::session::{
     self, PRE_COOKIE, PreSessionForm, SESSION_COOKIE, SESSION_LIFETIME, Session, Write,
 };
@@ -78,7 +78,7 @@ async fn sign_in_page(
     let return_to = return_path(query.return_to.as_deref());
     let (pre, set) = pre_value(&headers);
     let body = sign_in_body(&console, &pre, &return_to, None);
-    with_pre(html_page(StatusCode::OK, "Sign in", None, &body), &pre, set)
+    with_pre(html_page(StatusCode::OK, "Sign in", None, body), &pre, set)
 }
 
 /// The value of the pre-sign-in cookie: the browser's, or a new one to set.
@@ -99,38 +99,49 @@ fn with_pre(mut response: Response, pre: &str, set: bool) -> Response {
     response
 }
 
-fn sign_in_body(console: &Console, pre: &str, return_to: &str, notice: Option<&str>) -> String {
-    let upstream = if console.upstream.is_some() {
-        format!(
-            r#"<section><h2>With your identity provider</h2>
-<p><a class="button" id="sign-in-upstream" href="/sign-in/upstream?return_to={}">Sign in with your identity provider</a></p>
-<p class="hint">Your provider must state the email address verified on your slipway account.</p></section>"#,
-            esc(&form_urlencoded::byte_serialize(return_to.as_bytes()).collect::<String>())
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        r#"{notice}{upstream}
-<section><h2>With a code by email</h2>
-<form method="post" action="/sign-in/email">{csrf}<input type="hidden" name="return_to" value="{return_to}">
-<label>Your account's verified email address <input type="email" name="email" required autocomplete="email"></label>
-<button type="submit">Mail me a code</button></form>
-<p class="hint">An account's address is verified with <code>POST /me/email-verifications</code>, or set by the platform operator.</p></section>"#,
-        notice = notice.unwrap_or_default(),
-        csrf = html::csrf_field(pre),
-        return_to = esc(return_to),
-    )
+fn sign_in_body(console: &Console, pre: &str, return_to: &str, notice: Option<Markup>) -> Markup {
+    let upstream = format!(
+        "/sign-in/upstream?return_to={}",
+        form_urlencoded::byte_serialize(return_to.as_bytes()).collect::<String>()
+    );
+    html! {
+        (notice.unwrap_or_default())
+        @if console.upstream.is_some() {
+            section {
+                h2 { "With your identity provider" }
+                p { a.button #sign-in-upstream href=(upstream) { "Sign in with your identity provider" } }
+                p.hint { "Your provider must state the email address verified on your slipway account." }
+            }
+        }
+        section {
+            h2 { "With a code by email" }
+            form method="post" action="/sign-in/email" {
+                (html::csrf_field(pre))
+                input type="hidden" name="return_to" value=(return_to);
+                label {
+                    "Your account's verified email address "
+                    input type="email" name="email" required autocomplete="email";
+                }
+                button type="submit" { "Mail me a code" }
+            }
+            p.hint {
+                "An account's address is verified with " code { "POST /me/email-verifications" }
+                ", or set by the platform operator."
+            }
+        }
+    }
 }
 
-fn code_form(pre: &str, notice: &str) -> String {
-    format!(
-        r#"{notice}<form method="post" action="/sign-in/code">{csrf}
-<label>Code <input name="code" required autocomplete="one-time-code" minlength="8" maxlength="12"></label>
-<button type="submit">Sign in</button></form>
-<p><a href="/sign-in">Start again</a></p>"#,
-        csrf = html::csrf_field(pre),
-    )
+fn code_form(pre: &str, notice: Markup) -> Markup {
+    html! {
+        (notice)
+        form method="post" action="/sign-in/code" {
+            (html::csrf_field(pre))
+            label { "Code " input name="code" required autocomplete="one-time-code" minlength="8" maxlength="12"; }
+            button type="submit" { "Sign in" }
+        }
+        p { a href="/sign-in" { "Start again" } }
+    }
 }
 
 /// What the code cookie holds.
@@ -151,8 +162,8 @@ async fn send_code(
     let Some(address) = slipway_core::registration::mailer::plain_address(fields.get("email"))
     else {
         let notice = html::banner("error", "Type one plain address, like ada@example.com.");
-        let body = sign_in_body(&console, &pre, &return_to, Some(&notice));
-        return html_page(StatusCode::BAD_REQUEST, "Sign in", None, &body);
+        let body = sign_in_body(&console, &pre, &return_to, Some(notice));
+        return html_page(StatusCode::BAD_REQUEST, "Sign in", None, body);
     };
     let address_text = address.email.to_string();
     match mail_code(&console, &address).await {
@@ -176,7 +187,7 @@ async fn send_code(
                 StatusCode::OK,
                 "Type the code",
                 None,
-                &code_form(&pre, &notice),
+                code_form(&pre, notice),
             );
             response.headers_mut().append(
                 header::SET_COOKIE,
@@ -186,8 +197,8 @@ async fn send_code(
         }
         Err((status, message)) => {
             let notice = html::banner("error", &message);
-            let body = sign_in_body(&console, &pre, &return_to, Some(&notice));
-            html_page(status, "Sign in", None, &body)
+            let body = sign_in_body(&console, &pre, &return_to, Some(notice));
+            html_page(status, "Sign in", None, body)
         }
     }
 }
@@ -300,8 +311,8 @@ async fn check_code(
             "error",
             "No code is pending in this browser, or it expired; ask for a new one.",
         );
-        let body = sign_in_body(&console, &pre, "/apps", Some(&notice));
-        return html_page(StatusCode::GONE, "Sign in", None, &body);
+        let body = sign_in_body(&console, &pre, "/apps", Some(notice));
+        return html_page(StatusCode::GONE, "Sign in", None, body);
     };
     match verify_code(&console, &code_for.address, fields.get("code")).await {
         Ok(account) => {
@@ -313,7 +324,7 @@ async fn check_code(
         }
         Err((status, message)) => {
             let notice = html::banner("error", &message);
-            html_page(status, "Type the code", None, &code_form(&pre, &notice))
+            html_page(status, "Type the code", None, code_form(&pre, notice))
         }
     }
 }
@@ -574,11 +585,11 @@ async fn sign_out(write: Write) -> Response {
 
 /// A page with one message and a way back to the sign-in page.
 fn message_page(status: StatusCode, message: &str) -> Response {
-    let body = format!(
-        "{}<p><a href=\"/sign-in\">Back to sign-in</a></p>",
-        html::banner("error", message)
-    );
-    html_page(status, "Sign in", None, &body)
+    let body = html! {
+        (html::banner("error", message))
+        p { a href="/sign-in" { "Back to sign-in" } }
+    };
+    html_page(status, "Sign in", None, body)
 }
 
 #[cfg(test)]

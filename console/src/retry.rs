@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use slipway_rest::in_process::Failure;
 
-use crate::html::{self, esc};
+use crate::html::{self, Markup, html};
 use crate::session::{Fields, Write};
 
 /// A refused write: which form sent it, the route's status and message, and the fields as typed.
@@ -53,43 +53,32 @@ impl<'a> Form<'a> {
         self.0.map(|r| r.fields.raw(name))
     }
 
-    /// ` value="…"` for an input `name`: what was typed, else `default`; nothing when both are empty.
-    pub fn value(&self, name: &str, default: &str) -> String {
-        match self.typed(name).unwrap_or(default) {
-            "" => String::new(),
-            value => format!(r#" value="{}""#, esc(value)),
-        }
+    /// The value of an input `name`: what was typed, else `default`; `None` when both are empty (for maud's
+    /// optional attribute, `value=[form.value(..)]`).
+    pub fn value<'v>(&self, name: &str, default: &'v str) -> Option<&'v str>
+    where
+        'a: 'v,
+    {
+        Some(self.typed(name).unwrap_or(default)).filter(|v| !v.is_empty())
     }
 
     /// `<option>`s of a select `name`, each `(value, label)`; the typed one selected (else the first).
-    pub fn options(&self, name: &str, options: &[(&str, &str)]) -> String {
+    pub fn options(&self, name: &str, options: &[(&str, &str)]) -> Markup {
         let chosen = self.typed(name).map(str::trim);
-        options
-            .iter()
-            .map(|(value, label)| {
-                let selected = if chosen == Some(value) {
-                    " selected"
-                } else {
-                    ""
-                };
-                format!(
-                    r#"<option value="{}"{selected}>{}</option>"#,
-                    esc(value),
-                    esc(label)
-                )
-            })
-            .collect()
+        html! {
+            @for (value, label) in options {
+                option value=(value) selected[chosen == Some(value)] { (label) }
+            }
+        }
     }
 
     /// The refusal's message as an alert, for above the form; nothing when the form was not refused.
-    pub fn alert(&self) -> String {
-        self.0.map_or_else(String::new, |r| {
-            format!(
-                r#"<p class="banner error" role="alert" data-refused="{}">{}</p>"#,
-                esc(r.form),
-                esc(&r.message)
-            )
-        })
+    pub fn alert(&self) -> Markup {
+        html! {
+            @if let Some(r) = self.0 {
+                p.banner.error role="alert" data-refused=(r.form) { (r.message) }
+            }
+        }
     }
 }
 
@@ -132,12 +121,17 @@ mod tests {
         let failure = failure();
         let retry = Retry::new("create-app", &failure, &fields);
         let form = Form::of(Some(&retry), "create-app");
-        assert_eq!(form.value("name", ""), r#" value="&lt;web&gt; ""#);
+        let input = html! { input name="name" value=[form.value("name", "")]; };
         assert_eq!(
-            form.options("template", &[("static", "static"), ("docker", "docker")]),
+            input.into_string(),
+            r#"<input name="name" value="&lt;web&gt; ">"#
+        );
+        assert_eq!(
+            form.options("template", &[("static", "static"), ("docker", "docker")])
+                .into_string(),
             r#"<option value="static">static</option><option value="docker" selected>docker</option>"#
         );
-        let alert = form.alert();
+        let alert = form.alert().into_string();
         assert!(alert.contains(r#"role="alert""#), "{alert}");
         assert!(alert.contains("already exists"), "{alert}");
         assert!(!alert.contains("(conflict)"), "{alert}");
@@ -153,8 +147,9 @@ mod tests {
             Form::of(Some(&retry), "transfer"),
             Form::of(None, "add-member"),
         ] {
-            assert_eq!(form.alert(), "");
-            assert_eq!(form.value("username", "prefilled"), r#" value="prefilled""#);
+            assert_eq!(form.alert().into_string(), "");
+            assert_eq!(form.value("username", "prefilled"), Some("prefilled"));
+            assert_eq!(form.value("username", ""), None);
             assert_eq!(form.typed("username"), None);
         }
         assert_eq!(status(None), StatusCode::OK);

@@ -203,11 +203,12 @@ impl IntoResponse for Forbidden {
             super::html::page(
                 "Refused",
                 None,
-                &format!(
-                    "{}<p><a href=\"/apps\">Back to the console</a></p>",
-                    super::html::banner("error", self.0)
-                ),
-            ),
+                super::html::html! {
+                    (super::html::banner("error", self.0))
+                    p { a href="/apps" { "Back to the console" } }
+                },
+            )
+            .into_string(),
         )
             .into_response()
     }

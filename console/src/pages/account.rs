@@ -11,7 +11,7 @@ use super::apps::soft_cap_warning;
 use super::{list, notice, person_page_as, ssh_keys, text};
 use crate::ConsoleRouter;
 use crate::graphs;
-use crate::html::{self, esc};
+use crate::html::{self, Markup, html};
 use crate::retry::{Form, Retry, status};
 use crate::session::Person;
 
@@ -44,140 +44,114 @@ pub(super) async fn page(
         .await
         .unwrap_or(Value::Null);
     let plans = person.api.get("/plans").await.unwrap_or(Value::Null);
-    let mut body = notice(
-        done,
-        &[
-            ("key-added", "The key is added: git over SSH takes it now."),
-            (
-                "key-removed",
-                "The key is removed; it is refused from now on.",
-            ),
-        ],
-    );
-    body.push_str(&soft_cap_warning(person).await);
-    body.push_str(&format!(
-        "<p>Signed in as <b>{}</b>.</p>",
-        esc(&person.session.username)
-    ));
-    match &usage {
-        Ok(usage) => {
-            let plan_name = text(usage, "plan");
-            body.push_str(&format!(
-                "<h2>Plan <span id=\"plan\">{}</span></h2>",
-                esc(plan_name)
-            ));
-            let plan = list(&plans, "plans")
-                .iter()
-                .find(|p| text(p, "tier") == plan_name);
-            // A negative object storage limit is none.
-            let plan_blob_limit = plan.and_then(|p| p["blob_storage_bytes"].as_i64());
-            if let Some(plan) = plan {
-                let blob_limit = plan_blob_limit.unwrap_or(0);
-                body.push_str(&html::table(
-                    &["limit", "value"],
-                    &[
-                        vec!["Channels".into(), plan["max_channels"].to_string()],
-                        vec![
-                            "Memory per container".into(),
-                            format!("{} MiB", plan["mem_limit_mb"]),
-                        ],
-                        vec![
-                            "CPU".into(),
-                            format!(
-                                "{} cores, bursting to {}",
-                                plan["cpu_soft_cores"], plan["cpu_burst"]
-                            ),
-                        ],
-                        vec![
-                            "Database storage (soft cap)".into(),
-                            format!("{} MB", plan["storage_mb"]),
-                        ],
-                        vec![
-                            "Object storage".into(),
-                            if blob_limit < 0 {
-                                "unlimited".into()
-                            } else {
-                                html::bytes(blob_limit as u64)
-                            },
-                        ],
-                        vec![
-                            "Image size".into(),
-                            html::bytes(plan["image_size_bytes"].as_u64().unwrap_or(0)),
-                        ],
-                        vec![
-                            "Port forwarding".into(),
-                            if plan["port_forwarding"].as_bool() == Some(true) {
-                                "yes".into()
-                            } else {
-                                "no".into()
-                            },
-                        ],
-                    ],
-                    "",
-                ));
-            }
-            body.push_str("<h2>Usage</h2>");
-            // The soft cap counts a MB as 1 MiB (apps::soft_cap_warning), and so do both figures here.
-            let db_used = usage["storage_bytes"].as_u64().unwrap_or(0);
-            let db_limit = usage["storage_limit_mb"]
-                .as_u64()
-                .map(|mb| mb * 1024 * 1024);
-            let blob_used = blob["blob_usage_bytes"].as_u64().unwrap_or(0);
-            let blob_limit = plan_blob_limit.and_then(|l| u64::try_from(l).ok());
-            let of = |limit: Option<u64>| {
-                limit.map_or(String::new(), |l| format!(" of {}", html::bytes(l)))
-            };
-            body.push_str(&html::table(
-                &["what", "used"],
-                &[
-                    vec![
-                        "Databases".into(),
-                        format!(
-                            "<span id=\"storage\">{}</span>{}{}",
-                            html::bytes(db_used),
-                            of(db_limit),
-                            graphs::meter("storage-meter", db_used, db_limit),
-                        ),
-                    ],
-                    vec![
-                        "Object storage".into(),
-                        format!(
-                            "{}{} in {} buckets{}",
-                            html::bytes(blob_used),
-                            of(blob_limit),
-                            blob["store_count"].as_u64().unwrap_or(0),
-                            graphs::meter("blob-meter", blob_used, blob_limit),
-                        ),
-                    ],
-                    vec![
-                        "Bandwidth this month".into(),
-                        format!(
-                            "{} (measured, not limited)",
-                            html::bytes(usage["bandwidth_month_bytes"].as_u64().unwrap_or(0))
-                        ),
-                    ],
-                ],
-                "",
-            ));
-            body.push_str(&graphs::bandwidth_days(
-                usage["bandwidth_days"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default(),
-            ));
+    let body = html! {
+        (notice(
+            done,
+            &[
+                ("key-added", "The key is added: git over SSH takes it now."),
+                (
+                    "key-removed",
+                    "The key is removed; it is refused from now on.",
+                ),
+            ],
+        ))
+        (soft_cap_warning(person).await)
+        p { "Signed in as " b { (person.session.username) } "." }
+        @match &usage {
+            Ok(usage) => (plan_and_usage(usage, &plans, &blob)),
+            Err(f) => (html::banner("warning", &format!("Usage cannot be read now: {}", f.message))),
         }
-        Err(f) => body.push_str(&html::banner(
-            "warning",
-            &format!("Usage cannot be read now: {}", f.message),
-        )),
-    }
-    body.push_str(
-        &ssh_keys::section(
-            person,
-            &person.git_host,
-            Form::of(retry, ssh_keys::ADD_FORM),
+        (ssh_keys::section(person, &person.git_host, Form::of(retry, ssh_keys::ADD_FORM)).await)
+    };
+    person_page_as(person, status(retry), "Account", body)
+}
+
+/// The plan's limits and the account's usage against them, from `GET /me/usage`, `/plans` and
+/// `/me/blob/storage`.
+fn plan_and_usage(usage: &Value, plans: &Value, blob: &Value) -> Markup {
+    let plan_name = text(usage, "plan");
+    let plan = list(plans, "plans")
+        .iter()
+        .find(|p| text(p, "tier") == plan_name);
+    // A negative object storage limit is none.
+    let plan_blob_limit = plan.and_then(|p| p["blob_storage_bytes"].as_i64());
+    let limits = plan.map(|plan| {
+        let blob_limit = plan_blob_limit.unwrap_or(0);
+        let row = |name: &str, value: Markup| vec![html! { (name) }, value];
+        html::table(
+            &["limit", "value"],
+            &[
+                row("Channels", html! { (plan["max_channels"]) }),
+                row("Memory per container", html! { (plan["mem_limit_mb"]) " MiB" }),
+                row(
+                    "CPU",
+                    html! { (plan["cpu_soft_cores"]) " cores, bursting to " (plan["cpu_burst"]) },
+                ),
+                row("Database storage (soft cap)", html! { (plan["storage_mb"]) " MB" }),
+                row(
+                    "Object storage",
+                    html! {
+                        @if blob_limit < 0 { "unlimited" } @else { (html::bytes(blob_limit as u64)) }
+                    },
+                ),
+                row(
+                    "Image size",
+                    html! { (html::bytes(plan["image_size_bytes"].as_u64().unwrap_or(0))) },
+                ),
+                row(
+                    "Port forwarding",
+                    html! { @if plan["port_forwarding"].as_bool() == Some(true) { "yes" } @else { "no" } },
+                ),
+            ],
+            "",
         )
-        .await,
-    );
-    person_page_as(person, status(retry), "Account", &body)
+    });
+    // The soft cap counts a MB as 1 MiB (apps::soft_cap_warning), and so do both figures here.
+    let db_used = usage["storage_bytes"].as_u64().unwrap_or(0);
+    let db_limit = usage["storage_limit_mb"]
+        .as_u64()
+        .map(|mb| mb * 1024 * 1024);
+    let blob_used = blob["blob_usage_bytes"].as_u64().unwrap_or(0);
+    let blob_limit = plan_blob_limit.and_then(|l| u64::try_from(l).ok());
+    let of = |limit: Option<u64>| html! { @if let Some(l) = limit { " of " (html::bytes(l)) } };
+    html! {
+        h2 { "Plan " span #plan { (plan_name) } }
+        (limits.unwrap_or_default())
+        h2 { "Usage" }
+        (html::table(
+            &["what", "used"],
+            &[
+                vec![
+                    html! { "Databases" },
+                    html! {
+                        span #storage { (html::bytes(db_used)) }
+                        (of(db_limit))
+                        (graphs::meter("storage-meter", db_used, db_limit))
+                    },
+                ],
+                vec![
+                    html! { "Object storage" },
+                    html! {
+                        (html::bytes(blob_used)) (of(blob_limit))
+                        " in " (blob["store_count"].as_u64().unwrap_or(0)) " buckets"
+                        (graphs::meter("blob-meter", blob_used, blob_limit))
+                    },
+                ],
+                vec![
+                    html! { "Bandwidth this month" },
+                    html! {
+                        (html::bytes(usage["bandwidth_month_bytes"].as_u64().unwrap_or(0)))
+                        " (measured, not limited)"
+                    },
+                ],
+            ],
+            "",
+        ))
+        (graphs::bandwidth_days(
+            usage["bandwidth_days"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
+        ))
+    }
 }

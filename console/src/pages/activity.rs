@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{list, person_page, text};
 use crate::ConsoleRouter;
-use crate::html::{self, esc, seg};
+use crate::html::{self, Markup, html, seg};
 use crate::session::Person;
 use slipway_rest::in_process::with_query;
 
@@ -44,43 +44,27 @@ async fn activity(
         Ok(v) => v,
         Err(f) => return person.refused(&f, &here),
     };
-    let rows: Vec<Vec<String>> = list(&page, "events")
+    let rows: Vec<Vec<Markup>> = list(&page, "events")
         .iter()
         .map(|e| {
             vec![
                 html::time(text(e, "at")),
-                esc(e
-                    .get("actor")
-                    .and_then(Value::as_str)
-                    .unwrap_or("a deleted account")),
-                format!("<code>{}</code>", esc(text(e, "action"))),
-                format!("<small>{}</small>", esc(&detail(&e["detail"]))),
+                html! { (e.get("actor").and_then(Value::as_str).unwrap_or("a deleted account")) },
+                html! { code { (text(e, "action")) } },
+                html! { small { (detail(&e["detail"])) } },
             ]
         })
         .collect();
-    let mut body = html::breadcrumbs(
-        &[("Apps", "/apps"), (text(&app, "name"), &base)],
-        "Activity",
-    );
-    body.push_str(
-        r#"<p class="hint">Who revealed a secret, reset, restored or downloaded data, or read a bucket's keys.</p>"#,
-    );
-    body.push_str(&html::table(
-        &["when", "who", "what", "details"],
-        &rows,
-        "Nothing recorded yet.",
-    ));
-    if let Some(next) = page.get("next_cursor").and_then(Value::as_str) {
-        body.push_str(&format!(
-            r#"<p><a href="{}" rel="next">Older</a></p>"#,
-            esc(&with_query(&here, &[("cursor", Some(next.to_owned()))]))
-        ));
-    }
-    person_page(
-        &person,
-        &format!("{} · activity", text(&app, "name")),
-        &body,
-    )
+    let next = page.get("next_cursor").and_then(Value::as_str);
+    let body = html! {
+        (html::breadcrumbs(&[("Apps", "/apps"), (text(&app, "name"), &base)], "Activity"))
+        p.hint { "Who revealed a secret, reset, restored or downloaded data, or read a bucket's keys." }
+        (html::table(&["when", "who", "what", "details"], &rows, "Nothing recorded yet."))
+        @if let Some(next) = next {
+            p { a href=(with_query(&here, &[("cursor", Some(next.to_owned()))])) rel="next" { "Older" } }
+        }
+    };
+    person_page(&person, &format!("{} · activity", text(&app, "name")), body)
 }
 
 /// An event's details as `key value` pairs in one line (the channel, snapshot or key concerned).

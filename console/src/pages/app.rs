@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::apps::{channel_cells, soft_cap_warning};
 use super::lifecycle;
 use super::{Done, list, may, notice, person_page_as, see, text};
-use crate::html::{self, esc, seg};
+use crate::html::{self, Markup, html, seg};
 use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter, error_page};
@@ -72,59 +72,18 @@ pub(super) async fn page(
         .await
         .unwrap_or(Value::Null);
     let csrf = html::csrf_field(&person.session.csrf);
-    let mut body = html::breadcrumbs(&[("Apps", "/apps")], text(&app, "name"));
-    body.push_str(&notice(done.done.as_deref(), NOTICES));
-    body.push_str(&soft_cap_warning(person).await);
-    body.push_str(&format!(
-        r#"<p>Template <b>{template}</b> · owner <b>{owner}</b> · your role <b class="role">{role}</b> · <a href="{here}/env">Environment</a> · <a href="{here}/activity">Activity</a></p>
-<p class="hint">Clone: <code>{repo}</code></p>"#,
-        template = esc(text(&app, "template")),
-        owner = esc(text(&app, "owner_username")),
-        role = esc(text(&app, "role")),
-        repo = esc(text(&app, "repo_url")),
-    ));
-    body.push_str(&first_push(person, &app, app_id).await);
     // Health is a word beside each channel's state; a page that cannot read it shows the state alone.
     let health = person.api.get(&format!("{here}/health")).await.ok();
-    let rows: Vec<Vec<String>> = list(&app, "channels")
+    let rows: Vec<Vec<Markup>> = list(&app, "channels")
         .iter()
         .map(|c| channel_cells(app_id, c, health.as_ref(), person.apps_port))
         .collect();
-    body.push_str("<h2>Channels</h2>");
-    body.push_str(&html::live(
-        "channels",
-        &html::table(
-            &[
-                "channel",
-                "hostname",
-                "status",
-                "commit",
-                "deploy in flight",
-            ],
-            &rows,
-            "No channels.",
-        ),
-    ));
-
-    body.push_str(&lifecycle::new_channel(
-        &app,
-        &here,
-        &csrf,
-        Form::of(retry, "create-channel"),
-    ));
-    body.push_str(&lifecycle::settings(
-        &app,
-        &here,
-        &csrf,
-        Form::of(retry, "settings"),
-    ));
-
-    body.push_str("<h2>Members</h2>");
-    let member_rows: Vec<Vec<String>> = list(&members, "members")
+    let manages_members = may(&app, Action::ManageMembers);
+    let member_rows: Vec<Vec<Markup>> = list(&members, "members")
         .iter()
         .map(|m| {
             let name = text(m, "username");
-            let remove = if may(&app, Action::ManageMembers) && text(m, "role") != "owner" {
+            let remove = if manages_members && text(m, "role") != "owner" {
                 html::Destructive {
                     action: &format!("{here}/members/{}/remove", seg(name)),
                     hidden: &csrf,
@@ -134,31 +93,12 @@ pub(super) async fn page(
                 }
                 .html()
             } else {
-                String::new()
+                Markup::default()
             };
-            vec![esc(name), esc(text(m, "role")), remove]
+            vec![html! { (name) }, html! { (text(m, "role")) }, remove]
         })
         .collect();
-    body.push_str(&html::table(
-        &["username", "role", ""],
-        &member_rows,
-        "No members.",
-    ));
-    if may(&app, Action::ManageMembers) {
-        let form = Form::of(retry, "add-member");
-        body.push_str(&format!(
-            r#"{alert}<form method="post" action="{here}/members" id="add-member">{csrf}
-<label>Username <input name="username"{username} required></label>
-<label>Role <select name="role">{roles}</select></label>
-<button type="submit">Share</button></form>"#,
-            alert = form.alert(),
-            username = form.value("username", ""),
-            roles = form.options("role", &[("member", "member"), ("admin", "admin")]),
-        ));
-    }
-
-    body.push_str("<h2>Raw TCP forwards</h2>");
-    let forward_rows: Vec<Vec<String>> = list(&forwards, "forwards")
+    let forward_rows: Vec<Vec<Markup>> = list(&forwards, "forwards")
         .iter()
         .map(|f| {
             let cidrs: Vec<&str> = list(f, "allow_cidrs")
@@ -166,55 +106,85 @@ pub(super) async fn page(
                 .filter_map(Value::as_str)
                 .collect();
             vec![
-                esc(text(f, "channel")),
-                format!(
-                    "{}:{}",
-                    esc(text(f, "host")),
-                    f["port"].as_u64().unwrap_or(0)
-                ),
-                if cidrs.is_empty() {
-                    "anywhere".into()
-                } else {
-                    esc(&cidrs.join(", "))
-                },
-                if f["active"].as_bool() == Some(true) {
-                    "active".into()
-                } else {
-                    "inactive".into()
-                },
+                html! { (text(f, "channel")) },
+                html! { (text(f, "host")) ":" (f["port"].as_u64().unwrap_or(0)) },
+                html! { @if cidrs.is_empty() { "anywhere" } @else { (cidrs.join(", ")) } },
+                html! { @if f["active"].as_bool() == Some(true) { "active" } @else { "inactive" } },
             ]
         })
         .collect();
-    body.push_str(&html::table(
-        &["channel", "address", "allowed from", "state"],
-        &forward_rows,
-        "No channel is exposed.",
-    ));
-
-    if may(&app, Action::TransferApp) {
-        let form = Form::of(retry, "transfer");
-        body.push_str(&format!(
-            r#"<section class="card"><h2>Transfer ownership</h2>
-<p>Moves the app, its channels, repository, environment, databases, buckets and snapshots to another account. Its
-hostnames change to the new owner's (<code>&lt;app&gt;-&lt;owner&gt;</code>), each channel is deployed again there at the commit it
-serves now (the deploy history starts anew), its databases and buckets get new credentials, and neither you nor its
-members keep a role on it. Custom domains and raw TCP forwards must be removed first.</p>
-{alert}<form method="post" action="{here}/transfer" id="transfer">{csrf}
-<label>New owner's username <input name="to"{to} required></label>
-<label>Type the app's name to confirm <input name="confirm"{confirm} required autocomplete="off"></label>
-<button class="danger" type="submit">Transfer</button></form></section>"#,
-            alert = form.alert(),
-            to = form.value("to", ""),
-            confirm = form.value("confirm", ""),
-        ));
-    }
-    body.push_str(&lifecycle::delete(
-        &app,
-        &here,
-        &csrf,
-        Form::of(retry, "delete-app"),
-    ));
-    person_page_as(person, status(retry), text(&app, "name"), &body)
+    let member_form = Form::of(retry, "add-member");
+    let transfer_form = Form::of(retry, "transfer");
+    let body = html! {
+        (html::breadcrumbs(&[("Apps", "/apps")], text(&app, "name")))
+        (notice(done.done.as_deref(), NOTICES))
+        (soft_cap_warning(person).await)
+        p {
+            "Template " b { (text(&app, "template")) }
+            " · owner " b { (text(&app, "owner_username")) }
+            " · your role " b.role { (text(&app, "role")) }
+            " · " a href={ (here) "/env" } { "Environment" }
+            " · " a href={ (here) "/activity" } { "Activity" }
+        }
+        p.hint { "Clone: " code { (text(&app, "repo_url")) } }
+        (first_push(person, &app, app_id).await)
+        h2 { "Channels" }
+        (html::live(
+            "channels",
+            html::table(
+                &["channel", "hostname", "status", "commit", "deploy in flight"],
+                &rows,
+                "No channels.",
+            ),
+        ))
+        (lifecycle::new_channel(&app, &here, &csrf, Form::of(retry, "create-channel")))
+        (lifecycle::settings(&app, &here, &csrf, Form::of(retry, "settings")))
+        h2 { "Members" }
+        (html::table(&["username", "role", ""], &member_rows, "No members."))
+        @if manages_members {
+            (member_form.alert())
+            form #add-member method="post" action={ (here) "/members" } {
+                (csrf)
+                label { "Username " input name="username" value=[member_form.value("username", "")] required; }
+                label {
+                    "Role "
+                    select name="role" { (member_form.options("role", &[("member", "member"), ("admin", "admin")])) }
+                }
+                button type="submit" { "Share" }
+            }
+        }
+        h2 { "Raw TCP forwards" }
+        (html::table(
+            &["channel", "address", "allowed from", "state"],
+            &forward_rows,
+            "No channel is exposed.",
+        ))
+        @if may(&app, Action::TransferApp) {
+            section.card {
+                h2 { "Transfer ownership" }
+                p {
+                    "Moves the app, its channels, repository, environment, databases, buckets and snapshots to \
+                     another account. Its hostnames change to the new owner's ("
+                    code { "<app>-<owner>" }
+                    "), each channel is deployed again there at the commit it serves now (the deploy history \
+                     starts anew), its databases and buckets get new credentials, and neither you nor its members \
+                     keep a role on it. Custom domains and raw TCP forwards must be removed first."
+                }
+                (transfer_form.alert())
+                form #transfer method="post" action={ (here) "/transfer" } {
+                    (csrf)
+                    label { "New owner's username " input name="to" value=[transfer_form.value("to", "")] required; }
+                    label {
+                        "Type the app's name to confirm "
+                        input name="confirm" value=[transfer_form.value("confirm", "")] required autocomplete="off";
+                    }
+                    button.danger type="submit" { "Transfer" }
+                }
+            }
+        }
+        (lifecycle::delete(&app, &here, &csrf, Form::of(retry, "delete-app")))
+    };
+    person_page_as(person, status(retry), text(&app, "name"), body)
 }
 
 /// The app's page again with `failure`, the refusal of what its form `form` sent.
@@ -265,12 +235,12 @@ async fn remove_member(Path((app_id, username)): Path<(String, String)>, write: 
 /// What to do next on an app that has never been deployed, for someone who may push: the two git commands that
 /// store code (a push deploys nothing: the channel's Deploy button does), with a copy button and where the password
 /// comes from. An app whose code comes from a connected external repository takes no push, so it gets none.
-async fn first_push(person: &Person, app: &Value, app_id: &str) -> String {
+async fn first_push(person: &Person, app: &Value, app_id: &str) -> Markup {
     let deployed = list(app, "channels")
         .iter()
         .any(|c| c.get("current_sha").is_some_and(|s| !s.is_null()));
     if deployed || !may(app, Action::Write) {
-        return String::new();
+        return Markup::default();
     }
     let mirrored = person
         .api
@@ -278,23 +248,29 @@ async fn first_push(person: &Person, app: &Value, app_id: &str) -> String {
         .await
         .is_ok_and(|m| m["connected"].as_bool() == Some(true));
     if mirrored {
-        return String::new();
+        return Markup::default();
     }
     let prod = list(app, "channels").first();
     let branch = prod.map_or("master", super::bound_branch);
     let channel = prod.map(|c| text(c, "id")).unwrap_or_default();
-    format!(
-        r#"<section class="card" id="first-push"><h2>Push your code</h2>
-<p>From your project's directory:</p>
-<pre class="commands"><code id="push-commands">git remote add slipway {repo}
-git push slipway HEAD:{branch}</code></pre>
-<p><button type="button" data-copy="push-commands">Copy</button></p>
-<p class="hint">Git asks for a password: give it a token from <a href="/tokens?label=git">Tokens</a> (any username will do). A push stores the code; <a href="/apps/{app}/channels/{channel}">the channel's page</a> deploys it.</p></section>"#,
-        repo = esc(text(app, "repo_url")),
-        branch = esc(branch),
-        app = seg(app_id),
-        channel = seg(channel),
-    )
+    html! {
+        section.card #first-push {
+            h2 { "Push your code" }
+            p { "From your project's directory:" }
+            pre.commands {
+                code #push-commands {
+                    "git remote add slipway " (text(app, "repo_url")) "\ngit push slipway HEAD:" (branch)
+                }
+            }
+            p { button type="button" data-copy="push-commands" { "Copy" } }
+            p.hint {
+                "Git asks for a password: give it a token from " a href="/tokens?label=git" { "Tokens" }
+                " (any username will do). A push stores the code; "
+                a href={ "/apps/" (seg(app_id)) "/channels/" (seg(channel)) } { "the channel's page" }
+                " deploys it."
+            }
+        }
+    }
 }
 
 async fn transfer(

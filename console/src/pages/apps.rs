@@ -9,7 +9,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::{Done, list, notice, person_page_as, see, text};
-use crate::html::{self, esc, seg};
+use crate::html::{self, Markup, html, seg};
 use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter};
@@ -21,9 +21,9 @@ pub fn routes() -> ConsoleRouter {
 
 /// The warning the spec asks for when the account's databases are over the plan's soft cap; empty otherwise (or
 /// when usage cannot be measured now).
-pub async fn soft_cap_warning(person: &Person) -> String {
+pub async fn soft_cap_warning(person: &Person) -> Markup {
     let Ok(usage) = person.api.get("/me/usage").await else {
-        return String::new();
+        return Markup::default();
     };
     let used = usage["storage_bytes"].as_u64().unwrap_or(0);
     let limit_mb = usage["storage_limit_mb"].as_u64().unwrap_or(0);
@@ -38,7 +38,7 @@ pub async fn soft_cap_warning(person: &Person) -> String {
             ),
         )
     } else {
-        String::new()
+        Markup::default()
     }
 }
 
@@ -49,26 +49,26 @@ pub fn channel_cells(
     channel: &Value,
     health: Option<&Value>,
     apps_port: u16,
-) -> Vec<String> {
+) -> Vec<Markup> {
     let health = health.and_then(|h| super::health_of(h, text(channel, "id")));
-    let pending = match channel.get("pending_deploy").filter(|p| !p.is_null()) {
-        Some(p) => format!(
-            r#"<a href="/apps/{}/channels/{}/deploys/{}">{}</a> {}"#,
-            seg(app_id),
-            seg(text(channel, "id")),
-            seg(text(p, "deploy_id")),
-            html::status(super::deploy_word(p, false)),
-            html::sha(p.get("sha").and_then(Value::as_str))
-        ),
-        None => "—".to_owned(),
+    let channel_href = format!(
+        "/apps/{}/channels/{}",
+        seg(app_id),
+        seg(text(channel, "id"))
+    );
+    let pending = html! {
+        @match channel.get("pending_deploy").filter(|p| !p.is_null()) {
+            Some(p) => {
+                a href={ (channel_href) "/deploys/" (seg(text(p, "deploy_id"))) } {
+                    (html::status(super::deploy_word(p, false)))
+                }
+                " " (html::sha(p.get("sha").and_then(Value::as_str)))
+            }
+            None => "—",
+        }
     };
     vec![
-        format!(
-            r#"<a href="/apps/{}/channels/{}">{}</a>"#,
-            seg(app_id),
-            seg(text(channel, "id")),
-            esc(text(channel, "name"))
-        ),
+        html! { a href=(channel_href) { (text(channel, "name")) } },
         html::app_link(text(channel, "hostname"), apps_port),
         super::state_and_health(channel, health),
         html::sha(channel.get("current_sha").and_then(Value::as_str)),
@@ -87,63 +87,67 @@ async fn page(person: &Person, done: &Done, retry: Option<&Retry<'_>>) -> Respon
         Err(f) => return person.refused(&f, "/apps"),
     };
     let form = Form::of(retry, "create-app");
-    let mut body = notice(
-        done.done.as_deref(),
-        &[
-            ("deleted", "The app was deleted."),
-            (
-                "transferred",
-                "The app was moved to its new owner, and is deployed again under their account.",
-            ),
-        ],
-    );
-    body.push_str(&soft_cap_warning(person).await);
     let apps = list(&listing, "apps");
-    if apps.is_empty() {
-        body.push_str(r#"<p class="empty">No apps yet.</p>"#);
-    }
-    for app in apps {
-        let id = text(app, "id");
-        let owner = text(app, "owner_username");
-        let title = if owner == person.session.username {
-            esc(text(app, "name"))
-        } else {
-            format!("{}/{}", esc(owner), esc(text(app, "name")))
-        };
-        let rows: Vec<Vec<String>> = list(app, "channels")
-            .iter()
-            .map(|c| channel_cells(id, c, None, person.apps_port))
-            .collect();
-        body.push_str(&format!(
-            r#"<section class="card app" data-app="{name}"><h2><a href="/apps/{id}">{title}</a> <small>{template} · your role: <span class="role">{role}</span></small></h2>{table}</section>"#,
-            name = esc(text(app, "name")),
-            id = seg(id),
-            template = esc(text(app, "template")),
-            role = esc(text(app, "role")),
-            table = html::live(
-                &format!("channels-{id}"),
-                &html::table(
-                    &["channel", "hostname", "status", "commit", "deploy in flight"],
-                    &rows,
-                    "No channels."
-                )
-            ),
-        ));
-    }
-    body.push_str(&format!(
-        r#"<section class="card"><h2>New app</h2>{alert}<form method="post" action="/apps" id="create-app">{csrf}
-<label>Name <input name="name"{name} required pattern="[a-z0-9]([a-z0-9-]*[a-z0-9])?" maxlength="40"></label>
-<label>Template <select name="template">{templates}</select></label>
-<button type="submit">Create</button></form></section>"#,
-        alert = form.alert(),
-        csrf = html::csrf_field(&person.session.csrf),
-        name = form.value("name", ""),
-        templates = form.options(
-            "template",
-            &[("static", "static"), ("app", "app"), ("docker", "docker")]
-        ),
-    ));
-    person_page_as(person, status(retry), "Apps", &body)
+    let body = html! {
+        (notice(
+            done.done.as_deref(),
+            &[
+                ("deleted", "The app was deleted."),
+                (
+                    "transferred",
+                    "The app was moved to its new owner, and is deployed again under their account.",
+                ),
+            ],
+        ))
+        (soft_cap_warning(person).await)
+        @if apps.is_empty() { p.empty { "No apps yet." } }
+        @for app in apps {
+            @let id = text(app, "id");
+            @let owner = text(app, "owner_username");
+            @let rows: Vec<Vec<Markup>> = list(app, "channels")
+                .iter()
+                .map(|c| channel_cells(id, c, None, person.apps_port))
+                .collect();
+            section.card.app data-app=(text(app, "name")) {
+                h2 {
+                    a href={ "/apps/" (seg(id)) } {
+                        @if owner != person.session.username { (owner) "/" }
+                        (text(app, "name"))
+                    }
+                    " "
+                    small { (text(app, "template")) " · your role: " span.role { (text(app, "role")) } }
+                }
+                (html::live(
+                    &format!("channels-{id}"),
+                    html::table(
+                        &["channel", "hostname", "status", "commit", "deploy in flight"],
+                        &rows,
+                        "No channels.",
+                    ),
+                ))
+            }
+        }
+        section.card {
+            h2 { "New app" }
+            (form.alert())
+            form #create-app method="post" action="/apps" {
+                (html::csrf_field(&person.session.csrf))
+                label {
+                    "Name "
+                    input name="name" value=[form.value("name", "")] required
+                        pattern="[a-z0-9]([a-z0-9-]*[a-z0-9])?" maxlength="40";
+                }
+                label {
+                    "Template "
+                    select name="template" {
+                        (form.options("template", &[("static", "static"), ("app", "app"), ("docker", "docker")]))
+                    }
+                }
+                button type="submit" { "Create" }
+            }
+        }
+    };
+    person_page_as(person, status(retry), "Apps", body)
 }
 
 async fn create(State(_): State<Arc<Console>>, write: Write) -> Response {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Done, list, may, notice, person_page_as, see, text, warning};
 use crate::ConsoleRouter;
-use crate::html::{self, esc, seg};
+use crate::html::{self, Markup, html, seg};
 use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use slipway_core::access::Action;
@@ -93,55 +93,15 @@ pub(super) async fn page(
         .as_ref()
         .and_then(|h| super::health_of(h, text(&channel, "id")));
     let csrf = html::csrf_field(&person.session.csrf);
-    let mut body = html::breadcrumbs(
-        &[("Apps", "/apps"), (text(&app, "name"), &app_path)],
-        text(&channel, "name"),
-    );
-    body.push_str(&notice(done.done.as_deref(), NOTICES));
-    body.push_str(&notice(done.done.as_deref(), super::restores::NOTICES));
-    body.push_str(&warning(done.done.as_deref(), WARNINGS));
-    let facts = format!(
-        r#"<p><a href="{app_path}">{app_name}</a> · hostname <b id="hostname">{host}</b> · branch <code>{binding}</code> · status <span id="channel-status">{status}</span> · commit {sha}</p>"#,
-        app_name = esc(text(&app, "name")),
-        host = html::app_link(text(&channel, "hostname"), person.apps_port),
-        binding = esc(text(&channel, "git_ref_binding")),
-        status = super::state_and_health(&channel, health),
-        sha = html::sha(channel.get("current_sha").and_then(Value::as_str)),
-    );
-    body.push_str(&html::live("channel-facts", &facts));
-
-    body.push_str("<h2>Deploys</h2>");
-    if may(&app, Action::Write) {
-        let branch = super::bound_branch(&channel);
-        body.push_str(&format!(
-            r#"<form method="post" action="{here}/deploy" id="deploy" class="inline">{csrf}
-<label>Branch or commit <input name="ref" value="{branch}" required></label> <button type="submit">Deploy</button></form>
-{rewind}"#,
-            branch = esc(branch),
-            // A rewind serves an earlier built image again; a static site has none, so it is not offered.
-            rewind = if is_static {
-                String::new()
-            } else {
-                html::Destructive {
-                    action: &format!("{here}/rewind"),
-                    hidden: &csrf,
-                    opener: "Rewind",
-                    consequence: "The channel goes back to the image it served before this one, without a build.",
-                    button: "Rewind to the previous image",
-                }
-                .html()
-            },
-        ));
-    }
+    let writes = may(&app, Action::Write);
     let history = person
         .api
         .get(&format!("{here}/deploys"))
         .await
         .unwrap_or(Value::Null);
     let current = channel.get("current_sha").and_then(Value::as_str);
-    let writes = may(&app, Action::Write);
     let mut offered = std::collections::HashSet::new();
-    let rows: Vec<Vec<String>> = list(&history, "deploys")
+    let rows: Vec<Vec<Markup>> = list(&history, "deploys")
         .iter()
         .map(|d| {
             let sha = text(d, "git_sha");
@@ -150,67 +110,93 @@ pub(super) async fn page(
             let again = if writes && text(d, "status") == "success" && offered.insert(sha) {
                 deploy_again(&here, &csrf, sha, current == Some(sha))
             } else {
-                String::new()
+                Markup::default()
             };
             vec![
-                format!(
-                    r#"<a href="{here}/deploys/{}">{}</a>"#,
-                    seg(text(d, "deploy_id")),
-                    html::time(text(d, "created_at"))
-                ),
+                html! {
+                    a href={ (here) "/deploys/" (seg(text(d, "deploy_id"))) } { (html::time(text(d, "created_at"))) }
+                },
                 html::sha(Some(sha)),
                 html::status(super::deploy_word(d, serving)),
-                if d.get("rewound_from").is_some_and(|r| !r.is_null()) {
-                    "rewind".to_owned()
-                } else {
-                    "build".to_owned()
+                html! {
+                    @if d.get("rewound_from").is_some_and(|r| !r.is_null()) { "rewind" } @else { "build" }
                 },
                 html::time(text(d, "finished_at")),
                 again,
             ]
         })
         .collect();
-    let graph = crate::graphs::deploy_times(list(&history, "deploys"));
-    body.push_str(&html::live(
-        "deploys",
-        &format!(
-            "{graph}{}",
-            html::table(
-                &["requested", "commit", "status", "kind", "finished", ""],
-                &rows,
-                "No deploys yet.",
-            )
-        ),
-    ));
-
-    let attach = Form::of(retry, "attach-domain");
-    body.push_str(&domains_section(person, &app, &here, &csrf, attach).await);
-    body.push_str(&data_section(person, &app, &channel, &here, &csrf, retry).await);
-    body.push_str(&super::lifecycle::delete_channel_button(
-        &app, &channel, &here, &csrf,
-    ));
-
-    if !is_static && may(&app, Action::Read) {
-        body.push_str("<h2>Runtime log</h2>");
-        body.push_str(&super::runtime_log::form(&here, &Default::default()));
-    }
+    let facts = html! {
+        p {
+            a href=(app_path) { (text(&app, "name")) }
+            " · hostname " b #hostname { (html::app_link(text(&channel, "hostname"), person.apps_port)) }
+            " · branch " code { (text(&channel, "git_ref_binding")) }
+            " · status " span #channel-status { (super::state_and_health(&channel, health)) }
+            " · commit " (html::sha(current))
+        }
+    };
+    let body = html! {
+        (html::breadcrumbs(&[("Apps", "/apps"), (text(&app, "name"), &app_path)], text(&channel, "name")))
+        (notice(done.done.as_deref(), NOTICES))
+        (notice(done.done.as_deref(), super::restores::NOTICES))
+        (warning(done.done.as_deref(), WARNINGS))
+        (html::live("channel-facts", facts))
+        h2 { "Deploys" }
+        @if writes {
+            form.inline #deploy method="post" action={ (here) "/deploy" } {
+                (csrf)
+                label { "Branch or commit " input name="ref" value=(super::bound_branch(&channel)) required; }
+                " "
+                button type="submit" { "Deploy" }
+            }
+            // A rewind serves an earlier built image again; a static site has none, so it is not offered.
+            @if !is_static {
+                (html::Destructive {
+                    action: &format!("{here}/rewind"),
+                    hidden: &csrf,
+                    opener: "Rewind",
+                    consequence: "The channel goes back to the image it served before this one, without a build.",
+                    button: "Rewind to the previous image",
+                }
+                .html())
+            }
+        }
+        (html::live(
+            "deploys",
+            html! {
+                (crate::graphs::deploy_times(list(&history, "deploys")))
+                (html::table(
+                    &["requested", "commit", "status", "kind", "finished", ""],
+                    &rows,
+                    "No deploys yet.",
+                ))
+            },
+        ))
+        (domains_section(person, &app, &here, &csrf, Form::of(retry, "attach-domain")).await)
+        (data_section(person, &app, &channel, &here, &csrf, retry).await)
+        (super::lifecycle::delete_channel_button(&app, &channel, &here, &csrf))
+        @if !is_static && may(&app, Action::Read) {
+            h2 { "Runtime log" }
+            (super::runtime_log::form(&here, &Default::default()))
+        }
+    };
     person_page_as(
         person,
         status(retry),
         &format!("{} · {}", text(&app, "name"), text(&channel, "name")),
-        &body,
+        body,
     )
 }
 
 /// The offer to deploy a commit that went live before once more, after a confirmation: a roll back to it, or a
 /// redeploy of the commit that is live (which picks up the environment as it is now). Either is an ordinary new
 /// deploy of that commit; what serves keeps serving until it is ready.
-fn deploy_again(here: &str, csrf: &str, sha: &str, live: bool) -> String {
+fn deploy_again(here: &str, csrf: &Markup, sha: &str, live: bool) -> Markup {
     let short = html::short_sha(sha);
-    let hidden = format!(
-        r#"{csrf}<input type="hidden" name="ref" value="{}">"#,
-        html::esc(sha)
-    );
+    let hidden = html! {
+        (csrf)
+        input type="hidden" name="ref" value=(sha);
+    };
     let (opener, consequence) = if live {
         (
             "Redeploy",
@@ -239,81 +225,79 @@ fn deploy_again(here: &str, csrf: &str, sha: &str, live: bool) -> String {
 /// The DNS records a domain needs, as its row shows them: the TXT record that proves it, then a CNAME for a
 /// subdomain or A records for an apex (a name with no CNAME allowed). An installation that publishes no edge
 /// address gets no A values, and the row says what an apex can use instead rather than showing an empty record.
-fn dns_records(records: &Value) -> String {
+fn dns_records(records: &Value) -> Markup {
     let a_values: Vec<&str> = list(records, "a_values")
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    let apex = if a_values.is_empty() {
-        "this installation publishes no address for A records, so an apex needs an ALIAS (or flattened CNAME) to \
-         the same target"
-            .to_owned()
-    } else {
-        format!(
-            "or A to <code>{}</code> (an apex)",
-            esc(&a_values.join(", "))
-        )
-    };
-    format!(
-        "TXT <code>{}</code> = <code>{}</code><br>CNAME to <code>{}</code> (a subdomain); {apex}",
-        esc(text(records, "txt_host")),
-        esc(text(records, "txt_value")),
-        esc(text(records, "cname_target")),
-    )
+    html! {
+        "TXT " code { (text(records, "txt_host")) } " = " code { (text(records, "txt_value")) }
+        br;
+        "CNAME to " code { (text(records, "cname_target")) } " (a subdomain); "
+        @if a_values.is_empty() {
+            "this installation publishes no address for A records, so an apex needs an ALIAS (or flattened \
+             CNAME) to the same target"
+        } @else {
+            "or A to " code { (a_values.join(", ")) } " (an apex)"
+        }
+    }
 }
 
 async fn domains_section(
     person: &Person,
     app: &Value,
     here: &str,
-    csrf: &str,
+    csrf: &Markup,
     form: Form<'_>,
-) -> String {
+) -> Markup {
     let domains = person
         .api
         .get(&format!("{here}/domains"))
         .await
         .unwrap_or(Value::Null);
     let manage = may(app, Action::ManageDomains);
-    let rows: Vec<Vec<String>> = list(&domains, "domains")
+    let rows: Vec<Vec<Markup>> = list(&domains, "domains")
         .iter()
         .map(|d| {
             let name = text(d, "domain");
-            let dns = dns_records(&d["dns_records"]);
-            let mut actions = String::new();
-            if manage {
-                actions = format!(
-                    r#"<form method="post" class="inline" action="{here}/domains/{d}/verify">{csrf}<button class="quiet" type="submit">Verify</button></form>
-{detach}"#,
-                    d = seg(name),
-                    detach = html::Destructive {
-                        action: &format!("{here}/domains/{}/remove", seg(name)),
-                        hidden: csrf,
-                        opener: "Detach",
-                        consequence: &format!("{name} stops reaching this channel, and its certificate is dropped."),
-                        button: "Detach the domain",
+            let reason = d.get("reason").and_then(Value::as_str);
+            vec![
+                html! { (name) },
+                html! { (html::status(text(d, "status"))) @if let Some(r) = reason { " (" (r) ")" } },
+                dns_records(&d["dns_records"]),
+                html! {
+                    @if manage {
+                        form.inline method="post" action={ (here) "/domains/" (seg(name)) "/verify" } {
+                            (csrf)
+                            button.quiet type="submit" { "Verify" }
+                        }
+                        " "
+                        (html::Destructive {
+                            action: &format!("{here}/domains/{}/remove", seg(name)),
+                            hidden: csrf,
+                            opener: "Detach",
+                            consequence: &format!("{name} stops reaching this channel, and its certificate is dropped."),
+                            button: "Detach the domain",
+                        }
+                        .html())
                     }
-                    .html(),
-                );
-            }
-            let reason = d.get("reason").and_then(Value::as_str).map(|r| format!(" ({})", esc(r))).unwrap_or_default();
-            vec![esc(name), format!("{}{reason}", html::status(text(d, "status"))), dns, actions]
+                },
+            ]
         })
         .collect();
-    let mut out = String::from("<h2>Custom domains</h2>");
-    out.push_str(&html::table(
-        &["domain", "status", "DNS records to create", ""],
-        &rows,
-        "No custom domains.",
-    ));
-    if manage {
-        out.push_str(&format!(
-            r#"{alert}<form method="post" action="{here}/domains" id="attach-domain">{csrf}<label>Domain <input name="domain"{domain} required></label> <button type="submit">Attach</button></form>"#,
-            alert = form.alert(),
-            domain = form.value("domain", ""),
-        ));
+    html! {
+        h2 { "Custom domains" }
+        (html::table(&["domain", "status", "DNS records to create", ""], &rows, "No custom domains."))
+        @if manage {
+            (form.alert())
+            form #attach-domain method="post" action={ (here) "/domains" } {
+                (csrf)
+                label { "Domain " input name="domain" value=[form.value("domain", "")] required; }
+                " "
+                button type="submit" { "Attach" }
+            }
+        }
     }
-    out
 }
 
 async fn data_section(
@@ -321,58 +305,45 @@ async fn data_section(
     app: &Value,
     channel: &Value,
     here: &str,
-    csrf: &str,
+    csrf: &Markup,
     retry: Option<&Retry<'_>>,
-) -> String {
+) -> Markup {
     use super::restores::{self, Leg};
     let is_static = text(app, "template") == "static";
     let sql_list = format!("{here}/postgres/snapshots");
     let bucket_list = format!("{here}/blob/snapshots");
-    let mut out = String::new();
-    if !is_static {
-        out.push_str("<h2>SQL database</h2>");
-        match person.api.get(&format!("{here}/postgres")).await {
+    let database = if is_static {
+        Markup::default()
+    } else {
+        let state = match person.api.get(&format!("{here}/postgres")).await {
             Ok(db) => {
-                out.push_str(&html::table(
-                    &["database", "status", "size", "connections"],
-                    &[vec![
-                        format!("<code>{}</code>", esc(text(&db, "db_name"))),
-                        html::status(text(&db, "status")),
-                        html::bytes(db["storage_bytes"].as_u64().unwrap_or(0)),
-                        format!(
-                            "{} of {}",
-                            db["connection_count"].as_u64().unwrap_or(0),
-                            db["connection_limit"].as_u64().unwrap_or(0)
-                        ),
-                    ]],
-                    "",
-                ));
-                out.push_str(
-                    &listed_table(
-                        person,
-                        &sql_list,
-                        &[
-                            "snapshot taken",
-                            "kind",
-                            "commit",
-                            "size",
-                            "bucket snapshot too",
-                            "",
-                        ],
-                        "No snapshots yet.",
-                        |s| {
-                            vec![
-                                html::time(text(s, "created_at")),
-                                esc(text(s, "kind")),
-                                html::sha(s.get("git_sha").and_then(Value::as_str)),
-                                s["size_bytes"].as_u64().map_or("—".into(), html::bytes),
-                                yes_no(s["aligned_blob"].as_bool() == Some(true)),
-                                super::downloads::button(
-                                    app,
-                                    &sql_list,
-                                    text(s, "snapshot_id"),
-                                    csrf,
-                                ) + &restores::button(
+                let snapshots = listed_table(
+                    person,
+                    &sql_list,
+                    &[
+                        "snapshot taken",
+                        "kind",
+                        "commit",
+                        "size",
+                        "bucket snapshot too",
+                        "",
+                    ],
+                    "No snapshots yet.",
+                    |s| {
+                        vec![
+                            html::time(text(s, "created_at")),
+                            html! { (text(s, "kind")) },
+                            html::sha(s.get("git_sha").and_then(Value::as_str)),
+                            html! {
+                                @match s["size_bytes"].as_u64() {
+                                    Some(size) => (html::bytes(size)),
+                                    None => "—",
+                                }
+                            },
+                            yes_no(s["aligned_blob"].as_bool() == Some(true)),
+                            html! {
+                                (super::downloads::button(app, &sql_list, text(s, "snapshot_id"), csrf))
+                                (restores::button(
                                     app,
                                     Leg::Sql,
                                     here,
@@ -380,112 +351,144 @@ async fn data_section(
                                     text(&db, "db_name"),
                                     csrf,
                                     Form::of(retry, Leg::Sql.form()),
-                                ),
-                            ]
-                        },
-                    )
-                    .await,
-                );
+                                ))
+                            },
+                        ]
+                    },
+                )
+                .await;
+                html! {
+                    (html::table(
+                        &["database", "status", "size", "connections"],
+                        &[vec![
+                            html! { code { (text(&db, "db_name")) } },
+                            html::status(text(&db, "status")),
+                            html! { (html::bytes(db["storage_bytes"].as_u64().unwrap_or(0))) },
+                            html! {
+                                (db["connection_count"].as_u64().unwrap_or(0)) " of "
+                                (db["connection_limit"].as_u64().unwrap_or(0))
+                            },
+                        ]],
+                        "",
+                    ))
+                    (snapshots)
+                }
             }
-            Err(f) => out.push_str(&html::banner("warning", &f.message)),
+            Err(f) => html::banner("warning", &f.message),
+        };
+        html! {
+            h2 { "SQL database" }
+            (state)
+            (connect_card(person, app, channel))
         }
-        out.push_str(&connect_card(person, app, channel));
-    }
-    out.push_str("<h2>Object storage</h2>");
-    match person.api.get(&format!("{here}/blob")).await {
-        Ok(blob) => out.push_str(&html::table(
+    };
+    let bucket = match person.api.get(&format!("{here}/blob")).await {
+        Ok(blob) => html::table(
             &["bucket", "status", "usage", "endpoint", "external access"],
             &[vec![
-                format!("<code>{}</code>", esc(text(&blob, "virtual_bucket"))),
+                html! { code { (text(&blob, "virtual_bucket")) } },
                 html::status(text(&blob, "status")),
-                html::bytes(blob["usage_bytes"].as_u64().unwrap_or(0)),
-                format!("<code>{}</code>", esc(text(&blob, "virtual_endpoint"))),
-                if blob["external_enabled"].as_bool() == Some(true) {
-                    "on".into()
-                } else {
-                    "off".into()
-                },
+                html! { (html::bytes(blob["usage_bytes"].as_u64().unwrap_or(0))) },
+                html! { code { (text(&blob, "virtual_endpoint")) } },
+                html! { @if blob["external_enabled"].as_bool() == Some(true) { "on" } @else { "off" } },
             ]],
             "",
-        )),
-        Err(f) => out.push_str(&html::banner("warning", &f.message)),
+        ),
+        Err(f) => html::banner("warning", &f.message),
+    };
+    let bucket_snapshots = listed_table(
+        person,
+        &bucket_list,
+        &[
+            "bucket snapshot as of",
+            "kind",
+            "objects",
+            "database snapshot too",
+            "",
+        ],
+        "No bucket snapshots yet.",
+        |s| {
+            vec![
+                html::time(text(s, "snapshot_ts")),
+                html! { (text(s, "kind")) },
+                html! { (s["object_count"].as_i64().unwrap_or(0)) },
+                yes_no(s["pg_snapshot_id"].is_string()),
+                html! {
+                    (super::downloads::button(app, &bucket_list, text(s, "pg_snapshot_id"), csrf))
+                    (restores::button(
+                        app,
+                        Leg::Bucket,
+                        here,
+                        text(s, "pg_snapshot_id"),
+                        text(channel, "name"),
+                        csrf,
+                        Form::of(retry, Leg::Bucket.form()),
+                    ))
+                },
+            ]
+        },
+    )
+    .await;
+    html! {
+        (database)
+        h2 { "Object storage" }
+        (bucket)
+        (bucket_snapshots)
     }
-    out.push_str(
-        &listed_table(
-            person,
-            &bucket_list,
-            &[
-                "bucket snapshot as of",
-                "kind",
-                "objects",
-                "database snapshot too",
-                "",
-            ],
-            "No bucket snapshots yet.",
-            |s| {
-                vec![
-                    html::time(text(s, "snapshot_ts")),
-                    esc(text(s, "kind")),
-                    s["object_count"].as_i64().unwrap_or(0).to_string(),
-                    yes_no(s["pg_snapshot_id"].is_string()),
-                    super::downloads::button(app, &bucket_list, text(s, "pg_snapshot_id"), csrf)
-                        + &restores::button(
-                            app,
-                            Leg::Bucket,
-                            here,
-                            text(s, "pg_snapshot_id"),
-                            text(channel, "name"),
-                            csrf,
-                            Form::of(retry, Leg::Bucket.form()),
-                        ),
-                ]
-            },
-        )
-        .await,
-    );
-    out
 }
 
 /// How to reach the channel's database from outside the platform (psql, a GUI, a migration run from a laptop),
 /// when the platform serves external SQL access: the connection string for the app's owner once the app's
 /// external SQL access is on, else what stands in the way. The token stays a placeholder: the page never holds one.
-fn connect_card(person: &Person, app: &Value, channel: &Value) -> String {
+fn connect_card(person: &Person, app: &Value, channel: &Value) -> Markup {
     let Some(address) = person.sql_address.as_deref() else {
-        return String::new();
+        return Markup::default();
     };
     let inner = if super::role_of(app) != Some(slipway_core::access::Role::Owner) {
-        "<p>Only the app's owner connects to its databases from outside the platform.</p>"
-            .to_owned()
+        html! { p { "Only the app's owner connects to its databases from outside the platform." } }
     } else if app["external_db_access_enabled"].as_bool() != Some(true) {
-        format!(
-            r#"<p>External SQL access is off for this app. Turn it on under <a href="/apps/{}#settings">Settings</a> to connect with <code>psql</code> or a database GUI.</p>"#,
-            seg(text(app, "id"))
-        )
+        html! {
+            p {
+                "External SQL access is off for this app. Turn it on under "
+                a href={ "/apps/" (seg(text(app, "id"))) "#settings" } { "Settings" }
+                " to connect with " code { "psql" } " or a database GUI."
+            }
+        }
     } else {
         // A session's username is always an account's; one that is not names no database.
         let Some((database, shadow)) = database_name(person, app, channel) else {
-            return String::new();
+            return Markup::default();
         };
         match shadow {
-            Some((app_name, channel_name)) => format!(
-                "<p>The database name <code>{}</code> reaches channel <b>{}</b> of app <b>{}</b> first, so no connection string reaches this channel's database. Rename the channel (or that app) to connect to it.</p>",
-                esc(&database),
-                esc(&channel_name),
-                esc(&app_name),
-            ),
-            None => format!(
-                r#"<pre class="commands"><code id="sql-connect">psql "postgresql://{user}:&lt;token&gt;@{address}/{database}?sslmode=require"</code></pre>
-<p><button type="button" data-copy="sql-connect">Copy</button></p>
-<p class="hint">Put a token with the <code>db:*</code> scope in place of <code>&lt;token&gt;</code>: <a href="/tokens?label=psql">make one</a>. The session ends when the token is revoked or the access turned off.</p>"#,
-                user = esc(&person.session.username),
-                address = esc(address),
-                database = esc(&database),
-            ),
+            Some((app_name, channel_name)) => html! {
+                p {
+                    "The database name " code { (database) } " reaches channel " b { (channel_name) }
+                    " of app " b { (app_name) } " first, so no connection string reaches this channel's \
+                     database. Rename the channel (or that app) to connect to it."
+                }
+            },
+            None => html! {
+                pre.commands {
+                    code #sql-connect {
+                        "psql \"postgresql://" (person.session.username) ":<token>@" (address) "/" (database)
+                        "?sslmode=require\""
+                    }
+                }
+                p { button type="button" data-copy="sql-connect" { "Copy" } }
+                p.hint {
+                    "Put a token with the " code { "db:*" } " scope in place of " code { "<token>" } ": "
+                    a href="/tokens?label=psql" { "make one" }
+                    ". The session ends when the token is revoked or the access turned off."
+                }
+            },
         }
     };
-    format!(
-        r#"<section class="card" id="connect"><h3>Connect from your machine</h3>{inner}</section>"#
-    )
+    html! {
+        section.card #connect {
+            h3 { "Connect from your machine" }
+            (inner)
+        }
+    }
 }
 
 /// The database name of `channel` in a connection string, and the (app, channel) it reaches instead when another
@@ -512,10 +515,10 @@ async fn listed_table(
     path: &str,
     headings: &[&str],
     empty: &str,
-    row: impl Fn(&Value) -> Vec<String>,
-) -> String {
+    row: impl Fn(&Value) -> Vec<Markup>,
+) -> Markup {
     let listed = person.api.get(path).await.unwrap_or(Value::Null);
-    let rows: Vec<Vec<String>> = listed
+    let rows: Vec<Vec<Markup>> = listed
         .as_array()
         .map_or(&[][..], Vec::as_slice)
         .iter()
@@ -524,8 +527,8 @@ async fn listed_table(
     html::table(headings, &rows, empty)
 }
 
-fn yes_no(yes: bool) -> String {
-    if yes { "yes" } else { "no" }.into()
+fn yes_no(yes: bool) -> Markup {
+    html! { @if yes { "yes" } @else { "no" } }
 }
 
 async fn deploy(Path((app_id, channel_id)): Path<(String, String)>, write: Write) -> Response {
@@ -640,6 +643,7 @@ mod tests {
     fn an_apex_record_is_named_or_its_absence_said() {
         let records = json!({"txt_host": "_svc.example.com", "txt_value": "svc-verify-1",
             "cname_target": "web.apps.example", "a_values": ["192.0.2.1", "192.0.2.2"]});
+        let dns_records = |records: &Value| dns_records(records).into_string();
         let shown = dns_records(&records);
         assert!(
             shown.contains("A to <code>192.0.2.1, 192.0.2.2</code>"),

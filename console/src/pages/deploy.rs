@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::{person_page, text};
 use crate::ConsoleRouter;
-use crate::html::{self, esc, seg};
+use crate::html::{self, html, seg};
 use crate::session::Person;
 use slipway_rest::deploys::MAX_WINDOW;
 use slipway_rest::in_process::with_query;
@@ -64,11 +64,7 @@ async fn deploy(
             .is_ok_and(|history| !super::succeeded_after(&history, &deploy_id));
     let word = super::deploy_word(&log, serving);
     let next = log["offset"].as_u64().unwrap_or(0) + log["window_bytes"].as_u64().unwrap_or(0);
-    let rewound = log
-        .get("rewound_from")
-        .and_then(Value::as_str)
-        .map(|from| format!(" · rewind of deploy <code>{}</code>", esc(from)))
-        .unwrap_or_default();
+    let rewound = log.get("rewound_from").and_then(Value::as_str);
     // The names for the trail; the log was readable, so the app is too.
     let app = person.api.get(&app_path).await.unwrap_or(Value::Null);
     let channel_name = super::list(&app, "channels")
@@ -83,21 +79,20 @@ async fn deploy(
         ],
         &format!("deploy {}", deploy_id.split('-').next().unwrap_or_default()),
     );
-    let body = format!(
-        r#"{crumbs}
-<p>Status <span id="deploy-status" class="status status-{word}">{word}</span> · commit {sha} · started {started} · finished <span id="deploy-finished">{finished}</span>{rewound}</p>
-<pre class="log" id="deploy-log" data-source="{here}/log.json" data-offset="{next}" data-status="{status}" data-status-id="deploy-status">{log}</pre>"#,
-        status = esc(status),
-        word = word,
-        sha = html::sha(Some(text(&log, "git_sha"))),
-        started = esc(text(&log, "started_at")),
-        finished = esc(log
-            .get("finished_at")
-            .and_then(Value::as_str)
-            .unwrap_or("—")),
-        log = esc(text(&log, "log")),
-    );
-    person_page(&person, "Deploy", &body)
+    let finished = log.get("finished_at").and_then(Value::as_str);
+    let body = html! {
+        (crumbs)
+        p {
+            "Status " span #deploy-status class={ "status status-" (word) } { (word) }
+            " · commit " (html::sha(Some(text(&log, "git_sha"))))
+            " · started " (text(&log, "started_at"))
+            " · finished " span #deploy-finished { (finished.unwrap_or("—")) }
+            @if let Some(from) = rewound { " · rewind of deploy " code { (from) } }
+        }
+        pre.log #deploy-log data-source={ (here) "/log.json" } data-offset=(next) data-status=(status)
+            data-status-id="deploy-status" { (text(&log, "log")) }
+    };
+    person_page(&person, "Deploy", body)
 }
 
 #[derive(Debug, Deserialize)]

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::may;
 use crate::ConsoleRouter;
-use crate::html::seg;
+use crate::html::{Markup, html, seg};
 use crate::session::Write;
 use slipway_core::access::Action;
 
@@ -31,14 +31,15 @@ pub fn routes() -> ConsoleRouter {
 /// `.../postgres/snapshots` or `.../blob/snapshots`, a console path that is the route's too), for those who may
 /// download data. Both routes name a snapshot by its SQL checkpoint's id: a bucket snapshot by its
 /// `pg_snapshot_id`, and one without (none to name it by) gets no button.
-pub fn button(app: &Value, list: &str, snapshot_id: &str, csrf: &str) -> String {
-    if !may(app, Action::DownloadData) || snapshot_id.is_empty() {
-        return String::new();
+pub fn button(app: &Value, list: &str, snapshot_id: &str, csrf: &Markup) -> Markup {
+    html! {
+        @if may(app, Action::DownloadData) && !snapshot_id.is_empty() {
+            form.inline method="post" action={ (list) "/" (seg(snapshot_id)) "/download" } {
+                (csrf)
+                button.quiet type="submit" { "Download" }
+            }
+        }
     }
-    format!(
-        r#"<form method="post" class="inline" action="{list}/{id}/download">{csrf}<button class="quiet" type="submit">Download</button></form>"#,
-        id = seg(snapshot_id),
-    )
 }
 
 async fn sql(

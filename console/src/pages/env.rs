@@ -9,7 +9,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::{Done, list, may, notice, person_page, person_page_as, see, text};
-use crate::html::{self, esc, seg};
+use crate::html::{self, Markup, html, seg};
 use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{ConsoleRouter, dotenv};
@@ -72,101 +72,89 @@ async fn page(person: &Person, app_id: &str, done: &Done, retry: Option<&Retry<'
     let csrf = html::csrf_field(&person.session.csrf);
     let writes = may(&app, Action::Write);
     let reveals = super::role_of(&app) == Some(slipway_core::access::Role::Owner);
-    let table_rows: Vec<Vec<String>> = list(&rows, "env")
+    let table_rows: Vec<Vec<Markup>> = list(&rows, "env")
         .iter()
         .map(|e| {
             let key = text(e, "key");
             let channel_id = e.get("channel_id").and_then(Value::as_str).unwrap_or_default();
-            let scope = if channel_id.is_empty() {
-                "app".to_owned()
-            } else {
-                format!("channel {}", esc(&channel_name(channel_id)))
+            let hidden = html! {
+                (csrf)
+                input type="hidden" name="channel_id" value=(channel_id);
             };
-            let value = match e.get("value").and_then(Value::as_str) {
-                Some(v) => format!("<code>{}</code>", esc(v)),
-                None => r#"<span class="hint">hidden</span>"#.to_owned(),
-            };
-            let hidden_channel = format!(
-                r#"<input type="hidden" name="channel_id" value="{}">"#,
-                esc(channel_id)
-            );
-            let mut actions = String::new();
-            if reveals && text(e, "kind") == "secret" {
-                actions.push_str(&format!(
-                    r#"<form method="post" class="inline" action="{here}/{}/reveal">{csrf}{hidden_channel}<button class="quiet" type="submit">Reveal</button></form> "#,
-                    seg(key)
-                ));
-            }
-            if writes {
-                actions.push_str(
-                    &html::Destructive {
-                        action: &format!("{here}/{}/delete", seg(key)),
-                        hidden: &format!("{csrf}{hidden_channel}"),
-                        opener: "Delete",
-                        consequence: &format!("{key} is removed; deploys from now on run without it."),
-                        button: "Delete the variable",
-                    }
-                    .html(),
-                );
-            }
             vec![
-                format!("<code>{}</code>", esc(key)),
-                esc(text(e, "kind")),
-                scope,
-                value,
-                actions,
+                html! { code { (key) } },
+                html! { (text(e, "kind")) },
+                html! {
+                    @if channel_id.is_empty() { "app" } @else { "channel " (channel_name(channel_id)) }
+                },
+                html! {
+                    @match e.get("value").and_then(Value::as_str) {
+                        Some(v) => code { (v) },
+                        None => span.hint { "hidden" },
+                    }
+                },
+                html! {
+                    @if reveals && text(e, "kind") == "secret" {
+                        form.inline method="post" action={ (here) "/" (seg(key)) "/reveal" } {
+                            (hidden)
+                            button.quiet type="submit" { "Reveal" }
+                        }
+                        " "
+                    }
+                    @if writes {
+                        (html::Destructive {
+                            action: &format!("{here}/{}/delete", seg(key)),
+                            hidden: &hidden,
+                            opener: "Delete",
+                            consequence: &format!("{key} is removed; deploys from now on run without it."),
+                            button: "Delete the variable",
+                        }
+                        .html())
+                    }
+                },
             ]
         })
         .collect();
-    let mut body = html::breadcrumbs(
-        &[("Apps", "/apps"), (text(&app, "name"), &base)],
-        "Environment",
-    );
-    body.push_str(&notice(done.done.as_deref(), NOTICES));
-    body.push_str(&html::table(
-        &["key", "kind", "scope", "value", ""],
-        &table_rows,
-        "No variables.",
-    ));
-    if writes {
-        let form = Form::of(retry, "set-env");
-        let scopes: Vec<(&str, String)> = std::iter::once(("", "app default".to_owned()))
-            .chain(
-                channels
-                    .iter()
-                    .map(|c| (text(c, "id"), format!("channel {}", text(c, "name")))),
-            )
-            .collect();
-        let scopes: Vec<(&str, &str)> = scopes.iter().map(|(v, l)| (*v, l.as_str())).collect();
-        // A secret's value is not sent back to the page (the module's doc says why).
-        let value = match form.typed("kind") {
-            Some("secret") => r#" placeholder="the secret's value, again""#.to_owned(),
-            _ => form.value("value", ""),
-        };
-        body.push_str(&format!(
-            r#"<section class="card"><h2>Set a variable</h2>{alert}<form method="post" action="{here}" id="set-env">{csrf}
-<label>Key <input name="key"{key} required pattern="[A-Z_][A-Z0-9_]*"></label>
-<label>Value <input name="value"{value}></label>
-<label>Kind <select name="kind">{kinds}</select></label>
-<label>Scope <select name="channel_id">{scopes}</select></label>
-<button type="submit">Save</button></form></section>"#,
-            alert = form.alert(),
-            key = form.value("key", ""),
-            kinds = form.options("kind", &[("env", "variable"), ("secret", "secret")]),
-            scopes = form.options("channel_id", &scopes),
-        ));
-        body.push_str(&paste_form(
-            &here,
-            &csrf,
-            Form::of(retry, PASTE_FORM),
-            &scopes,
-        ));
-    }
+    let scopes: Vec<(&str, String)> = std::iter::once(("", "app default".to_owned()))
+        .chain(
+            channels
+                .iter()
+                .map(|c| (text(c, "id"), format!("channel {}", text(c, "name")))),
+        )
+        .collect();
+    let scopes: Vec<(&str, &str)> = scopes.iter().map(|(v, l)| (*v, l.as_str())).collect();
+    let form = Form::of(retry, "set-env");
+    // A secret's value is not sent back to the page (the module's doc says why).
+    let secret = form.typed("kind") == Some("secret");
+    let body = html! {
+        (html::breadcrumbs(&[("Apps", "/apps"), (text(&app, "name"), &base)], "Environment"))
+        (notice(done.done.as_deref(), NOTICES))
+        (html::table(&["key", "kind", "scope", "value", ""], &table_rows, "No variables."))
+        @if writes {
+            section.card {
+                h2 { "Set a variable" }
+                (form.alert())
+                form #set-env method="post" action=(here) {
+                    (csrf)
+                    label { "Key " input name="key" value=[form.value("key", "")] required pattern="[A-Z_][A-Z0-9_]*"; }
+                    label {
+                        "Value "
+                        input name="value" value=[(!secret).then(|| form.value("value", "")).flatten()]
+                            placeholder=[secret.then_some("the secret's value, again")];
+                    }
+                    label { "Kind " select name="kind" { (form.options("kind", &[("env", "variable"), ("secret", "secret")])) } }
+                    label { "Scope " select name="channel_id" { (form.options("channel_id", &scopes)) } }
+                    button type="submit" { "Save" }
+                }
+            }
+            (paste_form(&here, &csrf, Form::of(retry, PASTE_FORM), &scopes))
+        }
+    };
     person_page_as(
         person,
         status(retry),
         &format!("{} · environment", text(&app, "name")),
-        &body,
+        body,
     )
 }
 
@@ -193,22 +181,33 @@ async fn set(Path(app_id): Path<String>, write: Write) -> Response {
 
 /// The form that takes a whole `.env` file, to save, or to save and deploy what it applies to. Refused, it comes
 /// back with the file as typed, unless it held secrets (the module's doc says why).
-fn paste_form(here: &str, csrf: &str, form: Form<'_>, scopes: &[(&str, &str)]) -> String {
+fn paste_form(here: &str, csrf: &Markup, form: Form<'_>, scopes: &[(&str, &str)]) -> Markup {
     let pasted = match form.typed("kind") {
-        Some("secret") => String::new(),
-        _ => esc(form.typed("dotenv").unwrap_or_default()),
+        Some("secret") => "",
+        _ => form.typed("dotenv").unwrap_or_default(),
     };
-    format!(
-        r#"<section class="card"><h2>Paste a <code>.env</code> file</h2>{alert}<form method="post" action="{here}/paste" id="{PASTE_FORM}">{csrf}
-<p class="hint">One <code>KEY=value</code> per line; <code>#</code> comments, <code>export</code> and quoted values are read, and <code>$NAMES</code> are kept as typed. Every line is checked before any is saved.</p>
-<label>File <textarea name="dotenv" rows="8" cols="60" required spellcheck="false">{pasted}</textarea></label>
-<label>Kind <select name="kind">{kinds}</select></label>
-<label>Scope <select name="channel_id">{scopes}</select></label>
-<button type="submit">Save</button> <button type="submit" name="then" value="deploy" class="quiet">Save and deploy</button></form></section>"#,
-        alert = form.alert(),
-        kinds = form.options("kind", &[("env", "variables"), ("secret", "secrets")]),
-        scopes = form.options("channel_id", scopes),
-    )
+    html! {
+        section.card {
+            h2 { "Paste a " code { ".env" } " file" }
+            (form.alert())
+            form method="post" action={ (here) "/paste" } id=(PASTE_FORM) {
+                (csrf)
+                p.hint {
+                    "One " code { "KEY=value" } " per line; " code { "#" } " comments, " code { "export" }
+                    " and quoted values are read, and " code { "$NAMES" }
+                    " are kept as typed. Every line is checked before any is saved."
+                }
+                label {
+                    "File "
+                    textarea name="dotenv" rows="8" cols="60" required spellcheck="false" { (pasted) }
+                }
+                label { "Kind " select name="kind" { (form.options("kind", &[("env", "variables"), ("secret", "secrets")])) } }
+                label { "Scope " select name="channel_id" { (form.options("channel_id", scopes)) } }
+                button type="submit" { "Save" } " "
+                button.quiet type="submit" name="then" value="deploy" { "Save and deploy" }
+            }
+        }
+    }
 }
 
 /// Saves every variable of a pasted `.env` file, checked whole first; then, for "Save and deploy", deploys again
@@ -328,18 +327,16 @@ async fn reveal(Path((app_id, key)): Path<(String, String)>, write: Write) -> Re
     );
     match write.person.api.get(&path).await {
         Ok(revealed) => {
-            let body = format!(
-                r#"{}<p><code>{}</code> ({} scope):</p><p><code class="secret" id="revealed">{}</code> <button type="button" data-copy="revealed">Copy</button></p>
-<p><a href="{here}">Back to the environment</a></p>"#,
-                html::banner(
-                    "warning",
-                    "This reveal is recorded in the app's activity journal."
-                ),
-                esc(text(&revealed, "key")),
-                esc(text(&revealed, "scope")),
-                esc(text(&revealed, "value")),
-            );
-            person_page(&write.person, "Secret value", &body)
+            let body = html! {
+                (html::banner("warning", "This reveal is recorded in the app's activity journal."))
+                p { code { (text(&revealed, "key")) } " (" (text(&revealed, "scope")) " scope):" }
+                p {
+                    code.secret #revealed { (text(&revealed, "value")) } " "
+                    button type="button" data-copy="revealed" { "Copy" }
+                }
+                p { a href=(here) { "Back to the environment" } }
+            };
+            person_page(&write.person, "Secret value", body)
         }
         Err(f) => write.person.refused(&f, &here),
     }

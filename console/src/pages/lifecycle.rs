@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::{may, see, text};
 use crate::ConsoleRouter;
-use crate::html::{self, esc, seg};
+use crate::html::{self, Markup, html, seg};
 use crate::retry::Form;
 use crate::session::Write;
 use slipway_core::access::Action;
@@ -42,121 +42,129 @@ const SETTINGS: &[(&str, &str)] = &[
 const AGENT_ACCESS: &str = "agent_protected_actions_enabled";
 
 /// The form that adds a channel bound to a branch, for those who may.
-pub fn new_channel(app: &Value, here: &str, csrf: &str, form: Form<'_>) -> String {
-    if !may(app, Action::ManageChannels) {
-        return String::new();
+pub fn new_channel(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Markup {
+    html! {
+        @if may(app, Action::ManageChannels) {
+            details.card open[form.typed("name").is_some()] {
+                summary { "Add a channel" }
+                (form.alert())
+                form #create-channel method="post" action={ (here) "/channels" } {
+                    (csrf)
+                    label {
+                        "Name "
+                        input name="name" value=[form.value("name", "")] required
+                            pattern="[a-z0-9]([a-z0-9-]*[a-z0-9])?" maxlength="40";
+                    }
+                    label { "Deploys from branch " input name="branch" value=[form.value("branch", "")] required; }
+                    button type="submit" { "Add the channel" }
+                }
+                p.hint { "A push to that branch is stored; the channel's page deploys it." }
+            }
+        }
     }
-    format!(
-        r#"<details class="card"{open}><summary>Add a channel</summary>{alert}<form method="post" action="{here}/channels" id="create-channel">{csrf}
-<label>Name <input name="name"{name} required pattern="[a-z0-9]([a-z0-9-]*[a-z0-9])?" maxlength="40"></label>
-<label>Deploys from branch <input name="branch"{branch} required></label>
-<button type="submit">Add the channel</button></form>
-<p class="hint">A push to that branch is stored; the channel's page deploys it.</p></details>"#,
-        open = if form.typed("name").is_some() {
-            " open"
-        } else {
-            ""
-        },
-        alert = form.alert(),
-        name = form.value("name", ""),
-        branch = form.value("branch", ""),
-    )
 }
 
 /// The settings table, with a switch on each row for those who may change it.
-pub fn settings(app: &Value, here: &str, csrf: &str, form: Form<'_>) -> String {
+pub fn settings(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Markup {
     let changes = may(app, Action::ChangeSettings);
     let switch = |field: &str, to: &str, label: &str| {
-        format!(
-            r#"<form method="post" class="inline" action="{here}/settings">{csrf}<input type="hidden" name="setting" value="{field}"><input type="hidden" name="value" value="{to}"><button class="quiet" type="submit">{label}</button></form>"#
-        )
+        html! {
+            form.inline method="post" action={ (here) "/settings" } {
+                (csrf)
+                input type="hidden" name="setting" value=(field);
+                input type="hidden" name="value" value=(to);
+                button.quiet type="submit" { (label) }
+            }
+        }
     };
-    let mut rows: Vec<Vec<String>> = SETTINGS
+    let mut rows: Vec<Vec<Markup>> = SETTINGS
         .iter()
         .map(|(field, name)| {
             let on = app[*field].as_bool() == Some(true);
-            let mut state = if on { "on" } else { "off" }.to_owned();
-            if *field == "port_forwarding_enabled" {
-                state.push_str(
-                    if app["port_forwarding_available"].as_bool() == Some(true) {
-                        " (the plan includes it)"
-                    } else {
-                        " (the plan does not include it)"
-                    },
-                );
-            }
+            let plan = (*field == "port_forwarding_enabled").then(|| {
+                if app["port_forwarding_available"].as_bool() == Some(true) {
+                    " (the plan includes it)"
+                } else {
+                    " (the plan does not include it)"
+                }
+            });
             let action = match (changes, on) {
-                (false, _) => String::new(),
+                (false, _) => Markup::default(),
                 (true, true) => switch(field, "off", "Turn off"),
                 (true, false) => switch(field, "on", "Turn on"),
             };
-            vec![esc(name), state, action]
+            vec![
+                html! { (name) },
+                html! { @if on { "on" } @else { "off" } (plan.unwrap_or_default()) },
+                action,
+            ]
         })
         .collect();
     let effective = app["agent_protected_actions_effective"].as_bool() == Some(true);
     let overridden = app[AGENT_ACCESS].as_bool();
-    let agent_state = format!(
-        "{}{}",
-        if effective { "on" } else { "off" },
-        if overridden.is_none() {
-            " (the account's default)"
-        } else {
-            ""
-        }
-    );
-    let agent_actions = if may(app, Action::ChangeAgentAccess) {
-        [
-            ("on", "Allow"),
-            ("off", "Refuse"),
-            ("default", "Use the account's default"),
-        ]
-        .iter()
-        .filter(|(to, _)| {
-            !matches!(
-                (*to, overridden),
-                ("on", Some(true)) | ("off", Some(false)) | ("default", None)
-            )
-        })
-        .map(|(to, label)| switch(AGENT_ACCESS, to, label))
-        .collect::<Vec<_>>()
-        .join(" ")
-    } else {
-        String::new()
-    };
+    let agent_choices = [
+        ("on", "Allow"),
+        ("off", "Refuse"),
+        ("default", "Use the account's default"),
+    ]
+    .into_iter()
+    .filter(|(to, _)| {
+        !matches!(
+            (*to, overridden),
+            ("on", Some(true)) | ("off", Some(false)) | ("default", None)
+        )
+    });
     rows.push(vec![
-        "Agent access to protected actions".into(),
-        agent_state,
-        agent_actions,
+        html! { "Agent access to protected actions" },
+        html! {
+            @if effective { "on" } @else { "off" }
+            @if overridden.is_none() { " (the account's default)" }
+        },
+        html! {
+            @if may(app, Action::ChangeAgentAccess) {
+                @for (i, (to, label)) in agent_choices.enumerate() {
+                    @if i > 0 { " " }
+                    (switch(AGENT_ACCESS, to, label))
+                }
+            }
+        },
     ]);
-    format!(
-        r#"<h2 id="settings">Settings</h2>{alert}{table}"#,
-        alert = form.alert(),
-        table = html::table(&["setting", "value", ""], &rows, "")
-    )
+    html! {
+        h2 #settings { "Settings" }
+        (form.alert())
+        (html::table(&["setting", "value", ""], &rows, ""))
+    }
 }
 
 /// The app's deletion for its owner: typing its name is the confirmation.
-pub fn delete(app: &Value, here: &str, csrf: &str, form: Form<'_>) -> String {
-    if !may(app, Action::DeleteApp) {
-        return String::new();
+pub fn delete(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Markup {
+    html! {
+        @if may(app, Action::DeleteApp) {
+            section.card.danger-zone {
+                h2 { "Delete this app" }
+                p {
+                    "Stops every channel and deletes the app with its repository, environment, channels, their \
+                     databases and buckets; its custom domains are freed and its members lose it at once. This \
+                     cannot be undone."
+                }
+                (form.alert())
+                form #delete-app method="post" action={ (here) "/delete" } {
+                    (csrf)
+                    label {
+                        "Type the app's name, " b { (text(app, "name")) } ", to confirm "
+                        input name="confirm" value=[form.value("confirm", "")] required autocomplete="off";
+                    }
+                    button.danger type="submit" { "Delete the app" }
+                }
+            }
+        }
     }
-    format!(
-        r#"<section class="card danger-zone"><h2>Delete this app</h2>
-<p>Stops every channel and deletes the app with its repository, environment, channels, their databases and
-buckets; its custom domains are freed and its members lose it at once. This cannot be undone.</p>
-{alert}<form method="post" action="{here}/delete" id="delete-app">{csrf}
-<label>Type the app's name, <b>{name}</b>, to confirm <input name="confirm"{typed} required autocomplete="off"></label>
-<button class="danger" type="submit">Delete the app</button></form></section>"#,
-        alert = form.alert(),
-        name = esc(text(app, "name")),
-        typed = form.value("confirm", ""),
-    )
 }
 
 /// The channel's deletion, behind a second click, for those who may; `prod` is never deleted.
-pub fn delete_channel_button(app: &Value, channel: &Value, here: &str, csrf: &str) -> String {
+pub fn delete_channel_button(app: &Value, channel: &Value, here: &str, csrf: &Markup) -> Markup {
     if !may(app, Action::ManageChannels) || text(channel, "name") == "prod" {
-        return String::new();
+        return Markup::default();
     }
     html::Destructive {
         action: &format!("{here}/delete"),
@@ -276,6 +284,20 @@ mod tests {
 
     fn none() -> Form<'static> {
         Form::of(None, "")
+    }
+
+    // The parts as the text a browser gets, with no CSRF field.
+    fn settings(app: &Value, here: &str, _: &str, form: Form<'_>) -> String {
+        super::settings(app, here, &Markup::default(), form).into_string()
+    }
+    fn new_channel(app: &Value, here: &str, _: &str, form: Form<'_>) -> String {
+        super::new_channel(app, here, &Markup::default(), form).into_string()
+    }
+    fn delete(app: &Value, here: &str, _: &str, form: Form<'_>) -> String {
+        super::delete(app, here, &Markup::default(), form).into_string()
+    }
+    fn delete_channel_button(app: &Value, channel: &Value, here: &str, _: &str) -> String {
+        super::delete_channel_button(app, channel, here, &Markup::default()).into_string()
     }
 
     #[test]

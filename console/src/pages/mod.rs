@@ -22,6 +22,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde_json::Value;
 
+use super::html::{Markup, html};
 use super::session::Person;
 use super::{ConsoleRouter, html_page};
 use slipway_core::access::{Action, Role};
@@ -80,12 +81,12 @@ pub fn may(app: &Value, action: Action) -> bool {
 }
 
 /// A page for `person`.
-pub fn person_page(person: &Person, title: &str, body: &str) -> Response {
+pub fn person_page(person: &Person, title: &str, body: Markup) -> Response {
     person_page_as(person, StatusCode::OK, title, body)
 }
 
 /// A page for `person` answered with `status` (a form's refusal brought back to its page).
-pub fn person_page_as(person: &Person, status: StatusCode, title: &str, body: &str) -> Response {
+pub fn person_page_as(person: &Person, status: StatusCode, title: &str, body: Markup) -> Response {
     html_page(status, title, Some(&person.header()), body)
 }
 
@@ -95,17 +96,17 @@ pub fn see(to: &str) -> Response {
 }
 
 /// A notice named by a page's `done` query parameter: only the texts the page lists, never text from the URL.
-pub fn notice(done: Option<&str>, known: &[(&str, &str)]) -> String {
+pub fn notice(done: Option<&str>, known: &[(&str, &str)]) -> Markup {
     banner_named(done, known, "ok")
 }
 
 /// A warning named by a page's `done` query parameter (a write that went through but did not get what it asked
 /// for), from the page's own list as [`notice`].
-pub fn warning(done: Option<&str>, known: &[(&str, &str)]) -> String {
+pub fn warning(done: Option<&str>, known: &[(&str, &str)]) -> Markup {
     banner_named(done, known, "warning")
 }
 
-fn banner_named(done: Option<&str>, known: &[(&str, &str)], kind: &str) -> String {
+fn banner_named(done: Option<&str>, known: &[(&str, &str)], kind: &str) -> Markup {
     done.and_then(|d| known.iter().find(|(k, _)| *k == d))
         .map(|(_, text)| super::html::banner(kind, text))
         .unwrap_or_default()
@@ -116,7 +117,7 @@ fn banner_named(done: Option<&str>, known: &[(&str, &str)], kind: &str) -> Strin
 /// flight), `not deployed` (nothing ever went live and nothing is in flight) or `failed` (its database or bucket
 /// could not be made). The API's `provisioning` covers both of the middle two. `health` is the channel's entry in
 /// the app's health, where the page read it.
-pub fn channel_state(channel: &Value, health: Option<&Value>) -> String {
+pub fn channel_state(channel: &Value, health: Option<&Value>) -> Markup {
     let in_flight = channel.get("pending_deploy").is_some_and(|p| !p.is_null());
     let word = match text(channel, "status") {
         "running" if health.is_some_and(crashed) => "crashed",
@@ -129,12 +130,12 @@ pub fn channel_state(channel: &Value, health: Option<&Value>) -> String {
 }
 
 /// A channel's state, followed for a channel that should serve (the API's `running`) by its health badge.
-pub fn state_and_health(channel: &Value, health: Option<&Value>) -> String {
-    let badge = health
-        .filter(|_| text(channel, "status") == "running")
-        .map(health_badge)
-        .unwrap_or_default();
-    format!("{}{badge}", channel_state(channel, health))
+pub fn state_and_health(channel: &Value, health: Option<&Value>) -> Markup {
+    let badge = health.filter(|_| text(channel, "status") == "running");
+    html! {
+        (channel_state(channel, health))
+        @if let Some(health) = badge { " " (health_badge(health)) }
+    }
 }
 
 /// Whether a channel's health entry shows its container down: exited, or waiting to start again.
@@ -151,7 +152,7 @@ pub fn health_of<'a>(health: &'a Value, channel_id: &str) -> Option<&'a Value> {
 
 /// A channel's health in a few words, with the API's notes as its title: `out of memory` (its container was
 /// killed for passing the memory limit), `restarted N×`, `healthy`, or `needs a look` (see the notes).
-fn health_badge(health: &Value) -> String {
+fn health_badge(health: &Value) -> Markup {
     let container = &health["container"];
     let restarts = container["restart_count"].as_i64().unwrap_or(0);
     let (class, words) = if container["oom_killed"] == true {
@@ -169,11 +170,7 @@ fn health_badge(health: &Value) -> String {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    format!(
-        r#" <span class="health health-{class}" title="{}">{}</span>"#,
-        super::html::esc(&notes.join("; ")),
-        super::html::esc(&words)
-    )
+    html! { span class={ "health health-" (class) } title=(notes.join("; ")) { (words) } }
 }
 
 /// A deploy's state in the words people use, from the API's `stage`: `queued`, `building`, `releasing`, `live`
@@ -223,7 +220,7 @@ mod tests {
     #[test]
     fn a_channel_is_live_crashed_starting_not_deployed_or_failed() {
         use serde_json::json;
-        let state = |channel: Value| channel_state(&channel, None);
+        let state = |channel: Value| channel_state(&channel, None).into_string();
         assert!(state(json!({"status": "running", "pending_deploy": null})).contains(">live<"));
         assert!(
             state(json!({"status": "running", "pending_deploy": {"status": "running"}}))
@@ -240,6 +237,7 @@ mod tests {
         assert!(state(json!({"status": "failed"})).contains(">failed<"));
         let running = json!({"status": "running"});
         let down = json!({"container": {"status": "waiting", "restart_count": 4}});
+        let channel_state = |channel, health| channel_state(channel, health).into_string();
         assert!(channel_state(&running, Some(&down)).contains(">crashed<"));
         let up = json!({"container": {"status": "running"}});
         assert!(channel_state(&running, Some(&up)).contains(">live<"));
@@ -248,7 +246,7 @@ mod tests {
     #[test]
     fn the_health_badge_names_the_worst_thing_and_carries_the_notes() {
         use serde_json::json;
-        let badge = |health: Value| health_badge(&health);
+        let badge = |health: Value| health_badge(&health).into_string();
         let oom = badge(
             json!({"container": {"status": "running", "oom_killed": true, "restart_count": 2},
             "notes": ["the container was killed for passing its memory limit"]}),
@@ -301,8 +299,9 @@ mod tests {
     #[test]
     fn notices_come_only_from_the_pages_list() {
         let known = [("saved", "Saved.")];
-        assert!(notice(Some("saved"), &known).contains("Saved."));
-        assert_eq!(notice(Some("<script>"), &known), "");
-        assert_eq!(notice(None, &known), "");
+        let notice = |done| notice(done, &known).into_string();
+        assert!(notice(Some("saved")).contains("Saved."));
+        assert_eq!(notice(Some("<script>")), "");
+        assert_eq!(notice(None), "");
     }
 }

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::{Done, may, see};
 use crate::ConsoleRouter;
-use crate::html::{esc, seg};
+use crate::html::{Markup, html, seg};
 use crate::retry::{self, Form};
 use crate::session::Write;
 use slipway_core::access::Action;
@@ -96,37 +96,34 @@ pub fn button(
     here: &str,
     snapshot_id: &str,
     name: &str,
-    csrf: &str,
+    csrf: &Markup,
     form: Form<'_>,
-) -> String {
+) -> Markup {
     if !may(app, Action::ReplaceData) || snapshot_id.is_empty() {
-        return String::new();
+        return Markup::default();
     }
     let this_row = form.typed("snapshot_id") == Some(snapshot_id);
     let (what, asked) = match leg {
         Leg::Sql => ("database", "the database's name"),
         Leg::Bucket => ("bucket", "the channel's name"),
     };
-    format!(
-        r#"<details class="confirm"{open}><summary>Restore</summary>{alert}<form method="post" action="{here}/{segment}/restore">{csrf}<input type="hidden" name="snapshot_id" value="{id}">
-<p>The {what} goes back to this snapshot; what was written since is replaced.</p>
-<label>Type {asked}, <b>{name}</b>, to confirm <input name="confirm"{typed} required autocomplete="off"></label>
-<button class="danger" type="submit">Restore the {what}</button></form></details>"#,
-        open = if this_row { " open" } else { "" },
-        alert = if this_row {
-            form.alert()
-        } else {
-            String::new()
-        },
-        segment = leg.segment(),
-        id = esc(snapshot_id),
-        name = esc(name),
-        typed = if this_row {
-            form.value("confirm", "")
-        } else {
-            String::new()
-        },
-    )
+    html! {
+        details.confirm open[this_row] {
+            summary { "Restore" }
+            @if this_row { (form.alert()) }
+            form method="post" action={ (here) "/" (leg.segment()) "/restore" } {
+                (csrf)
+                input type="hidden" name="snapshot_id" value=(snapshot_id);
+                p { "The " (what) " goes back to this snapshot; what was written since is replaced." }
+                label {
+                    "Type " (asked) ", " b { (name) } ", to confirm "
+                    input name="confirm" value=[this_row.then(|| form.value("confirm", "")).flatten()]
+                        required autocomplete="off";
+                }
+                button.danger type="submit" { "Restore the " (what) }
+            }
+        }
+    }
 }
 
 async fn sql(Path((app_id, channel_id)): Path<(String, String)>, write: Write) -> Response {
@@ -196,9 +193,10 @@ mod tests {
                 here,
                 "s1",
                 "db_x",
-                "",
+                &html! {},
                 Form::of(None, "x"),
             )
+            .into_string()
         };
         assert!(offered("admin").contains(r#"action="/apps/a/channels/c/postgres/restore""#));
         assert!(offered("owner").contains(r#"name="snapshot_id" value="s1""#));
@@ -211,9 +209,10 @@ mod tests {
                 here,
                 "",
                 "prod",
-                "",
+                &html! {},
                 Form::of(None, "x")
             )
+            .into_string()
             .is_empty()
         );
     }

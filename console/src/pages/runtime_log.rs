@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::{person_page, text};
 use crate::ConsoleRouter;
-use crate::html::{self, esc, seg};
+use crate::html::{self, Markup, html, seg};
 use crate::session::Person;
 
 /// The routes of this page.
@@ -81,21 +81,25 @@ fn command(lines: u32, filter: &str) -> String {
 }
 
 /// The controls, for the channel page and this one, filled with `controls`.
-pub fn form(here: &str, controls: &Controls) -> String {
-    format!(
-        r#"<form method="get" action="{here}/runtime-log" id="runtime-log" class="inline">
-<label>Last <input type="number" name="lines" value="{lines}" min="1" max="{MAX_LINES}" size="5"> lines</label>
-<label>Containing <input name="filter" value="{filter}" maxlength="{MAX_FILTER}" placeholder="any text"></label>
-<label><input type="checkbox" name="follow" value="on"{follow}> Follow</label>
-<button type="submit">Show</button></form>"#,
-        lines = controls.lines(),
-        filter = esc(controls.filter()),
-        follow = if controls.follows() || controls.lines.is_none() {
-            " checked"
-        } else {
-            ""
-        },
-    )
+pub fn form(here: &str, controls: &Controls) -> Markup {
+    html! {
+        form.inline #runtime-log method="get" action={ (here) "/runtime-log" } {
+            label {
+                "Last "
+                input type="number" name="lines" value=(controls.lines()) min="1" max=(MAX_LINES) size="5";
+                " lines"
+            }
+            label {
+                "Containing "
+                input name="filter" value=(controls.filter()) maxlength=(MAX_FILTER) placeholder="any text";
+            }
+            label {
+                input type="checkbox" name="follow" value="on" checked[controls.follows() || controls.lines.is_none()];
+                " Follow"
+            }
+            button type="submit" { "Show" }
+        }
+    }
 }
 
 async fn runtime_log(
@@ -124,20 +128,18 @@ async fn runtime_log(
             "finished",
         ],
         &[vec![
-            log["container_index"].as_i64().unwrap_or(0).to_string(),
-            format!(
-                "{}{}",
-                html::status(text(&log, "status")),
-                if log["oom_killed"].as_bool() == Some(true) {
-                    " (out of memory)"
-                } else {
-                    ""
+            html! { (log["container_index"].as_i64().unwrap_or(0)) },
+            html! {
+                (html::status(text(&log, "status")))
+                @if log["oom_killed"].as_bool() == Some(true) { " (out of memory)" }
+            },
+            html! {
+                @match log["exit_code"].as_i64() {
+                    Some(code) => (code),
+                    None => "—",
                 }
-            ),
-            log["exit_code"]
-                .as_i64()
-                .map_or("—".into(), |c| c.to_string()),
-            log["restart_count"].as_i64().unwrap_or(0).to_string(),
+            },
+            html! { (log["restart_count"].as_i64().unwrap_or(0)) },
             html::time(text(&log, "started_at")),
             html::time(text(&log, "finished_at")),
         ]],
@@ -158,24 +160,17 @@ async fn runtime_log(
     if log["timed_out"].as_bool() == Some(true) {
         said.push("Reading the log took over 30 seconds: this is what it read by then.".to_owned());
     }
-    let said: String = said
-        .iter()
-        .map(|s| format!(r#"<p class="hint">{}</p>"#, esc(s)))
-        .collect();
-    let shown = format!(
-        r#"{facts}{said}<pre class="log" id="runtime-output" role="log" aria-live="polite">{}</pre>"#,
-        esc(output)
-    );
-    let body = format!(
-        r#"<p><a href="{here}">Back to the channel</a></p>{form}{shown}"#,
-        form = form(&here, &controls),
-        shown = if controls.follows() {
-            html::live("runtime-log-output", &shown)
-        } else {
-            shown
-        },
-    );
-    person_page(&person, "Runtime log", &body)
+    let shown = html! {
+        (facts)
+        @for s in &said { p.hint { (s) } }
+        pre.log #runtime-output role="log" aria-live="polite" { (output) }
+    };
+    let body = html! {
+        p { a href=(here) { "Back to the channel" } }
+        (form(&here, &controls))
+        @if controls.follows() { (html::live("runtime-log-output", shown)) } @else { (shown) }
+    };
+    person_page(&person, "Runtime log", body)
 }
 
 #[cfg(test)]
@@ -236,8 +231,9 @@ mod tests {
         assert_eq!(cut.filter().len(), MAX_FILTER);
         assert!(cut.filter().chars().all(|c| c == 'é'));
         // The form follows by default, and keeps what was asked.
-        assert!(form("/x", &Controls::default()).contains(" checked>"));
-        let asked = form("/x", &controls("20", "<b>"));
+        let form = |controls: &Controls| form("/x", controls).into_string();
+        assert!(form(&Controls::default()).contains(" checked>"));
+        let asked = form(&controls("20", "<b>"));
         assert!(
             asked.contains(r#"value="20""#) && asked.contains(r#"value="&lt;b&gt;""#),
             "{asked}"

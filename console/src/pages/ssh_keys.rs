@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::{list, see, text};
 use crate::ConsoleRouter;
-use crate::html::{self, esc, seg};
+use crate::html::{self, Markup, html, seg};
 use crate::retry::{self, Form};
 use crate::session::{Person, Write};
 
@@ -26,8 +26,8 @@ pub fn routes() -> ConsoleRouter {
         .route("/account/ssh-keys/{key_id}/remove", post(remove))
 }
 
-/// The section's HTML: the keys, how to push with one, and the add form (`form`, with a refused add's fields).
-pub async fn section(person: &Person, git_host: &str, form: Form<'_>) -> String {
+/// The section: the keys, how to push with one, and the add form (`form`, with a refused add's fields).
+pub async fn section(person: &Person, git_host: &str, form: Form<'_>) -> Markup {
     let csrf = html::csrf_field(&person.session.csrf);
     let keys = match person.api.get("/ssh-keys").await {
         Ok(keys) => html::table(
@@ -47,41 +47,50 @@ pub async fn section(person: &Person, git_host: &str, form: Form<'_>) -> String 
         ),
     };
     let remote = format!("git@{}:{}/<app>.git", git_host, person.session.username);
-    format!(
-        r#"<section class="card" id="ssh-keys"><h2>SSH keys</h2>
-<p>With a key here, git pushes over SSH without a token: <code id="ssh-remote">{remote}</code> <button type="button" data-copy="ssh-remote">Copy</button></p>
-{keys}
-<h3>Add a key</h3>
-{alert}<form method="post" action="/account/ssh-keys" id="{ADD_FORM}">{csrf}
-<label>Public key <textarea name="public_key" rows="3" required placeholder="ssh-ed25519 AAAA… you@laptop">{typed_key}</textarea></label>
-<label>Label <input name="label"{label} maxlength="{max}" placeholder="the key's comment"></label>
-<label><input type="checkbox" name="api_login" value="on"{api_login}> Also let this key sign in to the API (<code>POST /auth/ssh-key</code>)</label>
-<button type="submit">Add key</button></form>
-<p class="hint">Paste the line of your <code>~/.ssh/id_ed25519.pub</code>; only <code>ssh-ed25519</code> keys are taken, and a key belongs to one account.</p></section>"#,
-        remote = esc(&remote),
-        alert = form.alert(),
-        typed_key = esc(form.typed("public_key").unwrap_or_default()),
-        label = form.value("label", ""),
-        max = slipway_rest::ssh_keys::LABEL_MAX_CHARS,
-        api_login = if form.typed("api_login") == Some("on") {
-            " checked"
-        } else {
-            ""
-        },
-    )
+    html! {
+        section.card #ssh-keys {
+            h2 { "SSH keys" }
+            p {
+                "With a key here, git pushes over SSH without a token: " code #ssh-remote { (remote) } " "
+                button type="button" data-copy="ssh-remote" { "Copy" }
+            }
+            (keys)
+            h3 { "Add a key" }
+            (form.alert())
+            form method="post" action="/account/ssh-keys" id=(ADD_FORM) {
+                (csrf)
+                label {
+                    "Public key "
+                    textarea name="public_key" rows="3" required placeholder="ssh-ed25519 AAAA… you@laptop" {
+                        (form.typed("public_key").unwrap_or_default())
+                    }
+                }
+                label {
+                    "Label "
+                    input name="label" value=[form.value("label", "")]
+                        maxlength=(slipway_rest::ssh_keys::LABEL_MAX_CHARS) placeholder="the key's comment";
+                }
+                label {
+                    input type="checkbox" name="api_login" value="on" checked[form.typed("api_login") == Some("on")];
+                    " Also let this key sign in to the API (" code { "POST /auth/ssh-key" } ")"
+                }
+                button type="submit" { "Add key" }
+            }
+            p.hint {
+                "Paste the line of your " code { "~/.ssh/id_ed25519.pub" } "; only " code { "ssh-ed25519" }
+                " keys are taken, and a key belongs to one account."
+            }
+        }
+    }
 }
 
 /// One key's row, with its remove button behind a second click.
-fn row(key: &Value, csrf: &str) -> Vec<String> {
+fn row(key: &Value, csrf: &Markup) -> Vec<Markup> {
     let label = text(key, "label");
     vec![
-        esc(label),
-        format!("<code>{}</code>", esc(text(key, "fingerprint_sha256"))),
-        if key["api_login"].as_bool() == Some(true) {
-            "yes".into()
-        } else {
-            "no".into()
-        },
+        html! { (label) },
+        html! { code { (text(key, "fingerprint_sha256")) } },
+        html! { @if key["api_login"].as_bool() == Some(true) { "yes" } @else { "no" } },
         html::time(text(key, "created_at")),
         html::Destructive {
             action: &format!("/account/ssh-keys/{}/remove", seg(text(key, "id"))),

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{list, notice, person_page, person_page_as, see, text};
-use crate::html::{self, esc, seg};
+use crate::html::{self, Markup, html, seg};
 use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter};
@@ -59,16 +59,16 @@ async fn page(person: &Person, query: &TokensQuery, retry: Option<&Retry<'_>>) -
         Err(f) => return person.refused(&f, "/tokens"),
     };
     let csrf = html::csrf_field(&person.session.csrf);
-    let rows: Vec<Vec<String>> = list(&listing, "tokens")
+    let rows: Vec<Vec<Markup>> = list(&listing, "tokens")
         .iter()
         .map(|t| {
             let id = text(t, "id");
             let this_session = id == person.session.token_id.to_string();
             let scopes: Vec<&str> = list(t, "scopes").iter().filter_map(Value::as_str).collect();
+            let label = t.get("label").and_then(Value::as_str);
             let revoke = if this_session {
-                r#"<span class="hint">this browser's sign-in</span>"#.to_owned()
+                html! { span.hint { "this browser's sign-in" } }
             } else {
-                let label = t.get("label").and_then(Value::as_str);
                 html::Destructive {
                     action: &format!("/tokens/{}/revoke", seg(id)),
                     hidden: &csrf,
@@ -82,13 +82,9 @@ async fn page(person: &Person, query: &TokensQuery, retry: Option<&Retry<'_>>) -
                 .html()
             };
             vec![
-                format!(
-                    r#"<span class="token-label" data-token="{}">{}</span>"#,
-                    esc(id),
-                    esc(t.get("label").and_then(Value::as_str).unwrap_or("—"))
-                ),
-                esc(origin_name(t.get("origin").and_then(Value::as_str))),
-                format!("<small>{}</small>", esc(&scopes.join(" "))),
+                html! { span.token-label data-token=(id) { (label.unwrap_or("—")) } },
+                html! { (origin_name(t.get("origin").and_then(Value::as_str))) },
+                html! { small { (scopes.join(" ")) } },
                 html::time(t.get("created_at").and_then(Value::as_str).unwrap_or("—")),
                 html::time(t.get("expires_at").and_then(Value::as_str).unwrap_or("never")),
                 html::time(t.get("last_used_at").and_then(Value::as_str).unwrap_or("never")),
@@ -101,37 +97,34 @@ async fn page(person: &Person, query: &TokensQuery, retry: Option<&Retry<'_>>) -
         .iter()
         .map(|(value, label, _)| (*value, *label))
         .collect();
-    let mut body = notice(
-        query.done.as_deref(),
-        &[("revoked", "The token is revoked; it stops working at once.")],
-    );
-    body.push_str(&format!(
-        r#"<section class="card"><h2>New token</h2>
-{alert}<form method="post" action="/tokens" id="mint-token">{csrf}
-<label>Label <input name="label" id="token-label"{label} maxlength="{max}" required></label>
-<label>Expires <select name="life">{lives}</select></label>
-<button type="submit">Create token</button></form>
-<p class="hint">A token carries the nine default scopes. It is shown once, right after you create it.</p></section>"#,
-        alert = form.alert(),
-        label = form.value("label", query.label.as_deref().unwrap_or_default()),
-        lives = form.options("life", &lives),
-        max = slipway_rest::tokens::MAX_LABEL,
-    ));
-    body.push_str("<h2>Your tokens</h2>");
-    body.push_str(&html::table(
-        &[
-            "label",
-            "made by",
-            "scopes",
-            "created",
-            "expires",
-            "last used",
-            "",
-        ],
-        &rows,
-        "No tokens.",
-    ));
-    person_page_as(person, status(retry), "Tokens", &body)
+    let body = html! {
+        (notice(
+            query.done.as_deref(),
+            &[("revoked", "The token is revoked; it stops working at once.")],
+        ))
+        section.card {
+            h2 { "New token" }
+            (form.alert())
+            form #mint-token method="post" action="/tokens" {
+                (csrf)
+                label {
+                    "Label "
+                    input #token-label name="label" value=[form.value("label", query.label.as_deref().unwrap_or_default())]
+                        maxlength=(slipway_rest::tokens::MAX_LABEL) required;
+                }
+                label { "Expires " select name="life" { (form.options("life", &lives)) } }
+                button type="submit" { "Create token" }
+            }
+            p.hint { "A token carries the nine default scopes. It is shown once, right after you create it." }
+        }
+        h2 { "Your tokens" }
+        (html::table(
+            &["label", "made by", "scopes", "created", "expires", "last used", ""],
+            &rows,
+            "No tokens.",
+        ))
+    };
+    person_page_as(person, status(retry), "Tokens", body)
 }
 
 /// The tokens page again with `failure`, the refusal of a mint, and the form as it was sent.
@@ -171,24 +164,26 @@ async fn mint(State(console): State<Arc<Console>>, write: Write) -> Response {
         Ok(minted) => minted,
         Err(e) => return refused_mint(&write, &Failure::of_error(&e)).await,
     };
-    let body = format!(
-        r#"{notice}<p>Token <b>{label}</b>, {expiry}:</p>
-<p><code class="secret" id="new-token">{token}</code> <button type="button" data-copy="new-token" id="copy-token">Copy</button></p>
-<p><a href="/tokens">Back to your tokens</a></p>"#,
-        notice = html::banner(
+    let body = html! {
+        (html::banner(
             "warning",
             "Copy it now: this is the only time it is shown. Use it as `Authorization: Bearer <token>`, or as the git password."
-        ),
-        label = esc(minted.label.as_deref().unwrap_or("—")),
-        expiry = minted
-            .expires_at
-            .map_or("never expires".to_owned(), |at| format!(
-                "expires {}",
-                esc(&at.to_rfc3339())
-            )),
-        token = esc(&minted.token),
-    );
-    person_page(&write.person, "Your new token", &body)
+        ))
+        p {
+            "Token " b { (minted.label.as_deref().unwrap_or("—")) } ", "
+            @match minted.expires_at {
+                Some(at) => { "expires " (at.to_rfc3339()) }
+                None => "never expires",
+            }
+            ":"
+        }
+        p {
+            code.secret #new-token { (minted.token) } " "
+            button #copy-token type="button" data-copy="new-token" { "Copy" }
+        }
+        p { a href="/tokens" { "Back to your tokens" } }
+    };
+    person_page(&write.person, "Your new token", body)
 }
 
 async fn revoke(Path(token_id): Path<String>, write: Write) -> Response {
