@@ -6,7 +6,6 @@
 
 mod admin;
 pub mod cookies;
-pub mod html;
 pub mod request_id;
 pub mod tls;
 

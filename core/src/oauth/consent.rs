@@ -2,11 +2,12 @@
 //! account and which scopes, and allows or refuses. Any client can register itself, so this is the step that
 //! keeps a link from a stranger's client from quietly becoming a token for that stranger.
 
+use maud::{DOCTYPE, html};
+
 use super::clients::Client;
-use slipway_http::html::escape;
 
 /// The page asking `username` whether `client` may act for them with `scopes`; its form posts `request` to
-/// `action`.
+/// `action`. A maud template: every value, the client's self-chosen name first, is escaped.
 pub fn page(
     client: &Client,
     redirect_uri: &str,
@@ -20,36 +21,37 @@ pub fn page(
         .ok()
         .and_then(|u| u.host_str().map(str::to_owned))
         .unwrap_or_default();
-    let scopes: String = scopes
-        .iter()
-        .map(|s| format!("<li><code>{}</code></li>", escape(s)))
-        .collect();
-    format!(
-        r#"<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
-<title>Allow {name} to use your slipway account?</title></head>
-<body>
-<h1>Allow {name} to use your slipway account?</h1>
-<p>You are signed in as <strong>{username}</strong>. <strong>{name}</strong> (client <code>{client_id}</code>) asks
-to use the platform's MCP server as you, for 30 days, with these scopes:</p>
-<ul>{scopes}</ul>
-<p>Its answer goes to <strong>{destination}</strong> (<code>{redirect}</code>). Allow it only if you started this
-from that client yourself.</p>
-<form method="post" action="{action}">
-<input type="hidden" name="request" value="{request}">
-<button type="submit" name="decision" value="allow">Allow</button>
-<button type="submit" name="decision" value="deny">Refuse</button>
-</form>
-</body></html>
-"#,
-        name = escape(name),
-        username = escape(username),
-        client_id = escape(&client.client_id),
-        destination = escape(&destination),
-        redirect = escape(redirect_uri),
-        action = escape(action),
-        request = escape(request),
-    )
+    let question = format!("Allow {name} to use your slipway account?");
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width";
+                title { (question) }
+            }
+            body {
+                h1 { (question) }
+                p {
+                    "You are signed in as " strong { (username) } ". " strong { (name) }
+                    " (client " code { (client.client_id) } ") asks to use the platform's MCP server as you, for \
+                     30 days, with these scopes:"
+                }
+                ul { @for scope in scopes { li { code { (scope) } } } }
+                p {
+                    "Its answer goes to " strong { (destination) } " (" code { (redirect_uri) } "). Allow it only \
+                     if you started this from that client yourself."
+                }
+                form method="post" action=(action) {
+                    input type="hidden" name="request" value=(request);
+                    button type="submit" name="decision" value="allow" { "Allow" }
+                    " "
+                    button type="submit" name="decision" value="deny" { "Refuse" }
+                }
+            }
+        }
+    }
+    .into_string()
 }
 
 #[cfg(test)]
