@@ -1,6 +1,6 @@
 //! The Deploy reconciler: takes a Deploy from queued through running to success or failed, one deploy at a time
-//! per channel (a newer one waits behind the older ones), and keeps the Channel's `currentSha`, `phase`, `readyBy`
-//! and `pendingDeploy` truthful.
+//! per channel (a newer one waits behind the older ones), and keeps the Channel's `currentSha`, `readyBy` and
+//! `pendingDeploy` truthful (the channel reconciler writes the phase that follows from them).
 //!
 //! Every step is derived from what the cluster holds (the Deploy's status, the build Job, the deploy's
 //! Deployment), never from memory, so an operator that restarts at any point picks a deploy up where it was.
