@@ -1,8 +1,10 @@
 //! Git over slipway's smart HTTP against plain `git http-backend` on the same machine in the same run: push and
 //! clone of a repository of incompressible files (1000 MiB by default, under the platform's 1 GiB push limit), with
 //! MB/s for each and the ratio, then the same through two api replicas that keep repositories in object storage
-//! (push, a clone from a warm cache, a clone from an empty one), plus the latency of a 10-file changeset. Needs the control plane and Postgres
-//! (`make bench` starts them). The peak RSS printed is this process's, which serves slipway's API and the CGI
+//! (push, a clone from a warm cache, a clone from an empty one). Beside those: the publish's own upload of the same
+//! pack to the same store, which with `git http-backend`'s push is the floor of a push that uploads after receiving;
+//! a compaction of the whole repository against `git repack -a -d`; and the latency of a 10-file changeset. Needs
+//! the control plane and Postgres (`make bench` starts them). The peak RSS printed is this process's, which serves slipway's API and the CGI
 //! bridge (git's own processes are outside it on both sides).
 //!
 //! `git http-backend` is served by a minimal streaming CGI bridge in this file, so both sides stream through one
@@ -124,26 +126,32 @@ async fn main() -> Result<()> {
     // this machine): pushed through A, cloned through A (its cache warm) and through B (its cache empty, every
     // pack from the bucket).
     let s3 = slipway_testkit::s3::TestS3::start().await?;
-    let mut replicas = Vec::new();
-    for name in ["a", "b"] {
+    let endpoint = support::s3_calls::root(&s3);
+    let replica = async |name: &str| -> Result<Replica> {
         let state = api.replica_state().await?;
         let repos = slipway_git_store::Repos::in_object_store(
             ws.path(&format!("cache-{name}")),
             state.db().clone(),
-            &support::s3_calls::root(&s3),
+            &endpoint,
             "slipway-git",
             Path::new(env!("CARGO_BIN_EXE_slipway")),
         )
         .await?;
-        let router = slipway_api::routes::public(state.with_repos(repos));
+        let router = slipway_api::routes::public(state.with_repos(repos.clone()));
         let base = support::serve_router(router.clone()).await?;
-        replicas.push((router, base));
-    }
+        Ok(Replica {
+            router,
+            base,
+            repos,
+        })
+    };
+    let replicas = [replica("a").await?, replica("b").await?];
     let mut objects = [f64::MAX; 3]; // push, warm clone, cold clone
+    let mut last_app = None;
     for round in 0..rounds {
         let app = format!("obj{round}");
         let created = support::call_on(
-            &replicas[0].0,
+            &replicas[0].router,
             axum::http::Method::POST,
             "/apps",
             Some(&user.token),
@@ -151,8 +159,9 @@ async fn main() -> Result<()> {
         )
         .await;
         anyhow::ensure!(created.status == 200, "create {app}: {}", created.body);
-        let via =
-            |i: usize| support::git::http_remote(&replicas[i].1, &user.token, &user.username, &app);
+        let via = |i: usize| {
+            support::git::http_remote(&replicas[i].base, &user.token, &user.username, &app)
+        };
         let t = Instant::now();
         ws.git("src", &["push", "-q", &via(0), "HEAD:master"])
             .await?;
@@ -173,6 +182,7 @@ async fn main() -> Result<()> {
         objects[0] = objects[0].min(push);
         objects[1] = objects[1].min(clones[0]);
         objects[2] = objects[2].min(clones[1]);
+        last_app = Some((app, created.body["id"].as_str().context("app id")?.parse()?));
     }
     for (op, ours, native) in [
         ("push", objects[0], best[1][0]),
@@ -185,6 +195,50 @@ async fn main() -> Result<()> {
             mb / native,
             native / ours
         );
+    }
+
+    // The floor of a push that uploads its pack after receiving it: git http-backend's push plus the publish's own
+    // upload call (no git, no database) of the same pack to the same store.
+    let floor_bucket =
+        slipway_git_store::bucket::PackBucket::open(&endpoint, "slipway-git-floor").await?;
+    let pack_dir = ws.path("src/.git/objects/pack");
+    let pack = std::fs::read_dir(&pack_dir)?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .find_map(|f| f.strip_suffix(".pack").map(str::to_owned))
+        .context("no pack in the source repository")?;
+    let mut upload = f64::MAX;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        floor_bucket
+            .upload(uuid::Uuid::new_v4(), &pack_dir, &pack)
+            .await?;
+        upload = upload.min(t.elapsed().as_secs_f64());
+    }
+    let floor = best[1][0] + upload;
+    println!(
+        "upload of the pushed pack to the same store (best of {rounds}): {upload:.2}s, {:.1} MB/s; git http-backend's push plus that upload: {floor:.2}s, ratio {:.2} (a push that uploads after receiving can reach no more)",
+        mb / upload,
+        best[1][0] / floor
+    );
+
+    if let Some((app, app_id)) = last_app {
+        let fresh = replica("c").await?;
+        let remote =
+            |base: &str| support::git::http_remote(base, &user.token, &user.username, &app);
+        let native_app = format!("big{}", rounds - 1);
+        compaction(
+            &ws,
+            [
+                remote(&replicas[0].base),
+                format!("{native_base}/{native_app}.git"),
+            ],
+            &native_root.join(format!("{native_app}.git")),
+            &replicas[0],
+            app_id,
+            &remote(&fresh.base),
+            mb,
+        )
+        .await?;
     }
 
     // Changeset latency: 10 files per commit on top of the big repository's history.
@@ -219,6 +273,83 @@ async fn main() -> Result<()> {
         ms(pct(0.5)),
         ms(pct(0.99)),
         latencies.len()
+    );
+    Ok(())
+}
+
+/// An api replica that keeps repositories in object storage: its router, its address, its repositories.
+struct Replica {
+    router: axum::Router,
+    base: String,
+    repos: slipway_git_store::Repos,
+}
+
+/// Compaction at the repository's full size: one small commit on top of the big one makes a second pack, then the
+/// repository's maintenance folds both into one (the whole gigabyte rewritten from the cache and uploaded), against
+/// `git repack -a -d` of the same repository pushed to `git http-backend`. A replica with an empty cache then clones
+/// it (`fresh_remote`), and its head must be the source's.
+async fn compaction(
+    ws: &support::git::Workspace,
+    remotes: [String; 2],
+    native_repo: &Path,
+    a: &Replica,
+    app_id: uuid::Uuid,
+    fresh_remote: &str,
+    mb: f64,
+) -> Result<()> {
+    ws.write("src/small.txt", b"one more commit\n")?;
+    ws.git("src", &["add", "-A"]).await?;
+    ws.git("src", &["commit", "-qm", "small"]).await?;
+    let head = ws.git("src", &["rev-parse", "HEAD"]).await?;
+    for remote in &remotes {
+        ws.git("src", &["push", "-q", remote, "HEAD:master"])
+            .await?;
+    }
+    let policy = slipway_git_store::maintain::Policy {
+        every: Duration::ZERO,
+        compact_at: 2,
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let done = a
+        .repos
+        .maintain(app_id, &policy)
+        .await?
+        .context("the repository's maintenance was not claimed")?;
+    let ours = t.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        done.packs_folded == 2,
+        "folded {} packs, not 2",
+        done.packs_folded
+    );
+    let t = Instant::now();
+    let out = tokio::process::Command::new("git")
+        .args(["repack", "-a", "-d", "-q"])
+        .current_dir(native_repo)
+        .output()
+        .await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "git repack: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let native = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    ws.git(
+        ".",
+        &["clone", "-q", "--bare", fresh_remote, "clone-compacted"],
+    )
+    .await?;
+    let clone = t.elapsed().as_secs_f64();
+    let cloned = ws.git("clone-compacted", &["rev-parse", "HEAD"]).await?;
+    anyhow::ensure!(
+        cloned == head,
+        "the compacted repository's head is {cloned}, not {head}"
+    );
+    std::fs::remove_dir_all(ws.path("clone-compacted"))?;
+    println!(
+        "compaction of the repository in object storage ({mb:.0} MB, 2 packs into 1, uploaded): {ours:.2}s, git repack -a -d {native:.2}s, ratio {:.2}; then a clone from an empty cache {clone:.2}s, its head the pushed one",
+        native / ours
     );
     Ok(())
 }

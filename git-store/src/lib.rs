@@ -200,6 +200,14 @@ impl Repos {
             config: vec![
                 "-c".into(),
                 format!("core.hooksPath={}", storage.hooks.display()),
+                // A push's pack is kept as it came, never exploded into loose objects (git does that below 100
+                // objects): publishing uploads a kept pack as it is, while loose objects must be deflated into a
+                // new one first, which for a push of a few large files cost seconds.
+                "-c".into(),
+                "transfer.unpackLimit=1".into(),
+                // The cache's packs are the bucket's, and only maintenance folds them: no `gc --auto` after a push.
+                "-c".into(),
+                "receive.autogc=false".into(),
             ],
             env: vec![
                 (hook::SOCKET_ENV, storage.socket.display().to_string()),

@@ -247,10 +247,11 @@ fn inside_objects(path: &Path, quarantine: &str) -> Result<PathBuf, String> {
 /// published, so its objects are in the bucket already), in the `pack` directory of `quarantine` (a push's objects)
 /// or of the repository.
 ///
-/// A push's received packs are taken as they are: receive-pack indexes them with `--fix-thin`, so each stands on its
-/// own, and packing their objects again would be a second pass over the whole push. They are kept (`.keep`), and
-/// `git pack-objects --honor-pack-keep` then packs only the rest: a small push's loose objects, or objects the
-/// push leans on that the cache holds and no published ref reaches (a failed changeset's, say).
+/// A push's received pack is taken as it is (a writer keeps every received pack: `transfer.unpackLimit=1`):
+/// receive-pack indexes it with `--fix-thin`, so it stands on its own, and packing its objects again would be a
+/// second pass over the whole push. It is kept (`.keep`), and `git pack-objects --honor-pack-keep` then packs only
+/// the rest: objects the push leans on that the cache holds and no published ref reaches (a failed changeset's,
+/// say).
 async fn new_packs(
     path: &Path,
     quarantine: Option<&Path>,

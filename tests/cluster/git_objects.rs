@@ -769,7 +769,7 @@ async fn packed_objects(ws: &Workspace, repo: &std::path::Path) -> Result<(usize
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_publishes_the_packs_it_received_and_each_stands_alone() -> Result<()> {
-    // Over receive-pack's unpack limit (100 objects), so that git keeps what it receives as a pack.
+    // Enough objects that a pack of them would be kept even under git's default unpack limit (100 objects).
     const FILES: usize = 150;
     let r = Replicas::start().await?;
     let (_alice, app_id, [via_a, via_b]) = r.app("whole").await?;
@@ -807,6 +807,28 @@ async fn a_push_publishes_the_packs_it_received_and_each_stands_alone() -> Resul
         .packs;
     assert_eq!(live.len(), 2, "{live:?}");
     assert_eq!(r.bucket_files()?, 4);
+
+    // A push of a few objects is kept as the pack it came in too (git would explode it into loose objects, which
+    // publishing would then deflate into a new pack): the cache holds no loose object afterwards.
+    ws.write("w/0.txt", "a small change\n")?;
+    ws.git("w", &["commit", "-qam", "third"]).await?;
+    ws.git("w", &["push", "-q", &via_a, "HEAD:master"]).await?;
+    assert_eq!(r.bucket_files()?, 6);
+    let counted = ws
+        .git(
+            ".",
+            &[
+                "--git-dir",
+                &a_repo.to_string_lossy(),
+                "count-objects",
+                "-v",
+            ],
+        )
+        .await?;
+    assert!(
+        counted.lines().any(|l| l == "count: 0"),
+        "loose objects in the pushing replica's cache:\n{counted}"
+    );
 
     // Each pack stands on its own: a cache made from the bucket alone serves the whole history.
     r.clone_cold(&ws, &via_b).await?;
