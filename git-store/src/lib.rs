@@ -43,6 +43,11 @@ pub struct RepoOf<'a> {
     pub name: &'a AppName,
 }
 
+/// A push's pack is kept as it came, never exploded into loose objects (git does that below 100 objects): publishing
+/// uploads a kept pack as it is, while loose objects must be deflated into a new pack first, and on a volume every
+/// clone deflates them again until gc packs them. For a push of a few large files either cost seconds.
+const KEEP_PUSHED_PACKS: [&str; 2] = ["-c", "transfer.unpackLimit=1"];
+
 /// Where the repositories are kept.
 #[derive(Debug, Clone)]
 pub struct Repos {
@@ -181,7 +186,10 @@ impl Repos {
     /// [`Hold`]).
     pub async fn writer(&self, app: Uuid, actor: &str, writing: Writing) -> Writer {
         let Some(storage) = &self.objects else {
-            return Writer::default();
+            return Writer {
+                config: KEEP_PUSHED_PACKS.map(str::to_owned).to_vec(),
+                ..Writer::default()
+            };
         };
         let id = Uuid::new_v4();
         let hold = Arc::new(Hold::default());
@@ -200,11 +208,8 @@ impl Repos {
             config: vec![
                 "-c".into(),
                 format!("core.hooksPath={}", storage.hooks.display()),
-                // A push's pack is kept as it came, never exploded into loose objects (git does that below 100
-                // objects): publishing uploads a kept pack as it is, while loose objects must be deflated into a
-                // new one first, which for a push of a few large files cost seconds.
-                "-c".into(),
-                "transfer.unpackLimit=1".into(),
+                KEEP_PUSHED_PACKS[0].into(),
+                KEEP_PUSHED_PACKS[1].into(),
                 // The cache's packs are the bucket's, and only maintenance folds them: no `gc --auto` after a push.
                 "-c".into(),
                 "receive.autogc=false".into(),
