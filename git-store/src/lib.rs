@@ -556,13 +556,10 @@ mod tests {
         let head = std::fs::read_to_string(path.join("HEAD")).unwrap();
         assert_eq!(head.trim(), "ref: refs/heads/master");
         assert!(path.join("objects").is_dir());
-        assert!(
-            repos
-                .writer(app.id, "alice", Writing::Push)
-                .await
-                .config
-                .is_empty()
-        );
+        // A push on a volume runs no hook; it only keeps its pack as it came.
+        let writer = repos.writer(app.id, "alice", Writing::Push).await;
+        assert_eq!(writer.config, KEEP_PUSHED_PACKS);
+        assert!(writer.env.is_empty());
         repos.delete(app).await.unwrap();
         assert!(!path.exists());
         repos.delete(app).await.unwrap();
