@@ -4,7 +4,8 @@
 //! included) and take their colours from the stylesheet. Each has a text alternative for screen readers.
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use slipway_rest::deploys::DeployEntry;
+use slipway_rest::plans::BandwidthDay;
 
 use crate::html::{Markup, html};
 
@@ -28,26 +29,23 @@ struct Bar {
 }
 
 /// The finished deploys of `history` (the deploy list, newest first), oldest first, at most [`DEPLOYS_SHOWN`].
-fn bars(history: &[Value]) -> Vec<Bar> {
-    let at = |d: &Value, field: &str| {
-        d.get(field)
-            .and_then(Value::as_str)
+fn bars(history: &[DeployEntry]) -> Vec<Bar> {
+    let at = |t: &Option<String>| {
+        t.as_deref()
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
             .map(|t| t.with_timezone(&Utc))
     };
     let mut bars: Vec<Bar> = history
         .iter()
         .filter_map(|d| {
-            let (requested, finished) = (at(d, "created_at")?, at(d, "finished_at")?);
-            let outcome = d.get("status").and_then(Value::as_str)?;
-            if !matches!(outcome, "success" | "failed") {
+            let (requested, finished) = (at(&d.created_at)?, at(&d.finished_at)?);
+            if !matches!(d.status.as_str(), "success" | "failed") {
                 return None;
             }
-            let sha = d.get("git_sha").and_then(Value::as_str).unwrap_or("");
             Some(Bar {
                 millis: (finished - requested).num_milliseconds().max(0),
-                outcome: outcome.to_owned(),
-                sha: crate::html::short_sha(sha).to_owned(),
+                outcome: d.status.clone(),
+                sha: crate::html::short_sha(&d.git_sha).to_owned(),
                 requested: requested.format("%Y-%m-%d %H:%M UTC").to_string(),
             })
         })
@@ -77,7 +75,7 @@ fn median(mut values: Vec<i64>) -> i64 {
 
 /// How long the channel's recent deploys took, as bars from oldest to newest coloured by outcome, with the
 /// median and the slowest named beside it; nothing when none has finished.
-pub fn deploy_times(history: &[Value]) -> Markup {
+pub fn deploy_times(history: &[DeployEntry]) -> Markup {
     let bars = bars(history);
     if bars.is_empty() {
         return Markup::default();
@@ -116,12 +114,12 @@ pub fn deploy_times(history: &[Value]) -> Markup {
 
 /// What the edge sent for the account on each day of `days` (`GET /me/usage`'s `bandwidth_days`, oldest first), as
 /// bars with the total and the busiest day in words; nothing when the API gave no days.
-pub fn bandwidth_days(days: &[Value]) -> Markup {
-    let days: Vec<(&str, u64)> = days
+pub fn bandwidth_days(days: &[BandwidthDay]) -> Markup {
+    let days: Vec<(String, u64)> = days
         .iter()
-        .filter_map(|d| Some((d.get("day")?.as_str()?, d.get("bytes")?.as_u64()?)))
+        .map(|d| (d.day.to_string(), u64::try_from(d.bytes).unwrap_or(0)))
         .collect();
-    let (Some(&(first, _)), Some(&(last, _))) = (days.first(), days.last()) else {
+    let (Some((first, _)), Some((last, _))) = (days.first(), days.last()) else {
         return Markup::default();
     };
     let total: u64 = days.iter().map(|(_, b)| b).sum();
@@ -209,21 +207,37 @@ pub fn meter(id: &str, used: u64, limit: Option<u64>) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     // The graphs as the text a browser gets.
-    fn deploy_times(history: &[Value]) -> String {
+    fn deploy_times(history: &[DeployEntry]) -> String {
         super::deploy_times(history).into_string()
     }
-    fn bandwidth_days(days: &[Value]) -> String {
+    fn bandwidth_days(days: &[BandwidthDay]) -> String {
         super::bandwidth_days(days).into_string()
     }
     fn meter(id: &str, used: u64, limit: Option<u64>) -> String {
         super::meter(id, used, limit).into_string()
     }
 
-    fn deploy(status: &str, created: &str, finished: Option<&str>) -> Value {
-        json!({"status": status, "created_at": created, "finished_at": finished, "git_sha": "0123456789abcdef0123456789abcdef01234567"})
+    fn deploy(status: &str, created: &str, finished: Option<&str>) -> DeployEntry {
+        DeployEntry {
+            deploy_id: String::new(),
+            git_sha: "0123456789abcdef0123456789abcdef01234567".into(),
+            status: status.into(),
+            stage: status.into(),
+            rewound_from: None,
+            created_at: Some(created.into()),
+            started_at: None,
+            finished_at: finished.map(str::to_owned),
+            message: None,
+        }
+    }
+
+    fn day(day: &str, bytes: i64) -> BandwidthDay {
+        BandwidthDay {
+            day: day.parse().expect("a date"),
+            bytes,
+        }
     }
 
     #[test]
@@ -272,7 +286,7 @@ mod tests {
             deploy_times(&[deploy("queued", "2026-12-01T10:00:00Z", None)]),
             ""
         );
-        let many: Vec<Value> = (0..30)
+        let many: Vec<DeployEntry> = (0..30)
             .map(|i| {
                 deploy(
                     "success",
@@ -319,9 +333,9 @@ mod tests {
     fn bandwidth_is_a_bar_a_day_scaled_to_the_busiest_and_zero_days_lie_flat() {
         assert_eq!(bandwidth_days(&[]), "");
         let days = [
-            json!({"day": "2026-12-04", "bytes": 0}),
-            json!({"day": "2026-12-05", "bytes": 2048}),
-            json!({"day": "2026-12-06", "bytes": 512}),
+            day("2026-12-04", 0),
+            day("2026-12-05", 2048),
+            day("2026-12-06", 512),
         ];
         let svg = bandwidth_days(&days);
         assert_eq!(svg.matches("<rect").count(), 3);
@@ -343,7 +357,7 @@ mod tests {
             svg.contains("2.5 KiB sent from 2026-12-04 to 2026-12-06; the busiest day, 2026-12-05, sent 2.0 KiB."),
             "{svg}"
         );
-        let quiet = bandwidth_days(&[json!({"day": "2026-12-06", "bytes": 0})]);
+        let quiet = bandwidth_days(&[day("2026-12-06", 0)]);
         assert!(
             quiet.contains("Nothing sent from 2026-12-06 to 2026-12-06."),
             "{quiet}"

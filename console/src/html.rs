@@ -187,15 +187,17 @@ pub fn sha(sha: Option<&str>) -> Markup {
 /// A timestamp (RFC 3339) as people read it, to the minute in UTC, in a `time` element the console's script
 /// words relative to now ("5 min ago"), the exact time kept as its title; anything else as it is.
 pub fn time(text: &str) -> Markup {
+    match chrono::DateTime::parse_from_rfc3339(text) {
+        Ok(at) => self::at(at.with_timezone(&chrono::Utc)),
+        Err(_) => html! { (text) },
+    }
+}
+
+/// An instant, as [`time`] shows one.
+pub fn at(at: chrono::DateTime<chrono::Utc>) -> Markup {
     html! {
-        @match chrono::DateTime::parse_from_rfc3339(text) {
-            Ok(at) => {
-                @let at = at.with_timezone(&chrono::Utc);
-                time datetime=(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)) {
-                    (at.format("%Y-%m-%d %H:%M UTC"))
-                }
-            }
-            Err(_) => (text),
+        time datetime=(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)) {
+            (at.format("%Y-%m-%d %H:%M UTC"))
         }
     }
 }

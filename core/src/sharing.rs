@@ -3,7 +3,7 @@
 //! Routes and MCP tools call these functions after checking the caller's role.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::access::{Role, VisibleApp};
 use crate::error::ApiError;
@@ -11,7 +11,7 @@ use crate::state::AppState;
 use slipway_store::db::members;
 
 /// A person with a role on an app.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MemberView {
     /// Their username.
     pub username: String,
@@ -22,7 +22,7 @@ pub struct MemberView {
 }
 
 /// `GET /apps/{app_id}/members` response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MemberList {
     /// The owner first, then the members in the order they were added.
     pub members: Vec<MemberView>,

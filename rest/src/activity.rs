@@ -4,7 +4,7 @@
 
 use axum::extract::State;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
@@ -23,7 +23,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// One journal entry.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ActivityEvent {
     /// When it happened.
     pub at: DateTime<Utc>,
@@ -37,7 +37,7 @@ pub struct ActivityEvent {
 }
 
 /// `GET /apps/{app_id}/activity` response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ActivityPage {
     /// Newest first.
     pub events: Vec<ActivityEvent>,

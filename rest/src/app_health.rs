@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use slipway_crds::deploy::DeployPhase;
 use slipway_crds::{Channel, Deploy, Template};
 use utoipa_axum::router::OpenApiRouter;
@@ -32,7 +32,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// A channel's newest container generation.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ContainerState {
     /// Its generation number (the runtime log's `container_index`).
     pub container_index: i32,
@@ -65,7 +65,7 @@ impl From<&Generation> for ContainerState {
 }
 
 /// A finished deploy.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FinishedDeploy {
     /// The deploy's id.
     pub deploy_id: String,
@@ -78,7 +78,7 @@ pub struct FinishedDeploy {
 }
 
 /// One channel's health.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChannelHealth {
     /// The channel's id.
     pub channel_id: String,
@@ -101,7 +101,7 @@ pub struct ChannelHealth {
 }
 
 /// `GET /apps/{app_id}/health` response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AppHealth {
     /// The app's id.
     pub app_id: Uuid,

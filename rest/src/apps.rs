@@ -35,7 +35,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// `GET /apps` response.
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct AppList {
     /// The apps the caller can see.
     pub apps: Vec<AppView>,

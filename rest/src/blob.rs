@@ -4,7 +4,7 @@
 //! channel's own key pair, so a 200 means an app's S3 client would get through too.
 
 use axum::extract::State;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use slipway_backends::object_store::REGION;
 use slipway_crds::Channel;
 use slipway_crds::conditions::{self, reasons};
@@ -31,7 +31,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// Object-store status of a channel.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BlobStatus {
     /// `provisioning` (the bucket is being made), `ready`, or `failed` (see `last_error`; retried).
     pub status: String,
@@ -66,7 +66,7 @@ pub struct BlobCredentials {
 }
 
 /// The caller's object storage across their channels.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BlobStorage {
     /// Bytes counted in every store of the caller's apps (what the plan's quota counts: every version, unfinished
     /// uploads' parts, and writes in flight).

@@ -35,7 +35,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// An object-store snapshot row (a checkpoint's marker).
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BlobSnapshotRow {
     /// The marker's id.
     pub snapshot_id: Uuid,

@@ -47,14 +47,14 @@ pub struct DeployRequest {
 }
 
 /// Deploy trigger response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeployTriggered {
     /// The deploy's id.
     pub deploy_id: String,
     /// The channel deployed to.
     pub channel_id: String,
     /// Always `queued`.
-    pub status: &'static str,
+    pub status: String,
 }
 
 /// What a deploy request asks for, checked: `(sha, ref)` as the Deploy spec holds them.
@@ -106,7 +106,7 @@ async fn deploy(
     Ok(Json(DeployTriggered {
         deploy_id,
         channel_id: channel_id.to_string(),
-        status: "queued",
+        status: "queued".to_owned(),
     }))
 }
 
@@ -156,7 +156,7 @@ pub struct LogQuery {
 }
 
 /// Deploy log response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeployLog {
     /// The deploy.
     pub deploy_id: String,
@@ -165,10 +165,10 @@ pub struct DeployLog {
     /// For a rewind, the id of the earlier deploy whose image it runs again; null for a deploy that builds.
     pub rewound_from: Option<String>,
     /// queued, running, success or failed.
-    pub status: &'static str,
+    pub status: String,
     /// The status in finer words: queued, building (an app or docker deploy's image), releasing (the pre-deploy
     /// snapshot, the rollout and the readiness check), success or failed.
-    pub stage: &'static str,
+    pub stage: String,
     /// When the deploy started (its creation while queued).
     pub started_at: String,
     /// When it finished; null until then.
@@ -283,8 +283,8 @@ async fn deploy_log(
             .or_else(|| deploy.spec.git_ref.clone())
             .unwrap_or_default(),
         rewound_from: rewound_from(&state, &app.namespace, &channel, &deploy),
-        status: deploy_phase_name(status.phase),
-        stage: deploy.stage(app.app.spec.template),
+        status: deploy_phase_name(status.phase).to_owned(),
+        stage: deploy.stage(app.app.spec.template).to_owned(),
         started_at: status
             .started_at
             .as_ref()
@@ -300,17 +300,17 @@ async fn deploy_log(
 }
 
 /// One deploy in a channel's history.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeployEntry {
     /// The deploy's id (read its log with `GET .../logs?deploy=<id>`).
     pub deploy_id: String,
     /// The commit deployed (as requested until it is resolved).
     pub git_sha: String,
     /// queued, running, success or failed.
-    pub status: &'static str,
+    pub status: String,
     /// The status in finer words: queued, building (an app or docker deploy's image), releasing (the pre-deploy
     /// snapshot, the rollout and the readiness check), success or failed.
-    pub stage: &'static str,
+    pub stage: String,
     /// For a rewind, the id of the earlier deploy whose image it runs again; null for a deploy that builds.
     pub rewound_from: Option<String>,
     /// When it was requested.
@@ -324,7 +324,7 @@ pub struct DeployEntry {
 }
 
 /// `GET .../deploys` response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeployHistory {
     /// The channel's deploys, newest first.
     pub deploys: Vec<DeployEntry>,
@@ -357,8 +357,8 @@ async fn deploy_history(
                     .or_else(|| deploy.spec.sha.clone())
                     .or_else(|| deploy.spec.git_ref.clone())
                     .unwrap_or_default(),
-                status: deploy_phase_name(status.phase),
-                stage: deploy.stage(app.app.spec.template),
+                status: deploy_phase_name(status.phase).to_owned(),
+                stage: deploy.stage(app.app.spec.template).to_owned(),
                 rewound_from: rewound_from(&state, &app.namespace, &channel, &deploy),
                 created_at: deploy.metadata.creation_timestamp.as_ref().map(time_string),
                 started_at: status.started_at.as_ref().map(time_string),

@@ -58,7 +58,7 @@ pub struct AttachDomain {
 }
 
 /// The records a customer creates.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DnsRecordsView {
     /// `_svc.<domain>`.
     pub txt_host: String,
@@ -71,7 +71,7 @@ pub struct DnsRecordsView {
 }
 
 /// A custom domain.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DomainView {
     /// IDNA-encoded, lowercase, without a trailing dot.
     pub domain: String,
@@ -88,7 +88,7 @@ pub struct DomainView {
 }
 
 /// `{domains: [...]}`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DomainList {
     /// The channel's domains, oldest first.
     pub domains: Vec<DomainView>,

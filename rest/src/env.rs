@@ -52,7 +52,7 @@ pub struct ChannelParam {
 }
 
 /// An env entry as lists show it.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EnvEntry {
     /// Name.
     pub key: String,
@@ -69,14 +69,14 @@ pub struct EnvEntry {
 }
 
 /// `GET /apps/{app_id}/env` response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EnvList {
     /// Raw rows, or the resolved view of one channel.
     pub env: Vec<EnvEntry>,
 }
 
 /// `GET /apps/{app_id}/env/{key}/value` response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Revealed {
     /// Name.
     pub key: String,

@@ -50,7 +50,7 @@ pub struct Expose {
 }
 
 /// A public raw-TCP endpoint of a channel.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ForwardView {
     /// The exposed channel's id.
     pub channel_id: Uuid,
@@ -69,7 +69,7 @@ pub struct ForwardView {
 }
 
 /// `{forwards: [...]}`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ForwardList {
     /// One per exposed channel, in channel-name order.
     pub forwards: Vec<ForwardView>,

@@ -6,6 +6,7 @@ use axum::body::Body;
 use axum::http::{HeaderValue, Method, Request, StatusCode, header};
 use bytes::Bytes;
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -140,6 +141,12 @@ impl Answer {
         serde_json::from_slice(&self.body)
             .map_err(|e| Failure::internal(format!("the route answered invalid JSON: {e}")))
     }
+
+    /// The body as the route's own response type (its view in this crate).
+    pub fn parsed<T: DeserializeOwned>(&self) -> Result<T, Failure> {
+        serde_json::from_slice(&self.body)
+            .map_err(|e| Failure::internal(format!("the route answered an unexpected shape: {e}")))
+    }
 }
 
 /// A response's whole body, up to [`MAX_ANSWER_BYTES`].
@@ -239,9 +246,24 @@ impl Rest {
         self.send(Method::GET, path, None).await?.json()
     }
 
+    /// `GET path` as the route's own response type.
+    pub async fn read<T: DeserializeOwned>(&self, path: &str) -> Result<T, Failure> {
+        self.send(Method::GET, path, None).await?.parsed()
+    }
+
     /// `method path` with a JSON body, answered with JSON (`null` for 204).
     pub async fn write(&self, method: Method, path: &str, body: &Value) -> Result<Value, Failure> {
         self.send(method, path, Some(body)).await?.json()
+    }
+
+    /// `method path` with a JSON body, answered with the route's own response type.
+    pub async fn write_as<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &Value,
+    ) -> Result<T, Failure> {
+        self.send(method, path, Some(body)).await?.parsed()
     }
 
     /// `DELETE path`, answered with JSON (`null` for 204).

@@ -1,7 +1,7 @@
 //! `GET /plans` (public) and `GET /me/usage`.
 
 use axum::extract::State;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use slipway_crds::plans::{PLANS, Plan};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -26,7 +26,7 @@ pub struct PlanList {
 }
 
 /// `GET /me/usage` response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Usage {
     /// The caller's plan tier.
     pub plan: String,
@@ -44,7 +44,7 @@ pub struct Usage {
 }
 
 /// Bytes the edge sent for the caller on one day.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BandwidthDay {
     /// The day (UTC), `YYYY-MM-DD`.
     #[schema(value_type = String, format = Date)]

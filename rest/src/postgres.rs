@@ -4,7 +4,7 @@
 //! 503 postgres_unavailable rather than a guess).
 
 use axum::extract::State;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use slipway_backends::data_server::names;
 use slipway_backends::data_server::{DataServer, DumpFormat};
 use slipway_crds::Channel;
@@ -34,7 +34,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// SQL database status of a non-static channel.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DatabaseStatus {
     /// Name of the channel's own database; also the typed confirmation of destructive operations.
     pub db_name: String,

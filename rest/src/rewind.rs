@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use kube::ResourceExt;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use slipway_crds::names::is_image_by_digest;
 use slipway_crds::{Deploy, DeployPhase, DeploySpec, Template};
 use utoipa_axum::router::OpenApiRouter;
@@ -29,14 +29,14 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// Rewind trigger response: the deploy trigger response, plus what the rewind goes back to.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RewindTriggered {
     /// The new deploy's id.
     pub deploy_id: String,
     /// The channel.
     pub channel_id: String,
     /// Always `queued`.
-    pub status: &'static str,
+    pub status: String,
     /// The id of the earlier deploy whose image runs again.
     pub rewound_from: String,
     /// The commit that image was built from (the channel's `current_sha` once the rewind is live).
@@ -133,7 +133,7 @@ async fn rewind(
         Json(RewindTriggered {
             deploy_id,
             channel_id: channel_id.to_string(),
-            status: "queued",
+            status: "queued".to_owned(),
             rewound_from: rewound.uid().unwrap_or_default(),
             sha,
         }),

@@ -41,7 +41,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// An SQL snapshot row.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SnapshotRow {
     /// The snapshot's id.
     pub snapshot_id: Uuid,

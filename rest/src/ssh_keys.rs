@@ -54,7 +54,7 @@ pub struct AddKey {
 }
 
 /// A registered key.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct KeyView {
     /// Key id.
     pub id: Uuid,
@@ -71,7 +71,7 @@ pub struct KeyView {
 }
 
 /// `GET /ssh-keys` response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct KeyList {
     /// The caller's keys, oldest first.
     pub ssh_keys: Vec<KeyView>,

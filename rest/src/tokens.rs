@@ -56,7 +56,7 @@ pub struct TokenCreated {
 }
 
 /// One of the account's tokens in `GET /tokens`: never its plaintext.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenInfo {
     /// Token id, for `DELETE /tokens/{token_id}`.
     pub id: Uuid,
@@ -79,7 +79,7 @@ pub struct TokenInfo {
 }
 
 /// `GET /tokens` response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenList {
     /// The account's tokens that still work, newest first.
     pub tokens: Vec<TokenInfo>,

@@ -1,6 +1,6 @@
 //! The JSON shapes of the hosting API, built from the custom resources. Field names are the spec's, exactly.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use slipway_crds::names::{self, ChannelName};
 use slipway_crds::plans::Plan;
 use slipway_crds::{Channel, DeployPhase};
@@ -9,7 +9,7 @@ use slipway_core::access::VisibleApp;
 use slipway_core::state::AppState;
 
 /// An app.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AppView {
     /// Id (uuid).
     pub id: String,
@@ -42,7 +42,7 @@ pub struct AppView {
 }
 
 /// A channel.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChannelView {
     /// Id (uuid).
     pub id: String,
@@ -61,7 +61,7 @@ pub struct ChannelView {
 }
 
 /// A deploy in flight.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PendingDeployView {
     /// Deploy id.
     pub deploy_id: String,
@@ -72,7 +72,7 @@ pub struct PendingDeployView {
     pub status: String,
     /// The status in finer words: `queued`, `building` (an app or docker deploy's image) or `releasing` (the
     /// pre-deploy snapshot, the rollout and the readiness check).
-    pub stage: &'static str,
+    pub stage: String,
 }
 
 /// Facts about the owner that some app fields depend on.
@@ -116,7 +116,7 @@ fn pending_deploy(
             sha: d.known_sha(),
             status: deploy_phase_name(d.status.as_ref().map(|s| s.phase).unwrap_or_default())
                 .to_owned(),
-            stage: d.stage(template),
+            stage: d.stage(template).to_owned(),
         })
 }
 

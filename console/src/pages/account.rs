@@ -5,15 +5,17 @@ use axum::extract::Query;
 use axum::response::Response;
 use axum::routing::get;
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::apps::soft_cap_warning;
-use super::{list, notice, person_page_as, ssh_keys, text};
+use super::{notice, person_page_as, ssh_keys};
 use crate::ConsoleRouter;
 use crate::graphs;
 use crate::html::{self, Markup, html};
 use crate::retry::{Form, Retry, status};
 use crate::session::Person;
+use slipway_crds::plans::Plan;
+use slipway_rest::blob::BlobStorage;
+use slipway_rest::plans::Usage;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -37,13 +39,12 @@ pub(super) async fn page(
     done: Option<&str>,
     retry: Option<&Retry<'_>>,
 ) -> Response {
-    let usage = person.api.get("/me/usage").await;
+    let usage = person.api.read::<Usage>("/me/usage").await;
     let blob = person
         .api
-        .get("/me/blob/storage")
+        .read::<BlobStorage>("/me/blob/storage")
         .await
-        .unwrap_or(Value::Null);
-    let plans = person.api.get("/plans").await.unwrap_or(Value::Null);
+        .ok();
     let body = html! {
         (notice(
             done,
@@ -58,7 +59,7 @@ pub(super) async fn page(
         (soft_cap_warning(person).await)
         p { "Signed in as " b { (person.session.username) } "." }
         @match &usage {
-            Ok(usage) => (plan_and_usage(usage, &plans, &blob)),
+            Ok(usage) => (plan_and_usage(usage, blob.as_ref())),
             Err(f) => (html::banner("warning", &format!("Usage cannot be read now: {}", f.message))),
         }
         (ssh_keys::section(person, &person.git_host, Form::of(retry, ssh_keys::ADD_FORM)).await)
@@ -66,28 +67,26 @@ pub(super) async fn page(
     person_page_as(person, status(retry), "Account", body)
 }
 
-/// The plan's limits and the account's usage against them, from `GET /me/usage`, `/plans` and
-/// `/me/blob/storage`.
-fn plan_and_usage(usage: &Value, plans: &Value, blob: &Value) -> Markup {
-    let plan_name = text(usage, "plan");
-    let plan = list(plans, "plans")
-        .iter()
-        .find(|p| text(p, "tier") == plan_name);
+/// The plan's limits and the account's usage against them, from `GET /me/usage` and `/me/blob/storage`, and the
+/// plan table `GET /plans` serves.
+fn plan_and_usage(usage: &Usage, blob: Option<&BlobStorage>) -> Markup {
+    let plan_name = &usage.plan;
+    let plan = Plan::by_tier(plan_name);
     // A negative object storage limit is none.
-    let plan_blob_limit = plan.and_then(|p| p["blob_storage_bytes"].as_i64());
+    let plan_blob_limit = plan.map(|p| p.blob_storage_bytes);
     let limits = plan.map(|plan| {
         let blob_limit = plan_blob_limit.unwrap_or(0);
         let row = |name: &str, value: Markup| vec![html! { (name) }, value];
         html::table(
             &["limit", "value"],
             &[
-                row("Channels", html! { (plan["max_channels"]) }),
-                row("Memory per container", html! { (plan["mem_limit_mb"]) " MiB" }),
+                row("Channels", html! { (plan.max_channels) }),
+                row("Memory per container", html! { (plan.mem_limit_mb) " MiB" }),
                 row(
                     "CPU",
-                    html! { (plan["cpu_soft_cores"]) " cores, bursting to " (plan["cpu_burst"]) },
+                    html! { (plan.cpu_soft_cores) " cores, bursting to " (plan.cpu_burst) },
                 ),
-                row("Database storage (soft cap)", html! { (plan["storage_mb"]) " MB" }),
+                row("Database storage (soft cap)", html! { (plan.storage_mb) " MB" }),
                 row(
                     "Object storage",
                     html! {
@@ -96,22 +95,20 @@ fn plan_and_usage(usage: &Value, plans: &Value, blob: &Value) -> Markup {
                 ),
                 row(
                     "Image size",
-                    html! { (html::bytes(plan["image_size_bytes"].as_u64().unwrap_or(0))) },
+                    html! { (html::bytes(u64::try_from(plan.image_size_bytes).unwrap_or(0))) },
                 ),
                 row(
                     "Port forwarding",
-                    html! { @if plan["port_forwarding"].as_bool() == Some(true) { "yes" } @else { "no" } },
+                    html! { @if plan.port_forwarding { "yes" } @else { "no" } },
                 ),
             ],
             "",
         )
     });
     // The soft cap counts a MB as 1 MiB (apps::soft_cap_warning), and so do both figures here.
-    let db_used = usage["storage_bytes"].as_u64().unwrap_or(0);
-    let db_limit = usage["storage_limit_mb"]
-        .as_u64()
-        .map(|mb| mb * 1024 * 1024);
-    let blob_used = blob["blob_usage_bytes"].as_u64().unwrap_or(0);
+    let db_used = u64::try_from(usage.storage_bytes).unwrap_or(0);
+    let db_limit = Some(u64::from(usage.storage_limit_mb) * 1024 * 1024);
+    let blob_used = blob.map_or(0, |b| u64::try_from(b.blob_usage_bytes).unwrap_or(0));
     let blob_limit = plan_blob_limit.and_then(|l| u64::try_from(l).ok());
     let of = |limit: Option<u64>| html! { @if let Some(l) = limit { " of " (html::bytes(l)) } };
     html! {
@@ -133,25 +130,20 @@ fn plan_and_usage(usage: &Value, plans: &Value, blob: &Value) -> Markup {
                     html! { "Object storage" },
                     html! {
                         (html::bytes(blob_used)) (of(blob_limit))
-                        " in " (blob["store_count"].as_u64().unwrap_or(0)) " buckets"
+                        " in " (blob.map_or(0, |b| b.store_count)) " buckets"
                         (graphs::meter("blob-meter", blob_used, blob_limit))
                     },
                 ],
                 vec![
                     html! { "Bandwidth this month" },
                     html! {
-                        (html::bytes(usage["bandwidth_month_bytes"].as_u64().unwrap_or(0)))
+                        (html::bytes(u64::try_from(usage.bandwidth_month_bytes).unwrap_or(0)))
                         " (measured, not limited)"
                     },
                 ],
             ],
             "",
         ))
-        (graphs::bandwidth_days(
-            usage["bandwidth_days"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default(),
-        ))
+        (graphs::bandwidth_days(&usage.bandwidth_days))
     }
 }

@@ -8,11 +8,13 @@ use axum::routing::get;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{list, person_page, text};
+use super::person_page;
 use crate::ConsoleRouter;
 use crate::html::{self, Markup, html, seg};
 use crate::session::Person;
+use slipway_rest::activity::ActivityPage;
 use slipway_rest::in_process::with_query;
+use slipway_rest::views::AppView;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -32,39 +34,40 @@ async fn activity(
 ) -> Response {
     let base = format!("/apps/{}", seg(&app_id));
     let here = format!("{base}/activity");
-    let app = match person.api.get(&base).await {
+    let app: AppView = match person.api.read(&base).await {
         Ok(v) => v,
         Err(f) => return person.refused(&f, &here),
     };
-    let page = match person
+    let page: ActivityPage = match person
         .api
-        .get(&with_query(&here, &[("cursor", at.cursor.clone())]))
+        .read(&with_query(&here, &[("cursor", at.cursor.clone())]))
         .await
     {
         Ok(v) => v,
         Err(f) => return person.refused(&f, &here),
     };
-    let rows: Vec<Vec<Markup>> = list(&page, "events")
+    let rows: Vec<Vec<Markup>> = page
+        .events
         .iter()
         .map(|e| {
             vec![
-                html::time(text(e, "at")),
-                html! { (e.get("actor").and_then(Value::as_str).unwrap_or("a deleted account")) },
-                html! { code { (text(e, "action")) } },
-                html! { small { (detail(&e["detail"])) } },
+                html::at(e.at),
+                html! { (e.actor.as_deref().unwrap_or("a deleted account")) },
+                html! { code { (e.action) } },
+                html! { small { (detail(&e.detail)) } },
             ]
         })
         .collect();
-    let next = page.get("next_cursor").and_then(Value::as_str);
+    let next = page.next_cursor.as_deref();
     let body = html! {
-        (html::breadcrumbs(&[("Apps", "/apps"), (text(&app, "name"), &base)], "Activity"))
+        (html::breadcrumbs(&[("Apps", "/apps"), (&app.name, &base)], "Activity"))
         p.hint { "Who revealed a secret, reset, restored or downloaded data, or read a bucket's keys." }
         (html::table(&["when", "who", "what", "details"], &rows, "Nothing recorded yet."))
         @if let Some(next) = next {
             p { a href=(with_query(&here, &[("cursor", Some(next.to_owned()))])) rel="next" { "Older" } }
         }
     };
-    person_page(&person, &format!("{} · activity", text(&app, "name")), body)
+    person_page(&person, &format!("{} · activity", app.name), body)
 }
 
 /// An event's details as `key value` pairs in one line (the channel, snapshot or key concerned).

@@ -7,17 +7,22 @@ use axum::extract::{Path, Query, State};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::apps::{channel_cells, soft_cap_warning};
 use super::lifecycle;
-use super::{Done, list, may, notice, person_page_as, see, text};
+use super::{Done, may, notice, person_page_as, see};
 use crate::html::{self, Markup, html, seg};
 use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter, error_page};
 use slipway_core::access::Action;
+use slipway_core::sharing::MemberList;
+use slipway_git::mirror::service::MirrorStatus;
+use slipway_rest::app_health::AppHealth;
+use slipway_rest::forwards::ForwardList;
 use slipway_rest::in_process::Failure;
+use slipway_rest::views::AppView;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -57,33 +62,36 @@ pub(super) async fn page(
     retry: Option<&Retry<'_>>,
 ) -> Response {
     let here = format!("/apps/{}", seg(app_id));
-    let app = match person.api.get(&here).await {
+    let app: AppView = match person.api.read(&here).await {
         Ok(v) => v,
         Err(f) => return person.refused(&f, &here),
     };
     let members = person
         .api
-        .get(&format!("{here}/members"))
+        .read::<MemberList>(&format!("{here}/members"))
         .await
-        .unwrap_or(Value::Null);
+        .map(|l| l.members)
+        .unwrap_or_default();
     let forwards = person
         .api
-        .get(&format!("{here}/forwards"))
+        .read::<ForwardList>(&format!("{here}/forwards"))
         .await
-        .unwrap_or(Value::Null);
+        .map(|l| l.forwards)
+        .unwrap_or_default();
     let csrf = html::csrf_field(&person.session.csrf);
     // Health is a word beside each channel's state; a page that cannot read it shows the state alone.
-    let health = person.api.get(&format!("{here}/health")).await.ok();
-    let rows: Vec<Vec<Markup>> = list(&app, "channels")
+    let health: Option<AppHealth> = person.api.read(&format!("{here}/health")).await.ok();
+    let rows: Vec<Vec<Markup>> = app
+        .channels
         .iter()
         .map(|c| channel_cells(app_id, c, health.as_ref(), person.apps_port))
         .collect();
     let manages_members = may(&app, Action::ManageMembers);
-    let member_rows: Vec<Vec<Markup>> = list(&members, "members")
+    let member_rows: Vec<Vec<Markup>> = members
         .iter()
         .map(|m| {
-            let name = text(m, "username");
-            let remove = if manages_members && text(m, "role") != "owner" {
+            let name = &m.username;
+            let remove = if manages_members && m.role != "owner" {
                 html::Destructive {
                     action: &format!("{here}/members/{}/remove", seg(name)),
                     hidden: &csrf,
@@ -95,38 +103,36 @@ pub(super) async fn page(
             } else {
                 Markup::default()
             };
-            vec![html! { (name) }, html! { (text(m, "role")) }, remove]
+            vec![html! { (name) }, html! { (m.role) }, remove]
         })
         .collect();
-    let forward_rows: Vec<Vec<Markup>> = list(&forwards, "forwards")
+    let forward_rows: Vec<Vec<Markup>> = forwards
         .iter()
         .map(|f| {
-            let cidrs: Vec<&str> = list(f, "allow_cidrs")
-                .iter()
-                .filter_map(Value::as_str)
-                .collect();
             vec![
-                html! { (text(f, "channel")) },
-                html! { (text(f, "host")) ":" (f["port"].as_u64().unwrap_or(0)) },
-                html! { @if cidrs.is_empty() { "anywhere" } @else { (cidrs.join(", ")) } },
-                html! { @if f["active"].as_bool() == Some(true) { "active" } @else { "inactive" } },
+                html! { (f.channel) },
+                html! { (f.host) ":" (f.port) },
+                html! {
+                    @if f.allow_cidrs.is_empty() { "anywhere" } @else { (f.allow_cidrs.join(", ")) }
+                },
+                html! { @if f.active { "active" } @else { "inactive" } },
             ]
         })
         .collect();
     let member_form = Form::of(retry, "add-member");
     let transfer_form = Form::of(retry, "transfer");
     let body = html! {
-        (html::breadcrumbs(&[("Apps", "/apps")], text(&app, "name")))
+        (html::breadcrumbs(&[("Apps", "/apps")], &app.name))
         (notice(done.done.as_deref(), NOTICES))
         (soft_cap_warning(person).await)
         p {
-            "Template " b { (text(&app, "template")) }
-            " · owner " b { (text(&app, "owner_username")) }
-            " · your role " b.role { (text(&app, "role")) }
+            "Template " b { (app.template) }
+            " · owner " b { (app.owner_username) }
+            " · your role " b.role { (app.role) }
             " · " a href={ (here) "/env" } { "Environment" }
             " · " a href={ (here) "/activity" } { "Activity" }
         }
-        p.hint { "Clone: " code { (text(&app, "repo_url")) } }
+        p.hint { "Clone: " code { (app.repo_url) } }
         (first_push(person, &app, app_id).await)
         h2 { "Channels" }
         (html::live(
@@ -184,7 +190,7 @@ pub(super) async fn page(
         }
         (lifecycle::delete(&app, &here, &csrf, Form::of(retry, "delete-app")))
     };
-    person_page_as(person, status(retry), text(&app, "name"), body)
+    person_page_as(person, status(retry), &app.name, body)
 }
 
 /// The app's page again with `failure`, the refusal of what its form `form` sent.
@@ -235,31 +241,29 @@ async fn remove_member(Path((app_id, username)): Path<(String, String)>, write: 
 /// What to do next on an app that has never been deployed, for someone who may push: the two git commands that
 /// store code (a push deploys nothing: the channel's Deploy button does), with a copy button and where the password
 /// comes from. An app whose code comes from a connected external repository takes no push, so it gets none.
-async fn first_push(person: &Person, app: &Value, app_id: &str) -> Markup {
-    let deployed = list(app, "channels")
-        .iter()
-        .any(|c| c.get("current_sha").is_some_and(|s| !s.is_null()));
+async fn first_push(person: &Person, app: &AppView, app_id: &str) -> Markup {
+    let deployed = app.channels.iter().any(|c| c.current_sha.is_some());
     if deployed || !may(app, Action::Write) {
         return Markup::default();
     }
     let mirrored = person
         .api
-        .get(&format!("/apps/{}/github", seg(app_id)))
+        .read::<MirrorStatus>(&format!("/apps/{}/github", seg(app_id)))
         .await
-        .is_ok_and(|m| m["connected"].as_bool() == Some(true));
+        .is_ok_and(|m| m.connected);
     if mirrored {
         return Markup::default();
     }
-    let prod = list(app, "channels").first();
+    let prod = app.channels.first();
     let branch = prod.map_or("master", super::bound_branch);
-    let channel = prod.map(|c| text(c, "id")).unwrap_or_default();
+    let channel = prod.map(|c| c.id.as_str()).unwrap_or_default();
     html! {
         section.card #first-push {
             h2 { "Push your code" }
             p { "From your project's directory:" }
             pre.commands {
                 code #push-commands {
-                    "git remote add slipway " (text(app, "repo_url")) "\ngit push slipway HEAD:" (branch)
+                    "git remote add slipway " (app.repo_url) "\ngit push slipway HEAD:" (branch)
                 }
             }
             p { button type="button" data-copy="push-commands" { "Copy" } }

@@ -6,13 +6,17 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::response::Response;
 use axum::routing::get;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{Done, list, notice, person_page_as, see, text};
+use super::{Done, notice, person_page_as, see};
 use crate::html::{self, Markup, html, seg};
 use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter};
+use slipway_rest::app_health::AppHealth;
+use slipway_rest::apps::AppList;
+use slipway_rest::plans::Usage;
+use slipway_rest::views::{AppView, ChannelView};
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -22,11 +26,11 @@ pub fn routes() -> ConsoleRouter {
 /// The warning the spec asks for when the account's databases are over the plan's soft cap; empty otherwise (or
 /// when usage cannot be measured now).
 pub async fn soft_cap_warning(person: &Person) -> Markup {
-    let Ok(usage) = person.api.get("/me/usage").await else {
+    let Ok(usage) = person.api.read::<Usage>("/me/usage").await else {
         return Markup::default();
     };
-    let used = usage["storage_bytes"].as_u64().unwrap_or(0);
-    let limit_mb = usage["storage_limit_mb"].as_u64().unwrap_or(0);
+    let used = u64::try_from(usage.storage_bytes).unwrap_or(0);
+    let limit_mb = u64::from(usage.storage_limit_mb);
     if limit_mb > 0 && used > limit_mb * 1024 * 1024 {
         html::banner(
             "warning",
@@ -34,7 +38,7 @@ pub async fn soft_cap_warning(person: &Person) -> Markup {
                 "Your databases hold {} — over the {} plan's {limit_mb} MB. This is a soft cap: nothing is blocked, \
                  but consider cleaning up or moving to a larger plan.",
                 html::bytes(used),
-                text(&usage, "plan")
+                usage.plan
             ),
         )
     } else {
@@ -46,32 +50,28 @@ pub async fn soft_cap_warning(person: &Person) -> Markup {
 /// (with its health badge where the page read the app's `health`), commit, deploy in flight.
 pub fn channel_cells(
     app_id: &str,
-    channel: &Value,
-    health: Option<&Value>,
+    channel: &ChannelView,
+    health: Option<&AppHealth>,
     apps_port: u16,
 ) -> Vec<Markup> {
-    let health = health.and_then(|h| super::health_of(h, text(channel, "id")));
-    let channel_href = format!(
-        "/apps/{}/channels/{}",
-        seg(app_id),
-        seg(text(channel, "id"))
-    );
+    let health = health.and_then(|h| super::health_of(h, &channel.id));
+    let channel_href = format!("/apps/{}/channels/{}", seg(app_id), seg(&channel.id));
     let pending = html! {
-        @match channel.get("pending_deploy").filter(|p| !p.is_null()) {
+        @match &channel.pending_deploy {
             Some(p) => {
-                a href={ (channel_href) "/deploys/" (seg(text(p, "deploy_id"))) } {
-                    (html::status(super::deploy_word(p, false)))
+                a href={ (channel_href) "/deploys/" (seg(&p.deploy_id)) } {
+                    (html::status(super::deploy_word(&p.stage, false)))
                 }
-                " " (html::sha(p.get("sha").and_then(Value::as_str)))
+                " " (html::sha(p.sha.as_deref()))
             }
             None => "—",
         }
     };
     vec![
-        html! { a href=(channel_href) { (text(channel, "name")) } },
-        html::app_link(text(channel, "hostname"), apps_port),
+        html! { a href=(channel_href) { (channel.name) } },
+        html::app_link(&channel.hostname, apps_port),
         super::state_and_health(channel, health),
-        html::sha(channel.get("current_sha").and_then(Value::as_str)),
+        html::sha(channel.current_sha.as_deref()),
         pending,
     ]
 }
@@ -82,12 +82,11 @@ async fn apps(person: Person, Query(done): Query<Done>) -> Response {
 
 /// The page, answering `retry` when a write from it was refused.
 async fn page(person: &Person, done: &Done, retry: Option<&Retry<'_>>) -> Response {
-    let listing = match person.api.get("/apps").await {
-        Ok(v) => v,
+    let apps = match person.api.read::<AppList>("/apps").await {
+        Ok(listing) => listing.apps,
         Err(f) => return person.refused(&f, "/apps"),
     };
     let form = Form::of(retry, "create-app");
-    let apps = list(&listing, "apps");
     let body = html! {
         (notice(
             done.done.as_deref(),
@@ -101,24 +100,23 @@ async fn page(person: &Person, done: &Done, retry: Option<&Retry<'_>>) -> Respon
         ))
         (soft_cap_warning(person).await)
         @if apps.is_empty() { p.empty { "No apps yet." } }
-        @for app in apps {
-            @let id = text(app, "id");
-            @let owner = text(app, "owner_username");
-            @let rows: Vec<Vec<Markup>> = list(app, "channels")
+        @for app in &apps {
+            @let rows: Vec<Vec<Markup>> = app
+                .channels
                 .iter()
-                .map(|c| channel_cells(id, c, None, person.apps_port))
+                .map(|c| channel_cells(&app.id, c, None, person.apps_port))
                 .collect();
-            section.card.app data-app=(text(app, "name")) {
+            section.card.app data-app=(app.name) {
                 h2 {
-                    a href={ "/apps/" (seg(id)) } {
-                        @if owner != person.session.username { (owner) "/" }
-                        (text(app, "name"))
+                    a href={ "/apps/" (seg(&app.id)) } {
+                        @if app.owner_username != person.session.username { (app.owner_username) "/" }
+                        (app.name)
                     }
                     " "
-                    small { (text(app, "template")) " · your role: " span.role { (text(app, "role")) } }
+                    small { (app.template) " · your role: " span.role { (app.role) } }
                 }
                 (html::live(
-                    &format!("channels-{id}"),
+                    &format!("channels-{}", app.id),
                     html::table(
                         &["channel", "hostname", "status", "commit", "deploy in flight"],
                         &rows,
@@ -155,10 +153,10 @@ async fn create(State(_): State<Arc<Console>>, write: Write) -> Response {
     match write
         .person
         .api
-        .write(axum::http::Method::POST, "/apps", &body)
+        .write_as::<AppView>(axum::http::Method::POST, "/apps", &body)
         .await
     {
-        Ok(app) => see(&format!("/apps/{}?done=created", seg(text(&app, "id")))),
+        Ok(app) => see(&format!("/apps/{}?done=created", seg(&app.id))),
         Err(f) => {
             retry::refused(&write, "create-app", &f, "/apps", async |retry| {
                 page(&write.person, &Done::default(), Some(retry)).await

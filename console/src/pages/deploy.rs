@@ -8,14 +8,15 @@ use axum::extract::{Path, Query};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{person_page, text};
+use super::person_page;
 use crate::ConsoleRouter;
 use crate::html::{self, html, seg};
 use crate::session::Person;
-use slipway_rest::deploys::MAX_WINDOW;
+use slipway_rest::deploys::{DeployHistory, DeployLog, MAX_WINDOW};
 use slipway_rest::in_process::with_query;
+use slipway_rest::views::AppView;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -31,7 +32,7 @@ async fn window(
     channel: &str,
     deploy_id: &str,
     offset: u64,
-) -> Result<Value, slipway_rest::in_process::Failure> {
+) -> Result<DeployLog, slipway_rest::in_process::Failure> {
     let path = with_query(
         &format!("{channel}/logs"),
         &[
@@ -40,7 +41,7 @@ async fn window(
             ("max_bytes", Some(MAX_WINDOW.to_string())),
         ],
     );
-    person.api.get(&path).await
+    person.api.read(&path).await
 }
 
 async fn deploy(
@@ -54,43 +55,43 @@ async fn deploy(
         Ok(v) => v,
         Err(f) => return person.refused(&f, &here),
     };
-    let status = text(&log, "status");
+    let status = log.status.as_str();
     // A successful deploy is live until a later one succeeds.
     let serving = status == "success"
         && person
             .api
-            .get(&format!("{channel}/deploys"))
+            .read::<DeployHistory>(&format!("{channel}/deploys"))
             .await
             .is_ok_and(|history| !super::succeeded_after(&history, &deploy_id));
-    let word = super::deploy_word(&log, serving);
-    let next = log["offset"].as_u64().unwrap_or(0) + log["window_bytes"].as_u64().unwrap_or(0);
-    let rewound = log.get("rewound_from").and_then(Value::as_str);
+    let word = super::deploy_word(&log.stage, serving);
+    let next = log.offset + log.window_bytes;
     // The names for the trail; the log was readable, so the app is too.
-    let app = person.api.get(&app_path).await.unwrap_or(Value::Null);
-    let channel_name = super::list(&app, "channels")
+    let app: Option<AppView> = person.api.read(&app_path).await.ok();
+    let app_name = app.as_ref().map_or("app", |a| a.name.as_str());
+    let channel_name = app
         .iter()
-        .find(|c| text(c, "id") == channel_id)
-        .map_or("channel", |c| text(c, "name"));
+        .flat_map(|a| &a.channels)
+        .find(|c| c.id == channel_id)
+        .map_or("channel", |c| c.name.as_str());
     let crumbs = html::breadcrumbs(
         &[
             ("Apps", "/apps"),
-            (text(&app, "name"), &app_path),
+            (app_name, &app_path),
             (channel_name, &channel),
         ],
         &format!("deploy {}", deploy_id.split('-').next().unwrap_or_default()),
     );
-    let finished = log.get("finished_at").and_then(Value::as_str);
     let body = html! {
         (crumbs)
         p {
             "Status " span #deploy-status class={ "status status-" (word) } { (word) }
-            " · commit " (html::sha(Some(text(&log, "git_sha"))))
-            " · started " (text(&log, "started_at"))
-            " · finished " span #deploy-finished { (finished.unwrap_or("—")) }
-            @if let Some(from) = rewound { " · rewind of deploy " code { (from) } }
+            " · commit " (html::sha(Some(&log.git_sha)))
+            " · started " (log.started_at)
+            " · finished " span #deploy-finished { (log.finished_at.as_deref().unwrap_or("—")) }
+            @if let Some(from) = &log.rewound_from { " · rewind of deploy " code { (from) } }
         }
         pre.log #deploy-log data-source={ (here) "/log.json" } data-offset=(next) data-status=(status)
-            data-status-id="deploy-status" { (text(&log, "log")) }
+            data-status-id="deploy-status" { (log.log) }
     };
     person_page(&person, "Deploy", body)
 }
@@ -110,16 +111,17 @@ async fn log_window(
     let channel = format!("/apps/{}/channels/{}", seg(&app_id), seg(&channel_id));
     match window(&person, &channel, &deploy_id, query.offset.unwrap_or(0)).await {
         Ok(log) => Json(json!({
-            "status": log["status"],
-            "word": super::deploy_word(&log, true),
-            "log": log["log"],
-            "next_offset": log["offset"].as_u64().unwrap_or(0) + log["window_bytes"].as_u64().unwrap_or(0),
-            "log_bytes": log["log_bytes"],
-            "finished_at": log["finished_at"],
+            "status": log.status,
+            "word": super::deploy_word(&log.stage, true),
+            "log": log.log,
+            "next_offset": log.offset + log.window_bytes,
+            "log_bytes": log.log_bytes,
+            "finished_at": log.finished_at,
         }))
         .into_response(),
         Err(f) => (
-            axum::http::StatusCode::from_u16(f.status).unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
+            axum::http::StatusCode::from_u16(f.status)
+                .unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
             Json(json!({"error": {"code": f.code, "message": f.message}})),
         )
             .into_response(),

@@ -6,13 +6,13 @@
 use axum::extract::Path;
 use axum::response::Response;
 use axum::routing::post;
-use serde_json::Value;
 
 use super::may;
 use crate::ConsoleRouter;
 use crate::html::{Markup, html, seg};
 use crate::session::Write;
 use slipway_core::access::Action;
+use slipway_rest::views::AppView;
 
 /// The routes of the downloads.
 pub fn routes() -> ConsoleRouter {
@@ -31,7 +31,7 @@ pub fn routes() -> ConsoleRouter {
 /// `.../postgres/snapshots` or `.../blob/snapshots`, a console path that is the route's too), for those who may
 /// download data. Both routes name a snapshot by its SQL checkpoint's id: a bucket snapshot by its
 /// `pg_snapshot_id`, and one without (none to name it by) gets no button.
-pub fn button(app: &Value, list: &str, snapshot_id: &str, csrf: &Markup) -> Markup {
+pub fn button(app: &AppView, list: &str, snapshot_id: &str, csrf: &Markup) -> Markup {
     html! {
         @if may(app, Action::DownloadData) && !snapshot_id.is_empty() {
             form.inline method="post" action={ (list) "/" (seg(snapshot_id)) "/download" } {

@@ -6,15 +6,19 @@ use axum::extract::{Path, Query};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{Done, list, may, notice, person_page, person_page_as, see, text};
+use super::{Done, may, notice, person_page, person_page_as, see};
 use crate::html::{self, Markup, html, seg};
 use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{ConsoleRouter, dotenv};
 use slipway_core::access::Action;
+use slipway_rest::deploys::DeployTriggered;
+use slipway_rest::env::{EnvList, Revealed};
 use slipway_rest::in_process::{Failure, with_query};
+use slipway_rest::views::AppView;
+use slipway_store::env::Kind;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -54,47 +58,48 @@ async fn env(person: Person, Path(app_id): Path<String>, Query(done): Query<Done
 async fn page(person: &Person, app_id: &str, done: &Done, retry: Option<&Retry<'_>>) -> Response {
     let base = format!("/apps/{}", seg(app_id));
     let here = format!("{base}/env");
-    let app = match person.api.get(&base).await {
+    let app: AppView = match person.api.read(&base).await {
         Ok(v) => v,
         Err(f) => return person.refused(&f, &here),
     };
-    let rows = match person.api.get(&here).await {
+    let rows: EnvList = match person.api.read(&here).await {
         Ok(v) => v,
         Err(f) => return person.refused(&f, &here),
     };
-    let channels = list(&app, "channels");
+    let channels = &app.channels;
     let channel_name = |id: &str| {
         channels
             .iter()
-            .find(|c| text(c, "id") == id)
-            .map_or_else(|| id.to_owned(), |c| text(c, "name").to_owned())
+            .find(|c| c.id == id)
+            .map_or_else(|| id.to_owned(), |c| c.name.clone())
     };
     let csrf = html::csrf_field(&person.session.csrf);
     let writes = may(&app, Action::Write);
     let reveals = super::role_of(&app) == Some(slipway_core::access::Role::Owner);
-    let table_rows: Vec<Vec<Markup>> = list(&rows, "env")
+    let table_rows: Vec<Vec<Markup>> = rows
+        .env
         .iter()
         .map(|e| {
-            let key = text(e, "key");
-            let channel_id = e.get("channel_id").and_then(Value::as_str).unwrap_or_default();
+            let key = &e.key;
+            let channel_id = e.channel_id.map(|id| id.to_string()).unwrap_or_default();
             let hidden = html! {
                 (csrf)
                 input type="hidden" name="channel_id" value=(channel_id);
             };
             vec![
                 html! { code { (key) } },
-                html! { (text(e, "kind")) },
+                html! { (e.kind.as_str()) },
                 html! {
-                    @if channel_id.is_empty() { "app" } @else { "channel " (channel_name(channel_id)) }
+                    @if channel_id.is_empty() { "app" } @else { "channel " (channel_name(&channel_id)) }
                 },
                 html! {
-                    @match e.get("value").and_then(Value::as_str) {
+                    @match &e.value {
                         Some(v) => code { (v) },
                         None => span.hint { "hidden" },
                     }
                 },
                 html! {
-                    @if reveals && text(e, "kind") == "secret" {
+                    @if reveals && e.kind == Kind::Secret {
                         form.inline method="post" action={ (here) "/" (seg(key)) "/reveal" } {
                             (hidden)
                             button.quiet type="submit" { "Reveal" }
@@ -119,7 +124,7 @@ async fn page(person: &Person, app_id: &str, done: &Done, retry: Option<&Retry<'
         .chain(
             channels
                 .iter()
-                .map(|c| (text(c, "id"), format!("channel {}", text(c, "name")))),
+                .map(|c| (c.id.as_str(), format!("channel {}", c.name))),
         )
         .collect();
     let scopes: Vec<(&str, &str)> = scopes.iter().map(|(v, l)| (*v, l.as_str())).collect();
@@ -127,7 +132,7 @@ async fn page(person: &Person, app_id: &str, done: &Done, retry: Option<&Retry<'
     // A secret's value is not sent back to the page (the module's doc says why).
     let secret = form.typed("kind") == Some("secret");
     let body = html! {
-        (html::breadcrumbs(&[("Apps", "/apps"), (text(&app, "name"), &base)], "Environment"))
+        (html::breadcrumbs(&[("Apps", "/apps"), (&app.name, &base)], "Environment"))
         (notice(done.done.as_deref(), NOTICES))
         (html::table(&["key", "kind", "scope", "value", ""], &table_rows, "No variables."))
         @if writes {
@@ -153,7 +158,7 @@ async fn page(person: &Person, app_id: &str, done: &Done, retry: Option<&Retry<'
     person_page_as(
         person,
         status(retry),
-        &format!("{} · environment", text(&app, "name")),
+        &format!("{} · environment", app.name),
         body,
     )
 }
@@ -257,14 +262,14 @@ async fn paste(Path(app_id): Path<String>, write: Write) -> Response {
     if write.fields.opt("then").as_deref() != Some("deploy") {
         return see(&format!("{here}?done=pasted"));
     }
-    let app = match write.person.api.get(&base).await {
+    let app: AppView = match write.person.api.read(&base).await {
         Ok(app) => app,
         Err(f) => return write.person.refused(&f, &here),
     };
     let mut deployed = Vec::new();
-    for c in list(&app, "channels") {
-        let id = text(c, "id");
-        let Some(sha) = c.get("current_sha").and_then(Value::as_str) else {
+    for c in &app.channels {
+        let id = c.id.as_str();
+        let Some(sha) = &c.current_sha else {
             continue;
         };
         if channel.as_deref().is_some_and(|chosen| chosen != id) {
@@ -274,13 +279,13 @@ async fn paste(Path(app_id): Path<String>, write: Write) -> Response {
         match write
             .person
             .api
-            .write(Method::POST, &path, &json!({"sha": sha}))
+            .write_as::<DeployTriggered>(Method::POST, &path, &json!({"sha": sha}))
             .await
         {
             Ok(d) => deployed.push(format!(
                 "{base}/channels/{}/deploys/{}",
                 seg(id),
-                seg(text(&d, "deploy_id"))
+                seg(&d.deploy_id)
             )),
             Err(f) => {
                 return write
@@ -325,13 +330,13 @@ async fn reveal(Path((app_id, key)): Path<(String, String)>, write: Write) -> Re
         &format!("{here}/{}/value", seg(&key)),
         &[("channel_id", write.fields.opt("channel_id"))],
     );
-    match write.person.api.get(&path).await {
+    match write.person.api.read::<Revealed>(&path).await {
         Ok(revealed) => {
             let body = html! {
                 (html::banner("warning", "This reveal is recorded in the app's activity journal."))
-                p { code { (text(&revealed, "key")) } " (" (text(&revealed, "scope")) " scope):" }
+                p { code { (revealed.key) } " (" (revealed.scope.as_str()) " scope):" }
                 p {
-                    code.secret #revealed { (text(&revealed, "value")) } " "
+                    code.secret #revealed { (revealed.value) } " "
                     button type="button" data-copy="revealed" { "Copy" }
                 }
                 p { a href=(here) { "Back to the environment" } }

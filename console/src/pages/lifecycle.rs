@@ -9,13 +9,14 @@ use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
 
-use super::{may, see, text};
+use super::{may, see};
 use crate::ConsoleRouter;
 use crate::html::{self, Markup, html, seg};
 use crate::retry::Form;
 use crate::session::Write;
 use slipway_core::access::Action;
 use slipway_rest::in_process::Failure;
+use slipway_rest::views::{AppView, ChannelView};
 
 /// The routes of these forms.
 pub fn routes() -> ConsoleRouter {
@@ -29,20 +30,39 @@ pub fn routes() -> ConsoleRouter {
         .route("/apps/{app_id}/delete", post(delete_app))
 }
 
-/// The app's access toggles, on or off: each one's API field and what the page calls it.
-const SETTINGS: &[(&str, &str)] = &[
-    ("external_db_access_enabled", "External SQL access"),
-    (
-        "external_blob_access_enabled",
-        "External object-store access",
-    ),
-    ("port_forwarding_enabled", "Port forwarding"),
+/// One of the app's access toggles, on or off.
+struct Setting {
+    /// Its field in the app's `PATCH` body and view.
+    field: &'static str,
+    /// What the page calls it.
+    name: &'static str,
+    /// Whether it is on.
+    on: fn(&AppView) -> bool,
+}
+
+/// The app's access toggles.
+const SETTINGS: &[Setting] = &[
+    Setting {
+        field: "external_db_access_enabled",
+        name: "External SQL access",
+        on: |app| app.external_db_access_enabled,
+    },
+    Setting {
+        field: "external_blob_access_enabled",
+        name: "External object-store access",
+        on: |app| app.external_blob_access_enabled,
+    },
+    Setting {
+        field: "port_forwarding_enabled",
+        name: "Port forwarding",
+        on: |app| app.port_forwarding_enabled,
+    },
 ];
 /// The agent-access override: owner only, and three-valued (on, off or the account's default, null).
 const AGENT_ACCESS: &str = "agent_protected_actions_enabled";
 
 /// The form that adds a channel bound to a branch, for those who may.
-pub fn new_channel(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Markup {
+pub fn new_channel(app: &AppView, here: &str, csrf: &Markup, form: Form<'_>) -> Markup {
     html! {
         @if may(app, Action::ManageChannels) {
             details.card open[form.typed("name").is_some()] {
@@ -65,7 +85,7 @@ pub fn new_channel(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Ma
 }
 
 /// The settings table, with a switch on each row for those who may change it.
-pub fn settings(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Markup {
+pub fn settings(app: &AppView, here: &str, csrf: &Markup, form: Form<'_>) -> Markup {
     let changes = may(app, Action::ChangeSettings);
     let switch = |field: &str, to: &str, label: &str| {
         html! {
@@ -79,15 +99,14 @@ pub fn settings(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Marku
     };
     let mut rows: Vec<Vec<Markup>> = SETTINGS
         .iter()
-        .map(|(field, name)| {
-            let on = app[*field].as_bool() == Some(true);
-            let plan = (*field == "port_forwarding_enabled").then(|| {
-                if app["port_forwarding_available"].as_bool() == Some(true) {
+        .map(|setting| {
+            let (field, name, on) = (setting.field, setting.name, (setting.on)(app));
+            let plan =
+                (field == "port_forwarding_enabled").then_some(if app.port_forwarding_available {
                     " (the plan includes it)"
                 } else {
                     " (the plan does not include it)"
-                }
-            });
+                });
             let action = match (changes, on) {
                 (false, _) => Markup::default(),
                 (true, true) => switch(field, "off", "Turn off"),
@@ -100,8 +119,8 @@ pub fn settings(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Marku
             ]
         })
         .collect();
-    let effective = app["agent_protected_actions_effective"].as_bool() == Some(true);
-    let overridden = app[AGENT_ACCESS].as_bool();
+    let effective = app.agent_protected_actions_effective;
+    let overridden = app.agent_protected_actions_enabled;
     let agent_choices = [
         ("on", "Allow"),
         ("off", "Refuse"),
@@ -137,7 +156,7 @@ pub fn settings(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Marku
 }
 
 /// The app's deletion for its owner: typing its name is the confirmation.
-pub fn delete(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Markup {
+pub fn delete(app: &AppView, here: &str, csrf: &Markup, form: Form<'_>) -> Markup {
     html! {
         @if may(app, Action::DeleteApp) {
             section.card.danger-zone {
@@ -151,7 +170,7 @@ pub fn delete(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Markup 
                 form #delete-app method="post" action={ (here) "/delete" } {
                     (csrf)
                     label {
-                        "Type the app's name, " b { (text(app, "name")) } ", to confirm "
+                        "Type the app's name, " b { (app.name) } ", to confirm "
                         input name="confirm" value=[form.value("confirm", "")] required autocomplete="off";
                     }
                     button.danger type="submit" { "Delete the app" }
@@ -162,8 +181,13 @@ pub fn delete(app: &Value, here: &str, csrf: &Markup, form: Form<'_>) -> Markup 
 }
 
 /// The channel's deletion, behind a second click, for those who may; `prod` is never deleted.
-pub fn delete_channel_button(app: &Value, channel: &Value, here: &str, csrf: &Markup) -> Markup {
-    if !may(app, Action::ManageChannels) || text(channel, "name") == "prod" {
+pub fn delete_channel_button(
+    app: &AppView,
+    channel: &ChannelView,
+    here: &str,
+    csrf: &Markup,
+) -> Markup {
+    if !may(app, Action::ManageChannels) || channel.name == "prod" {
         return Markup::default();
     }
     html::Destructive {
@@ -172,7 +196,7 @@ pub fn delete_channel_button(app: &Value, channel: &Value, here: &str, csrf: &Ma
         opener: "Delete this channel",
         consequence: &format!(
             "The channel {} stops serving: its container, routes, database and bucket go with it, and its custom domains are freed.",
-            text(channel, "name")
+            channel.name
         ),
         button: "Delete the channel",
     }
@@ -188,12 +212,12 @@ async fn create_channel(Path(app_id): Path<String>, write: Write) -> Response {
     match write
         .person
         .api
-        .write(Method::POST, &format!("{here}/channels"), &body)
+        .write_as::<ChannelView>(Method::POST, &format!("{here}/channels"), &body)
         .await
     {
         Ok(channel) => see(&format!(
             "{here}/channels/{}?done=channel-created",
-            seg(text(&channel, "id"))
+            seg(&channel.id)
         )),
         Err(f) => super::app::refused("create-channel", &app_id, &write, &f).await,
     }
@@ -220,7 +244,7 @@ async fn delete_channel(
 async fn change_setting(Path(app_id): Path<String>, write: Write) -> Response {
     let here = format!("/apps/{}", seg(&app_id));
     let setting = write.fields.get("setting");
-    let known = setting == AGENT_ACCESS || SETTINGS.iter().any(|(field, _)| *field == setting);
+    let known = setting == AGENT_ACCESS || SETTINGS.iter().any(|s| s.field == setting);
     let value = match (setting, write.fields.get("value")) {
         _ if !known => None,
         (AGENT_ACCESS, "default") => Some(Value::Null),
@@ -249,11 +273,11 @@ async fn change_setting(Path(app_id): Path<String>, write: Write) -> Response {
 
 async fn delete_app(Path(app_id): Path<String>, write: Write) -> Response {
     let here = format!("/apps/{}", seg(&app_id));
-    let app = match write.person.api.get(&here).await {
+    let app: AppView = match write.person.api.read(&here).await {
         Ok(app) => app,
         Err(f) => return write.person.refused(&f, &here),
     };
-    let name = text(&app, "name");
+    let name = &app.name;
     if write.fields.raw("confirm") != name {
         let failure = Failure::new(
             StatusCode::BAD_REQUEST,
@@ -270,16 +294,13 @@ async fn delete_app(Path(app_id): Path<String>, write: Write) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::app;
     use super::*;
-    use serde_json::json;
 
     const HERE: &str = "/apps/a1";
 
-    fn app(role: &str) -> Value {
-        json!({"role": role, "name": "web", "external_db_access_enabled": true,
-               "external_blob_access_enabled": false, "port_forwarding_enabled": false,
-               "port_forwarding_available": false, "agent_protected_actions_enabled": null,
-               "agent_protected_actions_effective": false})
+    fn channel(name: &str) -> ChannelView {
+        super::super::fixtures::channel(name, "running", None)
     }
 
     fn none() -> Form<'static> {
@@ -287,16 +308,16 @@ mod tests {
     }
 
     // The parts as the text a browser gets, with no CSRF field.
-    fn settings(app: &Value, here: &str, _: &str, form: Form<'_>) -> String {
+    fn settings(app: &AppView, here: &str, _: &str, form: Form<'_>) -> String {
         super::settings(app, here, &Markup::default(), form).into_string()
     }
-    fn new_channel(app: &Value, here: &str, _: &str, form: Form<'_>) -> String {
+    fn new_channel(app: &AppView, here: &str, _: &str, form: Form<'_>) -> String {
         super::new_channel(app, here, &Markup::default(), form).into_string()
     }
-    fn delete(app: &Value, here: &str, _: &str, form: Form<'_>) -> String {
+    fn delete(app: &AppView, here: &str, _: &str, form: Form<'_>) -> String {
         super::delete(app, here, &Markup::default(), form).into_string()
     }
-    fn delete_channel_button(app: &Value, channel: &Value, here: &str, _: &str) -> String {
+    fn delete_channel_button(app: &AppView, channel: &ChannelView, here: &str, _: &str) -> String {
         super::delete_channel_button(app, channel, here, &Markup::default()).into_string()
     }
 
@@ -352,8 +373,8 @@ mod tests {
     #[test]
     fn prod_is_never_offered_for_deletion() {
         let owner = app("owner");
-        let prod = json!({"name": "prod"});
-        let staging = json!({"name": "staging"});
+        let prod = channel("prod");
+        let staging = channel("staging");
         assert_eq!(delete_channel_button(&owner, &prod, "/c", ""), "");
         assert!(delete_channel_button(&owner, &staging, "/c", "").contains("Delete the channel"));
         assert_eq!(

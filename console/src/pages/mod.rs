@@ -12,6 +12,8 @@ pub mod channel;
 pub mod deploy;
 pub mod downloads;
 pub mod env;
+#[cfg(test)]
+mod fixtures;
 pub mod lifecycle;
 pub mod restores;
 pub mod runtime_log;
@@ -20,12 +22,14 @@ pub mod tokens;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use serde_json::Value;
 
 use super::html::{Markup, html};
 use super::session::Person;
 use super::{ConsoleRouter, html_page};
 use slipway_core::access::{Action, Role};
+use slipway_rest::app_health::{AppHealth, ChannelHealth};
+use slipway_rest::deploys::DeployHistory;
+use slipway_rest::views::{AppView, ChannelView};
 
 /// Every page but signing in and out.
 pub fn routes() -> ConsoleRouter {
@@ -46,28 +50,16 @@ pub fn routes() -> ConsoleRouter {
 
 /// The branch a channel deploys from (`git_ref_binding` `branch:<name>`); `master`, the default branch of the
 /// repositories the platform makes, when it is bound otherwise.
-pub fn bound_branch(channel: &Value) -> &str {
-    text(channel, "git_ref_binding")
+pub fn bound_branch(channel: &ChannelView) -> &str {
+    channel
+        .git_ref_binding
         .strip_prefix("branch:")
         .unwrap_or("master")
 }
 
-/// The string at `key` of a JSON object; empty when absent or not a string.
-pub fn text<'a>(value: &'a Value, key: &str) -> &'a str {
-    value.get(key).and_then(Value::as_str).unwrap_or_default()
-}
-
-/// The array at `key` of a JSON object; empty when absent.
-pub fn list<'a>(value: &'a Value, key: &str) -> &'a [Value] {
-    value
-        .get(key)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
 /// The caller's role on an app as the API states it.
-pub fn role_of(app: &Value) -> Option<Role> {
-    match text(app, "role") {
+pub fn role_of(app: &AppView) -> Option<Role> {
+    match app.role.as_str() {
         "owner" => Some(Role::Owner),
         "admin" => Some(Role::Admin),
         "member" => Some(Role::Member),
@@ -76,7 +68,7 @@ pub fn role_of(app: &Value) -> Option<Role> {
 }
 
 /// Whether the caller's role on `app` permits `action` (the one role table).
-pub fn may(app: &Value, action: Action) -> bool {
+pub fn may(app: &AppView, action: Action) -> bool {
     role_of(app).is_some_and(|role| action.permitted_to(role))
 }
 
@@ -117,21 +109,20 @@ fn banner_named(done: Option<&str>, known: &[(&str, &str)], kind: &str) -> Marku
 /// flight), `not deployed` (nothing ever went live and nothing is in flight) or `failed` (its database or bucket
 /// could not be made). The API's `provisioning` covers both of the middle two. `health` is the channel's entry in
 /// the app's health, where the page read it.
-pub fn channel_state(channel: &Value, health: Option<&Value>) -> Markup {
-    let in_flight = channel.get("pending_deploy").is_some_and(|p| !p.is_null());
-    let word = match text(channel, "status") {
+pub fn channel_state(channel: &ChannelView, health: Option<&ChannelHealth>) -> Markup {
+    let word = match channel.status.as_str() {
         "running" if health.is_some_and(crashed) => "crashed",
         "running" => "live",
         "failed" => "failed",
-        _ if in_flight => "starting",
+        _ if channel.pending_deploy.is_some() => "starting",
         _ => "not deployed",
     };
     super::html::status(word)
 }
 
 /// A channel's state, followed for a channel that should serve (the API's `running`) by its health badge.
-pub fn state_and_health(channel: &Value, health: Option<&Value>) -> Markup {
-    let badge = health.filter(|_| text(channel, "status") == "running");
+pub fn state_and_health(channel: &ChannelView, health: Option<&ChannelHealth>) -> Markup {
+    let badge = health.filter(|_| channel.status == "running");
     html! {
         (channel_state(channel, health))
         @if let Some(health) = badge { " " (health_badge(health)) }
@@ -139,45 +130,42 @@ pub fn state_and_health(channel: &Value, health: Option<&Value>) -> Markup {
 }
 
 /// Whether a channel's health entry shows its container down: exited, or waiting to start again.
-fn crashed(health: &Value) -> bool {
-    matches!(text(&health["container"], "status"), "exited" | "waiting")
+fn crashed(health: &ChannelHealth) -> bool {
+    health
+        .container
+        .as_ref()
+        .is_some_and(|c| matches!(c.status.as_str(), "exited" | "waiting"))
 }
 
 /// The entry of channel `channel_id` in an app's health (`GET /apps/{id}/health`).
-pub fn health_of<'a>(health: &'a Value, channel_id: &str) -> Option<&'a Value> {
-    list(health, "channels")
-        .iter()
-        .find(|c| text(c, "channel_id") == channel_id)
+pub fn health_of<'a>(health: &'a AppHealth, channel_id: &str) -> Option<&'a ChannelHealth> {
+    health.channels.iter().find(|c| c.channel_id == channel_id)
 }
 
 /// A channel's health in a few words, with the API's notes as its title: `out of memory` (its container was
 /// killed for passing the memory limit), `restarted N×`, `healthy`, or `needs a look` (see the notes).
-fn health_badge(health: &Value) -> Markup {
-    let container = &health["container"];
-    let restarts = container["restart_count"].as_i64().unwrap_or(0);
-    let (class, words) = if container["oom_killed"] == true {
+fn health_badge(health: &ChannelHealth) -> Markup {
+    let container = health.container.as_ref();
+    let restarts = container.map_or(0, |c| c.restart_count);
+    let (class, words) = if container.is_some_and(|c| c.oom_killed) {
         ("bad", "out of memory".to_owned())
     } else if crashed(health) {
         ("bad", "down".to_owned())
     } else if restarts > 0 {
         ("warn", format!("restarted {restarts}×"))
-    } else if health["healthy"] == true {
+    } else if health.healthy {
         ("ok", "healthy".to_owned())
     } else {
         ("warn", "needs a look".to_owned())
     };
-    let notes: Vec<&str> = list(health, "notes")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    html! { span class={ "health health-" (class) } title=(notes.join("; ")) { (words) } }
+    html! { span class={ "health health-" (class) } title=(health.notes.join("; ")) { (words) } }
 }
 
 /// A deploy's state in the words people use, from the API's `stage`: `queued`, `building`, `releasing`, `live`
 /// (it succeeded and the channel serves it), `superseded` (it succeeded and a later deploy replaced it) or
 /// `failed`.
-pub fn deploy_word(deploy: &Value, serving: bool) -> &'static str {
-    match text(deploy, "stage") {
+pub fn deploy_word(stage: &str, serving: bool) -> &'static str {
+    match stage {
         "queued" => "queued",
         "building" => "building",
         "releasing" => "releasing",
@@ -189,11 +177,12 @@ pub fn deploy_word(deploy: &Value, serving: bool) -> &'static str {
 
 /// Whether a deploy newer than `deploy_id` succeeded, in a channel's history (newest first): a successful deploy
 /// is live until then, superseded after.
-pub fn succeeded_after(history: &Value, deploy_id: &str) -> bool {
-    list(history, "deploys")
+pub fn succeeded_after(history: &DeployHistory, deploy_id: &str) -> bool {
+    history
+        .deploys
         .iter()
-        .take_while(|d| text(d, "deploy_id") != deploy_id)
-        .any(|d| text(d, "status") == "success")
+        .take_while(|d| d.deploy_id != deploy_id)
+        .any(|d| d.status == "success")
 }
 
 /// The `done` query parameter of a page.
@@ -205,52 +194,73 @@ pub struct Done {
 
 #[cfg(test)]
 mod tests {
+    use super::fixtures::app;
     use super::*;
+    use slipway_rest::app_health::ContainerState;
+    use slipway_rest::deploys::DeployEntry;
+
+    fn channel(status: &str, pending: Option<&str>) -> ChannelView {
+        super::fixtures::channel("prod", status, pending)
+    }
+
+    fn health(
+        container: Option<(&str, bool, i32)>,
+        healthy: bool,
+        notes: &[&str],
+    ) -> ChannelHealth {
+        ChannelHealth {
+            channel_id: "c".into(),
+            channel: "prod".into(),
+            status: "running".into(),
+            current_sha: None,
+            pending_deploy: None,
+            last_deploy: None,
+            container: container.map(|(status, oom_killed, restart_count)| ContainerState {
+                container_index: 1,
+                status: status.into(),
+                exit_code: None,
+                oom_killed,
+                restart_count,
+                started_at: None,
+                finished_at: None,
+            }),
+            healthy,
+            notes: notes.iter().map(|n| (*n).to_owned()).collect(),
+        }
+    }
 
     #[test]
     fn forms_follow_the_role_table() {
-        let member = serde_json::json!({"role": "member"});
-        let owner = serde_json::json!({"role": "owner"});
-        assert!(may(&member, Action::Write));
-        assert!(!may(&member, Action::ManageMembers));
-        assert!(may(&owner, Action::ManageMembers));
-        assert!(!may(&serde_json::json!({}), Action::Read));
+        assert!(may(&app("member"), Action::Write));
+        assert!(!may(&app("member"), Action::ManageMembers));
+        assert!(may(&app("owner"), Action::ManageMembers));
+        assert!(!may(&app(""), Action::Read));
     }
 
     #[test]
     fn a_channel_is_live_crashed_starting_not_deployed_or_failed() {
-        use serde_json::json;
-        let state = |channel: Value| channel_state(&channel, None).into_string();
-        assert!(state(json!({"status": "running", "pending_deploy": null})).contains(">live<"));
-        assert!(
-            state(json!({"status": "running", "pending_deploy": {"status": "running"}}))
-                .contains(">live<")
-        );
-        assert!(
-            state(json!({"status": "provisioning", "pending_deploy": {"status": "queued"}}))
-                .contains(">starting<")
-        );
-        assert!(
-            state(json!({"status": "provisioning", "pending_deploy": null}))
-                .contains(">not deployed<")
-        );
-        assert!(state(json!({"status": "failed"})).contains(">failed<"));
-        let running = json!({"status": "running"});
-        let down = json!({"container": {"status": "waiting", "restart_count": 4}});
-        let channel_state = |channel, health| channel_state(channel, health).into_string();
-        assert!(channel_state(&running, Some(&down)).contains(">crashed<"));
-        let up = json!({"container": {"status": "running"}});
-        assert!(channel_state(&running, Some(&up)).contains(">live<"));
+        let state = |channel: ChannelView, health: Option<&ChannelHealth>| {
+            channel_state(&channel, health).into_string()
+        };
+        assert!(state(channel("running", None), None).contains(">live<"));
+        assert!(state(channel("running", Some("running")), None).contains(">live<"));
+        assert!(state(channel("provisioning", Some("queued")), None).contains(">starting<"));
+        assert!(state(channel("provisioning", None), None).contains(">not deployed<"));
+        assert!(state(channel("failed", None), None).contains(">failed<"));
+        let down = health(Some(("waiting", false, 4)), false, &[]);
+        assert!(state(channel("running", None), Some(&down)).contains(">crashed<"));
+        let up = health(Some(("running", false, 0)), true, &[]);
+        assert!(state(channel("running", None), Some(&up)).contains(">live<"));
     }
 
     #[test]
     fn the_health_badge_names_the_worst_thing_and_carries_the_notes() {
-        use serde_json::json;
-        let badge = |health: Value| health_badge(&health).into_string();
-        let oom = badge(
-            json!({"container": {"status": "running", "oom_killed": true, "restart_count": 2},
-            "notes": ["the container was killed for passing its memory limit"]}),
-        );
+        let badge = |health: ChannelHealth| health_badge(&health).into_string();
+        let oom = badge(health(
+            Some(("running", true, 2)),
+            false,
+            &["the container was killed for passing its memory limit"],
+        ));
         assert!(
             oom.contains(">out of memory<") && oom.contains("health-bad"),
             "{oom}"
@@ -259,13 +269,10 @@ mod tests {
             oom.contains(r#"title="the container was killed for passing its memory limit""#),
             "{oom}"
         );
-        assert!(badge(json!({"container": {"status": "exited"}})).contains(">down<"));
-        assert!(
-            badge(json!({"container": {"status": "running", "restart_count": 3}}))
-                .contains(">restarted 3×<")
-        );
-        assert!(badge(json!({"healthy": true, "container": null})).contains(">healthy<"));
-        let failed = badge(json!({"healthy": false, "notes": ["the last deploy failed; <b>"]}));
+        assert!(badge(health(Some(("exited", false, 0)), false, &[])).contains(">down<"));
+        assert!(badge(health(Some(("running", false, 3)), false, &[])).contains(">restarted 3×<"));
+        assert!(badge(health(None, true, &[])).contains(">healthy<"));
+        let failed = badge(health(None, false, &["the last deploy failed; <b>"]));
         assert!(
             failed.contains(">needs a look<") && failed.contains("&lt;b&gt;"),
             "{failed}"
@@ -274,23 +281,34 @@ mod tests {
 
     #[test]
     fn a_deploy_is_queued_building_releasing_live_superseded_or_failed() {
-        use serde_json::json;
-        let word = |stage: &str, serving| deploy_word(&json!({ "stage": stage }), serving);
         for stage in ["queued", "building", "releasing", "failed"] {
-            assert_eq!(word(stage, false), stage);
+            assert_eq!(deploy_word(stage, false), stage);
         }
-        assert_eq!(word("success", true), "live");
-        assert_eq!(word("success", false), "superseded");
+        assert_eq!(deploy_word("success", true), "live");
+        assert_eq!(deploy_word("success", false), "superseded");
     }
 
     #[test]
     fn a_deploy_is_superseded_only_by_a_later_success() {
-        let history = serde_json::json!({"deploys": [
-            {"deploy_id": "d4", "status": "failed"},
-            {"deploy_id": "d3", "status": "success"},
-            {"deploy_id": "d2", "status": "running"},
-            {"deploy_id": "d1", "status": "success"},
-        ]});
+        let entry = |id: &str, status: &str| DeployEntry {
+            deploy_id: id.into(),
+            git_sha: String::new(),
+            status: status.into(),
+            stage: status.into(),
+            rewound_from: None,
+            created_at: None,
+            started_at: None,
+            finished_at: None,
+            message: None,
+        };
+        let history = DeployHistory {
+            deploys: vec![
+                entry("d4", "failed"),
+                entry("d3", "success"),
+                entry("d2", "running"),
+                entry("d1", "success"),
+            ],
+        };
         assert!(!succeeded_after(&history, "d3"));
         assert!(succeeded_after(&history, "d1"));
         assert!(!succeeded_after(&history, "d4"));

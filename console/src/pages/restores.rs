@@ -15,7 +15,7 @@ use axum::extract::Path;
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{Done, may, see};
 use crate::ConsoleRouter;
@@ -24,6 +24,7 @@ use crate::retry::{self, Form};
 use crate::session::Write;
 use slipway_core::access::Action;
 use slipway_rest::in_process::Failure;
+use slipway_rest::views::AppView;
 
 /// Longest a restore form waits for the route before its page says the restore goes on: well inside the console's
 /// request timeout, and long enough for a database of tens of megabytes.
@@ -91,7 +92,7 @@ pub const NOTICES: &[(&str, &str)] = &[
 /// click opens the form that asks for `name` (the database's or the channel's) typed. `form` is the page's view of
 /// a refused restore: the row that sent it opens with the refusal and what was typed.
 pub fn button(
-    app: &Value,
+    app: &AppView,
     leg: Leg,
     here: &str,
     snapshot_id: &str,
@@ -177,11 +178,8 @@ async fn restore(write: &Write, app_id: &str, channel_id: &str, leg: Leg) -> Res
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::app;
     use super::*;
-
-    fn app(role: &str) -> Value {
-        json!({"id": "a", "name": "shop", "role": role})
-    }
 
     #[test]
     fn only_those_who_may_replace_data_are_offered_a_restore() {

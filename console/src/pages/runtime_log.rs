@@ -12,10 +12,11 @@ use axum::routing::get;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{person_page, text};
+use super::person_page;
 use crate::ConsoleRouter;
 use crate::html::{self, Markup, html, seg};
 use crate::session::Person;
+use slipway_data::runtime_logs::RuntimeLog;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -110,9 +111,9 @@ async fn runtime_log(
     let here = format!("/apps/{}/channels/{}", seg(&app_id), seg(&channel_id));
     let (lines, filter) = (controls.lines(), controls.filter());
     let request = json!({"command": command(lines, filter)});
-    let log = match person
+    let log: RuntimeLog = match person
         .api
-        .write(Method::POST, &format!("{here}/runtime/log"), &request)
+        .write_as(Method::POST, &format!("{here}/runtime/log"), &request)
         .await
     {
         Ok(log) => log,
@@ -128,24 +129,24 @@ async fn runtime_log(
             "finished",
         ],
         &[vec![
-            html! { (log["container_index"].as_i64().unwrap_or(0)) },
+            html! { (log.container_index) },
             html! {
-                (html::status(text(&log, "status")))
-                @if log["oom_killed"].as_bool() == Some(true) { " (out of memory)" }
+                (html::status(&log.status))
+                @if log.oom_killed { " (out of memory)" }
             },
             html! {
-                @match log["exit_code"].as_i64() {
+                @match log.exit_code {
                     Some(code) => (code),
                     None => "—",
                 }
             },
-            html! { (log["restart_count"].as_i64().unwrap_or(0)) },
-            html::time(text(&log, "started_at")),
-            html::time(text(&log, "finished_at")),
+            html! { (log.restart_count) },
+            html::time(log.started_at.as_deref().unwrap_or_default()),
+            html::time(log.finished_at.as_deref().unwrap_or_default()),
         ]],
         "",
     );
-    let output = text(&log, "output");
+    let output = &log.output;
     let mut said = Vec::new();
     if output.is_empty() {
         said.push(if filter.is_empty() {
@@ -154,10 +155,10 @@ async fn runtime_log(
             format!("No line contains “{filter}”.")
         });
     }
-    if log["truncated"].as_bool() == Some(true) {
+    if log.truncated {
         said.push("The output was cut at 256 KiB: ask for fewer lines.".to_owned());
     }
-    if log["timed_out"].as_bool() == Some(true) {
+    if log.timed_out {
         said.push("Reading the log took over 30 seconds: this is what it read by then.".to_owned());
     }
     let shown = html! {

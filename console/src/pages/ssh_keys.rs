@@ -8,13 +8,14 @@ use axum::extract::Path;
 use axum::http::Method;
 use axum::response::Response;
 use axum::routing::post;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{list, see, text};
+use super::see;
 use crate::ConsoleRouter;
 use crate::html::{self, Markup, html, seg};
 use crate::retry::{self, Form};
 use crate::session::{Person, Write};
+use slipway_rest::ssh_keys::{KeyList, KeyView};
 
 /// The form's id, which a refusal names to come back to it.
 pub const ADD_FORM: &str = "add-ssh-key";
@@ -29,10 +30,11 @@ pub fn routes() -> ConsoleRouter {
 /// The section: the keys, how to push with one, and the add form (`form`, with a refused add's fields).
 pub async fn section(person: &Person, git_host: &str, form: Form<'_>) -> Markup {
     let csrf = html::csrf_field(&person.session.csrf);
-    let keys = match person.api.get("/ssh-keys").await {
+    let keys = match person.api.read::<KeyList>("/ssh-keys").await {
         Ok(keys) => html::table(
             &["label", "fingerprint", "API sign-in", "added", ""],
-            &list(&keys, "ssh_keys")
+            &keys
+                .ssh_keys
                 .iter()
                 .map(|key| row(key, &csrf))
                 .collect::<Vec<_>>(),
@@ -85,15 +87,15 @@ pub async fn section(person: &Person, git_host: &str, form: Form<'_>) -> Markup 
 }
 
 /// One key's row, with its remove button behind a second click.
-fn row(key: &Value, csrf: &Markup) -> Vec<Markup> {
-    let label = text(key, "label");
+fn row(key: &KeyView, csrf: &Markup) -> Vec<Markup> {
+    let label = &key.label;
     vec![
         html! { (label) },
-        html! { code { (text(key, "fingerprint_sha256")) } },
-        html! { @if key["api_login"].as_bool() == Some(true) { "yes" } @else { "no" } },
-        html::time(text(key, "created_at")),
+        html! { code { (key.fingerprint_sha256) } },
+        html! { @if key.api_login { "yes" } @else { "no" } },
+        html::time(&key.created_at),
         html::Destructive {
-            action: &format!("/account/ssh-keys/{}/remove", seg(text(key, "id"))),
+            action: &format!("/account/ssh-keys/{}/remove", seg(&key.id.to_string())),
             hidden: csrf,
             opener: "Remove",
             consequence: &format!(

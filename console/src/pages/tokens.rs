@@ -8,14 +8,14 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use axum::routing::{get, post};
 use serde::Deserialize;
-use serde_json::Value;
 
-use super::{list, notice, person_page, person_page_as, see, text};
+use super::{notice, person_page, person_page_as, see};
 use crate::html::{self, Markup, html, seg};
 use crate::retry::{self, Form, Retry, status};
 use crate::session::{Person, Write};
 use crate::{Console, ConsoleRouter};
 use slipway_rest::in_process::Failure;
+use slipway_rest::tokens::TokenList;
 
 /// The routes of this page.
 pub fn routes() -> ConsoleRouter {
@@ -54,23 +54,23 @@ async fn tokens(person: Person, Query(query): Query<TokensQuery>) -> Response {
 
 /// The page, answering `retry` when a mint from it was refused.
 async fn page(person: &Person, query: &TokensQuery, retry: Option<&Retry<'_>>) -> Response {
-    let listing = match person.api.get("/tokens").await {
+    let listing: TokenList = match person.api.read("/tokens").await {
         Ok(v) => v,
         Err(f) => return person.refused(&f, "/tokens"),
     };
     let csrf = html::csrf_field(&person.session.csrf);
-    let rows: Vec<Vec<Markup>> = list(&listing, "tokens")
+    let rows: Vec<Vec<Markup>> = listing
+        .tokens
         .iter()
         .map(|t| {
-            let id = text(t, "id");
-            let this_session = id == person.session.token_id.to_string();
-            let scopes: Vec<&str> = list(t, "scopes").iter().filter_map(Value::as_str).collect();
-            let label = t.get("label").and_then(Value::as_str);
+            let id = t.id.to_string();
+            let this_session = t.id == person.session.token_id;
+            let label = t.label.as_deref();
             let revoke = if this_session {
                 html! { span.hint { "this browser's sign-in" } }
             } else {
                 html::Destructive {
-                    action: &format!("/tokens/{}/revoke", seg(id)),
+                    action: &format!("/tokens/{}/revoke", seg(&id)),
                     hidden: &csrf,
                     opener: "Revoke",
                     consequence: &match label {
@@ -83,11 +83,11 @@ async fn page(person: &Person, query: &TokensQuery, retry: Option<&Retry<'_>>) -
             };
             vec![
                 html! { span.token-label data-token=(id) { (label.unwrap_or("—")) } },
-                html! { (origin_name(t.get("origin").and_then(Value::as_str))) },
-                html! { small { (scopes.join(" ")) } },
-                html::time(t.get("created_at").and_then(Value::as_str).unwrap_or("—")),
-                html::time(t.get("expires_at").and_then(Value::as_str).unwrap_or("never")),
-                html::time(t.get("last_used_at").and_then(Value::as_str).unwrap_or("never")),
+                html! { (origin_name(t.origin.as_deref())) },
+                html! { small { (t.scopes.join(" ")) } },
+                html::at(t.created_at),
+                t.expires_at.map_or_else(|| html! { "never" }, html::at),
+                t.last_used_at.map_or_else(|| html! { "never" }, html::at),
                 revoke,
             ]
         })

@@ -3,7 +3,7 @@
 //! surface that reads a runtime log (the REST route, and the MCP tool that wraps it).
 
 use chrono::SecondsFormat;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use slipway_core::error::ApiError;
@@ -23,7 +23,7 @@ pub struct RuntimeLogRequest {
 }
 
 /// Runtime log response.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RuntimeLog {
     /// The generation read.
     pub container_index: i32,
@@ -34,7 +34,7 @@ pub struct RuntimeLog {
     /// Whether it is running.
     pub running: bool,
     /// `live` while the container runs, `archived` once it ended.
-    pub source: &'static str,
+    pub source: String,
     /// The container's state: `running`, `waiting` or `exited`.
     pub status: String,
     /// The app's own exit code; null while it runs.
@@ -142,7 +142,7 @@ fn view(g: &Generation, all: &[Generation]) -> RuntimeLog {
         container_id: g.container_id.clone(),
         container_name: g.pod_name.clone(),
         running: g.running,
-        source: if g.running { "live" } else { "archived" },
+        source: if g.running { "live" } else { "archived" }.to_owned(),
         status: g.status.clone(),
         exit_code: g.exit_code,
         oom_killed: g.oom_killed,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use russh::keys::PublicKey;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use slipway_core::access::VisibleApp;
 use slipway_core::error::ApiError;
@@ -18,7 +18,7 @@ use slipway_store::db::mirrors::{self, Mirror, NewMirror};
 use slipway_store::env::crypto::Sealed;
 
 /// Git mirror status: when `connected` is false every other field is null.
-#[derive(Debug, Default, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MirrorStatus {
     /// Whether an external repository is connected.
     pub connected: bool,

@@ -54,6 +54,16 @@ pub enum Scope {
     Channel,
 }
 
+impl Scope {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::App => "app",
+            Scope::Channel => "channel",
+        }
+    }
+}
+
 /// Where a channel's env comes from: the app and channel ids and the Secrets their resources name.
 #[derive(Debug, Clone)]
 pub struct EnvSources<'a> {
