@@ -61,11 +61,7 @@ impl Channel {
 
     /// Whether the condition of type `type_` is `True` (e.g. [`crate::conditions::DATABASE_READY`]).
     pub fn condition_is_true(&self, type_: &str) -> bool {
-        self.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == type_ && c.status == "True")
-        })
+        self.status.as_ref().and_then(|s| s.condition_status(type_)) == Some("True")
     }
 }
 
@@ -159,6 +155,14 @@ pub struct ChannelStatus {
 }
 
 impl ChannelStatus {
+    /// The status (`True`, `False` or `Unknown`) of the condition of type `type_`; `None` while it is not set.
+    pub fn condition_status(&self, type_: &str) -> Option<&str> {
+        self.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.as_str())
+    }
+
     /// The phase the status's own facts give: running once a deploy has gone live (`currentSha`); before that,
     /// failed while the database cannot be made (`DatabaseReady` is `False`), else provisioning. A channel that
     /// went live stays running when its database later fails: it still serves its version.
@@ -166,10 +170,8 @@ impl ChannelStatus {
     /// The channel reconciler writes `phase` from this and is its only writer; readers that must not lag a go-live
     /// by one reconcile (the API) call it themselves.
     pub fn derived_phase(&self) -> ChannelPhase {
-        let database_failed = self
-            .conditions
-            .iter()
-            .any(|c| c.type_ == crate::conditions::DATABASE_READY && c.status == "False");
+        let database_failed =
+            self.condition_status(crate::conditions::DATABASE_READY) == Some("False");
         if self.current_sha.is_some() {
             ChannelPhase::Running
         } else if database_failed {
