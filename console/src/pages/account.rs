@@ -84,7 +84,7 @@ fn plan_and_usage(usage: &Usage, blob: Option<&BlobStorage>) -> Markup {
                 row("Memory per container", html! { (plan.mem_limit_mb) " MiB" }),
                 row(
                     "CPU",
-                    html! { (plan.cpu_soft_cores) " cores, bursting to " (plan.cpu_burst) },
+                    html! { (cores(plan.cpu_soft_cores)) " cores, bursting to " (cores(plan.cpu_burst)) },
                 ),
                 row("Database storage (soft cap)", html! { (plan.storage_mb) " MB" }),
                 row(
@@ -145,5 +145,20 @@ fn plan_and_usage(usage: &Usage, blob: Option<&BlobStorage>) -> Markup {
             "",
         ))
         (graphs::bandwidth_days(&usage.bandwidth_days))
+    }
+}
+
+/// A CPU figure as the API writes it: `0.25`, `2.0`.
+fn cores(figure: f64) -> String {
+    format!("{figure:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_figures_read_as_the_plans_route_writes_them() {
+        assert_eq!(super::cores(2.0), "2.0");
+        assert_eq!(super::cores(0.25), "0.25");
+        assert_eq!(super::cores(0.1), "0.1");
     }
 }
