@@ -117,7 +117,7 @@ pub fn deploy_times(history: &[DeployEntry]) -> Markup {
 pub fn bandwidth_days(days: &[BandwidthDay]) -> Markup {
     let days: Vec<(String, u64)> = days
         .iter()
-        .map(|d| (d.day.to_string(), u64::try_from(d.bytes).unwrap_or(0)))
+        .map(|d| (d.day.to_string(), crate::html::unsigned(d.bytes)))
         .collect();
     let (Some((first, _)), Some((last, _))) = (days.first(), days.last()) else {
         return Markup::default();

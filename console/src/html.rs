@@ -149,6 +149,12 @@ pub fn sentence(message: &str) -> String {
     out
 }
 
+/// A count the API gives as a signed number (the platform database has no unsigned one); a negative one, which it
+/// never sends, as 0.
+pub fn unsigned(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
 /// A byte count as people read it.
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

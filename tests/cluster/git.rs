@@ -68,15 +68,10 @@ async fn http_clone_push_clone_fetch_and_force_push() -> Result<()> {
     // The push is kept as the pack it came in (git would explode its few objects into loose ones, which every
     // clone would then deflate again until gc packs them).
     let repo = api.repos_dir.join(&alice.username).join("site.git");
-    let counted = ws
-        .git(
-            ".",
-            &["--git-dir", &repo.to_string_lossy(), "count-objects", "-v"],
-        )
-        .await?;
+    let counted = ws.object_counts(&repo).await?;
     assert!(
-        counted.lines().any(|l| l == "count: 0") && counted.lines().any(|l| l == "packs: 1"),
-        "the pushed objects, in {}:\n{counted}",
+        counted.loose == 0 && counted.packs == 1,
+        "the pushed objects, in {}: {counted:?}",
         repo.display()
     );
 

@@ -742,14 +742,7 @@ async fn maintenance_folds_the_packs_once_and_removes_what_no_row_names() -> Res
 /// The objects in the packs of the cache at `<cache>/<app>.git`: how many the packs hold, and how many distinct.
 async fn packed_objects(ws: &Workspace, repo: &std::path::Path) -> Result<(usize, usize)> {
     let git_dir = repo.to_string_lossy().into_owned();
-    let stats = ws
-        .git(".", &["--git-dir", &git_dir, "count-objects", "-v"])
-        .await?;
-    let in_packs = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("in-pack: "))
-        .unwrap_or_default()
-        .parse()?;
+    let in_packs = ws.object_counts(repo).await?.in_pack;
     let distinct = ws
         .git(
             ".",
@@ -814,20 +807,10 @@ async fn a_push_publishes_the_packs_it_received_and_each_stands_alone() -> Resul
     ws.git("w", &["commit", "-qam", "third"]).await?;
     ws.git("w", &["push", "-q", &via_a, "HEAD:master"]).await?;
     assert_eq!(r.bucket_files()?, 6);
-    let counted = ws
-        .git(
-            ".",
-            &[
-                "--git-dir",
-                &a_repo.to_string_lossy(),
-                "count-objects",
-                "-v",
-            ],
-        )
-        .await?;
+    let counted = ws.object_counts(&a_repo).await?;
     assert!(
-        counted.lines().any(|l| l == "count: 0"),
-        "loose objects in the pushing replica's cache:\n{counted}"
+        counted.loose == 0,
+        "loose objects in the pushing replica's cache: {counted:?}"
     );
 
     // Each pack stands on its own: a cache made from the bucket alone serves the whole history.

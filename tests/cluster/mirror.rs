@@ -898,12 +898,7 @@ async fn a_repository_of_two_hundred_megabytes_mirrors_and_clones_back_whole() -
     )
     .await?;
     assert_eq!(ws.git("back", &["rev-parse", "HEAD"]).await?.trim(), head);
-    let count = ws.git("back", &["count-objects", "-v"]).await?;
-    let packed_kib: usize = count
-        .lines()
-        .find_map(|l| l.strip_prefix("size-pack: "))
-        .unwrap()
-        .parse()?;
+    let packed_kib = ws.object_counts(&ws.path("back/.git")).await?.pack_kib;
     assert!(
         packed_kib << 10 >= LARGE_REPOSITORY,
         "the clone's pack holds {packed_kib} KiB"

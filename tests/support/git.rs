@@ -103,6 +103,34 @@ impl Workspace {
         Ok(run.stdout)
     }
 
+    /// What `git count-objects -v` says of the repository whose git directory is `git_dir`.
+    pub async fn object_counts(&self, git_dir: &std::path::Path) -> Result<ObjectCounts> {
+        let stats = self
+            .git(
+                ".",
+                &[
+                    "--git-dir",
+                    &git_dir.to_string_lossy(),
+                    "count-objects",
+                    "-v",
+                ],
+            )
+            .await?;
+        let field = |name: &str| -> Result<usize> {
+            let value = stats
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+                .with_context(|| format!("count-objects printed no {name}:\n{stats}"))?;
+            Ok(value.parse()?)
+        };
+        Ok(ObjectCounts {
+            loose: field("count")?,
+            in_pack: field("in-pack")?,
+            packs: field("packs")?,
+            pack_kib: field("size-pack")?,
+        })
+    }
+
     /// Commits everything in the repository `cwd` with `message` and pushes it to `remote`'s master; returns the
     /// commit.
     pub async fn commit_and_push(&self, cwd: &str, message: &str, remote: &str) -> Result<String> {
@@ -291,4 +319,17 @@ pub async fn push_refs_of_three_kinds(ws: &Workspace, dir: &str, remote: &str) -
     ws.git(dir, &[&["push", "-q", remote][..], &refs[..]].concat())
         .await?;
     Ok(())
+}
+
+/// A repository's objects as `git count-objects -v` counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// Loose objects.
+    pub loose: usize,
+    /// Objects in packs (one held by two packs counts twice).
+    pub in_pack: usize,
+    /// Packs.
+    pub packs: usize,
+    /// KiB the packs take.
+    pub pack_kib: usize,
 }

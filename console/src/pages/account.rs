@@ -95,7 +95,7 @@ fn plan_and_usage(usage: &Usage, blob: Option<&BlobStorage>) -> Markup {
                 ),
                 row(
                     "Image size",
-                    html! { (html::bytes(u64::try_from(plan.image_size_bytes).unwrap_or(0))) },
+                    html! { (html::bytes(html::unsigned(plan.image_size_bytes))) },
                 ),
                 row(
                     "Port forwarding",
@@ -106,9 +106,9 @@ fn plan_and_usage(usage: &Usage, blob: Option<&BlobStorage>) -> Markup {
         )
     });
     // The soft cap counts a MB as 1 MiB (apps::soft_cap_warning), and so do both figures here.
-    let db_used = u64::try_from(usage.storage_bytes).unwrap_or(0);
+    let db_used = html::unsigned(usage.storage_bytes);
     let db_limit = Some(u64::from(usage.storage_limit_mb) * 1024 * 1024);
-    let blob_used = blob.map_or(0, |b| u64::try_from(b.blob_usage_bytes).unwrap_or(0));
+    let blob_used = blob.map_or(0, |b| html::unsigned(b.blob_usage_bytes));
     let blob_limit = plan_blob_limit.and_then(|l| u64::try_from(l).ok());
     let of = |limit: Option<u64>| html! { @if let Some(l) = limit { " of " (html::bytes(l)) } };
     html! {
@@ -137,7 +137,7 @@ fn plan_and_usage(usage: &Usage, blob: Option<&BlobStorage>) -> Markup {
                 vec![
                     html! { "Bandwidth this month" },
                     html! {
-                        (html::bytes(u64::try_from(usage.bandwidth_month_bytes).unwrap_or(0)))
+                        (html::bytes(html::unsigned(usage.bandwidth_month_bytes)))
                         " (measured, not limited)"
                     },
                 ],

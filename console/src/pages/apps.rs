@@ -29,7 +29,7 @@ pub async fn soft_cap_warning(person: &Person) -> Markup {
     let Ok(usage) = person.api.read::<Usage>("/me/usage").await else {
         return Markup::default();
     };
-    let used = u64::try_from(usage.storage_bytes).unwrap_or(0);
+    let used = html::unsigned(usage.storage_bytes);
     let limit_mb = u64::from(usage.storage_limit_mb);
     if limit_mb > 0 && used > limit_mb * 1024 * 1024 {
         html::banner(

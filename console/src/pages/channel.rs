@@ -376,7 +376,7 @@ async fn data_section(
                         &[vec![
                             html! { code { (db.db_name) } },
                             html::status(&db.status),
-                            html! { (html::bytes(u64::try_from(db.storage_bytes).unwrap_or(0))) },
+                            html! { (html::bytes(html::unsigned(db.storage_bytes))) },
                             html! { (db.connection_count) " of " (db.connection_limit) },
                         ]],
                         "",
@@ -398,7 +398,7 @@ async fn data_section(
             &[vec![
                 html! { code { (blob.virtual_bucket) } },
                 html::status(&blob.status),
-                html! { (html::bytes(u64::try_from(blob.usage_bytes).unwrap_or(0))) },
+                html! { (html::bytes(html::unsigned(blob.usage_bytes))) },
                 html! { code { (blob.virtual_endpoint) } },
                 html! { @if blob.external_enabled { "on" } @else { "off" } },
             ]],
