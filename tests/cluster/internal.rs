@@ -479,3 +479,58 @@ async fn each_listener_serves_only_its_own_routes() -> Result<()> {
         .expect(404, Some("not_found"));
     Ok(())
 }
+
+/// An app and channel the apiserver has just stored, which this replica's cache has not seen yet, are found rather
+/// than answered 404: the operator names only what it has seen, and a 404 would make it record the channel's
+/// database as failed until its next sweep. Each is asked for the moment the apiserver has answered its creation.
+#[tokio::test]
+async fn an_app_the_apiserver_just_stored_is_found_before_the_cache_saw_it() -> Result<()> {
+    let api = TestApi::start().await?;
+    let alice = api.user("intlag", "builder").await?;
+    let apps: Api<slipway_crds::App> = Api::namespaced(api.kube.clone(), &alice.namespace);
+    let channels: Api<slipway_crds::Channel> = Api::namespaced(api.kube.clone(), &alice.namespace);
+    for i in 0..3 {
+        let name = format!("fresh{i}");
+        let app = json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "App", "metadata": {"name": name},
+                         "spec": {"owner": alice.username, "template": "app"}});
+        let app = apps
+            .create(&Default::default(), &serde_json::from_value(app)?)
+            .await?;
+        let id = app.metadata.uid.unwrap();
+        let reply = api
+            .internal_call(
+                Method::POST,
+                &format!("/internal/v1/apps/{id}/source-urls"),
+                Some(&api.operator_token),
+                Some(json!({"sha": "0".repeat(40)})),
+            )
+            .await;
+        // The app is found: what it lacks is the repository the API makes for the apps it creates.
+        assert!(
+            reply.body.to_string().contains("repository"),
+            "{}",
+            reply.body
+        );
+        refused(reply, "source URL", 404, "not_found");
+
+        let channel = json!({"apiVersion": "slipway.dev/v1alpha1", "kind": "Channel",
+                             "metadata": {"name": format!("{name}.prod")},
+                             "spec": {"app": name, "gitRefBinding": "branch:master"}});
+        let channel = channels
+            .create(&Default::default(), &serde_json::from_value(channel)?)
+            .await?;
+        let reply = api
+            .internal_call(
+                Method::PUT,
+                &format!("/internal/v1/deploys/{}/env", uuid::Uuid::new_v4()),
+                Some(&api.operator_token),
+                Some(
+                    json!({"app_id": id, "channel_id": channel.metadata.uid.unwrap(),
+                            "system_keys": ["PORT"]}),
+                ),
+            )
+            .await;
+        assert_eq!(reply.status.as_u16(), 200, "{}", reply.body);
+    }
+    Ok(())
+}

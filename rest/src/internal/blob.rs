@@ -15,7 +15,6 @@ use uuid::Uuid;
 use super::guard::InternalCaller;
 use crate::extract::{Json, Path};
 use slipway_blob::store::{self, NewStore};
-use slipway_core::access;
 use slipway_core::error::ApiError;
 use slipway_core::state::AppState;
 
@@ -45,8 +44,8 @@ async fn ensure_store(
         .app_id
         .parse()
         .map_err(|_| ApiError::BadRequest("app_id is not a uuid".into()))?;
-    let app = super::app_by_id(&state, app_id)?;
-    let channel = access::channel_of(&state, &app, channel_id)?;
+    let app = super::app_by_id(&state, app_id).await?;
+    let channel = super::channel_by_id(&state, &app, channel_id).await?;
     let channel_name: ChannelName = channel.channel_name().parse()?;
     let label = names::channel_host_label(&app.name, &channel_name, &app.owner)?;
     let store = store::ensure(

@@ -11,6 +11,7 @@ pub mod runtime_logs;
 pub mod usage;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -20,7 +21,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post, put};
 use serde::Deserialize;
-use slipway_crds::Template;
+use slipway_crds::{Channel, Template};
 use slipway_internal::RouteGroup;
 use slipway_internal::protocol::{
     CommitResponse, EnvRequest, EnvResponse, SourceUrlRequest, SourceUrlResponse,
@@ -58,7 +59,35 @@ pub fn routes() -> Router<AppState> {
         .merge(runtime_logs::routes())
 }
 
-pub(super) fn app_by_id(state: &AppState, app_id: Uuid) -> Result<VisibleApp, ApiError> {
+/// The app with `app_id`, for a caller that names only apps it has seen: the operator, and the pods it starts. A
+/// miss first waits for this replica's cache to see the app (read-your-writes' wait): another replica, or the
+/// operator's own watch, may have seen a new app a moment before this one, and a 404 would make the operator record
+/// the channel's database or bucket as failed until its next sweep.
+pub(super) async fn app_by_id(state: &AppState, app_id: Uuid) -> Result<VisibleApp, ApiError> {
+    let app = state
+        .cache()
+        .app_appeared(&app_id.to_string())
+        .await
+        .map_err(|_| ApiError::NotFound("app"))?;
+    VisibleApp::from_resource(app, Role::Owner).ok_or(ApiError::NotFound("app"))
+}
+
+/// The channel `channel_id` of `app`, after waiting as [`app_by_id`] does for this replica's cache to see it.
+pub(super) async fn channel_by_id(
+    state: &AppState,
+    app: &VisibleApp,
+    channel_id: Uuid,
+) -> Result<Arc<Channel>, ApiError> {
+    // Whether it appeared or not, only a channel of `app` is answered.
+    let _ = state
+        .cache()
+        .channel_appeared(&channel_id.to_string())
+        .await;
+    access::channel_of(state, app, channel_id)
+}
+
+/// The app with `app_id` as this replica's cache holds it now, for a report that may name an app already gone.
+pub(super) fn app_in_cache(state: &AppState, app_id: Uuid) -> Result<VisibleApp, ApiError> {
     let app = state
         .cache()
         .app_by_uid(&app_id.to_string())
@@ -73,7 +102,7 @@ async fn resolve_commit(
     Path((app_id, rev)): Path<(Uuid, String)>,
 ) -> Result<Json<CommitResponse>, ApiError> {
     caller.require(&state, RouteGroup::Commits)?;
-    let app = app_by_id(&state, app_id)?;
+    let app = app_by_id(&state, app_id).await?;
     let sha = crate::repo::resolve_commit(&state, &app, rev.clone())
         .await?
         .ok_or_else(|| {
@@ -122,7 +151,7 @@ async fn archive(
             slipway_crds::names::messages::SHA.into(),
         ));
     }
-    let app = app_by_id(&state, app_id)?;
+    let app = app_by_id(&state, app_id).await?;
     if let Some(caller) = caller {
         let group = if app.app.spec.template == Template::Static {
             RouteGroup::SiteArchives
@@ -164,7 +193,7 @@ async fn source_url(
 ) -> Result<Json<SourceUrlResponse>, ApiError> {
     caller.require(&state, RouteGroup::SourceUrls)?;
     let sha: slipway_crds::names::CommitSha = request.sha.parse()?;
-    let app = app_by_id(&state, app_id)?;
+    let app = app_by_id(&state, app_id).await?;
     commit_exists(&state, &app, sha.as_str()).await?;
     Ok(Json(state.internal().source_key().signed_path(
         &app_id.to_string(),
@@ -191,8 +220,8 @@ async fn deploy_env(
             env: values.into_iter().collect(),
         }));
     }
-    let app = app_by_id(&state, app_id)?;
-    let channel = access::channel_of(&state, &app, channel_id)?;
+    let app = app_by_id(&state, app_id).await?;
+    let channel = channel_by_id(&state, &app, channel_id).await?;
     let namespace = app.namespace.clone();
     let sources = EnvSources {
         app_id,

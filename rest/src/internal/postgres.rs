@@ -19,7 +19,6 @@ use uuid::Uuid;
 
 use super::guard::InternalCaller;
 use crate::extract::{Json, Path};
-use slipway_core::access;
 use slipway_core::error::ApiError;
 use slipway_core::state::AppState;
 use slipway_data::checkpoints::pre_deploy;
@@ -66,13 +65,13 @@ async fn ensure_record(
         .app_id
         .parse()
         .map_err(|_| ApiError::BadRequest("app_id is not a uuid".into()))?;
-    let app = super::app_by_id(&state, app_id)?;
+    let app = super::app_by_id(&state, app_id).await?;
     if app.app.spec.template == Template::Static {
         return Err(ApiError::Conflict(
             "static channels have no database".into(),
         ));
     }
-    let channel = access::channel_of(&state, &app, channel_id)?;
+    let channel = super::channel_by_id(&state, &app, channel_id).await?;
     let channel_name: ChannelName = channel.channel_name().parse()?;
     let label = names::channel_host_label(&app.name, &channel_name, &app.owner)?;
     let names = slipway_backends::data_server::names::for_label(&label);
@@ -148,8 +147,8 @@ async fn pre_deploy_snapshot(
         channel_id: parse_id("channel_id", &request.channel_id)?,
         git_sha: request.git_sha,
     };
-    let app = super::app_by_id(&state, params.app_id)?;
-    access::channel_of(&state, &app, params.channel_id)?;
+    let app = super::app_by_id(&state, params.app_id).await?;
+    super::channel_by_id(&state, &app, params.channel_id).await?;
     let job =
         match slipway_jobs::store::enqueue(state.db(), &pre_deploy::job(&params), Admission::Queue)
             .await?

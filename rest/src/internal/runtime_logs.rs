@@ -15,7 +15,7 @@ use slipway_internal::RouteGroup;
 use slipway_internal::protocol::{RuntimeContainer, RuntimeContainerRecord, RuntimeSettle};
 use uuid::Uuid;
 
-use super::app_by_id;
+use super::app_in_cache;
 use super::guard::InternalCaller;
 use crate::extract::{Json, Path};
 use slipway_core::access;
@@ -72,7 +72,7 @@ async fn record_container(
         .parse()
         .map_err(|_| ApiError::NotFound("channel"))?;
     // A generation of an app or channel that is gone is not recorded: its archive was removed with it.
-    let app = app_by_id(&state, app_id)?;
+    let app = app_in_cache(&state, app_id)?;
     access::channel_of(&state, &app, channel_id)?;
     let facts = Facts {
         app_id,
