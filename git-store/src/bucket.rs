@@ -1,5 +1,7 @@
 //! The git bucket: every published pack as `repos/<repository>/pack-<sha>.<upload>.pack` and its `.idx`, written
-//! once and read by every replica that syncs its cache. A pack is uploaded before the ref update that needs it is
+//! once and read by every replica that syncs its cache. A push's pack sent while git was still receiving it
+//! ([`crate::stream`]) is kept as chunks instead, `repos/<repository>/upload-<upload>.pack.<n>`, since its name is
+//! known only at the end. A pack is uploaded before the ref update that needs it is
 //! published, so no ref ever names an object the bucket does not hold. Each upload has a key of its own, so that
 //! removing a retired or orphaned copy can never take a live one with it.
 
@@ -21,7 +23,8 @@ pub fn name(prefix: &str) -> String {
     format!("{prefix}git")
 }
 
-/// Whether `key` is one [`PackBucket::key`] makes: `repos/<uuid>/pack-<hex>[.<uuid>].{pack,idx}`.
+/// Whether `key` is one [`PackBucket::key`] or [`PackBucket::chunk_key`] makes:
+/// `repos/<uuid>/pack-<hex>[.<uuid>].{pack,idx}` or `repos/<uuid>/upload-<uuid>.pack.<n>`.
 pub fn is_pack_key(key: &str) -> bool {
     let mut parts = key.split('/');
     let (Some("repos"), Some(repo), Some(file), None) =
@@ -29,6 +32,12 @@ pub fn is_pack_key(key: &str) -> bool {
     else {
         return false;
     };
+    if let Some(chunk) = file.strip_prefix("upload-") {
+        return repo.parse::<Uuid>().is_ok()
+            && chunk.split_once(".pack.").is_some_and(|(upload, n)| {
+                upload.parse::<Uuid>().is_ok() && n.parse::<u32>().is_ok_and(|v| v.to_string() == n)
+            });
+    }
     let Some((rest, extension)) = file.rsplit_once('.') else {
         return false;
     };
@@ -96,6 +105,29 @@ impl PackBucket {
         }
     }
 
+    /// The key of chunk `n` (from 0) of a `.pack` file sent as it was received: `repos/<repo>/upload-<upload>.pack.<n>`.
+    pub fn chunk_key(repo: Uuid, upload: Uuid, n: u64) -> String {
+        format!("repos/{repo}/upload-{upload}.pack.{n}")
+    }
+
+    /// The keys of every object of `pack`'s copy in repository `repo`: its `.pack` file (or the chunks of it, in
+    /// order) and its `.idx`.
+    pub fn pack_keys(repo: Uuid, pack: &PackRow) -> Vec<String> {
+        let mut keys = match (pack.upload, pack.chunk_bytes) {
+            (Some(upload), Some(chunk)) if chunk > 0 => {
+                let chunks = u64::try_from(pack.bytes.max(1))
+                    .unwrap_or(1)
+                    .div_ceil(chunk as u64);
+                (0..chunks)
+                    .map(|n| Self::chunk_key(repo, upload, n))
+                    .collect()
+            }
+            _ => vec![Self::key(repo, &pack.name, pack.upload, "pack")],
+        };
+        keys.push(Self::key(repo, &pack.name, pack.upload, "idx"));
+        keys
+    }
+
     /// The repository whose object `key` is (`repos/<repo>/...`).
     pub fn repo_of(key: &str) -> Option<Uuid> {
         key.strip_prefix("repos/")?.split('/').next()?.parse().ok()
@@ -124,21 +156,32 @@ impl PackBucket {
         if size >= self.in_parts_from {
             return self.send_in_parts(key, path, size).await;
         }
-        let body = ByteStream::from_path(path)
-            .await
-            .with_context(|| format!("read {}", path.display()))?;
+        self.send_range(key, path, 0, size).await.map(|_| ())
+    }
+
+    /// Writes `length` bytes of the file at `path` from `offset` as the object `key`, in one request checked by
+    /// its CRC32, which it returns.
+    pub(crate) async fn send_range(
+        &self,
+        key: &str,
+        path: &Path,
+        offset: u64,
+        length: u64,
+    ) -> anyhow::Result<u32> {
+        let crc = crc32_of(path, offset, length).await?;
+        let body = range_body(path, offset, length).await?;
         self.client
             .put_object()
             .bucket(&self.bucket)
             .key(key)
             .body(body)
-            .checksum_crc32(crc32_of(path, 0, size).await?)
+            .checksum_crc32(crc_header(crc))
             .customize()
             .disable_payload_signing()
             .send()
             .await
             .map_err(|e| object_store::failure(format_args!("upload {key}"), &e))?;
-        Ok(())
+        Ok(crc)
     }
 
     /// A multipart upload of the file at `path`, each part checked by its CRC32; aborted when a part fails, so
@@ -213,14 +256,8 @@ impl PackBucket {
         length: u64,
     ) -> anyhow::Result<CompletedPart> {
         let number = i32::try_from(index + 1).context("too many parts")?;
-        let crc = crc32_of(path, offset, length).await?;
-        let body = ByteStream::read_from()
-            .path(path)
-            .offset(offset)
-            .length(Length::Exact(length))
-            .build()
-            .await
-            .with_context(|| format!("read {}", path.display()))?;
+        let crc = crc_header(crc32_of(path, offset, length).await?);
+        let body = range_body(path, offset, length).await?;
         let sent = self
             .client
             .upload_part()
@@ -245,15 +282,15 @@ impl PackBucket {
     }
 
     /// Downloads `pack` into `dir`, each file written beside its final name and renamed into place, the `.idx`
-    /// last.
+    /// last; a `.pack` kept in chunks is joined into one file.
     pub async fn download(&self, repo: Uuid, dir: &Path, pack: &PackRow) -> anyhow::Result<()> {
-        for extension in EXTENSIONS {
-            let key = Self::key(repo, &pack.name, pack.upload, extension);
+        let mut keys = Self::pack_keys(repo, pack);
+        let idx = keys.pop().context("a pack has an .idx")?;
+        for (keys, extension) in [(keys, "pack"), (vec![idx], "idx")] {
             let target = dir.join(format!("{}.{extension}", pack.name));
-            anyhow::ensure!(
-                self.fetch(&key, &target).await?,
-                "{key} is missing from the git bucket"
-            );
+            if let Some(missing) = self.fetch_all(&keys, &target).await? {
+                anyhow::bail!("{missing} is missing from the git bucket");
+            }
         }
         Ok(())
     }
@@ -261,49 +298,62 @@ impl PackBucket {
     /// Writes the object `key` to `target`, beside it first and renamed into place; false when there is no such
     /// object.
     pub async fn fetch(&self, key: &str, target: &Path) -> anyhow::Result<bool> {
+        Ok(self
+            .fetch_all(std::slice::from_ref(&key.to_owned()), target)
+            .await?
+            .is_none())
+    }
+
+    /// Writes the objects `keys`, one after the other, to `target`, beside it first and renamed into place; the
+    /// first key there is no object of, when one is missing (nothing is written then).
+    async fn fetch_all(&self, keys: &[String], target: &Path) -> anyhow::Result<Option<String>> {
         let partial = target.with_file_name(format!(
             "tmp_{}.{}",
             target.file_name().unwrap_or_default().to_string_lossy(),
             Uuid::new_v4()
         ));
         let result = async {
-            let object = match self
-                .client
-                .get_object()
-                .bucket(&self.bucket)
-                .key(key)
-                .send()
-                .await
-            {
-                Ok(object) => object,
-                Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_key()) => {
-                    return Ok(false);
-                }
-                Err(e) => return Err(object_store::failure(format_args!("download {key}"), &e)),
-            };
             let mut file = tokio::fs::File::create(&partial).await?;
-            let mut body = object.body;
-            // A connection lost mid-body is the store going away, as a refused one is.
-            let lost = |e| object_store::Unavailable(format!("download {key}: {e}"));
-            while let Some(chunk) = body.try_next().await.map_err(lost)? {
-                file.write_all(&chunk).await?;
+            for key in keys {
+                let object = match self
+                    .client
+                    .get_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .send()
+                    .await
+                {
+                    Ok(object) => object,
+                    Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_key()) => {
+                        return Ok(Some(key.clone()));
+                    }
+                    Err(e) => {
+                        return Err(object_store::failure(format_args!("download {key}"), &e));
+                    }
+                };
+                let mut body = object.body;
+                // A connection lost mid-body is the store going away, as a refused one is.
+                let lost = |e| object_store::Unavailable(format!("download {key}: {e}"));
+                while let Some(chunk) = body.try_next().await.map_err(lost)? {
+                    file.write_all(&chunk).await?;
+                }
             }
             file.sync_all().await?;
             tokio::fs::rename(&partial, target).await?;
-            anyhow::Ok(true)
+            anyhow::Ok(None)
         }
         .await;
-        if !matches!(result, Ok(true)) {
+        if !matches!(result, Ok(None)) {
             let _ = tokio::fs::remove_file(&partial).await;
         }
         result
     }
 
-    /// Removes both files of each of `packs`; missing ones are fine.
+    /// Removes every object of each of `packs`; missing ones are fine.
     pub async fn remove(&self, repo: Uuid, packs: &[PackRow]) -> anyhow::Result<()> {
         let keys: Vec<String> = packs
             .iter()
-            .flat_map(|p| EXTENSIONS.map(|ext| Self::key(repo, &p.name, p.upload, ext)))
+            .flat_map(|p| Self::pack_keys(repo, p))
             .collect();
         self.remove_keys(&keys).await
     }
@@ -390,10 +440,26 @@ impl PackBucket {
     }
 }
 
-/// The CRC32 of `length` bytes of the file at `path` from `offset`, base64 as S3's `x-amz-checksum-crc32` takes
-/// it.
-async fn crc32_of(path: &Path, offset: u64, length: u64) -> anyhow::Result<String> {
+/// A request body of `length` bytes of the file at `path` from `offset`, read again from the file if the request is
+/// retried.
+async fn range_body(path: &Path, offset: u64, length: u64) -> anyhow::Result<ByteStream> {
+    ByteStream::read_from()
+        .path(path)
+        .offset(offset)
+        .length(Length::Exact(length))
+        .build()
+        .await
+        .with_context(|| format!("read {}", path.display()))
+}
+
+/// A CRC32 as S3's `x-amz-checksum-crc32` takes it: base64 of its four bytes.
+fn crc_header(crc: u32) -> String {
     use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(crc.to_be_bytes())
+}
+
+/// The CRC32 of `length` bytes of the file at `path` from `offset`.
+pub(crate) async fn crc32_of(path: &Path, offset: u64, length: u64) -> anyhow::Result<u32> {
     use std::io::{Read as _, Seek as _};
     let path = path.to_owned();
     tokio::task::spawn_blocking(move || {
@@ -410,7 +476,7 @@ async fn crc32_of(path: &Path, offset: u64, length: u64) -> anyhow::Result<Strin
             }
             hasher.update(&chunk[..read]);
         }
-        Ok(base64::engine::general_purpose::STANDARD.encode(hasher.finalize().to_be_bytes()))
+        Ok(hasher.finalize())
     })
     .await?
 }
@@ -432,7 +498,40 @@ mod tests {
             assert!(is_pack_key(&key), "{key}");
             assert_eq!(PackBucket::repo_of(&key), Some(repo), "{key}");
         }
+        let chunked = PackRow {
+            name: pack.clone(),
+            bytes: (64 << 20) * 2 + 1,
+            upload: Some(upload),
+            chunk_bytes: Some(64 << 20),
+        };
+        let keys = PackBucket::pack_keys(repo, &chunked);
+        assert_eq!(
+            keys,
+            [
+                format!("repos/{repo}/upload-{upload}.pack.0"),
+                format!("repos/{repo}/upload-{upload}.pack.1"),
+                format!("repos/{repo}/upload-{upload}.pack.2"),
+                format!("repos/{repo}/{pack}.{upload}.idx"),
+            ]
+        );
+        assert!(keys.iter().all(|key| is_pack_key(key)), "{keys:?}");
+        let whole = PackRow {
+            chunk_bytes: None,
+            ..chunked
+        };
+        assert_eq!(
+            PackBucket::pack_keys(repo, &whole),
+            [
+                PackBucket::key(repo, &pack, Some(upload), "pack"),
+                PackBucket::key(repo, &pack, Some(upload), "idx"),
+            ]
+        );
         for key in [
+            format!("repos/{repo}/upload-{upload}.pack.01"),
+            format!("repos/{repo}/upload-{upload}.pack.-1"),
+            format!("repos/{repo}/upload-{upload}.pack."),
+            format!("repos/{repo}/upload-{upload}.idx.0"),
+            format!("repos/{repo}/upload-nonsense.pack.0"),
             format!("repos/{repo}/{pack}.{upload}.keep"),
             format!("repos/{repo}/{pack}.nonsense.pack"),
             format!("repos/{repo}/pack-.pack"),

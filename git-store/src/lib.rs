@@ -7,8 +7,9 @@
 //!   `<cache>/<app uid>.git` that [`cache::sync`] brings to the database's version before it is served. The real
 //!   `git upload-pack`, `receive-pack` and `fetch` keep serving the cache; whatever moves a ref runs with a grant
 //!   ([`Writer`]) and git's `reference-transaction` hook ([`hook`]), through which [`publish`] uploads the new
-//!   objects and moves the refs with one compare-and-swap per ref. Any replica serves any repository, and of two
-//!   racing pushes through two replicas exactly one wins. [`import`] brings a repository from a volume.
+//!   objects and moves the refs with one compare-and-swap per ref. A push's pack goes up while git receives it
+//!   (`stream`). Any replica serves any repository, and of two racing pushes through two replicas exactly one wins.
+//!   [`import`] brings a repository from a volume.
 
 pub mod bucket;
 pub mod cache;
@@ -17,6 +18,7 @@ pub mod import;
 pub mod maintain;
 mod pack;
 pub mod publish;
+mod stream;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -194,6 +196,9 @@ impl Repos {
         let id = Uuid::new_v4();
         let hold = Arc::new(Hold::default());
         storage.register(id, &hold);
+        if writing == Writing::Push {
+            stream::watch(storage, app, Arc::downgrade(&hold));
+        }
         if writing == Writing::Mirror {
             let lock = storage.cache_lock(&storage.cache_path(app));
             hold.take(lock.read_owned().await);
@@ -386,6 +391,7 @@ pub struct ObjectStorage {
     grants: GrantKey,
     locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::RwLock<()>>>>,
     holds: Mutex<HashMap<Uuid, std::sync::Weak<Hold>>>,
+    streams: stream::Streams,
 }
 
 impl ObjectStorage {
@@ -438,6 +444,7 @@ impl ObjectStorage {
             grants: GrantKey::random(),
             locks: Mutex::default(),
             holds: Mutex::default(),
+            streams: stream::Streams::default(),
         });
         tokio::spawn(publish::serve(storage.clone(), listener));
         Ok(storage)

@@ -189,7 +189,7 @@ async fn remove_orphans(
     let named: std::collections::HashSet<String> = git_maintenance::pack_rows(&storage.db, id)
         .await?
         .iter()
-        .flat_map(|p| EXTENSIONS.map(|ext| PackBucket::key(id, &p.name, p.upload, ext)))
+        .flat_map(|p| PackBucket::pack_keys(id, p))
         .collect();
     let before = ago(grace);
     let orphans: Vec<String> = storage

@@ -71,6 +71,7 @@ pub(crate) async fn row(dir: &Path, name: &str) -> anyhow::Result<PackRow> {
         name: name.to_owned(),
         bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
         upload: None,
+        chunk_bytes: None,
     })
 }
 

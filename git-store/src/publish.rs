@@ -1,9 +1,9 @@
 //! Publishing a ref update of a repository kept in object storage: the one write path of pushes, changesets and
 //! mirror syncs. git's hooks ([`crate::hook`]) hand the updates over a Unix socket; the objects they need that no
 //! ref of the cache already reaches (a push's still in its quarantine) are uploaded to the bucket as packs (a push's
-//! received packs as they are, the rest packed with `git pack-objects`), and only then do the refs move in the
-//! database with one compare-and-swap per ref ([`git_refs::publish`]). The answer decides whether git writes the
-//! refs into the cache.
+//! received packs as they are, mostly sent already while git received them, the rest packed with
+//! `git pack-objects`), and only then do the refs move in the database with one compare-and-swap per ref
+//! ([`git_refs::publish`]). The answer decides whether git writes the refs into the cache.
 //!
 //! A crash after the database moved and before git wrote the cache loses nothing: every replica, this one
 //! included, syncs its cache from the database before it serves the repository again.
@@ -179,14 +179,20 @@ async fn publish(
             .map_err(fault)?
     };
     let packed = Instant::now();
+    let mut streamed = 0;
     for pack in &mut packs {
-        let upload = storage
-            .bucket
-            .upload(repo_id, &dir, &pack.name)
-            .await
-            .map_err(fault)?;
+        match crate::stream::finish(storage, repo_id, &dir, &pack.name).await {
+            Some(stream) => {
+                streamed += 1;
+                pack.upload = Some(stream.upload);
+                pack.chunk_bytes = Some(stream.chunk_bytes);
+            }
+            None => {
+                let upload = storage.bucket.upload(repo_id, &dir, &pack.name);
+                pack.upload = Some(upload.await.map_err(fault)?);
+            }
+        }
         crate::cache::keep(&dir, &pack.name).await.map_err(fault)?;
-        pack.upload = Some(upload);
     }
     let uploaded = Instant::now();
     match git_refs::publish(
@@ -209,6 +215,7 @@ async fn publish(
                 actor = %grant.actor,
                 packs = packs.len(),
                 bytes = packs.iter().map(|p| p.bytes).sum::<i64>(),
+                streamed,
                 precheck_ms = ms(started, prechecked),
                 pack_ms = ms(prechecked, packed),
                 upload_ms = ms(packed, uploaded),

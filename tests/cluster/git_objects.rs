@@ -6,12 +6,12 @@
 //! volume kept is imported whole, and importing it again changes nothing. A push git would refuse publishes
 //! nothing, a sync on the pushing replica never trips a push, and maintenance folds the packs once cluster-wide
 //! and removes every copy no row names, and the objects of repositories that are gone. A push's received packs are
-//! published as they are, and each stands alone. With object storage down, what needs it answers 503 and moves no
-//! ref.
+//! published as they are, and each stands alone; a large one goes up in chunks while git receives it, stored as git
+//! finished it. With object storage down, what needs it answers 503 and moves no ref.
 
 use crate::support;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use axum::http::Method;
 use serde_json::json;
 use slipway_git_store::Repos;
@@ -1096,5 +1096,228 @@ async fn a_large_pack_goes_up_in_parts_and_an_unfinished_upload_is_aborted() -> 
         1
     );
     assert_eq!(unfinished().await?, 0, "the unfinished upload stays");
+    Ok(())
+}
+
+/// Random bytes as the file `path` of `ws`: content git cannot compress or delta.
+fn random_file(ws: &Workspace, path: &str, bytes: u64) -> Result<()> {
+    let mut random = std::fs::File::open("/dev/urandom")?;
+    let mut out = std::fs::File::create(ws.path(path))?;
+    std::io::copy(&mut std::io::Read::take(&mut random, bytes), &mut out)?;
+    Ok(())
+}
+
+/// The chunks of streamed packs in repository `repo`'s folder of the bucket, by key.
+fn chunks_in(r: &Replicas, repo: uuid::Uuid) -> Result<Vec<String>> {
+    let dir = r.s3.bucket_dir(BUCKET).join("repos").join(repo.to_string());
+    let mut chunks: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<Vec<_>>>()?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    chunks.retain(|name| name.starts_with("upload-"));
+    chunks.sort();
+    Ok(chunks)
+}
+
+/// Waits until `done` holds, for at most a minute; false if it never did.
+async fn within_a_minute(mut done: impl FnMut() -> Result<bool>) -> Result<bool> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if done()? {
+            return Ok(true);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    done()
+}
+
+/// `git receive-pack` on replica A's cache of `app`, started as A starts it for a push over HTTP, with the writer
+/// to keep until it has ended.
+async fn receive_pack(
+    r: &Replicas,
+    app: slipway_git_store::RepoOf<'_>,
+) -> Result<(tokio::process::Child, slipway_git_store::Writer)> {
+    let repos = r.a.state.repos();
+    let path = repos.ready(app).await?.context("a repository")?;
+    let writer = repos
+        .writer(app.id, "alice", slipway_git_store::Writing::Push)
+        .await;
+    let child = tokio::process::Command::new("git")
+        .args(&writer.config)
+        .arg("receive-pack")
+        .arg(&path)
+        .envs(writer.env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    Ok((child, writer))
+}
+
+/// A pkt-line of git's protocol.
+fn pkt_line(payload: &str) -> Vec<u8> {
+    format!("{:04x}{payload}", payload.len() + 4).into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_s_pack_goes_up_while_it_is_received_and_is_stored_as_git_finished_it() -> Result<()>
+{
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    // A chunk is 64 MiB and the first is sent only at the end: 150 MiB reach past the second.
+    const BIG: u64 = 150 << 20;
+    const CHUNK: u64 = 64 << 20;
+    let r = Replicas::start().await?;
+    let (alice, app_id, [via_a, via_b]) = r.app("streamed").await?;
+    let (owner, name) = (alice.username.parse()?, "streamed".parse()?);
+    let app = slipway_git_store::RepoOf {
+        id: app_id,
+        owner: &owner,
+        name: &name,
+    };
+    let repo = git_refs::id(r.a.state.db(), app_id)
+        .await?
+        .expect("the app's repository");
+    let ws = work_tree().await?;
+    let text: String = (0..400).map(|line| format!("line {line}\n")).collect();
+    ws.write("w/notes.txt", &text)?;
+    ws.git("w", &["add", "."]).await?;
+    ws.git("w", &["commit", "-qm", "first"]).await?;
+    ws.git("w", &["push", "-q", &via_a, "HEAD:master"]).await?;
+    let old = ws.git("w", &["rev-parse", "HEAD"]).await?.trim().to_owned();
+
+    // The second commit changes the notes a little and adds a large file: a thin pack (the notes a delta against
+    // the first push's), which receive-pack completes with the base, rewriting its header and its end.
+    ws.write("w/notes.txt", format!("{text}one more line\n"))?;
+    random_file(&ws, "w/big.bin", BIG)?;
+    ws.git("w", &["add", "."]).await?;
+    ws.git("w", &["commit", "-qm", "second"]).await?;
+    let new = ws.git("w", &["rev-parse", "HEAD"]).await?.trim().to_owned();
+    let thin = ws.path("thin.pack");
+    let packed = std::process::Command::new("git")
+        .current_dir(ws.path("w"))
+        .args(["pack-objects", "--thin", "--stdout", "--revs", "--quiet"])
+        .stdin(std::fs::File::open({
+            ws.write("revs", format!("{new}\n--not\n{old}\n"))?;
+            ws.path("revs")
+        })?)
+        .stdout(std::fs::File::create(&thin)?)
+        .status()?;
+    assert!(packed.success());
+    let sent = std::fs::read(&thin)?;
+    let sent_objects = u32::from_be_bytes(sent[8..12].try_into()?);
+
+    // Half the pack and more than two chunks, then a stop until the second chunk is in the bucket.
+    let (mut git, writer) = receive_pack(&r, app).await?;
+    let mut stdin = git.stdin.take().expect("stdin");
+    let mut stdout = git.stdout.take().expect("stdout");
+    let answer = tokio::spawn(async move {
+        let mut out = Vec::new();
+        stdout.read_to_end(&mut out).await.map(|_| out)
+    });
+    stdin
+        .write_all(&pkt_line(&format!(
+            "{old} {new} refs/heads/master\0report-status\n"
+        )))
+        .await?;
+    stdin.write_all(b"0000").await?;
+    let half = (2 * CHUNK + (1 << 20)) as usize;
+    stdin.write_all(&sent[..half]).await?;
+    stdin.flush().await?;
+    let second = |chunks: &[String]| chunks.iter().any(|c| c.ends_with(".pack.1"));
+    assert!(
+        within_a_minute(|| Ok(second(&chunks_in(&r, repo)?))).await?,
+        "the second chunk did not go up while the push was received: {:?}",
+        chunks_in(&r, repo)?
+    );
+    let early = chunks_in(&r, repo)?;
+    assert!(
+        !early.iter().any(|c| c.ends_with(".pack.0")),
+        "the first chunk, which git rewrites at the end, went up early: {early:?}"
+    );
+    stdin.write_all(&sent[half..]).await?;
+    stdin.shutdown().await?;
+    drop(stdin);
+    assert!(git.wait().await?.success());
+    drop(writer);
+    let answer = String::from_utf8_lossy(&answer.await??).into_owned();
+    assert!(answer.contains("ok refs/heads/master"), "{answer}");
+
+    // The stored chunks, one after the other, are the file git finished, which holds the base it added.
+    let snapshot = git_refs::snapshot(r.a.state.db(), app_id)
+        .await?
+        .expect("a repository");
+    let pack = snapshot
+        .packs
+        .iter()
+        .find(|p| p.chunk_bytes.is_some())
+        .expect("a streamed pack");
+    assert_eq!(pack.chunk_bytes, Some(CHUNK as i64));
+    let finished = std::fs::read(
+        r.a_cache
+            .join(format!("{app_id}.git/objects/pack/{}.pack", pack.name)),
+    )?;
+    assert!(
+        u32::from_be_bytes(finished[8..12].try_into()?) > sent_objects,
+        "receive-pack did not complete the thin pack"
+    );
+    let mut stored = Vec::new();
+    let dir = r.s3.bucket_dir(BUCKET).join("repos").join(repo.to_string());
+    for key in PackBucket::pack_keys(repo, pack) {
+        let file = key.rsplit('/').next().unwrap_or_default().to_owned();
+        if !file.ends_with(".idx") {
+            stored.extend(std::fs::read(dir.join(file))?);
+        }
+    }
+    assert!(stored == finished, "the chunks are not the finished pack");
+    assert_eq!(chunks_in(&r, repo)?.len(), 3, "{:?}", chunks_in(&r, repo)?);
+    r.clone_cold(&ws, &via_b).await?;
+
+    // A push cut off after two chunks leaves none behind once git has removed what it received.
+    random_file(&ws, "w/other.bin", BIG)?;
+    ws.git("w", &["add", "."]).await?;
+    ws.git("w", &["commit", "-qm", "third"]).await?;
+    let third = ws.git("w", &["rev-parse", "HEAD"]).await?.trim().to_owned();
+    ws.write("revs", format!("{third}\n--not\n{new}\n"))?;
+    let cut = std::process::Command::new("git")
+        .current_dir(ws.path("w"))
+        .args(["pack-objects", "--thin", "--stdout", "--revs", "--quiet"])
+        .stdin(std::fs::File::open(ws.path("revs"))?)
+        .output()?
+        .stdout;
+    let (mut git, _cut_writer) = receive_pack(&r, app).await?;
+    let mut stdin = git.stdin.take().expect("stdin");
+    stdin
+        .write_all(&pkt_line(&format!(
+            "{new} {third} refs/heads/master\0report-status\n"
+        )))
+        .await?;
+    stdin.write_all(b"0000").await?;
+    stdin.write_all(&cut[..half]).await?;
+    stdin.flush().await?;
+    assert!(
+        within_a_minute(|| Ok(chunks_in(&r, repo)?.len() > 3)).await?,
+        "the cut-off push sent no chunk"
+    );
+    drop(stdin);
+    let _ = git.wait().await?;
+    assert!(
+        within_a_minute(|| Ok(chunks_in(&r, repo)?.len() == 3)).await?,
+        "a cut-off push left chunks: {:?}",
+        chunks_in(&r, repo)?
+    );
+    assert_eq!(
+        git_refs::snapshot(r.a.state.db(), app_id)
+            .await?
+            .expect("a repository")
+            .refs
+            .iter()
+            .find(|(name, _)| name == "refs/heads/master")
+            .map(|(_, oid)| oid.as_str()),
+        Some(new.as_str())
+    );
     Ok(())
 }

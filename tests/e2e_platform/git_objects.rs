@@ -459,6 +459,13 @@ async fn repositories_move_into_object_storage_and_two_api_replicas_serve_them()
     )
     .await?;
     let big = ws.git("k", &["rev-parse", "HEAD"]).await?;
+    // The retry's pack went up while the pod received it.
+    let logs = kubectl(&["-n", &platform.namespace, "logs", &pods[1], "-c", "api"]).await?;
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("published a ref update") && l.contains("\"streamed\":1")),
+        "the retry's pack was not streamed to the bucket:\n{logs}"
+    );
     platform
         .wait_restarted(&pods[0], "api", killed.restarts)
         .await?;

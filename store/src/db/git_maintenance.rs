@@ -63,7 +63,7 @@ pub async fn take_retired(db: &PgPool, id: Uuid, grace: Duration) -> sqlx::Resul
     Ok(sqlx::query(
         "DELETE FROM git_packs
          WHERE repo_id = $1 AND retired_at < now() - make_interval(secs => $2)
-         RETURNING name, bytes, upload",
+         RETURNING name, bytes, upload, chunk_bytes",
     )
     .bind(id)
     .bind(grace.as_secs_f64())
@@ -77,7 +77,7 @@ pub async fn take_retired(db: &PgPool, id: Uuid, grace: Duration) -> sqlx::Resul
 /// Every pack row of repository `id`, live or retired: the copies in the bucket that are not orphans.
 pub async fn pack_rows(db: &PgPool, id: Uuid) -> sqlx::Result<Vec<PackRow>> {
     Ok(
-        sqlx::query("SELECT name, bytes, upload FROM git_packs WHERE repo_id = $1")
+        sqlx::query("SELECT name, bytes, upload, chunk_bytes FROM git_packs WHERE repo_id = $1")
             .bind(id)
             .fetch_all(db)
             .await?

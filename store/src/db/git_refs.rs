@@ -31,6 +31,9 @@ pub struct PackRow {
     /// The upload that put this copy in the bucket, part of its key; `None` for a pack uploaded before uploads
     /// were told apart.
     pub upload: Option<Uuid>,
+    /// The size of each chunk but the last when the `.pack` file was sent as it was received, one object per chunk;
+    /// `None` when it is one object.
+    pub chunk_bytes: Option<i64>,
 }
 
 /// Everything a cache needs to match a repository at one version.
@@ -169,7 +172,7 @@ pub async fn snapshot(db: &PgPool, app: Uuid) -> sqlx::Result<Option<Snapshot>> 
         .fetch_all(&mut *tx)
         .await?;
     let packs = sqlx::query(
-        "SELECT name, bytes, upload FROM git_packs WHERE repo_id = $1 AND retired_at IS NULL ORDER BY name",
+        "SELECT name, bytes, upload, chunk_bytes FROM git_packs WHERE repo_id = $1 AND retired_at IS NULL ORDER BY name",
     )
     .bind(id)
     .fetch_all(&mut *tx)
@@ -266,12 +269,13 @@ pub async fn publish(
     Ok(version)
 }
 
-/// A pack read from a `name, bytes, upload` row.
+/// A pack read from a `name, bytes, upload, chunk_bytes` row.
 pub(crate) fn pack_row(row: sqlx::postgres::PgRow) -> PackRow {
     PackRow {
         name: row.get("name"),
         bytes: row.get("bytes"),
         upload: row.get("upload"),
+        chunk_bytes: row.get("chunk_bytes"),
     }
 }
 
@@ -289,17 +293,22 @@ pub(crate) async fn insert_packs(
     let names: Vec<&str> = packs.iter().map(|p| p.name.as_str()).collect();
     let bytes: Vec<i64> = packs.iter().map(|p| p.bytes).collect();
     let uploads: Vec<Option<Uuid>> = packs.iter().map(|p| p.upload).collect();
+    let chunks: Vec<Option<i64>> = packs.iter().map(|p| p.chunk_bytes).collect();
+    // A pack's copy is its upload and the chunk size together: they change as one.
     sqlx::query(
-        "INSERT INTO git_packs (repo_id, name, bytes, upload)
-         SELECT $1, name, bytes, upload FROM UNNEST($2::text[], $3::bigint[], $4::uuid[]) AS u(name, bytes, upload)
+        "INSERT INTO git_packs (repo_id, name, bytes, upload, chunk_bytes)
+         SELECT $1, name, bytes, upload, chunk_bytes
+         FROM UNNEST($2::text[], $3::bigint[], $4::uuid[], $5::bigint[]) AS u(name, bytes, upload, chunk_bytes)
          ON CONFLICT (repo_id, name) DO UPDATE SET
              upload = CASE WHEN git_packs.retired_at IS NULL THEN git_packs.upload ELSE EXCLUDED.upload END,
+             chunk_bytes = CASE WHEN git_packs.retired_at IS NULL THEN git_packs.chunk_bytes ELSE EXCLUDED.chunk_bytes END,
              retired_at = NULL",
     )
     .bind(id)
     .bind(&names)
     .bind(&bytes)
     .bind(&uploads)
+    .bind(&chunks)
     .execute(tx)
     .await?;
     Ok(())

@@ -1,5 +1,6 @@
 //! The data part of an installation that keeps its repositories in object storage: the SSH host key, then a copy
-//! of every pack the platform database names, as `git/<key>` (`git/repos/<repository>/pack-<sha>.<upload>.pack`).
+//! of every pack the platform database names, as `git/<key>` (`git/repos/<repository>/pack-<sha>.<upload>.pack`, or
+//! the chunks of a pack sent while it was received, `git/repos/<repository>/upload-<upload>.pack.<n>`).
 //! The refs, HEAD and which packs are live are rows of the platform database, which the database part carries; a
 //! restore puts each copy back under its key, and the replicas' caches fill from the bucket on their first
 //! requests.
