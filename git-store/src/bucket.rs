@@ -148,7 +148,7 @@ impl PackBucket {
 
     /// Writes the file at `path` as the object `key`: in one request, or, from [`IN_PARTS_FROM`] bytes (or what
     /// [`Self::in_parts_from`] set), as a multipart upload of [`PART_BYTES`] parts, [`PARTS_AT_ONCE`] at a time.
-    async fn send_file(&self, key: &str, path: &Path) -> anyhow::Result<()> {
+    pub(crate) async fn send_file(&self, key: &str, path: &Path) -> anyhow::Result<()> {
         let size = tokio::fs::metadata(path)
             .await
             .with_context(|| format!("read {}", path.display()))?

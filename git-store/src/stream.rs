@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::ensure;
 use slipway_store::db::git_refs;
 use uuid::Uuid;
 
@@ -300,11 +300,13 @@ pub(crate) async fn finish(
         Err(e) => {
             tracing::warn!(%repo, pack = name, error = format!("{e:#}"), "a streamed pack could not be completed; uploading it whole");
             let count = meta.len().div_ceil(CHUNK_BYTES);
-            let mut keys: Vec<String> = (0..count)
-                .chain(chunks.keys().copied())
+            // Every chunk the file has, and any sent earlier past a shorter end.
+            let numbers: std::collections::BTreeSet<u64> =
+                (0..count).chain(chunks.keys().copied()).collect();
+            let mut keys: Vec<String> = numbers
+                .into_iter()
                 .map(|n| PackBucket::chunk_key(streamed_under, upload, n))
                 .collect();
-            keys.dedup();
             keys.push(PackBucket::key(streamed_under, name, Some(upload), "idx"));
             if let Err(e) = storage.bucket.remove_keys(&keys).await {
                 tracing::warn!(
@@ -349,19 +351,9 @@ async fn complete(
                 .await?;
         }
         let idx = dir.join(format!("{name}.idx"));
-        let length = tokio::fs::metadata(&idx)
-            .await
-            .with_context(|| format!("read {}", idx.display()))?
-            .len();
         bucket
-            .send_range(
-                &PackBucket::key(repo, name, Some(upload), "idx"),
-                &idx,
-                0,
-                length,
-            )
-            .await?;
-        anyhow::Ok(())
+            .send_file(&PackBucket::key(repo, name, Some(upload), "idx"), &idx)
+            .await
     };
     tokio::try_join!(check, send)?;
     Ok(())
