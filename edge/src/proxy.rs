@@ -15,6 +15,15 @@
 //! then too, as nginx does for those methods; any other (a POST) may have been acted on and is answered 502. A
 //! request with a body is not sent again: the body has gone into the failed attempt, and buffering it for a retry
 //! would hold every upload in memory.
+//!
+//! When every endpoint a bodiless request may go to has refused its connection, the request waits a moment and
+//! asks again, with the endpoints the routing table holds by then, for up to [`CONNECT_PATIENCE`] in all. An
+//! endpoint the edge believes ready refuses in two moments a reader should not see: the one between a pod
+//! stopping and the edge's watch learning it (the table then names the new endpoints, or none, and a route with
+//! none answers its 503 at once), and the one after a new edge pod starts while the cluster's NetworkPolicy
+//! enforcement has not yet let the new pod's address through to the tenants' pods, which rejects its connections
+//! for a few seconds (kube-router answers with a reset). An app that is really down answers its 502 a few seconds
+//! later, as it does behind Heroku's router, which retries a refused connection for longer.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -34,6 +43,13 @@ use super::routes::Upstreams;
 /// Most endpoints a bodiless request is tried on when connecting fails (or, for an idempotent method, the
 /// connection breaks before an answer).
 pub const CONNECT_ATTEMPTS: usize = 3;
+
+/// Longest a bodiless request waits, in all, for an endpoint to take its connection once every endpoint has refused
+/// one (see the module doc).
+pub const CONNECT_PATIENCE: Duration = Duration::from_secs(5);
+/// The first wait before asking the endpoints again; each wait doubles, up to [`LONGEST_CONNECT_WAIT`].
+const FIRST_CONNECT_WAIT: Duration = Duration::from_millis(100);
+const LONGEST_CONNECT_WAIT: Duration = Duration::from_millis(800);
 
 /// What the edge sends an endpoint: the client's body, or nothing (a request without one, which can be sent again).
 type UpstreamBody = Either<Incoming, Empty<Bytes>>;
@@ -141,11 +157,13 @@ impl Proxy {
 
     /// Sends `req` to the next of `upstreams` and returns its response (a `101` is joined to the client's
     /// connection), or why none came, with the last endpoint tried. A bodiless request whose connection fails goes
-    /// on to the next endpoint (see the module doc).
+    /// on to the next endpoint, and when all have refused it, to those `endpoints_now` gives a moment later (see
+    /// the module doc).
     pub async fn forward(
         &self,
         mut req: Request<Incoming>,
         upstreams: &Upstreams,
+        endpoints_now: impl Fn() -> Vec<SocketAddr>,
         origin: Origin<'_>,
     ) -> (Result<Response<EdgeBody>, ProxyError>, Option<SocketAddr>) {
         let Some(mut upstream) = upstreams.pick() else {
@@ -176,15 +194,14 @@ impl Proxy {
             Either::Left(body)
         };
         let mut first = Some(Request::from_parts(parts, body));
-        let attempts = if replay.is_some() {
-            CONNECT_ATTEMPTS.min(upstreams.addrs().len())
-        } else {
-            1
-        };
         let idempotent = replay
             .as_ref()
             .is_some_and(|(method, _)| is_idempotent(method));
-        let mut attempt = 1;
+        // Endpoints tried since the last wait, the endpoints asked for after it, the next wait, and when waiting ends.
+        let mut tried = 1;
+        let mut asked_again: Option<Upstreams> = None;
+        let mut wait = FIRST_CONNECT_WAIT;
+        let patience_ends = tokio::time::Instant::now() + CONNECT_PATIENCE;
         let mut res = loop {
             let mut req = match (first.take(), &replay) {
                 (Some(req), _) => req,
@@ -200,17 +217,31 @@ impl Proxy {
                 Ok(uri) => *req.uri_mut() = uri,
                 Err(e) => return (Err(e), Some(upstream)),
             }
+            let current = asked_again.as_ref().unwrap_or(upstreams);
+            let others = replay.is_some() && tried < CONNECT_ATTEMPTS.min(current.addrs().len());
             match self.send(req, upstream).await {
                 Ok(res) => break res,
-                Err(e @ ProxyError::Connect(..)) if attempt < attempts => {
-                    tracing::info!(error = %e, attempt, "connecting failed; trying the next endpoint");
-                    attempt += 1;
-                    upstream = upstreams.pick().unwrap_or(upstream);
+                Err(e @ ProxyError::Connect(..)) if others => {
+                    tracing::info!(error = %e, tried, "connecting failed; trying the next endpoint");
+                    tried += 1;
+                    upstream = current.pick().unwrap_or(upstream);
                 }
-                Err(e @ ProxyError::Upstream(..)) if idempotent && attempt < attempts => {
-                    tracing::info!(error = %e, attempt, "the connection broke before an answer; trying the next endpoint");
-                    attempt += 1;
-                    upstream = upstreams.pick().unwrap_or(upstream);
+                Err(e @ ProxyError::Upstream(..)) if idempotent && others => {
+                    tracing::info!(error = %e, tried, "the connection broke before an answer; trying the next endpoint");
+                    tried += 1;
+                    upstream = current.pick().unwrap_or(upstream);
+                }
+                Err(e @ ProxyError::Connect(..))
+                    if replay.is_some() && tokio::time::Instant::now() + wait < patience_ends =>
+                {
+                    tracing::info!(error = %e, wait_ms = wait.as_millis() as u64, "every endpoint refused; asking again after a wait");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(LONGEST_CONNECT_WAIT);
+                    let now = Upstreams::new(endpoints_now());
+                    let Some(next) = now.pick() else {
+                        return (Err(e), Some(upstream));
+                    };
+                    (upstream, tried, asked_again) = (next, 1, Some(now));
                 }
                 Err(e) => return (Err(e), Some(upstream)),
             }
@@ -449,6 +480,36 @@ mod tests {
     /// Sends `raw` through a front server whose one service is `forward` to `upstreams`; the status line and body
     /// the client read.
     async fn through_proxy(upstreams: Vec<SocketAddr>, raw: &str) -> (String, String) {
+        let later = Arc::new(Later::new(upstreams.clone()));
+        through_proxy_later(upstreams, &later, raw).await
+    }
+
+    /// The endpoints a route names when the proxy asks again, and how often it asked.
+    struct Later {
+        endpoints: Vec<SocketAddr>,
+        asked: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Later {
+        fn new(endpoints: Vec<SocketAddr>) -> Self {
+            Self {
+                endpoints,
+                asked: std::sync::atomic::AtomicUsize::new(0),
+            }
+        }
+
+        fn asked(&self) -> usize {
+            self.asked.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    /// [`through_proxy`], the route naming `later`'s endpoints when the proxy asks again.
+    async fn through_proxy_later(
+        upstreams: Vec<SocketAddr>,
+        later: &Arc<Later>,
+        raw: &str,
+    ) -> (String, String) {
+        let later = later.clone();
         let proxy = Arc::new(Proxy::new(&ProxyConfig::default()));
         let upstreams = Arc::new(Upstreams::new(upstreams));
         let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -456,14 +517,20 @@ mod tests {
         tokio::spawn(async move {
             let (stream, _) = front.accept().await.unwrap();
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let (proxy, upstreams) = (proxy.clone(), upstreams.clone());
+                let (proxy, upstreams, later) = (proxy.clone(), upstreams.clone(), later.clone());
                 async move {
+                    let endpoints_now = || {
+                        later
+                            .asked
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        later.endpoints.clone()
+                    };
                     let origin = Origin {
                         client_ip: "192.0.2.1".parse().unwrap(),
                         scheme: "http",
                         request_id: "r1",
                     };
-                    let (answer, _) = proxy.forward(req, &upstreams, origin).await;
+                    let (answer, _) = proxy.forward(req, &upstreams, endpoints_now, origin).await;
                     Ok::<_, std::convert::Infallible>(answer.unwrap_or_else(|e| {
                         let mut res = Response::new(crate::full(Bytes::from(e.to_string())));
                         *res.status_mut() = StatusCode::BAD_GATEWAY;
@@ -514,12 +581,70 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_bodiless_request_every_endpoint_refuses_fails_after_trying_each() {
+    async fn a_bodiless_request_every_endpoint_keeps_refusing_fails_once_its_patience_is_spent() {
         let (a, b) = (refusing("127.0.0.1").await, refusing("127.0.0.2").await);
-        let (status, body) = through_proxy(vec![a, b], GET).await;
+        let later = Arc::new(Later::new(vec![a, b]));
+        let (status, body) = through_proxy_later(vec![a, b], &later, GET).await;
         assert_eq!(status, "HTTP/1.1 502 Bad Gateway");
-        // The answer names the last endpoint tried: the second.
-        assert!(body.starts_with(&format!("upstream {b}: ")), "{body}");
+        assert!(
+            [a, b]
+                .iter()
+                .any(|e| body.starts_with(&format!("upstream {e}: "))),
+            "{body}"
+        );
+        // It kept asking for the route's endpoints while its patience lasted, not once and done.
+        assert!(later.asked() >= 2, "asked again {} times", later.asked());
+    }
+
+    #[tokio::test]
+    async fn a_bodiless_request_every_endpoint_refuses_goes_to_the_endpoints_the_route_names_next()
+    {
+        // The table moved on while the request was being refused: a new version, or a pod on another node.
+        let gone = refusing("127.0.0.1").await;
+        let (live, served) = answering("127.0.0.2").await;
+        let later = Arc::new(Later::new(vec![live]));
+        let (status, body) = through_proxy_later(vec![gone], &later, GET).await;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert_eq!(body, live.to_string());
+        assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(later.asked(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_bodiless_request_an_endpoint_refuses_for_a_moment_is_answered_by_it() {
+        // A new edge pod the NetworkPolicy enforcement has not yet let through, as kube-router rejects it: the
+        // same endpoint refuses, then takes the connection.
+        let endpoint = refusing("127.0.0.1").await;
+        let later = Arc::new(Later::new(vec![endpoint]));
+        let opens = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let listener = TcpListener::bind(endpoint).await.unwrap();
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap() == 1 {
+                head.push(byte[0]);
+            }
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nin")
+                .await
+                .unwrap();
+        });
+        let (status, body) = through_proxy_later(vec![endpoint], &later, GET).await;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert_eq!(body, "in");
+        assert!(later.asked() >= 1);
+        opens.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_whose_route_has_no_endpoint_left_fails_after_one_wait() {
+        let gone = refusing("127.0.0.1").await;
+        let later = Arc::new(Later::new(Vec::new()));
+        let (status, body) = through_proxy_later(vec![gone], &later, GET).await;
+        assert_eq!(status, "HTTP/1.1 502 Bad Gateway");
+        assert!(body.starts_with(&format!("upstream {gone}: ")), "{body}");
+        assert_eq!(later.asked(), 1);
     }
 
     #[tokio::test]

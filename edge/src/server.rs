@@ -311,7 +311,15 @@ async fn answer(
                 scheme: scheme.as_str(),
                 request_id,
             };
-            let (answer, upstream) = edge.proxy.forward(req, upstreams, origin).await;
+            // The route's endpoints as the table holds them now, for a request every endpoint has refused.
+            let endpoints_now = || match edge.table.load().get(&route.host).map(|r| &r.target) {
+                Some(Target::Proxy(now) | Target::ObjectStore(now)) => now.addrs().to_vec(),
+                _ => Vec::new(),
+            };
+            let (answer, upstream) = edge
+                .proxy
+                .forward(req, upstreams, endpoints_now, origin)
+                .await;
             let (res, failure) = match answer {
                 Ok(res) => (res, None),
                 Err(ProxyError::NoEndpoint) => {
