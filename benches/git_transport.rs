@@ -11,8 +11,9 @@
 //! HTTP server implementation and the difference is slipway's own work (auth, lookups, process plumbing).
 //! Environment: `SLIPWAY_BENCH_MB` (repository size), `SLIPWAY_BENCH_ROUNDS` (rounds per transport, best kept).
 //!
-//! Each publish to object storage logs its phases to stderr (`RUST_LOG` picks other logs). Prints figures; it
-//! asserts nothing about time.
+//! Each publish to object storage logs its phases to stderr (`RUST_LOG` picks other logs). Every timed operation
+//! starts after `sync`, with no writeback of the one before it pending (`settle_disk`). Prints figures; it asserts
+//! nothing about time.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -97,11 +98,13 @@ async fn main() -> Result<()> {
                 anyhow::ensure!(out.status.success(), "git init");
                 format!("{native_base}/{app}.git")
             };
+            settle_disk().await?;
             let t = Instant::now();
             ws.git("src", &["push", "-q", &remote, "HEAD:master"])
                 .await?;
             let push = t.elapsed().as_secs_f64();
             let target = format!("clone-{name}-{round}");
+            settle_disk().await?;
             let t = Instant::now();
             ws.git(".", &["clone", "-q", "--bare", &remote, &target])
                 .await?;
@@ -162,6 +165,7 @@ async fn main() -> Result<()> {
         let via = |i: usize| {
             support::git::http_remote(&replicas[i].base, &user.token, &user.username, &app)
         };
+        settle_disk().await?;
         let t = Instant::now();
         ws.git("src", &["push", "-q", &via(0), "HEAD:master"])
             .await?;
@@ -169,6 +173,7 @@ async fn main() -> Result<()> {
         let mut clones = [0.0; 2];
         for (i, clone) in clones.iter_mut().enumerate() {
             let target = format!("clone-objects-{round}-{i}");
+            settle_disk().await?;
             let t = Instant::now();
             ws.git(".", &["clone", "-q", "--bare", &via(i), &target])
                 .await?;
@@ -208,6 +213,7 @@ async fn main() -> Result<()> {
         .context("no pack in the source repository")?;
     let mut upload = f64::MAX;
     for _ in 0..rounds {
+        settle_disk().await?;
         let t = Instant::now();
         floor_bucket
             .upload(uuid::Uuid::new_v4(), &pack_dir, &pack)
@@ -310,6 +316,7 @@ async fn compaction(
         compact_at: 2,
         ..Default::default()
     };
+    settle_disk().await?;
     let t = Instant::now();
     let done = a
         .repos
@@ -322,6 +329,7 @@ async fn compaction(
         "folded {} packs, not 2",
         done.packs_folded
     );
+    settle_disk().await?;
     let t = Instant::now();
     let out = tokio::process::Command::new("git")
         .args(["repack", "-a", "-d", "-q"])
@@ -334,6 +342,7 @@ async fn compaction(
         String::from_utf8_lossy(&out.stderr)
     );
     let native = t.elapsed().as_secs_f64();
+    settle_disk().await?;
     let t = Instant::now();
     ws.git(
         ".",
@@ -351,6 +360,15 @@ async fn compaction(
         "compaction of the repository in object storage ({mb:.0} MB, 2 packs into 1, uploaded): {ours:.2}s, git repack -a -d {native:.2}s, ratio {:.2}; then a clone from an empty cache {clone:.2}s, its head the pushed one",
         native / ours
     );
+    Ok(())
+}
+
+/// Writes every dirty page out before a timed operation, so that it does not pay for the writeback of the one
+/// before it: on a small machine the gigabyte a push or clone leaves in the page cache is flushed in bursts that
+/// otherwise land, at random, inside whichever side is timed next.
+async fn settle_disk() -> Result<()> {
+    let status = tokio::process::Command::new("sync").status().await?;
+    anyhow::ensure!(status.success(), "sync: {status}");
     Ok(())
 }
 
