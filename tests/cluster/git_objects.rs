@@ -643,11 +643,22 @@ async fn maintenance_folds_the_packs_once_and_removes_what_no_row_names() -> Res
     for extension in ["pack", "idx"] {
         ws.write(&format!("junk/pack-junk.{extension}"), "junk")?;
     }
-    slipway_git_store::bucket::PackBucket::open(&support::s3_calls::root(&r.s3), BUCKET)
-        .await?
+    let bucket = PackBucket::open(&support::s3_calls::root(&r.s3), BUCKET).await?;
+    bucket
         .upload(repo_id, &ws.path("junk"), "pack-junk")
         .await?;
-    assert_eq!(r.bucket_files()?, 2 * PUSHES + 2);
+    // And the chunks a replica killed while git received a push had sent ahead: a stream no row names.
+    let stream = uuid::Uuid::new_v4();
+    ws.write("junk/chunk", "chunk")?;
+    for n in [1, 2] {
+        bucket
+            .put_file(
+                &PackBucket::chunk_key(repo_id, stream, n),
+                &ws.path("junk/chunk"),
+            )
+            .await?;
+    }
+    assert_eq!(r.bucket_files()?, 2 * PUSHES + 4);
 
     let now = Policy {
         every: std::time::Duration::ZERO,
@@ -661,7 +672,7 @@ async fn maintenance_folds_the_packs_once_and_removes_what_no_row_names() -> Res
         Some(Maintained {
             packs_folded: PUSHES,
             retired_removed: PUSHES,
-            orphans_removed: 2,
+            orphans_removed: 4,
         })
     );
     assert_eq!(live(db).await?.len(), 1);
