@@ -452,6 +452,11 @@ mod tests {
         answers: bool,
     ) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
         let listener = TcpListener::bind((ip, 0)).await.unwrap();
+        (listener.local_addr().unwrap(), serve(listener, answers))
+    }
+
+    /// Serves `listener` as [`endpoint`] does; the count of requests.
+    fn serve(listener: TcpListener, answers: bool) -> Arc<std::sync::atomic::AtomicUsize> {
         let addr = listener.local_addr().unwrap();
         let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let count = served.clone();
@@ -474,7 +479,7 @@ mod tests {
                 }
             }
         });
-        (addr, served)
+        served
     }
 
     /// Sends `raw` through a front server whose one service is `forward` to `upstreams`; the status line and body
@@ -618,23 +623,19 @@ mod tests {
         let later = Arc::new(Later::new(vec![endpoint]));
         let opens = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(250)).await;
-            let listener = TcpListener::bind(endpoint).await.unwrap();
-            let (mut stream, _) = listener.accept().await.unwrap();
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap() == 1 {
-                head.push(byte[0]);
-            }
-            stream
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nin")
-                .await
-                .unwrap();
+            serve(TcpListener::bind(endpoint).await.unwrap(), true)
         });
         let (status, body) = through_proxy_later(vec![endpoint], &later, GET).await;
         assert_eq!(status, "HTTP/1.1 200 OK");
-        assert_eq!(body, "in");
+        assert_eq!(body, endpoint.to_string());
         assert!(later.asked() >= 1);
-        opens.await.unwrap();
+        assert_eq!(
+            opens
+                .await
+                .unwrap()
+                .load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
     }
 
     #[tokio::test]

@@ -54,6 +54,8 @@ pub(crate) struct Streams(Mutex<HashMap<FileId, Arc<Stream>>>);
 struct Stream {
     /// The file, open: its chunks are read through `/proc/self/fd`, whatever git renames it to.
     file: std::fs::File,
+    /// The file's device and inode, its key in [`Streams`].
+    id: FileId,
     /// The upload the chunks belong to, part of their keys.
     upload: Uuid,
     /// What was sent; locked while a chunk is being sent, so that [`finish`] waits for it.
@@ -92,6 +94,7 @@ impl Streams {
         }
         let stream = Arc::new(Stream {
             file,
+            id,
             upload: Uuid::new_v4(),
             sent: tokio::sync::Mutex::default(),
         });
@@ -108,13 +111,12 @@ impl Streams {
 
     /// Forgets `stream`, when it is still the one registered for its file.
     fn forget(&self, stream: &Arc<Stream>) {
-        let Ok(meta) = stream.file.metadata() else {
-            return;
-        };
         let mut streams = self.lock();
-        let id = file_id(&meta);
-        if streams.get(&id).is_some_and(|s| Arc::ptr_eq(s, stream)) {
-            streams.remove(&id);
+        if streams
+            .get(&stream.id)
+            .is_some_and(|s| Arc::ptr_eq(s, stream))
+        {
+            streams.remove(&stream.id);
         }
     }
 
