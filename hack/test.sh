@@ -12,6 +12,7 @@
 #               containerd, CNI, kube-proxy, kube-router, CoreDNS, registry, BuildKit) started for this run (in the
 #               background while the cluster tier runs, with the platform installed on it) and stopped after it
 # No tier is skipped: a part that cannot be built or started fails the run.
+# At the end: each tier's time and the CPU time the machine spent during it, and the whole run's CPU time.
 #
 # usage: hack/test.sh [lint|unit|cluster|e2e]...   (default: all four)
 #
@@ -50,7 +51,13 @@ TEST_THREADS=${SLIPWAY_TEST_THREADS:-4}
 ETCD_PORT=${SLIPWAY_TEST_ETCD_PORT:-22379}
 APISERVER_PORT=${SLIPWAY_TEST_APISERVER_PORT:-26443}
 
-started=$SECONDS
+# The machine's busy CPU time so far, in seconds: every CPU's time outside idle and I/O wait (/proc/stat), whoever
+# spent it (the tests, the cluster's components, the tenants' builds).
+cpu_busy() {
+  awk -v hz="$(getconf CLK_TCK)" '/^cpu / { printf "%d\n", ($2 + $3 + $4 + $7 + $8 + $9) / hz; exit }' /proc/stat
+}
+cores=$(nproc)
+started=$SECONDS run_busy=$(cpu_busy)
 results="$(mktemp)"
 node_parts_pid=
 e2e_prepare_pid=
@@ -318,6 +325,7 @@ tier_e2e() {
 }
 
 timings=("setup (parts built or found) $((SECONDS - started))s")
+cpu_use=("setup $(($(cpu_busy) - run_busy)) cpu-s")
 for tier in "${tiers[@]}"; do
   case "$tier" in
     lint | unit | cluster | e2e) ;;
@@ -336,12 +344,19 @@ if [[ " ${tiers[*]} " == *" e2e "* ]]; then
   node_parts_pid=$!
 fi
 for tier in "${tiers[@]}"; do
-  tier_started=$SECONDS
+  tier_started=$SECONDS tier_busy=$(cpu_busy)
   "tier_$tier"
   timings+=("$tier $((SECONDS - tier_started))s")
+  busy=$(($(cpu_busy) - tier_busy)) wall=$((SECONDS - tier_started))
+  cpu_use+=("$tier ${busy} cpu-s ($((100 * busy / (cores * (wall > 0 ? wall : 1))))%)")
 done
 
 log "all tiers passed (${tiers[*]}) in $((SECONDS - started))s"
 printf 'time per tier: %s\n' "$(IFS=,; echo "${timings[*]}" | sed 's/,/, /g')"
+# How busy the cores were: a tier well under 100% waits on something (an alert's window, a pod starting), one near
+# it can only get shorter by doing less. The whole run's CPU time over the cores is the least it could take here.
+run_busy=$(($(cpu_busy) - run_busy))
+printf 'CPU per tier (%% of %d cores): %s; in all %d cpu-s, %ds on %d cores at full use\n' "$cores" \
+  "$(IFS=,; echo "${cpu_use[*]}" | sed 's/,/, /g')" "$run_busy" "$((run_busy / cores))" "$cores"
 awk '/^test result: / { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$results"
