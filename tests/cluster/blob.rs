@@ -670,6 +670,8 @@ async fn a_stopped_backend_answers_503_and_recovers() -> Result<()> {
 #[tokio::test]
 async fn a_deleted_channel_takes_its_bucket_and_store_along() -> Result<()> {
     let f = fixture("blobdel", "basic").await?;
+    // prod's store exists before tmp goes, so that the count at the end shows the deletion left it alone.
+    f.ready(&f.user, &f.prod_id).await;
     let next = f
         .api
         .post(
