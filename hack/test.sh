@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test tier, in order, and stops at the first that fails:
-#   1. lint     cargo fmt --check, hack/layers (no cycle between crates or modules), clippy with -D warnings, and
+#   1. lint     cargo fmt --check, hack/layers (no cycle between crates or modules), hack/same-features.sh (the
+#               shipped binary builds on the tests' build), clippy with -D warnings, and
 #               hack/monitoring-check.sh: helm lint --strict with monitoring off and on, the rendered PodMonitors and
 #               PrometheusRule against prometheus-operator's CRD schemas, promtool check rules and test rules (each
 #               alert firing and quiet on recorded series), the dashboard's queries; and that the chart refuses to
@@ -107,6 +108,7 @@ tier_lint() {
   log "tier lint: rustfmt, layers, clippy, helm lint, the chart's monitoring objects and its refusals"
   cargo fmt --all --check
   hack/layers
+  hack/same-features.sh
   cargo clippy --workspace --all-targets --locked -- -D warnings
   # helm lint --strict (monitoring off and on) and the checks of the PodMonitors, rules and dashboard.
   HELM=$HELM hack/monitoring-check.sh
