@@ -11,7 +11,8 @@
 #               custom domains) started for this run and stopped after it
 #   4. e2e      tests/e2e_platform/ and tests/e2e/ against a real local cluster (hack/node.sh: kubelet,
 #               containerd, CNI, kube-proxy, kube-router, CoreDNS, registry, BuildKit) started for this run (in the
-#               background while the cluster tier runs, with the platform installed on it) and stopped after it
+#               background while the cluster tier runs, with the platform installed on it and its alerts' tests run
+#               on it first) and stopped after it
 # No tier is skipped: a part that cannot be built or started fails the run.
 # At the end: each tier's time and the CPU time the machine spent during it, and the whole run's CPU time.
 #
@@ -217,8 +218,9 @@ platform_selected() {
 
 # Brings up what the e2e tier runs on, once the node's parts are built: the node, the Postgres its platform keeps
 # its database in, and, when a platform test is selected, the platform installed by its chart. Writes the exports
-# the tests need to $TEST_RUN/e2e.env. Started in the background when the cluster tier starts (its tests are busy
-# on the CPU, while starting a node and installing a chart mostly waits), and waited for by the e2e tier.
+# the tests need to $TEST_RUN/e2e.env. Then, when they are selected, runs the chart's alerts on the fresh install
+# (e2e_alerts). Started in the background when the cluster tier starts (its tests are busy on the CPU, while starting
+# a node, installing a chart and waiting for alerts to fire mostly wait), and waited for by the e2e tier.
 e2e_prepare() {
   local began=$SECONDS
   e2e_settings
@@ -239,13 +241,44 @@ e2e_prepare() {
     "$HACK/install.sh" env >>"$TEST_RUN/e2e.env"
   fi
   log "e2e: the node$(platform_selected && echo " and the platform") ready in $((SECONDS - began))s"
+  if platform_selected && selected e2e_platform_monitoring; then e2e_alerts; fi
+}
+
+# The e2e tests' environment: the e2e cluster's settings and the exports e2e_prepare wrote.
+e2e_test_env() {
+  e2e_settings
+  source "$TEST_RUN/e2e.env"
+  export SLIPWAY_TEST_DATABASE_URL
+  export SLIPWAY_KUBECONFIG="$KUBECONFIG" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
+}
+
+# The chart's alerts (tests/e2e_platform/monitoring.rs): a real Prometheus scraping the release as its chart's
+# PodMonitors say, with the chart's rules; the tests that take a part away run alone. They run first on the fresh
+# install, beside the cluster tier, as they spend nine minutes waiting for alerts to fire and go quiet at a seventh of
+# the CPU. Their output goes to $TEST_RUN/e2e-alerts.log (--show-output: how long each alert took to fire belongs in
+# it), which the e2e tier prints and counts; on a failure, with the components' warnings and errors.
+e2e_alerts() {
+  local began=$SECONDS status=0
+  log "e2e: the chart's alerts, beside the cluster tier (output below, when they are done)"
+  # Each step chained with &&: under `|| status=$?`, the subshell would not stop at a failing one by itself.
+  (
+    trap '"$HACK/prometheus.sh" stop' EXIT
+    e2e_test_env && "$HACK/prometheus.sh" start && eval "$("$HACK/prometheus.sh" env)" &&
+      export SLIPWAY_TEST_PROMETHEUS_URL &&
+      cargo test -p slipway --locked --test e2e_platform -- monitoring:: --show-output --test-threads="$TEST_THREADS"
+  ) >"$TEST_RUN/e2e-alerts.log" 2>&1 || status=$?
+  if [ "$status" != 0 ]; then
+    { log "the installed components' warnings and errors:"; "$HACK/install.sh" logs; } >>"$TEST_RUN/e2e-alerts.log" 2>&1
+  fi
+  log "e2e: the chart's alerts $([ "$status" = 0 ] && echo passed || echo failed) in $((SECONDS - began))s"
+  echo "$status" >"$TEST_RUN/e2e-alerts.status"
 }
 
 # Starts e2e_prepare in the background, its output kept for the e2e tier to print.
 e2e_prepare_in_background() {
   [ -z "$e2e_prepared" ] || return 0
   e2e_prepared=1
-  rm -f "$TEST_RUN/e2e.env"
+  rm -f "$TEST_RUN/e2e.env" "$TEST_RUN/e2e-alerts.log" "$TEST_RUN/e2e-alerts.status"
   (e2e_prepare) >"$TEST_RUN/e2e-prepare.log" 2>&1 &
   e2e_prepare_pid=$!
 }
@@ -277,11 +310,14 @@ tier_e2e() {
   log "e2e: the node's parts (built in the background since the run began), the node and the platform:"
   cat "$TEST_RUN/node-parts.log" "$TEST_RUN/e2e-prepare.log" >&2
   [ "$prepared" = 0 ] || { echo "preparing the e2e tier's cluster failed (exit $prepared)" >&2; exit 1; }
+  if [ -f "$TEST_RUN/e2e-alerts.status" ]; then
+    log "e2e: the chart's alerts (tests/e2e_platform/monitoring.rs), run beside the cluster tier:"
+    cat "$TEST_RUN/e2e-alerts.log" >&2
+    grep '^test result: ' "$TEST_RUN/e2e-alerts.log" >>"$results" || true
+    [ "$(cat "$TEST_RUN/e2e-alerts.status")" = 0 ] || { echo "the chart's alerts failed" >&2; exit 1; }
+  fi
   (
-    e2e_settings
-    source "$TEST_RUN/e2e.env"
-    export SLIPWAY_TEST_DATABASE_URL
-    export SLIPWAY_KUBECONFIG="$KUBECONFIG" SLIPWAY_KUBECTL="$KUBE_DIR/bin/kubectl"
+    e2e_test_env
     # 1. The platform as it ships: the chart installed from the image built here, used over its addresses;
     #    then upgraded under load and uninstalled (its tests run in that order).
     if platform_selected; then
@@ -297,15 +333,7 @@ tier_e2e() {
       if selected e2e_platform_isolation; then platform_tests isolation:: --show-output --test-threads="$TEST_THREADS"; fi
       # One at a time (a test kills the API's pod); --show-output: the sizes and times belong in the log.
       if selected e2e_platform_size; then platform_tests size:: --show-output --test-threads=1; fi
-      # A real Prometheus scraping the release as its chart's PodMonitors say, with the chart's alerts; the tests
-      # that take a part away run alone. --show-output: how long each alert took to fire belongs in the log.
-      if selected e2e_platform_monitoring; then
-        "$HACK/prometheus.sh" start
-        eval "$("$HACK/prometheus.sh" env)"
-        export SLIPWAY_TEST_PROMETHEUS_URL
-        platform_tests monitoring:: --show-output --test-threads="$TEST_THREADS"
-        "$HACK/prometheus.sh" stop
-      fi
+      # The chart's alerts ran first, beside the cluster tier (e2e_alerts).
       # The platform backed up, taken away (hack/install.sh purge) and restored into a fresh install; alone.
       # --show-output: the backup's size and each step's time belong in the log.
       if selected e2e_platform_backup; then platform_tests backup:: --show-output --test-threads=1; fi

@@ -6,7 +6,7 @@
 //! same host key, and a new deploy builds, unseals the secret with the restored keyring and goes live. A repository
 //! of 200 MiB comes back with the same refs and passes `git fsck --full` in the api pod.
 //!
-//! `hack/test.sh e2e` runs this module after `monitoring::` and before `upgrade::`, alone: it takes the whole
+//! `hack/test.sh e2e` runs this module after `size::` and before `git_objects::`, alone: it takes the whole
 //! platform away and brings it back.
 
 #![allow(clippy::unwrap_used)]

@@ -15,15 +15,16 @@
 //! - a custom domain's certificate from the ACME CA, which issues them for 10 days: SlipwayCertificateExpiringSoon.
 //!
 //! The tests that take a shared part away (a backend, the api, the database pool) run one at a time, and alone;
-//! the others run beside each other. `hack/test.sh e2e` runs this file after `size.rs` and before `upgrade.rs`.
+//! the others run beside each other. `hack/test.sh` runs this file first, on the fresh install and while the cluster
+//! tier runs: it spends most of its time waiting for alert windows, and nothing else touches the release meanwhile.
 
 #![allow(clippy::unwrap_used)]
 
 use crate::support;
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -33,10 +34,93 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use support::git::{Workspace, http_remote};
 use support::https::TestDns;
 use support::platform::{Account, Installed, VERSION_SERVER, hack, kubectl, until};
-use tokio::sync::RwLock;
+use tokio::sync::Notify;
 
-/// Held for writing by a test that takes a shared part of the platform away, for reading by the others.
-static SHARED_PARTS: RwLock<()> = RwLock::const_new(());
+/// Taken away by a test that takes a shared part of the platform away, used by the others.
+static SHARED_PARTS: SharedParts = SharedParts::new();
+
+/// Who holds the platform's shared parts: tests using them, side by side, or one test that takes one away.
+///
+/// Unlike a fair `RwLock`, a test waiting to take a part away holds back no test that only uses them: the tests
+/// that break nothing all run together first (the longest waits two minutes on a build), and the ones that take a
+/// part away then run one at a time. Behind a fair lock's queued writer, the using tests that started after it ran
+/// only once it was done, a minute and a half later.
+struct SharedParts {
+    /// Tests using the parts, and whether one has taken a part away.
+    holders: Mutex<(usize, bool)>,
+    released: Notify,
+}
+
+impl SharedParts {
+    const fn new() -> Self {
+        Self {
+            holders: Mutex::new((0, false)),
+            released: Notify::const_new(),
+        }
+    }
+
+    /// Waits until no test has a part taken away; the parts, used until the guard drops.
+    async fn use_beside_others(&'static self) -> PartsHeld {
+        self.wait_for(|(using, taken)| {
+            (!*taken).then(|| {
+                *using += 1;
+                PartsHeld {
+                    parts: self,
+                    took: false,
+                }
+            })
+        })
+        .await
+    }
+
+    /// Waits until no test uses the parts or has one taken away; the parts, alone, until the guard drops.
+    async fn take_alone(&'static self) -> PartsHeld {
+        self.wait_for(|(using, taken)| {
+            (*using == 0 && !*taken).then(|| {
+                *taken = true;
+                PartsHeld {
+                    parts: self,
+                    took: true,
+                }
+            })
+        })
+        .await
+    }
+
+    async fn wait_for(
+        &self,
+        mut held: impl FnMut(&mut (usize, bool)) -> Option<PartsHeld>,
+    ) -> PartsHeld {
+        loop {
+            // Created before the check, so a release between the check and the wait still wakes it.
+            let released = self.released.notified();
+            if let Some(guard) = held(&mut self.holders.lock().unwrap()) {
+                return guard;
+            }
+            released.await;
+        }
+    }
+}
+
+/// The platform's shared parts, held by one test.
+struct PartsHeld {
+    parts: &'static SharedParts,
+    took: bool,
+}
+
+impl Drop for PartsHeld {
+    fn drop(&mut self) {
+        {
+            let mut holders = self.parts.holders.lock().unwrap();
+            if self.took {
+                holders.1 = false;
+            } else {
+                holders.0 -= 1;
+            }
+        }
+        self.parts.released.notify_waiters();
+    }
+}
 /// How long an alert may take to fire once its condition holds: a scrape and an evaluation every 5 s, a `for` of
 /// 10 s at most, and a busy 2-core machine.
 const FIRES_WITHIN: Duration = Duration::from_secs(180);
@@ -242,9 +326,36 @@ async fn push_site(
 }
 
 #[tokio::test]
+async fn a_test_waiting_to_take_a_part_away_holds_back_no_test_using_them() {
+    use futures::FutureExt;
+    let parts: &'static SharedParts = Box::leak(Box::new(SharedParts::new()));
+    let first = parts.use_beside_others().await;
+    let taker = tokio::spawn(async move {
+        let _alone = parts.take_alone().await;
+    });
+    tokio::task::yield_now().await;
+    let second = parts
+        .use_beside_others()
+        .now_or_never()
+        .expect("a test using the parts waited behind one waiting to take them away");
+    tokio::task::yield_now().await;
+    assert!(!taker.is_finished(), "a part was taken away while in use");
+    drop((first, second));
+    taker.await.unwrap();
+    let alone = parts
+        .take_alone()
+        .now_or_never()
+        .expect("nobody holds them");
+    assert!(parts.use_beside_others().now_or_never().is_none());
+    assert!(parts.take_alone().now_or_never().is_none());
+    drop(alone);
+    assert!(parts.use_beside_others().now_or_never().is_some());
+}
+
+#[tokio::test]
 async fn the_data_server_shut_down_fires_backend_unreachable() -> Result<()> {
     let prometheus = Prometheus::from_env()?;
-    let _alone = SHARED_PARTS.write().await;
+    let _alone = SHARED_PARTS.take_alone().await;
     let labels = [("backend", "data_server")];
     // The operator's probe sees it answer first.
     let up = until(FIRES_WITHIN, "the data server probed", async || {
@@ -279,7 +390,7 @@ async fn the_data_server_shut_down_fires_backend_unreachable() -> Result<()> {
 async fn the_object_store_down_fires_backend_unreachable_and_checkpoint_failures() -> Result<()> {
     let platform = Installed::from_env()?;
     let prometheus = Prometheus::from_env()?;
-    let _alone = SHARED_PARTS.write().await;
+    let _alone = SHARED_PARTS.take_alone().await;
     let ivy = platform.account("ivy").await?;
     let (app, channel) = platform.create_app(&ivy, "kept", "app").await?;
     let postgres = format!("/apps/{app}/channels/{channel}/postgres");
@@ -326,7 +437,7 @@ async fn the_object_store_down_fires_backend_unreachable_and_checkpoint_failures
 async fn the_api_down_fires_component_down_and_reconcile_errors() -> Result<()> {
     let platform = Installed::from_env()?;
     let prometheus = Prometheus::from_env()?;
-    let _alone = SHARED_PARTS.write().await;
+    let _alone = SHARED_PARTS.take_alone().await;
     let kai = platform.account("kai").await?;
     platform.create_app(&kai, "declared", "static").await?;
     let ws = Workspace::new()?;
@@ -423,7 +534,7 @@ async fn the_api_down_fires_component_down_and_reconcile_errors() -> Result<()> 
 async fn a_locked_platform_table_under_a_burst_fires_database_pool_exhausted() -> Result<()> {
     let platform = Arc::new(Installed::from_env()?);
     let prometheus = Prometheus::from_env()?;
-    let _alone = SHARED_PARTS.write().await;
+    let _alone = SHARED_PARTS.take_alone().await;
     let lee = platform.account("lee").await?;
     let url = std::env::var("SLIPWAY_PLATFORM_DATABASE_URL")
         .context("SLIPWAY_PLATFORM_DATABASE_URL: run under `hack/test.sh e2e`")?;
@@ -517,7 +628,7 @@ async fn a_locked_platform_table_under_a_burst_fires_database_pool_exhausted() -
 async fn a_channel_without_ready_pods_under_requests_fires_edge_5xx() -> Result<()> {
     let platform = Arc::new(Installed::from_env()?);
     let prometheus = Prometheus::from_env()?;
-    let _beside_others = SHARED_PARTS.read().await;
+    let _beside_others = SHARED_PARTS.use_beside_others().await;
     let mo = platform.account("mo").await?;
     let (app, channel) = platform.create_app(&mo, "gone", "app").await?;
     let ws = Workspace::new()?;
@@ -578,7 +689,7 @@ async fn a_channel_without_ready_pods_under_requests_fires_edge_5xx() -> Result<
 async fn a_build_past_the_deploy_deadline_fires_deploy_stuck() -> Result<()> {
     let platform = Installed::from_env()?;
     let prometheus = Prometheus::from_env()?;
-    let _beside_others = SHARED_PARTS.read().await;
+    let _beside_others = SHARED_PARTS.use_beside_others().await;
     let ned = platform.account("ned").await?;
     let (app, channel) = platform.create_app(&ned, "slow", "docker").await?;
     let ws = Workspace::new()?;
@@ -622,7 +733,7 @@ async fn a_certificate_from_the_acme_ca_fires_certificate_expiring_soon() -> Res
         std::env::var("SLIPWAY_PLATFORM_DNS_API")
             .context("SLIPWAY_PLATFORM_DNS_API: run under `hack/test.sh e2e`")?,
     );
-    let _beside_others = SHARED_PARTS.read().await;
+    let _beside_others = SHARED_PARTS.use_beside_others().await;
     let ola = platform.account("ola").await?;
     let (app, channel) = platform.create_app(&ola, "signed", "static").await?;
     let ws = Workspace::new()?;
