@@ -14,8 +14,9 @@
 //! - the deploy deadline lowered to a minute (`helm upgrade`) under a build that takes two: SlipwayDeployStuck;
 //! - a custom domain's certificate from the ACME CA, which issues them for 10 days: SlipwayCertificateExpiringSoon.
 //!
-//! The tests that take a shared part away (a backend, the api, the database pool) run one at a time, and alone;
-//! the others run beside each other. `hack/test.sh` runs this file first, on the fresh install and while the cluster
+//! A test that takes a shared part away runs alone among the tests that use it; the others run beside each other.
+//! The parts are the path every request takes (the api, its database, the object store) and the channels' data
+//! server, which the static sites and the pool test do not use: the data server's test runs beside theirs. `hack/test.sh` runs this file first, on the fresh install and while the cluster
 //! tier runs: it spends most of its time waiting for alert windows, and nothing else touches the release meanwhile.
 
 #![allow(clippy::unwrap_used)]
@@ -36,8 +37,11 @@ use support::https::TestDns;
 use support::platform::{Account, Installed, VERSION_SERVER, hack, kubectl, until};
 use tokio::sync::Notify;
 
-/// Taken away by a test that takes a shared part of the platform away, used by the others.
-static SHARED_PARTS: SharedParts = SharedParts::new();
+/// The path every test's requests take: the api, the platform database behind it, and the object store the
+/// deploys, checkpoints and static sites write to. Taken before `DATA_SERVER` by a test that holds both.
+static REQUEST_PATH: SharedParts = SharedParts::new();
+/// The channels' data server: used by the tests whose apps have a database (every template but `static`).
+static DATA_SERVER: SharedParts = SharedParts::new();
 
 /// Who holds the platform's shared parts: tests using them, side by side, or one test that takes one away.
 ///
@@ -355,7 +359,7 @@ async fn a_test_waiting_to_take_a_part_away_holds_back_no_test_using_them() {
 #[tokio::test]
 async fn the_data_server_shut_down_fires_backend_unreachable() -> Result<()> {
     let prometheus = Prometheus::from_env()?;
-    let _alone = SHARED_PARTS.take_alone().await;
+    let _data_server_away = DATA_SERVER.take_alone().await;
     let labels = [("backend", "data_server")];
     // The operator's probe sees it answer first.
     let up = until(FIRES_WITHIN, "the data server probed", async || {
@@ -390,7 +394,8 @@ async fn the_data_server_shut_down_fires_backend_unreachable() -> Result<()> {
 async fn the_object_store_down_fires_backend_unreachable_and_checkpoint_failures() -> Result<()> {
     let platform = Installed::from_env()?;
     let prometheus = Prometheus::from_env()?;
-    let _alone = SHARED_PARTS.take_alone().await;
+    let _object_store_away = REQUEST_PATH.take_alone().await;
+    let _data_server = DATA_SERVER.use_beside_others().await;
     let ivy = platform.account("ivy").await?;
     let (app, channel) = platform.create_app(&ivy, "kept", "app").await?;
     let postgres = format!("/apps/{app}/channels/{channel}/postgres");
@@ -437,7 +442,7 @@ async fn the_object_store_down_fires_backend_unreachable_and_checkpoint_failures
 async fn the_api_down_fires_component_down_and_reconcile_errors() -> Result<()> {
     let platform = Installed::from_env()?;
     let prometheus = Prometheus::from_env()?;
-    let _alone = SHARED_PARTS.take_alone().await;
+    let _api_away = REQUEST_PATH.take_alone().await;
     let kai = platform.account("kai").await?;
     platform.create_app(&kai, "declared", "static").await?;
     let ws = Workspace::new()?;
@@ -534,7 +539,7 @@ async fn the_api_down_fires_component_down_and_reconcile_errors() -> Result<()> 
 async fn a_locked_platform_table_under_a_burst_fires_database_pool_exhausted() -> Result<()> {
     let platform = Arc::new(Installed::from_env()?);
     let prometheus = Prometheus::from_env()?;
-    let _alone = SHARED_PARTS.take_alone().await;
+    let _pool_taken = REQUEST_PATH.take_alone().await;
     let lee = platform.account("lee").await?;
     let url = std::env::var("SLIPWAY_PLATFORM_DATABASE_URL")
         .context("SLIPWAY_PLATFORM_DATABASE_URL: run under `hack/test.sh e2e`")?;
@@ -628,7 +633,8 @@ async fn a_locked_platform_table_under_a_burst_fires_database_pool_exhausted() -
 async fn a_channel_without_ready_pods_under_requests_fires_edge_5xx() -> Result<()> {
     let platform = Arc::new(Installed::from_env()?);
     let prometheus = Prometheus::from_env()?;
-    let _beside_others = SHARED_PARTS.use_beside_others().await;
+    let _request_path = REQUEST_PATH.use_beside_others().await;
+    let _data_server = DATA_SERVER.use_beside_others().await;
     let mo = platform.account("mo").await?;
     let (app, channel) = platform.create_app(&mo, "gone", "app").await?;
     let ws = Workspace::new()?;
@@ -689,7 +695,8 @@ async fn a_channel_without_ready_pods_under_requests_fires_edge_5xx() -> Result<
 async fn a_build_past_the_deploy_deadline_fires_deploy_stuck() -> Result<()> {
     let platform = Installed::from_env()?;
     let prometheus = Prometheus::from_env()?;
-    let _beside_others = SHARED_PARTS.use_beside_others().await;
+    let _request_path = REQUEST_PATH.use_beside_others().await;
+    let _data_server = DATA_SERVER.use_beside_others().await;
     let ned = platform.account("ned").await?;
     let (app, channel) = platform.create_app(&ned, "slow", "docker").await?;
     let ws = Workspace::new()?;
@@ -733,7 +740,7 @@ async fn a_certificate_from_the_acme_ca_fires_certificate_expiring_soon() -> Res
         std::env::var("SLIPWAY_PLATFORM_DNS_API")
             .context("SLIPWAY_PLATFORM_DNS_API: run under `hack/test.sh e2e`")?,
     );
-    let _beside_others = SHARED_PARTS.use_beside_others().await;
+    let _request_path = REQUEST_PATH.use_beside_others().await;
     let ola = platform.account("ola").await?;
     let (app, channel) = platform.create_app(&ola, "signed", "static").await?;
     let ws = Workspace::new()?;
