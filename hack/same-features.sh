@@ -10,7 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-tree() { cargo tree --locked --quiet --prefix none --no-dedupe -f '{p} [{f}]' "$@" | sed 's/ (\*)$//' | sort -u; }
+# Each crate once with its features (a crate seen again prints as `(*)`: --no-dedupe would print every path to it,
+# millions of lines and minutes here).
+tree() { cargo tree --locked --quiet --prefix none -f '{p} [{f}]' "$@" | sed 's/ (\*)$//' | sort -u; }
 shipped=$(tree -p slipway -e normal,build)
 tested=$(tree --workspace -e normal,build,dev)
 if differ=$(comm -23 <(echo "$shipped") <(echo "$tested")) && [ -n "$differ" ]; then
