@@ -244,6 +244,9 @@ e2e_prepare() {
   if platform_selected && selected e2e_platform_monitoring; then e2e_alerts; fi
 }
 
+# What the installed components logged at WARN and ERROR, printed on a failure before the uninstall takes it away.
+installed_warnings() { log "the installed components' warnings and errors:"; "$HACK/install.sh" logs; }
+
 # The e2e tests' environment: the e2e cluster's settings and the exports e2e_prepare wrote.
 e2e_test_env() {
   e2e_settings
@@ -253,9 +256,8 @@ e2e_test_env() {
 }
 
 # The chart's alerts (tests/e2e_platform/monitoring.rs): a real Prometheus scraping the release as its chart's
-# PodMonitors say, with the chart's rules; the tests that take a part away run alone. They run first on the fresh
-# install, beside the cluster tier, as they spend nine minutes waiting for alerts to fire and go quiet at a seventh of
-# the CPU. Their output goes to $TEST_RUN/e2e-alerts.log (--show-output: how long each alert took to fire belongs in
+# PodMonitors say, with the chart's rules. They run first on the fresh install, beside the cluster tier, as they
+# spend most of their time waiting for alerts to fire and go quiet. Their output goes to $TEST_RUN/e2e-alerts.log (--show-output: how long each alert took to fire belongs in
 # it), which the e2e tier prints and counts; on a failure, with the components' warnings and errors.
 e2e_alerts() {
   local began=$SECONDS status=0
@@ -268,7 +270,7 @@ e2e_alerts() {
       cargo test -p slipway --locked --test e2e_platform -- monitoring:: --show-output --test-threads="$TEST_THREADS"
   ) >"$TEST_RUN/e2e-alerts.log" 2>&1 || status=$?
   if [ "$status" != 0 ]; then
-    { log "the installed components' warnings and errors:"; "$HACK/install.sh" logs; } >>"$TEST_RUN/e2e-alerts.log" 2>&1
+    installed_warnings >>"$TEST_RUN/e2e-alerts.log" 2>&1
   fi
   log "e2e: the chart's alerts $([ "$status" = 0 ] && echo passed || echo failed) in $((SECONDS - began))s"
   echo "$status" >"$TEST_RUN/e2e-alerts.status"
@@ -322,8 +324,7 @@ tier_e2e() {
     #    then upgraded under load and uninstalled (its tests run in that order).
     if platform_selected; then
       log "e2e: the platform installed by its chart"
-      # A failure prints what the components logged at WARN and ERROR, which the uninstall would take away.
-      platform_failed() { log "the installed components' warnings and errors:"; "$HACK/install.sh" logs; exit 1; }
+      platform_failed() { installed_warnings; exit 1; }
       # One binary (tests/e2e_platform/), a run per module: each leaves the release as the next expects it.
       platform_tests() { cargo_test -p slipway --locked --test e2e_platform -- "$@" || platform_failed; }
       if selected e2e_platform; then platform_tests platform:: --test-threads="$TEST_THREADS"; fi

@@ -43,31 +43,38 @@ static REQUEST_PATH: SharedParts = SharedParts::new();
 /// The channels' data server: used by the tests whose apps have a database (every template but `static`).
 static DATA_SERVER: SharedParts = SharedParts::new();
 
-/// Who holds the platform's shared parts: tests using them, side by side, or one test that takes one away.
+/// Who holds a shared part of the platform: tests using it, side by side, or one test that takes it away.
 ///
-/// Unlike a fair `RwLock`, a test waiting to take a part away holds back no test that only uses them: the tests
-/// that break nothing all run together first (the longest waits two minutes on a build), and the ones that take a
-/// part away then run one at a time. Behind a fair lock's queued writer, the using tests that started after it ran
-/// only once it was done, a minute and a half later.
+/// Unlike a fair `RwLock`, a test waiting to take the part away holds back no test that only uses it: the tests
+/// using it all run together first, and the ones that take it away then run one at a time. Behind a fair lock's
+/// queued writer, the using tests that started after it ran only once it was done.
 struct SharedParts {
-    /// Tests using the parts, and whether one has taken a part away.
-    holders: Mutex<(usize, bool)>,
+    holders: Mutex<Holders>,
     released: Notify,
+}
+
+/// The tests holding a shared part now.
+struct Holders {
+    using: usize,
+    taken_away: bool,
 }
 
 impl SharedParts {
     const fn new() -> Self {
         Self {
-            holders: Mutex::new((0, false)),
+            holders: Mutex::new(Holders {
+                using: 0,
+                taken_away: false,
+            }),
             released: Notify::const_new(),
         }
     }
 
     /// Waits until no test has a part taken away; the parts, used until the guard drops.
     async fn use_beside_others(&'static self) -> PartsHeld {
-        self.wait_for(|(using, taken)| {
-            (!*taken).then(|| {
-                *using += 1;
+        self.wait_for(|holders| {
+            (!holders.taken_away).then(|| {
+                holders.using += 1;
                 PartsHeld {
                     parts: self,
                     took: false,
@@ -79,9 +86,9 @@ impl SharedParts {
 
     /// Waits until no test uses the parts or has one taken away; the parts, alone, until the guard drops.
     async fn take_alone(&'static self) -> PartsHeld {
-        self.wait_for(|(using, taken)| {
-            (*using == 0 && !*taken).then(|| {
-                *taken = true;
+        self.wait_for(|holders| {
+            (holders.using == 0 && !holders.taken_away).then(|| {
+                holders.taken_away = true;
                 PartsHeld {
                     parts: self,
                     took: true,
@@ -91,10 +98,7 @@ impl SharedParts {
         .await
     }
 
-    async fn wait_for(
-        &self,
-        mut held: impl FnMut(&mut (usize, bool)) -> Option<PartsHeld>,
-    ) -> PartsHeld {
+    async fn wait_for(&self, mut held: impl FnMut(&mut Holders) -> Option<PartsHeld>) -> PartsHeld {
         loop {
             // Created before the check, so a release between the check and the wait still wakes it.
             let released = self.released.notified();
@@ -117,9 +121,9 @@ impl Drop for PartsHeld {
         {
             let mut holders = self.parts.holders.lock().unwrap();
             if self.took {
-                holders.1 = false;
+                holders.taken_away = false;
             } else {
-                holders.0 -= 1;
+                holders.using -= 1;
             }
         }
         self.parts.released.notify_waiters();
@@ -566,7 +570,7 @@ async fn a_locked_platform_table_under_a_burst_fires_database_pool_exhausted() -
     sqlx::raw_sql("BEGIN; LOCK TABLE tokens IN ACCESS EXCLUSIVE MODE")
         .execute(&mut admin)
         .await?;
-    let answers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let answers = Arc::new(Mutex::new(Vec::new()));
     let busy = Arc::new(AtomicUsize::new(0));
     let mut burst = Vec::new();
     for _ in 0..40 {
@@ -652,7 +656,7 @@ async fn a_channel_without_ready_pods_under_requests_fires_edge_5xx() -> Result<
 
     // Visitors keep asking while the channel's pods are gone (a crash, a scale-down): the edge answers them 503.
     let stop = Arc::new(AtomicBool::new(false));
-    let statuses = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+    let statuses = Arc::new(Mutex::new(std::collections::BTreeMap::new()));
     let visitors = {
         let (platform, stop, statuses, host) = (
             platform.clone(),
